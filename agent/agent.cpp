@@ -1,0 +1,144 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <new>
+
+#include "agent/hooks/allocator_hooks.h"
+#include "src/base/clock.h"
+
+namespace tidemark::agent {
+
+namespace {
+std::mutex g_lifecycleMutex;
+
+const char* envOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : fallback;
+}
+
+uint64_t envNumber(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  return (end != nullptr && *end == '\0') ? n : fallback;
+}
+
+std::string readCommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (char& c : raw) {
+    if (c == '\0') c = ' ';
+  }
+  while (!raw.empty() && raw.back() == ' ') raw.pop_back();
+  return raw;
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// Storage for the singleton: never destroyed, so that hooks after exit() find it intact.
+alignas(Agent) unsigned char g_agentStorage[sizeof(Agent)];
+Agent* g_agent = nullptr;
+}  // namespace
+
+AgentConfig AgentConfig::fromEnvironment() {
+  AgentConfig c;
+  c.server = envOr("TIDEMARK_SERVER", c.server.c_str());
+  c.sessionName = envOr("TIDEMARK_SESSION_NAME", "");
+  c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", envOr("XDG_RUNTIME_DIR", "/tmp"));
+  c.spoolCapBytes = envNumber("TIDEMARK_SPOOL_MAX_BYTES", c.spoolCapBytes);
+  c.ringRecords = static_cast<uint32_t>(envNumber("TIDEMARK_RING_RECORDS", c.ringRecords));
+  c.tableBuckets = envNumber("TIDEMARK_TABLE_BUCKETS", c.tableBuckets);
+  c.flushIntervalMs = static_cast<int>(envNumber("TIDEMARK_FLUSH_MS", c.flushIntervalMs));
+  c.exitTimeoutMs = static_cast<int>(envNumber("TIDEMARK_EXIT_TIMEOUT_MS", c.exitTimeoutMs));
+  c.quiet = envNumber("TIDEMARK_QUIET", 0) != 0;
+  c.eagerStart = envNumber("TIDEMARK_EAGER_START", 0) != 0;
+  return c;
+}
+
+Agent& Agent::instance() {
+  if (g_agent == nullptr) g_agent = new (g_agentStorage) Agent();
+  return *g_agent;
+}
+
+void Agent::load(const AgentConfig& config) {
+  if (m_loaded) return;
+  m_config = config;
+  m_ownerPid = getpid();
+  resolveRealAllocators();
+  Recorder& rec = Recorder::instance();
+  if (!rec.init(config.ringRecords, config.tableBuckets)) {
+    std::fprintf(stderr, "tidemark: could not map the agent's buffers; recording is off\n");
+    return;
+  }
+  enableAllocatorHooks(&rec);
+  rec.setRecording(true);
+  m_loaded = true;
+}
+
+bool Agent::start() {
+  std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+  if (!m_loaded || m_inChild || m_stopped || getpid() != m_ownerPid) return false;
+  if (m_transport) return true;
+  RecursionGuard guard;
+  TransportConfig tc;
+  tc.server = m_config.server;
+  tc.flushIntervalMs = m_config.flushIntervalMs;
+  tc.spoolCapBytes = m_config.spoolCapBytes;
+  tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + std::to_string(m_ownerPid) + "-" +
+                 std::to_string(base::wallNs() / 1000000) + ".bin";
+  tc.handshake.set_pid(m_ownerPid);
+  tc.handshake.set_hostname(hostName());
+  tc.handshake.set_command_line(readCommandLine());
+  tc.handshake.set_session_name(m_config.sessionName);
+  tc.handshake.set_start_ts_ns(base::monotonicNs());
+  tc.handshake.set_start_wall_ns(base::wallNs());
+  tc.handshake.set_agent_version(TIDEMARK_VERSION);
+  m_transport = std::make_unique<Transport>(Recorder::instance(), m_interner, std::move(tc));
+  m_transport->start();
+  return true;
+}
+
+void Agent::stop() {
+  {
+    std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+    if (!m_loaded || m_inChild || m_stopped || getpid() != m_ownerPid) return;
+  }
+  RecursionGuard guard;
+  Recorder::instance().setRecording(false);
+  start();  // builds the transport if nobody did, so what the rings hold is still delivered
+  {
+    std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+    m_stopped = true;
+  }
+  if (m_transport) {
+    m_transport->shutdown(m_config.exitTimeoutMs);
+    if (!m_config.quiet) std::fprintf(stderr, "%s\n", m_transport->summary().c_str());
+  }
+}
+
+bool Agent::flush(int timeoutMs) {
+  if (!m_transport) return false;
+  return m_transport->flush(timeoutMs);
+}
+
+void Agent::onForkChild() {
+  m_inChild = true;
+  Recorder::instance().forgetAfterFork();
+  // The parent's transport object (and its threads, which do not exist here) is leaked on
+  // purpose: destroying it would touch the parent's gRPC state.
+  m_transport.release();
+}
+
+}  // namespace tidemark::agent

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "agent/recorder/recorder.h"
+#include "agent/transport/interner.h"
+#include "agent/transport/transport.h"
+
+namespace tidemark::agent {
+
+// What the agent reads from its environment (set by `tidemark run`).
+struct AgentConfig {
+  std::string server = "127.0.0.1:7531";  // TIDEMARK_SERVER
+  std::string sessionName;                // TIDEMARK_SESSION_NAME
+  std::string spoolDir;                   // TIDEMARK_SPOOL_DIR (default $XDG_RUNTIME_DIR or /tmp)
+  uint64_t spoolCapBytes = 256ull << 20;  // TIDEMARK_SPOOL_MAX_BYTES
+  uint32_t ringRecords = Recorder::kDefaultRingRecords;  // TIDEMARK_RING_RECORDS
+  size_t tableBuckets = 1u << 17;         // TIDEMARK_TABLE_BUCKETS (x8 slots)
+  int flushIntervalMs = 20;               // TIDEMARK_FLUSH_MS
+  int exitTimeoutMs = 5000;               // TIDEMARK_EXIT_TIMEOUT_MS
+  bool quiet = false;                     // TIDEMARK_QUIET=1: no summary line at exit
+  bool eagerStart = false;                // TIDEMARK_EAGER_START=1: start at load, not lazily
+
+  static AgentConfig fromEnvironment();
+};
+
+// The agent's lifecycle. Loading (the ELF constructor) only maps memory and enables the hooks;
+// the drain thread and the gRPC channel start lazily, on the first start() (the Python adapter
+// calls it when the interpreter is up) or, failing that, at exit.
+class Agent {
+ public:
+  static Agent& instance();
+
+  // ELF-constructor time: no threads, no gRPC.
+  void load(const AgentConfig& config);
+  bool loaded() const { return m_loaded; }
+  // Starts the drain thread and the connection. Idempotent; safe from any thread.
+  bool start();
+  // Stops recording, drains, says goodbye. Bounded by the exit timeout. Idempotent.
+  void stop();
+  bool flush(int timeoutMs);
+
+  uint64_t sessionId() const { return m_transport ? m_transport->sessionId() : 0; }
+  Interner& interner() { return m_interner; }
+  Recorder& recorder() { return Recorder::instance(); }
+  Transport* transport() { return m_transport.get(); }
+  int ownerPid() const { return m_ownerPid; }
+  const AgentConfig& config() const { return m_config; }
+
+  // pthread_atfork child handler: the child records nothing and never touches the channel.
+  void onForkChild();
+
+ private:
+  AgentConfig m_config;
+  bool m_loaded = false;
+  bool m_stopped = false;
+  bool m_inChild = false;
+  int m_ownerPid = 0;
+  Interner m_interner;
+  std::unique_ptr<Transport> m_transport;
+};
+
+}  // namespace tidemark::agent

@@ -1,0 +1,110 @@
+// The exported C ABI (agent/include/tidemark/agent_api.h). No exception crosses it.
+#include "tidemark/agent_api.h"
+
+#include "agent/agent.h"
+
+using tidemark::agent::Agent;
+using tidemark::agent::Record;
+using tidemark::agent::RecordKind;
+using tidemark::agent::RecursionGuard;
+
+#define TIDEMARK_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+inline bool recordingHere() noexcept {
+  Agent& a = Agent::instance();
+  return a.loaded() && a.recorder().recording();
+}
+
+void pushSimple(RecordKind kind, uint8_t small, uint64_t address, uint64_t size,
+                uint32_t nameIid) noexcept {
+  if (!recordingHere()) return;
+  RecursionGuard guard;
+  Record r{};
+  r.kind = kind;
+  r.small = small;
+  r.address = address;
+  r.sizeBytes = size;
+  r.nameIid = nameIid;
+  r.device = -1;
+  Agent::instance().recorder().push(r);
+}
+}  // namespace
+
+TIDEMARK_EXPORT int tidemark_abi_version(void) { return TIDEMARK_ABI_VERSION; }
+
+TIDEMARK_EXPORT int tidemark_agent_start(void) {
+  try {
+    return Agent::instance().start() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+TIDEMARK_EXPORT void tidemark_agent_stop(void) {
+  try {
+    Agent::instance().stop();
+  } catch (...) {
+  }
+}
+
+TIDEMARK_EXPORT int tidemark_recording(void) { return recordingHere() ? 1 : 0; }
+
+TIDEMARK_EXPORT int tidemark_flush(int timeout_ms) {
+  try {
+    RecursionGuard guard;
+    return Agent::instance().flush(timeout_ms) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+TIDEMARK_EXPORT uint64_t tidemark_session_id(void) { return Agent::instance().sessionId(); }
+
+TIDEMARK_EXPORT uint32_t tidemark_intern(const char* name) {
+  if (name == nullptr) return 0;
+  try {
+    RecursionGuard guard;
+    return Agent::instance().interner().intern(name);
+  } catch (...) {
+    return 0;
+  }
+}
+
+TIDEMARK_EXPORT void tidemark_scope_begin(uint32_t name_id) {
+  pushSimple(RecordKind::kScopeBegin, 0, 0, 0, name_id);
+}
+TIDEMARK_EXPORT void tidemark_scope_end(uint32_t name_id) {
+  pushSimple(RecordKind::kScopeEnd, 0, 0, 0, name_id);
+}
+TIDEMARK_EXPORT void tidemark_phase_begin(int phase) {
+  pushSimple(RecordKind::kPhaseBegin, static_cast<uint8_t>(phase), 0, 0, 0);
+}
+TIDEMARK_EXPORT void tidemark_phase_end(int phase) {
+  pushSimple(RecordKind::kPhaseEnd, static_cast<uint8_t>(phase), 0, 0, 0);
+}
+TIDEMARK_EXPORT void tidemark_step_begin(int64_t step) {
+  pushSimple(RecordKind::kStepBegin, 0, static_cast<uint64_t>(step), 0, 0);
+}
+TIDEMARK_EXPORT void tidemark_step_end(int64_t step) {
+  pushSimple(RecordKind::kStepEnd, 0, static_cast<uint64_t>(step), 0, 0);
+}
+TIDEMARK_EXPORT void tidemark_tag(uint64_t address, uint64_t size_bytes, int category,
+                                  uint32_t name_id) {
+  pushSimple(RecordKind::kTag, static_cast<uint8_t>(category), address, size_bytes, name_id);
+}
+
+TIDEMARK_EXPORT void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped) {
+  Agent& a = Agent::instance();
+  const auto& d = a.recorder().drops();
+  uint64_t s = 0;
+  uint64_t extra = 0;
+  if (a.transport() != nullptr) {
+    const auto c = a.transport()->counters();
+    s = c.events_sent();
+    extra = c.dropped_spool_full() + c.dropped_disconnected();
+  }
+  if (recorded) *recorded = a.recorder().recordedCount();
+  if (sent) *sent = s;
+  if (dropped) *dropped = d.ringFull.load() + d.noRing.load() + d.tableFull.load() + extra;
+}

@@ -1,0 +1,45 @@
+// LD_PRELOAD entry: the ELF constructor reads TIDEMARK_* from the environment and loads the
+// agent (memory and hooks only; threads and the channel start lazily). It also registers the
+// fork and exit handlers.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "agent/agent.h"
+
+namespace tidemark::agent {
+namespace {
+
+void atForkPrepare() { t_recursionGuard = true; }
+void atForkParent() { t_recursionGuard = false; }
+void atForkChild() {
+  t_recursionGuard = false;
+  Agent::instance().onForkChild();
+}
+
+void atExit() {
+  // A forked child that calls exit() must not flush the parent's stream.
+  Agent& agent = Agent::instance();
+  if (getpid() != agent.ownerPid()) return;
+  try {
+    agent.stop();
+  } catch (...) {
+  }
+}
+
+__attribute__((constructor)) void tidemarkPreloadInit() {
+  Agent& agent = Agent::instance();
+  agent.load(AgentConfig::fromEnvironment());
+  if (!agent.loaded()) return;
+  pthread_atfork(&atForkPrepare, &atForkParent, &atForkChild);
+  std::atexit(&atExit);
+  // Child processes (a shell, a compiler, `uname`) are not profiled unless asked for: the
+  // variables that brought the agent in are removed before the program reads its environment.
+  const char* follow = std::getenv("TIDEMARK_FOLLOW_CHILDREN");
+  if (follow == nullptr || *follow != '1') unsetenv("LD_PRELOAD");
+  if (agent.config().eagerStart) agent.start();
+}
+
+}  // namespace
+}  // namespace tidemark::agent

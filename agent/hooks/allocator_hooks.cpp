@@ -1,0 +1,158 @@
+// Host allocator hooks, interposed under LD_PRELOAD. torch's CPU tensors come from
+// posix_memalign(…, 64, n) and go back through free(); the aligned family is hooked, free and
+// realloc act only on the blocks the aligned family returned (the block table knows them).
+//
+// Every hook forwards to the next definition in the lookup order (glibc's, or another
+// interposer's). Until those are resolved (dlsym may itself allocate), glibc's __libc_* entry
+// points stand in.
+#include <dlfcn.h>
+#include <errno.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "agent/hooks/allocator_hooks.h"
+#include "agent/recorder/recorder.h"
+
+extern "C" {
+void* __libc_memalign(size_t alignment, size_t size);
+void __libc_free(void* ptr);
+void* __libc_realloc(void* ptr, size_t size);
+void* __libc_valloc(size_t size);
+}
+
+namespace tidemark::agent {
+namespace {
+
+using PosixMemalignFn = int (*)(void**, size_t, size_t);
+using AlignedAllocFn = void* (*)(size_t, size_t);
+using MemalignFn = void* (*)(size_t, size_t);
+using VallocFn = void* (*)(size_t);
+using FreeFn = void (*)(void*);
+using ReallocFn = void* (*)(void*, size_t);
+
+struct RealFunctions {
+  PosixMemalignFn posixMemalign = nullptr;
+  AlignedAllocFn alignedAlloc = nullptr;
+  MemalignFn memalign = nullptr;
+  VallocFn valloc = nullptr;
+  FreeFn free = nullptr;
+  ReallocFn realloc = nullptr;
+};
+RealFunctions g_real;
+std::atomic<Recorder*> g_recorder{nullptr};
+
+int bootstrapPosixMemalign(void** out, size_t alignment, size_t size) {
+  if (alignment % sizeof(void*) != 0 || (alignment & (alignment - 1)) != 0) return EINVAL;
+  void* p = __libc_memalign(alignment, size);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+inline Recorder* activeRecorder() noexcept {
+  Recorder* r = g_recorder.load(std::memory_order_relaxed);
+  if (r == nullptr || t_recursionGuard || !r->recording()) return nullptr;
+  return r;
+}
+
+inline void afterAlloc(void* p, size_t size) noexcept {
+  if (p == nullptr) return;
+  if (Recorder* r = activeRecorder()) {
+    RecursionGuard guard;
+    r->onAlloc(p, size);
+  }
+}
+
+}  // namespace
+
+void resolveRealAllocators() noexcept {
+  RecursionGuard guard;
+  g_real.posixMemalign = reinterpret_cast<PosixMemalignFn>(dlsym(RTLD_NEXT, "posix_memalign"));
+  g_real.alignedAlloc = reinterpret_cast<AlignedAllocFn>(dlsym(RTLD_NEXT, "aligned_alloc"));
+  g_real.memalign = reinterpret_cast<MemalignFn>(dlsym(RTLD_NEXT, "memalign"));
+  g_real.valloc = reinterpret_cast<VallocFn>(dlsym(RTLD_NEXT, "valloc"));
+  g_real.realloc = reinterpret_cast<ReallocFn>(dlsym(RTLD_NEXT, "realloc"));
+  g_real.free = reinterpret_cast<FreeFn>(dlsym(RTLD_NEXT, "free"));
+}
+
+void enableAllocatorHooks(Recorder* recorder) noexcept {
+  g_recorder.store(recorder, std::memory_order_release);
+}
+
+}  // namespace tidemark::agent
+
+using tidemark::agent::afterAlloc;
+using tidemark::agent::g_real;
+using tidemark::agent::g_recorder;
+using tidemark::agent::RecursionGuard;
+using tidemark::agent::t_recursionGuard;
+
+extern "C" {
+
+__attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment,
+                                                          size_t size) {
+  const int rc = g_real.posixMemalign ? g_real.posixMemalign(out, alignment, size)
+                                      : tidemark::agent::bootstrapPosixMemalign(out, alignment, size);
+  if (rc == 0) afterAlloc(*out, size);
+  return rc;
+}
+
+__attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
+  void* p = g_real.alignedAlloc ? g_real.alignedAlloc(alignment, size)
+                                : __libc_memalign(alignment, size);
+  afterAlloc(p, size);
+  return p;
+}
+
+__attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
+  void* p = g_real.memalign ? g_real.memalign(alignment, size) : __libc_memalign(alignment, size);
+  afterAlloc(p, size);
+  return p;
+}
+
+__attribute__((visibility("default"))) void* valloc(size_t size) {
+  void* p = g_real.valloc ? g_real.valloc(size) : __libc_valloc(size);
+  afterAlloc(p, size);
+  return p;
+}
+
+__attribute__((visibility("default"))) void free(void* ptr) {
+  if (ptr != nullptr && !t_recursionGuard) {
+    // The table is consulted even while not recording, so that it never keeps stale blocks.
+    if (tidemark::agent::Recorder* r = g_recorder.load(std::memory_order_relaxed)) {
+      RecursionGuard guard;
+      r->onFree(ptr);
+    }
+  }
+  if (g_real.free) {
+    g_real.free(ptr);
+  } else {
+    __libc_free(ptr);
+  }
+}
+
+__attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
+  tidemark::agent::Recorder* r = g_recorder.load(std::memory_order_relaxed);
+  uint64_t oldSize = 0;
+  bool tracked = false;
+  if (ptr != nullptr && r != nullptr && !t_recursionGuard &&
+      r->blocks().lookup(reinterpret_cast<uint64_t>(ptr), &oldSize)) {
+    // A tracked block that is reallocated is freed, and a new block is born.
+    RecursionGuard guard;
+    tracked = r->onFree(ptr);
+  }
+  void* p = g_real.realloc ? g_real.realloc(ptr, size) : __libc_realloc(ptr, size);
+  if (tracked) {
+    if (p != nullptr && size != 0) {
+      afterAlloc(p, size);
+    } else if (p == nullptr && size != 0) {
+      afterAlloc(ptr, oldSize);  // realloc failed: the old block lives on
+    }
+  }
+  return p;
+}
+
+}  // extern "C"

@@ -1,0 +1,47 @@
+/* The agent's C ABI: what the Python adapter (through ctypes) and any framework can call.
+ * Every entry point is noexcept, never blocks for long, and is a no-op when the agent is not
+ * loaded or not recording. Categories and phases use the numbers of tidemark.v1.Category and
+ * tidemark.v1.Phase. */
+#ifndef TIDEMARK_AGENT_API_H
+#define TIDEMARK_AGENT_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIDEMARK_ABI_VERSION 1
+
+/* The ABI version this agent implements (TIDEMARK_ABI_VERSION). */
+int tidemark_abi_version(void);
+/* Starts the drain thread and the connection to tidemarkd (lazy start). 1 on success. */
+int tidemark_agent_start(void);
+/* Stops recording, sends everything and says goodbye (also done at exit). */
+void tidemark_agent_stop(void);
+/* 1 while the agent records. */
+int tidemark_recording(void);
+/* Waits up to timeout_ms until everything recorded so far is sent. 1 if it was. */
+int tidemark_flush(int timeout_ms);
+/* The server's id for this process's session, 0 while not connected. */
+uint64_t tidemark_session_id(void);
+
+/* A non-zero id for a name (module path, tensor name); the same name gives the same id. */
+uint32_t tidemark_intern(const char* name);
+void tidemark_scope_begin(uint32_t name_id);
+void tidemark_scope_end(uint32_t name_id);
+void tidemark_phase_begin(int phase);
+void tidemark_phase_end(int phase);
+void tidemark_step_begin(int64_t step);
+void tidemark_step_end(int64_t step);
+/* The block at address (the storage's data pointer) is a <category> named name_id. */
+void tidemark_tag(uint64_t address, uint64_t size_bytes, int category, uint32_t name_id);
+
+/* Counters, for tests and the adapter: recorded, sent, dropped (all kinds added up). */
+void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDEMARK_AGENT_API_H */

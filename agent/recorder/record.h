@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+
+namespace tidemark::agent {
+
+// The fixed-size record a hook or a C entry copies into its thread's ring. Plain data: the hot
+// path writes it with stores only; the drain thread turns it into protobuf.
+enum class RecordKind : uint8_t {
+  kAlloc = 1,
+  kFree = 2,
+  kScopeBegin = 3,
+  kScopeEnd = 4,
+  kPhaseBegin = 5,
+  kPhaseEnd = 6,
+  kStepBegin = 7,
+  kStepEnd = 8,
+  kTag = 9,
+};
+
+struct Record {
+  RecordKind kind;
+  uint8_t small;      // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree)
+  uint16_t reserved;
+  uint32_t threadId;
+  uint64_t seq;
+  int64_t tsNs;
+  uint64_t address;   // kAlloc/kFree/kTag; the step number for kStep*
+  uint64_t sizeBytes; // kAlloc/kTag
+  uint32_t nameIid;   // kScope*/kTag
+  int32_t device;     // -1 for host memory
+};
+static_assert(sizeof(Record) == 48, "keep records small: they are copied on the hot path");
+
+}  // namespace tidemark::agent

@@ -1,0 +1,154 @@
+#include "agent/recorder/recorder.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <new>
+
+#include "src/base/clock.h"
+
+namespace tidemark::agent {
+
+thread_local bool t_recursionGuard __attribute__((tls_model("initial-exec"))) = false;
+
+namespace {
+thread_local Ring* t_ring __attribute__((tls_model("initial-exec"))) = nullptr;
+pthread_key_t g_ringKey;
+
+// Storage for the singleton: constructed once, never destroyed, so that hooks running during
+// static destruction or after exit() still find it intact.
+alignas(Recorder) unsigned char g_recorderStorage[sizeof(Recorder)];
+std::atomic<Recorder*> g_recorder{nullptr};
+}  // namespace
+
+Recorder& Recorder::instance() noexcept {
+  Recorder* r = g_recorder.load(std::memory_order_acquire);
+  if (r != nullptr) return *r;
+  // The first call happens in the ELF constructor, before any other thread of ours exists.
+  r = new (g_recorderStorage) Recorder();
+  g_recorder.store(r, std::memory_order_release);
+  return *r;
+}
+
+bool Recorder::init(uint32_t ringRecords, size_t tableBuckets) noexcept {
+  if (m_initialized) return true;
+  uint32_t capacity = 1024;
+  while (capacity < ringRecords) capacity <<= 1;
+  m_ringRecords = capacity;
+  const size_t bytes = static_cast<size_t>(kMaxRings) * capacity * sizeof(Record);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) return false;
+  m_ringMemory = static_cast<Record*>(mem);
+  for (uint32_t i = 0; i < kMaxRings; ++i) {
+    m_rings[i].init(m_ringMemory + static_cast<size_t>(i) * capacity, capacity);
+  }
+  if (!m_blocks.init(tableBuckets)) return false;
+  if (pthread_key_create(&g_ringKey, &Recorder::releaseThreadRing) != 0) return false;
+  m_initialized = true;
+  return true;
+}
+
+void Recorder::releaseThreadRing(void* ring) noexcept {
+  if (ring == nullptr) return;
+  static_cast<Ring*>(ring)->state.store(Ring::kOrphaned, std::memory_order_release);
+}
+
+Ring* Recorder::claimRing() noexcept {
+  for (uint32_t i = 0; i < kMaxRings; ++i) {
+    uint32_t expected = Ring::kFree;
+    if (m_rings[i].state.load(std::memory_order_relaxed) != Ring::kFree) continue;
+    if (!m_rings[i].state.compare_exchange_strong(expected, Ring::kOwned,
+                                                  std::memory_order_acq_rel)) {
+      continue;
+    }
+    Ring* ring = &m_rings[i];
+    ring->threadId = static_cast<uint32_t>(syscall(SYS_gettid));
+    uint32_t used = m_ringsUsed.load(std::memory_order_relaxed);
+    while (used < i + 1 &&
+           !m_ringsUsed.compare_exchange_weak(used, i + 1, std::memory_order_acq_rel)) {
+    }
+    // Orphaned at thread exit, so the drain thread can hand the ring to a new thread.
+    pthread_setspecific(g_ringKey, ring);
+    return ring;
+  }
+  return nullptr;
+}
+
+inline Ring* Recorder::threadRing() noexcept {
+  Ring* ring = t_ring;
+  if (__builtin_expect(ring == nullptr, 0)) {
+    ring = claimRing();
+    t_ring = ring;
+  }
+  return ring;
+}
+
+bool Recorder::push(Record& record) noexcept {
+  Ring* ring = threadRing();
+  if (ring == nullptr) {
+    m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (!ring->hasSpace()) {
+    m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  record.threadId = ring->threadId;
+  record.tsNs = base::monotonicNs();
+  record.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
+  ring->push(record);
+  return true;
+}
+
+void Recorder::onAlloc(void* address, size_t size) noexcept {
+  Ring* ring = threadRing();
+  if (ring == nullptr) {
+    m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Check for room before tracking, so that a tracked block always has its alloc record.
+  if (!ring->hasSpace()) {
+    m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const auto addr = reinterpret_cast<uint64_t>(address);
+  if (!m_blocks.insert(addr, size)) {
+    m_drops.tableFull.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Record r{};
+  r.kind = RecordKind::kAlloc;
+  r.small = 1;  // MEMORY_KIND_HOST
+  r.address = addr;
+  r.sizeBytes = size;
+  r.device = -1;
+  r.threadId = ring->threadId;
+  r.tsNs = base::monotonicNs();
+  r.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
+  ring->push(r);
+}
+
+bool Recorder::onFree(void* address) noexcept {
+  uint64_t size = 0;
+  const auto addr = reinterpret_cast<uint64_t>(address);
+  if (!m_blocks.erase(addr, &size)) return false;
+  if (!recording()) return true;
+  Record r{};
+  r.kind = RecordKind::kFree;
+  r.small = 1;
+  r.address = addr;
+  r.device = -1;
+  push(r);
+  return true;
+}
+
+void Recorder::forgetAfterFork() noexcept {
+  m_recording.store(false, std::memory_order_release);
+  // The child's only thread keeps its t_ring pointer; the rings stay as the parent left them
+  // and are never drained here (nothing in the child talks to the parent's server).
+}
+
+}  // namespace tidemark::agent

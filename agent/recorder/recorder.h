@@ -1,0 +1,112 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "agent/recorder/block_table.h"
+#include "agent/recorder/record.h"
+#include "agent/recorder/ring.h"
+
+namespace tidemark::agent {
+
+// Counters for everything the recorder could not keep. Relaxed atomics: touched only when a
+// record is lost, never on the normal path.
+struct DropCounters {
+  std::atomic<uint64_t> ringFull{0};
+  std::atomic<uint64_t> noRing{0};
+  std::atomic<uint64_t> tableFull{0};
+};
+
+// True on threads that must not record: the agent's own threads, and any thread while it is
+// inside a hook (so allocations made by the hook's callees are not recorded twice).
+extern thread_local bool t_recursionGuard __attribute__((tls_model("initial-exec")));
+
+class RecursionGuard {
+ public:
+  RecursionGuard() noexcept : m_previous(t_recursionGuard) { t_recursionGuard = true; }
+  ~RecursionGuard() { t_recursionGuard = m_previous; }
+  RecursionGuard(const RecursionGuard&) = delete;
+  RecursionGuard& operator=(const RecursionGuard&) = delete;
+
+ private:
+  bool m_previous;
+};
+
+// The process-wide recording core shared by every source (hooks, C ABI). It owns a fixed pool
+// of per-thread rings and the tracked-block table, both mapped once at init.
+//
+// Hot-path contract (DESIGN §3): push() and the hook entry points check a flag and the
+// recursion guard, take a sequence number, and copy a fixed-size record into the calling
+// thread's ring. They do not allocate, lock, log or make system calls. The exception is a
+// thread's first record, which claims a ring from the pool and asks the kernel for its
+// thread id (once per thread).
+class Recorder {
+ public:
+  static constexpr uint32_t kMaxRings = 256;
+  static constexpr uint32_t kDefaultRingRecords = 1u << 14;
+
+  static Recorder& instance() noexcept;
+
+  // Maps the ring pool and the block table. Idempotent; false if memory could not be had.
+  bool init(uint32_t ringRecords, size_t tableBuckets) noexcept;
+  bool initialized() const noexcept { return m_initialized; }
+
+  void setRecording(bool on) noexcept { m_recording.store(on, std::memory_order_release); }
+  bool recording() const noexcept { return m_recording.load(std::memory_order_relaxed); }
+
+  // Hook entry points. onAlloc after the real allocation returned; onFree before the real free,
+  // so that a reused address always carries a larger sequence number than its free.
+  void onAlloc(void* address, size_t size) noexcept;
+  // True if the block was tracked (whether or not the free could be recorded).
+  bool onFree(void* address) noexcept;
+
+  // For the C ABI: fills seq, ts and thread id, then pushes. False if the record was dropped.
+  bool push(Record& record) noexcept;
+
+  // Drain thread: passes every unread record of every ring to sink (in ring order, not seq
+  // order), and frees rings whose thread has exited once they are empty.
+  template <typename Sink>
+  size_t drainAll(Sink&& sink) noexcept {
+    size_t n = 0;
+    const uint32_t used = m_ringsUsed.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < used && i < kMaxRings; ++i) {
+      Ring& ring = m_rings[i];
+      const uint32_t state = ring.state.load(std::memory_order_acquire);
+      if (state == Ring::kFree) continue;
+      n += ring.drain(sink);
+      if (state == Ring::kOrphaned && ring.empty()) {
+        uint32_t expected = Ring::kOrphaned;
+        ring.state.compare_exchange_strong(expected, Ring::kFree, std::memory_order_acq_rel);
+      }
+    }
+    return n;
+  }
+
+  // Records pushed so far (the sequence numbers taken).
+  uint64_t recordedCount() const noexcept { return m_seq.load(std::memory_order_acquire); }
+  const DropCounters& drops() const noexcept { return m_drops; }
+  BlockTable& blocks() noexcept { return m_blocks; }
+
+  // After fork, in the child: the parent's rings are left as they are (leaked), recording stops.
+  void forgetAfterFork() noexcept;
+
+  // Called by the thread-exit destructor of the ring key.
+  static void releaseThreadRing(void* ring) noexcept;
+
+ private:
+  Ring* threadRing() noexcept;
+  Ring* claimRing() noexcept;
+
+  bool m_initialized = false;
+  std::atomic<bool> m_recording{false};
+  alignas(64) std::atomic<uint64_t> m_seq{0};
+  DropCounters m_drops;
+  BlockTable m_blocks;
+  Ring m_rings[kMaxRings];
+  std::atomic<uint32_t> m_ringsUsed{0};  // high-water mark of claimed ring slots
+  Record* m_ringMemory = nullptr;
+  uint32_t m_ringRecords = kDefaultRingRecords;
+};
+
+}  // namespace tidemark::agent

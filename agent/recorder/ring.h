@@ -1,0 +1,61 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "agent/recorder/record.h"
+
+namespace tidemark::agent {
+
+// A single-producer single-consumer ring of Records over memory it does not own. The owning
+// thread produces; the drain thread consumes. Capacity is a power of two.
+// Invariant: 0 <= m_head - m_tail <= capacity; slots [m_tail, m_head) hold unread records.
+class Ring {
+ public:
+  enum State : uint32_t { kFree = 0, kOwned = 1, kOrphaned = 2 };
+
+  void init(Record* slots, uint32_t capacity) noexcept {
+    m_slots = slots;
+    m_mask = capacity - 1;
+    m_head.store(0, std::memory_order_relaxed);
+    m_tail.store(0, std::memory_order_relaxed);
+  }
+
+  // Producer side. The producer is the only one that adds, so space seen here stays available.
+  bool hasSpace() const noexcept {
+    const uint64_t head = m_head.load(std::memory_order_relaxed);
+    const uint64_t tail = m_tail.load(std::memory_order_acquire);
+    return head - tail <= m_mask;
+  }
+  // Precondition: hasSpace() returned true on this thread.
+  void push(const Record& r) noexcept {
+    const uint64_t head = m_head.load(std::memory_order_relaxed);
+    m_slots[head & m_mask] = r;
+    m_head.store(head + 1, std::memory_order_release);
+  }
+
+  // Consumer side: appends up to max unread records to out, returns how many.
+  template <typename Sink>
+  size_t drain(Sink&& sink) noexcept {
+    const uint64_t tail = m_tail.load(std::memory_order_relaxed);
+    const uint64_t head = m_head.load(std::memory_order_acquire);
+    for (uint64_t i = tail; i < head; ++i) sink(m_slots[i & m_mask]);
+    m_tail.store(head, std::memory_order_release);
+    return static_cast<size_t>(head - tail);
+  }
+  bool empty() const noexcept {
+    return m_head.load(std::memory_order_acquire) == m_tail.load(std::memory_order_acquire);
+  }
+
+  std::atomic<uint32_t> state{kFree};
+  uint32_t threadId = 0;
+
+ private:
+  Record* m_slots = nullptr;
+  uint64_t m_mask = 0;
+  alignas(64) std::atomic<uint64_t> m_head{0};
+  alignas(64) std::atomic<uint64_t> m_tail{0};
+};
+
+}  // namespace tidemark::agent

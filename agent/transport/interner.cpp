@@ -1,0 +1,22 @@
+#include "agent/transport/interner.h"
+
+namespace tidemark::agent {
+
+uint32_t Interner::intern(std::string_view value) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto [it, inserted] = m_ids.try_emplace(std::string(value), 0);
+  if (inserted) {
+    it->second = static_cast<uint32_t>(m_ids.size());
+    m_new.emplace_back(it->second, it->first);
+  }
+  return it->second;
+}
+
+std::vector<std::pair<uint32_t, std::string>> Interner::takeNew() {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  std::vector<std::pair<uint32_t, std::string>> out;
+  out.swap(m_new);
+  return out;
+}
+
+}  // namespace tidemark::agent

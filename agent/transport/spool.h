@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "tidemark/v1/ingest.pb.h"
+
+namespace tidemark::agent {
+
+// A bounded file of AgentMessages (each a little-endian u32 length, then the message), kept
+// while no server is reachable. It starts with the handshake, so `tidemark upload FILE` can
+// send it as a session later. Over the cap, messages are refused (the caller counts the loss).
+class SpoolWriter {
+ public:
+  SpoolWriter(std::string path, uint64_t capBytes) : m_path(std::move(path)), m_cap(capBytes) {}
+  ~SpoolWriter();
+  SpoolWriter(const SpoolWriter&) = delete;
+  SpoolWriter& operator=(const SpoolWriter&) = delete;
+
+  bool append(const v1::AgentMessage& message);
+  void flush();
+  const std::string& path() const { return m_path; }
+  uint64_t bytes() const { return m_bytes; }
+  bool opened() const { return m_file != nullptr; }
+
+ private:
+  std::string m_path;
+  uint64_t m_cap;
+  uint64_t m_bytes = 0;
+  std::FILE* m_file = nullptr;
+  bool m_failed = false;
+};
+
+// Reads a spool file written by SpoolWriter. next() returns false at the end or on a bad record
+// (then error() says which).
+class SpoolReader {
+ public:
+  explicit SpoolReader(const std::string& path);
+  ~SpoolReader();
+  SpoolReader(const SpoolReader&) = delete;
+  SpoolReader& operator=(const SpoolReader&) = delete;
+
+  bool ok() const { return m_file != nullptr; }
+  bool next(v1::AgentMessage* message);
+  const std::string& error() const { return m_error; }
+
+ private:
+  std::FILE* m_file = nullptr;
+  std::string m_error;
+  std::string m_buffer;
+};
+
+}  // namespace tidemark::agent

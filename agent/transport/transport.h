@@ -1,0 +1,97 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "agent/recorder/recorder.h"
+#include "agent/transport/interner.h"
+#include "agent/transport/spool.h"
+#include "tidemark/v1/ingest.grpc.pb.h"
+
+namespace tidemark::agent {
+
+struct TransportConfig {
+  std::string server;          // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
+  int flushIntervalMs = 20;    // how often the drain thread empties the rings
+  int connectRetryMs = 1000;   // how often to retry while no server answered yet
+  std::string spoolPath;       // where batches go while no server is reachable
+  uint64_t spoolCapBytes = 256ull << 20;
+  v1::Handshake handshake;     // pid, command line, ... (protocol fields are filled in here)
+};
+
+// The drain thread and the gRPC stream. It batches the rings' records into EventBatches in
+// sequence order and writes them to the stream; before the first connection it spools them to
+// a bounded file and replays that file once a server answers. If the stream breaks later, the
+// rest is counted as dropped (resuming a session is not implemented yet).
+class Transport {
+ public:
+  Transport(Recorder& recorder, Interner& interner, TransportConfig config);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  void start();
+  // Final drain, goodbye, close, waiting at most timeoutMs. Idempotent.
+  void shutdown(int timeoutMs);
+  // Waits (at most timeoutMs) until every record pushed before the call has been sent.
+  bool flush(int timeoutMs);
+
+  uint64_t sessionId() const { return m_sessionId.load(); }
+  v1::AgentCounters counters() const;
+  // One line for stderr: where the events went.
+  std::string summary() const;
+
+ private:
+  enum class LinkState { kNeverConnected, kLive, kLost, kRefused };
+
+  void run();
+  void drainOnce();
+  void sendBatchRecords(std::vector<Record>& records,
+                        std::vector<std::pair<uint32_t, std::string>>& strings);
+  bool deliver(const v1::AgentMessage& message, uint64_t events);
+  bool tryConnect();
+  bool replaySpool();
+  void readCommands();
+  void closeStream(const v1::Goodbye& goodbye, std::chrono::steady_clock::time_point deadline);
+
+  Recorder& m_recorder;
+  Interner& m_interner;
+  TransportConfig m_config;
+
+  std::thread m_thread;
+  std::thread m_reader;
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  std::condition_variable m_progress;
+  bool m_stopRequested = false;
+  bool m_stopped = false;
+  bool m_started = false;
+  uint64_t m_passes = 0;
+
+  LinkState m_link = LinkState::kNeverConnected;
+  std::string m_linkError;
+  std::chrono::steady_clock::time_point m_nextConnect{};
+  std::shared_ptr<grpc::Channel> m_channel;
+  std::unique_ptr<v1::Ingest::Stub> m_stub;
+  std::unique_ptr<grpc::ClientContext> m_context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> m_stream;
+  std::atomic<bool> m_readerDone{false};
+  std::unique_ptr<SpoolWriter> m_spool;
+  uint64_t m_batchSeq = 0;
+
+  std::atomic<uint64_t> m_sessionId{0};
+  std::atomic<uint64_t> m_eventsSent{0};
+  std::atomic<uint64_t> m_eventsSpooled{0};
+  std::atomic<uint64_t> m_droppedSpoolFull{0};
+  std::atomic<uint64_t> m_droppedDisconnected{0};
+};
+
+}  // namespace tidemark::agent

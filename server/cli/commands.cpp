@@ -1,0 +1,337 @@
+// The query commands of the CLI: each is a gRPC call and a rendering (table or --json).
+#include "server/cli/commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "agent/transport/spool.h"
+#include "server/cli/format.h"
+#include "tidemark/v1/ingest.grpc.pb.h"
+#include "tidemark/v1/query.grpc.pb.h"
+
+namespace tidemark::cli {
+
+namespace {
+
+std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g) {
+  return grpc::CreateChannel(g.server, grpc::InsecureChannelCredentials());
+}
+
+// Prints a failed call's status; UNAVAILABLE means nobody answered at the address.
+int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    std::fprintf(stderr,
+                 "tidemark %s: no tidemarkd reachable at %s (start it with `tidemarkd`, or "
+                 "pass --server)\n",
+                 what, g.server.c_str());
+    return kExitUnreachable;
+  }
+  std::fprintf(stderr, "tidemark %s: %s\n", what, s.error_message().c_str());
+  return kExitError;
+}
+
+void withDeadline(grpc::ClientContext& ctx, int seconds) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
+const char* stateName(v1::SessionState s) {
+  switch (s) {
+    case v1::SESSION_STATE_LIVE: return "live";
+    case v1::SESSION_STATE_ENDED: return "ended";
+    case v1::SESSION_STATE_ABORTED: return "aborted";
+    default: return "?";
+  }
+}
+
+bool parseSessionId(const std::string& s, uint64_t* id) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || end == nullptr || *end != '\0' || v == 0) return false;
+  *id = v;
+  return true;
+}
+
+// "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start. A bare integer
+// is an absolute timestamp in nanoseconds (CLOCK_MONOTONIC of the recording host).
+bool parseTime(const std::string& s, bool* relative, int64_t* ns) {
+  std::string t = s;
+  *relative = false;
+  if (!t.empty() && t[0] == '+') {
+    *relative = true;
+    t = t.substr(1);
+  }
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end == t.c_str()) return false;
+  const std::string unit = end;
+  double scale = 1;
+  if (unit.empty()) {
+    scale = 1;
+  } else if (unit == "s") {
+    scale = 1e9;
+    *relative = true;
+  } else if (unit == "ms") {
+    scale = 1e6;
+    *relative = true;
+  } else if (unit == "us") {
+    scale = 1e3;
+    *relative = true;
+  } else if (unit == "ns") {
+    *relative = true;
+  } else {
+    return false;
+  }
+  *ns = static_cast<int64_t>(v * scale);
+  return true;
+}
+
+void printSessionJson(const v1::SessionInfo& s, std::string& out) {
+  out += "{\"id\": " + std::to_string(s.id()) + ", \"name\": " + jsonString(s.name()) +
+         ", \"state\": " + jsonString(stateName(s.state())) +
+         ", \"pid\": " + std::to_string(s.pid()) + ", \"hostname\": " + jsonString(s.hostname()) +
+         ", \"command_line\": " + jsonString(s.command_line()) +
+         ", \"start_ts_ns\": " + std::to_string(s.start_ts_ns()) +
+         ", \"end_ts_ns\": " + std::to_string(s.end_ts_ns()) +
+         ", \"start_wall_ns\": " + std::to_string(s.start_wall_ns()) +
+         ", \"events_sent\": " + std::to_string(s.events_sent()) +
+         ", \"events_received\": " + std::to_string(s.events_received()) +
+         ", \"events_stored\": " + std::to_string(s.events_stored()) +
+         ", \"events_dropped\": " + std::to_string(s.events_dropped()) +
+         ", \"blocks\": " + std::to_string(s.blocks()) +
+         ", \"live_blocks_at_end\": " + std::to_string(s.live_blocks_at_end()) +
+         ", \"steps\": " + std::to_string(s.steps()) + ", \"stats\": {";
+  for (int i = 0; i < s.stats_size(); ++i) {
+    const v1::Stat& st = s.stats(i);
+    if (i) out += ", ";
+    out += jsonString(st.name()) + ": {\"severity\": " + jsonString(st.severity()) +
+           ", \"value\": " + std::to_string(st.value()) +
+           ", \"description\": " + jsonString(st.description()) + "}";
+  }
+  out += "}}";
+}
+
+}  // namespace
+
+int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "-h" || a == "--help") {
+      std::puts("usage: tidemark sessions [--server ADDR] [--json]\n\nLists recorded sessions.");
+      return kExitOk;
+    }
+    std::fprintf(stderr, "tidemark sessions: unexpected argument '%s'\n", a.c_str());
+    return kExitUsage;
+  }
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 30);
+  v1::ListSessionsResponse resp;
+  const grpc::Status s = stub->ListSessions(&ctx, v1::ListSessionsRequest(), &resp);
+  if (!s.ok()) return reportError(g, "sessions", s);
+  if (g.json) {
+    std::string out = "{\"sessions\": [";
+    for (int i = 0; i < resp.sessions_size(); ++i) {
+      if (i) out += ",\n  ";
+      printSessionJson(resp.sessions(i), out);
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+  if (resp.sessions_size() == 0) {
+    std::puts("no sessions yet (record one with: tidemark run -- python train.py)");
+    return kExitOk;
+  }
+  std::printf("%5s  %-7s  %7s  %-19s  %9s  %5s  %10s  %7s  %s\n", "ID", "STATE", "PID",
+              "STARTED (UTC)", "BLOCKS", "STEPS", "EVENTS", "DROPPED", "COMMAND");
+  for (const v1::SessionInfo& si : resp.sessions()) {
+    std::string cmd = si.command_line();
+    if (cmd.size() > 60) cmd = cmd.substr(0, 57) + "...";
+    std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s\n",
+                static_cast<unsigned long long>(si.id()), stateName(si.state()), si.pid(),
+                wallTime(si.start_wall_ns()).c_str(),
+                static_cast<unsigned long long>(si.blocks()), static_cast<long long>(si.steps()),
+                static_cast<unsigned long long>(si.events_stored()),
+                static_cast<unsigned long long>(si.events_dropped()), cmd.c_str());
+  }
+  return kExitOk;
+}
+
+int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  constexpr const char* kUsageText =
+      "usage: tidemark breakdown SESSION [--step N] [--at peak|TIME] [--server ADDR] [--json]\n\n"
+      "Memory by category at one moment: the peak (default; of step N with --step), or TIME:\n"
+      "an offset from the session's start (+1.5s, 250ms, 40us) or an absolute timestamp in ns.\n";
+  v1::BreakdownRequest req;
+  bool haveSession = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsageText, stdout);
+      return kExitOk;
+    } else if (a == "--step") {
+      if (i + 1 >= args.size()) {
+        std::fputs("tidemark breakdown: --step needs a number\n", stderr);
+        return kExitUsage;
+      }
+      char* end = nullptr;
+      const long long n = std::strtoll(args[++i].c_str(), &end, 10);
+      if (end == nullptr || *end != '\0') {
+        std::fprintf(stderr, "tidemark breakdown: bad step '%s'\n", args[i].c_str());
+        return kExitUsage;
+      }
+      req.set_has_step(true);
+      req.set_step(n);
+    } else if (a == "--at") {
+      if (i + 1 >= args.size()) {
+        std::fputs("tidemark breakdown: --at needs 'peak' or a time\n", stderr);
+        return kExitUsage;
+      }
+      const std::string v = args[++i];
+      if (v == "peak") {
+        req.set_peak(true);
+        continue;
+      }
+      bool relative = false;
+      int64_t ns = 0;
+      if (!parseTime(v, &relative, &ns)) {
+        std::fprintf(stderr, "tidemark breakdown: bad time '%s' (try +1.5s or 250ms)\n",
+                     v.c_str());
+        return kExitUsage;
+      }
+      if (relative) {
+        auto stub = v1::Query::NewStub(channelFor(g));
+        grpc::ClientContext ctx;
+        withDeadline(ctx, 30);
+        v1::GetSessionRequest sreq;
+        sreq.set_session_id(req.session_id());
+        v1::SessionInfo info;
+        if (!haveSession) {
+          std::fputs("tidemark breakdown: give SESSION before --at\n", stderr);
+          return kExitUsage;
+        }
+        const grpc::Status s = stub->GetSession(&ctx, sreq, &info);
+        if (!s.ok()) return reportError(g, "breakdown", s);
+        ns += info.start_ts_ns();
+      }
+      req.set_ts_ns(ns);
+    } else if (!haveSession) {
+      uint64_t id = 0;
+      if (!parseSessionId(a, &id)) {
+        std::fprintf(stderr, "tidemark breakdown: '%s' is not a session id\n", a.c_str());
+        return kExitUsage;
+      }
+      req.set_session_id(id);
+      haveSession = true;
+    } else {
+      std::fprintf(stderr, "tidemark breakdown: unexpected argument '%s'\n", a.c_str());
+      return kExitUsage;
+    }
+  }
+  if (!haveSession) {
+    std::fputs(kUsageText, stderr);
+    return kExitUsage;
+  }
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  v1::Breakdown b;
+  const grpc::Status s = stub->GetBreakdown(&ctx, req, &b);
+  if (!s.ok()) return reportError(g, "breakdown", s);
+
+  if (g.json) {
+    std::string out = "{\"session\": " + std::to_string(b.session_id()) +
+                      ", \"ts_ns\": " + std::to_string(b.ts_ns()) +
+                      ", \"seq\": " + std::to_string(b.seq()) +
+                      ", \"step\": " + std::to_string(b.step()) +
+                      ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
+                      ", \"phase\": " + jsonString(b.phase()) +
+                      ", \"scope\": " + jsonString(b.scope()) +
+                      ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) +
+                      ", \"categories\": {";
+    for (int i = 0; i < b.categories_size(); ++i) {
+      const v1::CategoryBytes& c = b.categories(i);
+      if (i) out += ", ";
+      out += jsonString(c.name()) + ": {\"bytes\": " + std::to_string(c.bytes()) +
+             ", \"blocks\": " + std::to_string(c.blocks()) + "}";
+    }
+    out += "}}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+  std::printf("session %llu, %s%s (seq %llu)%s%s%s%s\n",
+              static_cast<unsigned long long>(b.session_id()),
+              b.at_peak() ? "peak" : "state",
+              b.step() >= 0 ? (" in step " + std::to_string(b.step())).c_str() : "",
+              static_cast<unsigned long long>(b.seq()), b.phase().empty() ? "" : ", phase ",
+              b.phase().c_str(), b.scope().empty() ? "" : ", in ", b.scope().c_str());
+  std::printf("%-17s %16s %12s %7s %8s\n", "CATEGORY", "BYTES", "", "SHARE", "BLOCKS");
+  for (const v1::CategoryBytes& c : b.categories()) {
+    if (c.bytes() == 0 && c.blocks() == 0) continue;
+    const double share =
+        b.tracked_bytes() > 0 ? 100.0 * static_cast<double>(c.bytes()) / b.tracked_bytes() : 0.0;
+    std::printf("%-17s %16s %12s %6.1f%% %8lld\n", c.name().c_str(),
+                groupDigits(c.bytes()).c_str(), humanBytes(c.bytes()).c_str(), share,
+                static_cast<long long>(c.blocks()));
+  }
+  std::printf("%-17s %16s %12s\n", "total tracked", groupDigits(b.tracked_bytes()).c_str(),
+              humanBytes(b.tracked_bytes()).c_str());
+  return kExitOk;
+}
+
+int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  if (args.size() != 1 || args[0] == "-h" || args[0] == "--help") {
+    std::fputs("usage: tidemark upload SPOOL [--server ADDR] [--json]\n\n"
+               "Sends a spool file (written by the agent while no tidemarkd answered) as a new "
+               "session.\n",
+               args.size() == 1 ? stdout : stderr);
+    return args.size() == 1 ? kExitOk : kExitUsage;
+  }
+  agent::SpoolReader reader(args[0]);
+  if (!reader.ok()) {
+    std::fprintf(stderr, "tidemark upload: %s\n", reader.error().c_str());
+    return kExitError;
+  }
+  v1::AgentMessage first;
+  if (!reader.next(&first) || !first.has_handshake()) {
+    std::fprintf(stderr, "tidemark upload: %s is not a tidemark spool file%s%s\n",
+                 args[0].c_str(), reader.error().empty() ? "" : ": ", reader.error().c_str());
+    return kExitError;
+  }
+  auto stub = v1::Ingest::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  auto stream = stub->Stream(&ctx);
+  v1::ServerMessage reply;
+  if (!stream->Write(first) || !stream->Read(&reply) || !reply.has_handshake_reply()) {
+    return reportError(g, "upload", stream->Finish());
+  }
+  const auto id = static_cast<unsigned long long>(reply.handshake_reply().session_id());
+  v1::AgentMessage message;
+  uint64_t events = 0;
+  while (reader.next(&message)) {
+    if (message.has_batch()) events += message.batch().events_size();
+    if (!stream->Write(message)) break;
+  }
+  stream->WritesDone();
+  while (stream->Read(&reply)) {
+  }
+  const grpc::Status s = stream->Finish();
+  if (!s.ok()) return reportError(g, "upload", s);
+  if (!reader.error().empty()) {
+    std::fprintf(stderr, "tidemark upload: stopped early: %s (what came before is stored)\n",
+                 reader.error().c_str());
+  }
+  if (g.json) {
+    std::printf("{\"session\": %llu, \"events\": %llu}\n", id,
+                static_cast<unsigned long long>(events));
+  } else {
+    std::printf("uploaded %llu events as session %llu\n", static_cast<unsigned long long>(events),
+                id);
+  }
+  return reader.error().empty() ? kExitOk : kExitError;
+}
+
+}  // namespace tidemark::cli

@@ -1,0 +1,24 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tidemark::cli {
+
+// Exit codes of the tidemark CLI.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;        // the server answered with an error (not found, ...)
+inline constexpr int kExitUsage = 2;        // bad arguments
+inline constexpr int kExitUnreachable = 3;  // no tidemarkd at the address
+
+struct GlobalOptions {
+  std::string server;  // --server, else $TIDEMARK_SERVER, else 127.0.0.1:7531
+  bool json = false;
+};
+
+int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+
+}  // namespace tidemark::cli

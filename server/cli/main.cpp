@@ -1,0 +1,87 @@
+// tidemark: the command line. A thin gRPC client of tidemarkd, plus `run`, which starts a job
+// with the agent in it.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "server/cli/commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: tidemark [--server ADDR] COMMAND [ARGS]
+
+Memory profiler and recompute advisor for training jobs.
+
+commands:
+  run [--name NAME] [--quiet] -- CMD...   run CMD with the agent in it; exits with CMD's code
+  sessions [--json]                       list recorded sessions
+  breakdown SESSION [--step N] [--at peak|TIME] [--json]
+                                          memory by category at a moment (default: the peak)
+  upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
+
+options (every command):
+  --server ADDR   tidemarkd's address (default $TIDEMARK_SERVER, else 127.0.0.1:7531;
+                  unix:/path for a Unix socket)
+  --json          machine-readable output
+  -h, --help      this help (or: tidemark COMMAND --help)
+  --version       print the version
+
+exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemarkd reachable;
+`run` exits with the job's own exit code.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tidemark::cli;
+  GlobalOptions g;
+  const char* env = std::getenv("TIDEMARK_SERVER");
+  g.server = (env != nullptr && *env != '\0') ? env : "127.0.0.1:7531";
+
+  std::string command;
+  std::vector<std::string> args;
+  bool passthrough = false;  // after `--`, everything belongs to the job
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (passthrough) {
+      args.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      passthrough = true;
+      args.push_back(a);
+    } else if (a == "--server") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tidemark: --server needs an address\n");
+        return kExitUsage;
+      }
+      g.server = argv[++i];
+    } else if (a.rfind("--server=", 0) == 0) {
+      g.server = a.substr(9);
+    } else if (a == "--json") {
+      g.json = true;
+    } else if (a == "--version") {
+      std::printf("tidemark %s\n", TIDEMARK_VERSION);
+      return kExitOk;
+    } else if (command.empty() && (a == "-h" || a == "--help" || a == "help")) {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    } else if (command.empty()) {
+      command = a;
+    } else {
+      args.push_back(a);
+    }
+  }
+  if (command.empty()) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  if (command == "run") return runCommand(g, args);
+  if (command == "sessions") return sessionsCommand(g, args);
+  if (command == "breakdown") return breakdownCommand(g, args);
+  if (command == "upload") return uploadCommand(g, args);
+  std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
+  return kExitUsage;
+}

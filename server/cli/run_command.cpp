@@ -1,0 +1,129 @@
+// `tidemark run -- CMD...`: execs CMD with the agent preloaded and the Python adapter importable
+// at interpreter start (a sitecustomize in python/tidemark_boot), so the script needs no change.
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "server/cli/commands.h"
+
+namespace tidemark::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kRunUsage = R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] -- CMD [ARGS...]
+
+Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
+(models, optimizers, phases, steps, tensor categories) without any change to the script.
+The job's exit code is tidemark's exit code. Events go to tidemarkd at ADDR; if none answers,
+they are spooled to a file that `tidemark upload` sends later.
+
+  --name NAME   a name for the session
+  --quiet       no summary line from the agent at exit
+environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
+)";
+
+fs::path selfDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return fs::current_path();
+  buf[n] = '\0';
+  return fs::path(buf).parent_path();
+}
+
+std::string findAgent() {
+  if (const char* e = std::getenv("TIDEMARK_AGENT"); e != nullptr && *e != '\0') return e;
+  const fs::path dir = selfDir();
+  for (const fs::path& p : {dir / "../lib/libtidemark_agent.so",
+                            dir / "../lib/tidemark/libtidemark_agent.so"}) {
+    std::error_code ec;
+    if (fs::exists(p, ec)) return fs::canonical(p, ec).string();
+  }
+  return {};
+}
+
+std::string findPythonDir() {
+  if (const char* e = std::getenv("TIDEMARK_PYTHON_DIR"); e != nullptr && *e != '\0') return e;
+  const fs::path dir = selfDir();
+  for (const fs::path& p : {dir / "../share/tidemark/python", fs::path(TIDEMARK_INSTALL_PYTHON_DIR),
+                            fs::path(TIDEMARK_SOURCE_PYTHON_DIR)}) {
+    std::error_code ec;
+    if (fs::exists(p / "tidemark" / "__init__.py", ec)) return fs::canonical(p, ec).string();
+  }
+  return {};
+}
+
+void prependEnv(const char* name, const std::string& value, char sep) {
+  const char* old = std::getenv(name);
+  std::string v = value;
+  if (old != nullptr && *old != '\0') v += sep + std::string(old);
+  setenv(name, v.c_str(), 1);
+}
+
+}  // namespace
+
+int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  std::vector<std::string> cmd;
+  std::string name;
+  bool quiet = false;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kRunUsage, stdout);
+      return kExitOk;
+    } else if (a == "--name" && i + 1 < args.size()) {
+      name = args[++i];
+    } else if (a == "--quiet") {
+      quiet = true;
+    } else if (a.rfind("-", 0) == 0) {
+      std::fprintf(stderr, "tidemark run: unknown option '%s'\n", a.c_str());
+      return kExitUsage;
+    } else {
+      break;  // the command starts here (no `--` given)
+    }
+  }
+  for (; i < args.size(); ++i) cmd.push_back(args[i]);
+  if (cmd.empty()) {
+    std::fputs("tidemark run: no command given\n", stderr);
+    std::fputs(kRunUsage, stderr);
+    return kExitUsage;
+  }
+
+  const std::string agent = findAgent();
+  if (agent.empty()) {
+    std::fputs("tidemark run: libtidemark_agent.so not found beside tidemark; set TIDEMARK_AGENT\n",
+               stderr);
+    return kExitError;
+  }
+  const std::string python = findPythonDir();
+  prependEnv("LD_PRELOAD", agent, ':');
+  setenv("TIDEMARK_SERVER", g.server.c_str(), 1);
+  setenv("TIDEMARK_AGENT", agent.c_str(), 1);
+  if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
+  if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
+  if (!python.empty()) {
+    // tidemark_boot holds the sitecustomize that starts the adapter; the package sits beside it.
+    prependEnv("PYTHONPATH", python + ":" + python + "/tidemark_boot", ':');
+    setenv("TIDEMARK_AUTOSTART", "1", 1);
+  }
+
+  std::vector<char*> argv;
+  for (std::string& s : cmd) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "tidemark run: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}
+
+}  // namespace tidemark::cli

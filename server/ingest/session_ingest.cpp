@@ -1,0 +1,255 @@
+#include "server/ingest/session_ingest.h"
+
+#include <utility>
+
+namespace tidemark::server {
+
+namespace {
+struct StatInfo {
+  const char* name;
+  const char* severity;
+  const char* description;
+};
+// Every counter the ingest can raise, with what it means.
+constexpr StatInfo kStatInfo[] = {
+    {"free_of_untracked", "info",
+     "frees of addresses with no live block (allocated before recording began)"},
+    {"alloc_over_live", "error", "allocs at an address whose block was never freed"},
+    {"seq_gap", "data_loss", "sequence numbers never received (events lost in transit)"},
+    {"scope_end_unmatched", "error", "scope ends without a matching begin"},
+    {"phase_end_unmatched", "error", "phase ends without a matching begin"},
+    {"step_end_unmatched", "error", "step ends without a matching begin"},
+    {"reorder_overflow", "data_loss", "events released early because the reorder buffer was full"},
+};
+}  // namespace
+
+absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
+  if (batch.batch_seq() != m_nextBatchSeq) {
+    return absl::InvalidArgumentError("batch_seq " + std::to_string(batch.batch_seq()) +
+                                      " where " + std::to_string(m_nextBatchSeq) +
+                                      " was expected");
+  }
+  for (const v1::InternedString& s : batch.strings()) {
+    if (s.iid() == 0) return absl::InvalidArgumentError("interned string with id 0");
+  }
+  for (const v1::Event& e : batch.events()) {
+    if (e.payload_case() == v1::Event::PAYLOAD_NOT_SET) {
+      return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) +
+                                        " has no payload");
+    }
+    if (e.seq() == 0) return absl::InvalidArgumentError("event with sequence number 0");
+    if (e.seq() < m_nextSeq || m_pending.count(e.seq()) != 0) {
+      return absl::InvalidArgumentError("sequence number " + std::to_string(e.seq()) +
+                                        " received twice");
+    }
+  }
+  // Validated as a whole: a refused batch leaves nothing half-applied.
+  ++m_nextBatchSeq;
+  for (const v1::InternedString& s : batch.strings()) m_rows.strings.emplace_back(s.iid(), s.value());
+  m_rows.eventsReceived += batch.events_size();
+  for (const v1::Event& e : batch.events()) m_pending.emplace(e.seq(), e);
+  releaseReady();
+  return absl::OkStatus();
+}
+
+void SessionIngest::releaseReady() {
+  while (!m_pending.empty()) {
+    auto it = m_pending.begin();
+    if (it->first != m_nextSeq) {
+      if (m_pending.size() <= kMaxPendingEvents) break;
+      count("reorder_overflow");
+      count("seq_gap", static_cast<int64_t>(it->first - m_nextSeq));
+    }
+    m_nextSeq = it->first + 1;
+    release(it->second);
+    m_pending.erase(it);
+  }
+}
+
+void SessionIngest::release(const v1::Event& e) {
+  m_lastTs = std::max(m_lastTs, e.ts_ns());
+  switch (e.payload_case()) {
+    case v1::Event::kAlloc: {
+      const v1::Alloc& a = e.alloc();
+      BlockRow b;
+      b.address = a.address();
+      b.sizeBytes = a.size_bytes();
+      b.memoryKind = a.kind() == v1::MEMORY_KIND_UNSPECIFIED ? 1 : a.kind();
+      b.device = a.device();
+      b.stream = a.stream();
+      b.threadId = e.thread_id();
+      b.allocSeq = e.seq();
+      b.allocTsNs = e.ts_ns();
+      auto [it, inserted] = m_open.try_emplace(b.address, b);
+      if (!inserted) {
+        // The old block's free was never seen: keep it as live, start the new one.
+        count("alloc_over_live");
+        m_rows.blocks.push_back(it->second);
+        m_rows.eventsStored += 1;
+        it->second = b;
+      }
+      break;
+    }
+    case v1::Event::kFree: {
+      auto it = m_open.find(e.free().address());
+      if (it == m_open.end()) {
+        count("free_of_untracked");
+        break;
+      }
+      BlockRow b = it->second;
+      m_open.erase(it);
+      b.freeSeq = e.seq();
+      b.freeTsNs = e.ts_ns();
+      m_rows.blocks.push_back(b);
+      m_rows.eventsStored += 2;
+      break;
+    }
+    case v1::Event::kScopeBegin: {
+      auto& stack = m_scopeStacks[e.thread_id()];
+      OpenInterval o;
+      o.row.threadId = e.thread_id();
+      o.row.nameIid = e.scope_begin().name_iid();
+      o.row.depth = static_cast<int>(stack.size());
+      o.row.beginSeq = e.seq();
+      o.row.beginTsNs = e.ts_ns();
+      stack.push_back(o);
+      break;
+    }
+    case v1::Event::kScopeEnd: {
+      auto& stack = m_scopeStacks[e.thread_id()];
+      const uint32_t name = e.scope_end().name_iid();
+      // Close the innermost open scope of that name; scopes left open inside it close too.
+      size_t i = stack.size();
+      while (i > 0 && stack[i - 1].row.nameIid != name) --i;
+      if (i == 0) {
+        count("scope_end_unmatched");
+        break;
+      }
+      while (stack.size() >= i) {
+        IntervalRow row = stack.back().row;
+        row.endSeq = e.seq();
+        row.endTsNs = e.ts_ns();
+        m_rows.scopes.push_back(row);
+        m_rows.eventsStored += stack.size() == i ? 2 : 1;
+        stack.pop_back();
+      }
+      break;
+    }
+    case v1::Event::kPhaseBegin: {
+      OpenInterval o;
+      o.row.threadId = e.thread_id();
+      o.row.phase = e.phase_begin().phase();
+      o.row.beginSeq = e.seq();
+      o.row.beginTsNs = e.ts_ns();
+      m_phaseStacks[e.thread_id()].push_back(o);
+      break;
+    }
+    case v1::Event::kPhaseEnd: {
+      auto& stack = m_phaseStacks[e.thread_id()];
+      const int phase = e.phase_end().phase();
+      size_t i = stack.size();
+      while (i > 0 && stack[i - 1].row.phase != phase) --i;
+      if (i == 0) {
+        count("phase_end_unmatched");
+        break;
+      }
+      while (stack.size() >= i) {
+        IntervalRow row = stack.back().row;
+        row.endSeq = e.seq();
+        row.endTsNs = e.ts_ns();
+        m_rows.phases.push_back(row);
+        m_rows.eventsStored += stack.size() == i ? 2 : 1;
+        stack.pop_back();
+      }
+      break;
+    }
+    case v1::Event::kStepBegin: {
+      StepRow s;
+      s.step = e.step_begin().step();
+      s.beginSeq = e.seq();
+      s.beginTsNs = e.ts_ns();
+      m_openSteps[s.step] = s;
+      break;
+    }
+    case v1::Event::kStepEnd: {
+      auto it = m_openSteps.find(e.step_end().step());
+      if (it == m_openSteps.end()) {
+        count("step_end_unmatched");
+        break;
+      }
+      StepRow s = it->second;
+      m_openSteps.erase(it);
+      s.endSeq = e.seq();
+      s.endTsNs = e.ts_ns();
+      m_rows.steps.push_back(s);
+      m_rows.eventsStored += 2;
+      break;
+    }
+    case v1::Event::kTag: {
+      const v1::Tag& t = e.tag();
+      TagRow row;
+      row.seq = e.seq();
+      row.tsNs = e.ts_ns();
+      row.address = t.address();
+      row.sizeBytes = t.size_bytes();
+      row.category = t.category();
+      row.nameIid = t.name_iid();
+      m_rows.tags.push_back(row);
+      m_rows.eventsStored += 1;
+      break;
+    }
+    case v1::Event::PAYLOAD_NOT_SET:
+      break;
+  }
+}
+
+SessionRows SessionIngest::takeRows() {
+  SessionRows out;
+  out.sessionId = m_rows.sessionId;
+  std::swap(out, m_rows);
+  return out;
+}
+
+SessionRows SessionIngest::finish() {
+  // Whatever is left is released in order; the holes are lost events.
+  while (!m_pending.empty()) {
+    auto it = m_pending.begin();
+    if (it->first != m_nextSeq) count("seq_gap", static_cast<int64_t>(it->first - m_nextSeq));
+    m_nextSeq = it->first + 1;
+    release(it->second);
+    m_pending.erase(it);
+  }
+  for (auto& [address, b] : m_open) {
+    m_rows.blocks.push_back(b);
+    m_rows.eventsStored += 1;
+  }
+  m_liveAtEnd = static_cast<int64_t>(m_open.size());
+  m_open.clear();
+  for (auto* stacks : {&m_scopeStacks, &m_phaseStacks}) {
+    for (auto& [thread, stack] : *stacks) {
+      for (const OpenInterval& o : stack) {
+        (stacks == &m_scopeStacks ? m_rows.scopes : m_rows.phases).push_back(o.row);
+        m_rows.eventsStored += 1;
+      }
+      stack.clear();
+    }
+  }
+  for (auto& [step, s] : m_openSteps) {
+    m_rows.steps.push_back(s);
+    m_rows.eventsStored += 1;
+  }
+  m_openSteps.clear();
+  return takeRows();
+}
+
+std::vector<StatRow> SessionIngest::stats() const {
+  std::vector<StatRow> out;
+  for (const StatInfo& info : kStatInfo) {
+    auto it = m_stats.find(info.name);
+    if (it == m_stats.end() || it->second == 0) continue;
+    out.push_back({info.name, info.severity, it->second, info.description});
+  }
+  return out;
+}
+
+}  // namespace tidemark::server

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/store/store.h"
+#include "tidemark/v1/events.pb.h"
+
+namespace tidemark::server {
+
+// The ingest pipeline of one session, without gRPC or SQLite: validate → order → pair.
+//
+// Events are released in sequence order (the agent's sequence numbers are dense, so the next
+// one to release is always known); a bounded reorder buffer absorbs batches that arrive out of
+// order. Released allocs wait for their free in an address map; a block becomes one row when
+// freed, or at the end as live. Bad or impossible data (a free of an untracked address, an end
+// without a begin) is counted in stats, never an error; only malformed batches are errors.
+class SessionIngest {
+ public:
+  static constexpr size_t kMaxPendingEvents = 1u << 20;
+
+  explicit SessionIngest(int64_t sessionId) { m_rows.sessionId = sessionId; }
+
+  // INVALID_ARGUMENT for a malformed batch: batch_seq out of order, an event without payload,
+  // a zero or repeated sequence number, a zero string id.
+  absl::Status addBatch(const v1::EventBatch& batch);
+  // Rows completed since the last call.
+  SessionRows takeRows();
+  // End of the stream: releases what is buffered (counting gaps), closes open intervals and
+  // emits the blocks still live as live rows.
+  SessionRows finish();
+
+  std::vector<StatRow> stats() const;
+  int64_t liveBlocksAtEnd() const { return m_liveAtEnd; }
+  int64_t lastTsNs() const { return m_lastTs; }
+  uint64_t nextBatchSeq() const { return m_nextBatchSeq; }
+  void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
+
+ private:
+  struct OpenInterval {
+    IntervalRow row;
+    uint32_t nameIid = 0;
+    int phase = 0;
+  };
+  void releaseReady();
+  void release(const v1::Event& e);
+  void count(const std::string& name, int64_t n = 1) { m_stats[name] += n; }
+
+  SessionRows m_rows;
+  uint64_t m_nextBatchSeq = 1;
+  uint64_t m_nextSeq = 1;
+  int64_t m_lastTs = 0;
+  int64_t m_liveAtEnd = 0;
+  std::map<uint64_t, v1::Event> m_pending;
+  std::unordered_map<uint64_t, BlockRow> m_open;  // live blocks by address
+  std::unordered_map<uint32_t, std::vector<OpenInterval>> m_scopeStacks;  // per thread
+  std::unordered_map<uint32_t, std::vector<OpenInterval>> m_phaseStacks;  // per thread
+  std::map<int64_t, StepRow> m_openSteps;
+  std::map<std::string, int64_t> m_stats;
+};
+
+}  // namespace tidemark::server

@@ -1,0 +1,108 @@
+// tidemarkd: the daemon. Receives agents' event streams, stores them in SQLite, answers queries.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "server/server.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: tidemarkd [options]
+
+The tidemark daemon: stores what agents record and answers queries (gRPC).
+
+options:
+  --listen ADDR     TCP address to listen on (default 127.0.0.1:7531; port 0 picks a free one)
+  --unix PATH       also listen on this Unix socket (default $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock)
+  --no-unix         do not listen on a Unix socket
+  --db PATH         the SQLite store (default $XDG_DATA_HOME/tidemark/tidemark.db)
+  --port-file FILE  write the TCP port to FILE once listening (for scripts and tests)
+  --version         print the version and exit
+  -h, --help        this help
+
+SIGINT or SIGTERM stops it cleanly: everything received is committed first.
+exit codes: 0 stopped cleanly, 1 could not start, 2 bad usage
+)";
+
+int usageError(const std::string& msg) {
+  std::fprintf(stderr, "tidemarkd: %s\n(see tidemarkd --help)\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using tidemark::server::Server;
+  using tidemark::server::ServerOptions;
+  ServerOptions options;
+  options.dbPath = tidemark::server::defaultDbPath();
+  options.unixSocket = tidemark::server::defaultUnixSocket();
+  std::string portFile;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)name;
+      return argv[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--version") {
+      std::printf("tidemarkd %s\n", TIDEMARK_VERSION);
+      return 0;
+    } else if (arg == "--listen") {
+      const char* v = value("--listen");
+      if (!v) return usageError("--listen needs an address");
+      options.listen = v;
+    } else if (arg == "--unix") {
+      const char* v = value("--unix");
+      if (!v) return usageError("--unix needs a path");
+      options.unixSocket = v;
+    } else if (arg == "--no-unix") {
+      options.unixSocket.clear();
+    } else if (arg == "--db") {
+      const char* v = value("--db");
+      if (!v) return usageError("--db needs a path");
+      options.dbPath = v;
+    } else if (arg == "--port-file") {
+      const char* v = value("--port-file");
+      if (!v) return usageError("--port-file needs a path");
+      portFile = v;
+    } else {
+      return usageError("unknown argument '" + arg + "'");
+    }
+  }
+
+  // Signals are taken by one thread with sigwait, so that shutdown runs outside a handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Server server(options);
+  if (absl::Status s = server.start(); !s.ok()) {
+    std::fprintf(stderr, "tidemarkd: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "tidemarkd: listening on %s%s%s; store %s\n", server.address().c_str(),
+               options.unixSocket.empty() ? "" : " and unix:",
+               options.unixSocket.c_str(), options.dbPath.c_str());
+  if (!portFile.empty()) {
+    const std::string tmp = portFile + ".tmp";
+    std::ofstream(tmp) << server.port() << "\n";
+    std::rename(tmp.c_str(), portFile.c_str());
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "tidemarkd: %s received, stopping\n", strsignal(sig));
+  server.shutdown();
+  std::fprintf(stderr, "tidemarkd: stopped; everything received is committed\n");
+  return 0;
+}

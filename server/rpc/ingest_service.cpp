@@ -1,0 +1,140 @@
+#include "server/rpc/ingest_service.h"
+
+#include <optional>
+
+#include "server/ingest/session_ingest.h"
+#include "tidemark/v1/query.pb.h"
+
+namespace tidemark::server {
+
+namespace {
+grpc::Status toGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status checkHandshake(const v1::Handshake& h, const std::string& db) {
+  if (h.magic() != kHandshakeMagic) {
+    return absl::FailedPreconditionError("bad handshake magic: not a tidemark agent");
+  }
+  if (h.protocol_version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(
+        "protocol version " + std::to_string(h.protocol_version()) +
+        " is not supported; this tidemarkd speaks version " + std::to_string(kProtocolVersion));
+  }
+  if (h.resume_session_id() != 0) {
+    auto s = Store::getSession(db, static_cast<int64_t>(h.resume_session_id()));
+    if (!s.ok()) return s.status();
+    return absl::FailedPreconditionError("resuming session " +
+                                         std::to_string(h.resume_session_id()) +
+                                         " is not supported by this tidemarkd");
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+grpc::Status IngestService::Stream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) {
+  v1::AgentMessage message;
+  if (!stream->Read(&message)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "stream closed before handshake");
+  }
+  if (!message.has_handshake()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the first message of a stream must be a handshake");
+  }
+  const v1::Handshake& hello = message.handshake();
+  if (auto s = checkHandshake(hello, m_writer.path()); !s.ok()) return toGrpc(s);
+
+  SessionHeader header;
+  header.name = hello.session_name();
+  header.pid = hello.pid();
+  header.hostname = hello.hostname();
+  header.commandLine = hello.command_line();
+  header.protocolVersion = hello.protocol_version();
+  header.agentVersion = hello.agent_version();
+  header.startTsNs = hello.start_ts_ns();
+  header.startWallNs = hello.start_wall_ns();
+  auto sessionId = std::make_shared<int64_t>(0);
+  absl::Status created = m_writer
+                             .submit([header, sessionId](Store& store) -> absl::Status {
+                               auto id = store.createSession(header);
+                               if (!id.ok()) return id.status();
+                               *sessionId = *id;
+                               return absl::OkStatus();
+                             })
+                             .get();
+  if (!created.ok()) return toGrpc(created);
+
+  v1::ServerMessage reply;
+  reply.mutable_handshake_reply()->set_session_id(static_cast<uint64_t>(*sessionId));
+  reply.mutable_handshake_reply()->set_server_protocol_version(kProtocolVersion);
+  stream->Write(reply);
+
+  SessionIngest ingest(*sessionId);
+  if (hello.first_batch_seq() != 0) ingest.setFirstBatchSeq(hello.first_batch_seq());
+  std::optional<v1::Goodbye> goodbye;
+  absl::Status error;
+  while (stream->Read(&message)) {
+    if (message.has_batch()) {
+      if (goodbye) {
+        error = absl::InvalidArgumentError("batch after goodbye");
+        break;
+      }
+      error = ingest.addBatch(message.batch());
+      if (!error.ok()) break;
+      SessionRows rows = ingest.takeRows();
+      if (!rows.empty()) {
+        m_writer.post([rows = std::move(rows)](Store& s) { return s.writeRows(rows); });
+      }
+    } else if (message.has_goodbye()) {
+      goodbye = message.goodbye();
+    } else if (message.has_handshake()) {
+      error = absl::InvalidArgumentError("second handshake on one stream");
+      break;
+    } else {
+      error = absl::InvalidArgumentError("empty agent message");
+      break;
+    }
+  }
+
+  SessionRows rows = ingest.finish();
+  SessionEnd end;
+  end.sessionId = *sessionId;
+  end.state = (goodbye && error.ok()) ? v1::SESSION_STATE_ENDED : v1::SESSION_STATE_ABORTED;
+  end.endTsNs = goodbye ? std::max(goodbye->end_ts_ns(), ingest.lastTsNs()) : ingest.lastTsNs();
+  if (goodbye) {
+    const v1::AgentCounters& c = goodbye->counters();
+    end.eventsSent = static_cast<int64_t>(c.events_sent());
+    end.eventsDropped = static_cast<int64_t>(c.dropped_ring_full() + c.dropped_no_ring() +
+                                             c.dropped_table_full() + c.dropped_spool_full() +
+                                             c.dropped_disconnected());
+    auto agentStat = [&](const char* name, uint64_t v, const char* what) {
+      if (v != 0) end.stats.push_back({name, "data_loss", static_cast<int64_t>(v), what});
+    };
+    agentStat("agent_dropped_ring_full", c.dropped_ring_full(), "agent: a thread's ring was full");
+    agentStat("agent_dropped_no_ring", c.dropped_no_ring(), "agent: no ring left for a thread");
+    agentStat("agent_dropped_table_full", c.dropped_table_full(),
+              "agent: the block table was full");
+    agentStat("agent_dropped_spool_full", c.dropped_spool_full(), "agent: the spool was full");
+    agentStat("agent_dropped_disconnected", c.dropped_disconnected(),
+              "agent: the stream broke mid-run");
+  }
+  if (!error.ok()) {
+    end.stats.push_back({"stream_error", "error", 1, std::string(error.message())});
+  }
+  end.liveBlocksAtEnd = ingest.liveBlocksAtEnd();
+  for (StatRow& s : ingest.stats()) end.stats.push_back(std::move(s));
+  absl::Status written = m_writer
+                             .submit([rows = std::move(rows), end](Store& s) -> absl::Status {
+                               if (auto st = s.writeRows(rows); !st.ok()) return st;
+                               return s.endSession(end);
+                             })
+                             .get();
+  if (!error.ok()) return toGrpc(error);
+  if (context->IsCancelled()) return grpc::Status::CANCELLED;
+  return toGrpc(written);
+}
+
+}  // namespace tidemark::server

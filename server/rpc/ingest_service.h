@@ -1,0 +1,26 @@
+#pragma once
+
+#include "server/store/writer.h"
+#include "tidemark/v1/ingest.grpc.pb.h"
+
+namespace tidemark::server {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
+
+// Ingest: one bidirectional stream per agent. Handshake → session row; batches → SessionIngest
+// → the single writer; end of stream → the rest, live blocks and the session's end, committed
+// before the stream's status goes back (so a finished job's data is queryable at once).
+class IngestService final : public v1::Ingest::Service {
+ public:
+  explicit IngestService(StoreWriter& writer) : m_writer(writer) {}
+
+  grpc::Status Stream(grpc::ServerContext* context,
+                      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream)
+      override;
+
+ private:
+  StoreWriter& m_writer;
+};
+
+}  // namespace tidemark::server

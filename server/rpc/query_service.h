@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string>
+
+#include "tidemark/v1/query.grpc.pb.h"
+
+namespace tidemark::server {
+
+// Query: read-only answers computed from the store (each call opens its own read connection,
+// so queries run beside the writer under WAL).
+class QueryService final : public v1::Query::Service {
+ public:
+  explicit QueryService(std::string dbPath) : m_dbPath(std::move(dbPath)) {}
+
+  grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
+                            v1::ListSessionsResponse* response) override;
+  grpc::Status GetSession(grpc::ServerContext*, const v1::GetSessionRequest* request,
+                          v1::SessionInfo* response) override;
+  grpc::Status GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
+                            v1::Breakdown* response) override;
+
+ private:
+  std::string m_dbPath;
+};
+
+}  // namespace tidemark::server

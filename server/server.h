@@ -1,0 +1,53 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "server/rpc/ingest_service.h"
+#include "server/rpc/query_service.h"
+#include "server/store/writer.h"
+
+namespace tidemark::server {
+
+inline constexpr int kDefaultPort = 7531;
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7531";  // TCP address; port 0 picks a free one
+  std::string unixSocket;                 // "" for none
+  std::string dbPath;
+};
+
+// tidemarkd's parts wired together: the store's writer, the services, the gRPC server.
+class Server {
+ public:
+  explicit Server(ServerOptions options) : m_options(std::move(options)) {}
+  ~Server();
+
+  absl::Status start();
+  // Stops accepting, lets running streams finish (bounded), commits everything received.
+  void shutdown();
+  void wait();
+
+  int port() const { return m_port; }
+  std::string address() const;
+  const ServerOptions& options() const { return m_options; }
+
+ private:
+  ServerOptions m_options;
+  std::unique_ptr<StoreWriter> m_writer;
+  std::unique_ptr<IngestService> m_ingest;
+  std::unique_ptr<QueryService> m_query;
+  std::unique_ptr<grpc::Server> m_server;
+  int m_port = 0;
+};
+
+// $XDG_DATA_HOME/tidemark/tidemark.db, or ~/.local/share/tidemark/tidemark.db.
+std::string defaultDbPath();
+// $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock, or /tmp/tidemark-<uid>/tidemarkd.sock.
+std::string defaultUnixSocket();
+
+}  // namespace tidemark::server

@@ -1,0 +1,115 @@
+-- The tidemark store: the one schema definition. Every row carries session_id; ts/dur columns
+-- are int64 nanoseconds on CLOCK_MONOTONIC of the recording host; *_seq columns are the agent's
+-- process-wide sequence numbers (the order of events). NULL end columns: still open at the end.
+
+-- Key/value facts about the store itself; schema_version drives forward-only migrations.
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+
+-- One recorded process.
+CREATE TABLE IF NOT EXISTS session (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL DEFAULT '',        -- TIDEMARK_SESSION_NAME, or ''
+  pid INTEGER NOT NULL,
+  hostname TEXT NOT NULL,
+  command_line TEXT NOT NULL,
+  protocol_version INTEGER NOT NULL,
+  agent_version TEXT NOT NULL,
+  start_ts_ns INTEGER NOT NULL,         -- agent start, monotonic clock
+  start_wall_ns INTEGER NOT NULL,       -- agent start, realtime clock
+  end_ts_ns INTEGER,                    -- last event or goodbye
+  state INTEGER NOT NULL,               -- tidemark.v1.SessionState: 1 live, 2 ended, 3 aborted
+  events_received INTEGER NOT NULL DEFAULT 0,  -- counted by the server
+  events_stored INTEGER NOT NULL DEFAULT 0,    -- events that became part of a row
+  events_sent INTEGER,                  -- from the agent's goodbye
+  events_dropped INTEGER,               -- agent-side drops, from its goodbye
+  live_blocks_at_end INTEGER            -- blocks never freed when the session ended
+);
+
+-- Interned names (module paths, tensor names), per session.
+CREATE TABLE IF NOT EXISTS string (
+  session_id INTEGER NOT NULL,
+  iid INTEGER NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (session_id, iid)
+) WITHOUT ROWID;
+
+-- One row per allocated block with its lifetime (an alloc and its free are one row).
+CREATE TABLE IF NOT EXISTS allocation (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  address INTEGER NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  memory_kind INTEGER NOT NULL,         -- tidemark.v1.MemoryKind: 1 host, 2 device
+  device INTEGER NOT NULL,              -- -1 for host memory
+  stream INTEGER NOT NULL,
+  thread_id INTEGER NOT NULL,           -- thread that allocated
+  alloc_seq INTEGER NOT NULL,
+  alloc_ts_ns INTEGER NOT NULL,
+  free_seq INTEGER,                     -- NULL: live when the session ended
+  free_ts_ns INTEGER
+);
+CREATE INDEX IF NOT EXISTS allocation_by_session ON allocation (session_id, alloc_seq);
+
+-- Framework tags: "the block at address, at seq, is a <category> named name_id".
+CREATE TABLE IF NOT EXISTS tag (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  ts_ns INTEGER NOT NULL,
+  address INTEGER NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  category INTEGER NOT NULL,            -- tidemark.v1.Category
+  name_id INTEGER NOT NULL              -- string.iid, 0 when unnamed
+);
+CREATE INDEX IF NOT EXISTS tag_by_session ON tag (session_id, seq);
+
+-- Module scopes (forward hooks), one row per open/close pair.
+CREATE TABLE IF NOT EXISTS scope (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  thread_id INTEGER NOT NULL,
+  name_id INTEGER NOT NULL,
+  depth INTEGER NOT NULL,               -- 0 for the outermost scope of the thread
+  begin_seq INTEGER NOT NULL,
+  begin_ts_ns INTEGER NOT NULL,
+  end_seq INTEGER,
+  end_ts_ns INTEGER
+);
+CREATE INDEX IF NOT EXISTS scope_by_session ON scope (session_id, begin_seq);
+
+-- Training phases: 1 forward, 2 backward, 3 recompute, 4 optimizer (tidemark.v1.Phase).
+CREATE TABLE IF NOT EXISTS phase (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  thread_id INTEGER NOT NULL,
+  phase INTEGER NOT NULL,
+  begin_seq INTEGER NOT NULL,
+  begin_ts_ns INTEGER NOT NULL,
+  end_seq INTEGER,
+  end_ts_ns INTEGER
+);
+CREATE INDEX IF NOT EXISTS phase_by_session ON phase (session_id, begin_seq);
+
+-- Training steps as marked by the adapter.
+CREATE TABLE IF NOT EXISTS step (
+  session_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  begin_seq INTEGER NOT NULL,
+  begin_ts_ns INTEGER NOT NULL,
+  end_seq INTEGER,
+  end_ts_ns INTEGER,
+  PRIMARY KEY (session_id, step)
+) WITHOUT ROWID;
+
+-- Counters of data problems and losses (perfetto-style stats): never an abort, always a count.
+CREATE TABLE IF NOT EXISTS stat (
+  session_id INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  severity TEXT NOT NULL,               -- info | error | data_loss
+  value INTEGER NOT NULL,
+  description TEXT NOT NULL,
+  PRIMARY KEY (session_id, name)
+) WITHOUT ROWID;

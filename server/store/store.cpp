@@ -1,0 +1,344 @@
+#include "server/store/store.h"
+
+#include <filesystem>
+#include <unordered_map>
+
+#include "src/core/category.h"
+
+namespace tidemark::server {
+
+extern const char* const kSchemaSql;
+
+namespace {
+// SQLite integers are signed 64-bit; sequence numbers and addresses are stored bit for bit.
+inline int64_t s64(uint64_t v) { return static_cast<int64_t>(v); }
+inline uint64_t u64(int64_t v) { return static_cast<uint64_t>(v); }
+
+void bindEnd(Statement& st, int index, uint64_t endSeq, int64_t endTs) {
+  if (endSeq == core::kOpenSeq) {
+    st.bindNull(index).bindNull(index + 1);
+  } else {
+    st.bind(index, s64(endSeq)).bind(index + 1, endTs);
+  }
+}
+
+absl::Status checkPrepared(const Statement& st, const Database& db) {
+  if (!st.ok()) return absl::InternalError("cannot prepare statement: " + db.error());
+  return absl::OkStatus();
+}
+
+// Reads `session` rows with their counts; `where` selects them.
+absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
+                                                        const std::string& where, int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
+      "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
+      "events_sent, events_dropped, live_blocks_at_end, "
+      "(SELECT COUNT(*) FROM allocation a WHERE a.session_id = s.id), "
+      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id) "
+      "FROM session s " + where + " ORDER BY id");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  if (id != 0) st.bind(1, id);
+  std::vector<SessionRecord> out;
+  while (st.step()) {
+    SessionRecord r;
+    r.id = st.columnInt(0);
+    r.header.name = st.columnText(1);
+    r.header.pid = static_cast<int32_t>(st.columnInt(2));
+    r.header.hostname = st.columnText(3);
+    r.header.commandLine = st.columnText(4);
+    r.header.protocolVersion = static_cast<uint32_t>(st.columnInt(5));
+    r.header.agentVersion = st.columnText(6);
+    r.header.startTsNs = st.columnInt(7);
+    r.header.startWallNs = st.columnInt(8);
+    r.endTsNs = st.columnInt(9);
+    r.state = static_cast<int>(st.columnInt(10));
+    r.eventsReceived = st.columnInt(11);
+    r.eventsStored = st.columnInt(12);
+    if (!st.columnNull(13)) r.eventsSent = st.columnInt(13);
+    if (!st.columnNull(14)) r.eventsDropped = st.columnInt(14);
+    r.liveBlocksAtEnd = st.columnInt(15);
+    r.blocks = st.columnInt(16);
+    r.steps = st.columnInt(17);
+    out.push_back(std::move(r));
+  }
+  Statement stats = db.prepare(
+      "SELECT name, severity, value, description FROM stat WHERE session_id = ?1 ORDER BY name");
+  for (SessionRecord& r : out) {
+    stats.bind(1, r.id);
+    while (stats.step()) {
+      r.stats.push_back({stats.columnText(0), stats.columnText(1), stats.columnInt(2),
+                         stats.columnText(3)});
+    }
+    stats.reset();
+  }
+  return out;
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::unique_ptr<Store> store(new Store(path));
+  if (auto s = Database::open(path, false, &store->m_db); !s.ok()) return s;
+  if (auto s = store->m_db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s.ok()) {
+    return absl::UnavailableError(path + " is not a usable SQLite database: " + s.ToString());
+  }
+  if (auto s = store->m_db.exec(kSchemaSql); !s.ok()) {
+    return absl::FailedPreconditionError("cannot apply the schema to " + path + ": " +
+                                         std::string(s.message()));
+  }
+  // Forward-only migrations: a store written by a newer tidemark is refused, not rewritten.
+  Statement version = store->m_db.prepare("SELECT value FROM meta WHERE key = 'schema_version'");
+  if (version.step()) {
+    const int found = std::stoi(version.columnText(0));
+    if (found > kSchemaVersion) {
+      return absl::FailedPreconditionError(path + " has schema version " + std::to_string(found) +
+                                           ", newer than this tidemarkd's " +
+                                           std::to_string(kSchemaVersion));
+    }
+  } else {
+    if (auto s = store->m_db.exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
+                                  std::to_string(kSchemaVersion) + "')");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (auto s = store->prepareStatements(); !s.ok()) return s;
+  return store;
+}
+
+absl::Status Store::prepareStatements() {
+  m_insertSession = m_db.prepare(
+      "INSERT INTO session(name, pid, hostname, command_line, protocol_version, agent_version, "
+      "start_ts_ns, start_wall_ns, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)");
+  m_insertString = m_db.prepare(
+      "INSERT OR REPLACE INTO string(session_id, iid, value) VALUES (?1, ?2, ?3)");
+  m_insertBlock = m_db.prepare(
+      "INSERT INTO allocation(session_id, address, size_bytes, memory_kind, device, stream, "
+      "thread_id, alloc_seq, alloc_ts_ns, free_seq, free_ts_ns) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+  m_insertTag = m_db.prepare(
+      "INSERT INTO tag(session_id, seq, ts_ns, address, size_bytes, category, name_id) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  m_insertScope = m_db.prepare(
+      "INSERT INTO scope(session_id, thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, "
+      "end_ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  m_insertPhase = m_db.prepare(
+      "INSERT INTO phase(session_id, thread_id, phase, begin_seq, begin_ts_ns, end_seq, "
+      "end_ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  m_insertStep = m_db.prepare(
+      "INSERT OR REPLACE INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, end_ts_ns) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  m_addCounts = m_db.prepare(
+      "UPDATE session SET events_received = events_received + ?2, "
+      "events_stored = events_stored + ?3 WHERE id = ?1");
+  m_endSession = m_db.prepare(
+      "UPDATE session SET state = ?2, end_ts_ns = ?3, events_sent = ?4, events_dropped = ?5, "
+      "live_blocks_at_end = ?6 WHERE id = ?1");
+  m_upsertStat = m_db.prepare(
+      "INSERT INTO stat(session_id, name, severity, value, description) "
+      "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(session_id, name) DO UPDATE SET "
+      "value = value + excluded.value");
+  for (const Statement* st : {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag,
+                              &m_insertScope, &m_insertPhase, &m_insertStep, &m_addCounts,
+                              &m_endSession, &m_upsertStat}) {
+    if (auto s = checkPrepared(*st, m_db); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::begin() { return m_db.exec("BEGIN IMMEDIATE"); }
+absl::Status Store::commit() { return m_db.exec("COMMIT"); }
+absl::Status Store::rollback() { return m_db.exec("ROLLBACK"); }
+
+absl::StatusOr<int64_t> Store::createSession(const SessionHeader& h) {
+  m_insertSession.bind(1, h.name).bind(2, h.pid).bind(3, h.hostname).bind(4, h.commandLine);
+  m_insertSession.bind(5, h.protocolVersion).bind(6, h.agentVersion).bind(7, h.startTsNs);
+  m_insertSession.bind(8, h.startWallNs);
+  if (auto s = m_insertSession.run(); !s.ok()) return s;
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+}
+
+absl::Status Store::writeRows(const SessionRows& r) {
+  const int64_t sid = r.sessionId;
+  for (const auto& [iid, value] : r.strings) {
+    m_insertString.bind(1, sid).bind(2, iid).bind(3, value);
+    if (auto s = m_insertString.run(); !s.ok()) return s;
+  }
+  for (const BlockRow& b : r.blocks) {
+    m_insertBlock.bind(1, sid).bind(2, s64(b.address)).bind(3, s64(b.sizeBytes));
+    m_insertBlock.bind(4, b.memoryKind).bind(5, b.device).bind(6, s64(b.stream));
+    m_insertBlock.bind(7, b.threadId).bind(8, s64(b.allocSeq)).bind(9, b.allocTsNs);
+    bindEnd(m_insertBlock, 10, b.freeSeq, b.freeTsNs);
+    if (auto s = m_insertBlock.run(); !s.ok()) return s;
+  }
+  for (const TagRow& t : r.tags) {
+    m_insertTag.bind(1, sid).bind(2, s64(t.seq)).bind(3, t.tsNs).bind(4, s64(t.address));
+    m_insertTag.bind(5, s64(t.sizeBytes)).bind(6, t.category).bind(7, t.nameIid);
+    if (auto s = m_insertTag.run(); !s.ok()) return s;
+  }
+  for (const IntervalRow& i : r.scopes) {
+    m_insertScope.bind(1, sid).bind(2, i.threadId).bind(3, i.nameIid).bind(4, i.depth);
+    m_insertScope.bind(5, s64(i.beginSeq)).bind(6, i.beginTsNs);
+    bindEnd(m_insertScope, 7, i.endSeq, i.endTsNs);
+    if (auto s = m_insertScope.run(); !s.ok()) return s;
+  }
+  for (const IntervalRow& i : r.phases) {
+    m_insertPhase.bind(1, sid).bind(2, i.threadId).bind(3, i.phase);
+    m_insertPhase.bind(4, s64(i.beginSeq)).bind(5, i.beginTsNs);
+    bindEnd(m_insertPhase, 6, i.endSeq, i.endTsNs);
+    if (auto s = m_insertPhase.run(); !s.ok()) return s;
+  }
+  for (const StepRow& st : r.steps) {
+    m_insertStep.bind(1, sid).bind(2, st.step).bind(3, s64(st.beginSeq)).bind(4, st.beginTsNs);
+    bindEnd(m_insertStep, 5, st.endSeq, st.endTsNs);
+    if (auto s = m_insertStep.run(); !s.ok()) return s;
+  }
+  if (r.eventsReceived != 0 || r.eventsStored != 0) {
+    m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
+    if (auto s = m_addCounts.run(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::endSession(const SessionEnd& e) {
+  m_endSession.bind(1, e.sessionId).bind(2, e.state).bind(3, e.endTsNs);
+  if (e.eventsSent) {
+    m_endSession.bind(4, *e.eventsSent);
+  } else {
+    m_endSession.bindNull(4);
+  }
+  if (e.eventsDropped) {
+    m_endSession.bind(5, *e.eventsDropped);
+  } else {
+    m_endSession.bindNull(5);
+  }
+  m_endSession.bind(6, e.liveBlocksAtEnd);
+  if (auto s = m_endSession.run(); !s.ok()) return s;
+  for (const StatRow& st : e.stats) {
+    m_upsertStat.bind(1, e.sessionId).bind(2, st.name).bind(3, st.severity).bind(4, st.value);
+    m_upsertStat.bind(5, st.description);
+    if (auto s = m_upsertStat.run(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::abortStaleSessions() {
+  return m_db.exec("UPDATE session SET state = 3 WHERE state = 1");
+}
+
+absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string& path) {
+  return readSessions(path, "", 0);
+}
+
+absl::StatusOr<SessionRecord> Store::getSession(const std::string& path, int64_t id) {
+  auto rows = readSessions(path, "WHERE id = ?1", id);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) return absl::NotFoundError("no session " + std::to_string(id));
+  return std::move(rows->front());
+}
+
+absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  core::Recording rec;
+  std::unordered_map<int64_t, std::string> names;
+  {
+    Statement st = db.prepare("SELECT iid, value FROM string WHERE session_id = ?1");
+    st.bind(1, id);
+    while (st.step()) names[st.columnInt(0)] = st.columnText(1);
+  }
+  auto endSeq = [](const Statement& st, int i) {
+    return st.columnNull(i) ? core::kOpenSeq : u64(st.columnInt(i));
+  };
+  {
+    Statement st = db.prepare(
+        "SELECT id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
+        "free_ts_ns FROM allocation WHERE session_id = ?1");
+    st.bind(1, id);
+    while (st.step()) {
+      core::Block b;
+      b.id = st.columnInt(0);
+      b.address = u64(st.columnInt(1));
+      b.sizeBytes = u64(st.columnInt(2));
+      b.device = static_cast<int32_t>(st.columnInt(3));
+      b.threadId = static_cast<uint32_t>(st.columnInt(4));
+      b.allocSeq = u64(st.columnInt(5));
+      b.allocTsNs = st.columnInt(6);
+      b.freeSeq = endSeq(st, 7);
+      b.freeTsNs = st.columnInt(8);
+      rec.blocks.push_back(b);
+    }
+  }
+  {
+    Statement st = db.prepare(
+        "SELECT seq, ts_ns, address, size_bytes, category, name_id FROM tag WHERE session_id = ?1");
+    st.bind(1, id);
+    while (st.step()) {
+      core::Tag t;
+      t.seq = u64(st.columnInt(0));
+      t.tsNs = st.columnInt(1);
+      t.address = u64(st.columnInt(2));
+      t.sizeBytes = u64(st.columnInt(3));
+      t.category = core::categoryFromWire(static_cast<int>(st.columnInt(4)))
+                       .value_or(core::Category::kUnknown);
+      t.name = names[st.columnInt(5)];
+      rec.tags.push_back(std::move(t));
+    }
+  }
+  {
+    Statement st = db.prepare(
+        "SELECT thread_id, phase, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM phase "
+        "WHERE session_id = ?1");
+    st.bind(1, id);
+    while (st.step()) {
+      core::PhaseInterval p;
+      p.threadId = static_cast<uint32_t>(st.columnInt(0));
+      p.phase = core::phaseFromWire(static_cast<int>(st.columnInt(1))).value_or(core::Phase::kNone);
+      p.beginSeq = u64(st.columnInt(2));
+      p.beginTsNs = st.columnInt(3);
+      p.endSeq = endSeq(st, 4);
+      p.endTsNs = st.columnInt(5);
+      rec.phases.push_back(p);
+    }
+  }
+  {
+    Statement st = db.prepare(
+        "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1");
+    st.bind(1, id);
+    while (st.step()) {
+      core::StepInterval s;
+      s.step = st.columnInt(0);
+      s.beginSeq = u64(st.columnInt(1));
+      s.beginTsNs = st.columnInt(2);
+      s.endSeq = endSeq(st, 3);
+      s.endTsNs = st.columnInt(4);
+      rec.steps.push_back(s);
+    }
+  }
+  {
+    Statement st = db.prepare(
+        "SELECT thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM scope "
+        "WHERE session_id = ?1");
+    st.bind(1, id);
+    while (st.step()) {
+      core::ScopeInterval s;
+      s.threadId = static_cast<uint32_t>(st.columnInt(0));
+      s.name = names[st.columnInt(1)];
+      s.depth = static_cast<int>(st.columnInt(2));
+      s.beginSeq = u64(st.columnInt(3));
+      s.beginTsNs = st.columnInt(4);
+      s.endSeq = endSeq(st, 5);
+      s.endTsNs = st.columnInt(6);
+      rec.scopes.push_back(std::move(s));
+    }
+  }
+  rec.sortBySeq();
+  return rec;
+}
+
+}  // namespace tidemark::server

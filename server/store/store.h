@@ -1,0 +1,155 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/store/sqlite.h"
+#include "src/core/recording.h"
+
+namespace tidemark::server {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct SessionHeader {
+  std::string name;
+  int32_t pid = 0;
+  std::string hostname;
+  std::string commandLine;
+  uint32_t protocolVersion = 0;
+  std::string agentVersion;
+  int64_t startTsNs = 0;
+  int64_t startWallNs = 0;
+};
+
+struct BlockRow {
+  uint64_t address = 0;
+  uint64_t sizeBytes = 0;
+  int memoryKind = 1;
+  int32_t device = -1;
+  uint64_t stream = 0;
+  uint32_t threadId = 0;
+  uint64_t allocSeq = 0;
+  int64_t allocTsNs = 0;
+  uint64_t freeSeq = core::kOpenSeq;  // kOpenSeq: live at the end
+  int64_t freeTsNs = 0;
+};
+
+struct TagRow {
+  uint64_t seq = 0;
+  int64_t tsNs = 0;
+  uint64_t address = 0;
+  uint64_t sizeBytes = 0;
+  int category = 0;
+  uint32_t nameIid = 0;
+};
+
+struct IntervalRow {  // scopes and phases
+  uint32_t threadId = 0;
+  uint32_t nameIid = 0;  // scopes
+  int phase = 0;         // phases
+  int depth = 0;         // scopes
+  uint64_t beginSeq = 0;
+  int64_t beginTsNs = 0;
+  uint64_t endSeq = core::kOpenSeq;
+  int64_t endTsNs = 0;
+};
+
+struct StepRow {
+  int64_t step = 0;
+  uint64_t beginSeq = 0;
+  int64_t beginTsNs = 0;
+  uint64_t endSeq = core::kOpenSeq;
+  int64_t endTsNs = 0;
+};
+
+struct StatRow {
+  std::string name;
+  std::string severity;  // info | error | data_loss
+  int64_t value = 0;
+  std::string description;
+};
+
+// What one ingest pass hands to the writer for one session.
+struct SessionRows {
+  int64_t sessionId = 0;
+  std::vector<std::pair<uint32_t, std::string>> strings;
+  std::vector<BlockRow> blocks;
+  std::vector<TagRow> tags;
+  std::vector<IntervalRow> scopes;
+  std::vector<IntervalRow> phases;
+  std::vector<StepRow> steps;
+  int64_t eventsReceived = 0;  // added to the session's counters
+  int64_t eventsStored = 0;
+  bool empty() const {
+    return strings.empty() && blocks.empty() && tags.empty() && scopes.empty() &&
+           phases.empty() && steps.empty() && eventsReceived == 0 && eventsStored == 0;
+  }
+};
+
+struct SessionEnd {
+  int64_t sessionId = 0;
+  int state = 2;  // tidemark.v1.SessionState
+  int64_t endTsNs = 0;
+  std::optional<int64_t> eventsSent;
+  std::optional<int64_t> eventsDropped;
+  int64_t liveBlocksAtEnd = 0;
+  std::vector<StatRow> stats;
+};
+
+struct SessionRecord {
+  int64_t id = 0;
+  SessionHeader header;
+  int64_t endTsNs = 0;
+  int state = 0;
+  int64_t eventsReceived = 0;
+  int64_t eventsStored = 0;
+  std::optional<int64_t> eventsSent;
+  std::optional<int64_t> eventsDropped;
+  int64_t liveBlocksAtEnd = 0;
+  int64_t blocks = 0;
+  int64_t steps = 0;
+  std::vector<StatRow> stats;
+};
+
+// The SQLite store. One Store object owns the write connection and must be used from one
+// thread only (the writer). Reads open their own connection and may run on any thread.
+class Store {
+ public:
+  // Creates the file (and its directory) if needed, sets WAL, applies the schema, checks the
+  // schema version.
+  static absl::StatusOr<std::unique_ptr<Store>> open(const std::string& path);
+
+  const std::string& path() const { return m_path; }
+
+  // Writer side.
+  absl::Status begin();
+  absl::Status commit();
+  absl::Status rollback();
+  absl::Status exec(std::string_view sql) { return m_db.exec(sql); }
+  absl::StatusOr<int64_t> createSession(const SessionHeader& header);
+  absl::Status writeRows(const SessionRows& rows);
+  absl::Status endSession(const SessionEnd& end);
+  // Marks sessions left live by a previous run of the daemon as aborted.
+  absl::Status abortStaleSessions();
+
+  // Reader side (a fresh read-only connection per call).
+  static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path);
+  static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id);
+  static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id);
+
+ private:
+  explicit Store(std::string path) : m_path(std::move(path)) {}
+  absl::Status prepareStatements();
+
+  std::string m_path;
+  Database m_db;
+  Statement m_insertSession, m_insertString, m_insertBlock, m_insertTag, m_insertScope,
+      m_insertPhase, m_insertStep, m_addCounts, m_endSession, m_upsertStat;
+};
+
+}  // namespace tidemark::server

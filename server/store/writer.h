@@ -1,0 +1,50 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "server/store/store.h"
+
+namespace tidemark::server {
+
+// The single writer: one thread owns the Store's write connection and runs every write in
+// batched transactions (all operations queued while it was busy go into one transaction).
+class StoreWriter {
+ public:
+  explicit StoreWriter(std::unique_ptr<Store> store);
+  ~StoreWriter();  // drains the queue, then stops
+  StoreWriter(const StoreWriter&) = delete;
+  StoreWriter& operator=(const StoreWriter&) = delete;
+
+  using Operation = std::function<absl::Status(Store&)>;
+  // Queues op; the future is set once the transaction holding it has committed (or failed).
+  std::future<absl::Status> submit(Operation op);
+  // Queue op without waiting.
+  void post(Operation op);
+
+  const std::string& path() const { return m_path; }
+  // Stops after everything queued so far is committed.
+  void stop();
+
+ private:
+  struct Item {
+    Operation op;
+    std::shared_ptr<std::promise<absl::Status>> done;
+  };
+  void run();
+
+  std::unique_ptr<Store> m_store;
+  std::string m_path;
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::deque<Item> m_queue;
+  bool m_stopping = false;
+  std::thread m_thread;
+};
+
+}  // namespace tidemark::server

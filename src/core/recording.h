@@ -1,0 +1,82 @@
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "src/core/category.h"
+
+namespace tidemark::core {
+
+// Sequence numbers order every event of one process. kOpenSeq marks an interval that was
+// still open when the recording ended (a block live at the end, a phase never closed).
+inline constexpr uint64_t kOpenSeq = std::numeric_limits<uint64_t>::max();
+
+// One allocated block with its lifetime: alloc at allocSeq, free at freeSeq (or kOpenSeq).
+struct Block {
+  int64_t id = 0;
+  uint64_t address = 0;
+  uint64_t sizeBytes = 0;
+  int32_t device = -1;
+  uint32_t threadId = 0;
+  uint64_t allocSeq = 0;
+  int64_t allocTsNs = 0;
+  uint64_t freeSeq = kOpenSeq;
+  int64_t freeTsNs = 0;  // meaningless while freeSeq == kOpenSeq
+  bool live() const { return freeSeq == kOpenSeq; }
+};
+
+// A framework tag: "the block at address, at the moment seq, is a <category> named name".
+struct Tag {
+  uint64_t seq = 0;
+  int64_t tsNs = 0;
+  uint64_t address = 0;
+  uint64_t sizeBytes = 0;
+  Category category = Category::kUnknown;
+  std::string name;
+};
+
+// A closed-open stretch of the recording in sequence order: [beginSeq, endSeq).
+struct Interval {
+  uint64_t beginSeq = 0;
+  uint64_t endSeq = kOpenSeq;
+  int64_t beginTsNs = 0;
+  int64_t endTsNs = 0;
+  bool contains(uint64_t seq) const { return seq >= beginSeq && seq < endSeq; }
+};
+
+struct PhaseInterval : Interval {
+  Phase phase = Phase::kNone;
+  uint32_t threadId = 0;
+};
+
+struct StepInterval : Interval {
+  int64_t step = 0;
+};
+
+struct ScopeInterval : Interval {
+  std::string name;
+  uint32_t threadId = 0;
+  int depth = 0;
+};
+
+// Everything the analysis needs about one session, as read from the store.
+struct Recording {
+  std::vector<Block> blocks;          // any order
+  std::vector<Tag> tags;              // any order
+  std::vector<PhaseInterval> phases;  // any order; they may nest (recompute inside backward)
+  std::vector<StepInterval> steps;    // any order
+  std::vector<ScopeInterval> scopes;  // any order
+
+  // Sorts every vector by its begin sequence number; the analysis functions expect this.
+  void sortBySeq();
+  const StepInterval* findStep(int64_t step) const;
+  // The innermost phase / scope open at seq, or nullptr.
+  const PhaseInterval* phaseAt(uint64_t seq) const;
+  const ScopeInterval* scopeAt(uint64_t seq) const;
+  // The step whose interval contains seq, or nullptr.
+  const StepInterval* stepAt(uint64_t seq) const;
+};
+
+}  // namespace tidemark::core
