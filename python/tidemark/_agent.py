@@ -1,0 +1,120 @@
+"""ctypes binding to the agent's C ABI (agent/include/tidemark/agent_api.h).
+
+The agent is found among the libraries already loaded in the process (``tidemark run`` preloads
+it). When it is absent every call is a no-op, so an instrumented script runs unchanged without
+tidemark.
+"""
+import ctypes
+
+# tidemark.v1.Category
+WEIGHT = 1
+GRADIENT = 2
+OPTIMIZER_STATE = 3
+ACTIVATION = 4
+CHECKPOINT_INPUT = 5
+RECOMPUTED = 6
+INPUT = 7
+
+# tidemark.v1.Phase
+FORWARD = 1
+BACKWARD = 2
+RECOMPUTE = 3
+OPTIMIZER = 4
+
+ABI_VERSION = 1
+
+
+class Agent:
+    """The agent's entry points, or no-ops when the agent is not loaded in this process."""
+
+    def __init__(self):
+        self.lib = None
+        try:
+            lib = ctypes.CDLL(None)
+            version = lib.tidemark_abi_version
+        except (OSError, AttributeError):
+            return
+        version.restype = ctypes.c_int
+        if version() != ABI_VERSION:
+            return
+        lib.tidemark_agent_start.restype = ctypes.c_int
+        lib.tidemark_recording.restype = ctypes.c_int
+        lib.tidemark_flush.argtypes = [ctypes.c_int]
+        lib.tidemark_flush.restype = ctypes.c_int
+        lib.tidemark_session_id.restype = ctypes.c_uint64
+        lib.tidemark_intern.argtypes = [ctypes.c_char_p]
+        lib.tidemark_intern.restype = ctypes.c_uint32
+        for name in ("tidemark_scope_begin", "tidemark_scope_end"):
+            getattr(lib, name).argtypes = [ctypes.c_uint32]
+            getattr(lib, name).restype = None
+        for name in ("tidemark_phase_begin", "tidemark_phase_end"):
+            getattr(lib, name).argtypes = [ctypes.c_int]
+            getattr(lib, name).restype = None
+        for name in ("tidemark_step_begin", "tidemark_step_end"):
+            getattr(lib, name).argtypes = [ctypes.c_int64]
+            getattr(lib, name).restype = None
+        lib.tidemark_tag.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32]
+        lib.tidemark_tag.restype = None
+        lib.tidemark_counters.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 3
+        lib.tidemark_counters.restype = None
+        self.lib = lib
+        self._names = {}
+        # Bound once: these are called for every module call and every saved tensor.
+        self.scope_begin = lib.tidemark_scope_begin
+        self.scope_end = lib.tidemark_scope_end
+        self.phase_begin = lib.tidemark_phase_begin
+        self.phase_end = lib.tidemark_phase_end
+        self.step_begin = lib.tidemark_step_begin
+        self.step_end = lib.tidemark_step_end
+        self.tag = lib.tidemark_tag
+
+    @property
+    def present(self):
+        return self.lib is not None
+
+    def start(self):
+        return bool(self.lib and self.lib.tidemark_agent_start())
+
+    def stop(self):
+        if self.lib:
+            self.lib.tidemark_agent_stop()
+
+    def recording(self):
+        return bool(self.lib and self.lib.tidemark_recording())
+
+    def flush(self, timeout_ms=5000):
+        return bool(self.lib and self.lib.tidemark_flush(int(timeout_ms)))
+
+    def session_id(self):
+        return int(self.lib.tidemark_session_id()) if self.lib else 0
+
+    def intern(self, name):
+        iid = self._names.get(name)
+        if iid is None:
+            iid = self.lib.tidemark_intern(name.encode("utf-8", "replace")) if self.lib else 0
+            self._names[name] = iid
+        return iid
+
+    def counters(self):
+        if not self.lib:
+            return {"recorded": 0, "sent": 0, "dropped": 0}
+        vals = [ctypes.c_uint64() for _ in range(3)]
+        self.lib.tidemark_counters(*[ctypes.byref(v) for v in vals])
+        return {"recorded": vals[0].value, "sent": vals[1].value, "dropped": vals[2].value}
+
+
+class _Absent:
+    """Stands in for Agent's hot entry points when the agent is not loaded."""
+
+    @staticmethod
+    def noop(*args):
+        return None
+
+
+def load():
+    agent = Agent()
+    if not agent.present:
+        for name in ("scope_begin", "scope_end", "phase_begin", "phase_end", "step_begin",
+                     "step_end", "tag"):
+            setattr(agent, name, _Absent.noop)
+    return agent

@@ -1,0 +1,291 @@
+"""The PyTorch adapter: module scopes, phases, steps and tensor categories, reported to the agent.
+
+It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globally:
+
+* global module forward hooks give module scopes, find the root models (a module called while no
+  other module runs, owning parameters) and the forward phase;
+* ``torch.autograd.backward`` is wrapped for the backward phase;
+* ``torch.optim.Optimizer`` construction is wrapped, so every optimizer's ``step`` gives the
+  optimizer phase, the step boundary, and the gradient and optimizer-state tags;
+* a default ``saved_tensors_hooks`` pair tags every tensor saved for backward (ACTIVATION, or
+  RECOMPUTED during a checkpoint's recomputation) and returns it unchanged;
+* ``torch.utils.checkpoint.checkpoint`` is wrapped: its tensor inputs are CHECKPOINT_INPUT and its
+  second run (inside backward) is the recompute phase;
+* batches coming out of a DataLoader, and a root model's tensor inputs, are INPUT.
+
+A tag names the storage's first byte, which is the address of the block the allocator returned,
+so the server joins tags and allocations on the address.
+"""
+import threading
+import weakref
+
+from . import _agent as A
+
+
+def _storage_of(t):
+    """(address, bytes) of the storage behind tensor t, or None."""
+    try:
+        s = t.untyped_storage()
+    except AttributeError:
+        s = t.storage()
+    try:
+        nbytes = s.nbytes()
+    except AttributeError:
+        nbytes = s.size() * s.element_size()
+    return s.data_ptr(), nbytes
+
+
+def _tensors_in(obj, depth=0):
+    import torch
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 4 and isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors_in(o, depth + 1)
+    elif depth < 4 and isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors_in(o, depth + 1)
+
+
+class Instrumenter:
+    """The adapter's state. One per process (see ``instance()``)."""
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.installed = False
+        self.module_names = weakref.WeakKeyDictionary()
+        self.param_names = {}          # id(param) -> qualified name
+        self.roots = weakref.WeakSet()  # models (root modules with parameters)
+        self.optimizers = weakref.WeakSet()
+        self.local = threading.local()
+        self.phases = []                # the phase stack (training runs on one thread)
+        self.step = 0
+        self.step_open = False
+        self._saved_hooks = None
+
+    # ----- helpers -----------------------------------------------------------------------------
+    def _depth(self):
+        return getattr(self.local, "depth", 0)
+
+    def _in_phase(self, phase):
+        return phase in self.phases
+
+    def _phase_begin(self, phase):
+        self.phases.append(phase)
+        self.agent.phase_begin(phase)
+
+    def _phase_end(self, phase):
+        if phase in self.phases:
+            # Close it and whatever was left open inside it.
+            while self.phases:
+                p = self.phases.pop()
+                if p == phase:
+                    break
+        self.agent.phase_end(phase)
+
+    def tag_tensor(self, t, category, name=""):
+        try:
+            address, nbytes = _storage_of(t)
+        except Exception:  # sparse, meta, or otherwise storage-less tensors
+            return
+        if address:
+            self.agent.tag(address, nbytes, category, self.agent.intern(name) if name else 0)
+
+    def _begin_step_if_needed(self):
+        if not self.step_open:
+            self.step += 1
+            self.step_open = True
+            self.agent.step_begin(self.step)
+            for root in list(self.roots):
+                self._tag_model_state(root)
+
+    def _tag_model_state(self, root):
+        prefix = self.module_names.get(root, type(root).__name__)
+        for name, p in root.named_parameters():
+            self.tag_tensor(p, A.WEIGHT, prefix + "." + name)
+        for name, b in root.named_buffers():
+            self.tag_tensor(b, A.WEIGHT, prefix + "." + name)
+
+    # ----- models ------------------------------------------------------------------------------
+    def register_model(self, model, name=None):
+        if model in self.roots:
+            return
+        prefix = name or type(model).__name__
+        for sub, m in model.named_modules():
+            self.module_names.setdefault(m, prefix + ("." + sub if sub else ""))
+        for pname, p in model.named_parameters():
+            self.param_names[id(p)] = prefix + "." + pname
+        self.roots.add(model)
+        if self.step_open:
+            self._tag_model_state(model)
+
+    def _forward_pre(self, module, inputs):
+        depth = self._depth()
+        name = self.module_names.get(module)
+        if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
+            has_params = next(module.parameters(), None) is not None
+            if has_params:
+                self.register_model(module)
+            name = self.module_names.get(module, type(module).__name__)
+        elif name is None:
+            name = type(module).__name__
+        if depth == 0 and module in self.roots and not self._in_phase(A.BACKWARD):
+            self._begin_step_if_needed()
+            self._phase_begin(A.FORWARD)
+            for t in _tensors_in(inputs):
+                self.tag_tensor(t, A.INPUT, "input")
+        self.agent.scope_begin(self.agent.intern(name))
+        self.local.depth = depth + 1
+
+    def _forward_post(self, module, inputs, output):
+        depth = max(0, self._depth() - 1)
+        self.local.depth = depth
+        name = self.module_names.get(module, type(module).__name__)
+        self.agent.scope_end(self.agent.intern(name))
+        if depth == 0 and module in self.roots and self.phases and self.phases[-1] == A.FORWARD:
+            self._phase_end(A.FORWARD)
+
+    # ----- backward and saved tensors ------------------------------------------------------------
+    def _pack(self, t):
+        try:
+            import torch
+            if not isinstance(t, torch.nn.Parameter):
+                category = A.RECOMPUTED if self._in_phase(A.RECOMPUTE) else A.ACTIVATION
+                self.tag_tensor(t, category)
+        except Exception:
+            pass
+        return t
+
+    @staticmethod
+    def _unpack(t):
+        return t
+
+    # ----- optimizers --------------------------------------------------------------------------
+    def register_optimizer(self, opt):
+        if opt in self.optimizers:
+            return
+        self.optimizers.add(opt)
+        inst = self
+
+        if hasattr(opt, "register_step_pre_hook"):
+            opt.register_step_pre_hook(lambda o, args, kwargs: inst._optimizer_begin(o))
+            opt.register_step_post_hook(lambda o, args, kwargs: inst._optimizer_end(o))
+            return
+        step = opt.step
+
+        def wrapped_step(*args, **kwargs):
+            inst._optimizer_begin(opt)
+            try:
+                return step(*args, **kwargs)
+            finally:
+                inst._optimizer_end(opt)
+
+        opt.step = wrapped_step
+
+    def _param_name(self, p, fallback):
+        return self.param_names.get(id(p), fallback)
+
+    def _optimizer_begin(self, opt):
+        self._begin_step_if_needed()
+        i = 0
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.tag_tensor(p.grad, A.GRADIENT, self._param_name(p, "param%d" % i) + ".grad")
+                i += 1
+        self._phase_begin(A.OPTIMIZER)
+
+    def _optimizer_end(self, opt):
+        self._phase_end(A.OPTIMIZER)
+        import torch
+        for p, state in opt.state.items():
+            base = self._param_name(p, "param")
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    self.tag_tensor(value, A.OPTIMIZER_STATE, base + "." + str(key))
+        if self.step_open:
+            self.agent.step_end(self.step)
+            self.step_open = False
+        # An exception inside a forward skips its post hooks: a step boundary resets the depth.
+        self.local.depth = 0
+
+    # ----- installation ------------------------------------------------------------------------
+    def install(self):
+        """Installs the global hooks and patches. Idempotent."""
+        if self.installed:
+            return
+        self.installed = True
+        import torch
+        import torch.autograd
+        import torch.utils.checkpoint as ckpt
+        import torch.utils.data.dataloader as dl
+        from torch.nn.modules import module as nn_module
+
+        nn_module.register_module_forward_pre_hook(self._forward_pre)
+        nn_module.register_module_forward_hook(self._forward_post)
+
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks.__enter__()  # for the life of the process
+
+        inst = self
+        backward = torch.autograd.backward
+
+        def tidemark_backward(*args, **kwargs):
+            inst._phase_begin(A.BACKWARD)
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                inst._phase_end(A.BACKWARD)
+
+        torch.autograd.backward = tidemark_backward
+
+        checkpoint = ckpt.checkpoint
+
+        def tidemark_checkpoint(function, *args, **kwargs):
+            for t in _tensors_in(args):
+                inst.tag_tensor(t, A.CHECKPOINT_INPUT, "checkpoint_input")
+
+            def run(*a, **k):
+                if not inst._in_phase(A.BACKWARD):
+                    return function(*a, **k)
+                inst._phase_begin(A.RECOMPUTE)
+                try:
+                    return function(*a, **k)
+                finally:
+                    inst._phase_end(A.RECOMPUTE)
+
+            return checkpoint(run, *args, **kwargs)
+
+        tidemark_checkpoint.__wrapped__ = checkpoint
+        tidemark_checkpoint.__doc__ = checkpoint.__doc__
+        ckpt.checkpoint = tidemark_checkpoint
+
+        optimizer_init = torch.optim.Optimizer.__init__
+
+        def tidemark_optimizer_init(opt, *args, **kwargs):
+            optimizer_init(opt, *args, **kwargs)
+            inst.register_optimizer(opt)
+
+        torch.optim.Optimizer.__init__ = tidemark_optimizer_init
+
+        iter_next = dl._BaseDataLoaderIter.__next__
+
+        def tidemark_next(it):
+            batch = iter_next(it)
+            for t in _tensors_in(batch):
+                inst.tag_tensor(t, A.INPUT, "batch")
+            return batch
+
+        dl._BaseDataLoaderIter.__next__ = tidemark_next
+
+
+_instance = None
+_lock = threading.Lock()
+
+
+def instance():
+    global _instance
+    with _lock:
+        if _instance is None:
+            _instance = Instrumenter(A.load())
+        return _instance
