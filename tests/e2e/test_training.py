@@ -1,0 +1,123 @@
+"""End to end: a real checkpointed PyTorch training under `tidemark run`, stored by a real
+tidemarkd, queried through the real CLI, checked against ground truth the run computed itself."""
+import json
+import os
+import unittest
+
+from tidemark_env import PYTHON, Daemon, live_bytes_at
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class TrainingBreakdownTest(unittest.TestCase):
+    daemon = None
+    runs = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+        cls.runs = {}
+        for model in ("gpt", "convnet"):
+            out = os.path.join(cls.daemon.dir, model + ".json")
+            r = cls.daemon.run(PYTHON, os.path.join(HERE, "truth_train.py"), "--model", model,
+                               "--steps", "3", "--out", out)
+            if r.returncode != 0:
+                raise AssertionError("training failed: %s\n%s" % (r.stdout, r.stderr))
+            with open(out) as f:
+                truth = json.load(f)
+            cls.runs[model] = {"truth": truth, "session": cls.daemon.newest_session(),
+                               "stderr": r.stderr}
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.daemon:
+            cls.daemon.cleanup()
+
+    def check_step_peaks(self, model):
+        run = self.runs[model]
+        truth, sid = run["truth"], run["session"]["id"]
+        self.assertEqual(run["session"]["steps"], len(truth["steps"]))
+        weight_truth = sum(truth["params"]["storages"].values())
+        for step, st in enumerate(truth["steps"], start=1):
+            b = self.daemon.cli_json("breakdown", str(sid), "--step", str(step))
+            cats = {k: v["bytes"] for k, v in b["categories"].items()}
+            seq = b["seq"]
+            with self.subTest(model=model, step=step):
+                self.assertTrue(b["at_peak"])
+                self.assertEqual(b["step"], step)
+                self.assertEqual(cats["WEIGHT"], weight_truth)
+                self.assertEqual(cats["OPTIMIZER_STATE"],
+                                 live_bytes_at(self.daemon, sid, seq, st["optimizer"]))
+                if step > 1:  # the state exists from the first step on
+                    self.assertEqual(cats["OPTIMIZER_STATE"], sum(st["optimizer"]["storages"].values()))
+                self.assertEqual(cats["GRADIENT"], live_bytes_at(self.daemon, sid, seq, st["grads"]))
+                saved = live_bytes_at(self.daemon, sid, seq, st["saved"])
+                self.assertGreater(saved, 0, "the peak should hold saved activations")
+                self.assertLessEqual(abs(cats["ACTIVATION"] - saved), 0.02 * saved,
+                                     "ACTIVATION %d vs saved-for-backward %d" %
+                                     (cats["ACTIVATION"], saved))
+                self.assertEqual(sum(cats.values()), b["tracked_bytes"])
+
+    def test_gpt_step_peaks_match_ground_truth(self):
+        self.check_step_peaks("gpt")
+
+    def test_convnet_step_peaks_match_ground_truth(self):
+        self.check_step_peaks("convnet")
+
+    def test_categories_add_up_at_every_sample(self):
+        for model, run in self.runs.items():
+            s = run["session"]
+            sid = s["id"]
+            span = s["end_ts_ns"] - s["start_ts_ns"]
+            first = self.daemon.sql("SELECT MIN(alloc_ts_ns), MAX(alloc_ts_ns) FROM allocation "
+                                    "WHERE session_id = ?", sid)[0]
+            self.assertGreater(span, 0)
+            for i in range(40):
+                ts = first[0] + (first[1] - first[0]) * i // 39
+                b = self.daemon.cli_json("breakdown", str(sid), "--at", str(ts))
+                cats = sum(v["bytes"] for v in b["categories"].values())
+                live = self.daemon.sql(
+                    "SELECT COALESCE(SUM(size_bytes), 0) FROM allocation WHERE session_id = ? AND "
+                    "alloc_seq <= ? AND (free_seq IS NULL OR free_seq > ?)", sid, b["seq"], b["seq"])
+                with self.subTest(model=model, sample=i):
+                    self.assertEqual(cats, b["tracked_bytes"])
+                    self.assertEqual(b["tracked_bytes"], live[0][0])
+
+    def test_no_event_lost(self):
+        for model, run in self.runs.items():
+            s = run["session"]
+            with self.subTest(model=model):
+                self.assertEqual(s["state"], "ended")
+                self.assertGreater(s["events_sent"], 1000)
+                self.assertEqual(s["events_sent"], s["events_received"])
+                self.assertEqual(s["events_sent"], s["events_stored"])
+                self.assertEqual(s["events_dropped"], 0)
+                self.assertNotIn("seq_gap", s["stats"])
+                self.assertNotIn("free_of_untracked", s["stats"])
+                # Every alloc has its free, or is counted live at the end.
+                open_rows = self.daemon.sql("SELECT COUNT(*) FROM allocation WHERE session_id = ? "
+                                            "AND free_seq IS NULL", s["id"])[0][0]
+                self.assertEqual(open_rows, s["live_blocks_at_end"])
+                # The agent said where the events went, once.
+                lines = [l for l in run["stderr"].splitlines() if l.startswith("tidemark: session")]
+                self.assertEqual(len(lines), 1, run["stderr"])
+                self.assertIn("%d events sent" % s["events_sent"], lines[0])
+
+    def test_phases_and_scopes_recorded(self):
+        sid = self.runs["gpt"]["session"]["id"]
+        phases = dict(self.daemon.sql("SELECT phase, COUNT(*) FROM phase WHERE session_id = ? "
+                                      "GROUP BY phase", sid))
+        # forward, backward, optimizer once a step; recompute once per checkpointed block a step
+        self.assertEqual(phases.get(1), 3)
+        self.assertEqual(phases.get(4), 3)
+        self.assertGreaterEqual(phases.get(2), 3)
+        self.assertEqual(phases.get(3), 2 * 3)
+        names = {r[0] for r in self.daemon.sql(
+            "SELECT DISTINCT s.value FROM scope c JOIN string s ON s.session_id = c.session_id "
+            "AND s.iid = c.name_id WHERE c.session_id = ?", sid)}
+        self.assertIn("TinyGPT", names)
+        self.assertIn("TinyGPT.blocks.1.attn.qkv", names)
+
+
+if __name__ == "__main__":
+    unittest.main()

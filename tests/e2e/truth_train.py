@@ -1,0 +1,162 @@
+"""A training run that also computes, independently of tidemark, the ground truth the end-to-end
+tests check tidemark's breakdown against. Runs under `tidemark run` (it never imports tidemark).
+
+For every step it records the storages (address -> bytes) of:
+  params      the model's parameters
+  grads       the .grad tensors after backward
+  optimizer   the optimizer's state tensors after the step
+  saved       the tensors saved for backward, read from the autograd graph after forward
+              (excluding parameters, the batch and the checkpoint inputs)
+  ckpt_inputs the inputs of the checkpointed blocks
+Each set carries the CLOCK_MONOTONIC time it was taken at (the agent's clock): the test finds the
+block that held each address at that time, then asks whether that block was live at the peak.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint_sequential
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+from tiny_gpt import TinyGPT, make_batch  # noqa: E402
+
+
+def storage(t):
+    try:
+        s = t.untyped_storage()
+    except AttributeError:
+        s = t.storage()
+    try:
+        n = s.nbytes()
+    except AttributeError:
+        n = s.size() * s.element_size()
+    return s.data_ptr(), n
+
+
+class ConvNet(nn.Module):
+    """Structurally unlike the GPT: convolutions, GroupNorm, residual stages run through
+    checkpoint_sequential, trained with SGD + momentum."""
+
+    def __init__(self, channels=32, stages=4):
+        super().__init__()
+        # A wide stem that is not checkpointed: its saved activations live until the very end of
+        # backward, so they are part of the peak (which comes while a stage is recomputed).
+        self.stem = nn.Sequential(nn.Conv2d(3, 2 * channels, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(2 * channels, channels, 3, padding=1))
+        self.stages = nn.Sequential(*[
+            nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.GroupNorm(4, channels),
+                          nn.ReLU(), nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU())
+            for _ in range(stages)])
+        self.head = nn.Linear(channels, 10)
+        self.segments = stages  # checkpoint every stage but the last
+
+    def forward(self, x, y):
+        h = torch.relu(self.stem(x))
+        h = checkpoint_sequential(self.stages, self.segments, h)
+        logits = self.head(h.mean(dim=(2, 3)))
+        return nn.functional.cross_entropy(logits, y)
+
+    def checkpointed_modules(self):
+        return list(self.stages)[:-1]
+
+
+def saved_storages(loss):
+    """Storages saved for backward, found by walking the autograd graph from the loss."""
+    out = {}
+    seen = set()
+    stack = [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if "CheckpointFunction" not in type(fn).__name__:
+            for attr in dir(fn):
+                if not attr.startswith("_saved_"):
+                    continue
+                try:
+                    value = getattr(fn, attr)
+                except Exception:
+                    continue
+                values = value if isinstance(value, (tuple, list)) else [value]
+                for v in values:
+                    if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+                        ptr, n = storage(v)
+                        if ptr:
+                            out[ptr] = n
+        for nxt, _ in fn.next_functions:
+            stack.append(nxt)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["gpt", "convnet"], default="gpt")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+
+    if args.model == "gpt":
+        model = TinyGPT(d_model=64, n_layers=4, seq_len=64, checkpointed=(1, 3))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        gen = torch.Generator().manual_seed(0)
+        batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
+        ckpt_modules = [model.blocks[i] for i in sorted(model.checkpointed)]
+    else:
+        model = ConvNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        batches = [(torch.randn(8, 3, 24, 24), torch.randint(0, 10, (8,)))
+                   for _ in range(args.steps)]
+        ckpt_modules = model.checkpointed_modules()
+
+    collecting = {"on": False, "inputs": {}}
+
+    def record_input(module, inputs):
+        if collecting["on"]:
+            for t in inputs:
+                if isinstance(t, torch.Tensor):
+                    ptr, n = storage(t)
+                    collecting["inputs"][ptr] = n
+
+    for m in ckpt_modules:
+        m.register_forward_pre_hook(record_input)
+
+    def snapshot(storages):
+        return {"ts": time.monotonic_ns(), "storages": storages}
+
+    params = snapshot(dict(storage(prm) for prm in model.parameters()))
+    steps = []
+    for x, y in batches:
+        opt.zero_grad()
+        collecting["on"], collecting["inputs"] = True, {}
+        loss = model(x, y)
+        collecting["on"] = False
+        batch = dict(storage(t) for t in (x, y))
+        saved = snapshot({ptr: n for ptr, n in saved_storages(loss).items()
+                          if ptr not in params["storages"] and ptr not in batch and
+                          ptr not in collecting["inputs"]})
+        loss.backward()
+        grads = snapshot(dict(storage(q.grad) for q in model.parameters() if q.grad is not None))
+        opt.step()
+        state = {}
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    ptr, n = storage(v)
+                    state[ptr] = n
+        steps.append({"loss": loss.item(), "saved": saved, "grads": grads,
+                      "optimizer": snapshot(state),
+                      "ckpt_inputs": dict(collecting["inputs"]), "batch": batch})
+    with open(args.out, "w") as f:
+        json.dump({"params": params, "steps": steps}, f)
+
+
+if __name__ == "__main__":
+    main()
