@@ -1,0 +1,69 @@
+"""The CLI's answers to bad input: clear messages and meaningful exit codes (0 ok, 1 the server
+said no, 2 bad usage, 3 no server). gRPC-level bad input is in tests/server/ingest_rpc_test.cpp."""
+import os
+import socket
+import subprocess
+import unittest
+
+from tidemark_env import BIN, Daemon
+
+
+class CliBadInputTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def test_unknown_session(self):
+        r = self.daemon.cli("breakdown", "999", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no session 999", r.stderr)
+
+    def test_bad_usage(self):
+        for args in (["breakdown"], ["breakdown", "abc"], ["breakdown", "1", "--at", "soon"],
+                     ["breakdown", "1", "--step"], ["frobnicate"], ["run"], ["sessions", "x"]):
+            with self.subTest(args=args):
+                r = self.daemon.cli(*args, check=False)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertTrue(r.stderr.strip())
+
+    def test_no_server(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", "127.0.0.1:%d" % port,
+                            "sessions"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("no tidemarkd reachable", r.stderr)
+
+    def test_help(self):
+        for args in (["--help"], ["run", "--help"], ["breakdown", "--help"]):
+            with self.subTest(args=args):
+                r = self.daemon.cli(*args)
+                self.assertIn("usage:", r.stdout)
+
+    def test_upload_of_a_file_that_is_not_a_spool(self):
+        path = os.path.join(self.daemon.dir, "junk.bin")
+        with open(path, "wb") as f:
+            f.write(b"\xff\xff\xff\x7fnot a spool")
+        r = self.daemon.cli("upload", path, check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not a tidemark spool", r.stderr)
+        self.assertEqual(self.daemon.cli_json("sessions")["sessions"], [])
+
+    def test_daemon_refuses_a_store_that_is_not_sqlite(self):
+        path = os.path.join(self.daemon.dir, "not-a-db")
+        with open(path, "w") as f:
+            f.write("hello, I am not a database" * 100)
+        r = subprocess.run([os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix",
+                            "--db", path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(path, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
