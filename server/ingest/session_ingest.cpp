@@ -1,5 +1,6 @@
 #include "server/ingest/session_ingest.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tidemark::server {
@@ -32,7 +33,10 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   for (const v1::InternedString& s : batch.strings()) {
     if (s.iid() == 0) return absl::InvalidArgumentError("interned string with id 0");
   }
+  std::vector<uint64_t> seqs;
+  seqs.reserve(static_cast<size_t>(batch.events_size()));
   for (const v1::Event& e : batch.events()) {
+    seqs.push_back(e.seq());
     if (e.payload_case() == v1::Event::PAYLOAD_NOT_SET) {
       return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) +
                                         " has no payload");
@@ -42,6 +46,10 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
       return absl::InvalidArgumentError("sequence number " + std::to_string(e.seq()) +
                                         " received twice");
     }
+  }
+  std::sort(seqs.begin(), seqs.end());
+  if (std::adjacent_find(seqs.begin(), seqs.end()) != seqs.end()) {
+    return absl::InvalidArgumentError("a sequence number appears twice in one batch");
   }
   // Validated as a whole: a refused batch leaves nothing half-applied.
   ++m_nextBatchSeq;

@@ -1,0 +1,191 @@
+// The Ingest and Query services over a real gRPC server on loopback, with a real SQLite file:
+// bad clients get a status, and the server keeps serving the others.
+#include <gtest/gtest.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "server/server.h"
+#include "tidemark/v1/ingest.grpc.pb.h"
+#include "tidemark/v1/query.grpc.pb.h"
+
+namespace tidemark::server {
+namespace {
+
+class IngestRpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_dir = std::filesystem::temp_directory_path() /
+            ("tidemark-rpc-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(m_dir);
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.dbPath = (m_dir / "store.db").string();
+    m_server = std::make_unique<Server>(o);
+    ASSERT_TRUE(m_server->start().ok());
+    m_channel = grpc::CreateChannel(m_server->address(), grpc::InsecureChannelCredentials());
+    m_ingest = v1::Ingest::NewStub(m_channel);
+    m_query = v1::Query::NewStub(m_channel);
+  }
+  void TearDown() override {
+    m_server->shutdown();
+    std::filesystem::remove_all(m_dir);
+  }
+
+  static v1::AgentMessage hello(uint32_t version = 1) {
+    v1::AgentMessage m;
+    auto* h = m.mutable_handshake();
+    h->set_magic(kHandshakeMagic);
+    h->set_protocol_version(version);
+    h->set_pid(4242);
+    h->set_command_line("test");
+    return m;
+  }
+
+  static v1::AgentMessage goodBatch(uint64_t batchSeq, uint64_t firstSeq) {
+    v1::AgentMessage m;
+    auto* b = m.mutable_batch();
+    b->set_batch_seq(batchSeq);
+    auto* a = b->add_events();
+    a->set_seq(firstSeq);
+    a->set_ts_ns(100);
+    a->mutable_alloc()->set_address(0x1000);
+    a->mutable_alloc()->set_size_bytes(64);
+    auto* f = b->add_events();
+    f->set_seq(firstSeq + 1);
+    f->set_ts_ns(200);
+    f->mutable_free()->set_address(0x1000);
+    return m;
+  }
+
+  // Sends messages on one stream; returns the final status and the session id (0 if none).
+  grpc::Status send(const std::vector<v1::AgentMessage>& messages, uint64_t* session = nullptr) {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    for (const auto& m : messages) {
+      if (!stream->Write(m)) break;
+    }
+    stream->WritesDone();
+    v1::ServerMessage reply;
+    while (stream->Read(&reply)) {
+      if (reply.has_handshake_reply() && session) *session = reply.handshake_reply().session_id();
+    }
+    return stream->Finish();
+  }
+
+  // A complete, well-behaved session still works: the server kept serving.
+  void expectHealthy() {
+    v1::AgentMessage bye;
+    bye.mutable_goodbye()->mutable_counters()->set_events_sent(2);
+    uint64_t session = 0;
+    ASSERT_TRUE(send({hello(), goodBatch(1, 1), bye}, &session).ok());
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(session);
+    v1::SessionInfo info;
+    ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+    EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+    EXPECT_EQ(info.events_stored(), 2u);
+    EXPECT_EQ(info.blocks(), 1u);
+  }
+
+  std::filesystem::path m_dir;
+  std::unique_ptr<Server> m_server;
+  std::shared_ptr<grpc::Channel> m_channel;
+  std::unique_ptr<v1::Ingest::Stub> m_ingest;
+  std::unique_ptr<v1::Query::Stub> m_query;
+};
+
+TEST_F(IngestRpcTest, AWellBehavedSessionIsStored) { expectHealthy(); }
+
+TEST_F(IngestRpcTest, WrongProtocolVersionIsRefused) {
+  const grpc::Status s = send({hello(99)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("protocol version 99"), std::string::npos);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, BatchBeforeHandshakeIsRefused) {
+  EXPECT_EQ(send({goodBatch(1, 1)}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, MalformedBatchEndsTheStreamAndKeepsWhatCameBefore) {
+  v1::AgentMessage bad = goodBatch(2, 3);
+  bad.mutable_batch()->add_events()->set_seq(9);  // no payload
+  uint64_t session = 0;
+  const grpc::Status s = send({hello(), goodBatch(1, 1), bad}, &session);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id(session);
+  v1::SessionInfo info;
+  ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ABORTED);
+  EXPECT_EQ(info.blocks(), 1u);
+  bool sawError = false;
+  for (const auto& st : info.stats()) sawError |= st.name() == "stream_error";
+  EXPECT_TRUE(sawError);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, BytesThatAreNotAMessageGetAnErrorStatus) {
+  grpc::GenericStub generic(m_channel);
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareCall(&ctx, "/tidemark.v1.Ingest/Stream", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  const char junk[] = "\xff\xff\xff\xff\x0f garbage that is not protobuf";
+  grpc::Slice slice(junk, sizeof junk);
+  grpc::ByteBuffer buffer(&slice, 1);
+  call->Write(buffer, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  call->WritesDone(reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok)) {
+    if (tag == reinterpret_cast<void*>(4)) break;
+  }
+  EXPECT_FALSE(status.ok());
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, ResumeOfAnUnknownSessionIsNotFound) {
+  v1::AgentMessage m = hello();
+  m.mutable_handshake()->set_resume_session_id(777);
+  EXPECT_EQ(send({m}).error_code(), grpc::StatusCode::NOT_FOUND);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, QueriesOfAnUnknownSessionAreNotFound) {
+  grpc::ClientContext ctx;
+  v1::BreakdownRequest req;
+  req.set_session_id(12345);
+  v1::Breakdown b;
+  EXPECT_EQ(m_query->GetBreakdown(&ctx, req, &b).error_code(), grpc::StatusCode::NOT_FOUND);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, BreakdownOfAStepThatDoesNotExistIsOutOfRange) {
+  expectHealthy();
+  grpc::ClientContext ctx;
+  v1::BreakdownRequest req;
+  req.set_session_id(1);
+  req.set_has_step(true);
+  req.set_step(5);
+  v1::Breakdown b;
+  EXPECT_EQ(m_query->GetBreakdown(&ctx, req, &b).error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+}  // namespace
+}  // namespace tidemark::server

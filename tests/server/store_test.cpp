@@ -1,0 +1,84 @@
+// The SQLite store: schema version, reopening, refusing what it cannot read.
+#include "server/store/store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tidemark::server {
+namespace {
+
+std::filesystem::path tempPath(const char* name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("tidemark-store-" + std::to_string(getpid()) + "-" + name);
+  std::filesystem::remove_all(p);
+  return p;
+}
+
+TEST(StoreTest, RowsWrittenAreReadBackAsARecording) {
+  const auto dir = tempPath("rows");
+  const std::string db = (dir / "nested" / "store.db").string();  // directories are created
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->begin().ok());
+    SessionHeader h;
+    h.pid = 1;
+    auto id = (*store)->createSession(h);
+    ASSERT_TRUE(id.ok());
+    SessionRows rows;
+    rows.sessionId = *id;
+    rows.strings = {{1, "model.fc"}};
+    BlockRow b;
+    b.address = 0xdeadbeef000;
+    b.sizeBytes = 4096;
+    b.allocSeq = 1;
+    b.freeSeq = 3;
+    rows.blocks = {b};
+    TagRow t;
+    t.seq = 2;
+    t.address = b.address;
+    t.category = 1;
+    t.nameIid = 1;
+    rows.tags = {t};
+    ASSERT_TRUE((*store)->writeRows(rows).ok());
+    ASSERT_TRUE((*store)->commit().ok());
+  }
+  auto rec = Store::loadRecording(db, 1);
+  ASSERT_TRUE(rec.ok());
+  ASSERT_EQ(rec->blocks.size(), 1u);
+  EXPECT_EQ(rec->blocks[0].address, 0xdeadbeef000u);
+  EXPECT_EQ(rec->blocks[0].freeSeq, 3u);
+  ASSERT_EQ(rec->tags.size(), 1u);
+  EXPECT_EQ(rec->tags[0].name, "model.fc");
+  EXPECT_EQ(rec->tags[0].category, core::Category::kWeight);
+  EXPECT_EQ(Store::getSession(db, 2).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, AStoreFromANewerTidemarkIsRefused) {
+  const auto dir = tempPath("newer");
+  const std::string db = (dir / "store.db").string();
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->exec("UPDATE meta SET value = '99' WHERE key = 'schema_version'").ok());
+  }
+  auto again = Store::open(db);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, AFileThatIsNotADatabaseIsRefused) {
+  const auto dir = tempPath("junk");
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "junk.db").string();
+  std::ofstream(db) << std::string(4096, 'x');
+  EXPECT_FALSE(Store::open(db).ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tidemark::server

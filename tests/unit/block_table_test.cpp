@@ -1,0 +1,70 @@
+#include "agent/recorder/block_table.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace tidemark::agent {
+namespace {
+
+TEST(BlockTableTest, InsertLookupErase) {
+  BlockTable t;
+  ASSERT_TRUE(t.init(64));
+  EXPECT_TRUE(t.insert(0x1000, 64));
+  uint64_t size = 0;
+  EXPECT_TRUE(t.lookup(0x1000, &size));
+  EXPECT_EQ(size, 64u);
+  EXPECT_FALSE(t.lookup(0x2000, &size));
+  EXPECT_TRUE(t.erase(0x1000, &size));
+  EXPECT_EQ(size, 64u);
+  EXPECT_FALSE(t.erase(0x1000, &size));  // a second free of the same block is not ours
+  EXPECT_FALSE(t.insert(0, 1));          // 0 is never a key
+}
+
+TEST(BlockTableTest, ReinsertOfAStaleAddressKeepsOneEntry) {
+  BlockTable t;
+  ASSERT_TRUE(t.init(64));
+  EXPECT_TRUE(t.insert(0x1000, 64));
+  EXPECT_TRUE(t.insert(0x1000, 128));  // its free was never seen
+  uint64_t size = 0;
+  EXPECT_TRUE(t.erase(0x1000, &size));
+  EXPECT_EQ(size, 128u);
+  EXPECT_FALSE(t.lookup(0x1000, &size));
+}
+
+TEST(BlockTableTest, ReportsFullInsteadOfGrowing) {
+  BlockTable t;
+  ASSERT_TRUE(t.init(1));  // one bucket: 8 slots
+  int inserted = 0;
+  for (uint64_t a = 1; a <= 100; ++a) inserted += t.insert(a * 64, 1) ? 1 : 0;
+  EXPECT_EQ(inserted, static_cast<int>(t.capacity()));
+  EXPECT_EQ(t.capacity(), 8u);
+}
+
+TEST(BlockTableTest, ConcurrentThreadsNeverLoseOrDuplicateBlocks) {
+  BlockTable t;
+  ASSERT_TRUE(t.init(1 << 12));
+  constexpr int kThreads = 4;
+  constexpr uint64_t kPerThread = 20000;
+  std::atomic<uint64_t> erased{0};
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      for (uint64_t i = 0; i < kPerThread; ++i) {
+        const uint64_t addr = (static_cast<uint64_t>(th) << 40) | ((i % 512 + 1) << 6);
+        ASSERT_TRUE(t.insert(addr, i));
+        uint64_t size = 0;
+        ASSERT_TRUE(t.erase(addr, &size));
+        ASSERT_EQ(size, i);
+        erased.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(erased.load(), kThreads * kPerThread);
+}
+
+}  // namespace
+}  // namespace tidemark::agent

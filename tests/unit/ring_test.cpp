@@ -1,0 +1,76 @@
+#include "agent/recorder/ring.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "agent/recorder/recorder.h"
+
+namespace tidemark::agent {
+namespace {
+
+TEST(RingTest, FullRingRefusesUntilDrained) {
+  std::vector<Record> slots(4);
+  Ring ring;
+  ring.init(slots.data(), 4);
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(ring.hasSpace());
+    Record r{};
+    r.seq = i;
+    ring.push(r);
+  }
+  EXPECT_FALSE(ring.hasSpace());
+  std::vector<uint64_t> seen;
+  EXPECT_EQ(ring.drain([&](const Record& r) { seen.push_back(r.seq); }), 4u);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(ring.hasSpace());
+  EXPECT_TRUE(ring.empty());
+}
+
+TEST(RingTest, ProducerAndConsumerThreadsKeepOrderAcrossWraparound) {
+  std::vector<Record> slots(64);
+  Ring ring;
+  ring.init(slots.data(), 64);
+  constexpr uint64_t kCount = 200000;
+  std::thread producer([&] {
+    for (uint64_t i = 1; i <= kCount;) {
+      if (!ring.hasSpace()) continue;
+      Record r{};
+      r.seq = i++;
+      ring.push(r);
+    }
+  });
+  uint64_t expected = 1;
+  while (expected <= kCount) {
+    ring.drain([&](const Record& r) { ASSERT_EQ(r.seq, expected++); });
+  }
+  producer.join();
+}
+
+TEST(RecorderTest, SequenceNumbersAreDenseAcrossThreads) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  const uint64_t before = rec.recordedCount();
+  std::vector<uint64_t> seqs;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) {
+        Record r{};
+        r.kind = RecordKind::kScopeBegin;
+        ASSERT_TRUE(rec.push(r));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  rec.drainAll([&](const Record& r) { seqs.push_back(r.seq); });
+  std::sort(seqs.begin(), seqs.end());
+  ASSERT_EQ(seqs.size(), 3000u);
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], before + 1 + i);
+  EXPECT_EQ(rec.drops().ringFull.load(), 0u);
+}
+
+}  // namespace
+}  // namespace tidemark::agent
