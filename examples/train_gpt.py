@@ -33,6 +33,10 @@ def main(argv=None):
     model = TinyGPT(d_model=args.d_model, n_layers=args.layers, seq_len=args.seq_len,
                     checkpointed=ckpt)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    n_params = sum(p.numel() for p in model.parameters())
+    print("model: %d parameters, %d bytes; checkpointed blocks: %s"
+          % (n_params, sum(p.numel() * p.element_size() for p in model.parameters()),
+             ",".join(map(str, ckpt)) or "none"), flush=True)
     gen = torch.Generator().manual_seed(args.seed)
     for step in range(1, args.steps + 1):
         idx, targets = make_batch(gen, args.batch, args.seq_len, 256)
