@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "agent/agent.h"
 
@@ -28,6 +29,34 @@ void atExit() {
   }
 }
 
+// Drops the entries naming the agent from LD_PRELOAD, keeping any others the user set.
+void removeSelfFromPreload() {
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload == nullptr) return;
+  std::string kept;
+  std::string entry;
+  auto flush = [&] {
+    if (!entry.empty() && entry.find("libtidemark_agent") == std::string::npos) {
+      if (!kept.empty()) kept += ':';
+      kept += entry;
+    }
+    entry.clear();
+  };
+  for (const char* p = preload; *p != '\0'; ++p) {
+    if (*p == ':' || *p == ' ') {
+      flush();
+    } else {
+      entry += *p;
+    }
+  }
+  flush();
+  if (kept.empty()) {
+    unsetenv("LD_PRELOAD");
+  } else {
+    setenv("LD_PRELOAD", kept.c_str(), 1);
+  }
+}
+
 __attribute__((constructor)) void tidemarkPreloadInit() {
   Agent& agent = Agent::instance();
   agent.load(AgentConfig::fromEnvironment());
@@ -37,7 +66,7 @@ __attribute__((constructor)) void tidemarkPreloadInit() {
   // Child processes (a shell, a compiler, `uname`) are not profiled unless asked for: the
   // variables that brought the agent in are removed before the program reads its environment.
   const char* follow = std::getenv("TIDEMARK_FOLLOW_CHILDREN");
-  if (follow == nullptr || *follow != '1') unsetenv("LD_PRELOAD");
+  if (follow == nullptr || *follow != '1') removeSelfFromPreload();
   if (agent.config().eagerStart) agent.start();
 }
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Benchmarks, measured side by side in one run and reported as ratios (never run by the tests):
+#   1. the agent's overhead on the example's training step, beside torch.profiler(profile_memory)
+#   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's
+# Usage: bash bench/run.sh [ROUNDS]   (after scripts/build.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$PWD/${BUILD_DIR:-build}/bin
+LIB=$PWD/${BUILD_DIR:-build}/lib/libtidemark_agent.so
+ROUNDS=${1:-2000000}
+WORK=$(mktemp -d -t tidemark-bench-XXXXXX)
+PY=/usr/bin/python3
+
+"$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$WORK/bench.db" --port-file "$WORK/port" \
+  2>"$WORK/tidemarkd.log" &
+DAEMON=$!
+trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
+for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
+SERVER=127.0.0.1:$(cat "$WORK/port")
+field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+
+echo "== 1. training step of examples/tiny_gpt.py (fastest steady step; 6 interleaved runs each)"
+export OPENBLAS_NUM_THREADS=1
+plain=""; agent=""; prof=""
+minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
+for _ in 1 2 3 4 5 6; do
+  plain=$(minof "$plain" "$($PY bench/train_step_time.py 2>/dev/null | field min_step_s)")
+  agent=$(minof "$agent" "$("$BIN/tidemark" --server "$SERVER" run --quiet -- \
+          $PY bench/train_step_time.py 2>/dev/null | field min_step_s)")
+  prof=$(minof "$prof" "$($PY bench/train_step_time.py --profiler 2>/dev/null | field min_step_s)")
+done
+$PY - "$plain" "$agent" "$prof" <<'PYEOF'
+import sys
+plain, agent, prof = map(float, sys.argv[1:])
+print("%-40s %10s %8s" % ("", "step (ms)", "ratio"))
+print("%-40s %10.1f %8.3f" % ("plain", plain * 1e3, 1.0))
+print("%-40s %10.1f %8.3f" % ("tidemark run (agent + adapter)", agent * 1e3, agent / plain))
+print("%-40s %10.1f %8.3f" % ("torch.profiler(profile_memory=True)", prof * 1e3, prof / plain))
+PYEOF
+
+echo
+echo "== 2. hook cost: $ROUNDS posix_memalign+free pairs (bench/hook_cost.cpp)"
+base=$("$BIN/bench_hook_cost" "$ROUNDS" | field ns_per_alloc_free)
+with=$(TIDEMARK_SERVER=$SERVER TIDEMARK_EAGER_START=1 TIDEMARK_QUIET=1 LD_PRELOAD=$LIB \
+       "$BIN/bench_hook_cost" "$ROUNDS" | field ns_per_alloc_free)
+ht="n/a"
+if command -v heaptrack >/dev/null; then
+  ht=$(cd "$WORK" && heaptrack "$BIN/bench_hook_cost" "$ROUNDS" 2>/dev/null | grep ns_per_alloc_free \
+       | field ns_per_alloc_free)
+fi
+$PY - "$base" "$with" "$ht" <<'PYEOF'
+import sys
+base, with_, ht = sys.argv[1:]
+base, with_ = float(base), float(with_)
+print("%-40s %12s %14s" % ("", "ns per pair", "added per event"))
+print("%-40s %12.1f %14s" % ("plain", base, "-"))
+print("%-40s %12.1f %14.1f" % ("tidemark agent (2 events per pair)", with_, (with_ - base) / 2))
+if ht != "n/a":
+    ht = float(ht)
+    print("%-40s %12.1f %14.1f" % ("heaptrack (2 events per pair)", ht, (ht - base) / 2))
+    print("hook cost per event, tidemark / heaptrack: %.3f" % ((with_ - base) / (ht - base)))
+PYEOF
+

@@ -1,0 +1,50 @@
+"""Training-step time of the example GPT, for bench/run.sh. With --profiler the steps run
+under torch.profiler.profile(profile_memory=True), the tool tidemark is compared with."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from tiny_gpt import TinyGPT, make_batch  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--profiler", action="store_true")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = TinyGPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    batches = [make_batch(gen, 8, 128, 256) for _ in range(args.steps)]
+    times = []
+
+    def run():
+        for idx, targets in batches:
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            model(idx, targets).backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+
+    if args.profiler:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    profile_memory=True):
+            run()
+    else:
+        run()
+    steady = times[2:]  # the first steps allocate the optimizer state and warm the caches
+    # The minimum is the least disturbed by the rest of the machine (the work is CPU-bound).
+    print(json.dumps({"min_step_s": min(steady), "median_step_s": statistics.median(steady),
+                      "steps": len(steady)}))
+
+
+if __name__ == "__main__":
+    main()
