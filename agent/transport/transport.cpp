@@ -1,5 +1,7 @@
 #include "agent/transport/transport.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,7 +75,18 @@ void Transport::start() {
   std::lock_guard<std::mutex> lock(m_mutex);
   if (m_started) return;
   m_started = true;
+  spawnDrainThread();
+}
+
+void Transport::spawnDrainThread() {
+  // The agent's threads (and gRPC's, which they create) take no signals: the job's handlers
+  // keep running on the job's own threads.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
   m_thread = std::thread([this] { run(); });
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 void Transport::run() {
@@ -269,7 +282,7 @@ void Transport::shutdown(int timeoutMs) {
     m_started = true;
     m_stopRequested = true;
     lock.unlock();
-    m_thread = std::thread([this] { run(); });
+    spawnDrainThread();
     lock.lock();
   }
   m_stopRequested = true;

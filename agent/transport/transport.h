@@ -52,6 +52,7 @@ class Transport {
  private:
   enum class LinkState { kNeverConnected, kLive, kLost, kRefused };
 
+  void spawnDrainThread();
   void run();
   void drainOnce();
   void sendBatchRecords(std::vector<Record>& records,

@@ -1,0 +1,82 @@
+"""tidemarkd itself: the Unix socket, and a clean stop on SIGTERM in the middle of a run with
+everything it received committed, while the job goes on unharmed."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from tidemark_env import BIN, PYTHON
+
+LONG_JOB = r"""
+import sys, time, torch
+for i in range(60):
+    x = torch.randn(128, 128, requires_grad=True)
+    (x @ x).sum().backward()
+    time.sleep(0.05)
+print("done", flush=True)
+sys.exit(4)
+"""
+
+
+class DaemonTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tidemark-daemon-")
+        self.db = os.path.join(self.dir, "store.db")
+        self.sock = os.path.join(self.dir, "run", "tidemarkd.sock")
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--unix", self.sock,
+             "--db", self.db], stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while not os.path.exists(self.sock) and time.time() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(os.path.exists(self.sock), "no Unix socket")
+        self.server = "unix:" + self.sock
+
+    def tearDown(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def tidemark(self, *args, **kw):
+        return subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.server, *args],
+                              capture_output=True, text=True, timeout=300, **kw)
+
+    def test_sigterm_mid_run_commits_what_was_received(self):
+        job = subprocess.Popen([os.path.join(BIN, "tidemark"), "--server", self.server, "run",
+                                "--", PYTHON, "-c", LONG_JOB], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        # Wait until the session has stored events, then stop the daemon under the job.
+        deadline = time.time() + 60
+        stored = 0
+        while time.time() < deadline and stored == 0:
+            r = self.tidemark("sessions", "--json")
+            if r.returncode == 0 and '"events_stored": 0' not in r.stdout and '"id"' in r.stdout:
+                stored = 1
+            time.sleep(0.1)
+        self.assertTrue(stored, "no events reached the store")
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=60)
+        self.assertEqual(self.proc.returncode, 0, err)
+        self.assertIn("everything received is committed", err)
+
+        out, jerr = job.communicate(timeout=300)
+        self.assertEqual(job.returncode, 4, jerr)  # the job's own exit code
+        self.assertIn("done", out)
+        self.assertIn("connection to %s lost" % self.server, jerr)
+
+        import sqlite3
+        con = sqlite3.connect(self.db)
+        state, received, stored = con.execute(
+            "SELECT state, events_received, events_stored FROM session").fetchone()
+        blocks = con.execute("SELECT COUNT(*) FROM allocation").fetchone()[0]
+        con.close()
+        self.assertEqual(state, 3)  # aborted: the stream ended without a goodbye
+        self.assertGreater(received, 0)
+        self.assertEqual(received, stored)
+        self.assertGreater(blocks, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
