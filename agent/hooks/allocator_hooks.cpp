@@ -120,11 +120,15 @@ __attribute__((visibility("default"))) void* valloc(size_t size) {
 }
 
 __attribute__((visibility("default"))) void free(void* ptr) {
-  if (ptr != nullptr && !t_recursionGuard) {
-    // The table is consulted even while not recording, so that it never keeps stale blocks.
+  if (ptr != nullptr) {
+    // The table is consulted even while not recording, and even on the agent's own threads
+    // (which record no allocation, but may free a block another thread allocated), so that a
+    // tracked block's free is never missed and the table never keeps stale entries.
     if (tidemark::agent::Recorder* r = g_recorder.load(std::memory_order_relaxed)) {
-      RecursionGuard guard;
+      const bool outer = t_recursionGuard;
+      t_recursionGuard = true;
       r->onFree(ptr);
+      t_recursionGuard = outer;
     }
   }
   if (g_real.free) {

@@ -114,60 +114,33 @@ void SessionIngest::release(const v1::Event& e) {
     }
     case v1::Event::kScopeBegin: {
       auto& stack = m_scopeStacks[e.thread_id()];
-      OpenInterval o;
-      o.row.threadId = e.thread_id();
-      o.row.nameIid = e.scope_begin().name_iid();
-      o.row.depth = static_cast<int>(stack.size());
-      o.row.beginSeq = e.seq();
-      o.row.beginTsNs = e.ts_ns();
-      stack.push_back(o);
+      IntervalRow row;
+      row.nameIid = e.scope_begin().name_iid();
+      row.depth = static_cast<int>(stack.size());
+      openInterval(stack, row, e);
       break;
     }
     case v1::Event::kScopeEnd: {
-      auto& stack = m_scopeStacks[e.thread_id()];
       const uint32_t name = e.scope_end().name_iid();
-      // Close the innermost open scope of that name; scopes left open inside it close too.
-      size_t i = stack.size();
-      while (i > 0 && stack[i - 1].row.nameIid != name) --i;
-      if (i == 0) {
+      if (!closeInnermost(m_scopeStacks[e.thread_id()],
+                          [name](const IntervalRow& r) { return r.nameIid == name; }, e,
+                          m_rows.scopes)) {
         count("scope_end_unmatched");
-        break;
-      }
-      while (stack.size() >= i) {
-        IntervalRow row = stack.back().row;
-        row.endSeq = e.seq();
-        row.endTsNs = e.ts_ns();
-        m_rows.scopes.push_back(row);
-        m_rows.eventsStored += stack.size() == i ? 2 : 1;
-        stack.pop_back();
       }
       break;
     }
     case v1::Event::kPhaseBegin: {
-      OpenInterval o;
-      o.row.threadId = e.thread_id();
-      o.row.phase = e.phase_begin().phase();
-      o.row.beginSeq = e.seq();
-      o.row.beginTsNs = e.ts_ns();
-      m_phaseStacks[e.thread_id()].push_back(o);
+      IntervalRow row;
+      row.phase = e.phase_begin().phase();
+      openInterval(m_phaseStacks[e.thread_id()], row, e);
       break;
     }
     case v1::Event::kPhaseEnd: {
-      auto& stack = m_phaseStacks[e.thread_id()];
       const int phase = e.phase_end().phase();
-      size_t i = stack.size();
-      while (i > 0 && stack[i - 1].row.phase != phase) --i;
-      if (i == 0) {
+      if (!closeInnermost(m_phaseStacks[e.thread_id()],
+                          [phase](const IntervalRow& r) { return r.phase == phase; }, e,
+                          m_rows.phases)) {
         count("phase_end_unmatched");
-        break;
-      }
-      while (stack.size() >= i) {
-        IntervalRow row = stack.back().row;
-        row.endSeq = e.seq();
-        row.endTsNs = e.ts_ns();
-        m_rows.phases.push_back(row);
-        m_rows.eventsStored += stack.size() == i ? 2 : 1;
-        stack.pop_back();
       }
       break;
     }
@@ -211,6 +184,32 @@ void SessionIngest::release(const v1::Event& e) {
   }
 }
 
+void SessionIngest::openInterval(std::vector<IntervalRow>& stack, IntervalRow row,
+                                 const v1::Event& e) {
+  row.threadId = e.thread_id();
+  row.beginSeq = e.seq();
+  row.beginTsNs = e.ts_ns();
+  stack.push_back(row);
+}
+
+template <typename Match>
+bool SessionIngest::closeInnermost(std::vector<IntervalRow>& stack, Match match,
+                                   const v1::Event& e, std::vector<IntervalRow>& out) {
+  size_t i = stack.size();
+  while (i > 0 && !match(stack[i - 1])) --i;
+  if (i == 0) return false;
+  // Intervals left open inside the matched one end with it (an exception skipped their end).
+  while (stack.size() >= i) {
+    IntervalRow row = stack.back();
+    row.endSeq = e.seq();
+    row.endTsNs = e.ts_ns();
+    out.push_back(row);
+    m_rows.eventsStored += stack.size() == i ? 2 : 1;
+    stack.pop_back();
+  }
+  return true;
+}
+
 SessionRows SessionIngest::takeRows() {
   SessionRows out;
   out.sessionId = m_rows.sessionId;
@@ -235,8 +234,8 @@ SessionRows SessionIngest::finish() {
   m_open.clear();
   for (auto* stacks : {&m_scopeStacks, &m_phaseStacks}) {
     for (auto& [thread, stack] : *stacks) {
-      for (const OpenInterval& o : stack) {
-        (stacks == &m_scopeStacks ? m_rows.scopes : m_rows.phases).push_back(o.row);
+      for (const IntervalRow& row : stack) {
+        (stacks == &m_scopeStacks ? m_rows.scopes : m_rows.phases).push_back(row);
         m_rows.eventsStored += 1;
       }
       stack.clear();

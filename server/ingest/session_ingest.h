@@ -41,14 +41,15 @@ class SessionIngest {
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
 
  private:
-  struct OpenInterval {
-    IntervalRow row;
-    uint32_t nameIid = 0;
-    int phase = 0;
-  };
   void releaseReady();
   void release(const v1::Event& e);
   void count(const std::string& name, int64_t n = 1) { m_stats[name] += n; }
+  static void openInterval(std::vector<IntervalRow>& stack, IntervalRow row, const v1::Event& e);
+  // Closes the innermost open interval that matches, and those still open inside it. False if
+  // none matches.
+  template <typename Match>
+  bool closeInnermost(std::vector<IntervalRow>& stack, Match match, const v1::Event& e,
+                      std::vector<IntervalRow>& out);
 
   SessionRows m_rows;
   uint64_t m_nextBatchSeq = 1;
@@ -57,8 +58,8 @@ class SessionIngest {
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;
   std::unordered_map<uint64_t, BlockRow> m_open;  // live blocks by address
-  std::unordered_map<uint32_t, std::vector<OpenInterval>> m_scopeStacks;  // per thread
-  std::unordered_map<uint32_t, std::vector<OpenInterval>> m_phaseStacks;  // per thread
+  std::unordered_map<uint32_t, std::vector<IntervalRow>> m_scopeStacks;  // open, per thread
+  std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;
 };

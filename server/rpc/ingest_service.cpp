@@ -2,17 +2,13 @@
 
 #include <optional>
 
+#include "server/rpc/grpc_status.h"
 #include "server/ingest/session_ingest.h"
 #include "tidemark/v1/query.pb.h"
 
 namespace tidemark::server {
 
 namespace {
-grpc::Status toGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 absl::Status checkHandshake(const v1::Handshake& h, const std::string& db) {
   if (h.magic() != kHandshakeMagic) {
     return absl::FailedPreconditionError("bad handshake magic: not a tidemark agent");

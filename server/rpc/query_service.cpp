@@ -1,5 +1,6 @@
 #include "server/rpc/query_service.h"
 
+#include "server/rpc/grpc_status.h"
 #include "server/store/store.h"
 #include "src/core/breakdown.h"
 #include "src/core/categorize.h"
@@ -7,10 +8,6 @@
 namespace tidemark::server {
 
 namespace {
-grpc::Status toGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 void fillSession(const SessionRecord& r, v1::SessionInfo* out) {
   out->set_id(static_cast<uint64_t>(r.id));
   out->set_name(r.header.name);
