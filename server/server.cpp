@@ -35,6 +35,9 @@ absl::Status Server::start() {
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would silently share the
+  // agents with the first. Refuse instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(m_options.listen, grpc::InsecureServerCredentials(), &m_port);
   if (!m_options.unixSocket.empty()) {
     std::error_code ec;

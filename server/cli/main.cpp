@@ -36,6 +36,8 @@ exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemar
 
 int main(int argc, char** argv) {
   using namespace tidemark::cli;
+  // gRPC's own log would repeat, less clearly, what the CLI says about a failed call.
+  setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   GlobalOptions g;
   const char* env = std::getenv("TIDEMARK_SERVER");
   g.server = (env != nullptr && *env != '\0') ? env : "127.0.0.1:7531";
