@@ -19,23 +19,31 @@ for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 
-echo "== 1. training step of examples/tiny_gpt.py (fastest steady step; 6 interleaved runs each)"
+echo "== 1. training step of examples/tiny_gpt.py: the fastest steady step of 6 interleaved runs"
+echo "   each, wall time and the process's CPU time (all threads, the agent's drain thread included)"
 export OPENBLAS_NUM_THREADS=1
-plain=""; agent=""; prof=""
+plain=""; agent=""; prof=""; plaincpu=""; agentcpu=""; profcpu=""
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 for _ in 1 2 3 4 5 6; do
-  plain=$(minof "$plain" "$($PY bench/train_step_time.py 2>/dev/null | field min_step_s)")
-  agent=$(minof "$agent" "$("$BIN/tidemark" --server "$SERVER" run --quiet -- \
-          $PY bench/train_step_time.py 2>/dev/null | field min_step_s)")
-  prof=$(minof "$prof" "$($PY bench/train_step_time.py --profiler 2>/dev/null | field min_step_s)")
+  out=$($PY bench/train_step_time.py 2>/dev/null)
+  plain=$(minof "$plain" "$(echo "$out" | field min_step_s)")
+  plaincpu=$(minof "$plaincpu" "$(echo "$out" | field min_step_cpu_s)")
+  out=$("$BIN/tidemark" --server "$SERVER" run --quiet -- $PY bench/train_step_time.py 2>/dev/null)
+  agent=$(minof "$agent" "$(echo "$out" | field min_step_s)")
+  agentcpu=$(minof "$agentcpu" "$(echo "$out" | field min_step_cpu_s)")
+  out=$($PY bench/train_step_time.py --profiler 2>/dev/null)
+  prof=$(minof "$prof" "$(echo "$out" | field min_step_s)")
+  profcpu=$(minof "$profcpu" "$(echo "$out" | field min_step_cpu_s)")
 done
-$PY - "$plain" "$agent" "$prof" <<'PYEOF'
+$PY - "$plain" "$agent" "$prof" "$plaincpu" "$agentcpu" "$profcpu" <<'PYEOF'
 import sys
-plain, agent, prof = map(float, sys.argv[1:])
-print("%-40s %10s %8s" % ("", "step (ms)", "ratio"))
-print("%-40s %10.1f %8.3f" % ("plain", plain * 1e3, 1.0))
-print("%-40s %10.1f %8.3f" % ("tidemark run (agent + adapter)", agent * 1e3, agent / plain))
-print("%-40s %10.1f %8.3f" % ("torch.profiler(profile_memory=True)", prof * 1e3, prof / plain))
+plain, agent, prof, pc, ac, fc = map(float, sys.argv[1:])
+print("%-40s %10s %8s %10s %8s" % ("", "wall (ms)", "ratio", "cpu (ms)", "ratio"))
+print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("plain", plain * 1e3, 1.0, pc * 1e3, 1.0))
+print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("tidemark run (agent + adapter)", agent * 1e3,
+                                          agent / plain, ac * 1e3, ac / pc))
+print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("torch.profiler(profile_memory=True)", prof * 1e3,
+                                          prof / plain, fc * 1e3, fc / pc))
 PYEOF
 
 echo
