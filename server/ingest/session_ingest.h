@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "server/store/store.h"
 #include "tidemark/v1/events.pb.h"
@@ -57,7 +58,7 @@ class SessionIngest {
   int64_t m_lastTs = 0;
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;
-  std::unordered_map<uint64_t, BlockRow> m_open;  // live blocks by address
+  absl::flat_hash_map<uint64_t, BlockRow> m_open;  // live blocks by address
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_scopeStacks;  // open, per thread
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;

@@ -25,7 +25,9 @@ CREATE TABLE IF NOT EXISTS session (
   events_stored INTEGER NOT NULL DEFAULT 0,    -- events that became part of a row
   events_sent INTEGER,                  -- from the agent's goodbye
   events_dropped INTEGER,               -- agent-side drops, from its goodbye
-  live_blocks_at_end INTEGER            -- blocks never freed when the session ended
+  live_blocks_at_end INTEGER,           -- blocks never freed when the session ended
+  first_block_id INTEGER,               -- allocation.id range holding the session's blocks
+  last_block_id INTEGER
 );
 
 -- Interned names (module paths, tensor names), per session.
@@ -36,7 +38,10 @@ CREATE TABLE IF NOT EXISTS string (
   PRIMARY KEY (session_id, iid)
 ) WITHOUT ROWID;
 
--- One row per allocated block with its lifetime (an alloc and its free are one row).
+-- One row per allocated block with its lifetime (an alloc and its free are one row). No
+-- secondary index: rows are appended in rowid order, and a session's rows lie between its
+-- session.first_block_id and last_block_id (interleaved with other sessions' only while several
+-- record at once), so inserts stay appends to one B-tree.
 CREATE TABLE IF NOT EXISTS allocation (
   id INTEGER PRIMARY KEY,
   session_id INTEGER NOT NULL,
@@ -51,7 +56,6 @@ CREATE TABLE IF NOT EXISTS allocation (
   free_seq INTEGER,                     -- NULL: live when the session ended
   free_ts_ns INTEGER
 );
-CREATE INDEX IF NOT EXISTS allocation_by_session ON allocation (session_id, alloc_seq);
 
 -- Framework tags: "the block at address, at seq, is a <category> named name_id".
 CREATE TABLE IF NOT EXISTS tag (

@@ -36,7 +36,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
       "events_sent, events_dropped, live_blocks_at_end, "
-      "(SELECT COUNT(*) FROM allocation a WHERE a.session_id = s.id), "
+      "(SELECT COUNT(*) FROM allocation a WHERE a.id BETWEEN s.first_block_id AND "
+      "s.last_block_id AND a.session_id = s.id), "
       "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id) "
       "FROM session s " + where + " ORDER BY id");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
@@ -84,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path) {
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::unique_ptr<Store> store(new Store(path));
   if (auto s = Database::open(path, false, &store->m_db); !s.ok()) return s;
-  if (auto s = store->m_db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !s.ok()) {
+  if (auto s = store->m_db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-131072;"); !s.ok()) {
     return absl::UnavailableError(path + " is not a usable SQLite database: " + s.ToString());
   }
   if (auto s = store->m_db.exec(kSchemaSql); !s.ok()) {
@@ -135,7 +136,9 @@ absl::Status Store::prepareStatements() {
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   m_addCounts = m_db.prepare(
       "UPDATE session SET events_received = events_received + ?2, "
-      "events_stored = events_stored + ?3 WHERE id = ?1");
+      "events_stored = events_stored + ?3, "
+      "first_block_id = COALESCE(first_block_id, ?4), "
+      "last_block_id = COALESCE(?5, last_block_id) WHERE id = ?1");
   m_endSession = m_db.prepare(
       "UPDATE session SET state = ?2, end_ts_ns = ?3, events_sent = ?4, events_dropped = ?5, "
       "live_blocks_at_end = ?6 WHERE id = ?1");
@@ -169,13 +172,16 @@ absl::Status Store::writeRows(const SessionRows& r) {
     m_insertString.bind(1, sid).bind(2, iid).bind(3, value);
     if (auto s = m_insertString.run(); !s.ok()) return s;
   }
+  int64_t firstBlock = 0;
   for (const BlockRow& b : r.blocks) {
     m_insertBlock.bind(1, sid).bind(2, s64(b.address)).bind(3, s64(b.sizeBytes));
     m_insertBlock.bind(4, b.memoryKind).bind(5, b.device).bind(6, s64(b.stream));
     m_insertBlock.bind(7, b.threadId).bind(8, s64(b.allocSeq)).bind(9, b.allocTsNs);
     bindEnd(m_insertBlock, 10, b.freeSeq, b.freeTsNs);
     if (auto s = m_insertBlock.run(); !s.ok()) return s;
+    if (firstBlock == 0) firstBlock = sqlite3_last_insert_rowid(m_db.handle());
   }
+  const int64_t lastBlock = r.blocks.empty() ? 0 : sqlite3_last_insert_rowid(m_db.handle());
   for (const TagRow& t : r.tags) {
     m_insertTag.bind(1, sid).bind(2, s64(t.seq)).bind(3, t.tsNs).bind(4, s64(t.address));
     m_insertTag.bind(5, s64(t.sizeBytes)).bind(6, t.category).bind(7, t.nameIid);
@@ -198,8 +204,13 @@ absl::Status Store::writeRows(const SessionRows& r) {
     bindEnd(m_insertStep, 5, st.endSeq, st.endTsNs);
     if (auto s = m_insertStep.run(); !s.ok()) return s;
   }
-  if (r.eventsReceived != 0 || r.eventsStored != 0) {
+  if (r.eventsReceived != 0 || r.eventsStored != 0 || firstBlock != 0) {
     m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
+    if (firstBlock != 0) {
+      m_addCounts.bind(4, firstBlock).bind(5, lastBlock);
+    } else {
+      m_addCounts.bindNull(4).bindNull(5);
+    }
     if (auto s = m_addCounts.run(); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -257,8 +268,9 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
   };
   {
     Statement st = db.prepare(
-        "SELECT id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
-        "free_ts_ns FROM allocation WHERE session_id = ?1");
+        "SELECT a.id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
+        "free_ts_ns FROM session s JOIN allocation a ON a.id BETWEEN s.first_block_id AND "
+        "s.last_block_id AND a.session_id = s.id WHERE s.id = ?1");
     st.bind(1, id);
     while (st.step()) {
       core::Block b;
