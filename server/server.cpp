@@ -30,7 +30,10 @@ absl::Status Server::start() {
   if (!store.ok()) return store.status();
   if (auto s = (*store)->abortStaleSessions(); !s.ok()) return s;
   m_writer = std::make_unique<StoreWriter>(std::move(*store));
-  m_ingest = std::make_unique<IngestService>(*m_writer);
+  m_analysis = std::make_unique<AnalysisRunner>(*m_writer);
+  m_analysis->enqueuePending();
+  m_ingest = std::make_unique<IngestService>(
+      *m_writer, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); });
   m_query = std::make_unique<QueryService>(m_options.dbPath);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -69,6 +72,10 @@ void Server::shutdown() {
     m_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     m_server->Wait();
     m_server.reset();
+  }
+  if (m_analysis) {
+    m_analysis->stop();  // an analysis cut short is redone at the next start
+    m_analysis.reset();
   }
   if (m_writer) {
     m_writer->stop();

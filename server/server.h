@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "server/analysis/analysis_runner.h"
 #include "server/rpc/ingest_service.h"
 #include "server/rpc/query_service.h"
 #include "server/store/writer.h"
@@ -33,12 +34,14 @@ class Server {
   void wait();
 
   int port() const { return m_port; }
+  AnalysisRunner* analysis() { return m_analysis.get(); }
   std::string address() const;
   const ServerOptions& options() const { return m_options; }
 
  private:
   ServerOptions m_options;
   std::unique_ptr<StoreWriter> m_writer;
+  std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;
   std::unique_ptr<QueryService> m_query;
   std::unique_ptr<grpc::Server> m_server;

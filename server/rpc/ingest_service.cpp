@@ -128,6 +128,7 @@ grpc::Status IngestService::Stream(
                                return s.endSession(end);
                              })
                              .get();
+  if (written.ok() && m_onEnded) m_onEnded(*sessionId);
   if (!error.ok()) return toGrpc(error);
   if (context->IsCancelled()) return grpc::Status::CANCELLED;
   return toGrpc(written);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+
 #include "server/store/writer.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 
@@ -13,7 +15,9 @@ inline constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 // before the stream's status goes back (so a finished job's data is queryable at once).
 class IngestService final : public v1::Ingest::Service {
  public:
-  explicit IngestService(StoreWriter& writer) : m_writer(writer) {}
+  // onEnded(sessionId) is called once a session's end is committed.
+  IngestService(StoreWriter& writer, std::function<void(int64_t)> onEnded)
+      : m_writer(writer), m_onEnded(std::move(onEnded)) {}
 
   grpc::Status Stream(grpc::ServerContext* context,
                       grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream)
@@ -21,6 +25,7 @@ class IngestService final : public v1::Ingest::Service {
 
  private:
   StoreWriter& m_writer;
+  std::function<void(int64_t)> m_onEnded;
 };
 
 }  // namespace tidemark::server

@@ -4,6 +4,8 @@
 #include "server/store/store.h"
 #include "src/core/breakdown.h"
 #include "src/core/categorize.h"
+#include "src/core/peak.h"
+#include "src/core/timeline.h"
 
 namespace tidemark::server {
 
@@ -51,60 +53,178 @@ grpc::Status QueryService::GetSession(grpc::ServerContext*, const v1::GetSession
   return grpc::Status::OK;
 }
 
-grpc::Status QueryService::GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
-                                        v1::Breakdown* response) {
-  const auto id = static_cast<int64_t>(request->session_id());
-  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
-  auto rec = Store::loadRecording(m_dbPath, id);
-  if (!rec.ok()) return toGrpc(rec.status());
-  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
-  const core::LivenessReplay replay(*rec, cats);
+namespace {
 
-  uint64_t from = 0;
-  uint64_t to = core::kOpenSeq;
-  if (request->has_step()) {
-    const core::StepInterval* step = rec->findStep(request->step());
-    if (step == nullptr) {
-      return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                          "session " + std::to_string(id) + " has no step " +
-                              std::to_string(request->step()) + " (it has " +
-                              std::to_string(rec->steps.size()) + " steps)");
-    }
-    from = step->beginSeq;
-    to = step->endSeq;
-  }
-  core::MemoryState state;
-  if (request->at_case() == v1::BreakdownRequest::kTsNs) {
-    const int64_t ts = request->ts_ns();
-    if (ts < replay.firstTsNs() || ts > replay.lastTsNs()) {
-      return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                          "time " + std::to_string(ts) + " is outside the recording [" +
-                              std::to_string(replay.firstTsNs()) + ", " +
-                              std::to_string(replay.lastTsNs()) + "]");
-    }
-    state = replay.at(ts);
-  } else {
-    state = replay.peak(from, to);
-    response->set_at_peak(true);
-  }
-
-  response->set_session_id(static_cast<uint64_t>(id));
-  response->set_ts_ns(state.tsNs);
-  response->set_seq(state.seq);
-  const core::StepInterval* step = rec->stepAt(state.seq);
-  response->set_step(step ? step->step : -1);
-  response->set_tracked_bytes(state.trackedBytes);
+void fillBreakdown(int64_t sessionId, const core::MemoryState& state, int64_t step,
+                   const std::string& phase, const std::string& scope, bool atPeak,
+                   v1::Breakdown* out) {
+  out->set_session_id(static_cast<uint64_t>(sessionId));
+  out->set_ts_ns(state.tsNs);
+  out->set_seq(state.seq);
+  out->set_step(step);
+  out->set_tracked_bytes(state.trackedBytes);
+  out->set_at_peak(atPeak);
+  out->set_phase(phase);
+  out->set_scope(scope);
   for (core::Category c : core::kAllCategories) {
-    v1::CategoryBytes* cb = response->add_categories();
+    v1::CategoryBytes* cb = out->add_categories();
     cb->set_category(static_cast<v1::Category>(static_cast<int>(c)));
     cb->set_name(std::string(core::categoryName(c)));
     cb->set_bytes(state.bytes[core::categoryIndex(c)]);
     cb->set_blocks(state.blocks[core::categoryIndex(c)]);
   }
-  if (const core::PhaseInterval* p = rec->phaseAt(state.seq)) {
-    response->set_phase(std::string(core::phaseName(p->phase)));
+}
+
+}  // namespace
+
+// A peak report: read from the stored analysis, or (for a session not analyzed yet) computed
+// from the recording now. step -1 is the whole session.
+absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t step) {
+  auto analyzed = Store::isAnalyzed(m_dbPath, id);
+  if (!analyzed.ok()) return analyzed.status();
+  if (*analyzed) {
+    auto stored = Store::readPeak(m_dbPath, id, step);
+    if (stored.status().code() == absl::StatusCode::kNotFound && step >= 0) {
+      return absl::OutOfRangeError("session " + std::to_string(id) + " has no step " +
+                                   std::to_string(step));
+    }
+    return stored;
   }
-  if (const core::ScopeInterval* s = rec->scopeAt(state.seq)) response->set_scope(s->name);
+  auto rec = Store::loadRecording(m_dbPath, id);
+  if (!rec.ok()) return rec.status();
+  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+  const core::LivenessReplay replay(*rec, cats);
+  std::vector<core::PeakReport> peaks = core::computePeaks(*rec, cats, replay);
+  for (core::PeakReport& p : peaks) {
+    if (p.step == step) return std::move(p);
+  }
+  return absl::OutOfRangeError("session " + std::to_string(id) + " has no step " +
+                               std::to_string(step) + " (it has " +
+                               std::to_string(rec->steps.size()) + " steps)");
+}
+
+grpc::Status QueryService::GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
+                                        v1::Breakdown* response) {
+  const auto id = static_cast<int64_t>(request->session_id());
+  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
+  if (request->at_case() != v1::BreakdownRequest::kTsNs) {
+    auto peak = peakReport(id, request->has_step() ? request->step() : -1);
+    if (!peak.ok()) return toGrpc(peak.status());
+    fillBreakdown(id, peak->state, request->has_step() ? request->step() : -1, peak->phase,
+                  peak->scope, true, response);
+    if (!request->has_step()) {
+      // The whole session's peak lies in some step (or between steps).
+      auto rec = Store::loadSteps(m_dbPath, id);
+      if (rec.ok()) {
+        const core::StepInterval* step = rec->stepAt(peak->state.seq);
+        response->set_step(step ? step->step : -1);
+      }
+    }
+    return grpc::Status::OK;
+  }
+  auto rec = Store::loadRecording(m_dbPath, id);
+  if (!rec.ok()) return toGrpc(rec.status());
+  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+  const core::LivenessReplay replay(*rec, cats);
+  const int64_t ts = request->ts_ns();
+  if (ts < replay.firstTsNs() || ts > replay.lastTsNs()) {
+    return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                        "time " + std::to_string(ts) + " is outside the recording [" +
+                            std::to_string(replay.firstTsNs()) + ", " +
+                            std::to_string(replay.lastTsNs()) + "]");
+  }
+  const core::MemoryState state = replay.at(ts);
+  const core::StepInterval* step = rec->stepAt(state.seq);
+  const core::PhaseInterval* phase = rec->phaseAt(state.seq);
+  const core::ScopeInterval* scope = rec->scopeAt(state.seq);
+  fillBreakdown(id, state, step ? step->step : -1,
+                phase ? std::string(core::phaseName(phase->phase)) : std::string(),
+                scope ? scope->name : std::string(), false, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakRequest* request,
+                                   v1::Peak* response) {
+  v1::BreakdownRequest breq;
+  breq.set_session_id(request->session_id());
+  breq.set_has_step(request->has_step());
+  breq.set_step(request->step());
+  breq.set_peak(true);
+  if (grpc::Status s = GetBreakdown(ctx, &breq, response->mutable_breakdown()); !s.ok()) return s;
+  if (request->has_step()) return grpc::Status::OK;  // items are kept for the session's peak
+  auto peak = peakReport(static_cast<int64_t>(request->session_id()), -1);
+  if (!peak.ok()) return toGrpc(peak.status());
+  for (const auto* list : {&peak->modules, &peak->tensors}) {
+    for (const core::PeakItem& it : *list) {
+      v1::PeakItem* out = list == &peak->modules ? response->add_modules()
+                                                 : response->add_tensors();
+      out->set_name(it.name);
+      out->set_category(static_cast<v1::Category>(static_cast<int>(it.category)));
+      out->set_bytes(it.bytes);
+      out->set_blocks(it.blocks);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineRequest* request,
+                                       v1::Timeline* response) {
+  const auto id = static_cast<int64_t>(request->session_id());
+  auto session = Store::getSession(m_dbPath, id);
+  if (!session.ok()) return toGrpc(session.status());
+  const int buckets = request->buckets() == 0 ? 1000 : request->buckets();
+  if (buckets < 1 || buckets > 100000) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "buckets must be 1 to 100000");
+  }
+  int64_t from = request->from_ts_ns();
+  int64_t to = request->to_ts_ns();
+  if (from == 0 && to == 0) {
+    from = session->header.startTsNs;
+    to = std::max(session->endTsNs, from);
+  }
+  if (to < from) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the range ends before it starts");
+  }
+  auto analyzed = Store::isAnalyzed(m_dbPath, id);
+  if (!analyzed.ok()) return toGrpc(analyzed.status());
+  std::vector<core::TimelineBucket> result;
+  if (*analyzed) {
+    auto stored = Store::readTimeline(m_dbPath, id, from, to, buckets);
+    if (stored.ok()) {
+      result = std::move(*stored);
+      response->set_precomputed(true);
+    } else if (stored.status().code() != absl::StatusCode::kNotFound) {
+      return toGrpc(stored.status());
+    } else {
+      result = core::foldTimeline({}, from, to, buckets);  // nothing recorded in the range
+    }
+  } else {
+    auto rec = Store::loadRecording(m_dbPath, id);
+    if (!rec.ok()) return toGrpc(rec.status());
+    const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+    const core::Timeline timeline = core::buildTimeline(core::LivenessReplay(*rec, cats));
+    const int level = core::chooseLevel(timeline, from, to, buckets);
+    result = core::foldTimeline(core::samplesInRange(timeline.levels[level], from, to), from, to,
+                                buckets);
+  }
+  response->set_session_id(static_cast<uint64_t>(id));
+  response->set_from_ts_ns(from);
+  response->set_to_ts_ns(to);
+  response->add_series("TOTAL");
+  for (core::Category c : core::kAllCategories) {
+    response->add_series(std::string(core::categoryName(c)));
+  }
+  for (const core::TimelineBucket& b : result) {
+    v1::TimelineBucket* out = response->add_buckets();
+    out->set_start_ts_ns(b.startTsNs);
+    out->set_end_ts_ns(b.endTsNs);
+    out->set_empty(b.empty);
+    for (int i = 0; i < core::kSeriesCount; ++i) {
+      out->add_min_bytes(b.min[i]);
+      out->add_max_bytes(b.max[i]);
+      out->add_last_bytes(b.last[i]);
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "src/core/peak.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
 namespace tidemark::server {
@@ -18,8 +20,14 @@ class QueryService final : public v1::Query::Service {
                           v1::SessionInfo* response) override;
   grpc::Status GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
                             v1::Breakdown* response) override;
+  grpc::Status GetTimeline(grpc::ServerContext*, const v1::TimelineRequest* request,
+                           v1::Timeline* response) override;
+  grpc::Status GetPeak(grpc::ServerContext*, const v1::PeakRequest* request,
+                       v1::Peak* response) override;
 
  private:
+  absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step);
+
   std::string m_dbPath;
 };
 

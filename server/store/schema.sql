@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS session (
   events_dropped INTEGER,               -- agent-side drops, from its goodbye
   live_blocks_at_end INTEGER,           -- blocks never freed when the session ended
   first_block_id INTEGER,               -- allocation.id range holding the session's blocks
-  last_block_id INTEGER
+  last_block_id INTEGER,
+  analyzed INTEGER NOT NULL DEFAULT 0   -- 1 once the analysis tables below hold its results
 );
 
 -- Interned names (module paths, tensor names), per session.
@@ -116,4 +117,64 @@ CREATE TABLE IF NOT EXISTS stat (
   value INTEGER NOT NULL,
   description TEXT NOT NULL,
   PRIMARY KEY (session_id, name)
+) WITHOUT ROWID;
+
+-- ---------------------------------------------------------------------------------------------
+-- Analysis results, written by the analysis pass once a session has ended (src/core/analysis.h),
+-- so that queries read a few rows instead of replaying millions of events.
+
+-- The category of every block and the rule that decided it.
+CREATE TABLE IF NOT EXISTS block_category (
+  session_id INTEGER NOT NULL,
+  chunk INTEGER NOT NULL,               -- holds the session's blocks chunk*65536 ..., in id order
+  codes BLOB NOT NULL,                  -- a byte a block: category | rule << 4 (categorize.h)
+  PRIMARY KEY (session_id, chunk)
+) WITHOUT ROWID;
+
+-- The timeline's levels of detail: samples of 64 events at level 0, each level 8 times coarser.
+CREATE TABLE IF NOT EXISTS timeline_chunk (
+  session_id INTEGER NOT NULL,
+  level INTEGER NOT NULL,
+  chunk INTEGER NOT NULL,               -- 1024 samples a chunk, in time order
+  first_ts_ns INTEGER NOT NULL,         -- first event of the chunk's first sample
+  last_ts_ns INTEGER NOT NULL,          -- last event of the chunk's last sample
+  sample_count INTEGER NOT NULL,
+  samples BLOB NOT NULL,                -- sample_count records of 40 little-endian int64:
+                                        -- first_ts, last_ts, first_seq, last_seq, then min, max
+                                        -- and last of the 12 series (total, then each category)
+  PRIMARY KEY (session_id, level, chunk)
+) WITHOUT ROWID;
+
+-- Peaks: step -1 is the whole session, else the peak inside that step.
+CREATE TABLE IF NOT EXISTS peak (
+  session_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  seq INTEGER NOT NULL,                 -- the state just after this event
+  ts_ns INTEGER NOT NULL,
+  tracked_bytes INTEGER NOT NULL,
+  phase TEXT NOT NULL,                  -- phase running at the peak, '' if none
+  scope TEXT NOT NULL,                  -- innermost module scope open at the peak, '' if none
+  PRIMARY KEY (session_id, step)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS peak_category (
+  session_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  category INTEGER NOT NULL,            -- tidemark.v1.Category
+  bytes INTEGER NOT NULL,
+  blocks INTEGER NOT NULL,
+  PRIMARY KEY (session_id, step, category)
+) WITHOUT ROWID;
+
+-- The largest modules and tensors live at the session's peak.
+CREATE TABLE IF NOT EXISTS peak_item (
+  session_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  kind TEXT NOT NULL,                   -- 'module' | 'tensor'
+  rank INTEGER NOT NULL,                -- 0 = largest
+  name TEXT NOT NULL,
+  category INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  blocks INTEGER NOT NULL,
+  PRIMARY KEY (session_id, step, kind, rank)
 ) WITHOUT ROWID;

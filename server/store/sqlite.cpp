@@ -30,6 +30,18 @@ Statement& Statement::bind(int index, std::string_view v) {
   sqlite3_bind_text(m_stmt, index, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   return *this;
 }
+Statement& Statement::bindBlob(int index, std::string_view v) {
+  sqlite3_bind_blob(m_stmt, index, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  return *this;
+}
+
+std::string_view Statement::columnBlob(int i) const {
+  const void* p = sqlite3_column_blob(m_stmt, i);
+  const int n = sqlite3_column_bytes(m_stmt, i);
+  return p ? std::string_view(static_cast<const char*>(p), static_cast<size_t>(n))
+           : std::string_view();
+}
+
 Statement& Statement::bindNull(int index) {
   sqlite3_bind_null(m_stmt, index);
   return *this;

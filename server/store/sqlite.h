@@ -27,6 +27,7 @@ class Statement {
   Statement& bind(int index, int v) { return bind(index, static_cast<int64_t>(v)); }
   Statement& bind(int index, uint32_t v) { return bind(index, static_cast<int64_t>(v)); }
   Statement& bind(int index, std::string_view v);
+  Statement& bindBlob(int index, std::string_view v);
   Statement& bindNull(int index);
   // SQLITE_ROW -> true; SQLITE_DONE -> false (then reset before reuse).
   bool step();
@@ -35,6 +36,7 @@ class Statement {
   int64_t columnInt(int i) const { return sqlite3_column_int64(m_stmt, i); }
   bool columnNull(int i) const { return sqlite3_column_type(m_stmt, i) == SQLITE_NULL; }
   std::string columnText(int i) const;
+  std::string_view columnBlob(int i) const;  // valid until the next step or reset
   int lastError() const { return m_lastRc; }
 
  private:

@@ -1,9 +1,12 @@
 #include "server/store/store.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <unordered_map>
 
 #include "src/core/category.h"
+#include "src/core/timeline_codec.h"
 
 namespace tidemark::server {
 
@@ -240,6 +243,201 @@ absl::Status Store::endSession(const SessionEnd& e) {
 
 absl::Status Store::abortStaleSessions() {
   return m_db.exec("UPDATE session SET state = 3 WHERE state = 1");
+}
+
+absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a) {
+  for (const char* table : {"block_category", "timeline_chunk", "peak", "peak_category",
+                            "peak_item"}) {
+    Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
+    del.bind(1, sid);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
+  constexpr size_t kBlocksPerChunk = 65536;
+  Statement cats = m_db.prepare(
+      "INSERT INTO block_category(session_id, chunk, codes) VALUES (?1, ?2, ?3)");
+  for (size_t first = 0; first < a.categories.size(); first += kBlocksPerChunk) {
+    std::string codes;
+    const size_t end = std::min(a.categories.size(), first + kBlocksPerChunk);
+    for (size_t i = first; i < end; ++i) {
+      codes.push_back(static_cast<char>(static_cast<int>(a.categories[i].category) |
+                                        (static_cast<int>(a.categories[i].rule) << 4)));
+    }
+    cats.bind(1, sid).bind(2, static_cast<int64_t>(first / kBlocksPerChunk)).bindBlob(3, codes);
+    if (auto s = cats.run(); !s.ok()) return s;
+  }
+  constexpr size_t kSamplesPerChunk = 1024;
+  Statement chunk = m_db.prepare(
+      "INSERT INTO timeline_chunk(session_id, level, chunk, first_ts_ns, last_ts_ns, "
+      "sample_count, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  for (size_t level = 0; level < a.timeline.levels.size(); ++level) {
+    const auto& samples = a.timeline.levels[level].samples;
+    for (size_t first = 0; first < samples.size(); first += kSamplesPerChunk) {
+      const size_t n = std::min(kSamplesPerChunk, samples.size() - first);
+      chunk.bind(1, sid).bind(2, static_cast<int64_t>(level));
+      chunk.bind(3, static_cast<int64_t>(first / kSamplesPerChunk));
+      chunk.bind(4, samples[first].firstTsNs).bind(5, samples[first + n - 1].lastTsNs);
+      chunk.bind(6, static_cast<int64_t>(n));
+      chunk.bindBlob(7, core::encodeSamples(&samples[first], n));
+      if (auto s = chunk.run(); !s.ok()) return s;
+    }
+  }
+  Statement peak = m_db.prepare(
+      "INSERT INTO peak(session_id, step, seq, ts_ns, tracked_bytes, phase, scope) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  Statement peakCat = m_db.prepare(
+      "INSERT INTO peak_category(session_id, step, category, bytes, blocks) "
+      "VALUES (?1, ?2, ?3, ?4, ?5)");
+  Statement item = m_db.prepare(
+      "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  for (const core::PeakReport& p : a.peaks) {
+    peak.bind(1, sid).bind(2, p.step).bind(3, s64(p.state.seq)).bind(4, p.state.tsNs);
+    peak.bind(5, p.state.trackedBytes).bind(6, p.phase).bind(7, p.scope);
+    if (auto s = peak.run(); !s.ok()) return s;
+    for (core::Category c : core::kAllCategories) {
+      const int ci = core::categoryIndex(c);
+      peakCat.bind(1, sid).bind(2, p.step).bind(3, static_cast<int>(c));
+      peakCat.bind(4, p.state.bytes[ci]).bind(5, p.state.blocks[ci]);
+      if (auto s = peakCat.run(); !s.ok()) return s;
+    }
+    for (const auto* list : {&p.modules, &p.tensors}) {
+      const char* kind = list == &p.modules ? "module" : "tensor";
+      for (size_t r = 0; r < list->size(); ++r) {
+        const core::PeakItem& it = (*list)[r];
+        item.bind(1, sid).bind(2, p.step).bind(3, kind).bind(4, static_cast<int64_t>(r));
+        item.bind(5, it.name).bind(6, static_cast<int>(it.category)).bind(7, it.bytes);
+        item.bind(8, it.blocks);
+        if (auto s = item.run(); !s.ok()) return s;
+      }
+    }
+  }
+  if (a.stats.tagsUnmatched > 0) {
+    m_upsertStat.bind(1, sid).bind(2, "tag_unmatched").bind(3, "info");
+    m_upsertStat.bind(4, a.stats.tagsUnmatched);
+    m_upsertStat.bind(5, "framework tags naming no tracked block (memory from another allocator)");
+    if (auto s = m_upsertStat.run(); !s.ok()) return s;
+  }
+  Statement mark = m_db.prepare("UPDATE session SET analyzed = 1 WHERE id = ?1");
+  mark.bind(1, sid);
+  return mark.run();
+}
+
+absl::StatusOr<core::Recording> Store::loadSteps(const std::string& path, int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  core::Recording rec;
+  Statement st = db.prepare(
+      "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1");
+  st.bind(1, id);
+  while (st.step()) {
+    core::StepInterval s;
+    s.step = st.columnInt(0);
+    s.beginSeq = u64(st.columnInt(1));
+    s.beginTsNs = st.columnInt(2);
+    s.endSeq = st.columnNull(3) ? core::kOpenSeq : u64(st.columnInt(3));
+    s.endTsNs = st.columnInt(4);
+    rec.steps.push_back(s);
+  }
+  rec.sortBySeq();
+  return rec;
+}
+
+absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string& path) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare("SELECT id FROM session WHERE state != 1 AND analyzed = 0 ORDER BY id");
+  std::vector<int64_t> ids;
+  while (st.step()) ids.push_back(st.columnInt(0));
+  return ids;
+}
+
+absl::StatusOr<bool> Store::isAnalyzed(const std::string& path, int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare("SELECT analyzed FROM session WHERE id = ?1");
+  st.bind(1, id);
+  if (!st.step()) return absl::NotFoundError("no session " + std::to_string(id));
+  return st.columnInt(0) != 0;
+}
+
+absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_t id,
+                                                 int64_t step) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT seq, ts_ns, tracked_bytes, phase, scope FROM peak WHERE session_id = ?1 AND "
+      "step = ?2");
+  st.bind(1, id).bind(2, step);
+  if (!st.step()) return absl::NotFoundError("no stored peak");
+  core::PeakReport p;
+  p.step = step;
+  p.state.seq = u64(st.columnInt(0));
+  p.state.tsNs = st.columnInt(1);
+  p.state.trackedBytes = st.columnInt(2);
+  p.phase = st.columnText(3);
+  p.scope = st.columnText(4);
+  Statement cats = db.prepare(
+      "SELECT category, bytes, blocks FROM peak_category WHERE session_id = ?1 AND step = ?2");
+  cats.bind(1, id).bind(2, step);
+  while (cats.step()) {
+    auto c = core::categoryFromWire(static_cast<int>(cats.columnInt(0)));
+    if (!c) continue;
+    p.state.bytes[core::categoryIndex(*c)] = cats.columnInt(1);
+    p.state.blocks[core::categoryIndex(*c)] = cats.columnInt(2);
+  }
+  Statement items = db.prepare(
+      "SELECT kind, name, category, bytes, blocks FROM peak_item WHERE session_id = ?1 AND "
+      "step = ?2 ORDER BY kind, rank");
+  items.bind(1, id).bind(2, step);
+  while (items.step()) {
+    core::PeakItem it;
+    it.name = items.columnText(1);
+    it.category = core::categoryFromWire(static_cast<int>(items.columnInt(2)))
+                      .value_or(core::Category::kUnknown);
+    it.bytes = items.columnInt(3);
+    it.blocks = items.columnInt(4);
+    (items.columnText(0) == "module" ? p.modules : p.tensors).push_back(std::move(it));
+  }
+  return p;
+}
+
+absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std::string& path,
+                                                                     int64_t id, int64_t fromTs,
+                                                                     int64_t toTs, int buckets) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  // Choose the level from the chunks' extents: the coarsest with at least `buckets` samples in
+  // the range, counting a partly covered chunk in proportion.
+  Statement meta = db.prepare(
+      "SELECT level, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
+      "WHERE session_id = ?1 AND last_ts_ns >= ?2 AND first_ts_ns <= ?3");
+  meta.bind(1, id).bind(2, fromTs).bind(3, toTs);
+  std::map<int64_t, double> inRange;
+  while (meta.step()) {
+    const int64_t first = meta.columnInt(1);
+    const int64_t last = meta.columnInt(2);
+    const double span = static_cast<double>(std::max<int64_t>(last - first, 1));
+    const double covered =
+        static_cast<double>(std::min(last, toTs) - std::max(first, fromTs));
+    inRange[meta.columnInt(0)] +=
+        static_cast<double>(meta.columnInt(3)) * std::clamp(covered / span, 0.0, 1.0);
+  }
+  if (inRange.empty()) return absl::NotFoundError("no stored timeline in that range");
+  int64_t level = inRange.begin()->first;
+  for (const auto& [l, n] : inRange) {
+    if (n >= buckets) level = l;
+  }
+  Statement rows = db.prepare(
+      "SELECT samples FROM timeline_chunk WHERE session_id = ?1 AND level = ?2 AND "
+      "last_ts_ns >= ?3 AND first_ts_ns <= ?4 ORDER BY chunk");
+  rows.bind(1, id).bind(2, level).bind(3, fromTs).bind(4, toTs);
+  core::TimelineLevel samples;
+  while (rows.step()) {
+    if (!core::decodeSamples(rows.columnBlob(0), &samples.samples)) {
+      return absl::DataLossError("corrupt timeline chunk in session " + std::to_string(id));
+    }
+  }
+  return core::foldTimeline(core::samplesInRange(samples, fromTs, toTs), fromTs, toTs, buckets);
 }
 
 absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string& path) {

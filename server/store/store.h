@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/store/sqlite.h"
+#include "src/core/analysis.h"
 #include "src/core/recording.h"
 
 namespace tidemark::server {
@@ -136,11 +137,24 @@ class Store {
   absl::Status endSession(const SessionEnd& end);
   // Marks sessions left live by a previous run of the daemon as aborted.
   absl::Status abortStaleSessions();
+  // Stores the analysis of an ended session (replacing any earlier one) and marks it analyzed.
+  absl::Status writeAnalysis(int64_t sessionId, const core::Analysis& analysis);
 
   // Reader side (a fresh read-only connection per call).
   static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path);
   static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id);
   static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id);
+  // Only the steps of a session (cheap), as a Recording with nothing else in it.
+  static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
+  // Ended sessions whose analysis is not stored yet.
+  static absl::StatusOr<std::vector<int64_t>> sessionsToAnalyze(const std::string& path);
+  static absl::StatusOr<bool> isAnalyzed(const std::string& path, int64_t id);
+  // A stored peak: step -1 for the whole session. NOT_FOUND if there is none.
+  static absl::StatusOr<core::PeakReport> readPeak(const std::string& path, int64_t id,
+                                                   int64_t step);
+  // The stored timeline's buckets over [fromTs, toTs].
+  static absl::StatusOr<std::vector<core::TimelineBucket>> readTimeline(
+      const std::string& path, int64_t id, int64_t fromTs, int64_t toTs, int buckets);
 
  private:
   explicit Store(std::string path) : m_path(std::move(path)) {}

@@ -29,6 +29,8 @@ class LivenessReplay {
   // The moment of highest tracked bytes with seq in [fromSeq, toSeq). The state before the
   // first event of the range counts too (a range that only frees peaks at its start).
   MemoryState peak(uint64_t fromSeq = 0, uint64_t toSeq = kOpenSeq) const;
+  // The peak of each range in one pass. Ranges must be sorted and disjoint; same rules as peak().
+  std::vector<MemoryState> peaks(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
   // The state after every event whose timestamp is <= tsNs (in sequence order).
   MemoryState at(int64_t tsNs) const;
   // The state after the event with this sequence number.

@@ -25,7 +25,8 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
   for (size_t i = 0; i < rec.blocks.size(); ++i) byAddress[rec.blocks[i].address].push_back(i);
 
   CategorizeStats local;
-  for (const Tag& tag : rec.tags) {
+  for (size_t ti = 0; ti < rec.tags.size(); ++ti) {
+    const Tag& tag = rec.tags[ti];
     auto it = byAddress.find(tag.address);
     const Block* found = nullptr;
     size_t index = 0;
@@ -49,6 +50,7 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
     if (bc.tagCount == 0 || tagPriority(tag.category) > tagPriority(bc.category)) {
       bc.category = tag.category;
       bc.rule = CategoryRule::kTag;
+      bc.tagIndex = static_cast<int>(ti);
     }
     ++bc.tagCount;
   }

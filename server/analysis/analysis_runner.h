@@ -1,0 +1,41 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "server/store/writer.h"
+
+namespace tidemark::server {
+
+// Runs the analysis pass (src/core/analysis.h) of ended sessions on its own thread and stores the
+// results through the writer. Queries never wait for it: until a session is analyzed they compute
+// what they need themselves.
+class AnalysisRunner {
+ public:
+  explicit AnalysisRunner(StoreWriter& writer);
+  ~AnalysisRunner();  // abandons queued work (it is redone at the next start)
+
+  void enqueue(int64_t sessionId);
+  // Queues every ended session that has no stored analysis (after a restart).
+  void enqueuePending();
+  // Blocks until the queue is empty and nothing runs. For tests and benchmarks.
+  void waitIdle();
+  void stop();
+
+ private:
+  void run();
+
+  StoreWriter& m_writer;
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::condition_variable m_idle;
+  std::deque<int64_t> m_queue;
+  bool m_busy = false;
+  bool m_stopping = false;
+  std::thread m_thread;
+};
+
+}  // namespace tidemark::server

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "src/core/breakdown.h"
+
+namespace tidemark::core {
+
+// Series of a timeline: index 0 is the tracked total, 1 + categoryIndex(c) each category.
+inline constexpr int kSeriesCount = kCategoryCount + 1;
+using SeriesValues = std::array<int64_t, kSeriesCount>;
+
+// What a stretch of consecutive events did to memory: per series, the lowest and highest value
+// after any of its events, and the value after its last event.
+struct TimelineSample {
+  int64_t firstTsNs = 0;
+  int64_t lastTsNs = 0;
+  uint64_t firstSeq = 0;
+  uint64_t lastSeq = 0;
+  SeriesValues min{};
+  SeriesValues max{};
+  SeriesValues last{};
+  void absorb(const TimelineSample& s);  // extends this sample by a later one
+};
+
+// One level of detail: samples of `eventsPerSample` consecutive events (the last may hold fewer).
+struct TimelineLevel {
+  int eventsPerSample = 0;
+  std::vector<TimelineSample> samples;  // in time order
+};
+
+// The pyramid: level 0 is the finest; each next level merges kLevelFactor samples of the one below.
+struct Timeline {
+  static constexpr int kFinestEvents = 64;
+  static constexpr int kLevelFactor = 8;
+  std::vector<TimelineLevel> levels;
+};
+
+Timeline buildTimeline(const LivenessReplay& replay);
+
+// A bucket of a timeline query. `empty` when no sample fell in it (values then carry over).
+struct TimelineBucket {
+  int64_t startTsNs = 0;
+  int64_t endTsNs = 0;
+  bool empty = true;
+  SeriesValues min{};
+  SeriesValues max{};
+  SeriesValues last{};
+};
+
+// Picks the coarsest level with at least `buckets` samples in [fromTs, toTs] (the finest if none
+// has), and folds its samples into `buckets` equal-width buckets (a sample goes to the bucket of
+// its first event). Level reads the samples of one level in the range: the store's and the
+// in-memory timelines share this fold.
+std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples,
+                                         int64_t fromTs, int64_t toTs, int buckets);
+// Which level to read for a query: the coarsest with at least `buckets` samples in range.
+int chooseLevel(const Timeline& timeline, int64_t fromTs, int64_t toTs, int buckets);
+// The samples of one level whose events overlap [fromTs, toTs].
+std::vector<TimelineSample> samplesInRange(const TimelineLevel& level, int64_t fromTs,
+                                           int64_t toTs);
+
+}  // namespace tidemark::core
