@@ -8,35 +8,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include "agent/transport/spool.h"
+#include "server/cli/client.h"
 #include "server/cli/format.h"
+#include "server/cli/render.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
 namespace tidemark::cli {
 
 namespace {
-
-std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g) {
-  return grpc::CreateChannel(g.server, grpc::InsecureChannelCredentials());
-}
-
-// Prints a failed call's status; UNAVAILABLE means nobody answered at the address.
-int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    std::fprintf(stderr,
-                 "tidemark %s: no tidemarkd reachable at %s (start it with `tidemarkd`, or "
-                 "pass --server)\n",
-                 what, g.server.c_str());
-    return kExitUnreachable;
-  }
-  std::fprintf(stderr, "tidemark %s: %s\n", what, s.error_message().c_str());
-  return kExitError;
-}
-
-void withDeadline(grpc::ClientContext& ctx, int seconds) {
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-}
 
 const char* stateName(v1::SessionState s) {
   switch (s) {
@@ -45,48 +25,6 @@ const char* stateName(v1::SessionState s) {
     case v1::SESSION_STATE_ABORTED: return "aborted";
     default: return "?";
   }
-}
-
-bool parseSessionId(const std::string& s, uint64_t* id) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (s.empty() || end == nullptr || *end != '\0' || v == 0) return false;
-  *id = v;
-  return true;
-}
-
-// "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start. A bare integer
-// is an absolute timestamp in nanoseconds (CLOCK_MONOTONIC of the recording host).
-bool parseTime(const std::string& s, bool* relative, int64_t* ns) {
-  std::string t = s;
-  *relative = false;
-  if (!t.empty() && t[0] == '+') {
-    *relative = true;
-    t = t.substr(1);
-  }
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || end == t.c_str()) return false;
-  const std::string unit = end;
-  double scale = 1;
-  if (unit.empty()) {
-    scale = 1;
-  } else if (unit == "s") {
-    scale = 1e9;
-    *relative = true;
-  } else if (unit == "ms") {
-    scale = 1e6;
-    *relative = true;
-  } else if (unit == "us") {
-    scale = 1e3;
-    *relative = true;
-  } else if (unit == "ns") {
-    *relative = true;
-  } else {
-    return false;
-  }
-  *ns = static_cast<int64_t>(v * scale);
-  return true;
 }
 
 void printSessionJson(const v1::SessionInfo& s, std::string& out) {
@@ -103,7 +41,8 @@ void printSessionJson(const v1::SessionInfo& s, std::string& out) {
          ", \"events_dropped\": " + std::to_string(s.events_dropped()) +
          ", \"blocks\": " + std::to_string(s.blocks()) +
          ", \"live_blocks_at_end\": " + std::to_string(s.live_blocks_at_end()) +
-         ", \"steps\": " + std::to_string(s.steps()) + ", \"stats\": {";
+         ", \"steps\": " + std::to_string(s.steps()) +
+         ", \"analyzed\": " + (s.analyzed() ? "true" : "false") + ", \"stats\": {";
   for (int i = 0; i < s.stats_size(); ++i) {
     const v1::Stat& st = s.stats(i);
     if (i) out += ", ";
@@ -203,19 +142,14 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
         return kExitUsage;
       }
       if (relative) {
-        auto stub = v1::Query::NewStub(channelFor(g));
-        grpc::ClientContext ctx;
-        withDeadline(ctx, 30);
-        v1::GetSessionRequest sreq;
-        sreq.set_session_id(req.session_id());
-        v1::SessionInfo info;
         if (!haveSession) {
           std::fputs("tidemark breakdown: give SESSION before --at\n", stderr);
           return kExitUsage;
         }
-        const grpc::Status s = stub->GetSession(&ctx, sreq, &info);
-        if (!s.ok()) return reportError(g, "breakdown", s);
-        ns += info.start_ts_ns();
+        int code = kExitOk;
+        const int64_t start = sessionStartNs(g, req.session_id(), "breakdown", &code);
+        if (start < 0) return code;
+        ns += start;
       }
       req.set_ts_ns(ns);
     } else if (!haveSession) {
@@ -243,42 +177,10 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
   if (!s.ok()) return reportError(g, "breakdown", s);
 
   if (g.json) {
-    std::string out = "{\"session\": " + std::to_string(b.session_id()) +
-                      ", \"ts_ns\": " + std::to_string(b.ts_ns()) +
-                      ", \"seq\": " + std::to_string(b.seq()) +
-                      ", \"step\": " + std::to_string(b.step()) +
-                      ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
-                      ", \"phase\": " + jsonString(b.phase()) +
-                      ", \"scope\": " + jsonString(b.scope()) +
-                      ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) +
-                      ", \"categories\": {";
-    for (int i = 0; i < b.categories_size(); ++i) {
-      const v1::CategoryBytes& c = b.categories(i);
-      if (i) out += ", ";
-      out += jsonString(c.name()) + ": {\"bytes\": " + std::to_string(c.bytes()) +
-             ", \"blocks\": " + std::to_string(c.blocks()) + "}";
-    }
-    out += "}}\n";
-    std::fputs(out.c_str(), stdout);
-    return kExitOk;
+    std::fputs((breakdownJson(b) + "\n").c_str(), stdout);
+  } else {
+    printBreakdown(b);
   }
-  std::printf("session %llu, %s%s (seq %llu)%s%s%s%s\n",
-              static_cast<unsigned long long>(b.session_id()),
-              b.at_peak() ? "peak" : "state",
-              b.step() >= 0 ? (" in step " + std::to_string(b.step())).c_str() : "",
-              static_cast<unsigned long long>(b.seq()), b.phase().empty() ? "" : ", phase ",
-              b.phase().c_str(), b.scope().empty() ? "" : ", in ", b.scope().c_str());
-  std::printf("%-17s %16s %12s %7s %8s\n", "CATEGORY", "BYTES", "", "SHARE", "BLOCKS");
-  for (const v1::CategoryBytes& c : b.categories()) {
-    if (c.bytes() == 0 && c.blocks() == 0) continue;
-    const double share =
-        b.tracked_bytes() > 0 ? 100.0 * static_cast<double>(c.bytes()) / b.tracked_bytes() : 0.0;
-    std::printf("%-17s %16s %12s %6.1f%% %8lld\n", c.name().c_str(),
-                groupDigits(c.bytes()).c_str(), humanBytes(c.bytes()).c_str(), share,
-                static_cast<long long>(c.blocks()));
-  }
-  std::printf("%-17s %16s %12s\n", "total tracked", groupDigits(b.tracked_bytes()).c_str(),
-              humanBytes(b.tracked_bytes()).c_str());
   return kExitOk;
 }
 

@@ -20,5 +20,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

@@ -19,6 +19,10 @@ commands:
   sessions [--json]                       list recorded sessions
   breakdown SESSION [--step N] [--at peak|TIME] [--json]
                                           memory by category at a moment (default: the peak)
+  peak SESSION [--step N] [--top K] [--json]
+                                          the peak: by category, module and tensor
+  timeline SESSION [--from T --to T] [--buckets N] [--json]
+                                          memory over time, per category (min/max/last)
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
 
 options (every command):
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
   if (command == "sessions") return sessionsCommand(g, args);
   if (command == "breakdown") return breakdownCommand(g, args);
   if (command == "upload") return uploadCommand(g, args);
+  if (command == "timeline") return timelineCommand(g, args);
+  if (command == "peak") return peakCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

@@ -27,6 +27,7 @@ void fillSession(const SessionRecord& r, v1::SessionInfo* out) {
   out->set_blocks(static_cast<uint64_t>(r.blocks));
   out->set_live_blocks_at_end(static_cast<uint64_t>(r.liveBlocksAtEnd));
   out->set_steps(r.steps);
+  out->set_analyzed(r.analyzed);
   for (const StatRow& s : r.stats) {
     v1::Stat* st = out->add_stats();
     st->set_name(s.name);

@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS session (
   events_sent INTEGER,                  -- from the agent's goodbye
   events_dropped INTEGER,               -- agent-side drops, from its goodbye
   live_blocks_at_end INTEGER,           -- blocks never freed when the session ended
+  block_count INTEGER NOT NULL DEFAULT 0,  -- allocation rows of the session
   first_block_id INTEGER,               -- allocation.id range holding the session's blocks
   last_block_id INTEGER,
   analyzed INTEGER NOT NULL DEFAULT 0   -- 1 once the analysis tables below hold its results
@@ -131,7 +132,7 @@ CREATE TABLE IF NOT EXISTS block_category (
   PRIMARY KEY (session_id, chunk)
 ) WITHOUT ROWID;
 
--- The timeline's levels of detail: samples of 64 events at level 0, each level 8 times coarser.
+-- The timeline's levels of detail: samples of 64 events at level 0, each level 4 times coarser.
 CREATE TABLE IF NOT EXISTS timeline_chunk (
   session_id INTEGER NOT NULL,
   level INTEGER NOT NULL,

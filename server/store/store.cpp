@@ -39,9 +39,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
       "events_sent, events_dropped, live_blocks_at_end, "
-      "(SELECT COUNT(*) FROM allocation a WHERE a.id BETWEEN s.first_block_id AND "
-      "s.last_block_id AND a.session_id = s.id), "
-      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id) "
+      "block_count, "
+      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed "
       "FROM session s " + where + " ORDER BY id");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   if (id != 0) st.bind(1, id);
@@ -66,6 +65,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     r.liveBlocksAtEnd = st.columnInt(15);
     r.blocks = st.columnInt(16);
     r.steps = st.columnInt(17);
+    r.analyzed = st.columnInt(18) != 0;
     out.push_back(std::move(r));
   }
   Statement stats = db.prepare(
@@ -139,7 +139,7 @@ absl::Status Store::prepareStatements() {
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   m_addCounts = m_db.prepare(
       "UPDATE session SET events_received = events_received + ?2, "
-      "events_stored = events_stored + ?3, "
+      "events_stored = events_stored + ?3, block_count = block_count + ?6, "
       "first_block_id = COALESCE(first_block_id, ?4), "
       "last_block_id = COALESCE(?5, last_block_id) WHERE id = ?1");
   m_endSession = m_db.prepare(
@@ -209,6 +209,7 @@ absl::Status Store::writeRows(const SessionRows& r) {
   }
   if (r.eventsReceived != 0 || r.eventsStored != 0 || firstBlock != 0) {
     m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
+    m_addCounts.bind(6, static_cast<int64_t>(r.blocks.size()));
     if (firstBlock != 0) {
       m_addCounts.bind(4, firstBlock).bind(5, lastBlock);
     } else {

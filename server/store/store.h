@@ -114,6 +114,7 @@ struct SessionRecord {
   int64_t liveBlocksAtEnd = 0;
   int64_t blocks = 0;
   int64_t steps = 0;
+  bool analyzed = false;
   std::vector<StatRow> stats;
 };
 

@@ -34,7 +34,7 @@ struct TimelineLevel {
 // The pyramid: level 0 is the finest; each next level merges kLevelFactor samples of the one below.
 struct Timeline {
   static constexpr int kFinestEvents = 64;
-  static constexpr int kLevelFactor = 8;
+  static constexpr int kLevelFactor = 4;
   std::vector<TimelineLevel> levels;
 };
 

@@ -1,5 +1,8 @@
 #include "src/core/timeline_codec.h"
 
+#include <bit>
+#include <cstring>
+
 namespace tidemark::core {
 
 namespace {
@@ -9,7 +12,11 @@ void put(std::string& out, int64_t v) {
 }
 int64_t get(const unsigned char*& p) {
   uint64_t u = 0;
-  for (int i = 0; i < 8; ++i) u |= static_cast<uint64_t>(p[i]) << (8 * i);
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&u, p, 8);  // the stored order is the host's: one load
+  } else {
+    for (int i = 0; i < 8; ++i) u |= static_cast<uint64_t>(p[i]) << (8 * i);
+  }
   p += 8;
   return static_cast<int64_t>(u);
 }

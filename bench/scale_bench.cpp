@@ -1,10 +1,13 @@
-// Ingest throughput: streams a synthetic session of N events through the real Ingest API (gRPC
-// over loopback) to a running tidemarkd and times it until the stream's status is back (the
-// daemon returns it only once everything is committed). Beside it, the raw SQLite rate: the same
-// number of events inserted one plain row per event, WAL, one prepared statement, one
-// transaction, into a scratch file.
+// A session at scale, end to end against a running tidemarkd:
+//  1. ingest: streams a synthetic session of N events through the real Ingest API (gRPC over
+//     loopback) and times it until the stream's status is back (the daemon returns it only once
+//     everything is committed). Beside it, the raw SQLite rate: the same number of events
+//     inserted one plain row per event, WAL, one prepared statement, one transaction.
+//  2. analysis: how long until the daemon has stored the session's analysis.
+//  3. timeline queries (2000 buckets) over the full range and over a zoomed range (the middle
+//     tenth), each repeated; the median and the worst in milliseconds.
 //
-//   bench_ingest --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db
+//   bench_scale --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
@@ -12,11 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "tidemark/v1/ingest.grpc.pb.h"
+#include "tidemark/v1/query.grpc.pb.h"
 
 namespace v1 = tidemark::v1;
 
@@ -99,18 +105,70 @@ double rawSqliteRate(const std::string& path, long events) {
   return static_cast<double>(events) / s;
 }
 
+// 3. timeline queries: prints the figures and closes the JSON object.
+int timeTimelines(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
+                  const v1::SessionInfo* known) {
+  auto query = v1::Query::NewStub(channel);
+  v1::SessionInfo info;
+  if (known != nullptr) {
+    info = *known;
+  } else {
+    grpc::ClientContext c;
+    v1::GetSessionRequest r;
+    r.set_session_id(session);
+    if (!query->GetSession(&c, r, &info).ok()) return 1;
+  }
+  auto timeQueries = [&](int64_t from, int64_t to, int repeats) {
+    std::vector<double> ms;
+    for (int i = 0; i < repeats; ++i) {
+      grpc::ClientContext c;
+      v1::TimelineRequest r;
+      r.set_session_id(session);
+      r.set_from_ts_ns(from);
+      r.set_to_ts_ns(to);
+      r.set_buckets(2000);
+      v1::Timeline t;
+      const auto q0 = std::chrono::steady_clock::now();
+      if (!query->GetTimeline(&c, r, &t).ok() || !t.precomputed() || t.buckets_size() != 2000) {
+        std::fprintf(stderr, "bench_scale: timeline query failed\n");
+        std::exit(1);
+      }
+      ms.push_back(seconds(q0) * 1e3);
+    }
+    std::sort(ms.begin(), ms.end());
+    return std::make_pair(ms[ms.size() / 2], ms.back());
+  };
+  const int64_t start = info.start_ts_ns();
+  const int64_t end = info.end_ts_ns();
+  const auto full = timeQueries(start, end, 20);
+  const int64_t span = end - start;
+  const auto zoom = timeQueries(start + span * 45 / 100, start + span * 55 / 100, 20);
+
+  std::printf("\"timeline_full_ms_median\": %.2f, \"timeline_full_ms_max\": %.2f, "
+              "\"timeline_zoom_ms_median\": %.2f, \"timeline_zoom_ms_max\": %.2f, "
+              "\"session\": %llu}\n",
+              full.first, full.second, zoom.first, zoom.second,
+              static_cast<unsigned long long>(session));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string server = "127.0.0.1:7531";
   std::string scratch = "/tmp/tidemark-bench-raw.db";
   long events = 10'000'000;
+  uint64_t queriesOnly = 0;  // --queries-only SESSION: skip ingest and analysis, time queries
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--server")) server = argv[i + 1];
     if (!std::strcmp(argv[i], "--events")) events = std::atol(argv[i + 1]);
     if (!std::strcmp(argv[i], "--scratch")) scratch = argv[i + 1];
+    if (!std::strcmp(argv[i], "--queries-only")) queriesOnly = std::strtoull(argv[i + 1], nullptr, 10);
   }
   constexpr size_t kBatch = 8192;
+
+  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  if (queriesOnly != 0) return timeTimelines(channel, queriesOnly, nullptr);
 
   // Batches are generated before the clock starts: this measures the daemon, not the generator.
   Generator gen(42);
@@ -124,7 +182,6 @@ int main(int argc, char** argv) {
     batches.push_back(std::move(m));
   }
 
-  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   auto stub = v1::Ingest::NewStub(channel);
   grpc::ClientContext ctx;
   const auto t0 = std::chrono::steady_clock::now();
@@ -133,10 +190,11 @@ int main(int argc, char** argv) {
   hello.mutable_handshake()->set_magic(0x54444D4B);
   hello.mutable_handshake()->set_protocol_version(1);
   hello.mutable_handshake()->set_pid(1);
-  hello.mutable_handshake()->set_command_line("bench_ingest");
+  hello.mutable_handshake()->set_command_line("bench_scale");
+  hello.mutable_handshake()->set_start_ts_ns(1'000'000'000);  // the generator's first timestamp
   v1::ServerMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply)) {
-    std::fprintf(stderr, "bench_ingest: no tidemarkd at %s\n", server.c_str());
+    std::fprintf(stderr, "bench_scale: no tidemarkd at %s\n", server.c_str());
     return 1;
   }
   for (const auto& m : batches) {
@@ -151,13 +209,28 @@ int main(int argc, char** argv) {
   const grpc::Status status = stream->Finish();
   const double ingestS = seconds(t0);
   if (!status.ok()) {
-    std::fprintf(stderr, "bench_ingest: %s\n", status.error_message().c_str());
+    std::fprintf(stderr, "bench_scale: %s\n", status.error_message().c_str());
     return 1;
   }
+  const uint64_t session = reply.handshake_reply().session_id();
+
+  // 2. analysis
+  auto query = v1::Query::NewStub(channel);
+  const auto a0 = std::chrono::steady_clock::now();
+  v1::SessionInfo info;
+  for (;;) {
+    grpc::ClientContext c;
+    v1::GetSessionRequest r;
+    r.set_session_id(session);
+    if (!query->GetSession(&c, r, &info).ok()) return 1;
+    if (info.analyzed()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double analysisS = seconds(a0);
+
   const double raw = rawSqliteRate(scratch, events);
   std::printf("{\"events\": %ld, \"ingest_s\": %.3f, \"ingest_events_per_s\": %.0f, "
-              "\"raw_sqlite_rows_per_s\": %.0f, \"session\": %llu}\n",
-              events, ingestS, events / ingestS, raw,
-              static_cast<unsigned long long>(reply.handshake_reply().session_id()));
-  return 0;
+              "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, ",
+              events, ingestS, events / ingestS, raw, analysisS);
+  return timeTimelines(channel, session, &info);
 }

@@ -1,0 +1,243 @@
+// `tidemark timeline` and `tidemark peak`: the analysis queries.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "server/cli/client.h"
+#include "server/cli/commands.h"
+#include "server/cli/format.h"
+#include "server/cli/render.h"
+#include "tidemark/v1/query.grpc.pb.h"
+
+namespace tidemark::cli {
+
+namespace {
+
+bool parseInt(const std::string& s, int64_t* out) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || end == nullptr || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+// Parses "--from/--to TIME" into req (relative times need the session's start).
+int resolveTime(const GlobalOptions& g, uint64_t session, const std::string& text, int64_t* ns) {
+  bool relative = false;
+  if (!parseTime(text, &relative, ns)) {
+    std::fprintf(stderr, "tidemark timeline: bad time '%s' (try +1.5s or 250ms)\n", text.c_str());
+    return kExitUsage;
+  }
+  if (relative) {
+    int code = kExitOk;
+    const int64_t start = sessionStartNs(g, session, "timeline", &code);
+    if (start < 0) return code;
+    *ns += start;
+  }
+  return kExitOk;
+}
+
+std::string itemsJson(const google::protobuf::RepeatedPtrField<v1::PeakItem>& items) {
+  std::string out = "[";
+  for (int i = 0; i < items.size(); ++i) {
+    const v1::PeakItem& it = items.Get(i);
+    if (i) out += ", ";
+    out += "{\"name\": " + jsonString(it.name()) + ", \"category\": " +
+           jsonString(v1::Category_Name(it.category()).substr(9)) +  // drop "CATEGORY_"
+           ", \"bytes\": " + std::to_string(it.bytes()) +
+           ", \"blocks\": " + std::to_string(it.blocks()) + "}";
+  }
+  return out + "]";
+}
+
+void printItems(const char* title, const google::protobuf::RepeatedPtrField<v1::PeakItem>& items,
+                int limit) {
+  if (items.empty()) return;
+  std::printf("\n%-60s %12s %-17s %7s\n", title, "BYTES", "CATEGORY", "BLOCKS");
+  for (int i = 0; i < items.size() && i < limit; ++i) {
+    const v1::PeakItem& it = items.Get(i);
+    std::string name = it.name();
+    if (name.size() > 60) name = "..." + name.substr(name.size() - 57);
+    std::printf("%-60s %12s %-17s %7lld\n", name.c_str(), humanBytes(it.bytes()).c_str(),
+                v1::Category_Name(it.category()).substr(9).c_str(),
+                static_cast<long long>(it.blocks()));
+  }
+}
+
+}  // namespace
+
+int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  constexpr const char* kUsageText =
+      "usage: tidemark timeline SESSION [--from TIME] [--to TIME] [--buckets N] [--server ADDR] "
+      "[--json]\n\n"
+      "Memory over time: per bucket, the lowest and highest tracked bytes and the bytes at its\n"
+      "end, in total and per category. TIME is an offset from the session's start (+1.5s, 250ms)\n"
+      "or an absolute timestamp in ns. Default: the whole session, 40 buckets (1000 with --json).\n";
+  v1::TimelineRequest req;
+  bool haveSession = false;
+  std::string from;
+  std::string to;
+  int64_t buckets = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsageText, stdout);
+      return kExitOk;
+    } else if ((a == "--from" || a == "--to" || a == "--buckets") && i + 1 >= args.size()) {
+      std::fprintf(stderr, "tidemark timeline: %s needs a value\n", a.c_str());
+      return kExitUsage;
+    } else if (a == "--from") {
+      from = args[++i];
+    } else if (a == "--to") {
+      to = args[++i];
+    } else if (a == "--buckets") {
+      if (!parseInt(args[++i], &buckets) || buckets < 1 || buckets > 100000) {
+        std::fprintf(stderr, "tidemark timeline: --buckets must be 1 to 100000\n");
+        return kExitUsage;
+      }
+    } else if (!haveSession) {
+      uint64_t id = 0;
+      if (!parseSessionId(a, &id)) {
+        std::fprintf(stderr, "tidemark timeline: '%s' is not a session id\n", a.c_str());
+        return kExitUsage;
+      }
+      req.set_session_id(id);
+      haveSession = true;
+    } else {
+      std::fprintf(stderr, "tidemark timeline: unexpected argument '%s'\n", a.c_str());
+      return kExitUsage;
+    }
+  }
+  if (!haveSession) {
+    std::fputs(kUsageText, stderr);
+    return kExitUsage;
+  }
+  if (from.empty() != to.empty()) {
+    std::fputs("tidemark timeline: give both --from and --to, or neither\n", stderr);
+    return kExitUsage;
+  }
+  if (!from.empty()) {
+    int64_t ns = 0;
+    if (int code = resolveTime(g, req.session_id(), from, &ns); code != kExitOk) return code;
+    req.set_from_ts_ns(ns);
+    if (int code = resolveTime(g, req.session_id(), to, &ns); code != kExitOk) return code;
+    req.set_to_ts_ns(ns);
+  }
+  req.set_buckets(static_cast<int32_t>(buckets != 0 ? buckets : (g.json ? 1000 : 40)));
+
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  v1::Timeline t;
+  const grpc::Status s = stub->GetTimeline(&ctx, req, &t);
+  if (!s.ok()) return reportError(g, "timeline", s);
+
+  if (g.json) {
+    std::string out = "{\"session\": " + std::to_string(t.session_id()) +
+                      ", \"from_ts_ns\": " + std::to_string(t.from_ts_ns()) +
+                      ", \"to_ts_ns\": " + std::to_string(t.to_ts_ns()) +
+                      ", \"precomputed\": " + (t.precomputed() ? "true" : "false") +
+                      ", \"series\": [";
+    for (int i = 0; i < t.series_size(); ++i) out += (i ? ", " : "") + jsonString(t.series(i));
+    out += "], \"buckets\": [";
+    for (int i = 0; i < t.buckets_size(); ++i) {
+      const v1::TimelineBucket& b = t.buckets(i);
+      auto list = [](const google::protobuf::RepeatedField<int64_t>& v) {
+        std::string o = "[";
+        for (int k = 0; k < v.size(); ++k) o += (k ? ", " : "") + std::to_string(v.Get(k));
+        return o + "]";
+      };
+      out += std::string(i ? ",\n  " : "\n  ") + "{\"start_ts_ns\": " +
+             std::to_string(b.start_ts_ns()) + ", \"end_ts_ns\": " + std::to_string(b.end_ts_ns()) +
+             ", \"empty\": " + (b.empty() ? "true" : "false") + ", \"min\": " +
+             list(b.min_bytes()) + ", \"max\": " + list(b.max_bytes()) + ", \"last\": " +
+             list(b.last_bytes()) + "}";
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+  int64_t top = 1;
+  for (const v1::TimelineBucket& b : t.buckets()) top = std::max<int64_t>(top, b.max_bytes(0));
+  std::printf("session %llu: tracked bytes over %.3f s (%d buckets; # = max, the bar's scale is %s)\n",
+              static_cast<unsigned long long>(t.session_id()),
+              static_cast<double>(t.to_ts_ns() - t.from_ts_ns()) / 1e9, t.buckets_size(),
+              humanBytes(top).c_str());
+  std::printf("%10s %12s %12s  %s\n", "TIME", "MIN", "MAX", "");
+  constexpr int kWidth = 50;
+  for (const v1::TimelineBucket& b : t.buckets()) {
+    const int bar = static_cast<int>(static_cast<double>(b.max_bytes(0)) * kWidth / top);
+    const int low = static_cast<int>(static_cast<double>(b.min_bytes(0)) * kWidth / top);
+    std::string drawn(static_cast<size_t>(low), '=');
+    drawn += std::string(static_cast<size_t>(std::max(bar - low, 0)), '#');
+    std::printf("%9.3fs %12s %12s  %s\n",
+                static_cast<double>(b.start_ts_ns() - t.from_ts_ns()) / 1e9,
+                humanBytes(b.min_bytes(0)).c_str(), humanBytes(b.max_bytes(0)).c_str(),
+                drawn.c_str());
+  }
+  return kExitOk;
+}
+
+int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  constexpr const char* kUsageText =
+      "usage: tidemark peak SESSION [--step N] [--top K] [--server ADDR] [--json]\n\n"
+      "The peak of tracked memory (of the session, or of step N): when, how high, the phase and\n"
+      "module running, the bytes by category, and for the session's peak the largest modules\n"
+      "(the scope each block was allocated in) and tensors live at it.\n";
+  v1::PeakRequest req;
+  bool haveSession = false;
+  int64_t topK = 10;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsageText, stdout);
+      return kExitOk;
+    } else if (a == "--step" || a == "--top") {
+      int64_t v = 0;
+      if (i + 1 >= args.size() || !parseInt(args[i + 1], &v)) {
+        std::fprintf(stderr, "tidemark peak: %s needs a number\n", a.c_str());
+        return kExitUsage;
+      }
+      ++i;
+      if (a == "--step") {
+        req.set_has_step(true);
+        req.set_step(v);
+      } else {
+        topK = v;
+      }
+    } else if (!haveSession) {
+      uint64_t id = 0;
+      if (!parseSessionId(a, &id)) {
+        std::fprintf(stderr, "tidemark peak: '%s' is not a session id\n", a.c_str());
+        return kExitUsage;
+      }
+      req.set_session_id(id);
+      haveSession = true;
+    } else {
+      std::fprintf(stderr, "tidemark peak: unexpected argument '%s'\n", a.c_str());
+      return kExitUsage;
+    }
+  }
+  if (!haveSession) {
+    std::fputs(kUsageText, stderr);
+    return kExitUsage;
+  }
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  v1::Peak p;
+  const grpc::Status s = stub->GetPeak(&ctx, req, &p);
+  if (!s.ok()) return reportError(g, "peak", s);
+  if (g.json) {
+    std::printf("{\"breakdown\": %s, \"modules\": %s, \"tensors\": %s}\n",
+                breakdownJson(p.breakdown()).c_str(), itemsJson(p.modules()).c_str(),
+                itemsJson(p.tensors()).c_str());
+    return kExitOk;
+  }
+  printBreakdown(p.breakdown());
+  printItems("MODULE (scope at allocation)", p.modules(), static_cast<int>(topK));
+  printItems("TENSOR", p.tensors(), static_cast<int>(topK));
+  return kExitOk;
+}
+
+}  // namespace tidemark::cli

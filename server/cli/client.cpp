@@ -1,0 +1,88 @@
+// What every client command shares: the channel, deadlines, error reporting, argument parsing.
+#include "server/cli/client.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "tidemark/v1/query.grpc.pb.h"
+
+namespace tidemark::cli {
+
+std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g) {
+  return grpc::CreateChannel(g.server, grpc::InsecureChannelCredentials());
+}
+
+// Prints a failed call's status; UNAVAILABLE means nobody answered at the address.
+int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    std::fprintf(stderr,
+                 "tidemark %s: no tidemarkd reachable at %s (start it with `tidemarkd`, or "
+                 "pass --server)\n",
+                 what, g.server.c_str());
+    return kExitUnreachable;
+  }
+  std::fprintf(stderr, "tidemark %s: %s\n", what, s.error_message().c_str());
+  return kExitError;
+}
+
+void withDeadline(grpc::ClientContext& ctx, int seconds) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
+bool parseSessionId(const std::string& s, uint64_t* id) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || end == nullptr || *end != '\0' || v == 0) return false;
+  *id = v;
+  return true;
+}
+
+bool parseTime(const std::string& s, bool* relative, int64_t* ns) {
+  std::string t = s;
+  *relative = false;
+  if (!t.empty() && t[0] == '+') {
+    *relative = true;
+    t = t.substr(1);
+  }
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end == t.c_str()) return false;
+  const std::string unit = end;
+  double scale = 1;
+  if (unit.empty()) {
+    scale = 1;
+  } else if (unit == "s") {
+    scale = 1e9;
+    *relative = true;
+  } else if (unit == "ms") {
+    scale = 1e6;
+    *relative = true;
+  } else if (unit == "us") {
+    scale = 1e3;
+    *relative = true;
+  } else if (unit == "ns") {
+    *relative = true;
+  } else {
+    return false;
+  }
+  *ns = static_cast<int64_t>(v * scale);
+  return true;
+}
+
+int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode) {
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 30);
+  v1::GetSessionRequest req;
+  req.set_session_id(session);
+  v1::SessionInfo info;
+  const grpc::Status s = stub->GetSession(&ctx, req, &info);
+  if (!s.ok()) {
+    *exitCode = reportError(g, what, s);
+    return -1;
+  }
+  return info.start_ts_ns();
+}
+
+}  // namespace tidemark::cli

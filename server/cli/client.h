@@ -1,0 +1,26 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "server/cli/commands.h"
+
+namespace tidemark::cli {
+
+std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g);
+// Prints a failed call's status and returns the exit code: kExitUnreachable when nobody answered
+// at the address, kExitError otherwise.
+int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s);
+void withDeadline(grpc::ClientContext& ctx, int seconds);
+bool parseSessionId(const std::string& s, uint64_t* id);
+// "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start (relative); a bare
+// integer is an absolute timestamp in nanoseconds (CLOCK_MONOTONIC of the recording host).
+bool parseTime(const std::string& s, bool* relative, int64_t* ns);
+// The session's start timestamp, to turn relative times into absolute ones; -1 after reporting
+// an error (its exit code in *exitCode).
+int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode);
+
+}  // namespace tidemark::cli

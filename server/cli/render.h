@@ -1,0 +1,15 @@
+#pragma once
+
+#include <string>
+
+#include "tidemark/v1/query.pb.h"
+
+namespace tidemark::cli {
+
+// {"session": .., "ts_ns": .., "seq": .., "step": .., "at_peak": .., "phase": .., "scope": ..,
+//  "tracked_bytes": .., "categories": {"WEIGHT": {"bytes": .., "blocks": ..}, ...}}
+std::string breakdownJson(const v1::Breakdown& b);
+// A table: one line per non-empty category with bytes, share and blocks, then the total.
+void printBreakdown(const v1::Breakdown& b);
+
+}  // namespace tidemark::cli
