@@ -136,10 +136,17 @@ class Instrumenter:
                 self.tag_tensor(t, A.INPUT, "input")
         self.agent.scope_begin(self.agent.intern(name))
         self.local.depth = depth + 1
+        stack = getattr(self.local, "names", None)
+        if stack is None:
+            stack = self.local.names = []
+        stack.append(name)
 
     def _forward_post(self, module, inputs, output):
         depth = max(0, self._depth() - 1)
         self.local.depth = depth
+        stack = getattr(self.local, "names", None)
+        if stack:
+            stack.pop()
         name = self.module_names.get(module, type(module).__name__)
         self.agent.scope_end(self.agent.intern(name))
         if depth == 0 and module in self.roots and self.phases and self.phases[-1] == A.FORWARD:
@@ -151,7 +158,8 @@ class Instrumenter:
             import torch
             if not isinstance(t, torch.nn.Parameter):
                 category = A.RECOMPUTED if self._in_phase(A.RECOMPUTE) else A.ACTIVATION
-                self.tag_tensor(t, category)
+                stack = getattr(self.local, "names", None)
+                self.tag_tensor(t, category, (stack[-1] if stack else "") + ":saved")
         except Exception:
             pass
         return t
@@ -208,6 +216,7 @@ class Instrumenter:
             self.step_open = False
         # An exception inside a forward skips its post hooks: a step boundary resets the depth.
         self.local.depth = 0
+        self.local.names = []
 
     # ----- installation ------------------------------------------------------------------------
     def install(self):

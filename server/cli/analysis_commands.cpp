@@ -235,7 +235,7 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitOk;
   }
   printBreakdown(p.breakdown());
-  printItems("MODULE (scope at allocation)", p.modules(), static_cast<int>(topK));
+  printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));
   return kExitOk;
 }

@@ -10,6 +10,28 @@ namespace tidemark::core {
 
 namespace {
 
+const std::string kNoName;
+
+// For a block allocated outside any module scope (parameters, gradients, optimizer state), the
+// module its tag names: "TinyGPT.blocks.0.attn.qkv.weight.exp_avg" -> "TinyGPT.blocks.0.attn.qkv".
+// Parameter-derived names end in the parameter's name and the state's key, which hold no dot.
+std::string ownerModule(const std::string& tagName) {
+  if (tagName.empty()) return "(no module)";
+  const size_t colon = tagName.find(':');
+  std::string path = colon == std::string::npos ? tagName : tagName.substr(0, colon);
+  if (colon != std::string::npos) return path.empty() ? "(no module)" : path;
+  // Drop the trailing components that are not modules: the parameter, then a .grad or state key.
+  for (const char* suffix : {".grad", ".exp_avg_sq", ".exp_avg", ".step", ".momentum_buffer"}) {
+    const std::string s(suffix);
+    if (path.size() > s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0) {
+      path.resize(path.size() - s.size());
+      break;
+    }
+  }
+  const size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(0, dot);
+}
+
 void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, PeakReport& report,
                size_t topItems) {
   const uint64_t seq = report.state.seq;
@@ -54,7 +76,9 @@ void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, Pea
     }
     const auto size = static_cast<int64_t>(b.sizeBytes);
     const auto& stack = open[b.threadId];
-    ModuleSum& m = modules[stack.empty() ? std::string("(no module)") : rec.scopes[stack.back()].name];
+    const std::string& tagName =
+        cats[i].tagIndex >= 0 ? rec.tags[static_cast<size_t>(cats[i].tagIndex)].name : kNoName;
+    ModuleSum& m = modules[stack.empty() ? ownerModule(tagName) : rec.scopes[stack.back()].name];
     m.bytes += size;
     m.blocks += 1;
     m.byCategory[categoryIndex(cats[i].category)] += size;

@@ -103,6 +103,34 @@ class TrainingBreakdownTest(unittest.TestCase):
                 self.assertEqual(len(lines), 1, run["stderr"])
                 self.assertIn("%d events sent" % s["events_sent"], lines[0])
 
+    def test_stored_analysis_agrees(self):
+        """Once the analysis pass has stored its results, the queries read them; the answers are
+        the same ground-truth-checked ones, and the timeline and the peak agree with them."""
+        for model, run in self.runs.items():
+            sid = run["session"]["id"]
+            self.daemon.wait_analyzed(sid)
+            with self.subTest(model=model):
+                self.check_step_peaks(model)
+                whole = self.daemon.cli_json("breakdown", str(sid))
+                t = self.daemon.cli_json("timeline", str(sid), "--buckets", "300")
+                self.assertTrue(t["precomputed"])
+                self.assertEqual(len(t["buckets"]), 300)
+                self.assertEqual(t["series"][0], "TOTAL")
+                self.assertEqual(max(b["max"][0] for b in t["buckets"]), whole["tracked_bytes"])
+                for b in t["buckets"]:
+                    self.assertEqual(sum(b["last"][1:]), b["last"][0])
+                    self.assertLessEqual(b["min"][0], b["last"][0])
+                    self.assertLessEqual(b["last"][0], b["max"][0])
+                p = self.daemon.cli_json("peak", str(sid))
+                self.assertEqual(p["breakdown"]["seq"], whole["seq"])
+                self.assertEqual(p["breakdown"]["tracked_bytes"], whole["tracked_bytes"])
+                sizes = [m["bytes"] for m in p["modules"]]
+                self.assertEqual(sizes, sorted(sizes, reverse=True))
+                self.assertLessEqual(sum(sizes), whole["tracked_bytes"])
+                self.assertTrue(p["tensors"])
+                self.assertTrue(any(x["name"].endswith(":saved") for x in p["tensors"]))
+                self.assertLessEqual(p["tensors"][0]["bytes"], whole["tracked_bytes"])
+
     def test_phases_and_scopes_recorded(self):
         sid = self.runs["gpt"]["session"]["id"]
         phases = dict(self.daemon.sql("SELECT phase, COUNT(*) FROM phase WHERE session_id = ? "

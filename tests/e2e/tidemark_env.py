@@ -73,6 +73,16 @@ class Daemon:
                 return s
         raise AssertionError("no session for pid %d" % pid)
 
+    def wait_analyzed(self, session_id, timeout=120):
+        """Waits until the daemon has stored the session's analysis."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for s in self.cli_json("sessions")["sessions"]:
+                if s["id"] == session_id and s["analyzed"]:
+                    return s
+            time.sleep(0.1)
+        raise AssertionError("session %d was not analyzed in %ds" % (session_id, timeout))
+
     def newest_session(self):
         sessions = self.cli_json("sessions")["sessions"]
         assert sessions, "no sessions"

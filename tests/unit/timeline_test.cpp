@@ -1,0 +1,168 @@
+#include "src/core/timeline.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "src/core/timeline_codec.h"
+
+namespace tidemark::core {
+namespace {
+
+// A recording of n blocks: block i is allocated at seq 2i+1 (ts 10*seq) with size i+1 and freed
+// at seq 2i+2, except every fifth, which stays live.
+Recording sawtooth(int n) {
+  Recording rec;
+  uint64_t seq = 1;
+  for (int i = 0; i < n; ++i) {
+    Block b;
+    b.address = 0x1000 + static_cast<uint64_t>(i) * 64;
+    b.sizeBytes = static_cast<uint64_t>(i) + 1;
+    b.allocSeq = seq++;
+    b.allocTsNs = static_cast<int64_t>(b.allocSeq) * 10;
+    if (i % 5 != 0) {
+      b.freeSeq = seq++;
+      b.freeTsNs = static_cast<int64_t>(b.freeSeq) * 10;
+    }
+    rec.blocks.push_back(b);
+  }
+  rec.sortBySeq();
+  return rec;
+}
+
+TEST(TimelineTest, SamplesHoldTheExtremesOfTheirEvents) {
+  Recording rec = sawtooth(1000);
+  auto cats = categorize(rec);
+  LivenessReplay replay(rec, cats);
+  Timeline t = buildTimeline(replay);
+  ASSERT_FALSE(t.levels.empty());
+  // Every level covers every event: its samples' extremes match a direct replay.
+  int64_t trueMax = 0;
+  int64_t trueMin = INT64_MAX;
+  int64_t lastValue = 0;
+  size_t events = 0;
+  replay.forEachState([&](const MemoryState& s) {
+    trueMax = std::max(trueMax, s.trackedBytes);
+    trueMin = std::min(trueMin, s.trackedBytes);
+    lastValue = s.trackedBytes;
+    ++events;
+  });
+  for (const TimelineLevel& level : t.levels) {
+    int64_t mx = 0;
+    int64_t mn = INT64_MAX;
+    for (const TimelineSample& s : level.samples) {
+      mx = std::max(mx, s.max[0]);
+      mn = std::min(mn, s.min[0]);
+      EXPECT_EQ(s.max[0], s.max[1 + categoryIndex(Category::kUnknown)]);  // all UNKNOWN
+    }
+    EXPECT_EQ(mx, trueMax);
+    EXPECT_EQ(mn, trueMin);
+    EXPECT_EQ(level.samples.back().last[0], lastValue);
+  }
+  EXPECT_EQ(t.levels[0].samples.size(), (events + 63) / 64);
+  EXPECT_EQ(t.levels.back().samples.size(), 1u);
+}
+
+TEST(TimelineTest, FoldKeepsMinMaxAndCarriesEmptyBuckets) {
+  std::vector<TimelineSample> samples(2);
+  samples[0].firstTsNs = 0;
+  samples[0].lastTsNs = 9;
+  samples[0].min[0] = 5;
+  samples[0].max[0] = 50;
+  samples[0].last[0] = 20;
+  samples[1].firstTsNs = 90;
+  samples[1].lastTsNs = 99;
+  samples[1].min[0] = 1;
+  samples[1].max[0] = 30;
+  samples[1].last[0] = 2;
+  auto buckets = foldTimeline(samples, 0, 99, 10);
+  ASSERT_EQ(buckets.size(), 10u);
+  EXPECT_FALSE(buckets[0].empty);
+  EXPECT_EQ(buckets[0].max[0], 50);
+  EXPECT_TRUE(buckets[5].empty);
+  EXPECT_EQ(buckets[5].min[0], 20);  // the value carried from the last sample before
+  EXPECT_EQ(buckets[5].max[0], 20);
+  EXPECT_EQ(buckets[9].min[0], 1);
+  EXPECT_EQ(buckets[9].last[0], 2);
+  EXPECT_EQ(buckets[0].startTsNs, 0);
+  EXPECT_EQ(buckets[9].endTsNs, 99);
+}
+
+TEST(TimelineTest, ChooseLevelPicksTheCoarsestWithEnoughSamples) {
+  Recording rec = sawtooth(20000);
+  auto cats = categorize(rec);
+  Timeline t = buildTimeline(LivenessReplay(rec, cats));
+  const int64_t from = t.levels[0].samples.front().firstTsNs;
+  const int64_t to = t.levels[0].samples.back().lastTsNs;
+  const int level = chooseLevel(t, from, to, 100);
+  EXPECT_GE(samplesInRange(t.levels[level], from, to).size(), 100u);
+  if (level + 1 < static_cast<int>(t.levels.size())) {
+    EXPECT_LT(samplesInRange(t.levels[level + 1], from, to).size(), 100u);
+  }
+  EXPECT_EQ(chooseLevel(t, from, to, 1000000), 0);  // none has enough: the finest
+}
+
+TEST(TimelineTest, CodecRoundTrip) {
+  std::mt19937_64 rng(7);
+  std::vector<TimelineSample> in(37);
+  for (TimelineSample& s : in) {
+    s.firstTsNs = static_cast<int64_t>(rng());
+    s.lastSeq = rng();
+    for (int i = 0; i < kSeriesCount; ++i) {
+      s.min[i] = static_cast<int64_t>(rng());
+      s.max[i] = -static_cast<int64_t>(rng() >> 1);
+      s.last[i] = static_cast<int64_t>(i);
+    }
+  }
+  const std::string bytes = encodeSamples(in.data(), in.size());
+  EXPECT_EQ(bytes.size(), in.size() * kEncodedSampleBytes);
+  std::vector<TimelineSample> out;
+  ASSERT_TRUE(decodeSamples(bytes, &out));
+  ASSERT_EQ(out.size(), in.size());
+  for (size_t k = 0; k < in.size(); ++k) {
+    EXPECT_EQ(out[k].firstTsNs, in[k].firstTsNs);
+    EXPECT_EQ(out[k].lastSeq, in[k].lastSeq);
+    EXPECT_EQ(out[k].min, in[k].min);
+    EXPECT_EQ(out[k].max, in[k].max);
+    EXPECT_EQ(out[k].last, in[k].last);
+  }
+  EXPECT_FALSE(decodeSamples(bytes.substr(1), &out));
+}
+
+TEST(PeaksTest, OnePassEqualsOneScanPerRange) {
+  std::mt19937_64 rng(11);
+  Recording rec;
+  std::vector<std::pair<uint64_t, uint64_t>> live;  // address, allocSeq
+  uint64_t seq = 1;
+  for (int i = 0; i < 5000; ++i) {
+    if (!live.empty() && rng() % 2 == 0) {
+      const size_t k = rng() % live.size();
+      for (Block& b : rec.blocks) {
+        if (b.address == live[k].first && b.live()) b.freeSeq = seq;
+      }
+      live.erase(live.begin() + static_cast<long>(k));
+    } else {
+      Block b;
+      b.address = 0x1000 + static_cast<uint64_t>(i) * 64;
+      b.sizeBytes = 1 + rng() % 1000;
+      b.allocSeq = seq;
+      rec.blocks.push_back(b);
+      live.emplace_back(b.address, seq);
+    }
+    ++seq;
+  }
+  rec.sortBySeq();
+  auto cats = categorize(rec);
+  LivenessReplay replay(rec, cats);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = {{1, 100}, {100, 101}, {250, 900},
+                                                       {1200, 4000}, {4500, seq + 10}};
+  auto peaks = replay.peaks(ranges);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const MemoryState one = replay.peak(ranges[i].first, ranges[i].second);
+    EXPECT_EQ(peaks[i].trackedBytes, one.trackedBytes) << i;
+    EXPECT_EQ(peaks[i].seq, one.seq) << i;
+  }
+}
+
+}  // namespace
+}  // namespace tidemark::core
