@@ -61,9 +61,14 @@ void AnalysisRunner::run() {
       continue;
     }
     auto analysis = std::make_shared<core::Analysis>(core::analyze(*rec));
-    const absl::Status s =
-        m_writer.submit([id, analysis](Store& store) { return store.writeAnalysis(id, *analysis); })
-            .get();
+    auto blockIds = std::make_shared<std::vector<int64_t>>();
+    blockIds->reserve(rec->blocks.size());
+    for (const core::Block& b : rec->blocks) blockIds->push_back(b.id);
+    const absl::Status s = m_writer
+                               .submit([id, analysis, blockIds](Store& store) {
+                                 return store.writeAnalysis(id, *analysis, *blockIds);
+                               })
+                               .get();
     if (!s.ok()) {
       std::fprintf(stderr, "tidemarkd: storing the analysis of session %lld: %s\n",
                    static_cast<long long>(id), s.ToString().c_str());

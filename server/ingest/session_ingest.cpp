@@ -235,10 +235,14 @@ SessionRows SessionIngest::finish() {
     release(it->second);
     m_pending.erase(it);
   }
+  // Live blocks in allocation order (the map's order is the hash's, not reproducible).
+  const size_t firstLive = m_rows.blocks.size();
   for (auto& [address, b] : m_open) {
     m_rows.blocks.push_back(b);
     m_rows.eventsStored += 1;
   }
+  std::sort(m_rows.blocks.begin() + static_cast<long>(firstLive), m_rows.blocks.end(),
+            [](const BlockRow& a, const BlockRow& b) { return a.allocSeq < b.allocSeq; });
   m_liveAtEnd = static_cast<int64_t>(m_open.size());
   m_open.clear();
   for (auto* stacks : {&m_scopeStacks, &m_phaseStacks}) {

@@ -246,23 +246,32 @@ absl::Status Store::abortStaleSessions() {
   return m_db.exec("UPDATE session SET state = 3 WHERE state = 1");
 }
 
-absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a) {
+absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
+                                  const std::vector<int64_t>& blockIds) {
+  if (blockIds.size() != a.categories.size()) {
+    return absl::InvalidArgumentError("analysis and block ids differ in length");
+  }
   for (const char* table : {"block_category", "timeline_chunk", "peak", "peak_category",
                             "peak_item"}) {
     Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
     del.bind(1, sid);
     if (auto s = del.run(); !s.ok()) return s;
   }
+  // The analysis holds the blocks in allocation order; the table in allocation.id order.
+  std::vector<std::pair<int64_t, char>> byId;
+  byId.reserve(a.categories.size());
+  for (size_t i = 0; i < a.categories.size(); ++i) {
+    byId.emplace_back(blockIds[i], static_cast<char>(static_cast<int>(a.categories[i].category) |
+                                                     (static_cast<int>(a.categories[i].rule) << 4)));
+  }
+  std::sort(byId.begin(), byId.end());
   constexpr size_t kBlocksPerChunk = 65536;
   Statement cats = m_db.prepare(
       "INSERT INTO block_category(session_id, chunk, codes) VALUES (?1, ?2, ?3)");
-  for (size_t first = 0; first < a.categories.size(); first += kBlocksPerChunk) {
+  for (size_t first = 0; first < byId.size(); first += kBlocksPerChunk) {
     std::string codes;
-    const size_t end = std::min(a.categories.size(), first + kBlocksPerChunk);
-    for (size_t i = first; i < end; ++i) {
-      codes.push_back(static_cast<char>(static_cast<int>(a.categories[i].category) |
-                                        (static_cast<int>(a.categories[i].rule) << 4)));
-    }
+    const size_t end = std::min(byId.size(), first + kBlocksPerChunk);
+    for (size_t i = first; i < end; ++i) codes.push_back(byId[i].second);
     cats.bind(1, sid).bind(2, static_cast<int64_t>(first / kBlocksPerChunk)).bindBlob(3, codes);
     if (auto s = cats.run(); !s.ok()) return s;
   }

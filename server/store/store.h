@@ -139,7 +139,9 @@ class Store {
   // Marks sessions left live by a previous run of the daemon as aborted.
   absl::Status abortStaleSessions();
   // Stores the analysis of an ended session (replacing any earlier one) and marks it analyzed.
-  absl::Status writeAnalysis(int64_t sessionId, const core::Analysis& analysis);
+  // blockIds[i] is the allocation.id of the analysis' i-th block (Recording::blocks[i].id).
+  absl::Status writeAnalysis(int64_t sessionId, const core::Analysis& analysis,
+                             const std::vector<int64_t>& blockIds);
 
   // Reader side (a fresh read-only connection per call).
   static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path);

@@ -29,7 +29,7 @@ std::string ownerModule(const std::string& tagName) {
     }
   }
   const size_t dot = path.rfind('.');
-  return dot == std::string::npos ? path : path.substr(0, dot);
+  return dot == std::string::npos ? "(no module)" : path.substr(0, dot);
 }
 
 void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, PeakReport& report,
