@@ -64,6 +64,10 @@ void printItems(const char* title, const google::protobuf::RepeatedPtrField<v1::
   }
 }
 
+std::string signedBytes(int64_t delta) {
+  return delta > 0 ? "+" + humanBytes(delta) : humanBytes(delta);
+}
+
 }  // namespace
 
 int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
@@ -237,6 +241,100 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   printBreakdown(p.breakdown());
   printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));
+  return kExitOk;
+}
+
+int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  constexpr const char* kUsageText =
+      "usage: tidemark ops SESSION [--server ADDR] [--json]\n\n"
+      "Time per module (CPU time from its scopes, forward and recompute): calls, total, self.\n";
+  uint64_t id = 0;
+  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsageText, stdout);
+    return kExitOk;
+  }
+  if (args.size() != 1 || !parseSessionId(args[0], &id)) {
+    std::fputs(kUsageText, stderr);
+    return kExitUsage;
+  }
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  v1::OpsRequest req;
+  req.set_session_id(id);
+  v1::Ops ops;
+  const grpc::Status s = stub->GetOps(&ctx, req, &ops);
+  if (!s.ok()) return reportError(g, "ops", s);
+  if (g.json) {
+    std::string out = "{\"session\": " + std::to_string(ops.session_id()) + ", \"ops\": [";
+    for (int i = 0; i < ops.ops_size(); ++i) {
+      const v1::OpStat& o = ops.ops(i);
+      out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(o.name()) +
+             ", \"calls\": " + std::to_string(o.calls()) +
+             ", \"total_ns\": " + std::to_string(o.total_ns()) +
+             ", \"self_ns\": " + std::to_string(o.self_ns()) + "}";
+    }
+    std::printf("%s]}\n", out.c_str());
+    return kExitOk;
+  }
+  if (ops.ops().empty()) {
+    std::puts("no module scopes recorded (the Python adapter reports them)");
+    return kExitOk;
+  }
+  std::printf("%-60s %8s %12s %12s\n", "MODULE", "CALLS", "TOTAL (ms)", "SELF (ms)");
+  for (const v1::OpStat& o : ops.ops()) {
+    std::string name = o.name();
+    if (name.size() > 60) name = "..." + name.substr(name.size() - 57);
+    std::printf("%-60s %8lld %12.3f %12.3f\n", name.c_str(), static_cast<long long>(o.calls()),
+                static_cast<double>(o.total_ns()) / 1e6, static_cast<double>(o.self_ns()) / 1e6);
+  }
+  return kExitOk;
+}
+
+int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  constexpr const char* kUsageText =
+      "usage: tidemark diff SESSION_A SESSION_B [--server ADDR] [--json]\n\n"
+      "Two sessions' peaks side by side, by category, with B - A.\n";
+  v1::DiffRequest req;
+  uint64_t a = 0;
+  uint64_t b = 0;
+  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsageText, stdout);
+    return kExitOk;
+  }
+  if (args.size() != 2 || !parseSessionId(args[0], &a) || !parseSessionId(args[1], &b)) {
+    std::fputs(kUsageText, stderr);
+    return kExitUsage;
+  }
+  req.set_session_a(a);
+  req.set_session_b(b);
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  v1::Diff d;
+  const grpc::Status s = stub->GetDiff(&ctx, req, &d);
+  if (!s.ok()) return reportError(g, "diff", s);
+  if (g.json) {
+    std::printf("{\"a\": %s, \"b\": %s, \"steps_a\": %lld, \"steps_b\": %lld}\n",
+                breakdownJson(d.peak_a()).c_str(), breakdownJson(d.peak_b()).c_str(),
+                static_cast<long long>(d.steps_a()), static_cast<long long>(d.steps_b()));
+    return kExitOk;
+  }
+  std::printf("peaks of session %llu (A, %lld steps) and %llu (B, %lld steps)\n",
+              static_cast<unsigned long long>(a), static_cast<long long>(d.steps_a()),
+              static_cast<unsigned long long>(b), static_cast<long long>(d.steps_b()));
+  std::printf("%-17s %12s %12s %13s\n", "CATEGORY", "A", "B", "B - A");
+  for (int i = 0; i < d.peak_a().categories_size() && i < d.peak_b().categories_size(); ++i) {
+    const auto& ca = d.peak_a().categories(i);
+    const auto& cb = d.peak_b().categories(i);
+    if (ca.bytes() == 0 && cb.bytes() == 0) continue;
+    std::printf("%-17s %12s %12s %13s\n", ca.name().c_str(), humanBytes(ca.bytes()).c_str(),
+                humanBytes(cb.bytes()).c_str(), signedBytes(cb.bytes() - ca.bytes()).c_str());
+  }
+  const int64_t ta = d.peak_a().tracked_bytes();
+  const int64_t tb = d.peak_b().tracked_bytes();
+  std::printf("%-17s %12s %12s %13s\n", "total tracked", humanBytes(ta).c_str(),
+              humanBytes(tb).c_str(), signedBytes(tb - ta).c_str());
   return kExitOk;
 }
 

@@ -23,6 +23,8 @@ commands:
                                           the peak: by category, module and tensor
   timeline SESSION [--from T --to T] [--buckets N] [--json]
                                           memory over time, per category (min/max/last)
+  ops SESSION [--json]                    time per module: calls, total and self
+  diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
 
 options (every command):
@@ -90,6 +92,8 @@ int main(int argc, char** argv) {
   if (command == "upload") return uploadCommand(g, args);
   if (command == "timeline") return timelineCommand(g, args);
   if (command == "peak") return peakCommand(g, args);
+  if (command == "ops") return opsCommand(g, args);
+  if (command == "diff") return diffCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

@@ -4,6 +4,7 @@
 #include "server/store/store.h"
 #include "src/core/breakdown.h"
 #include "src/core/categorize.h"
+#include "src/core/ops.h"
 #include "src/core/peak.h"
 #include "src/core/timeline.h"
 
@@ -226,6 +227,48 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
       out->add_last_bytes(b.last[i]);
     }
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* request,
+                                  v1::Ops* response) {
+  const auto id = static_cast<int64_t>(request->session_id());
+  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
+  auto rec = Store::loadRecording(m_dbPath, id, /*withBlocks=*/false);
+  if (!rec.ok()) return toGrpc(rec.status());
+  response->set_session_id(static_cast<uint64_t>(id));
+  for (const core::OpStat& o : core::moduleTimes(*rec)) {
+    v1::OpStat* out = response->add_ops();
+    out->set_name(o.name);
+    out->set_calls(o.calls);
+    out->set_total_ns(o.totalNs);
+    out->set_self_ns(o.selfNs);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status QueryService::GetDiff(grpc::ServerContext* ctx, const v1::DiffRequest* request,
+                                   v1::Diff* response) {
+  auto side = [&](uint64_t id, v1::Breakdown* peak, int64_t* steps) -> grpc::Status {
+    v1::BreakdownRequest req;
+    req.set_session_id(id);
+    req.set_peak(true);
+    if (grpc::Status s = GetBreakdown(ctx, &req, peak); !s.ok()) return s;
+    auto session = Store::getSession(m_dbPath, static_cast<int64_t>(id));
+    if (!session.ok()) return toGrpc(session.status());
+    *steps = session->steps;
+    return grpc::Status::OK;
+  };
+  int64_t stepsA = 0;
+  int64_t stepsB = 0;
+  if (grpc::Status s = side(request->session_a(), response->mutable_peak_a(), &stepsA); !s.ok()) {
+    return s;
+  }
+  if (grpc::Status s = side(request->session_b(), response->mutable_peak_b(), &stepsB); !s.ok()) {
+    return s;
+  }
+  response->set_steps_a(stepsA);
+  response->set_steps_b(stepsB);
   return grpc::Status::OK;
 }
 

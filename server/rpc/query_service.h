@@ -24,6 +24,10 @@ class QueryService final : public v1::Query::Service {
                            v1::Timeline* response) override;
   grpc::Status GetPeak(grpc::ServerContext*, const v1::PeakRequest* request,
                        v1::Peak* response) override;
+  grpc::Status GetOps(grpc::ServerContext*, const v1::OpsRequest* request,
+                      v1::Ops* response) override;
+  grpc::Status GetDiff(grpc::ServerContext*, const v1::DiffRequest* request,
+                       v1::Diff* response) override;
 
  private:
   absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step);

@@ -461,7 +461,8 @@ absl::StatusOr<SessionRecord> Store::getSession(const std::string& path, int64_t
   return std::move(rows->front());
 }
 
-absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, int64_t id) {
+absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, int64_t id,
+                                                     bool withBlocks) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   core::Recording rec;
@@ -474,7 +475,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
   auto endSeq = [](const Statement& st, int i) {
     return st.columnNull(i) ? core::kOpenSeq : u64(st.columnInt(i));
   };
-  {
+  if (withBlocks) {
     Statement st = db.prepare(
         "SELECT a.id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
         "free_ts_ns FROM session s JOIN allocation a ON a.id BETWEEN s.first_block_id AND "

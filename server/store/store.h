@@ -146,7 +146,9 @@ class Store {
   // Reader side (a fresh read-only connection per call).
   static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path);
   static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id);
-  static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id);
+  // withBlocks false: the intervals and tags only (cheap even for huge sessions).
+  static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id,
+                                                       bool withBlocks = true);
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
   // Ended sessions whose analysis is not stored yet.

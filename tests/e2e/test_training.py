@@ -131,6 +131,23 @@ class TrainingBreakdownTest(unittest.TestCase):
                 self.assertTrue(any(x["name"].endswith(":saved") for x in p["tensors"]))
                 self.assertLessEqual(p["tensors"][0]["bytes"], whole["tracked_bytes"])
 
+    def test_ops_and_diff(self):
+        gpt, conv = self.runs["gpt"]["session"]["id"], self.runs["convnet"]["session"]["id"]
+        ops = {o["name"]: o for o in self.daemon.cli_json("ops", str(gpt))["ops"]}
+        steps = len(self.runs["gpt"]["truth"]["steps"])
+        self.assertEqual(ops["TinyGPT"]["calls"], steps)
+        # A checkpointed block runs twice a step (forward and recompute), the others once.
+        self.assertEqual(ops["TinyGPT.blocks.1"]["calls"], 2 * steps)
+        self.assertEqual(ops["TinyGPT.blocks.0"]["calls"], steps)
+        for o in ops.values():
+            self.assertLessEqual(0, o["self_ns"])
+            self.assertLessEqual(o["self_ns"], o["total_ns"])
+        self.assertGreaterEqual(ops["TinyGPT"]["total_ns"], ops["TinyGPT.blocks.0"]["total_ns"])
+        d = self.daemon.cli_json("diff", str(gpt), str(conv))
+        self.assertEqual(d["a"]["tracked_bytes"], self.daemon.cli_json("breakdown", str(gpt))["tracked_bytes"])
+        self.assertEqual(d["b"]["tracked_bytes"], self.daemon.cli_json("breakdown", str(conv))["tracked_bytes"])
+        self.assertEqual(d["steps_a"], steps)
+
     def test_phases_and_scopes_recorded(self):
         sid = self.runs["gpt"]["session"]["id"]
         phases = dict(self.daemon.sql("SELECT phase, COUNT(*) FROM phase WHERE session_id = ? "

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "src/core/timeline_codec.h"
@@ -162,6 +163,47 @@ TEST(PeaksTest, OnePassEqualsOneScanPerRange) {
     EXPECT_EQ(peaks[i].trackedBytes, one.trackedBytes) << i;
     EXPECT_EQ(peaks[i].seq, one.seq) << i;
   }
+}
+
+}  // namespace
+}  // namespace tidemark::core
+
+#include "src/core/ops.h"
+
+namespace tidemark::core {
+namespace {
+
+ScopeInterval scope(const char* name, uint32_t thread, uint64_t b, uint64_t e) {
+  ScopeInterval s;
+  s.name = name;
+  s.threadId = thread;
+  s.beginSeq = b;
+  s.endSeq = e;
+  s.beginTsNs = static_cast<int64_t>(b) * 10;
+  s.endTsNs = static_cast<int64_t>(e) * 10;
+  return s;
+}
+
+TEST(OpsTest, SelfTimeIsTotalMinusDirectChildren) {
+  Recording rec;
+  rec.scopes = {scope("model", 1, 1, 100), scope("model.a", 1, 10, 40),
+                scope("model.a.x", 1, 20, 30), scope("model.b", 1, 50, 90),
+                scope("model.a", 1, 200, 210),   // a second call, outside "model"
+                scope("model", 2, 5, 15),        // another thread: not a parent of anything
+                scope("open", 1, 300, kOpenSeq)};  // still open: left out
+  rec.sortBySeq();
+  std::vector<OpStat> ops = moduleTimes(rec);
+  std::map<std::string, OpStat> by;
+  for (const OpStat& o : ops) by[o.name] = o;
+  EXPECT_EQ(by.count("open"), 0u);
+  EXPECT_EQ(by["model"].calls, 2);
+  EXPECT_EQ(by["model"].totalNs, 990 + 100);
+  EXPECT_EQ(by["model"].selfNs, (990 - 300 - 400) + 100);
+  EXPECT_EQ(by["model.a"].calls, 2);
+  EXPECT_EQ(by["model.a"].totalNs, 300 + 100);
+  EXPECT_EQ(by["model.a"].selfNs, 300 - 100 + 100);
+  EXPECT_EQ(by["model.a.x"].selfNs, 100);
+  EXPECT_EQ(ops.front().name, "model");  // largest total first
 }
 
 }  // namespace
