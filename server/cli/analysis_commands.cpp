@@ -45,7 +45,8 @@ std::string itemsJson(const google::protobuf::RepeatedPtrField<v1::PeakItem>& it
     out += "{\"name\": " + jsonString(it.name()) + ", \"category\": " +
            jsonString(v1::Category_Name(it.category()).substr(9)) +  // drop "CATEGORY_"
            ", \"bytes\": " + std::to_string(it.bytes()) +
-           ", \"blocks\": " + std::to_string(it.blocks()) + "}";
+           ", \"blocks\": " + std::to_string(it.blocks()) +
+           (it.rule().empty() ? "" : ", \"rule\": " + jsonString(it.rule())) + "}";
   }
   return out + "]";
 }
@@ -53,14 +54,15 @@ std::string itemsJson(const google::protobuf::RepeatedPtrField<v1::PeakItem>& it
 void printItems(const char* title, const google::protobuf::RepeatedPtrField<v1::PeakItem>& items,
                 int limit) {
   if (items.empty()) return;
-  std::printf("\n%-60s %12s %-17s %7s\n", title, "BYTES", "CATEGORY", "BLOCKS");
+  std::printf("\n%-60s %12s %-17s %7s %s\n", title, "BYTES", "CATEGORY", "BLOCKS",
+              items.Get(0).rule().empty() ? "" : "RULE");
   for (int i = 0; i < items.size() && i < limit; ++i) {
     const v1::PeakItem& it = items.Get(i);
     std::string name = it.name();
     if (name.size() > 60) name = "..." + name.substr(name.size() - 57);
-    std::printf("%-60s %12s %-17s %7lld\n", name.c_str(), humanBytes(it.bytes()).c_str(),
+    std::printf("%-60s %12s %-17s %7lld %s\n", name.c_str(), humanBytes(it.bytes()).c_str(),
                 v1::Category_Name(it.category()).substr(9).c_str(),
-                static_cast<long long>(it.blocks()));
+                static_cast<long long>(it.blocks()), it.rule().c_str());
   }
 }
 
@@ -241,6 +243,73 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   printBreakdown(p.breakdown());
   printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));
+  return kExitOk;
+}
+
+int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  constexpr const char* kUsageText =
+      "usage: tidemark steps SESSION [--server ADDR] [--json]\n\n"
+      "Every step: its duration and its peak, in total and by category, with the change from\n"
+      "the step before.\n";
+  uint64_t id = 0;
+  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(kUsageText, stdout);
+    return kExitOk;
+  }
+  if (args.size() != 1 || !parseSessionId(args[0], &id)) {
+    std::fputs(kUsageText, stderr);
+    return kExitUsage;
+  }
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  v1::StepsRequest req;
+  req.set_session_id(id);
+  v1::Steps steps;
+  const grpc::Status s = stub->GetSteps(&ctx, req, &steps);
+  if (!s.ok()) return reportError(g, "steps", s);
+  if (g.json) {
+    std::string out = "{\"session\": " + std::to_string(steps.session_id()) + ", \"steps\": [";
+    for (int i = 0; i < steps.steps_size(); ++i) {
+      const v1::StepSummary& st = steps.steps(i);
+      out += std::string(i ? ",\n  " : "\n  ") + "{\"step\": " + std::to_string(st.step()) +
+             ", \"begin_ts_ns\": " + std::to_string(st.begin_ts_ns()) +
+             ", \"end_ts_ns\": " + std::to_string(st.end_ts_ns()) +
+             ", \"peak\": " + breakdownJson(st.peak()) + "}";
+    }
+    std::printf("%s]}\n", out.c_str());
+    return kExitOk;
+  }
+  if (steps.steps().empty()) {
+    std::puts("no steps recorded (the Python adapter marks them at each optimizer step)");
+    return kExitOk;
+  }
+  // Columns: the categories that are non-zero at some step's peak.
+  std::vector<int> shown;
+  for (int c = 0; c < steps.steps(0).peak().categories_size(); ++c) {
+    for (const v1::StepSummary& st : steps.steps()) {
+      if (st.peak().categories(c).bytes() != 0) {
+        shown.push_back(c);
+        break;
+      }
+    }
+  }
+  std::printf("%5s %10s %12s %13s", "STEP", "TIME (ms)", "PEAK", "CHANGE");
+  for (int c : shown) {
+    std::string n = steps.steps(0).peak().categories(c).name();
+    std::printf(" %12s", n.substr(0, 12).c_str());
+  }
+  std::printf("\n");
+  int64_t previous = -1;
+  for (const v1::StepSummary& st : steps.steps()) {
+    const int64_t peak = st.peak().tracked_bytes();
+    std::printf("%5lld %10.1f %12s %13s", static_cast<long long>(st.step()),
+                st.end_ts_ns() ? static_cast<double>(st.end_ts_ns() - st.begin_ts_ns()) / 1e6 : 0.0,
+                humanBytes(peak).c_str(), previous < 0 ? "" : signedBytes(peak - previous).c_str());
+    for (int c : shown) std::printf(" %12s", humanBytes(st.peak().categories(c).bytes()).c_str());
+    std::printf("\n");
+    previous = peak;
+  }
   return kExitOk;
 }
 

@@ -22,6 +22,7 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
 int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 

@@ -23,6 +23,7 @@ commands:
                                           the peak: by category, module and tensor
   timeline SESSION [--from T --to T] [--buckets N] [--json]
                                           memory over time, per category (min/max/last)
+  steps SESSION [--json]                  every step's time and peak by category, compared
   ops SESSION [--json]                    time per module: calls, total and self
   diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   if (command == "timeline") return timelineCommand(g, args);
   if (command == "peak") return peakCommand(g, args);
   if (command == "ops") return opsCommand(g, args);
+  if (command == "steps") return stepsCommand(g, args);
   if (command == "diff") return diffCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;

@@ -1,5 +1,7 @@
 #include "server/rpc/query_service.h"
 
+#include <map>
+
 #include "server/rpc/grpc_status.h"
 #include "server/store/store.h"
 #include "src/core/breakdown.h"
@@ -105,6 +107,40 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
                                std::to_string(rec->steps.size()) + " steps)");
 }
 
+absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(int64_t id) {
+  auto analyzed = Store::isAnalyzed(m_dbPath, id);
+  if (!analyzed.ok()) return analyzed.status();
+  if (*analyzed) return Store::readPeaks(m_dbPath, id);
+  auto rec = Store::loadRecording(m_dbPath, id);
+  if (!rec.ok()) return rec.status();
+  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+  return core::computePeaks(*rec, cats, core::LivenessReplay(*rec, cats));
+}
+
+grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest* request,
+                                    v1::Steps* response) {
+  const auto id = static_cast<int64_t>(request->session_id());
+  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
+  auto steps = Store::loadSteps(m_dbPath, id);
+  if (!steps.ok()) return toGrpc(steps.status());
+  auto peaks = peakReports(id);
+  if (!peaks.ok()) return toGrpc(peaks.status());
+  std::map<int64_t, const core::PeakReport*> byStep;
+  for (const core::PeakReport& p : *peaks) byStep[p.step] = &p;
+  response->set_session_id(static_cast<uint64_t>(id));
+  for (const core::StepInterval& s : steps->steps) {
+    auto it = byStep.find(s.step);
+    if (it == byStep.end()) continue;
+    v1::StepSummary* out = response->add_steps();
+    out->set_step(s.step);
+    out->set_begin_ts_ns(s.beginTsNs);
+    out->set_end_ts_ns(s.endSeq == core::kOpenSeq ? 0 : s.endTsNs);
+    fillBreakdown(id, it->second->state, s.step, it->second->phase, it->second->scope, true,
+                  out->mutable_peak());
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status QueryService::GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
                                         v1::Breakdown* response) {
   const auto id = static_cast<int64_t>(request->session_id());
@@ -164,6 +200,7 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
       out->set_category(static_cast<v1::Category>(static_cast<int>(it.category)));
       out->set_bytes(it.bytes);
       out->set_blocks(it.blocks);
+      if (list == &peak->tensors) out->set_rule(std::string(core::ruleName(it.rule)));
     }
   }
   return grpc::Status::OK;

@@ -24,6 +24,8 @@ class QueryService final : public v1::Query::Service {
                            v1::Timeline* response) override;
   grpc::Status GetPeak(grpc::ServerContext*, const v1::PeakRequest* request,
                        v1::Peak* response) override;
+  grpc::Status GetSteps(grpc::ServerContext*, const v1::StepsRequest* request,
+                        v1::Steps* response) override;
   grpc::Status GetOps(grpc::ServerContext*, const v1::OpsRequest* request,
                       v1::Ops* response) override;
   grpc::Status GetDiff(grpc::ServerContext*, const v1::DiffRequest* request,
@@ -31,6 +33,8 @@ class QueryService final : public v1::Query::Service {
 
  private:
   absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step);
+  // All peaks (the whole session's first, then each step's), stored or computed now.
+  absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id);
 
   std::string m_dbPath;
 };

@@ -175,6 +175,7 @@ CREATE TABLE IF NOT EXISTS peak_item (
   rank INTEGER NOT NULL,                -- 0 = largest
   name TEXT NOT NULL,
   category INTEGER NOT NULL,
+  rule INTEGER NOT NULL,                -- what decided a tensor's category (categorize.h)
   bytes INTEGER NOT NULL,
   blocks INTEGER NOT NULL,
   PRIMARY KEY (session_id, step, kind, rank)

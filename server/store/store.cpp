@@ -298,8 +298,8 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
       "INSERT INTO peak_category(session_id, step, category, bytes, blocks) "
       "VALUES (?1, ?2, ?3, ?4, ?5)");
   Statement item = m_db.prepare(
-      "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+      "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks, rule) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   for (const core::PeakReport& p : a.peaks) {
     peak.bind(1, sid).bind(2, p.step).bind(3, s64(p.state.seq)).bind(4, p.state.tsNs);
     peak.bind(5, p.state.trackedBytes).bind(6, p.phase).bind(7, p.scope);
@@ -316,7 +316,7 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
         const core::PeakItem& it = (*list)[r];
         item.bind(1, sid).bind(2, p.step).bind(3, kind).bind(4, static_cast<int64_t>(r));
         item.bind(5, it.name).bind(6, static_cast<int>(it.category)).bind(7, it.bytes);
-        item.bind(8, it.blocks);
+        item.bind(8, it.blocks).bind(9, static_cast<int>(it.rule));
         if (auto s = item.run(); !s.ok()) return s;
       }
     }
@@ -396,7 +396,7 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     p.state.blocks[core::categoryIndex(*c)] = cats.columnInt(2);
   }
   Statement items = db.prepare(
-      "SELECT kind, name, category, bytes, blocks FROM peak_item WHERE session_id = ?1 AND "
+      "SELECT kind, name, category, bytes, blocks, rule FROM peak_item WHERE session_id = ?1 AND "
       "step = ?2 ORDER BY kind, rank");
   items.bind(1, id).bind(2, step);
   while (items.step()) {
@@ -406,9 +406,44 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
                       .value_or(core::Category::kUnknown);
     it.bytes = items.columnInt(3);
     it.blocks = items.columnInt(4);
+    it.rule = static_cast<core::CategoryRule>(items.columnInt(5));
     (items.columnText(0) == "module" ? p.modules : p.tensors).push_back(std::move(it));
   }
   return p;
+}
+
+absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string& path,
+                                                               int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  std::vector<core::PeakReport> out;
+  std::map<int64_t, size_t> index;
+  Statement st = db.prepare(
+      "SELECT step, seq, ts_ns, tracked_bytes, phase, scope FROM peak WHERE session_id = ?1 "
+      "ORDER BY step");
+  st.bind(1, id);
+  while (st.step()) {
+    core::PeakReport p;
+    p.step = st.columnInt(0);
+    p.state.seq = u64(st.columnInt(1));
+    p.state.tsNs = st.columnInt(2);
+    p.state.trackedBytes = st.columnInt(3);
+    p.phase = st.columnText(4);
+    p.scope = st.columnText(5);
+    index[p.step] = out.size();
+    out.push_back(std::move(p));
+  }
+  Statement cats = db.prepare(
+      "SELECT step, category, bytes, blocks FROM peak_category WHERE session_id = ?1");
+  cats.bind(1, id);
+  while (cats.step()) {
+    auto it = index.find(cats.columnInt(0));
+    auto c = core::categoryFromWire(static_cast<int>(cats.columnInt(1)));
+    if (it == index.end() || !c) continue;
+    out[it->second].state.bytes[core::categoryIndex(*c)] = cats.columnInt(2);
+    out[it->second].state.blocks[core::categoryIndex(*c)] = cats.columnInt(3);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std::string& path,

@@ -157,6 +157,9 @@ class Store {
   // A stored peak: step -1 for the whole session. NOT_FOUND if there is none.
   static absl::StatusOr<core::PeakReport> readPeak(const std::string& path, int64_t id,
                                                    int64_t step);
+  // Every stored peak of a session (categories, no items), the whole session's (-1) first.
+  static absl::StatusOr<std::vector<core::PeakReport>> readPeaks(const std::string& path,
+                                                                 int64_t id);
   // The stored timeline's buckets over [fromTs, toTs].
   static absl::StatusOr<std::vector<core::TimelineBucket>> readTimeline(
       const std::string& path, int64_t id, int64_t fromTs, int64_t toTs, int buckets);

@@ -90,6 +90,7 @@ void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, Pea
       return std::string(buf);
     }(b.address);
     t.category = cats[i].category;
+    t.rule = cats[i].rule;
     t.bytes = size;
     t.blocks = 1;
     tensors.push_back(std::move(t));

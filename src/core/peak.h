@@ -14,6 +14,7 @@ namespace tidemark::core {
 struct PeakItem {
   std::string name;
   Category category = Category::kUnknown;  // for tensors; the largest category for modules
+  CategoryRule rule = CategoryRule::kUntagged;  // for tensors: what decided the category
   int64_t bytes = 0;
   int64_t blocks = 0;
 };

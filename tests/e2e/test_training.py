@@ -131,6 +131,17 @@ class TrainingBreakdownTest(unittest.TestCase):
                 self.assertTrue(any(x["name"].endswith(":saved") for x in p["tensors"]))
                 self.assertLessEqual(p["tensors"][0]["bytes"], whole["tracked_bytes"])
 
+    def test_steps_compare_the_step_peaks(self):
+        for model, run in self.runs.items():
+            sid = run["session"]["id"]
+            steps = self.daemon.cli_json("steps", str(sid))["steps"]
+            self.assertEqual([s["step"] for s in steps], list(range(1, len(run["truth"]["steps"]) + 1)))
+            for s in steps:
+                b = self.daemon.cli_json("breakdown", str(sid), "--step", str(s["step"]))
+                self.assertEqual(s["peak"]["tracked_bytes"], b["tracked_bytes"])
+                self.assertEqual(s["peak"]["categories"], b["categories"])
+                self.assertLess(s["begin_ts_ns"], s["end_ts_ns"])
+
     def test_ops_and_diff(self):
         gpt, conv = self.runs["gpt"]["session"]["id"], self.runs["convnet"]["session"]["id"]
         ops = {o["name"]: o for o in self.daemon.cli_json("ops", str(gpt))["ops"]}
