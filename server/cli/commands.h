@@ -23,6 +23,7 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 

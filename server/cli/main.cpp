@@ -25,6 +25,8 @@ commands:
                                           memory over time, per category (min/max/last)
   steps SESSION [--json]                  every step's time and peak by category, compared
   ops SESSION [--json]                    time per module: calls, total and self
+  export SESSION [--format chrome] [-o FILE]
+                                          a Chrome trace for Perfetto / chrome://tracing
   diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
 
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
   if (command == "timeline") return timelineCommand(g, args);
   if (command == "peak") return peakCommand(g, args);
   if (command == "ops") return opsCommand(g, args);
+  if (command == "export") return exportCommand(g, args);
   if (command == "steps") return stepsCommand(g, args);
   if (command == "diff") return diffCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());

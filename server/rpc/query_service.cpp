@@ -6,6 +6,7 @@
 #include "server/store/store.h"
 #include "src/core/breakdown.h"
 #include "src/core/categorize.h"
+#include "src/core/chrome_trace.h"
 #include "src/core/ops.h"
 #include "src/core/peak.h"
 #include "src/core/timeline.h"
@@ -265,6 +266,30 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status QueryService::Export(grpc::ServerContext*, const v1::ExportRequest* request,
+                                  grpc::ServerWriter<v1::ExportChunk>* writer) {
+  if (request->format() != "chrome") {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "unknown export format '" + request->format() + "' (known: chrome)");
+  }
+  const auto id = static_cast<int64_t>(request->session_id());
+  auto session = Store::getSession(m_dbPath, id);
+  if (!session.ok()) return toGrpc(session.status());
+  auto rec = Store::loadRecording(m_dbPath, id);
+  if (!rec.ok()) return toGrpc(rec.status());
+  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+  const core::Timeline timeline = core::buildTimeline(core::LivenessReplay(*rec, cats));
+  bool ok = true;
+  core::writeChromeTrace(*rec, timeline, session->header.startTsNs,
+                         session->header.commandLine, [&](std::string_view piece) {
+                           if (!ok) return;
+                           v1::ExportChunk chunk;
+                           chunk.set_data(std::string(piece));
+                           ok = writer->Write(chunk);
+                         });
+  return ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
 }
 
 grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* request,

@@ -26,6 +26,8 @@ class QueryService final : public v1::Query::Service {
                        v1::Peak* response) override;
   grpc::Status GetSteps(grpc::ServerContext*, const v1::StepsRequest* request,
                         v1::Steps* response) override;
+  grpc::Status Export(grpc::ServerContext*, const v1::ExportRequest* request,
+                      grpc::ServerWriter<v1::ExportChunk>* writer) override;
   grpc::Status GetOps(grpc::ServerContext*, const v1::OpsRequest* request,
                       v1::Ops* response) override;
   grpc::Status GetDiff(grpc::ServerContext*, const v1::DiffRequest* request,

@@ -142,6 +142,29 @@ class TrainingBreakdownTest(unittest.TestCase):
                 self.assertEqual(s["peak"]["categories"], b["categories"])
                 self.assertLess(s["begin_ts_ns"], s["end_ts_ns"])
 
+    def test_export_chrome_trace(self):
+        run = self.runs["gpt"]
+        sid = run["session"]["id"]
+        path = os.path.join(self.daemon.dir, "trace.json")
+        self.daemon.cli("export", str(sid), "--format", "chrome", "-o", path)
+        with open(path) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"]
+        counters = [e for e in events if e["ph"] == "C"]
+        slices = [e for e in events if e["ph"] == "X"]
+        self.assertTrue(counters)
+        peak = self.daemon.cli_json("breakdown", str(sid))["tracked_bytes"]
+        for c in counters:
+            self.assertLessEqual(sum(c["args"].values()), peak)
+        self.assertEqual(max(sum(c["args"].values()) for c in counters) > 0, True)
+        scopes = self.daemon.sql("SELECT COUNT(*) FROM scope WHERE session_id = ? AND end_seq "
+                                 "IS NOT NULL", sid)[0][0]
+        self.assertEqual(len([e for e in slices if e["cat"] == "module"]), scopes)
+        self.assertEqual(len([e for e in slices if e["cat"] == "step"]), len(run["truth"]["steps"]))
+        bad = self.daemon.cli("export", str(sid), "--format", "nope", "-o", path + "2", check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertFalse(os.path.exists(path + "2") or os.path.exists(path + "2.part"))
+
     def test_ops_and_diff(self):
         gpt, conv = self.runs["gpt"]["session"]["id"], self.runs["convnet"]["session"]["id"]
         ops = {o["name"]: o for o in self.daemon.cli_json("ops", str(gpt))["ops"]}
