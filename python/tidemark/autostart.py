@@ -31,17 +31,19 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
-def start():
+def start(adapter=True):
     from .adapter import instance
     inst = instance()
     if not inst.agent.present:
         return  # a child interpreter without the agent: nothing to do
     inst.agent.start()
+    if not adapter:
+        return  # `tidemark run --no-adapter`: allocations only
     if "torch" in sys.modules:
         inst.install()
     else:
         sys.meta_path.insert(0, _TorchWatcher())
 
 
-if os.environ.get("TIDEMARK_AUTOSTART") == "1":
-    start()
+if os.environ.get("TIDEMARK_AUTOSTART") in ("1", "agent"):
+    start(adapter=os.environ.get("TIDEMARK_AUTOSTART") == "1")

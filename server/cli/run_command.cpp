@@ -27,6 +27,8 @@ they are spooled to a file that `tidemark upload` sends later.
 
   --name NAME   a name for the session
   --quiet       no summary line from the agent at exit
+  --no-adapter  allocations only: do not start the Python adapter (no scopes, phases, steps or
+                tags; categories then come from rules, steps from the recording's periodicity)
 environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
 )";
 
@@ -73,6 +75,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   std::vector<std::string> cmd;
   std::string name;
   bool quiet = false;
+  bool adapter = true;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -86,6 +89,8 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       name = args[++i];
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (a == "--no-adapter") {
+      adapter = false;
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "tidemark run: unknown option '%s'\n", a.c_str());
       return kExitUsage;
@@ -113,9 +118,10 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (!python.empty()) {
-    // tidemark_boot holds the sitecustomize that starts the adapter; the package sits beside it.
+    // tidemark_boot holds the sitecustomize that starts the agent (and, unless --no-adapter, the
+    // adapter) once the interpreter is up; the package sits beside it.
     prependEnv("PYTHONPATH", python + ":" + python + "/tidemark_boot", ':');
-    setenv("TIDEMARK_AUTOSTART", "1", 1);
+    setenv("TIDEMARK_AUTOSTART", adapter ? "1" : "agent", 1);
   }
 
   std::vector<char*> argv;

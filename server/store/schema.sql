@@ -99,7 +99,8 @@ CREATE TABLE IF NOT EXISTS phase (
 );
 CREATE INDEX IF NOT EXISTS phase_by_session ON phase (session_id, begin_seq);
 
--- Training steps as marked by the adapter.
+-- Training steps: marked by the adapter, or (inferred = 1) found by the analysis pass from the
+-- recording's periodicity when nothing marked them.
 CREATE TABLE IF NOT EXISTS step (
   session_id INTEGER NOT NULL,
   step INTEGER NOT NULL,
@@ -107,6 +108,7 @@ CREATE TABLE IF NOT EXISTS step (
   begin_ts_ns INTEGER NOT NULL,
   end_seq INTEGER,
   end_ts_ns INTEGER,
+  inferred INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (session_id, step)
 ) WITHOUT ROWID;
 

@@ -251,6 +251,11 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
   if (blockIds.size() != a.categories.size()) {
     return absl::InvalidArgumentError("analysis and block ids differ in length");
   }
+  {
+    Statement del = m_db.prepare("DELETE FROM step WHERE session_id = ?1 AND inferred = 1");
+    del.bind(1, sid);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
   for (const char* table : {"block_category", "timeline_chunk", "peak", "peak_category",
                             "peak_item"}) {
     Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
@@ -326,6 +331,16 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
     m_upsertStat.bind(4, a.stats.tagsUnmatched);
     m_upsertStat.bind(5, "framework tags naming no tracked block (memory from another allocator)");
     if (auto s = m_upsertStat.run(); !s.ok()) return s;
+  }
+  if (!a.inferredSteps.empty()) {
+    Statement step = m_db.prepare(
+        "INSERT OR REPLACE INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, "
+        "end_ts_ns, inferred) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)");
+    for (const core::StepInterval& st : a.inferredSteps) {
+      step.bind(1, sid).bind(2, st.step).bind(3, s64(st.beginSeq)).bind(4, st.beginTsNs);
+      step.bind(5, s64(st.endSeq)).bind(6, st.endTsNs);
+      if (auto s = step.run(); !s.ok()) return s;
+    }
   }
   Statement mark = m_db.prepare("UPDATE session SET analyzed = 1 WHERE id = ?1");
   mark.bind(1, sid);

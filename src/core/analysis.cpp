@@ -1,5 +1,7 @@
 #include "src/core/analysis.h"
 
+#include "src/core/step_inference.h"
+
 namespace tidemark::core {
 
 Analysis analyze(const Recording& recording) {
@@ -7,7 +9,14 @@ Analysis analyze(const Recording& recording) {
   a.categories = categorize(recording, &a.stats);
   const LivenessReplay replay(recording, a.categories);
   a.timeline = buildTimeline(replay);
-  a.peaks = computePeaks(recording, a.categories, replay);
+  if (recording.steps.empty()) {
+    a.inferredSteps = inferSteps(replay);
+    Recording withSteps = recording;  // the peaks per step need the steps in the recording
+    withSteps.steps = a.inferredSteps;
+    a.peaks = computePeaks(withSteps, a.categories, replay);
+  } else {
+    a.peaks = computePeaks(recording, a.categories, replay);
+  }
   return a;
 }
 

@@ -17,6 +17,8 @@ struct Analysis {
   CategorizeStats stats;
   Timeline timeline;
   std::vector<PeakReport> peaks;  // the whole recording first, then each step
+  // Steps found from the recording's periodicity when it has no step marks (else empty).
+  std::vector<StepInterval> inferredSteps;
 };
 
 // Expects recording.sortBySeq().

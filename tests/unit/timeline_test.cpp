@@ -208,3 +208,77 @@ TEST(OpsTest, SelfTimeIsTotalMinusDirectChildren) {
 
 }  // namespace
 }  // namespace tidemark::core
+
+#include "src/core/step_inference.h"
+
+namespace tidemark::core {
+namespace {
+
+// `steps` training-like steps: a persistent block, then per step 20 activations allocated and
+// freed in reverse, then a temporary, all at one event per 10 ns.
+Recording periodic(int steps) {
+  Recording rec;
+  uint64_t seq = 1;
+  uint64_t addr = 0x100000;
+  auto alloc = [&](uint64_t size) {
+    Block b;
+    b.address = addr;
+    addr += 0x1000;
+    b.sizeBytes = size;
+    b.allocSeq = seq;
+    b.allocTsNs = static_cast<int64_t>(seq) * 10;
+    ++seq;
+    rec.blocks.push_back(b);
+    return rec.blocks.size() - 1;
+  };
+  auto release = [&](size_t i) {
+    rec.blocks[i].freeSeq = seq;
+    rec.blocks[i].freeTsNs = static_cast<int64_t>(seq) * 10;
+    ++seq;
+  };
+  alloc(1000);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<size_t> acts;
+    for (int i = 0; i < 20; ++i) acts.push_back(alloc(100 + static_cast<uint64_t>(i)));
+    for (int i = 19; i >= 0; --i) release(acts[static_cast<size_t>(i)]);
+    release(alloc(50));
+  }
+  rec.sortBySeq();
+  return rec;
+}
+
+TEST(StepInferenceTest, FindsTheStepsOfAPeriodicRecording) {
+  Recording rec = periodic(12);
+  auto cats = categorize(rec);
+  LivenessReplay replay(rec, cats);
+  std::vector<StepInterval> steps = inferSteps(replay);
+  // Boundaries fall where memory is back at its floor: 12 steps have 11 or 12 whole ones between.
+  ASSERT_GE(steps.size(), 11u);
+  ASSERT_LE(steps.size(), 12u);
+  const uint64_t period = 20 * 2 + 2;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].beginSeq, steps[i - 1].endSeq);
+    EXPECT_EQ(steps[i].endSeq - steps[i].beginSeq, period) << i;
+  }
+  // Each whole step peaks at the persistent block plus its 20 activations.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const StepInterval& s : steps) ranges.emplace_back(s.beginSeq, s.endSeq);
+  for (const MemoryState& p : replay.peaks(ranges)) EXPECT_EQ(p.trackedBytes, 1000 + 2190);
+}
+
+TEST(StepInferenceTest, NothingRepeatsNoSteps) {
+  Recording rec;
+  for (uint64_t i = 0; i < 500; ++i) {  // memory only grows
+    Block b;
+    b.address = 0x1000 + i * 64;
+    b.sizeBytes = 64;
+    b.allocSeq = i + 1;
+    rec.blocks.push_back(b);
+  }
+  rec.sortBySeq();
+  auto cats = categorize(rec);
+  EXPECT_TRUE(inferSteps(LivenessReplay(rec, cats)).empty());
+}
+
+}  // namespace
+}  // namespace tidemark::core

@@ -1,0 +1,120 @@
+#include "src/core/step_inference.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tidemark::core {
+
+std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation) {
+  struct Point {
+    uint64_t seq;
+    int64_t ts;
+    double total;
+  };
+  std::vector<Point> events;
+  replay.forEachState([&](const MemoryState& s) {
+    events.push_back({s.seq, s.tsNs, static_cast<double>(s.trackedBytes)});
+  });
+  std::vector<StepInterval> steps;
+  if (events.size() < 64) return steps;
+
+  // The series resampled to at most 4096 points by event index.
+  const size_t n = std::min<size_t>(4096, events.size());
+  std::vector<double> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = events[i * events.size() / n].total;
+  // Remove the linear trend: memory that only grows (or a slow leak) is not a repetition.
+  double sumI = 0;
+  double sumX = 0;
+  double sumII = 0;
+  double sumIX = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double fi = static_cast<double>(i);
+    sumI += fi;
+    sumX += x[i];
+    sumII += fi * fi;
+    sumIX += fi * x[i];
+  }
+  const double dn = static_cast<double>(n);
+  const double slope = (dn * sumIX - sumI * sumX) / (dn * sumII - sumI * sumI);
+  const double intercept = (sumX - slope * sumI) / dn;
+  double var = 0;
+  double scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    scale = std::max(scale, std::abs(x[i]));
+    x[i] -= intercept + slope * static_cast<double>(i);
+    var += x[i] * x[i];
+  }
+  // Nothing left once the trend is gone (below a millionth of the signal): no period.
+  if (var <= 1e-12 * scale * scale * dn) return steps;
+
+  // Autocorrelation, normalised by the overlap; lags for 2 to n/3 repetitions... a period must
+  // repeat at least twice to be seen.
+  size_t bestLag = 0;
+  double best = minCorrelation;
+  for (size_t lag = n / 64 + 1; lag <= n / 2; ++lag) {
+    double c = 0;
+    double a2 = 0;
+    double b2 = 0;
+    for (size_t i = 0; i + lag < n; ++i) {
+      c += x[i] * x[i + lag];
+      a2 += x[i] * x[i];
+      b2 += x[i + lag] * x[i + lag];
+    }
+    const double r = c / std::sqrt(a2 * b2 + 1e-300);
+    // Prefer the shortest period among near-equal peaks (multiples of the period correlate too).
+    if (r > best + 0.02) {
+      best = r;
+      bestLag = lag;
+    }
+  }
+  if (bestLag == 0) return steps;
+
+  // Where in the period memory is lowest (the moment between two steps): fold the series on the
+  // period, leaving out the first period (start-up and the first step differ from the rest).
+  const double period = static_cast<double>(bestLag) * static_cast<double>(events.size()) /
+                        static_cast<double>(n);
+  const size_t p = static_cast<size_t>(period);
+  std::vector<double> folded(p, 0.0);
+  std::vector<int> counts(p, 0);
+  for (size_t i = p; i < events.size(); ++i) {
+    folded[i % p] += events[i].total;
+    counts[i % p] += 1;
+  }
+  size_t phase = 0;
+  for (size_t k = 0; k < p; ++k) {
+    if (counts[k] > 0 && (counts[phase] == 0 ||
+                          folded[k] / counts[k] < folded[phase] / counts[phase])) {
+      phase = k;
+    }
+  }
+  // Boundaries near phase + k * period, each the lowest point within a quarter period of it.
+  auto lowestIn = [&](double from, double to) {
+    const size_t a = static_cast<size_t>(std::max(0.0, from));
+    const size_t b = std::min(events.size(), static_cast<size_t>(std::max(0.0, to)));
+    size_t at = a;
+    for (size_t i = a; i < b; ++i) {
+      if (events[i].total < events[at].total) at = i;
+    }
+    return at;
+  };
+  std::vector<size_t> bounds;
+  for (double c = static_cast<double>(phase); c - period / 4 < static_cast<double>(events.size());
+       c += period) {
+    const size_t at = lowestIn(c - period / 4, c + period / 4);
+    if (at >= events.size()) break;
+    if (!bounds.empty() && static_cast<double>(at - bounds.back()) < period / 2) continue;
+    bounds.push_back(at);
+  }
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    StepInterval s;
+    s.step = static_cast<int64_t>(i) + 1;
+    s.beginSeq = events[bounds[i]].seq + 1;
+    s.beginTsNs = events[bounds[i]].ts;
+    s.endSeq = events[bounds[i + 1]].seq + 1;
+    s.endTsNs = events[bounds[i + 1]].ts;
+    steps.push_back(s);
+  }
+  return steps;
+}
+
+}  // namespace tidemark::core

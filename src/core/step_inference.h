@@ -1,0 +1,17 @@
+#pragma once
+
+#include <vector>
+
+#include "src/core/breakdown.h"
+#include "src/core/recording.h"
+
+namespace tidemark::core {
+
+// Steps for a recording that has no step marks (no adapter): training repeats itself, so the
+// tracked total, taken event by event, is periodic. The period is the lag with the highest
+// autocorrelation (between 3 and recording/2 periods' worth), and each step ends at the lowest
+// point of memory near the end of its period (after the optimizer, before the next forward).
+// Returns no steps when nothing repeats (the best correlation is below minCorrelation).
+std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation = 0.5);
+
+}  // namespace tidemark::core
