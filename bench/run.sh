@@ -2,12 +2,15 @@
 # Benchmarks, measured side by side in one run and reported as ratios (never run by the tests):
 #   1. the agent's overhead on the example's training step, beside torch.profiler(profile_memory)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's
-# Usage: bash bench/run.sh [ROUNDS]   (after scripts/build.sh)
+#   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
+#      the analysis pass, and 2000-bucket timeline queries (full range and zoomed)
+# Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/${BUILD_DIR:-build}/bin
 LIB=$PWD/${BUILD_DIR:-build}/lib/libtidemark_agent.so
 ROUNDS=${1:-2000000}
+EVENTS=${2:-10000000}
 WORK=$(mktemp -d -t tidemark-bench-XXXXXX)
 PY=/usr/bin/python3
 
@@ -69,3 +72,17 @@ if ht != "n/a":
     print("hook cost per event, tidemark / heaptrack: %.3f" % ((with_ - base) / (ht - base)))
 PYEOF
 
+
+echo
+echo "== 3. a session of $EVENTS events (bench/scale_bench.cpp)"
+"$BIN/bench_scale" --server "$SERVER" --events "$EVENTS" --scratch "$WORK/raw.db" > "$WORK/scale.json"
+$PY - "$WORK/scale.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("ingest through the Ingest API   %10.0f events/s  (%.2f s)" % (r["ingest_events_per_s"], r["ingest_s"]))
+print("raw SQLite, one row per event   %10.0f rows/s" % r["raw_sqlite_rows_per_s"])
+print("ratio ingest / raw SQLite       %10.2f" % (r["ingest_events_per_s"] / r["raw_sqlite_rows_per_s"]))
+print("analysis pass stored after      %10.2f s" % r["analysis_s"])
+print("timeline, 2000 buckets, full    %10.1f ms median, %.1f ms worst of 20" % (r["timeline_full_ms_median"], r["timeline_full_ms_max"]))
+print("timeline, 2000 buckets, zoomed  %10.1f ms median, %.1f ms worst of 20" % (r["timeline_zoom_ms_median"], r["timeline_zoom_ms_max"]))
+PYEOF
