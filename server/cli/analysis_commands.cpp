@@ -252,14 +252,7 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "Every step: its duration and its peak, in total and by category, with the change from\n"
       "the step before.\n";
   uint64_t id = 0;
-  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
-    std::fputs(kUsageText, stdout);
-    return kExitOk;
-  }
-  if (args.size() != 1 || !parseSessionId(args[0], &id)) {
-    std::fputs(kUsageText, stderr);
-    return kExitUsage;
-  }
+  if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
   auto stub = v1::Query::NewStub(channelFor(g));
   grpc::ClientContext ctx;
   withDeadline(ctx, 120);
@@ -387,14 +380,7 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "usage: tidemark ops SESSION [--server ADDR] [--json]\n\n"
       "Time per module (CPU time from its scopes, forward and recompute): calls, total, self.\n";
   uint64_t id = 0;
-  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
-    std::fputs(kUsageText, stdout);
-    return kExitOk;
-  }
-  if (args.size() != 1 || !parseSessionId(args[0], &id)) {
-    std::fputs(kUsageText, stderr);
-    return kExitUsage;
-  }
+  if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
   auto stub = v1::Query::NewStub(channelFor(g));
   grpc::ClientContext ctx;
   withDeadline(ctx, 120);
@@ -434,16 +420,10 @@ int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "usage: tidemark diff SESSION_A SESSION_B [--server ADDR] [--json]\n\n"
       "Two sessions' peaks side by side, by category, with B - A.\n";
   v1::DiffRequest req;
-  uint64_t a = 0;
-  uint64_t b = 0;
-  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
-    std::fputs(kUsageText, stdout);
-    return kExitOk;
-  }
-  if (args.size() != 2 || !parseSessionId(args[0], &a) || !parseSessionId(args[1], &b)) {
-    std::fputs(kUsageText, stderr);
-    return kExitUsage;
-  }
+  uint64_t ids[2] = {0, 0};
+  if (int code = kExitOk; !parseSessionArgs(args, 2, kUsageText, ids, &code)) return code;
+  const uint64_t a = ids[0];
+  const uint64_t b = ids[1];
   req.set_session_a(a);
   req.set_session_b(b);
   auto stub = v1::Query::NewStub(channelFor(g));

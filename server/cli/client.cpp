@@ -70,6 +70,22 @@ bool parseTime(const std::string& s, bool* relative, int64_t* ns) {
   return true;
 }
 
+bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const char* usage,
+                      uint64_t* ids, int* exitCode) {
+  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
+    std::fputs(usage, stdout);
+    *exitCode = kExitOk;
+    return false;
+  }
+  bool ok = args.size() == count;
+  for (size_t i = 0; ok && i < count; ++i) ok = parseSessionId(args[i], &ids[i]);
+  if (!ok) {
+    std::fputs(usage, stderr);
+    *exitCode = kExitUsage;
+  }
+  return ok;
+}
+
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode) {
   auto stub = v1::Query::NewStub(channelFor(g));
   grpc::ClientContext ctx;

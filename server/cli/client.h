@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -19,6 +20,10 @@ bool parseSessionId(const std::string& s, uint64_t* id);
 // "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start (relative); a bare
 // integer is an absolute timestamp in nanoseconds (CLOCK_MONOTONIC of the recording host).
 bool parseTime(const std::string& s, bool* relative, int64_t* ns);
+// For commands whose only arguments are `count` session ids: parses them into ids[], or prints
+// the usage (to stdout for --help, to stderr for bad arguments) and sets *exitCode.
+bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const char* usage,
+                      uint64_t* ids, int* exitCode);
 // The session's start timestamp, to turn relative times into absolute ones; -1 after reporting
 // an error (its exit code in *exitCode).
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode);

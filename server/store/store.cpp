@@ -30,6 +30,21 @@ absl::Status checkPrepared(const Statement& st, const Database& db) {
   return absl::OkStatus();
 }
 
+void readSteps(Database& db, int64_t id, core::Recording* rec) {
+  Statement st = db.prepare(
+      "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1");
+  st.bind(1, id);
+  while (st.step()) {
+    core::StepInterval s;
+    s.step = st.columnInt(0);
+    s.beginSeq = u64(st.columnInt(1));
+    s.beginTsNs = st.columnInt(2);
+    s.endSeq = st.columnNull(3) ? core::kOpenSeq : u64(st.columnInt(3));
+    s.endTsNs = st.columnInt(4);
+    rec->steps.push_back(s);
+  }
+}
+
 // Reads `session` rows with their counts; `where` selects them.
 absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
                                                         const std::string& where, int64_t id) {
@@ -351,18 +366,7 @@ absl::StatusOr<core::Recording> Store::loadSteps(const std::string& path, int64_
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   core::Recording rec;
-  Statement st = db.prepare(
-      "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1");
-  st.bind(1, id);
-  while (st.step()) {
-    core::StepInterval s;
-    s.step = st.columnInt(0);
-    s.beginSeq = u64(st.columnInt(1));
-    s.beginTsNs = st.columnInt(2);
-    s.endSeq = st.columnNull(3) ? core::kOpenSeq : u64(st.columnInt(3));
-    s.endTsNs = st.columnInt(4);
-    rec.steps.push_back(s);
-  }
+  readSteps(db, id, &rec);
   rec.sortBySeq();
   return rec;
 }
@@ -577,20 +581,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       rec.phases.push_back(p);
     }
   }
-  {
-    Statement st = db.prepare(
-        "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1");
-    st.bind(1, id);
-    while (st.step()) {
-      core::StepInterval s;
-      s.step = st.columnInt(0);
-      s.beginSeq = u64(st.columnInt(1));
-      s.beginTsNs = st.columnInt(2);
-      s.endSeq = endSeq(st, 3);
-      s.endTsNs = st.columnInt(4);
-      rec.steps.push_back(s);
-    }
-  }
+  readSteps(db, id, &rec);
   {
     Statement st = db.prepare(
         "SELECT thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM scope "

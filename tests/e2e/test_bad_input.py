@@ -18,13 +18,19 @@ class CliBadInputTest(unittest.TestCase):
         cls.daemon.cleanup()
 
     def test_unknown_session(self):
-        r = self.daemon.cli("breakdown", "999", check=False)
-        self.assertEqual(r.returncode, 1)
-        self.assertIn("no session 999", r.stderr)
+        for args in (["breakdown", "999"], ["peak", "999"], ["timeline", "999"], ["steps", "999"],
+                     ["ops", "999"], ["diff", "999", "998"], ["export", "999"]):
+            with self.subTest(args=args):
+                r = self.daemon.cli(*args, check=False)
+                self.assertEqual(r.returncode, 1)
+                self.assertIn("no session 999", r.stderr)
 
     def test_bad_usage(self):
         for args in (["breakdown"], ["breakdown", "abc"], ["breakdown", "1", "--at", "soon"],
-                     ["breakdown", "1", "--step"], ["frobnicate"], ["run"], ["sessions", "x"]):
+                     ["breakdown", "1", "--step"], ["frobnicate"], ["run"], ["sessions", "x"],
+                     ["peak"], ["peak", "1", "--top", "x"], ["timeline", "1", "--buckets", "0"],
+                     ["timeline", "1", "--from", "1s"], ["steps"], ["ops", "x"], ["diff", "1"],
+                     ["export"], ["run", "--bogus", "--", "true"]):
             with self.subTest(args=args):
                 r = self.daemon.cli(*args, check=False)
                 self.assertEqual(r.returncode, 2, r.stderr)
