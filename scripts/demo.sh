@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, starts tidemarkd with its SQLite store, runs the
-# example's checkpointed GPT training under `tidemark run`, and prints the session and its
-# memory breakdown at the peak (and at the last step's peak).
+# example's checkpointed GPT training under `tidemark run`, and prints the session, its memory
+# breakdown at the peak, what is live there by module and tensor, and each step's peak.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -27,5 +27,7 @@ SESSION=$("$BIN/tidemark" sessions --json | /usr/bin/python3 -c \
   'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
 echo; echo "== tidemark breakdown $SESSION   (the peak of the whole run)"
 "$BIN/tidemark" breakdown "$SESSION"
-echo; echo "== tidemark breakdown $SESSION --step $STEPS   (the peak of the last step)"
-"$BIN/tidemark" breakdown "$SESSION" --step "$STEPS"
+echo; echo "== tidemark peak $SESSION --top 6   (what is live at the peak)"
+"$BIN/tidemark" peak "$SESSION" --top 6 | sed -n '/^MODULE/,$p'
+echo; echo "== tidemark steps $SESSION   (each step's peak)"
+"$BIN/tidemark" steps "$SESSION"
