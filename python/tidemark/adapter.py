@@ -62,6 +62,7 @@ class Instrumenter:
         self.step = 0
         self.step_open = False
         self._saved_hooks = None
+        self.backward_module = None  # whose saved tensors backward is consuming now
 
     # ----- helpers -----------------------------------------------------------------------------
     def _depth(self):
@@ -153,20 +154,33 @@ class Instrumenter:
             self._phase_end(A.FORWARD)
 
     # ----- backward and saved tensors ------------------------------------------------------------
+    # A saved tensor remembers the module that saved it. When backward unpacks it, that module's
+    # backward is running: the adapter reports it as a scope "<module> [backward]", which lasts
+    # until backward moves on to another module's saved tensors (or the backward phase ends).
     def _pack(self, t):
+        stack = getattr(self.local, "names", None)
+        module = stack[-1] if stack else ""
         try:
             import torch
             if not isinstance(t, torch.nn.Parameter):
                 category = A.RECOMPUTED if self._in_phase(A.RECOMPUTE) else A.ACTIVATION
-                stack = getattr(self.local, "names", None)
-                self.tag_tensor(t, category, (stack[-1] if stack else "") + ":saved")
+                self.tag_tensor(t, category, module + ":saved")
         except Exception:
             pass
+        return (t, module)
+
+    def _unpack(self, packed):
+        t, module = packed
+        if module and module != self.backward_module and self._in_phase(A.BACKWARD):
+            self._end_backward_scope()
+            self.agent.scope_begin(self.agent.intern(module + " [backward]"))
+            self.backward_module = module
         return t
 
-    @staticmethod
-    def _unpack(t):
-        return t
+    def _end_backward_scope(self):
+        if self.backward_module:
+            self.agent.scope_end(self.agent.intern(self.backward_module + " [backward]"))
+            self.backward_module = None
 
     # ----- optimizers --------------------------------------------------------------------------
     def register_optimizer(self, opt):
@@ -244,6 +258,7 @@ class Instrumenter:
             try:
                 return backward(*args, **kwargs)
             finally:
+                inst._end_backward_scope()
                 inst._phase_end(A.BACKWARD)
 
         torch.autograd.backward = tidemark_backward

@@ -121,6 +121,9 @@ class TrainingBreakdownTest(unittest.TestCase):
                     self.assertEqual(sum(b["last"][1:]), b["last"][0])
                     self.assertLessEqual(b["min"][0], b["last"][0])
                     self.assertLessEqual(b["last"][0], b["max"][0])
+                # The peaks come early in backward: the module whose saved tensors are in use.
+                self.assertEqual(whole["phase"], "backward")
+                self.assertTrue(whole["scope"].endswith(" [backward]"), whole["scope"])
                 p = self.daemon.cli_json("peak", str(sid))
                 self.assertEqual(p["breakdown"]["seq"], whole["seq"])
                 self.assertEqual(p["breakdown"]["tracked_bytes"], whole["tracked_bytes"])
