@@ -77,6 +77,12 @@ TIDEMARK_EXPORT void tidemark_scope_begin(uint32_t name_id) {
 TIDEMARK_EXPORT void tidemark_scope_end(uint32_t name_id) {
   pushSimple(RecordKind::kScopeEnd, 0, 0, 0, name_id);
 }
+TIDEMARK_EXPORT void tidemark_op_begin(uint32_t name_id) {
+  pushSimple(RecordKind::kScopeBegin, 1, 0, 0, name_id);
+}
+TIDEMARK_EXPORT void tidemark_op_end(uint32_t name_id) {
+  pushSimple(RecordKind::kScopeEnd, 1, 0, 0, name_id);
+}
 TIDEMARK_EXPORT void tidemark_phase_begin(int phase) {
   pushSimple(RecordKind::kPhaseBegin, static_cast<uint8_t>(phase), 0, 0, 0);
 }

@@ -20,7 +20,8 @@ enum class RecordKind : uint8_t {
 
 struct Record {
   RecordKind kind;
-  uint8_t small;      // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree)
+  uint8_t small;      // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree),
+                      // scope kind (kScope*: 0 module, 1 op)
   uint16_t reserved;
   uint32_t threadId;
   uint64_t seq;

@@ -36,8 +36,14 @@ void toEvent(const Record& r, v1::Event* e) {
       f->set_device(r.device);
       break;
     }
-    case RecordKind::kScopeBegin: e->mutable_scope_begin()->set_name_iid(r.nameIid); break;
-    case RecordKind::kScopeEnd: e->mutable_scope_end()->set_name_iid(r.nameIid); break;
+    case RecordKind::kScopeBegin:
+      e->mutable_scope_begin()->set_name_iid(r.nameIid);
+      e->mutable_scope_begin()->set_kind(static_cast<v1::ScopeKind>(r.small));
+      break;
+    case RecordKind::kScopeEnd:
+      e->mutable_scope_end()->set_name_iid(r.nameIid);
+      e->mutable_scope_end()->set_kind(static_cast<v1::ScopeKind>(r.small));
+      break;
     case RecordKind::kPhaseBegin:
       e->mutable_phase_begin()->set_phase(static_cast<v1::Phase>(r.small));
       break;

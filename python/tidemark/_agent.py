@@ -47,6 +47,9 @@ class Agent:
         for name in ("tidemark_scope_begin", "tidemark_scope_end"):
             getattr(lib, name).argtypes = [ctypes.c_uint32]
             getattr(lib, name).restype = None
+        for name in ("tidemark_op_begin", "tidemark_op_end"):
+            getattr(lib, name).argtypes = [ctypes.c_uint32]
+            getattr(lib, name).restype = None
         for name in ("tidemark_phase_begin", "tidemark_phase_end"):
             getattr(lib, name).argtypes = [ctypes.c_int]
             getattr(lib, name).restype = None
@@ -62,6 +65,8 @@ class Agent:
         # Bound once: these are called for every module call and every saved tensor.
         self.scope_begin = lib.tidemark_scope_begin
         self.scope_end = lib.tidemark_scope_end
+        self.op_begin = lib.tidemark_op_begin
+        self.op_end = lib.tidemark_op_end
         self.phase_begin = lib.tidemark_phase_begin
         self.phase_end = lib.tidemark_phase_end
         self.step_begin = lib.tidemark_step_begin
@@ -114,7 +119,7 @@ class _Absent:
 def load():
     agent = Agent()
     if not agent.present:
-        for name in ("scope_begin", "scope_end", "phase_begin", "phase_end", "step_begin",
-                     "step_end", "tag"):
+        for name in ("scope_begin", "scope_end", "op_begin", "op_end", "phase_begin", "phase_end",
+                     "step_begin", "step_end", "tag"):
             setattr(agent, name, _Absent.noop)
     return agent

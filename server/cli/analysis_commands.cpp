@@ -235,13 +235,14 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   const grpc::Status s = stub->GetPeak(&ctx, req, &p);
   if (!s.ok()) return reportError(g, "peak", s);
   if (g.json) {
-    std::printf("{\"breakdown\": %s, \"modules\": %s, \"tensors\": %s}\n",
+    std::printf("{\"breakdown\": %s, \"modules\": %s, \"ops\": %s, \"tensors\": %s}\n",
                 breakdownJson(p.breakdown()).c_str(), itemsJson(p.modules()).c_str(),
-                itemsJson(p.tensors()).c_str());
+                itemsJson(p.ops()).c_str(), itemsJson(p.tensors()).c_str());
     return kExitOk;
   }
   printBreakdown(p.breakdown());
   printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(), static_cast<int>(topK));
+  printItems("OP (open at allocation)", p.ops(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));
   return kExitOk;
 }
@@ -396,7 +397,8 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(o.name()) +
              ", \"calls\": " + std::to_string(o.calls()) +
              ", \"total_ns\": " + std::to_string(o.total_ns()) +
-             ", \"self_ns\": " + std::to_string(o.self_ns()) + "}";
+             ", \"self_ns\": " + std::to_string(o.self_ns()) +
+             ", \"kind\": " + (o.is_op() ? "\"op\"" : "\"module\"") + "}";
     }
     std::printf("%s]}\n", out.c_str());
     return kExitOk;
@@ -405,7 +407,7 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     std::puts("no module scopes recorded (the Python adapter reports them)");
     return kExitOk;
   }
-  std::printf("%-60s %8s %12s %12s\n", "MODULE", "CALLS", "TOTAL (ms)", "SELF (ms)");
+  std::printf("%-60s %8s %12s %12s\n", "MODULE / OP", "CALLS", "TOTAL (ms)", "SELF (ms)");
   for (const v1::OpStat& o : ops.ops()) {
     std::string name = o.name();
     if (name.size() > 60) name = "..." + name.substr(name.size() - 57);

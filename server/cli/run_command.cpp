@@ -91,6 +91,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       quiet = true;
     } else if (a == "--no-adapter") {
       adapter = false;
+
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "tidemark run: unknown option '%s'\n", a.c_str());
       return kExitUsage;

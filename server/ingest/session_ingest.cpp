@@ -122,8 +122,9 @@ void SessionIngest::release(const v1::Event& e) {
       break;
     }
     case v1::Event::kScopeBegin: {
-      auto& stack = m_scopeStacks[e.thread_id()];
+      auto& stack = m_scopeStacks[stackKey(e.thread_id(), e.scope_begin().kind())];
       IntervalRow row;
+      row.kind = e.scope_begin().kind();
       row.nameIid = e.scope_begin().name_iid();
       row.depth = static_cast<int>(stack.size());
       openInterval(stack, row, e);
@@ -131,7 +132,7 @@ void SessionIngest::release(const v1::Event& e) {
     }
     case v1::Event::kScopeEnd: {
       const uint32_t name = e.scope_end().name_iid();
-      if (!closeInnermost(m_scopeStacks[e.thread_id()],
+      if (!closeInnermost(m_scopeStacks[stackKey(e.thread_id(), e.scope_end().kind())],
                           [name](const IntervalRow& r) { return r.nameIid == name; }, e,
                           m_rows.scopes)) {
         count("scope_end_unmatched");
@@ -245,14 +246,15 @@ SessionRows SessionIngest::finish() {
             [](const BlockRow& a, const BlockRow& b) { return a.allocSeq < b.allocSeq; });
   m_liveAtEnd = static_cast<int64_t>(m_open.size());
   m_open.clear();
-  for (auto* stacks : {&m_scopeStacks, &m_phaseStacks}) {
-    for (auto& [thread, stack] : *stacks) {
-      for (const IntervalRow& row : stack) {
-        (stacks == &m_scopeStacks ? m_rows.scopes : m_rows.phases).push_back(row);
-        m_rows.eventsStored += 1;
-      }
-      stack.clear();
-    }
+  for (auto& [key, stack] : m_scopeStacks) {
+    for (const IntervalRow& row : stack) m_rows.scopes.push_back(row);
+    m_rows.eventsStored += static_cast<int64_t>(stack.size());
+    stack.clear();
+  }
+  for (auto& [thread, stack] : m_phaseStacks) {
+    for (const IntervalRow& row : stack) m_rows.phases.push_back(row);
+    m_rows.eventsStored += static_cast<int64_t>(stack.size());
+    stack.clear();
   }
   for (auto& [step, s] : m_openSteps) {
     m_rows.steps.push_back(s);

@@ -59,7 +59,11 @@ class SessionIngest {
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;
   absl::flat_hash_map<uint64_t, BlockRow> m_open;  // live blocks by address
-  std::unordered_map<uint32_t, std::vector<IntervalRow>> m_scopeStacks;  // open, per thread
+  // Open scopes per thread and kind (ops nest apart from modules).
+  static uint64_t stackKey(uint32_t thread, int kind) {
+    return (static_cast<uint64_t>(kind) << 32) | thread;
+  }
+  std::unordered_map<uint64_t, std::vector<IntervalRow>> m_scopeStacks;
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;

@@ -193,9 +193,10 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
   if (request->has_step()) return grpc::Status::OK;  // items are kept for the session's peak
   auto peak = peakReport(static_cast<int64_t>(request->session_id()), -1);
   if (!peak.ok()) return toGrpc(peak.status());
-  for (const auto* list : {&peak->modules, &peak->tensors}) {
+  for (const auto* list : {&peak->modules, &peak->ops, &peak->tensors}) {
     for (const core::PeakItem& it : *list) {
       v1::PeakItem* out = list == &peak->modules ? response->add_modules()
+                          : list == &peak->ops   ? response->add_ops()
                                                  : response->add_tensors();
       out->set_name(it.name);
       out->set_category(static_cast<v1::Category>(static_cast<int>(it.category)));
@@ -305,6 +306,7 @@ grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* re
     out->set_calls(o.calls);
     out->set_total_ns(o.totalNs);
     out->set_self_ns(o.selfNs);
+    out->set_is_op(o.isOp);
   }
   return grpc::Status::OK;
 }

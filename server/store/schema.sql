@@ -72,11 +72,13 @@ CREATE TABLE IF NOT EXISTS tag (
 );
 CREATE INDEX IF NOT EXISTS tag_by_session ON tag (session_id, seq);
 
--- Module scopes (forward hooks), one row per open/close pair.
+-- Scopes, one row per open/close pair: modules (forward hooks, "<module> [backward]") and ops
+-- (reported through tidemark_op_begin/end by a framework that knows them).
 CREATE TABLE IF NOT EXISTS scope (
   id INTEGER PRIMARY KEY,
   session_id INTEGER NOT NULL,
   thread_id INTEGER NOT NULL,
+  kind INTEGER NOT NULL DEFAULT 0,      -- tidemark.v1.ScopeKind: 0 module, 1 op
   name_id INTEGER NOT NULL,
   depth INTEGER NOT NULL,               -- 0 for the outermost scope of the thread
   begin_seq INTEGER NOT NULL,
@@ -173,7 +175,7 @@ CREATE TABLE IF NOT EXISTS peak_category (
 CREATE TABLE IF NOT EXISTS peak_item (
   session_id INTEGER NOT NULL,
   step INTEGER NOT NULL,
-  kind TEXT NOT NULL,                   -- 'module' | 'tensor'
+  kind TEXT NOT NULL,                   -- 'module' | 'op' | 'tensor'
   rank INTEGER NOT NULL,                -- 0 = largest
   name TEXT NOT NULL,
   category INTEGER NOT NULL,

@@ -145,7 +145,7 @@ absl::Status Store::prepareStatements() {
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   m_insertScope = m_db.prepare(
       "INSERT INTO scope(session_id, thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, "
-      "end_ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+      "end_ts_ns, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   m_insertPhase = m_db.prepare(
       "INSERT INTO phase(session_id, thread_id, phase, begin_seq, begin_ts_ns, end_seq, "
       "end_ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
@@ -209,6 +209,7 @@ absl::Status Store::writeRows(const SessionRows& r) {
     m_insertScope.bind(1, sid).bind(2, i.threadId).bind(3, i.nameIid).bind(4, i.depth);
     m_insertScope.bind(5, s64(i.beginSeq)).bind(6, i.beginTsNs);
     bindEnd(m_insertScope, 7, i.endSeq, i.endTsNs);
+    m_insertScope.bind(9, i.kind);
     if (auto s = m_insertScope.run(); !s.ok()) return s;
   }
   for (const IntervalRow& i : r.phases) {
@@ -330,8 +331,8 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
       peakCat.bind(4, p.state.bytes[ci]).bind(5, p.state.blocks[ci]);
       if (auto s = peakCat.run(); !s.ok()) return s;
     }
-    for (const auto* list : {&p.modules, &p.tensors}) {
-      const char* kind = list == &p.modules ? "module" : "tensor";
+    for (const auto* list : {&p.modules, &p.ops, &p.tensors}) {
+      const char* kind = list == &p.modules ? "module" : list == &p.ops ? "op" : "tensor";
       for (size_t r = 0; r < list->size(); ++r) {
         const core::PeakItem& it = (*list)[r];
         item.bind(1, sid).bind(2, p.step).bind(3, kind).bind(4, static_cast<int64_t>(r));
@@ -426,7 +427,8 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     it.bytes = items.columnInt(3);
     it.blocks = items.columnInt(4);
     it.rule = static_cast<core::CategoryRule>(items.columnInt(5));
-    (items.columnText(0) == "module" ? p.modules : p.tensors).push_back(std::move(it));
+    const std::string kind = items.columnText(0);
+    (kind == "module" ? p.modules : kind == "op" ? p.ops : p.tensors).push_back(std::move(it));
   }
   return p;
 }
@@ -584,8 +586,8 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
   readSteps(db, id, &rec);
   {
     Statement st = db.prepare(
-        "SELECT thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM scope "
-        "WHERE session_id = ?1");
+        "SELECT thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, end_ts_ns, kind "
+        "FROM scope WHERE session_id = ?1");
     st.bind(1, id);
     while (st.step()) {
       core::ScopeInterval s;
@@ -596,7 +598,8 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       s.beginTsNs = st.columnInt(4);
       s.endSeq = endSeq(st, 5);
       s.endTsNs = st.columnInt(6);
-      rec.scopes.push_back(std::move(s));
+      s.isOp = st.columnInt(7) == 1;
+      (s.isOp ? rec.ops : rec.scopes).push_back(std::move(s));
     }
   }
   rec.sortBySeq();

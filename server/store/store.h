@@ -54,6 +54,7 @@ struct IntervalRow {  // scopes and phases
   uint32_t nameIid = 0;  // scopes
   int phase = 0;         // phases
   int depth = 0;         // scopes
+  int kind = 0;          // scopes: 0 module, 1 op
   uint64_t beginSeq = 0;
   int64_t beginTsNs = 0;
   uint64_t endSeq = core::kOpenSeq;

@@ -11,12 +11,13 @@ namespace tidemark::core {
 // Time spent in a module (CPU time from its scopes: forward calls, and recomputation).
 struct OpStat {
   std::string name;
+  bool isOp = false;  // a framework op; else a module
   int64_t calls = 0;
   int64_t totalNs = 0;  // from each call's begin to its end
   int64_t selfNs = 0;   // total minus the time of the calls nested directly inside
 };
 
-// Per scope name, largest total first. Scopes still open at the end are left out.
+// Per module and op name, largest total first. Scopes still open at the end are left out.
 std::vector<OpStat> moduleTimes(const Recording& recording);
 
 }  // namespace tidemark::core

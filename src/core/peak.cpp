@@ -32,87 +32,122 @@ std::string ownerModule(const std::string& tagName) {
   return dot == std::string::npos ? "(no module)" : path.substr(0, dot);
 }
 
-void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, PeakReport& report,
-               size_t topItems) {
-  const uint64_t seq = report.state.seq;
-  struct ModuleSum {
-    int64_t bytes = 0;
-    int64_t blocks = 0;
-    std::array<int64_t, kCategoryCount> byCategory{};
-  };
-  std::map<std::string, ModuleSum> modules;
-  std::vector<PeakItem> tensors;
-  // One sweep in sequence order over the scopes' begins and ends and the blocks live at the
-  // peak, with a stack of open scopes per thread: each block's module is the top of its
-  // thread's stack when it was allocated.
+// Walks scopes in sequence order with a stack of open scopes per thread, answering "which scope
+// of this thread was innermost at seq" for increasing seq.
+class ScopeSweep {
+ public:
+  explicit ScopeSweep(const std::vector<ScopeInterval>& scopes) : m_scopes(scopes) {
+    m_bounds.reserve(scopes.size() * 2);
+    for (size_t i = 0; i < scopes.size(); ++i) {
+      m_bounds.push_back({scopes[i].beginSeq, true, i});
+      if (scopes[i].endSeq != kOpenSeq) m_bounds.push_back({scopes[i].endSeq, false, i});
+    }
+    std::sort(m_bounds.begin(), m_bounds.end(),
+              [](const Boundary& a, const Boundary& b) { return a.seq < b.seq; });
+  }
+
+  // The innermost scope of `thread` open at seq, or nullptr. Calls must not decrease seq.
+  const ScopeInterval* innermostAt(uint32_t thread, uint64_t seq) {
+    for (; m_next < m_bounds.size() && m_bounds[m_next].seq <= seq; ++m_next) {
+      const Boundary& bd = m_bounds[m_next];
+      auto& stack = m_open[m_scopes[bd.scope].threadId];
+      if (bd.begin) {
+        stack.push_back(bd.scope);
+      } else {
+        auto it = std::find(stack.rbegin(), stack.rend(), bd.scope);
+        if (it != stack.rend()) stack.erase(std::next(it).base());
+      }
+    }
+    const auto& stack = m_open[thread];
+    return stack.empty() ? nullptr : &m_scopes[stack.back()];
+  }
+
+ private:
   struct Boundary {
     uint64_t seq;
     bool begin;
     size_t scope;
   };
-  std::vector<Boundary> bounds;
-  bounds.reserve(rec.scopes.size() * 2);
-  for (size_t i = 0; i < rec.scopes.size(); ++i) {
-    bounds.push_back({rec.scopes[i].beginSeq, true, i});
-    if (rec.scopes[i].endSeq != kOpenSeq) bounds.push_back({rec.scopes[i].endSeq, false, i});
+  const std::vector<ScopeInterval>& m_scopes;
+  std::vector<Boundary> m_bounds;
+  std::unordered_map<uint32_t, std::vector<size_t>> m_open;
+  size_t m_next = 0;
+};
+
+struct GroupSum {
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+  std::array<int64_t, kCategoryCount> byCategory{};
+  void add(int64_t size, Category c) {
+    bytes += size;
+    blocks += 1;
+    byCategory[categoryIndex(c)] += size;
   }
-  std::sort(bounds.begin(), bounds.end(),
-            [](const Boundary& a, const Boundary& b) { return a.seq < b.seq; });
-  std::unordered_map<uint32_t, std::vector<size_t>> open;
-  size_t next = 0;
-  for (size_t i = 0; i < rec.blocks.size(); ++i) {
-    const Block& b = rec.blocks[i];
-    if (b.allocSeq > seq) break;  // blocks are sorted by allocSeq
-    if (b.freeSeq <= seq) continue;
-    for (; next < bounds.size() && bounds[next].seq <= b.allocSeq; ++next) {
-      const ScopeInterval& sc = rec.scopes[bounds[next].scope];
-      auto& stack = open[sc.threadId];
-      if (bounds[next].begin) {
-        stack.push_back(bounds[next].scope);
-      } else {
-        auto it = std::find(stack.rbegin(), stack.rend(), bounds[next].scope);
-        if (it != stack.rend()) stack.erase(std::next(it).base());
-      }
-    }
-    const auto size = static_cast<int64_t>(b.sizeBytes);
-    const auto& stack = open[b.threadId];
-    const std::string& tagName =
-        cats[i].tagIndex >= 0 ? rec.tags[static_cast<size_t>(cats[i].tagIndex)].name : kNoName;
-    ModuleSum& m = modules[stack.empty() ? ownerModule(tagName) : rec.scopes[stack.back()].name];
-    m.bytes += size;
-    m.blocks += 1;
-    m.byCategory[categoryIndex(cats[i].category)] += size;
-    PeakItem t;
-    t.name = cats[i].tagIndex >= 0 ? rec.tags[static_cast<size_t>(cats[i].tagIndex)].name : "";
-    if (t.name.empty()) t.name = "block@0x" + [](uint64_t a) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(a));
-      return std::string(buf);
-    }(b.address);
-    t.category = cats[i].category;
-    t.rule = cats[i].rule;
-    t.bytes = size;
-    t.blocks = 1;
-    tensors.push_back(std::move(t));
-  }
-  auto larger = [](const PeakItem& a, const PeakItem& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
-  };
-  const size_t nt = std::min(topItems, tensors.size());
-  std::partial_sort(tensors.begin(), tensors.begin() + static_cast<long>(nt), tensors.end(), larger);
-  tensors.resize(nt);
-  report.tensors = std::move(tensors);
-  for (const auto& [name, sum] : modules) {
+};
+
+bool larger(const PeakItem& a, const PeakItem& b) {
+  return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+}
+
+// The groups as items, largest first, at most topItems; a group's category is its largest.
+std::vector<PeakItem> topGroups(const std::map<std::string, GroupSum>& groups, size_t topItems) {
+  std::vector<PeakItem> out;
+  for (const auto& [name, sum] : groups) {
     PeakItem m;
     m.name = name;
     m.bytes = sum.bytes;
     m.blocks = sum.blocks;
     const auto top = std::max_element(sum.byCategory.begin(), sum.byCategory.end());
     m.category = kAllCategories[static_cast<size_t>(top - sum.byCategory.begin())];
-    report.modules.push_back(std::move(m));
+    out.push_back(std::move(m));
   }
-  std::sort(report.modules.begin(), report.modules.end(), larger);
-  if (report.modules.size() > topItems) report.modules.resize(topItems);
+  std::sort(out.begin(), out.end(), larger);
+  if (out.size() > topItems) out.resize(topItems);
+  return out;
+}
+
+std::string blockName(const Recording& rec, const BlockCategory& cat, const Block& b) {
+  if (cat.tagIndex >= 0 && !rec.tags[static_cast<size_t>(cat.tagIndex)].name.empty()) {
+    return rec.tags[static_cast<size_t>(cat.tagIndex)].name;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "block@0x%llx", static_cast<unsigned long long>(b.address));
+  return buf;
+}
+
+void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, PeakReport& report,
+               size_t topItems) {
+  const uint64_t seq = report.state.seq;
+  std::map<std::string, GroupSum> modules;
+  std::map<std::string, GroupSum> ops;
+  std::vector<PeakItem> tensors;
+  ScopeSweep moduleSweep(rec.scopes);
+  ScopeSweep opSweep(rec.ops);
+  for (size_t i = 0; i < rec.blocks.size(); ++i) {
+    const Block& b = rec.blocks[i];
+    if (b.allocSeq > seq) break;  // blocks are sorted by allocSeq
+    if (b.freeSeq <= seq) continue;
+    const auto size = static_cast<int64_t>(b.sizeBytes);
+    const ScopeInterval* module = moduleSweep.innermostAt(b.threadId, b.allocSeq);
+    const ScopeInterval* op = opSweep.innermostAt(b.threadId, b.allocSeq);
+    const std::string& tagName =
+        cats[i].tagIndex >= 0 ? rec.tags[static_cast<size_t>(cats[i].tagIndex)].name : kNoName;
+    modules[module ? module->name : ownerModule(tagName)].add(size, cats[i].category);
+    if (!rec.ops.empty()) ops[op ? op->name : std::string("(no op)")].add(size, cats[i].category);
+    PeakItem t;
+    t.name = blockName(rec, cats[i], b);
+    t.category = cats[i].category;
+    t.rule = cats[i].rule;
+    t.bytes = size;
+    t.blocks = 1;
+    tensors.push_back(std::move(t));
+  }
+  const size_t nt = std::min(topItems, tensors.size());
+  std::partial_sort(tensors.begin(), tensors.begin() + static_cast<long>(nt), tensors.end(), larger);
+  tensors.resize(nt);
+  report.tensors = std::move(tensors);
+  report.modules = topGroups(modules, topItems);
+  report.ops = topGroups(ops, topItems);
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 
 namespace tidemark::core {
 
-// What holds memory at a peak: a module (the scope that was open when the block was allocated,
-// on the allocating thread) or a tensor (a block, named by its deciding tag).
+// What holds memory at a peak: a module or an op (the scope of that kind open on the allocating
+// thread when the block was allocated) or a tensor (a block, named by its deciding tag).
 struct PeakItem {
   std::string name;
   Category category = Category::kUnknown;  // for tensors; the largest category for modules
@@ -25,6 +25,7 @@ struct PeakReport {
   std::string phase;  // running at the peak
   std::string scope;  // innermost module scope open at the peak
   std::vector<PeakItem> modules;  // largest first
+  std::vector<PeakItem> ops;      // largest first: the op scope open at allocation (if recorded)
   std::vector<PeakItem> tensors;  // largest first
 };
 

@@ -34,6 +34,7 @@ void Recording::sortBySeq() {
   sortByBegin(phases);
   sortByBegin(steps);
   sortByBegin(scopes);
+  sortByBegin(ops);
 }
 
 const StepInterval* Recording::findStep(int64_t step) const {

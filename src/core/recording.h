@@ -59,6 +59,7 @@ struct ScopeInterval : Interval {
   std::string name;
   uint32_t threadId = 0;
   int depth = 0;
+  bool isOp = false;  // a framework op ("aten::mm") rather than a module
 };
 
 // Everything the analysis needs about one session, as read from the store.
@@ -67,7 +68,8 @@ struct Recording {
   std::vector<Tag> tags;              // any order
   std::vector<PhaseInterval> phases;  // any order; they may nest (recompute inside backward)
   std::vector<StepInterval> steps;    // any order
-  std::vector<ScopeInterval> scopes;  // any order
+  std::vector<ScopeInterval> scopes;  // module scopes, any order
+  std::vector<ScopeInterval> ops;     // op scopes (tidemark_op_begin/end), any order
 
   // Sorts every vector by its begin sequence number; the analysis functions expect this.
   void sortBySeq();

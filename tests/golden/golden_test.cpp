@@ -6,6 +6,7 @@
 // order by listing later sequence numbers first):
 //   alloc SEQ ADDR SIZE [THREAD]      free SEQ ADDR [THREAD]
 //   tag SEQ ADDR SIZE CATEGORY NAME    scope_begin SEQ NAME [THREAD]   scope_end SEQ NAME [THREAD]
+//   op_begin SEQ NAME [THREAD]         op_end SEQ NAME [THREAD]
 //   phase_begin SEQ PHASE              phase_end SEQ PHASE
 //   step_begin SEQ STEP                step_end SEQ STEP
 // Timestamps are 100 * SEQ. Set TIDEMARK_GOLDEN_UPDATE=1 to rewrite the .expected files.
@@ -99,13 +100,17 @@ std::vector<v1::AgentMessage> parseEvents(const fs::path& path, std::string* err
       t->set_size_bytes(size);
       t->set_category(c);
       t->set_name_iid(name.empty() ? 0 : intern(name));
-    } else if (kind == "scope_begin" || kind == "scope_end") {
+    } else if (kind == "scope_begin" || kind == "scope_end" || kind == "op_begin" ||
+               kind == "op_end") {
       ss >> a >> thread;
       const uint32_t iid = intern(a);
-      if (kind == "scope_begin") {
+      const v1::ScopeKind sk = kind.rfind("op_", 0) == 0 ? v1::SCOPE_KIND_OP : v1::SCOPE_KIND_MODULE;
+      if (kind == "scope_begin" || kind == "op_begin") {
         e->mutable_scope_begin()->set_name_iid(iid);
+        e->mutable_scope_begin()->set_kind(sk);
       } else {
         e->mutable_scope_end()->set_name_iid(iid);
+        e->mutable_scope_end()->set_kind(sk);
       }
     } else if (kind == "phase_begin" || kind == "phase_end") {
       ss >> a;
@@ -202,6 +207,7 @@ std::string render(v1::Query::Stub& query, const std::string& db, uint64_t sessi
   out << "peak: ";
   renderState(out, peak.breakdown());
   for (const auto& m : peak.modules()) out << "  module " << m.name() << " " << m.bytes() << "\n";
+  for (const auto& o : peak.ops()) out << "  op " << o.name() << " " << o.bytes() << "\n";
   for (int64_t step = 1; step <= info.steps(); ++step) {
     grpc::ClientContext c3;
     v1::BreakdownRequest br;

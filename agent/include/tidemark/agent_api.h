@@ -30,6 +30,9 @@ uint64_t tidemark_session_id(void);
 uint32_t tidemark_intern(const char* name);
 void tidemark_scope_begin(uint32_t name_id);
 void tidemark_scope_end(uint32_t name_id);
+/* An op (e.g. "aten::mm") begins / ends: a scope of its own kind, beside the module scopes. */
+void tidemark_op_begin(uint32_t name_id);
+void tidemark_op_end(uint32_t name_id);
 void tidemark_phase_begin(int phase);
 void tidemark_phase_end(int phase);
 void tidemark_step_begin(int64_t step);
