@@ -17,11 +17,11 @@ struct AgentConfig {
   std::string spoolDir;                   // TIDEMARK_SPOOL_DIR (default $XDG_RUNTIME_DIR or /tmp)
   uint64_t spoolCapBytes = 256ull << 20;  // TIDEMARK_SPOOL_MAX_BYTES
   uint32_t ringRecords = Recorder::kDefaultRingRecords;  // TIDEMARK_RING_RECORDS
-  size_t tableBuckets = 1u << 17;         // TIDEMARK_TABLE_BUCKETS (x8 slots)
-  int flushIntervalMs = 20;               // TIDEMARK_FLUSH_MS
-  int exitTimeoutMs = 5000;               // TIDEMARK_EXIT_TIMEOUT_MS
-  bool quiet = false;                     // TIDEMARK_QUIET=1: no summary line at exit
-  bool eagerStart = false;                // TIDEMARK_EAGER_START=1: start at load, not lazily
+  size_t tableBuckets = 1u << 17;                        // TIDEMARK_TABLE_BUCKETS (x8 slots)
+  int flushIntervalMs = 20;                              // TIDEMARK_FLUSH_MS
+  int exitTimeoutMs = 5000;                              // TIDEMARK_EXIT_TIMEOUT_MS
+  bool quiet = false;       // TIDEMARK_QUIET=1: no summary line at exit
+  bool eagerStart = false;  // TIDEMARK_EAGER_START=1: start at load, not lazily
 
   static AgentConfig fromEnvironment();
 };

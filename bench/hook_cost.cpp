@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
     slot = p;
   }
   for (void* p : keep) free(p);
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
-                        .count();
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   std::printf("{\"rounds\": %ld, \"ns_per_alloc_free\": %.1f}\n", rounds, ns / rounds);
   return 0;
 }

@@ -11,14 +11,14 @@
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
-#include <thread>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tidemark/v1/ingest.grpc.pb.h"
@@ -76,7 +76,8 @@ double rawSqliteRate(const std::string& path, long events) {
   std::remove(path.c_str());
   sqlite3* db = nullptr;
   if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return 0;
-  sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr, nullptr);
+  sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr,
+               nullptr);
   sqlite3_exec(db,
                "CREATE TABLE event(id INTEGER PRIMARY KEY, session_id INT, seq INT, ts_ns INT, "
                "kind INT, address INT, size_bytes INT, thread_id INT)",
@@ -144,11 +145,11 @@ int timeTimelines(const std::shared_ptr<grpc::Channel>& channel, uint64_t sessio
   const int64_t span = end - start;
   const auto zoom = timeQueries(start + span * 45 / 100, start + span * 55 / 100, 20);
 
-  std::printf("\"timeline_full_ms_median\": %.2f, \"timeline_full_ms_max\": %.2f, "
-              "\"timeline_zoom_ms_median\": %.2f, \"timeline_zoom_ms_max\": %.2f, "
-              "\"session\": %llu}\n",
-              full.first, full.second, zoom.first, zoom.second,
-              static_cast<unsigned long long>(session));
+  std::printf(
+      "\"timeline_full_ms_median\": %.2f, \"timeline_full_ms_max\": %.2f, "
+      "\"timeline_zoom_ms_median\": %.2f, \"timeline_zoom_ms_max\": %.2f, "
+      "\"session\": %llu}\n",
+      full.first, full.second, zoom.first, zoom.second, static_cast<unsigned long long>(session));
   return 0;
 }
 
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--server")) server = argv[i + 1];
     if (!std::strcmp(argv[i], "--events")) events = std::atol(argv[i + 1]);
     if (!std::strcmp(argv[i], "--scratch")) scratch = argv[i + 1];
-    if (!std::strcmp(argv[i], "--queries-only")) queriesOnly = std::strtoull(argv[i + 1], nullptr, 10);
+    if (!std::strcmp(argv[i], "--queries-only"))
+      queriesOnly = std::strtoull(argv[i + 1], nullptr, 10);
   }
   constexpr size_t kBatch = 8192;
 
@@ -229,8 +231,9 @@ int main(int argc, char** argv) {
   const double analysisS = seconds(a0);
 
   const double raw = rawSqliteRate(scratch, events);
-  std::printf("{\"events\": %ld, \"ingest_s\": %.3f, \"ingest_events_per_s\": %.0f, "
-              "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, ",
-              events, ingestS, events / ingestS, raw, analysisS);
+  std::printf(
+      "{\"events\": %ld, \"ingest_s\": %.3f, \"ingest_events_per_s\": %.0f, "
+      "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, ",
+      events, ingestS, events / ingestS, raw, analysisS);
   return timeTimelines(channel, session, &info);
 }

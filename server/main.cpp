@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "tidemarkd: listening on %s%s%s; store %s\n", server.address().c_str(),
-               options.unixSocket.empty() ? "" : " and unix:",
-               options.unixSocket.c_str(), options.dbPath.c_str());
+               options.unixSocket.empty() ? "" : " and unix:", options.unixSocket.c_str(),
+               options.dbPath.c_str());
   if (!portFile.empty()) {
     const std::string tmp = portFile + ".tmp";
     std::ofstream(tmp) << server.port() << "\n";

@@ -44,8 +44,8 @@ absl::Status Server::start() {
   builder.AddListeningPort(m_options.listen, grpc::InsecureServerCredentials(), &m_port);
   if (!m_options.unixSocket.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(
-        std::filesystem::path(m_options.unixSocket).parent_path(), ec);
+    std::filesystem::create_directories(std::filesystem::path(m_options.unixSocket).parent_path(),
+                                        ec);
     std::filesystem::remove(m_options.unixSocket, ec);  // a stale socket of a dead daemon
     builder.AddListeningPort("unix:" + m_options.unixSocket, grpc::InsecureServerCredentials());
   }

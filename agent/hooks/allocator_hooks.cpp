@@ -94,15 +94,16 @@ extern "C" {
 
 __attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment,
                                                           size_t size) {
-  const int rc = g_real.posixMemalign ? g_real.posixMemalign(out, alignment, size)
-                                      : tidemark::agent::bootstrapPosixMemalign(out, alignment, size);
+  const int rc = g_real.posixMemalign
+                     ? g_real.posixMemalign(out, alignment, size)
+                     : tidemark::agent::bootstrapPosixMemalign(out, alignment, size);
   if (rc == 0) afterAlloc(*out, size);
   return rc;
 }
 
 __attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
-  void* p = g_real.alignedAlloc ? g_real.alignedAlloc(alignment, size)
-                                : __libc_memalign(alignment, size);
+  void* p =
+      g_real.alignedAlloc ? g_real.alignedAlloc(alignment, size) : __libc_memalign(alignment, size);
   afterAlloc(p, size);
   return p;
 }

@@ -20,16 +20,16 @@ enum class RecordKind : uint8_t {
 
 struct Record {
   RecordKind kind;
-  uint8_t small;      // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree),
-                      // scope kind (kScope*: 0 module, 1 op)
+  uint8_t small;  // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree),
+                  // scope kind (kScope*: 0 module, 1 op)
   uint16_t reserved;
   uint32_t threadId;
   uint64_t seq;
   int64_t tsNs;
-  uint64_t address;   // kAlloc/kFree/kTag; the step number for kStep*
-  uint64_t sizeBytes; // kAlloc/kTag
-  uint32_t nameIid;   // kScope*/kTag
-  int32_t device;     // -1 for host memory
+  uint64_t address;    // kAlloc/kFree/kTag; the step number for kStep*
+  uint64_t sizeBytes;  // kAlloc/kTag
+  uint32_t nameIid;    // kScope*/kTag
+  int32_t device;      // -1 for host memory
 };
 static_assert(sizeof(Record) == 48, "keep records small: they are copied on the hot path");
 

@@ -59,7 +59,8 @@ bool SpoolReader::next(v1::AgentMessage* message) {
     m_error = "truncated spool: partial length prefix";
     return false;
   }
-  const uint32_t n = len[0] | (len[1] << 8) | (len[2] << 16) | (static_cast<uint32_t>(len[3]) << 24);
+  const uint32_t n =
+      len[0] | (len[1] << 8) | (len[2] << 16) | (static_cast<uint32_t>(len[3]) << 24);
   if (n > kMaxMessageBytes) {
     m_error = "corrupt spool: message of " + std::to_string(n) + " bytes";
     return false;

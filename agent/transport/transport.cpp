@@ -103,8 +103,8 @@ void Transport::run() {
     lock.unlock();
     if (m_link == LinkState::kNeverConnected && std::chrono::steady_clock::now() >= m_nextConnect) {
       if (!tryConnect()) {
-        m_nextConnect = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(m_config.connectRetryMs);
+        m_nextConnect =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(m_config.connectRetryMs);
       }
     }
     drainOnce();
@@ -293,8 +293,8 @@ void Transport::shutdown(int timeoutMs) {
   }
   m_stopRequested = true;
   m_wake.notify_all();
-  const bool done = m_progress.wait_for(lock, std::chrono::milliseconds(timeoutMs),
-                                        [this] { return m_stopped; });
+  const bool done =
+      m_progress.wait_for(lock, std::chrono::milliseconds(timeoutMs), [this] { return m_stopped; });
   lock.unlock();
   if (done) {
     if (m_thread.joinable()) m_thread.join();

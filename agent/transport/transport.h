@@ -19,12 +19,12 @@
 namespace tidemark::agent {
 
 struct TransportConfig {
-  std::string server;          // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
-  int flushIntervalMs = 20;    // how often the drain thread empties the rings
-  int connectRetryMs = 1000;   // how often to retry while no server answered yet
-  std::string spoolPath;       // where batches go while no server is reachable
+  std::string server;         // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
+  int flushIntervalMs = 20;   // how often the drain thread empties the rings
+  int connectRetryMs = 1000;  // how often to retry while no server answered yet
+  std::string spoolPath;      // where batches go while no server is reachable
   uint64_t spoolCapBytes = 256ull << 20;
-  v1::Handshake handshake;     // pid, command line, ... (protocol fields are filled in here)
+  v1::Handshake handshake;  // pid, command line, ... (protocol fields are filled in here)
 };
 
 // The drain thread and the gRPC stream. It batches the rings' records into EventBatches in

@@ -56,8 +56,8 @@ void AnalysisRunner::run() {
     }
     auto rec = Store::loadRecording(m_writer.path(), id);
     if (!rec.ok()) {
-      std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s\n",
-                   static_cast<long long>(id), rec.status().ToString().c_str());
+      std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s\n", static_cast<long long>(id),
+                   rec.status().ToString().c_str());
       continue;
     }
     auto analysis = std::make_shared<core::Analysis>(core::analyze(*rec));

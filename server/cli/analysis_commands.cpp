@@ -78,7 +78,8 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
       "[--json]\n\n"
       "Memory over time: per bucket, the lowest and highest tracked bytes and the bytes at its\n"
       "end, in total and per category. TIME is an offset from the session's start (+1.5s, 250ms)\n"
-      "or an absolute timestamp in ns. Default: the whole session, 40 buckets (1000 with --json).\n";
+      "or an absolute timestamp in ns. Default: the whole session, 40 buckets (1000 with "
+      "--json).\n";
   v1::TimelineRequest req;
   bool haveSession = false;
   std::string from;
@@ -101,17 +102,11 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
         std::fprintf(stderr, "tidemark timeline: --buckets must be 1 to 100000\n");
         return kExitUsage;
       }
-    } else if (!haveSession) {
-      uint64_t id = 0;
-      if (!parseSessionId(a, &id)) {
-        std::fprintf(stderr, "tidemark timeline: '%s' is not a session id\n", a.c_str());
-        return kExitUsage;
-      }
-      req.set_session_id(id);
-      haveSession = true;
     } else {
-      std::fprintf(stderr, "tidemark timeline: unexpected argument '%s'\n", a.c_str());
-      return kExitUsage;
+      uint64_t id = 0;
+      if (int code = kExitOk; !acceptSessionArg("timeline", a, &haveSession, &id, &code))
+        return code;
+      req.set_session_id(id);
     }
   }
   if (!haveSession) {
@@ -153,11 +148,12 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
         for (int k = 0; k < v.size(); ++k) o += (k ? ", " : "") + std::to_string(v.Get(k));
         return o + "]";
       };
-      out += std::string(i ? ",\n  " : "\n  ") + "{\"start_ts_ns\": " +
-             std::to_string(b.start_ts_ns()) + ", \"end_ts_ns\": " + std::to_string(b.end_ts_ns()) +
-             ", \"empty\": " + (b.empty() ? "true" : "false") + ", \"min\": " +
-             list(b.min_bytes()) + ", \"max\": " + list(b.max_bytes()) + ", \"last\": " +
-             list(b.last_bytes()) + "}";
+      out += std::string(i ? ",\n  " : "\n  ") +
+             "{\"start_ts_ns\": " + std::to_string(b.start_ts_ns()) +
+             ", \"end_ts_ns\": " + std::to_string(b.end_ts_ns()) +
+             ", \"empty\": " + (b.empty() ? "true" : "false") +
+             ", \"min\": " + list(b.min_bytes()) + ", \"max\": " + list(b.max_bytes()) +
+             ", \"last\": " + list(b.last_bytes()) + "}";
     }
     out += "]}\n";
     std::fputs(out.c_str(), stdout);
@@ -165,10 +161,11 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
   }
   int64_t top = 1;
   for (const v1::TimelineBucket& b : t.buckets()) top = std::max<int64_t>(top, b.max_bytes(0));
-  std::printf("session %llu: tracked bytes over %.3f s (%d buckets; # = max, the bar's scale is %s)\n",
-              static_cast<unsigned long long>(t.session_id()),
-              static_cast<double>(t.to_ts_ns() - t.from_ts_ns()) / 1e9, t.buckets_size(),
-              humanBytes(top).c_str());
+  std::printf(
+      "session %llu: tracked bytes over %.3f s (%d buckets; # = max, the bar's scale is %s)\n",
+      static_cast<unsigned long long>(t.session_id()),
+      static_cast<double>(t.to_ts_ns() - t.from_ts_ns()) / 1e9, t.buckets_size(),
+      humanBytes(top).c_str());
   std::printf("%10s %12s %12s  %s\n", "TIME", "MIN", "MAX", "");
   constexpr int kWidth = 50;
   for (const v1::TimelineBucket& b : t.buckets()) {
@@ -176,10 +173,9 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
     const int low = static_cast<int>(static_cast<double>(b.min_bytes(0)) * kWidth / top);
     std::string drawn(static_cast<size_t>(low), '=');
     drawn += std::string(static_cast<size_t>(std::max(bar - low, 0)), '#');
-    std::printf("%9.3fs %12s %12s  %s\n",
-                static_cast<double>(b.start_ts_ns() - t.from_ts_ns()) / 1e9,
-                humanBytes(b.min_bytes(0)).c_str(), humanBytes(b.max_bytes(0)).c_str(),
-                drawn.c_str());
+    std::printf(
+        "%9.3fs %12s %12s  %s\n", static_cast<double>(b.start_ts_ns() - t.from_ts_ns()) / 1e9,
+        humanBytes(b.min_bytes(0)).c_str(), humanBytes(b.max_bytes(0)).c_str(), drawn.c_str());
   }
   return kExitOk;
 }
@@ -211,17 +207,10 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       } else {
         topK = v;
       }
-    } else if (!haveSession) {
-      uint64_t id = 0;
-      if (!parseSessionId(a, &id)) {
-        std::fprintf(stderr, "tidemark peak: '%s' is not a session id\n", a.c_str());
-        return kExitUsage;
-      }
-      req.set_session_id(id);
-      haveSession = true;
     } else {
-      std::fprintf(stderr, "tidemark peak: unexpected argument '%s'\n", a.c_str());
-      return kExitUsage;
+      uint64_t id = 0;
+      if (int code = kExitOk; !acceptSessionArg("peak", a, &haveSession, &id, &code)) return code;
+      req.set_session_id(id);
     }
   }
   if (!haveSession) {
@@ -241,7 +230,8 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitOk;
   }
   printBreakdown(p.breakdown());
-  printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(), static_cast<int>(topK));
+  printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(),
+             static_cast<int>(topK));
   printItems("OP (open at allocation)", p.ops(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));
   return kExitOk;
@@ -323,17 +313,10 @@ int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
       return kExitOk;
     } else if ((a == "--format" || a == "-o") && i + 1 < args.size()) {
       (a == "-o" ? output : *req.mutable_format()) = args[++i];
-    } else if (!haveSession) {
-      uint64_t id = 0;
-      if (!parseSessionId(a, &id)) {
-        std::fprintf(stderr, "tidemark export: '%s' is not a session id\n", a.c_str());
-        return kExitUsage;
-      }
-      req.set_session_id(id);
-      haveSession = true;
     } else {
-      std::fprintf(stderr, "tidemark export: unexpected argument '%s'\n", a.c_str());
-      return kExitUsage;
+      uint64_t id = 0;
+      if (int code = kExitOk; !acceptSessionArg("export", a, &haveSession, &id, &code)) return code;
+      req.set_session_id(id);
     }
   }
   if (!haveSession) {
@@ -355,8 +338,8 @@ int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   uint64_t bytes = 0;
   bool writeOk = true;
   while (reader->Read(&chunk)) {
-    writeOk = writeOk && std::fwrite(chunk.data().data(), 1, chunk.data().size(), out) ==
-                             chunk.data().size();
+    writeOk = writeOk &&
+              std::fwrite(chunk.data().data(), 1, chunk.data().size(), out) == chunk.data().size();
     bytes += chunk.data().size();
   }
   const grpc::Status s = reader->Finish();

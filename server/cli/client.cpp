@@ -70,6 +70,22 @@ bool parseTime(const std::string& s, bool* relative, int64_t* ns) {
   return true;
 }
 
+bool acceptSessionArg(const char* command, const std::string& arg, bool* have, uint64_t* id,
+                      int* exitCode) {
+  if (*have) {
+    std::fprintf(stderr, "tidemark %s: unexpected argument '%s'\n", command, arg.c_str());
+    *exitCode = kExitUsage;
+    return false;
+  }
+  if (!parseSessionId(arg, id)) {
+    std::fprintf(stderr, "tidemark %s: '%s' is not a session id\n", command, arg.c_str());
+    *exitCode = kExitUsage;
+    return false;
+  }
+  *have = true;
+  return true;
+}
+
 bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const char* usage,
                       uint64_t* ids, int* exitCode) {
   if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {

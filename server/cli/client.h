@@ -20,6 +20,10 @@ bool parseSessionId(const std::string& s, uint64_t* id);
 // "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start (relative); a bare
 // integer is an absolute timestamp in nanoseconds (CLOCK_MONOTONIC of the recording host).
 bool parseTime(const std::string& s, bool* relative, int64_t* ns);
+// A positional argument of a command taking one SESSION: the first becomes *id (false and a
+// message if it is not a session id), any further one is an error. *exitCode is set on false.
+bool acceptSessionArg(const char* command, const std::string& arg, bool* have, uint64_t* id,
+                      int* exitCode);
 // For commands whose only arguments are `count` session ids: parses them into ids[], or prints
 // the usage (to stdout for --help, to stderr for bad arguments) and sets *exitCode.
 bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const char* usage,

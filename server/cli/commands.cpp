@@ -20,10 +20,14 @@ namespace {
 
 const char* stateName(v1::SessionState s) {
   switch (s) {
-    case v1::SESSION_STATE_LIVE: return "live";
-    case v1::SESSION_STATE_ENDED: return "ended";
-    case v1::SESSION_STATE_ABORTED: return "aborted";
-    default: return "?";
+    case v1::SESSION_STATE_LIVE:
+      return "live";
+    case v1::SESSION_STATE_ENDED:
+      return "ended";
+    case v1::SESSION_STATE_ABORTED:
+      return "aborted";
+    default:
+      return "?";
   }
 }
 
@@ -91,8 +95,8 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
     if (cmd.size() > 60) cmd = cmd.substr(0, 57) + "...";
     std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s\n",
                 static_cast<unsigned long long>(si.id()), stateName(si.state()), si.pid(),
-                wallTime(si.start_wall_ns()).c_str(),
-                static_cast<unsigned long long>(si.blocks()), static_cast<long long>(si.steps()),
+                wallTime(si.start_wall_ns()).c_str(), static_cast<unsigned long long>(si.blocks()),
+                static_cast<long long>(si.steps()),
                 static_cast<unsigned long long>(si.events_stored()),
                 static_cast<unsigned long long>(si.events_dropped()), cmd.c_str());
   }
@@ -137,8 +141,7 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
       bool relative = false;
       int64_t ns = 0;
       if (!parseTime(v, &relative, &ns)) {
-        std::fprintf(stderr, "tidemark breakdown: bad time '%s' (try +1.5s or 250ms)\n",
-                     v.c_str());
+        std::fprintf(stderr, "tidemark breakdown: bad time '%s' (try +1.5s or 250ms)\n", v.c_str());
         return kExitUsage;
       }
       if (relative) {
@@ -152,17 +155,11 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
         ns += start;
       }
       req.set_ts_ns(ns);
-    } else if (!haveSession) {
-      uint64_t id = 0;
-      if (!parseSessionId(a, &id)) {
-        std::fprintf(stderr, "tidemark breakdown: '%s' is not a session id\n", a.c_str());
-        return kExitUsage;
-      }
-      req.set_session_id(id);
-      haveSession = true;
     } else {
-      std::fprintf(stderr, "tidemark breakdown: unexpected argument '%s'\n", a.c_str());
-      return kExitUsage;
+      uint64_t id = 0;
+      if (int code = kExitOk; !acceptSessionArg("breakdown", a, &haveSession, &id, &code))
+        return code;
+      req.set_session_id(id);
     }
   }
   if (!haveSession) {
@@ -186,10 +183,11 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
 
 int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (args.size() != 1 || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: tidemark upload SPOOL [--server ADDR] [--json]\n\n"
-               "Sends a spool file (written by the agent while no tidemarkd answered) as a new "
-               "session.\n",
-               args.size() == 1 ? stdout : stderr);
+    std::fputs(
+        "usage: tidemark upload SPOOL [--server ADDR] [--json]\n\n"
+        "Sends a spool file (written by the agent while no tidemarkd answered) as a new "
+        "session.\n",
+        args.size() == 1 ? stdout : stderr);
     return args.size() == 1 ? kExitOk : kExitUsage;
   }
   agent::SpoolReader reader(args[0]);
@@ -199,8 +197,8 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   }
   v1::AgentMessage first;
   if (!reader.next(&first) || !first.has_handshake()) {
-    std::fprintf(stderr, "tidemark upload: %s is not a tidemark spool file%s%s\n",
-                 args[0].c_str(), reader.error().empty() ? "" : ": ", reader.error().c_str());
+    std::fprintf(stderr, "tidemark upload: %s is not a tidemark spool file%s%s\n", args[0].c_str(),
+                 reader.error().empty() ? "" : ": ", reader.error().c_str());
     return kExitError;
   }
   auto stub = v1::Ingest::NewStub(channelFor(g));

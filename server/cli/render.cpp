@@ -8,15 +8,13 @@
 namespace tidemark::cli {
 
 std::string breakdownJson(const v1::Breakdown& b) {
-  std::string out = "{\"session\": " + std::to_string(b.session_id()) +
-                    ", \"ts_ns\": " + std::to_string(b.ts_ns()) +
-                    ", \"seq\": " + std::to_string(b.seq()) +
-                    ", \"step\": " + std::to_string(b.step()) +
-                    ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
-                    ", \"phase\": " + jsonString(b.phase()) +
-                    ", \"scope\": " + jsonString(b.scope()) +
-                    ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) +
-                    ", \"categories\": {";
+  std::string out =
+      "{\"session\": " + std::to_string(b.session_id()) +
+      ", \"ts_ns\": " + std::to_string(b.ts_ns()) + ", \"seq\": " + std::to_string(b.seq()) +
+      ", \"step\": " + std::to_string(b.step()) +
+      ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
+      ", \"phase\": " + jsonString(b.phase()) + ", \"scope\": " + jsonString(b.scope()) +
+      ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) + ", \"categories\": {";
   for (int i = 0; i < b.categories_size(); ++i) {
     const v1::CategoryBytes& c = b.categories(i);
     if (i) out += ", ";
@@ -29,8 +27,7 @@ std::string breakdownJson(const v1::Breakdown& b) {
 
 void printBreakdown(const v1::Breakdown& b) {
   std::printf("session %llu, %s%s (seq %llu)%s%s%s%s\n",
-              static_cast<unsigned long long>(b.session_id()),
-              b.at_peak() ? "peak" : "state",
+              static_cast<unsigned long long>(b.session_id()), b.at_peak() ? "peak" : "state",
               b.step() >= 0 ? (" in step " + std::to_string(b.step())).c_str() : "",
               static_cast<unsigned long long>(b.seq()), b.phase().empty() ? "" : ", phase ",
               b.phase().c_str(), b.scope().empty() ? "" : ", in ", b.scope().c_str());
@@ -39,9 +36,8 @@ void printBreakdown(const v1::Breakdown& b) {
     if (c.bytes() == 0 && c.blocks() == 0) continue;
     const double share =
         b.tracked_bytes() > 0 ? 100.0 * static_cast<double>(c.bytes()) / b.tracked_bytes() : 0.0;
-    std::printf("%-17s %16s %12s %6.1f%% %8lld\n", c.name().c_str(),
-                groupDigits(c.bytes()).c_str(), humanBytes(c.bytes()).c_str(), share,
-                static_cast<long long>(c.blocks()));
+    std::printf("%-17s %16s %12s %6.1f%% %8lld\n", c.name().c_str(), groupDigits(c.bytes()).c_str(),
+                humanBytes(c.bytes()).c_str(), share, static_cast<long long>(c.blocks()));
   }
   std::printf("%-17s %16s %12s\n", "total tracked", groupDigits(b.tracked_bytes()).c_str(),
               humanBytes(b.tracked_bytes()).c_str());

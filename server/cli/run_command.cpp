@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kRunUsage = R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] -- CMD [ARGS...]
+constexpr const char* kRunUsage =
+    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] -- CMD [ARGS...]
 
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
 (models, optimizers, phases, steps, tensor categories) without any change to the script.
@@ -43,8 +44,8 @@ fs::path selfDir() {
 std::string findAgent() {
   if (const char* e = std::getenv("TIDEMARK_AGENT"); e != nullptr && *e != '\0') return e;
   const fs::path dir = selfDir();
-  for (const fs::path& p : {dir / "../lib/libtidemark_agent.so",
-                            dir / "../lib/tidemark/libtidemark_agent.so"}) {
+  for (const fs::path& p :
+       {dir / "../lib/libtidemark_agent.so", dir / "../lib/tidemark/libtidemark_agent.so"}) {
     std::error_code ec;
     if (fs::exists(p, ec)) return fs::canonical(p, ec).string();
   }

@@ -26,9 +26,8 @@ constexpr StatInfo kStatInfo[] = {
 
 absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   if (batch.batch_seq() != m_nextBatchSeq) {
-    return absl::InvalidArgumentError("batch_seq " + std::to_string(batch.batch_seq()) +
-                                      " where " + std::to_string(m_nextBatchSeq) +
-                                      " was expected");
+    return absl::InvalidArgumentError("batch_seq " + std::to_string(batch.batch_seq()) + " where " +
+                                      std::to_string(m_nextBatchSeq) + " was expected");
   }
   for (const v1::InternedString& s : batch.strings()) {
     if (s.iid() == 0) return absl::InvalidArgumentError("interned string with id 0");
@@ -38,8 +37,7 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   for (const v1::Event& e : batch.events()) {
     seqs.push_back(e.seq());
     if (e.payload_case() == v1::Event::PAYLOAD_NOT_SET) {
-      return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) +
-                                        " has no payload");
+      return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) + " has no payload");
     }
     if (e.seq() == 0) return absl::InvalidArgumentError("event with sequence number 0");
     if (e.seq() < m_nextSeq || m_pending.count(e.seq()) != 0) {
@@ -53,7 +51,8 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   }
   // Validated as a whole: a refused batch leaves nothing half-applied.
   ++m_nextBatchSeq;
-  for (const v1::InternedString& s : batch.strings()) m_rows.strings.emplace_back(s.iid(), s.value());
+  for (const v1::InternedString& s : batch.strings())
+    m_rows.strings.emplace_back(s.iid(), s.value());
   m_rows.eventsReceived += batch.events_size();
   for (const v1::Event& e : batch.events()) {
     // The common case: the agent sends events in order, so the next one is released at once
@@ -132,9 +131,9 @@ void SessionIngest::release(const v1::Event& e) {
     }
     case v1::Event::kScopeEnd: {
       const uint32_t name = e.scope_end().name_iid();
-      if (!closeInnermost(m_scopeStacks[stackKey(e.thread_id(), e.scope_end().kind())],
-                          [name](const IntervalRow& r) { return r.nameIid == name; }, e,
-                          m_rows.scopes)) {
+      if (!closeInnermost(
+              m_scopeStacks[stackKey(e.thread_id(), e.scope_end().kind())],
+              [name](const IntervalRow& r) { return r.nameIid == name; }, e, m_rows.scopes)) {
         count("scope_end_unmatched");
       }
       break;
@@ -147,9 +146,9 @@ void SessionIngest::release(const v1::Event& e) {
     }
     case v1::Event::kPhaseEnd: {
       const int phase = e.phase_end().phase();
-      if (!closeInnermost(m_phaseStacks[e.thread_id()],
-                          [phase](const IntervalRow& r) { return r.phase == phase; }, e,
-                          m_rows.phases)) {
+      if (!closeInnermost(
+              m_phaseStacks[e.thread_id()],
+              [phase](const IntervalRow& r) { return r.phase == phase; }, e, m_rows.phases)) {
         count("phase_end_unmatched");
       }
       break;
@@ -203,8 +202,8 @@ void SessionIngest::openInterval(std::vector<IntervalRow>& stack, IntervalRow ro
 }
 
 template <typename Match>
-bool SessionIngest::closeInnermost(std::vector<IntervalRow>& stack, Match match,
-                                   const v1::Event& e, std::vector<IntervalRow>& out) {
+bool SessionIngest::closeInnermost(std::vector<IntervalRow>& stack, Match match, const v1::Event& e,
+                                   std::vector<IntervalRow>& out) {
   size_t i = stack.size();
   while (i > 0 && !match(stack[i - 1])) --i;
   if (i == 0) return false;

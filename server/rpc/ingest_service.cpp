@@ -2,8 +2,8 @@
 
 #include <optional>
 
-#include "server/rpc/grpc_status.h"
 #include "server/ingest/session_ingest.h"
+#include "server/rpc/grpc_status.h"
 #include "tidemark/v1/query.pb.h"
 
 namespace tidemark::server {
@@ -103,9 +103,9 @@ grpc::Status IngestService::Stream(
   if (goodbye) {
     const v1::AgentCounters& c = goodbye->counters();
     end.eventsSent = static_cast<int64_t>(c.events_sent());
-    end.eventsDropped = static_cast<int64_t>(c.dropped_ring_full() + c.dropped_no_ring() +
-                                             c.dropped_table_full() + c.dropped_spool_full() +
-                                             c.dropped_disconnected());
+    end.eventsDropped =
+        static_cast<int64_t>(c.dropped_ring_full() + c.dropped_no_ring() + c.dropped_table_full() +
+                             c.dropped_spool_full() + c.dropped_disconnected());
     auto agentStat = [&](const char* name, uint64_t v, const char* what) {
       if (v != 0) end.stats.push_back({name, "data_loss", static_cast<int64_t>(v), what});
     };

@@ -19,9 +19,9 @@ class IngestService final : public v1::Ingest::Service {
   IngestService(StoreWriter& writer, std::function<void(int64_t)> onEnded)
       : m_writer(writer), m_onEnded(std::move(onEnded)) {}
 
-  grpc::Status Stream(grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream)
-      override;
+  grpc::Status Stream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override;
 
  private:
   StoreWriter& m_writer;

@@ -283,8 +283,8 @@ grpc::Status QueryService::Export(grpc::ServerContext*, const v1::ExportRequest*
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::Timeline timeline = core::buildTimeline(core::LivenessReplay(*rec, cats));
   bool ok = true;
-  core::writeChromeTrace(*rec, timeline, session->header.startTsNs,
-                         session->header.commandLine, [&](std::string_view piece) {
+  core::writeChromeTrace(*rec, timeline, session->header.startTsNs, session->header.commandLine,
+                         [&](std::string_view piece) {
                            if (!ok) return;
                            v1::ExportChunk chunk;
                            chunk.set_data(std::string(piece));

@@ -56,7 +56,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       "events_sent, events_dropped, live_blocks_at_end, "
       "block_count, "
       "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed "
-      "FROM session s " + where + " ORDER BY id");
+      "FROM session s " +
+      where + " ORDER BY id");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   if (id != 0) st.bind(1, id);
   std::vector<SessionRecord> out;
@@ -88,8 +89,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
   for (SessionRecord& r : out) {
     stats.bind(1, r.id);
     while (stats.step()) {
-      r.stats.push_back({stats.columnText(0), stats.columnText(1), stats.columnInt(2),
-                         stats.columnText(3)});
+      r.stats.push_back(
+          {stats.columnText(0), stats.columnText(1), stats.columnInt(2), stats.columnText(3)});
     }
     stats.reset();
   }
@@ -103,7 +104,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path) {
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::unique_ptr<Store> store(new Store(path));
   if (auto s = Database::open(path, false, &store->m_db); !s.ok()) return s;
-  if (auto s = store->m_db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-131072;"); !s.ok()) {
+  if (auto s = store->m_db.exec(
+          "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-131072;");
+      !s.ok()) {
     return absl::UnavailableError(path + " is not a usable SQLite database: " + s.ToString());
   }
   if (auto s = store->m_db.exec(kSchemaSql); !s.ok()) {
@@ -134,8 +137,8 @@ absl::Status Store::prepareStatements() {
   m_insertSession = m_db.prepare(
       "INSERT INTO session(name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)");
-  m_insertString = m_db.prepare(
-      "INSERT OR REPLACE INTO string(session_id, iid, value) VALUES (?1, ?2, ?3)");
+  m_insertString =
+      m_db.prepare("INSERT OR REPLACE INTO string(session_id, iid, value) VALUES (?1, ?2, ?3)");
   m_insertBlock = m_db.prepare(
       "INSERT INTO allocation(session_id, address, size_bytes, memory_kind, device, stream, "
       "thread_id, alloc_seq, alloc_ts_ns, free_seq, free_ts_ns) "
@@ -164,9 +167,9 @@ absl::Status Store::prepareStatements() {
       "INSERT INTO stat(session_id, name, severity, value, description) "
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(session_id, name) DO UPDATE SET "
       "value = value + excluded.value");
-  for (const Statement* st : {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag,
-                              &m_insertScope, &m_insertPhase, &m_insertStep, &m_addCounts,
-                              &m_endSession, &m_upsertStat}) {
+  for (const Statement* st :
+       {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag, &m_insertScope,
+        &m_insertPhase, &m_insertStep, &m_addCounts, &m_endSession, &m_upsertStat}) {
     if (auto s = checkPrepared(*st, m_db); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -272,8 +275,8 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
     del.bind(1, sid);
     if (auto s = del.run(); !s.ok()) return s;
   }
-  for (const char* table : {"block_category", "timeline_chunk", "peak", "peak_category",
-                            "peak_item"}) {
+  for (const char* table :
+       {"block_category", "timeline_chunk", "peak", "peak_category", "peak_item"}) {
     Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
     del.bind(1, sid);
     if (auto s = del.run(); !s.ok()) return s;
@@ -282,13 +285,14 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
   std::vector<std::pair<int64_t, char>> byId;
   byId.reserve(a.categories.size());
   for (size_t i = 0; i < a.categories.size(); ++i) {
-    byId.emplace_back(blockIds[i], static_cast<char>(static_cast<int>(a.categories[i].category) |
-                                                     (static_cast<int>(a.categories[i].rule) << 4)));
+    byId.emplace_back(blockIds[i],
+                      static_cast<char>(static_cast<int>(a.categories[i].category) |
+                                        (static_cast<int>(a.categories[i].rule) << 4)));
   }
   std::sort(byId.begin(), byId.end());
   constexpr size_t kBlocksPerChunk = 65536;
-  Statement cats = m_db.prepare(
-      "INSERT INTO block_category(session_id, chunk, codes) VALUES (?1, ?2, ?3)");
+  Statement cats =
+      m_db.prepare("INSERT INTO block_category(session_id, chunk, codes) VALUES (?1, ?2, ?3)");
   for (size_t first = 0; first < byId.size(); first += kBlocksPerChunk) {
     std::string codes;
     const size_t end = std::min(byId.size(), first + kBlocksPerChunk);
@@ -454,8 +458,8 @@ absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string
     index[p.step] = out.size();
     out.push_back(std::move(p));
   }
-  Statement cats = db.prepare(
-      "SELECT step, category, bytes, blocks FROM peak_category WHERE session_id = ?1");
+  Statement cats =
+      db.prepare("SELECT step, category, bytes, blocks FROM peak_category WHERE session_id = ?1");
   cats.bind(1, id);
   while (cats.step()) {
     auto it = index.find(cats.columnInt(0));
@@ -468,8 +472,8 @@ absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string
 }
 
 absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std::string& path,
-                                                                     int64_t id, int64_t fromTs,
-                                                                     int64_t toTs, int buckets) {
+                                                                      int64_t id, int64_t fromTs,
+                                                                      int64_t toTs, int buckets) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   // Choose the level from the chunks' extents: the coarsest with at least `buckets` samples in
@@ -483,8 +487,7 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
     const int64_t first = meta.columnInt(1);
     const int64_t last = meta.columnInt(2);
     const double span = static_cast<double>(std::max<int64_t>(last - first, 1));
-    const double covered =
-        static_cast<double>(std::min(last, toTs) - std::max(first, fromTs));
+    const double covered = static_cast<double>(std::min(last, toTs) - std::max(first, fromTs));
     inRange[meta.columnInt(0)] +=
         static_cast<double>(meta.columnInt(3)) * std::clamp(covered / span, 0.0, 1.0);
   }

@@ -88,8 +88,8 @@ struct SessionRows {
   int64_t eventsReceived = 0;  // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
-    return strings.empty() && blocks.empty() && tags.empty() && scopes.empty() &&
-           phases.empty() && steps.empty() && eventsReceived == 0 && eventsStored == 0;
+    return strings.empty() && blocks.empty() && tags.empty() && scopes.empty() && phases.empty() &&
+           steps.empty() && eventsReceived == 0 && eventsStored == 0;
   }
 };
 
@@ -162,8 +162,9 @@ class Store {
   static absl::StatusOr<std::vector<core::PeakReport>> readPeaks(const std::string& path,
                                                                  int64_t id);
   // The stored timeline's buckets over [fromTs, toTs].
-  static absl::StatusOr<std::vector<core::TimelineBucket>> readTimeline(
-      const std::string& path, int64_t id, int64_t fromTs, int64_t toTs, int buckets);
+  static absl::StatusOr<std::vector<core::TimelineBucket>> readTimeline(const std::string& path,
+                                                                        int64_t id, int64_t fromTs,
+                                                                        int64_t toTs, int buckets);
 
  private:
   explicit Store(std::string path) : m_path(std::move(path)) {}

@@ -15,7 +15,7 @@ struct MemoryState {
   uint64_t seq = 0;
   int64_t tsNs = 0;
   int64_t trackedBytes = 0;
-  std::array<int64_t, kCategoryCount> bytes{};   // indexed by categoryIndex()
+  std::array<int64_t, kCategoryCount> bytes{};  // indexed by categoryIndex()
   std::array<int64_t, kCategoryCount> blocks{};
 };
 

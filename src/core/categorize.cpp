@@ -7,10 +7,14 @@ namespace tidemark::core {
 
 std::string_view ruleName(CategoryRule r) {
   switch (r) {
-    case CategoryRule::kTag: return "tag";
-    case CategoryRule::kWithinPhase: return "within_phase";
-    case CategoryRule::kBornInRecompute: return "born_in_recompute";
-    case CategoryRule::kUntagged: return "untagged";
+    case CategoryRule::kTag:
+      return "tag";
+    case CategoryRule::kWithinPhase:
+      return "within_phase";
+    case CategoryRule::kBornInRecompute:
+      return "born_in_recompute";
+    case CategoryRule::kUntagged:
+      return "untagged";
   }
   return "untagged";
 }

@@ -20,7 +20,7 @@ std::string_view ruleName(CategoryRule r);
 struct BlockCategory {
   Category category = Category::kUnknown;
   CategoryRule rule = CategoryRule::kUntagged;
-  int tagCount = 0;  // tags that matched this block
+  int tagCount = 0;   // tags that matched this block
   int tagIndex = -1;  // the deciding tag in Recording::tags, -1 if none
 };
 

@@ -26,9 +26,9 @@ inline constexpr int kCategoryCount = 11;
 
 // All categories in wire order, for iteration.
 inline constexpr std::array<Category, kCategoryCount> kAllCategories = {
-    Category::kWeight,       Category::kGradient,   Category::kOptimizerState,
-    Category::kActivation,   Category::kCheckpointInput, Category::kRecomputed,
-    Category::kInput,        Category::kTemporary,  Category::kWorkspace,
+    Category::kWeight,         Category::kGradient,        Category::kOptimizerState,
+    Category::kActivation,     Category::kCheckpointInput, Category::kRecomputed,
+    Category::kInput,          Category::kTemporary,       Category::kWorkspace,
     Category::kAllocatorSlack, Category::kUnknown};
 
 inline constexpr int categoryIndex(Category c) { return static_cast<int>(c) - 1; }

@@ -143,7 +143,8 @@ void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, Pea
     tensors.push_back(std::move(t));
   }
   const size_t nt = std::min(topItems, tensors.size());
-  std::partial_sort(tensors.begin(), tensors.begin() + static_cast<long>(nt), tensors.end(), larger);
+  std::partial_sort(tensors.begin(), tensors.begin() + static_cast<long>(nt), tensors.end(),
+                    larger);
   tensors.resize(nt);
   report.tensors = std::move(tensors);
   report.modules = topGroups(modules, topItems);
@@ -168,7 +169,8 @@ std::vector<PeakReport> computePeaks(const Recording& rec, const std::vector<Blo
     out.push_back(r);
   }
   for (PeakReport& r : out) {
-    if (const PhaseInterval* p = rec.phaseAt(r.state.seq)) r.phase = std::string(phaseName(p->phase));
+    if (const PhaseInterval* p = rec.phaseAt(r.state.seq))
+      r.phase = std::string(phaseName(p->phase));
     if (const ScopeInterval* s = rec.scopeAt(r.state.seq)) r.scope = s->name;
   }
   // What is live, by module and tensor, for the peak of the whole recording.

@@ -13,7 +13,7 @@ namespace tidemark::core {
 // thread when the block was allocated) or a tensor (a block, named by its deciding tag).
 struct PeakItem {
   std::string name;
-  Category category = Category::kUnknown;  // for tensors; the largest category for modules
+  Category category = Category::kUnknown;       // for tensors; the largest category for modules
   CategoryRule rule = CategoryRule::kUntagged;  // for tensors: what decided the category
   int64_t bytes = 0;
   int64_t blocks = 0;
@@ -22,8 +22,8 @@ struct PeakItem {
 struct PeakReport {
   int64_t step = -1;  // -1: the whole recording
   MemoryState state;
-  std::string phase;  // running at the peak
-  std::string scope;  // innermost module scope open at the peak
+  std::string phase;              // running at the peak
+  std::string scope;              // innermost module scope open at the peak
   std::vector<PeakItem> modules;  // largest first
   std::vector<PeakItem> ops;      // largest first: the op scope open at allocation (if recorded)
   std::vector<PeakItem> tensors;  // largest first

@@ -71,8 +71,8 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
 
   // Where in the period memory is lowest (the moment between two steps): fold the series on the
   // period, leaving out the first period (start-up and the first step differ from the rest).
-  const double period = static_cast<double>(bestLag) * static_cast<double>(events.size()) /
-                        static_cast<double>(n);
+  const double period =
+      static_cast<double>(bestLag) * static_cast<double>(events.size()) / static_cast<double>(n);
   const size_t p = static_cast<size_t>(period);
   std::vector<double> folded(p, 0.0);
   std::vector<int> counts(p, 0);
@@ -82,8 +82,8 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
   }
   size_t phase = 0;
   for (size_t k = 0; k < p; ++k) {
-    if (counts[k] > 0 && (counts[phase] == 0 ||
-                          folded[k] / counts[k] < folded[phase] / counts[phase])) {
+    if (counts[k] > 0 &&
+        (counts[phase] == 0 || folded[k] / counts[k] < folded[phase] / counts[phase])) {
       phase = k;
     }
   }

@@ -71,12 +71,11 @@ Timeline buildTimeline(const LivenessReplay& replay) {
 
 std::vector<TimelineSample> samplesInRange(const TimelineLevel& level, int64_t fromTs,
                                            int64_t toTs) {
-  auto begin = std::lower_bound(
-      level.samples.begin(), level.samples.end(), fromTs,
-      [](const TimelineSample& s, int64_t ts) { return s.lastTsNs < ts; });
-  auto end = std::upper_bound(
-      begin, level.samples.end(), toTs,
-      [](int64_t ts, const TimelineSample& s) { return ts < s.firstTsNs; });
+  auto begin =
+      std::lower_bound(level.samples.begin(), level.samples.end(), fromTs,
+                       [](const TimelineSample& s, int64_t ts) { return s.lastTsNs < ts; });
+  auto end = std::upper_bound(begin, level.samples.end(), toTs,
+                              [](int64_t ts, const TimelineSample& s) { return ts < s.firstTsNs; });
   return {begin, end};
 }
 
@@ -90,8 +89,8 @@ int chooseLevel(const Timeline& timeline, int64_t fromTs, int64_t toTs, int buck
   return chosen;
 }
 
-std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples,
-                                         int64_t fromTs, int64_t toTs, int buckets) {
+std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples, int64_t fromTs,
+                                         int64_t toTs, int buckets) {
   std::vector<TimelineBucket> out(static_cast<size_t>(std::max(buckets, 1)));
   const double width = static_cast<double>(toTs - fromTs + 1) / static_cast<double>(out.size());
   for (size_t b = 0; b < out.size(); ++b) {

@@ -54,8 +54,8 @@ struct TimelineBucket {
 // has), and folds its samples into `buckets` equal-width buckets (a sample goes to the bucket of
 // its first event). Level reads the samples of one level in the range: the store's and the
 // in-memory timelines share this fold.
-std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples,
-                                         int64_t fromTs, int64_t toTs, int buckets);
+std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples, int64_t fromTs,
+                                         int64_t toTs, int buckets);
 // Which level to read for a query: the coarsest with at least `buckets` samples in range.
 int chooseLevel(const Timeline& timeline, int64_t fromTs, int64_t toTs, int buckets);
 // The samples of one level whose events overlap [fromTs, toTs].

@@ -1,6 +1,6 @@
 // A program with a known allocation history, run under the agent by tests/e2e/test_agent_hooks.py:
-// every hooked function is used, plain malloc/free (not tracked) is mixed in, some blocks stay live,
-// and a second thread allocates and frees. It prints what the agent must have seen as JSON.
+// every hooked function is used, plain malloc/free (not tracked) is mixed in, some blocks stay
+// live, and a second thread allocates and frees. It prints what the agent must have seen as JSON.
 #include <malloc.h>
 #include <stdlib.h>
 

@@ -104,7 +104,8 @@ std::vector<v1::AgentMessage> parseEvents(const fs::path& path, std::string* err
                kind == "op_end") {
       ss >> a >> thread;
       const uint32_t iid = intern(a);
-      const v1::ScopeKind sk = kind.rfind("op_", 0) == 0 ? v1::SCOPE_KIND_OP : v1::SCOPE_KIND_MODULE;
+      const v1::ScopeKind sk =
+          kind.rfind("op_", 0) == 0 ? v1::SCOPE_KIND_OP : v1::SCOPE_KIND_MODULE;
       if (kind == "scope_begin" || kind == "op_begin") {
         e->mutable_scope_begin()->set_name_iid(iid);
         e->mutable_scope_begin()->set_kind(sk);
@@ -151,7 +152,8 @@ std::string hex(int64_t v) {
 }
 
 void renderState(std::ostringstream& out, const v1::Breakdown& b) {
-  out << "seq=" << b.seq() << " step=" << b.step() << " phase=" << (b.phase().empty() ? "-" : b.phase())
+  out << "seq=" << b.seq() << " step=" << b.step()
+      << " phase=" << (b.phase().empty() ? "-" : b.phase())
       << " scope=" << (b.scope().empty() ? "-" : b.scope()) << " tracked=" << b.tracked_bytes();
   for (const auto& c : b.categories()) {
     if (c.bytes() != 0 || c.blocks() != 0) out << " " << c.name() << "=" << c.bytes();
@@ -178,7 +180,8 @@ std::string render(v1::Query::Stub& query, const std::string& db, uint64_t sessi
   if (!Database::open(db, true, &d).ok()) return "open failed\n";
   std::string codes;
   {
-    Statement st = d.prepare("SELECT codes FROM block_category WHERE session_id = ?1 ORDER BY chunk");
+    Statement st =
+        d.prepare("SELECT codes FROM block_category WHERE session_id = ?1 ORDER BY chunk");
     st.bind(1, static_cast<int64_t>(session));
     while (st.step()) codes += std::string(st.columnBlob(0));
   }
@@ -194,8 +197,8 @@ std::string render(v1::Query::Stub& query, const std::string& db, uint64_t sessi
     const auto cat = core::categoryFromWire(code & 15);
     out << "  " << hex(blocks.columnInt(0)) << " " << blocks.columnInt(1) << " "
         << blocks.columnInt(2) << " "
-        << (blocks.columnNull(3) ? std::string("live") : std::to_string(blocks.columnInt(3)))
-        << " " << (cat ? core::categoryName(*cat) : "?") << " "
+        << (blocks.columnNull(3) ? std::string("live") : std::to_string(blocks.columnInt(3))) << " "
+        << (cat ? core::categoryName(*cat) : "?") << " "
         << core::ruleName(static_cast<core::CategoryRule>(code >> 4)) << "\n";
   }
 

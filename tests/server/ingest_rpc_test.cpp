@@ -1,8 +1,8 @@
 // The Ingest and Query services over a real gRPC server on loopback, with a real SQLite file:
 // bad clients get a status, and the server keeps serving the others.
-#include <gtest/gtest.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>

@@ -19,8 +19,8 @@ Block block(uint64_t addr, uint64_t size, uint64_t allocSeq, uint64_t freeSeq) {
 class BreakdownTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    rec.blocks = {block(0x1000, 100, 1, kOpenSeq), block(0x2000, 50, 2, 4),
-                  block(0x3000, 70, 3, 6), block(0x2000, 10, 5, 7)};
+    rec.blocks = {block(0x1000, 100, 1, kOpenSeq), block(0x2000, 50, 2, 4), block(0x3000, 70, 3, 6),
+                  block(0x2000, 10, 5, 7)};
     Tag w;
     w.seq = 1;
     w.address = 0x1000;

@@ -155,8 +155,8 @@ TEST(PeaksTest, OnePassEqualsOneScanPerRange) {
   rec.sortBySeq();
   auto cats = categorize(rec);
   LivenessReplay replay(rec, cats);
-  std::vector<std::pair<uint64_t, uint64_t>> ranges = {{1, 100}, {100, 101}, {250, 900},
-                                                       {1200, 4000}, {4500, seq + 10}};
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {1, 100}, {100, 101}, {250, 900}, {1200, 4000}, {4500, seq + 10}};
   auto peaks = replay.peaks(ranges);
   for (size_t i = 0; i < ranges.size(); ++i) {
     const MemoryState one = replay.peak(ranges[i].first, ranges[i].second);
@@ -186,10 +186,10 @@ ScopeInterval scope(const char* name, uint32_t thread, uint64_t b, uint64_t e) {
 
 TEST(OpsTest, SelfTimeIsTotalMinusDirectChildren) {
   Recording rec;
-  rec.scopes = {scope("model", 1, 1, 100), scope("model.a", 1, 10, 40),
-                scope("model.a.x", 1, 20, 30), scope("model.b", 1, 50, 90),
-                scope("model.a", 1, 200, 210),   // a second call, outside "model"
-                scope("model", 2, 5, 15),        // another thread: not a parent of anything
+  rec.scopes = {scope("model", 1, 1, 100),      scope("model.a", 1, 10, 40),
+                scope("model.a.x", 1, 20, 30),  scope("model.b", 1, 50, 90),
+                scope("model.a", 1, 200, 210),     // a second call, outside "model"
+                scope("model", 2, 5, 15),          // another thread: not a parent of anything
                 scope("open", 1, 300, kOpenSeq)};  // still open: left out
   rec.sortBySeq();
   std::vector<OpStat> ops = moduleTimes(rec);
