@@ -11,6 +11,7 @@ std::string breakdownJson(const v1::Breakdown& b) {
   std::string out =
       "{\"session\": " + std::to_string(b.session_id()) +
       ", \"ts_ns\": " + std::to_string(b.ts_ns()) + ", \"seq\": " + std::to_string(b.seq()) +
+      ", \"offset_ns\": " + std::to_string(b.offset_ns()) +
       ", \"step\": " + std::to_string(b.step()) +
       ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
       ", \"phase\": " + jsonString(b.phase()) + ", \"scope\": " + jsonString(b.scope()) +
@@ -26,9 +27,10 @@ std::string breakdownJson(const v1::Breakdown& b) {
 }
 
 void printBreakdown(const v1::Breakdown& b) {
-  std::printf("session %llu, %s%s (seq %llu)%s%s%s%s\n",
+  std::printf("session %llu, %s at +%.3f s%s (seq %llu)%s%s%s%s\n",
               static_cast<unsigned long long>(b.session_id()), b.at_peak() ? "peak" : "state",
-              b.step() >= 0 ? (" in step " + std::to_string(b.step())).c_str() : "",
+              static_cast<double>(b.offset_ns()) / 1e9,
+              b.step() >= 0 ? (", in step " + std::to_string(b.step())).c_str() : "",
               static_cast<unsigned long long>(b.seq()), b.phase().empty() ? "" : ", phase ",
               b.phase().c_str(), b.scope().empty() ? "" : ", in ", b.scope().c_str());
   std::printf("%-17s %16s %12s %7s %8s\n", "CATEGORY", "BYTES", "", "SHARE", "BLOCKS");

@@ -121,7 +121,9 @@ absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(int64_t 
 grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest* request,
                                     v1::Steps* response) {
   const auto id = static_cast<int64_t>(request->session_id());
-  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
+  auto session = Store::getSession(m_dbPath, id);
+  if (!session.ok()) return toGrpc(session.status());
+  const int64_t startTs = session->header.startTsNs;
   auto steps = Store::loadSteps(m_dbPath, id);
   if (!steps.ok()) return toGrpc(steps.status());
   auto peaks = peakReports(id);
@@ -138,6 +140,7 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest
     out->set_end_ts_ns(s.endSeq == core::kOpenSeq ? 0 : s.endTsNs);
     fillBreakdown(id, it->second->state, s.step, it->second->phase, it->second->scope, true,
                   out->mutable_peak());
+    out->mutable_peak()->set_offset_ns(it->second->state.tsNs - startTs);
   }
   return grpc::Status::OK;
 }
@@ -145,12 +148,15 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest
 grpc::Status QueryService::GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
                                         v1::Breakdown* response) {
   const auto id = static_cast<int64_t>(request->session_id());
-  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
+  auto session = Store::getSession(m_dbPath, id);
+  if (!session.ok()) return toGrpc(session.status());
+  const int64_t startTs = session->header.startTsNs;
   if (request->at_case() != v1::BreakdownRequest::kTsNs) {
     auto peak = peakReport(id, request->has_step() ? request->step() : -1);
     if (!peak.ok()) return toGrpc(peak.status());
     fillBreakdown(id, peak->state, request->has_step() ? request->step() : -1, peak->phase,
                   peak->scope, true, response);
+    response->set_offset_ns(peak->state.tsNs - startTs);
     if (!request->has_step()) {
       // The whole session's peak lies in some step (or between steps).
       auto rec = Store::loadSteps(m_dbPath, id);
@@ -179,6 +185,7 @@ grpc::Status QueryService::GetBreakdown(grpc::ServerContext*, const v1::Breakdow
   fillBreakdown(id, state, step ? step->step : -1,
                 phase ? std::string(core::phaseName(phase->phase)) : std::string(),
                 scope ? scope->name : std::string(), false, response);
+  response->set_offset_ns(state.tsNs - startTs);
   return grpc::Status::OK;
 }
 

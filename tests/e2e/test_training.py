@@ -45,6 +45,10 @@ class TrainingBreakdownTest(unittest.TestCase):
             with self.subTest(model=model, step=step):
                 self.assertTrue(b["at_peak"])
                 self.assertEqual(b["step"], step)
+                # When: the peak's time from the session's start.
+                s = run["session"]
+                self.assertEqual(b["offset_ns"], b["ts_ns"] - s["start_ts_ns"])
+                self.assertTrue(0 < b["offset_ns"] <= s["end_ts_ns"] - s["start_ts_ns"])
                 self.assertEqual(cats["WEIGHT"], weight_truth)
                 self.assertEqual(cats["OPTIMIZER_STATE"],
                                  live_bytes_at(self.daemon, sid, seq, st["optimizer"]))
