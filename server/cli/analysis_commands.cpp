@@ -126,12 +126,11 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
   }
   req.set_buckets(static_cast<int32_t>(buckets != 0 ? buckets : (g.json ? 1000 : 40)));
 
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
   v1::Timeline t;
-  const grpc::Status s = stub->GetTimeline(&ctx, req, &t);
-  if (!s.ok()) return reportError(g, "timeline", s);
+  if (int code = callQuery(g, "timeline", &v1::Query::Stub::GetTimeline, req, &t);
+      code != kExitOk) {
+    return code;
+  }
 
   if (g.json) {
     std::string out = "{\"session\": " + std::to_string(t.session_id()) +
@@ -217,12 +216,10 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     std::fputs(kUsageText, stderr);
     return kExitUsage;
   }
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
   v1::Peak p;
-  const grpc::Status s = stub->GetPeak(&ctx, req, &p);
-  if (!s.ok()) return reportError(g, "peak", s);
+  if (int code = callQuery(g, "peak", &v1::Query::Stub::GetPeak, req, &p); code != kExitOk) {
+    return code;
+  }
   if (g.json) {
     std::printf("{\"breakdown\": %s, \"modules\": %s, \"ops\": %s, \"tensors\": %s}\n",
                 breakdownJson(p.breakdown()).c_str(), itemsJson(p.modules()).c_str(),
@@ -244,14 +241,12 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "the step before.\n";
   uint64_t id = 0;
   if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
   v1::StepsRequest req;
   req.set_session_id(id);
   v1::Steps steps;
-  const grpc::Status s = stub->GetSteps(&ctx, req, &steps);
-  if (!s.ok()) return reportError(g, "steps", s);
+  if (int code = callQuery(g, "steps", &v1::Query::Stub::GetSteps, req, &steps); code != kExitOk) {
+    return code;
+  }
   if (g.json) {
     std::string out = "{\"session\": " + std::to_string(steps.session_id()) + ", \"steps\": [";
     for (int i = 0; i < steps.steps_size(); ++i) {
@@ -365,14 +360,12 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "Time per module (CPU time from its scopes, forward and recompute): calls, total, self.\n";
   uint64_t id = 0;
   if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
   v1::OpsRequest req;
   req.set_session_id(id);
   v1::Ops ops;
-  const grpc::Status s = stub->GetOps(&ctx, req, &ops);
-  if (!s.ok()) return reportError(g, "ops", s);
+  if (int code = callQuery(g, "ops", &v1::Query::Stub::GetOps, req, &ops); code != kExitOk) {
+    return code;
+  }
   if (g.json) {
     std::string out = "{\"session\": " + std::to_string(ops.session_id()) + ", \"ops\": [";
     for (int i = 0; i < ops.ops_size(); ++i) {
@@ -411,12 +404,10 @@ int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   const uint64_t b = ids[1];
   req.set_session_a(a);
   req.set_session_b(b);
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
   v1::Diff d;
-  const grpc::Status s = stub->GetDiff(&ctx, req, &d);
-  if (!s.ok()) return reportError(g, "diff", s);
+  if (int code = callQuery(g, "diff", &v1::Query::Stub::GetDiff, req, &d); code != kExitOk) {
+    return code;
+  }
   if (g.json) {
     std::printf("{\"a\": %s, \"b\": %s, \"steps_a\": %lld, \"steps_b\": %lld}\n",
                 breakdownJson(d.peak_a()).c_str(), breakdownJson(d.peak_b()).c_str(),

@@ -103,18 +103,11 @@ bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const 
 }
 
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode) {
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 30);
   v1::GetSessionRequest req;
   req.set_session_id(session);
   v1::SessionInfo info;
-  const grpc::Status s = stub->GetSession(&ctx, req, &info);
-  if (!s.ok()) {
-    *exitCode = reportError(g, what, s);
-    return -1;
-  }
-  return info.start_ts_ns();
+  *exitCode = callQuery(g, what, &v1::Query::Stub::GetSession, req, &info, 30);
+  return *exitCode == kExitOk ? info.start_ts_ns() : -1;
 }
 
 }  // namespace tidemark::cli

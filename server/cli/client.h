@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "server/cli/commands.h"
+#include "tidemark/v1/query.grpc.pb.h"
 
 namespace tidemark::cli {
 
@@ -16,6 +17,20 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g);
 // at the address, kExitError otherwise.
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s);
 void withDeadline(grpc::ClientContext& ctx, int seconds);
+
+// One unary call of the Query service with a deadline: kExitOk, or the exit code of the error it
+// reported (as `tidemark <what>: ...`).
+template <typename Request, typename Response>
+int callQuery(const GlobalOptions& g, const char* what,
+              grpc::Status (v1::Query::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                      Response*),
+              const Request& request, Response* response, int deadlineSeconds = 120) {
+  auto stub = v1::Query::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, deadlineSeconds);
+  const grpc::Status s = ((*stub).*method)(&ctx, request, response);
+  return s.ok() ? kExitOk : reportError(g, what, s);
+}
 bool parseSessionId(const std::string& s, uint64_t* id);
 // "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start (relative); a bare
 // integer is an absolute timestamp in nanoseconds (CLOCK_MONOTONIC of the recording host).

@@ -68,12 +68,12 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
     std::fprintf(stderr, "tidemark sessions: unexpected argument '%s'\n", a.c_str());
     return kExitUsage;
   }
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 30);
   v1::ListSessionsResponse resp;
-  const grpc::Status s = stub->ListSessions(&ctx, v1::ListSessionsRequest(), &resp);
-  if (!s.ok()) return reportError(g, "sessions", s);
+  if (int code = callQuery(g, "sessions", &v1::Query::Stub::ListSessions, v1::ListSessionsRequest(),
+                           &resp, 30);
+      code != kExitOk) {
+    return code;
+  }
   if (g.json) {
     std::string out = "{\"sessions\": [";
     for (int i = 0; i < resp.sessions_size(); ++i) {
@@ -166,12 +166,11 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
     std::fputs(kUsageText, stderr);
     return kExitUsage;
   }
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
   v1::Breakdown b;
-  const grpc::Status s = stub->GetBreakdown(&ctx, req, &b);
-  if (!s.ok()) return reportError(g, "breakdown", s);
+  if (int code = callQuery(g, "breakdown", &v1::Query::Stub::GetBreakdown, req, &b);
+      code != kExitOk) {
+    return code;
+  }
 
   if (g.json) {
     std::fputs((breakdownJson(b) + "\n").c_str(), stdout);

@@ -38,7 +38,6 @@ class SessionIngest {
   std::vector<StatRow> stats() const;
   int64_t liveBlocksAtEnd() const { return m_liveAtEnd; }
   int64_t lastTsNs() const { return m_lastTs; }
-  uint64_t nextBatchSeq() const { return m_nextBatchSeq; }
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
 
  private:

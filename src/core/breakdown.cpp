@@ -74,13 +74,4 @@ MemoryState LivenessReplay::at(int64_t tsNs) const {
   return s;
 }
 
-MemoryState LivenessReplay::atSeq(uint64_t seq) const {
-  MemoryState s;
-  for (const Edge& e : m_edges) {
-    if (e.seq > seq) break;
-    apply(s, e);
-  }
-  return s;
-}
-
 }  // namespace tidemark::core

@@ -33,8 +33,6 @@ class LivenessReplay {
   std::vector<MemoryState> peaks(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
   // The state after every event whose timestamp is <= tsNs (in sequence order).
   MemoryState at(int64_t tsNs) const;
-  // The state after the event with this sequence number.
-  MemoryState atSeq(uint64_t seq) const;
   // Calls fn(state) after every event. For whole-recording checks and tests.
   template <typename Fn>
   void forEachState(Fn&& fn) const {

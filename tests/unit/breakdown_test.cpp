@@ -2,19 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/recording_builders.h"
+
 namespace tidemark::core {
 namespace {
 
-Block block(uint64_t addr, uint64_t size, uint64_t allocSeq, uint64_t freeSeq) {
-  Block b;
-  b.address = addr;
-  b.sizeBytes = size;
-  b.allocSeq = allocSeq;
-  b.allocTsNs = static_cast<int64_t>(allocSeq) * 100;
-  b.freeSeq = freeSeq;
-  b.freeTsNs = freeSeq == kOpenSeq ? 0 : static_cast<int64_t>(freeSeq) * 100;
-  return b;
-}
+using testing::block;
 
 class BreakdownTest : public ::testing::Test {
  protected:
@@ -63,10 +56,10 @@ TEST_F(BreakdownTest, PeakWithinAStepRangeCountsTheStateOnEntry) {
   EXPECT_EQ(p.seq, 5u);
 }
 
-TEST_F(BreakdownTest, StateAtTimeAndAtSeq) {
+TEST_F(BreakdownTest, StateAtTimeAndEveryState) {
   LivenessReplay replay(rec, cats);
   EXPECT_EQ(replay.at(450).trackedBytes, 170);  // after seq 4
-  EXPECT_EQ(replay.atSeq(7).trackedBytes, 100);
+  EXPECT_EQ(replay.at(700).trackedBytes, 100);  // after seq 7
   int64_t samples = 0;
   replay.forEachState([&](const MemoryState& s) {
     int64_t sum = 0;

@@ -2,33 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/recording_builders.h"
+
 namespace tidemark::core {
 namespace {
 
-Block block(uint64_t addr, uint64_t size, uint64_t allocSeq, uint64_t freeSeq) {
-  Block b;
-  b.address = addr;
-  b.sizeBytes = size;
-  b.allocSeq = allocSeq;
-  b.freeSeq = freeSeq;
-  return b;
-}
-
-Tag tag(uint64_t seq, uint64_t addr, Category c) {
-  Tag t;
-  t.seq = seq;
-  t.address = addr;
-  t.category = c;
-  return t;
-}
-
-PhaseInterval phase(Phase p, uint64_t begin, uint64_t end) {
-  PhaseInterval i;
-  i.phase = p;
-  i.beginSeq = begin;
-  i.endSeq = end;
-  return i;
-}
+using testing::block;
+using testing::phase;
+using testing::tag;
 
 TEST(CategorizeTest, TagJoinsTheBlockLiveAtItsAddressAtThatMoment) {
   Recording rec;
