@@ -4,6 +4,7 @@
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed)
+#   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,4 +86,16 @@ print("ratio ingest / raw SQLite       %10.2f" % (r["ingest_events_per_s"] / r["
 print("analysis pass stored after      %10.2f s" % r["analysis_s"])
 print("timeline, 2000 buckets, full    %10.1f ms median, %.1f ms worst of 20" % (r["timeline_full_ms_median"], r["timeline_full_ms_max"]))
 print("timeline, 2000 buckets, zoomed  %10.1f ms median, %.1f ms worst of 20" % (r["timeline_zoom_ms_median"], r["timeline_zoom_ms_max"]))
+PYEOF
+
+echo
+echo "== 4. the optimal chain planner on 200 blocks (bench/pareto_bench.cpp), target 1 s"
+"$BIN/bench_pareto" 200 > "$WORK/pareto.json"
+$PY - "$WORK/pareto.json" <<'PYEOF'
+import json, sys
+print("%-15s %10s %8s %14s %22s" % ("chain", "solve (s)", "/ 1 s", "curve points", "plans + simulations (s)"))
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print("%-15s %10.3f %8.3f %14d %22.3f" % (r["chain"], r["solve_s"], r["solve_s"] / 1.0,
+                                            r["curve_points"], r["plans_and_simulations_s"]))
 PYEOF

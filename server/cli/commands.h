@@ -10,6 +10,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;        // the server answered with an error (not found, ...)
 inline constexpr int kExitUsage = 2;        // bad arguments
 inline constexpr int kExitUnreachable = 3;  // no tidemarkd at the address
+inline constexpr int kExitInfeasible = 4;   // no recompute plan fits the budget
 
 struct GlobalOptions {
   std::string server;  // --server, else $TIDEMARK_SERVER, else 127.0.0.1:7531
@@ -26,5 +27,7 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int planCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

@@ -29,6 +29,10 @@ commands:
                                           a Chrome trace for Perfetto / chrome://tracing
   diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
+  plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--out FILE] [--json]
+                                          a recompute plan for a memory budget, predicted
+  pareto (SESSION | --profile FILE) [--json]
+                                          least recomputation for every budget (optimal plans)
 
 options (every command):
   --server ADDR   tidemarkd's address (default $TIDEMARK_SERVER, else 127.0.0.1:7531;
@@ -37,7 +41,8 @@ options (every command):
   -h, --help      this help (or: tidemark COMMAND --help)
   --version       print the version
 
-exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemarkd reachable;
+exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemarkd reachable,
+4 no plan fits the budget;
 `run` exits with the job's own exit code.
 )";
 
@@ -99,6 +104,8 @@ int main(int argc, char** argv) {
   if (command == "export") return exportCommand(g, args);
   if (command == "steps") return stepsCommand(g, args);
   if (command == "diff") return diffCommand(g, args);
+  if (command == "plan") return planCommand(g, args);
+  if (command == "pareto") return paretoCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

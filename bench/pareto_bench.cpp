@@ -1,0 +1,68 @@
+// The optimal chain planner on 200-block chains: the whole Pareto curve from one solve, beside
+// the target of 1 s (DESIGN.md section 6). Chains: homogeneous (a transformer's blocks),
+// heterogeneous (times and sizes varying tenfold), and heterogeneous with a selective option on
+// every block. Prints one JSON line per chain.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "src/advisor/simulator.h"
+#include "src/advisor/solvers.h"
+
+using namespace tidemark::core;
+
+namespace {
+
+ChainProfile makeChain(const std::string& kind, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> vary(1, 10);
+  ChainProfile p;
+  p.name = kind;
+  p.staticBytes = int64_t{4} << 30;
+  p.inputBytes = int64_t{16} << 20;
+  for (int i = 0; i < n; ++i) {
+    Stage s;
+    s.name = "blocks." + std::to_string(i);
+    const bool homogeneous = kind == "homogeneous";
+    const int64_t k = homogeneous ? 5 : vary(rng);
+    s.forwardNs = k * 1'000'000;
+    s.backwardNs = 2 * s.forwardNs;
+    s.savedBytes = (homogeneous ? 5 : vary(rng)) * (int64_t{32} << 20);
+    s.outputBytes = int64_t{16} << 20;
+    s.forwardWorkingBytes = s.savedBytes / 8;
+    s.backwardWorkingBytes = s.savedBytes / 4;
+    if (kind == "options") s.options.push_back({"mlp", s.savedBytes / 2, s.forwardNs / 3, {}});
+    p.stages.push_back(std::move(s));
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::stoi(argv[1]) : 200;
+  for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
+    const ChainProfile p = makeChain(kind, n, 42);
+    double best = 1e9;
+    size_t points = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const OptimalChainSolver solver(p);
+      points = solver.curve().size();
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    // Reconstructing and simulating the plan of every curve point, as the advisor's pareto does.
+    const OptimalChainSolver solver(p);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const ParetoPoint& pt : solver.curve()) (void)simulate(p, *solver.planFor(pt.budgetBytes));
+    const double plans =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf(
+        "{\"chain\": \"%s\", \"blocks\": %d, \"solve_s\": %.4f, \"curve_points\": %zu, "
+        "\"plans_and_simulations_s\": %.4f}\n",
+        kind, n, best, points, plans);
+  }
+  return 0;
+}

@@ -1,0 +1,335 @@
+// `tidemark plan` and `tidemark pareto`: the recompute advisor, on a recorded session (through
+// tidemarkd's Advisor service) or on a chain profile file (computed here, no server needed).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "server/cli/client.h"
+#include "server/cli/commands.h"
+#include "server/cli/format.h"
+#include "src/advisor/plan_json.h"
+#include "src/advisor/planner.h"
+#include "tidemark/v1/advisor.grpc.pb.h"
+
+namespace tidemark::cli {
+
+namespace {
+
+// What plan and pareto read from their arguments.
+struct AdvisorArgs {
+  bool haveSession = false;
+  uint64_t session = 0;
+  std::string profileFile;
+  std::string budget;
+  std::string strategy = "optimal";
+  std::string blocks;
+  std::string outFile;
+  int64_t step = 0;
+  int points = 24;
+};
+
+bool readFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// Parses the arguments shared by plan and pareto; false with *code set when they are wrong.
+bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<std::string>& args,
+                      bool wantBudget, AdvisorArgs* a, int* code) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "tidemark %s: %s needs a value\n", command, arg.c_str());
+        return false;
+      }
+      *out = args[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(usage, stdout);
+      *code = kExitOk;
+      return false;
+    } else if (arg == "--profile" || arg == "--budget" || arg == "--strategy" ||
+               arg == "--blocks" || arg == "--out" || arg == "-o" || arg == "--step" ||
+               arg == "--points") {
+      if (!value(&v)) {
+        *code = kExitUsage;
+        return false;
+      }
+      if (arg == "--profile") a->profileFile = v;
+      if (arg == "--budget") a->budget = v;
+      if (arg == "--strategy") a->strategy = v;
+      if (arg == "--blocks") a->blocks = v;
+      if (arg == "--out" || arg == "-o") a->outFile = v;
+      if (arg == "--step" || arg == "--points") {
+        char* end = nullptr;
+        const long long n = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 1) {
+          std::fprintf(stderr, "tidemark %s: %s needs a positive integer, got '%s'\n", command,
+                       arg.c_str(), v.c_str());
+          *code = kExitUsage;
+          return false;
+        }
+        if (arg == "--step") a->step = n;
+        if (arg == "--points") a->points = static_cast<int>(std::min<long long>(n, 100000));
+      }
+    } else if (!arg.empty() && arg[0] == '-') {
+      std::fprintf(stderr, "tidemark %s: unknown option '%s'\n%s", command, arg.c_str(), usage);
+      *code = kExitUsage;
+      return false;
+    } else if (!acceptSessionArg(command, arg, &a->haveSession, &a->session, code)) {
+      return false;
+    }
+  }
+  if (a->haveSession == !a->profileFile.empty()) {
+    std::fprintf(stderr, "tidemark %s: give either a SESSION or --profile FILE\n%s", command,
+                 usage);
+    *code = kExitUsage;
+    return false;
+  }
+  if (wantBudget && a->budget.empty()) {
+    std::fprintf(stderr, "tidemark %s: --budget is required\n%s", command, usage);
+    *code = kExitUsage;
+    return false;
+  }
+  return true;
+}
+
+// Reads and checks a profile file; prints why not and returns false.
+bool loadProfile(const char* command, const std::string& path, core::ChainProfile* out) {
+  std::string text;
+  if (!readFile(path, &text)) {
+    std::fprintf(stderr, "tidemark %s: cannot read %s\n", command, path.c_str());
+    return false;
+  }
+  absl::StatusOr<core::ChainProfile> p = core::parseChainProfile(text);
+  if (!p.ok()) {
+    std::fprintf(stderr, "tidemark %s: %s: %s\n", command, path.c_str(),
+                 std::string(p.status().message()).c_str());
+    return false;
+  }
+  *out = std::move(*p);
+  return true;
+}
+
+v1::ChainSelector selector(const AdvisorArgs& a) {
+  v1::ChainSelector s;
+  s.set_session_id(a.session);
+  s.set_step(a.step);
+  s.set_blocks(a.blocks);
+  return s;
+}
+
+std::string msText(int64_t ns) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
+  return buf;
+}
+
+void printPlan(const core::PlanDocument& d) {
+  std::printf("plan: %s, budget %s (%s bytes)%s\n", d.strategy.c_str(),
+              humanBytes(d.budgetBytes).c_str(), groupDigits(d.budgetBytes).c_str(),
+              d.feasible ? "" : "  -- DOES NOT FIT");
+  if (!d.source.session.empty())
+    std::printf("from: session %s, step %lld\n", d.source.session.c_str(),
+                static_cast<long long>(d.source.step));
+  else if (!d.source.profile.empty())
+    std::printf("from: %s\n", d.source.profile.c_str());
+  std::printf("\n%-28s %14s   %s\n", "", "PLAN", "STORE-ALL");
+  std::printf("%-28s %14s   %s\n", "predicted peak", humanBytes(d.predictedPeakBytes).c_str(),
+              humanBytes(d.baselinePeakBytes).c_str());
+  std::printf("%-28s %14s   %s\n", "step time", msText(d.predictedStepNs).c_str(),
+              msText(d.baselineStepNs).c_str());
+  std::printf("%-28s %14s   (%+.1f %%; no plan within the budget adds less than %s)\n",
+              "recomputation per step", msText(d.predictedExtraNs).c_str(),
+              100.0 * d.predictedOverhead, msText(d.lowerBoundExtraNs).c_str());
+  std::printf(
+      "%-28s %14s   (%s)\n", "the peak is at", "",
+      (d.predictedPeakPhase + (d.predictedPeakStage.empty() ? "" : " of " + d.predictedPeakStage))
+          .c_str());
+  std::printf("%-28s %14s\n", "static (outside the chain)", humanBytes(d.staticBytes).c_str());
+  std::printf("%-28s %14s\n", "least feasible budget",
+              humanBytes(d.minFeasibleBudgetBytes).c_str());
+  std::printf("\n%-10s %s\n", "MODE", "MODULES");
+  // Consecutive stored segments read as one run.
+  for (size_t k = 0; k < d.segments.size(); ++k) {
+    const core::PlanSegmentDoc& s = d.segments[k];
+    std::string last = s.modules.back();
+    size_t count = s.modules.size();
+    while (s.mode == "store" && k + 1 < d.segments.size() && d.segments[k + 1].mode == "store") {
+      last = d.segments[++k].modules.back();
+      count += d.segments[k].modules.size();
+    }
+    std::string mods = s.modules.front();
+    if (count > 1) mods += " .. " + last + " (" + std::to_string(count) + ")";
+    if (s.mode == "selective") mods += "  (option " + s.option + ")";
+    std::printf("%-10s %s\n", s.mode.c_str(), mods.c_str());
+  }
+}
+
+// Prints (or writes) the plan and returns the exit code: kExitInfeasible when it does not fit.
+int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& json) {
+  absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(json);
+  if (!d.ok()) {
+    std::fprintf(stderr, "tidemark plan: the plan document does not read back: %s\n",
+                 std::string(d.status().message()).c_str());
+    return kExitError;
+  }
+  if (!a.outFile.empty()) {
+    std::ofstream out(a.outFile, std::ios::binary | std::ios::trunc);
+    if (!(out << json)) {
+      std::fprintf(stderr, "tidemark plan: cannot write %s\n", a.outFile.c_str());
+      return kExitError;
+    }
+  }
+  if (g.json) {
+    std::fputs(json.c_str(), stdout);
+  } else {
+    printPlan(*d);
+    if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
+  }
+  if (!d->feasible) {
+    std::fprintf(stderr,
+                 "tidemark plan: no %s plan fits %s; the least budget any plan fits is %s "
+                 "(%s bytes)\n",
+                 d->strategy.c_str(), humanBytes(d->budgetBytes).c_str(),
+                 humanBytes(d->minFeasibleBudgetBytes).c_str(),
+                 groupDigits(d->minFeasibleBudgetBytes).c_str());
+    return kExitInfeasible;
+  }
+  return kExitOk;
+}
+
+int callAdvisorError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
+  return reportError(g, what, s);
+}
+
+}  // namespace
+
+int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  static const char* kUsage =
+      "usage: tidemark plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--step N]\n"
+      "                     [--blocks PREFIX] [--out FILE] [--json]\n\n"
+      "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
+      "peak above the static memory) with the least recomputation, its predicted peak and step\n"
+      "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
+      "SESSION plans a recorded step (the last complete one, or --step N) on the server;\n"
+      "--profile plans a chain profile file here (docs/chain-model.md). --blocks names the\n"
+      "modules the chain is made of by their common prefix (default: found from the recording).\n"
+      "--out writes the plan document (docs/plan-format.md); --json prints it.\n"
+      "Exit code 4 when no plan fits the budget (the least feasible budget is named).\n";
+  AdvisorArgs a;
+  int code = kExitOk;
+  if (!parseAdvisorArgs("plan", kUsage, args, /*wantBudget=*/true, &a, &code)) return code;
+  if (!a.profileFile.empty()) {
+    core::ChainProfile profile;
+    if (!loadProfile("plan", a.profileFile, &profile)) return kExitUsage;
+    absl::StatusOr<core::BudgetSpec> budget = core::parseBudget(a.budget);
+    absl::StatusOr<core::Strategy> strategy = core::parseStrategy(a.strategy);
+    for (const absl::Status& s : {budget.status(), strategy.status()}) {
+      if (!s.ok()) {
+        std::fprintf(stderr, "tidemark plan: %s\n", std::string(s.message()).c_str());
+        return kExitUsage;
+      }
+    }
+    core::PlanReport report =
+        core::makePlan(profile, core::resolveBudget(*budget, profile), *strategy);
+    report.source.profile = a.profileFile;
+    return finishPlan(a, g, core::planToJson(profile, report));
+  }
+  v1::PlanRequest req;
+  *req.mutable_chain() = selector(a);
+  req.set_budget(a.budget);
+  req.set_strategy(a.strategy);
+  v1::PlanResponse resp;
+  auto stub = v1::Advisor::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  const grpc::Status s = stub->Plan(&ctx, req, &resp);
+  if (!s.ok()) return callAdvisorError(g, "plan", s);
+  return finishPlan(a, g, resp.plan_json());
+}
+
+int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  static const char* kUsage =
+      "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIX]\n"
+      "                       [--points K] [--json]\n\n"
+      "The least recomputation any plan needs, for every budget (the optimal plans' Pareto\n"
+      "curve), from one solve. The table shows K points spread over the curve (default 24);\n"
+      "--json gives all of them.\n";
+  AdvisorArgs a;
+  int code = kExitOk;
+  if (!parseAdvisorArgs("pareto", kUsage, args, /*wantBudget=*/false, &a, &code)) return code;
+  v1::ParetoResponse resp;
+  if (!a.profileFile.empty()) {
+    core::ChainProfile profile;
+    if (!loadProfile("pareto", a.profileFile, &profile)) return kExitUsage;
+    const core::OptimalChainSolver solver(profile);
+    const core::ParetoSummary sum = core::paretoSummary(profile, solver);
+    resp.set_chain_name(sum.chainName);
+    resp.set_store_all_peak_bytes(sum.storeAllPeakBytes);
+    resp.set_static_bytes(sum.staticBytes);
+    resp.set_base_step_ns(sum.baseStepNs);
+    for (const auto& p : sum.points) {
+      v1::ParetoPoint* out = resp.add_points();
+      out->set_budget_bytes(p.budgetBytes);
+      out->set_extra_ns(p.extraNs);
+      out->set_plan(p.plan);
+    }
+  } else {
+    v1::ParetoRequest req;
+    *req.mutable_chain() = selector(a);
+    auto stub = v1::Advisor::NewStub(channelFor(g));
+    grpc::ClientContext ctx;
+    withDeadline(ctx, 120);
+    const grpc::Status s = stub->Pareto(&ctx, req, &resp);
+    if (!s.ok()) return callAdvisorError(g, "pareto", s);
+  }
+  if (g.json) {
+    std::string out = "{\"chain\": " + jsonString(resp.chain_name()) +
+                      ", \"store_all_peak_bytes\": " + std::to_string(resp.store_all_peak_bytes()) +
+                      ", \"static_bytes\": " + std::to_string(resp.static_bytes()) +
+                      ", \"base_step_ns\": " + std::to_string(resp.base_step_ns()) +
+                      ", \"points\": [";
+    for (int i = 0; i < resp.points_size(); ++i) {
+      const v1::ParetoPoint& p = resp.points(i);
+      out += std::string(i ? ",\n  " : "\n  ") +
+             "{\"budget_bytes\": " + std::to_string(p.budget_bytes()) +
+             ", \"extra_ns\": " + std::to_string(p.extra_ns()) +
+             ", \"plan\": " + jsonString(p.plan()) + "}";
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+  std::printf("chain %s: store-all peak %s, static %s, step %s; %d optimal points\n\n",
+              resp.chain_name().c_str(), humanBytes(resp.store_all_peak_bytes()).c_str(),
+              humanBytes(resp.static_bytes()).c_str(), msText(resp.base_step_ns()).c_str(),
+              resp.points_size());
+  std::printf("%14s %12s %9s  %s\n", "BUDGET", "EXTRA/STEP", "OVERHEAD", "PLAN");
+  const int n = resp.points_size();
+  const int shown = std::min(n, a.points);
+  for (int k = 0; k < shown; ++k) {
+    // Spread over the curve, always including both ends.
+    const int i = shown == 1 ? 0 : static_cast<int>((int64_t(k) * (n - 1)) / (shown - 1));
+    const v1::ParetoPoint& p = resp.points(i);
+    std::string plan = p.plan();
+    if (plan.size() > 60) plan = plan.substr(0, 57) + "...";
+    std::printf("%14s %12s %8.1f%%  %s\n", humanBytes(p.budget_bytes()).c_str(),
+                msText(p.extra_ns()).c_str(),
+                resp.base_step_ns() > 0 ? 100.0 * p.extra_ns() / resp.base_step_ns() : 0.0,
+                plan.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace tidemark::cli

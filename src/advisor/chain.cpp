@@ -1,0 +1,88 @@
+#include "src/advisor/chain.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+namespace tidemark::core {
+
+int64_t ChainProfile::baseStepNs() const {
+  int64_t total = 0;
+  for (const Stage& s : stages) total += s.forwardNs + s.backwardNs;
+  return total;
+}
+
+absl::Status validateProfile(const ChainProfile& profile) {
+  if (profile.stages.empty()) return absl::InvalidArgumentError("the chain has no stages");
+  if (profile.staticBytes < 0) return absl::InvalidArgumentError("static_bytes is negative");
+  if (profile.inputBytes < 0) return absl::InvalidArgumentError("input_bytes is negative");
+  std::set<std::string> names;
+  for (size_t i = 0; i < profile.stages.size(); ++i) {
+    const Stage& s = profile.stages[i];
+    const std::string where = absl::StrCat("stage ", i, " (", s.name, ")");
+    if (s.name.empty())
+      return absl::InvalidArgumentError(absl::StrCat("stage ", i, " has no name"));
+    if (!names.insert(s.name).second)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the name is used twice"));
+    if (s.forwardNs < 0 || s.backwardNs < 0)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": a negative time"));
+    if (s.savedBytes < 0 || s.outputBytes < 0 || s.forwardWorkingBytes < 0 ||
+        s.backwardWorkingBytes < 0)
+      return absl::InvalidArgumentError(absl::StrCat(where, ": a negative size"));
+    for (const StageOption& o : s.options) {
+      if (o.savedBytes < 0 || o.savedBytes > s.savedBytes)
+        return absl::InvalidArgumentError(absl::StrCat(where, ": option '", o.name, "' keeps ",
+                                                       o.savedBytes, " bytes, outside 0..",
+                                                       s.savedBytes));
+      if (o.recomputeNs < 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": option '", o.name, "' has a negative time"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan) {
+  int next = 0;
+  for (const Segment& seg : plan.segments) {
+    if (seg.first != next || seg.last < seg.first || seg.last >= profile.size())
+      return absl::InvalidArgumentError(
+          absl::StrCat("segments must cover stages 0..", profile.size() - 1, " in order; got [",
+                       seg.first, ", ", seg.last, "] where stage ", next, " was expected"));
+    if (seg.mode == SegmentMode::kRecompute) {
+      for (int i = seg.first; i <= seg.last; ++i)
+        if (!profile.stages[i].checkpointable)
+          return absl::InvalidArgumentError(
+              absl::StrCat("stage ", profile.stages[i].name, " cannot be recomputed"));
+    }
+    if (seg.option >= 0) {
+      if (seg.mode != SegmentMode::kStore || seg.first != seg.last)
+        return absl::InvalidArgumentError("an option applies to one stored stage only");
+      if (seg.option >= static_cast<int>(profile.stages[seg.first].options.size()))
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage ", profile.stages[seg.first].name, " has no option ", seg.option));
+    }
+    next = seg.last + 1;
+  }
+  if (next != profile.size())
+    return absl::InvalidArgumentError(
+        absl::StrCat("the plan covers ", next, " of ", profile.size(), " stages"));
+  return absl::OkStatus();
+}
+
+std::string planSignature(const ChainPlan& plan) {
+  std::string out;
+  for (size_t k = 0; k < plan.segments.size(); ++k) {
+    const Segment& seg = plan.segments[k];
+    if (k) out += '|';
+    if (seg.option >= 0) {
+      absl::StrAppend(&out, "s", seg.option);
+      continue;
+    }
+    out.append(static_cast<size_t>(seg.last - seg.first + 1),
+               seg.mode == SegmentMode::kRecompute ? 'R' : 'S');
+  }
+  return out;
+}
+
+}  // namespace tidemark::core

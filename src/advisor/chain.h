@@ -1,0 +1,80 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tidemark::core {
+
+// The chain model of docs/chain-model.md: a training step as a sequence of stages (blocks that
+// checkpointing can wrap), each with its measured times and sizes, plus the static memory that is
+// live throughout (weights, gradients, optimizer state, allocator slack, everything outside the
+// chain). Sizes are bytes, times nanoseconds.
+
+// A selective way to store a stage: keep only savedBytes of its activations and regenerate the
+// rest at the start of its backward for recomputeNs (e.g. checkpoint the MLP inside a block).
+struct StageOption {
+  std::string name;
+  int64_t savedBytes = 0;
+  int64_t recomputeNs = 0;
+  std::vector<std::string> recompute;  // the child modules whose forward is re-run
+};
+
+struct Stage {
+  std::string name;
+  int64_t forwardNs = 0;
+  int64_t backwardNs = 0;
+  int64_t savedBytes = 0;           // kept for backward when stored, not counting the stage's input
+  int64_t outputBytes = 0;          // the boundary tensor handed to the next stage
+  int64_t forwardWorkingBytes = 0;  // transient on top of input and output during forward
+  int64_t backwardWorkingBytes = 0;  // transient on top of the gradients during backward
+  bool checkpointable = true;
+  std::vector<StageOption> options;
+};
+
+struct ChainProfile {
+  std::string name;
+  int64_t staticBytes = 0;
+  int64_t inputBytes = 0;  // the chain's input (the first stage's input)
+  std::vector<Stage> stages;
+
+  int size() const { return static_cast<int>(stages.size()); }
+  // The input of stage i: the chain input for i == 0, the previous stage's output otherwise.
+  int64_t inBytes(int i) const { return i == 0 ? inputBytes : stages[i - 1].outputBytes; }
+  int64_t outBytes(int i) const { return stages[i].outputBytes; }
+  // The step time without recomputation: every forward and backward once.
+  int64_t baseStepNs() const;
+};
+
+// Rejects what the model cannot mean: no stages, negative sizes or times, an option that keeps
+// more than the stage saves, unnamed or duplicate stages.
+absl::Status validateProfile(const ChainProfile& profile);
+
+enum class SegmentMode { kStore, kRecompute };
+
+// A run of consecutive stages [first, last] with one mode. A stored segment of one stage may use
+// one of the stage's selective options (option >= 0); a recomputed segment keeps only its input
+// and re-runs its whole forward at the start of its backward.
+struct Segment {
+  int first = 0;
+  int last = 0;
+  SegmentMode mode = SegmentMode::kStore;
+  int option = -1;
+};
+
+// Segments in order, covering every stage exactly once.
+struct ChainPlan {
+  std::vector<Segment> segments;
+};
+
+// Checks that a plan covers the chain in order, recomputes only checkpointable stages and uses
+// options that exist.
+absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan);
+
+// The stage-by-stage description used in plan documents and tests: "S" stored, "R" recomputed,
+// "|" between segments, "s<k>" stored with option k. Example: "S|RR|RRR|S".
+std::string planSignature(const ChainPlan& plan);
+
+}  // namespace tidemark::core

@@ -1,0 +1,307 @@
+#include "src/advisor/plan_json.h"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace tidemark::core {
+
+using nlohmann::json;
+
+namespace {
+
+// Reads a JSON object field by field, remembering what was read so that leftovers are reported.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string where) : m_j(j), m_where(std::move(where)) {
+    if (!j.is_object()) m_status = absl::InvalidArgumentError(m_where + ": expected an object");
+  }
+
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) {
+    const json* v = find(key, fallback.has_value());
+    if (v == nullptr) return fallback.value_or(0);
+    if (!v->is_number_integer()) {
+      fail(absl::StrCat(key, " must be an integer"));
+      return 0;
+    }
+    return v->get<int64_t>();
+  }
+  std::string string(const char* key, std::optional<std::string> fallback = std::nullopt) {
+    const json* v = find(key, fallback.has_value());
+    if (v == nullptr) return fallback.value_or("");
+    if (!v->is_string()) {
+      fail(absl::StrCat(key, " must be a string"));
+      return {};
+    }
+    return v->get<std::string>();
+  }
+  bool boolean(const char* key, bool fallback) {
+    const json* v = find(key, true);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) {
+      fail(absl::StrCat(key, " must be true or false"));
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+  std::vector<std::string> strings(const char* key) {
+    std::vector<std::string> out;
+    const json* v = find(key, true);
+    if (v == nullptr) return out;
+    if (!v->is_array()) {
+      fail(absl::StrCat(key, " must be a list of strings"));
+      return out;
+    }
+    for (const json& s : *v) {
+      if (!s.is_string()) {
+        fail(absl::StrCat(key, " must be a list of strings"));
+        return {};
+      }
+      out.push_back(s.get<std::string>());
+    }
+    return out;
+  }
+  // An array or object field (or nullptr when optional and absent).
+  const json* raw(const char* key, bool optional) { return find(key, optional); }
+
+  // The first error, or one naming the keys nobody read.
+  absl::Status finish() {
+    if (!m_status.ok()) return m_status;
+    for (auto it = m_j.begin(); it != m_j.end(); ++it)
+      if (!m_read.count(it.key()))
+        return absl::InvalidArgumentError(absl::StrCat(m_where, ": unknown key '", it.key(), "'"));
+    return absl::OkStatus();
+  }
+  const absl::Status& status() const { return m_status; }
+  void fail(const std::string& what) {
+    if (m_status.ok()) m_status = absl::InvalidArgumentError(absl::StrCat(m_where, ": ", what));
+  }
+
+ private:
+  const json* find(const char* key, bool optional) {
+    if (!m_status.ok()) return nullptr;
+    m_read.insert(key);
+    auto it = m_j.find(key);
+    if (it == m_j.end()) {
+      if (!optional) fail(absl::StrCat("missing ", key));
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  const json& m_j;
+  std::string m_where;
+  absl::Status m_status;
+  std::set<std::string> m_read;
+};
+
+absl::StatusOr<json> parseJson(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  return j;
+}
+
+absl::Status checkFormat(ObjectReader& top, const char* format, int version) {
+  const std::string f = top.string("format");
+  const int64_t v = top.integer("version");
+  if (!top.status().ok()) return top.status();
+  if (!f.empty() && f != format)
+    return absl::InvalidArgumentError(absl::StrCat("format is '", f, "', expected '", format, "'"));
+  if (v > version)
+    return absl::InvalidArgumentError(
+        absl::StrCat(format, " version ", v, " is newer than this tidemark reads (", version, ")"));
+  if (v < 1) return absl::InvalidArgumentError(absl::StrCat(format, ": version must be >= 1"));
+  return absl::OkStatus();
+}
+
+const char* segmentModeName(const Segment& seg) {
+  if (seg.option >= 0) return "selective";
+  return seg.mode == SegmentMode::kRecompute ? "recompute" : "store";
+}
+
+}  // namespace
+
+absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
+  absl::StatusOr<json> j = parseJson(text);
+  if (!j.ok()) return j.status();
+  ObjectReader top(*j, "profile");
+  if (absl::Status s = checkFormat(top, kChainProfileFormat, kChainProfileVersion); !s.ok())
+    return s;
+  ChainProfile p;
+  p.name = top.string("name", "");
+  p.staticBytes = top.integer("static_bytes", 0);
+  p.inputBytes = top.integer("input_bytes");
+  const json* stages = top.raw("stages", false);
+  if (stages != nullptr && !stages->is_array()) top.fail("stages must be a list");
+  if (absl::Status s = top.finish(); !s.ok()) return s;
+  for (size_t i = 0; i < stages->size(); ++i) {
+    ObjectReader r((*stages)[i], absl::StrCat("stages[", i, "]"));
+    Stage s;
+    s.name = r.string("name");
+    s.forwardNs = r.integer("forward_ns");
+    s.backwardNs = r.integer("backward_ns");
+    s.savedBytes = r.integer("saved_bytes");
+    s.outputBytes = r.integer("output_bytes");
+    s.forwardWorkingBytes = r.integer("forward_working_bytes", 0);
+    s.backwardWorkingBytes = r.integer("backward_working_bytes", 0);
+    s.checkpointable = r.boolean("checkpointable", true);
+    const json* options = r.raw("options", true);
+    if (options != nullptr && !options->is_array()) r.fail("options must be a list");
+    if (absl::Status st = r.finish(); !st.ok()) return st;
+    if (options != nullptr) {
+      for (size_t k = 0; k < options->size(); ++k) {
+        ObjectReader o((*options)[k], absl::StrCat("stages[", i, "].options[", k, "]"));
+        StageOption opt;
+        opt.name = o.string("name");
+        opt.savedBytes = o.integer("saved_bytes");
+        opt.recomputeNs = o.integer("recompute_ns");
+        opt.recompute = o.strings("recompute");
+        if (absl::Status st = o.finish(); !st.ok()) return st;
+        s.options.push_back(std::move(opt));
+      }
+    }
+    p.stages.push_back(std::move(s));
+  }
+  if (absl::Status s = validateProfile(p); !s.ok()) return s;
+  return p;
+}
+
+std::string chainProfileToJson(const ChainProfile& p) {
+  json j = {{"format", kChainProfileFormat},
+            {"version", kChainProfileVersion},
+            {"name", p.name},
+            {"static_bytes", p.staticBytes},
+            {"input_bytes", p.inputBytes},
+            {"stages", json::array()}};
+  for (const Stage& s : p.stages) {
+    json st = {{"name", s.name},
+               {"forward_ns", s.forwardNs},
+               {"backward_ns", s.backwardNs},
+               {"saved_bytes", s.savedBytes},
+               {"output_bytes", s.outputBytes},
+               {"forward_working_bytes", s.forwardWorkingBytes},
+               {"backward_working_bytes", s.backwardWorkingBytes},
+               {"checkpointable", s.checkpointable}};
+    if (!s.options.empty()) {
+      st["options"] = json::array();
+      for (const StageOption& o : s.options)
+        st["options"].push_back({{"name", o.name},
+                                 {"saved_bytes", o.savedBytes},
+                                 {"recompute_ns", o.recomputeNs},
+                                 {"recompute", o.recompute}});
+    }
+    j["stages"].push_back(std::move(st));
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string planToJson(const ChainProfile& p, const PlanReport& r) {
+  json source = json::object();
+  if (!r.source.session.empty()) source["session"] = r.source.session;
+  if (r.source.step >= 0) source["step"] = r.source.step;
+  if (!r.source.profile.empty()) source["profile"] = r.source.profile;
+  json peakAt = {{"phase", simPhaseName(r.predicted.peakAt.phase)}};
+  if (r.predicted.peakAt.stage >= 0) peakAt["stage"] = p.stages[r.predicted.peakAt.stage].name;
+  json j = {{"format", kPlanFormat},
+            {"version", kPlanVersion},
+            {"strategy", strategyName(r.strategy)},
+            {"budget_bytes", r.budgetBytes},
+            {"feasible", r.feasible},
+            {"predicted",
+             {{"peak_bytes", r.predicted.peakBytes},
+              {"peak_at", peakAt},
+              {"extra_ns", r.predicted.extraNs},
+              {"step_ns", r.predicted.stepNs},
+              {"overhead", r.predictedOverhead()}}},
+            {"baseline", {{"peak_bytes", r.storeAllPeakBytes}, {"step_ns", r.baseStepNs}}},
+            {"lower_bound_extra_ns", r.lowerBoundExtraNs},
+            {"min_feasible_budget_bytes", r.minFeasibleBudgetBytes},
+            {"source", source},
+            {"chain", {{"name", p.name}, {"stages", p.size()}, {"static_bytes", p.staticBytes}}},
+            {"segments", json::array()}};
+  for (const Segment& seg : r.plan.segments) {
+    json s = {{"mode", segmentModeName(seg)}, {"modules", json::array()}};
+    for (int i = seg.first; i <= seg.last; ++i) s["modules"].push_back(p.stages[i].name);
+    if (seg.option >= 0) {
+      const StageOption& o = p.stages[seg.first].options[seg.option];
+      s["option"] = o.name;
+      s["recompute"] = o.recompute;
+    }
+    j["segments"].push_back(std::move(s));
+  }
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
+  absl::StatusOr<json> j = parseJson(text);
+  if (!j.ok()) return j.status();
+  ObjectReader top(*j, "plan");
+  if (absl::Status s = checkFormat(top, kPlanFormat, kPlanVersion); !s.ok()) return s;
+  PlanDocument d;
+  d.strategy = top.string("strategy");
+  d.budgetBytes = top.integer("budget_bytes");
+  d.feasible = top.boolean("feasible", false);
+  const json* predicted = top.raw("predicted", false);
+  const json* baseline = top.raw("baseline", false);
+  const json* chain = top.raw("chain", false);
+  const json* source = top.raw("source", true);
+  const json* segments = top.raw("segments", false);
+  d.lowerBoundExtraNs = top.integer("lower_bound_extra_ns");
+  d.minFeasibleBudgetBytes = top.integer("min_feasible_budget_bytes");
+  if (segments != nullptr && !segments->is_array()) top.fail("segments must be a list");
+  if (absl::Status s = top.finish(); !s.ok()) return s;
+
+  ObjectReader pr(*predicted, "predicted");
+  d.predictedPeakBytes = pr.integer("peak_bytes");
+  d.predictedExtraNs = pr.integer("extra_ns");
+  d.predictedStepNs = pr.integer("step_ns");
+  if (const json* o = pr.raw("overhead", false); o != nullptr) {
+    if (o->is_number())
+      d.predictedOverhead = o->get<double>();
+    else
+      pr.fail("overhead must be a number");
+  }
+  if (const json* at = pr.raw("peak_at", false); at != nullptr) {
+    ObjectReader ar(*at, "predicted.peak_at");
+    d.predictedPeakPhase = ar.string("phase");
+    d.predictedPeakStage = ar.string("stage", "");
+    if (absl::Status s = ar.finish(); !s.ok()) return s;
+  }
+  if (absl::Status s = pr.finish(); !s.ok()) return s;
+  ObjectReader br(*baseline, "baseline");
+  d.baselinePeakBytes = br.integer("peak_bytes");
+  d.baselineStepNs = br.integer("step_ns");
+  if (absl::Status s = br.finish(); !s.ok()) return s;
+  ObjectReader cr(*chain, "chain");
+  d.chainName = cr.string("name", "");
+  cr.integer("stages");
+  d.staticBytes = cr.integer("static_bytes");
+  if (absl::Status s = cr.finish(); !s.ok()) return s;
+  if (source != nullptr) {
+    ObjectReader sr(*source, "source");
+    d.source.session = sr.string("session", "");
+    d.source.step = sr.integer("step", -1);
+    d.source.profile = sr.string("profile", "");
+    if (absl::Status s = sr.finish(); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < segments->size(); ++i) {
+    ObjectReader sr((*segments)[i], absl::StrCat("segments[", i, "]"));
+    PlanSegmentDoc seg;
+    seg.mode = sr.string("mode");
+    seg.modules = sr.strings("modules");
+    seg.option = sr.string("option", "");
+    seg.recompute = sr.strings("recompute");
+    if (absl::Status s = sr.finish(); !s.ok()) return s;
+    if (seg.mode != "store" && seg.mode != "recompute" && seg.mode != "selective")
+      return absl::InvalidArgumentError(absl::StrCat("segments[", i, "]: mode '", seg.mode,
+                                                     "' is not store, recompute or selective"));
+    if (seg.modules.empty())
+      return absl::InvalidArgumentError(absl::StrCat("segments[", i, "]: no modules"));
+    d.segments.push_back(std::move(seg));
+  }
+  return d;
+}
+
+}  // namespace tidemark::core

@@ -1,0 +1,55 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/advisor/chain.h"
+#include "src/advisor/planner.h"
+
+namespace tidemark::core {
+
+inline constexpr char kChainProfileFormat[] = "tidemark-chain-profile";
+inline constexpr char kPlanFormat[] = "tidemark-plan";
+inline constexpr int kChainProfileVersion = 1;
+inline constexpr int kPlanVersion = 1;
+
+// The chain profile file of docs/chain-model.md. Unknown keys are errors (a misspelt key would
+// otherwise silently read as 0).
+absl::StatusOr<ChainProfile> parseChainProfile(std::string_view json);
+std::string chainProfileToJson(const ChainProfile& profile);
+
+// The plan document of docs/plan-format.md, written from a report on its profile.
+std::string planToJson(const ChainProfile& profile, const PlanReport& report);
+
+// What a consumer of a plan document needs: the modes by module name and the prediction.
+struct PlanSegmentDoc {
+  std::string mode;  // "store", "recompute" or "selective"
+  std::vector<std::string> modules;
+  std::string option;                  // selective only
+  std::vector<std::string> recompute;  // selective only: child modules re-run
+};
+struct PlanDocument {
+  std::string strategy;
+  int64_t budgetBytes = 0;
+  bool feasible = false;
+  int64_t predictedPeakBytes = 0;
+  std::string predictedPeakPhase;  // "forward", "end of forward", "recompute", "backward"
+  std::string predictedPeakStage;  // empty at the end of the forward
+  int64_t predictedExtraNs = 0;
+  int64_t predictedStepNs = 0;
+  double predictedOverhead = 0;
+  int64_t baselinePeakBytes = 0;  // store-all
+  int64_t baselineStepNs = 0;
+  int64_t lowerBoundExtraNs = 0;
+  int64_t minFeasibleBudgetBytes = 0;
+  std::string chainName;
+  int64_t staticBytes = 0;
+  PlanSource source;
+  std::vector<PlanSegmentDoc> segments;
+};
+absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view json);
+
+}  // namespace tidemark::core

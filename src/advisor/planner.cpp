@@ -1,0 +1,111 @@
+#include "src/advisor/planner.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace tidemark::core {
+
+PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
+                    const OptimalChainSolver* solved) {
+  std::unique_ptr<OptimalChainSolver> own;
+  if (solved == nullptr) {
+    own = std::make_unique<OptimalChainSolver>(profile);
+    solved = own.get();
+  }
+  PlanReport r;
+  r.strategy = strategy;
+  r.budgetBytes = budgetBytes;
+  r.baseStepNs = profile.baseStepNs();
+  r.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
+  r.minFeasibleBudgetBytes = solved->minFeasibleBudget();
+  r.lowerBoundExtraNs = extraTimeLowerBound(profile, budgetBytes);
+  switch (strategy) {
+    case Strategy::kStoreAll:
+      r.plan = storeAllPlan(profile);
+      break;
+    case Strategy::kCheckpointAll:
+      r.plan = checkpointAllPlan(profile);
+      break;
+    case Strategy::kSqrtN:
+      r.plan = sqrtNPlan(profile);
+      break;
+    case Strategy::kGreedy:
+      r.plan = greedySearchPlan(profile, budgetBytes);
+      break;
+    case Strategy::kOptimal: {
+      std::optional<ChainPlan> plan = solved->planFor(budgetBytes);
+      // Infeasible: the plan for the least feasible budget is the closest there is.
+      r.plan = plan ? *plan : *solved->planFor(r.minFeasibleBudgetBytes);
+      break;
+    }
+  }
+  r.predicted = simulate(profile, r.plan, /*keepPoints=*/true);
+  r.feasible = r.predicted.peakBytes <= budgetBytes;
+  return r;
+}
+
+ParetoSummary paretoSummary(const ChainProfile& profile, const OptimalChainSolver& solved) {
+  ParetoSummary out;
+  out.chainName = profile.name;
+  out.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
+  out.staticBytes = profile.staticBytes;
+  out.baseStepNs = profile.baseStepNs();
+  for (const ParetoPoint& pt : solved.curve())
+    out.points.push_back(
+        {pt.budgetBytes, pt.extraNs, planSignature(*solved.planFor(pt.budgetBytes))});
+  return out;
+}
+
+absl::StatusOr<BudgetSpec> parseBudget(std::string_view text) {
+  const std::string s(text);
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad budget '", s, "' (examples: 6GiB, 512MiB, 1.5GB, 123456, 70%)"));
+  };
+  char* end = nullptr;
+  const double value = std::strtod(s.c_str(), &end);
+  if (s.empty() || end == s.c_str() || !std::isfinite(value) || value <= 0) return bad();
+  std::string unit(end);
+  unit.erase(0, unit.find_first_not_of(' '));
+  BudgetSpec spec;
+  if (unit == "%") {
+    if (value > 1000) return bad();
+    spec.fraction = value / 100.0;
+    return spec;
+  }
+  static const struct {
+    const char* name;
+    double scale;
+  } kUnits[] = {{"", 1},
+                {"B", 1},
+                {"KiB", 1024.0},
+                {"MiB", 1024.0 * 1024},
+                {"GiB", 1024.0 * 1024 * 1024},
+                {"TiB", 1024.0 * 1024 * 1024 * 1024},
+                {"KB", 1e3},
+                {"MB", 1e6},
+                {"GB", 1e9},
+                {"TB", 1e12}};
+  for (const auto& u : kUnits) {
+    if (unit == u.name) {
+      const double bytes = value * u.scale;
+      if (bytes > 9e18) return bad();
+      spec.bytes = static_cast<int64_t>(std::llround(bytes));
+      return spec;
+    }
+  }
+  return bad();
+}
+
+int64_t resolveBudget(const BudgetSpec& spec, const ChainProfile& profile) {
+  if (spec.bytes >= 0) return spec.bytes;
+  const int64_t storeAll = simulate(profile, storeAllPlan(profile)).peakBytes;
+  return profile.staticBytes +
+         static_cast<int64_t>(std::llround(spec.fraction * double(storeAll - profile.staticBytes)));
+}
+
+}  // namespace tidemark::core

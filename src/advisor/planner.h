@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "src/advisor/chain.h"
+#include "src/advisor/simulator.h"
+#include "src/advisor/solvers.h"
+
+namespace tidemark::core {
+
+// Where a plan's profile came from: a recorded session and step, or a profile file.
+struct PlanSource {
+  std::string session;
+  int64_t step = -1;
+  std::string profile;
+};
+
+// A plan with everything it predicts: the content of a plan document (docs/plan-format.md).
+struct PlanReport {
+  Strategy strategy = Strategy::kOptimal;
+  int64_t budgetBytes = 0;
+  bool feasible = false;  // the predicted peak is within the budget
+  ChainPlan plan;
+  SimResult predicted;                 // peak and extra time, by simulation
+  int64_t baseStepNs = 0;              // the step without recomputation
+  int64_t lowerBoundExtraNs = 0;       // no plan within the budget adds less
+  int64_t storeAllPeakBytes = 0;       // the peak without recomputation
+  int64_t minFeasibleBudgetBytes = 0;  // the least budget any plan fits
+  PlanSource source;
+
+  double predictedOverhead() const {
+    return baseStepNs > 0 ? static_cast<double>(predicted.extraNs) / baseStepNs : 0.0;
+  }
+};
+
+// Plans the chain for a budget with one strategy and predicts the result by simulation. When no
+// plan of the strategy fits, the report says so (feasible = false) and carries the strategy's
+// lowest-peak plan; minFeasibleBudgetBytes names the budget that would fit. `solved` may pass an
+// OptimalChainSolver already built for this profile.
+PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
+                    const OptimalChainSolver* solved = nullptr);
+
+// The optimal plans' curve with what a reader needs beside it.
+struct ParetoSummary {
+  struct Point {
+    int64_t budgetBytes = 0;
+    int64_t extraNs = 0;
+    std::string plan;  // planSignature() of the optimal plan at that budget
+  };
+  std::string chainName;
+  std::vector<Point> points;  // ascending budget, descending extra time
+  int64_t storeAllPeakBytes = 0;
+  int64_t staticBytes = 0;
+  int64_t baseStepNs = 0;
+};
+ParetoSummary paretoSummary(const ChainProfile& profile, const OptimalChainSolver& solved);
+
+// A budget as users write it: "6GiB", "512 MiB", "1.5GB", "123456" (bytes), or "70%": that share
+// of the memory the store-all plan's peak holds above the static bytes (what recomputation can
+// act on), on top of the static bytes.
+struct BudgetSpec {
+  int64_t bytes = -1;    // when given in bytes
+  double fraction = -1;  // when given in percent
+};
+absl::StatusOr<BudgetSpec> parseBudget(std::string_view text);
+int64_t resolveBudget(const BudgetSpec& spec, const ChainProfile& profile);
+
+}  // namespace tidemark::core

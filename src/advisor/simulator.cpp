@@ -1,0 +1,112 @@
+#include "src/advisor/simulator.h"
+
+namespace tidemark::core {
+
+const char* simPhaseName(SimPhase p) {
+  switch (p) {
+    case SimPhase::kForward:
+      return "forward";
+    case SimPhase::kEndOfForward:
+      return "end of forward";
+    case SimPhase::kRecompute:
+      return "recompute";
+    case SimPhase::kBackward:
+      return "backward";
+  }
+  return "?";
+}
+
+namespace {
+
+class Replay {
+ public:
+  Replay(const ChainProfile& profile, bool keepPoints)
+      : m_profile(profile), m_keepPoints(keepPoints) {}
+
+  void at(SimPhase phase, int stage, int64_t live) {
+    const SimPoint p{phase, stage, m_profile.staticBytes + live};
+    if (p.liveBytes > m_result.peakBytes || m_first) {
+      m_result.peakBytes = p.liveBytes;
+      m_result.peakAt = p;
+      m_first = false;
+    }
+    if (m_keepPoints) m_result.points.push_back(p);
+  }
+  SimResult& result() { return m_result; }
+
+ private:
+  const ChainProfile& m_profile;
+  bool m_keepPoints;
+  bool m_first = true;
+  SimResult m_result;
+};
+
+// What a stored stage keeps through the forward: its input and its saved activations (fewer
+// with a selective option).
+int64_t storedBytes(const ChainProfile& p, int i, int option) {
+  const Stage& s = p.stages[i];
+  return p.inBytes(i) + (option >= 0 ? s.options[option].savedBytes : s.savedBytes);
+}
+
+}  // namespace
+
+SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints) {
+  Replay replay(p, keepPoints);
+  const int n = p.size();
+  // kept: bytes held for backward by the stages already run (not counting the current input).
+  int64_t kept = 0;
+  std::vector<int64_t> keptBefore(plan.segments.size());
+  for (size_t g = 0; g < plan.segments.size(); ++g) {
+    const Segment& seg = plan.segments[g];
+    keptBefore[g] = kept;
+    for (int i = seg.first; i <= seg.last; ++i) {
+      const Stage& s = p.stages[i];
+      replay.at(SimPhase::kForward, i, kept + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes);
+      if (seg.mode == SegmentMode::kStore) {
+        kept += storedBytes(p, i, seg.option);
+      } else {
+        if (i == seg.first) kept += p.inBytes(i);  // the checkpoint: the segment's input only
+        replay.result().extraNs += s.forwardNs;    // run again at the segment's backward
+      }
+    }
+  }
+  // The chain's output and the gradient that starts the backward.
+  replay.at(SimPhase::kEndOfForward, -1, kept + 2 * p.outBytes(n - 1));
+
+  for (size_t g = plan.segments.size(); g-- > 0;) {
+    const Segment& seg = plan.segments[g];
+    const int64_t base = keptBefore[g];
+    const int64_t incomingGrad = p.outBytes(seg.last);
+    // held: what the segment holds for its backward, stage by stage.
+    int64_t held = 0;
+    if (seg.mode == SegmentMode::kRecompute) {
+      for (int i = seg.first; i <= seg.last; ++i) {
+        const Stage& s = p.stages[i];
+        replay.at(
+            SimPhase::kRecompute, i,
+            base + held + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes + incomingGrad);
+        held += storedBytes(p, i, -1);
+      }
+    } else {
+      for (int i = seg.first; i <= seg.last; ++i) held += storedBytes(p, i, seg.option);
+    }
+    for (int i = seg.last; i >= seg.first; --i) {
+      const Stage& s = p.stages[i];
+      int64_t heldNow = held;
+      if (seg.option >= 0) {
+        // A selective option regenerates the dropped activations before the stage's backward.
+        heldNow += s.savedBytes - s.options[seg.option].savedBytes;
+        replay.result().extraNs += s.options[seg.option].recomputeNs;
+      }
+      // The stage's incoming gradient (its output's size), its working set, and the gradient it
+      // produces for its input.
+      replay.at(SimPhase::kBackward, i,
+                base + heldNow + s.outputBytes + s.backwardWorkingBytes + p.inBytes(i));
+      held -= storedBytes(p, i, seg.option);
+    }
+  }
+  replay.result().stepNs = p.baseStepNs() + replay.result().extraNs;
+  return std::move(replay.result());
+}
+
+}  // namespace tidemark::core

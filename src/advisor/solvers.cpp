@@ -1,0 +1,293 @@
+#include "src/advisor/solvers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "src/advisor/simulator.h"
+
+namespace tidemark::core {
+
+const char* strategyName(Strategy s) {
+  switch (s) {
+    case Strategy::kStoreAll:
+      return "store-all";
+    case Strategy::kCheckpointAll:
+      return "checkpoint-all";
+    case Strategy::kSqrtN:
+      return "sqrt-n";
+    case Strategy::kGreedy:
+      return "greedy";
+    case Strategy::kOptimal:
+      return "optimal";
+  }
+  return "?";
+}
+
+absl::StatusOr<Strategy> parseStrategy(std::string_view name) {
+  for (Strategy s : {Strategy::kStoreAll, Strategy::kCheckpointAll, Strategy::kSqrtN,
+                     Strategy::kGreedy, Strategy::kOptimal})
+    if (name == strategyName(s)) return s;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown strategy '", std::string(name),
+                   "' (store-all, checkpoint-all, sqrt-n, greedy, optimal)"));
+}
+
+ChainPlan storeAllPlan(const ChainProfile& profile) {
+  ChainPlan plan;
+  for (int i = 0; i < profile.size(); ++i) plan.segments.push_back({i, i, SegmentMode::kStore});
+  return plan;
+}
+
+ChainPlan checkpointAllPlan(const ChainProfile& profile) {
+  ChainPlan plan;
+  for (int i = 0; i < profile.size(); ++i)
+    plan.segments.push_back(
+        {i, i, profile.stages[i].checkpointable ? SegmentMode::kRecompute : SegmentMode::kStore});
+  return plan;
+}
+
+namespace {
+
+// Builds a plan from cut decisions over the runs of checkpointable stages: closeBefore(i, len)
+// says whether stage i starts a new segment when the open one has len stages. The last segment
+// of the last run is stored, as torch's checkpoint_sequential does.
+template <typename CloseBefore>
+ChainPlan segmentRuns(const ChainProfile& profile, CloseBefore closeBefore) {
+  ChainPlan plan;
+  const int n = profile.size();
+  int i = 0;
+  while (i < n) {
+    if (!profile.stages[i].checkpointable) {
+      plan.segments.push_back({i, i, SegmentMode::kStore});
+      ++i;
+      continue;
+    }
+    int first = i;
+    while (i < n && profile.stages[i].checkpointable) {
+      if (i > first && closeBefore(first, i)) {
+        plan.segments.push_back({first, i - 1, SegmentMode::kRecompute});
+        first = i;
+      }
+      ++i;
+    }
+    plan.segments.push_back({first, i - 1, SegmentMode::kRecompute});
+  }
+  // The last recomputed segment would be re-run right after its own forward: store it instead.
+  for (auto it = plan.segments.rbegin(); it != plan.segments.rend(); ++it) {
+    if (it->mode == SegmentMode::kRecompute) {
+      it->mode = SegmentMode::kStore;
+      // A stored segment is the same as one stored segment per stage; keep plans in that shape.
+      std::vector<Segment> split;
+      for (int s = it->first; s <= it->last; ++s) split.push_back({s, s, SegmentMode::kStore});
+      const auto at = plan.segments.erase(std::next(it).base());
+      plan.segments.insert(at, split.begin(), split.end());
+      break;
+    }
+  }
+  return plan;
+}
+
+int64_t stageStoreBytes(const ChainProfile& p, int i) {
+  return p.inBytes(i) + p.stages[i].savedBytes;
+}
+
+}  // namespace
+
+ChainPlan sqrtNPlan(const ChainProfile& profile) {
+  int c = 0;
+  for (const Stage& s : profile.stages) c += s.checkpointable ? 1 : 0;
+  const int len = std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(c)))));
+  return segmentRuns(profile, [&](int first, int i) { return i - first >= len; });
+}
+
+ChainPlan greedyPlan(const ChainProfile& profile, int64_t thresholdBytes) {
+  return segmentRuns(profile, [&](int first, int i) {
+    int64_t sum = 0;
+    for (int s = first; s <= i; ++s) sum += stageStoreBytes(profile, s);
+    return sum > thresholdBytes;
+  });
+}
+
+ChainPlan greedySearchPlan(const ChainProfile& profile, int64_t budgetBytes) {
+  int64_t smallest = std::numeric_limits<int64_t>::max(), total = 0;
+  for (int i = 0; i < profile.size(); ++i) {
+    smallest = std::min(smallest, stageStoreBytes(profile, i));
+    total += stageStoreBytes(profile, i);
+  }
+  // Chen's search: a few passes of b = sqrt(x * y / 2) from the plan's inter-segment bytes x and
+  // largest segment y, then a spread of thresholds between the smallest stage and everything.
+  std::vector<int64_t> thresholds;
+  double b = static_cast<double>(std::max<int64_t>(1, total));
+  for (int pass = 0; pass < 3; ++pass) {
+    const ChainPlan plan = greedyPlan(profile, static_cast<int64_t>(b));
+    int64_t x = 0, y = 0;
+    for (const Segment& seg : plan.segments) {
+      x += profile.inBytes(seg.first);
+      int64_t inside = 0;
+      for (int s = seg.first; s <= seg.last; ++s) inside += stageStoreBytes(profile, s);
+      y = std::max(y, inside);
+    }
+    thresholds.push_back(static_cast<int64_t>(b));
+    b = std::sqrt(static_cast<double>(x) * static_cast<double>(y) / 2.0);
+  }
+  constexpr int kSpread = 48;
+  const double lo = static_cast<double>(std::max<int64_t>(1, smallest));
+  const double hi = static_cast<double>(std::max<int64_t>(1, total));
+  for (int k = 0; k <= kSpread; ++k)
+    thresholds.push_back(static_cast<int64_t>(lo * std::pow(hi / lo, k / double(kSpread))));
+
+  std::optional<ChainPlan> best;
+  SimResult bestSim;
+  bool bestFits = false;
+  for (int64_t t : thresholds) {
+    ChainPlan plan = greedyPlan(profile, t);
+    const SimResult sim = simulate(profile, plan);
+    const bool fits = sim.peakBytes <= budgetBytes;
+    const bool better = !best || (fits && !bestFits) ||
+                        (fits && bestFits && sim.extraNs < bestSim.extraNs) ||
+                        (!fits && !bestFits && sim.peakBytes < bestSim.peakBytes);
+    if (better) {
+      best = std::move(plan);
+      bestSim = sim;
+      bestFits = fits;
+    }
+  }
+  return *best;
+}
+
+OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(profile) {
+  const ChainProfile& p = profile;
+  const int n = p.size();
+  m_front.assign(n + 1, {});
+  // After the last stage: the chain's output and the gradient that starts the backward.
+  m_front[n].push_back({2 * p.outBytes(n - 1), 0, 0, n, -1, false});
+
+  std::vector<Entry> candidates;
+  // Appends the candidates of one choice: the choice needs `local` above what earlier stages
+  // keep, keeps `kept` through the forward and adds `extra`, then the stages from `next` run
+  // with `kept` less headroom.
+  auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
+                       bool recompute) {
+    const std::vector<Entry>& rest = m_front[next];
+    // Entries of `rest` whose need fits under local collapse into the cheapest of them.
+    size_t k = 0;
+    while (k + 1 < rest.size() && kept + rest[k + 1].need <= local) ++k;
+    for (; k < rest.size(); ++k)
+      candidates.push_back({std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next,
+                            option, recompute});
+  };
+
+  for (int i = n - 1; i >= 0; --i) {
+    candidates.clear();
+    const Stage& s = p.stages[i];
+    const int64_t in = p.inBytes(i);
+    // Stored, with all activations or with one of the stage's options.
+    const int64_t forwardLocal = in + s.forwardWorkingBytes + s.outputBytes;
+    const int64_t backwardLocal = in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in;
+    const int64_t storeLocal = std::max(forwardLocal, backwardLocal);
+    addChoice(storeLocal, in + s.savedBytes, 0, i + 1, -1, false);
+    for (int o = 0; o < static_cast<int>(s.options.size()); ++o)
+      addChoice(storeLocal, in + s.options[o].savedBytes, s.options[o].recomputeNs, i + 1, o,
+                false);
+    // Recomputed segments [i, k].
+    int64_t forwardMax = 0, recomputeMax = 0, backwardMax = 0, held = 0, extra = 0;
+    for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
+      const Stage& t = p.stages[k];
+      const int64_t tin = p.inBytes(k);
+      // Forward: only the segment's input stays (from the second stage on).
+      forwardMax =
+          std::max(forwardMax, (k == i ? 0 : in) + tin + t.forwardWorkingBytes + t.outputBytes);
+      // Recompute: the stages re-run in store mode; the incoming gradient is added below.
+      recomputeMax = std::max(recomputeMax, held + tin + t.forwardWorkingBytes + t.outputBytes);
+      held += tin + t.savedBytes;
+      // Backward of stage k: everything held up to k, its gradients and working set.
+      backwardMax = std::max(backwardMax, held + t.outputBytes + t.backwardWorkingBytes + tin);
+      extra += t.forwardNs;
+      const int64_t local = std::max({forwardMax, recomputeMax + t.outputBytes, backwardMax});
+      addChoice(local, in, extra, k + 1, -1, true);
+    }
+    // The lower envelope: ascending need, strictly descending cost. Among equals, prefer storing
+    // and shorter segments so that plans stay simple.
+    std::sort(candidates.begin(), candidates.end(), [](const Entry& a, const Entry& b) {
+      if (a.need != b.need) return a.need < b.need;
+      if (a.cost != b.cost) return a.cost < b.cost;
+      if (a.recompute != b.recompute) return !a.recompute;
+      return a.next < b.next;
+    });
+    std::vector<Entry>& front = m_front[i];
+    for (const Entry& c : candidates)
+      if (front.empty() || c.cost < front.back().cost) front.push_back(c);
+  }
+}
+
+std::vector<ParetoPoint> OptimalChainSolver::curve() const {
+  std::vector<ParetoPoint> out;
+  out.reserve(m_front[0].size());
+  for (const Entry& e : m_front[0]) out.push_back({m_profile.staticBytes + e.need, e.cost});
+  return out;
+}
+
+int64_t OptimalChainSolver::minFeasibleBudget() const {
+  return m_profile.staticBytes + m_front[0].front().need;
+}
+
+std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const {
+  int64_t headroom = budgetBytes - m_profile.staticBytes;
+  ChainPlan plan;
+  int i = 0;
+  while (i < m_profile.size()) {
+    const std::vector<Entry>& front = m_front[i];
+    // The last entry whose need fits is the cheapest that fits.
+    auto it = std::upper_bound(front.begin(), front.end(), headroom,
+                               [](int64_t h, const Entry& e) { return h < e.need; });
+    if (it == front.begin()) return std::nullopt;
+    const Entry& e = *std::prev(it);
+    plan.segments.push_back(
+        {i, e.next - 1, e.recompute ? SegmentMode::kRecompute : SegmentMode::kStore, e.option});
+    headroom -= e.kept;
+    i = e.next;
+  }
+  return plan;
+}
+
+int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {
+  const int n = p.size();
+  int64_t storeAllEnd = p.staticBytes + 2 * p.outBytes(n - 1);
+  for (int i = 0; i < n; ++i) storeAllEnd += stageStoreBytes(p, i);
+  int64_t deficit = storeAllEnd - budgetBytes;
+  if (deficit <= 0) return 0;
+  // Each stage: at most `bytes` dropped, at no less than `rate` ns per byte.
+  struct Item {
+    double rate;
+    int64_t bytes;
+  };
+  std::vector<Item> items;
+  for (int i = 0; i < n; ++i) {
+    const Stage& s = p.stages[i];
+    int64_t bytes = 0;
+    double rate = std::numeric_limits<double>::infinity();
+    auto consider = [&](int64_t dropped, int64_t ns) {
+      if (dropped <= 0) return;
+      bytes = std::max(bytes, dropped);
+      rate = std::min(rate, static_cast<double>(ns) / static_cast<double>(dropped));
+    };
+    if (s.checkpointable) consider(stageStoreBytes(p, i), s.forwardNs);
+    for (const StageOption& o : s.options) consider(s.savedBytes - o.savedBytes, o.recomputeNs);
+    if (bytes > 0) items.push_back({rate, bytes});
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.rate < b.rate; });
+  double bound = 0;
+  for (const Item& it : items) {
+    const int64_t take = std::min(it.bytes, deficit);
+    bound += it.rate * static_cast<double>(take);
+    deficit -= take;
+    if (deficit == 0) break;
+  }
+  // Rounded down so that rounding never lifts the bound above the optimum.
+  return static_cast<int64_t>(std::floor(bound));
+}
+
+}  // namespace tidemark::core

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/advisor/chain.h"
+
+namespace tidemark::core {
+
+enum class Strategy { kStoreAll, kCheckpointAll, kSqrtN, kGreedy, kOptimal };
+const char* strategyName(Strategy s);  // "store-all", "checkpoint-all", "sqrt-n", ...
+absl::StatusOr<Strategy> parseStrategy(std::string_view name);
+
+// Keep every activation: no recomputation.
+ChainPlan storeAllPlan(const ChainProfile& profile);
+// Every checkpointable stage is its own recomputed segment (what wrapping each block in
+// torch.utils.checkpoint does).
+ChainPlan checkpointAllPlan(const ChainProfile& profile);
+// Chen et al. 2016: segments of ceil(sqrt(c)) checkpointable stages (c of them in all), each
+// recomputed, except the last segment, which is stored (its backward follows its forward).
+ChainPlan sqrtNPlan(const ChainProfile& profile);
+// Chen's greedy (Alg. 3) for one threshold: grow a segment while the bytes its stages would store
+// stay within thresholdBytes, then start the next; the last segment is stored.
+ChainPlan greedyPlan(const ChainProfile& profile, int64_t thresholdBytes);
+// Chen's budget search around greedyPlan: tries a spread of thresholds and keeps the cheapest plan
+// whose simulated peak fits budgetBytes, or the lowest-peak plan when none fits.
+ChainPlan greedySearchPlan(const ChainProfile& profile, int64_t budgetBytes);
+
+// A point of the Pareto curve: with budgetBytes of memory (static included), extraNs of
+// recomputation is the least any plan needs.
+struct ParetoPoint {
+  int64_t budgetBytes = 0;
+  int64_t extraNs = 0;
+};
+
+// The optimal plan under the chain model for every budget at once: a dynamic program over the
+// stages from the last to the first, whose table at stage i is the exact Pareto front (headroom
+// needed, least extra time) of the stages i.. given what earlier stages keep. No discretisation:
+// sizes stay in bytes. See docs/chain-model.md for the recurrence.
+class OptimalChainSolver {
+ public:
+  explicit OptimalChainSolver(const ChainProfile& profile);
+
+  // Ascending budget, strictly descending extra time; the first point is the least feasible
+  // budget, the last is free of recomputation.
+  std::vector<ParetoPoint> curve() const;
+  int64_t minFeasibleBudget() const;
+  // The cheapest plan within budgetBytes, or nullopt when no plan fits.
+  std::optional<ChainPlan> planFor(int64_t budgetBytes) const;
+
+ private:
+  struct Entry {
+    int64_t need = 0;  // headroom over static + what earlier stages keep
+    int64_t cost = 0;  // extra ns for stages i..n-1
+    int64_t kept = 0;  // what this choice keeps through the forward
+    int next = 0;      // first stage after the choice's segment
+    int option = -1;   // stored with this option (-1: all activations)
+    bool recompute = false;
+  };
+  const ChainProfile& m_profile;
+  std::vector<std::vector<Entry>> m_front;  // m_front[i]: stages i..n-1; m_front[n]: the end
+};
+
+// A lower bound on the extra time of any plan within budgetBytes under the chain model: at the
+// end of the forward every plan must have dropped storeAllPeak - budget bytes, and a stage can
+// drop at most what it stores at no better than its cheapest time per byte (fractional knapsack).
+// Returns 0 when storing everything fits.
+int64_t extraTimeLowerBound(const ChainProfile& profile, int64_t budgetBytes);
+
+}  // namespace tidemark::core

@@ -1,0 +1,316 @@
+// The recompute advisor's chain model: the simulator against hand-computed schedules, the optimal
+// dynamic program against exhaustive search, the baselines, the lower bound and the documents.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "src/advisor/chain.h"
+#include "src/advisor/plan_json.h"
+#include "src/advisor/planner.h"
+#include "src/advisor/simulator.h"
+#include "src/advisor/solvers.h"
+
+namespace tidemark::core {
+namespace {
+
+Stage stage(std::string name, int64_t f, int64_t b, int64_t saved, int64_t out, int64_t wf = 0,
+            int64_t wb = 0) {
+  Stage s;
+  s.name = std::move(name);
+  s.forwardNs = f;
+  s.backwardNs = b;
+  s.savedBytes = saved;
+  s.outputBytes = out;
+  s.forwardWorkingBytes = wf;
+  s.backwardWorkingBytes = wb;
+  return s;
+}
+
+ChainProfile twoStages() {
+  ChainProfile p;
+  p.name = "two";
+  p.staticBytes = 100;
+  p.inputBytes = 10;
+  p.stages = {stage("A", 5, 10, 50, 20, 3, 4), stage("B", 7, 14, 30, 10)};
+  return p;
+}
+
+ChainPlan plan(std::vector<Segment> segments) { return ChainPlan{std::move(segments)}; }
+
+TEST(ChainSimulator, StoreAllPeaksInTheLastBackward) {
+  const ChainProfile p = twoStages();
+  const SimResult r = simulate(p, storeAllPlan(p), true);
+  // Forward A 133, forward B 190, end of forward 230, backward B 240, backward A 194.
+  std::vector<int64_t> live;
+  for (const SimPoint& pt : r.points) live.push_back(pt.liveBytes);
+  EXPECT_EQ(live, (std::vector<int64_t>{133, 190, 230, 240, 194}));
+  EXPECT_EQ(r.peakBytes, 240);
+  EXPECT_EQ(r.peakAt.phase, SimPhase::kBackward);
+  EXPECT_EQ(r.peakAt.stage, 1);
+  EXPECT_EQ(r.extraNs, 0);
+  EXPECT_EQ(r.stepNs, 36);
+}
+
+TEST(ChainSimulator, RecomputingTheFirstStageMovesThePeak) {
+  const ChainProfile p = twoStages();
+  const ChainPlan pl = plan({{0, 0, SegmentMode::kRecompute}, {1, 1, SegmentMode::kStore}});
+  ASSERT_TRUE(validatePlan(p, pl).ok());
+  const SimResult r = simulate(p, pl, true);
+  std::vector<int64_t> live;
+  for (const SimPoint& pt : r.points) live.push_back(pt.liveBytes);
+  // Forward A 133, forward B 140, end 180, backward B 190, recompute A 153, backward A 194.
+  EXPECT_EQ(live, (std::vector<int64_t>{133, 140, 180, 190, 153, 194}));
+  EXPECT_EQ(r.peakBytes, 194);
+  EXPECT_EQ(r.extraNs, 5);
+  EXPECT_EQ(r.stepNs, 41);
+  EXPECT_EQ(planSignature(pl), "R|S");
+}
+
+TEST(ChainSimulator, OneSegmentOverBothStages) {
+  const ChainProfile p = twoStages();
+  const SimResult r = simulate(p, plan({{0, 1, SegmentMode::kRecompute}}), true);
+  std::vector<int64_t> live;
+  for (const SimPoint& pt : r.points) live.push_back(pt.liveBytes);
+  // Forward 133, 140; end 130; recompute A 143, B 200; backward B 240, A 194.
+  EXPECT_EQ(live, (std::vector<int64_t>{133, 140, 130, 143, 200, 240, 194}));
+  EXPECT_EQ(r.extraNs, 12);
+}
+
+TEST(ChainPlanCheck, RejectsPlansThatDoNotCoverTheChain) {
+  ChainProfile p = twoStages();
+  EXPECT_FALSE(validatePlan(p, plan({{0, 0, SegmentMode::kStore}})).ok());
+  EXPECT_FALSE(
+      validatePlan(p, plan({{1, 1, SegmentMode::kStore}, {0, 0, SegmentMode::kStore}})).ok());
+  EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kStore, 0}})).ok());
+  p.stages[1].checkpointable = false;
+  EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kRecompute}})).ok());
+}
+
+// A random heterogeneous chain: times and sizes vary tenfold between stages; some stages carry a
+// selective option, some cannot be recomputed.
+ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
+  std::uniform_int_distribution<int64_t> time(10, 100), bytes(10, 100), small(0, 20);
+  std::uniform_int_distribution<int> coin(0, 9);
+  ChainProfile p;
+  p.name = "random";
+  p.staticBytes = bytes(rng) * 3;
+  p.inputBytes = bytes(rng);
+  for (int i = 0; i < n; ++i) {
+    Stage s = stage("s" + std::to_string(i), time(rng), 2 * time(rng), 4 * bytes(rng), bytes(rng),
+                    small(rng), small(rng));
+    if (withOptions && coin(rng) < 3)
+      s.options.push_back({"half", s.savedBytes / 2, s.forwardNs / 3, {s.name + ".mlp"}});
+    s.checkpointable = coin(rng) != 0;
+    p.stages.push_back(std::move(s));
+  }
+  return p;
+}
+
+// Every plan of the chain: each stage either starts a stored segment (with or without an option)
+// or a recomputed one, of any length.
+void forEachPlan(const ChainProfile& p, const std::function<void(const ChainPlan&)>& visit) {
+  ChainPlan cur;
+  std::function<void(int)> go = [&](int i) {
+    if (i == p.size()) {
+      visit(cur);
+      return;
+    }
+    for (int k = i; k < p.size(); ++k) {
+      cur.segments.push_back({i, k, SegmentMode::kStore});
+      go(k + 1);
+      cur.segments.pop_back();
+    }
+    for (int o = 0; o < static_cast<int>(p.stages[i].options.size()); ++o) {
+      cur.segments.push_back({i, i, SegmentMode::kStore, o});
+      go(i + 1);
+      cur.segments.pop_back();
+    }
+    for (int k = i; k < p.size() && p.stages[k].checkpointable; ++k) {
+      cur.segments.push_back({i, k, SegmentMode::kRecompute});
+      go(k + 1);
+      cur.segments.pop_back();
+    }
+  };
+  go(0);
+}
+
+TEST(OptimalChainSolver, EqualsExhaustiveSearchOnRandomChains) {
+  std::mt19937_64 rng(20261129);
+  int budgetsChecked = 0;
+  for (int n = 1; n <= 12; ++n) {
+    const int chains = n <= 8 ? 4 : (n <= 10 ? 2 : 1);
+    for (int c = 0; c < chains; ++c) {
+      const ChainProfile p = randomChain(rng, n, /*withOptions=*/n <= 10);
+      ASSERT_TRUE(validateProfile(p).ok());
+      // (peak, extra) of every plan.
+      std::vector<std::pair<int64_t, int64_t>> all;
+      forEachPlan(p, [&](const ChainPlan& pl) {
+        ASSERT_TRUE(validatePlan(p, pl).ok()) << planSignature(pl);
+        const SimResult r = simulate(p, pl);
+        all.push_back({r.peakBytes, r.extraNs});
+      });
+      std::sort(all.begin(), all.end());
+      const OptimalChainSolver solver(p);
+      EXPECT_EQ(solver.minFeasibleBudget(), all.front().first) << "n=" << n;
+      // Every distinct peak is a budget where the optimum changes; check each and one byte less.
+      std::set<int64_t> budgets;
+      for (const auto& [peak, extra] : all) budgets.insert({peak, peak - 1});
+      int64_t bestSoFar = std::numeric_limits<int64_t>::max();
+      size_t k = 0;
+      for (int64_t budget : budgets) {
+        while (k < all.size() && all[k].first <= budget)
+          bestSoFar = std::min(bestSoFar, all[k++].second);
+        const std::optional<ChainPlan> got = solver.planFor(budget);
+        if (bestSoFar == std::numeric_limits<int64_t>::max()) {
+          EXPECT_FALSE(got.has_value()) << "n=" << n << " budget=" << budget;
+          continue;
+        }
+        ASSERT_TRUE(got.has_value()) << "n=" << n << " budget=" << budget;
+        ASSERT_TRUE(validatePlan(p, *got).ok());
+        const SimResult r = simulate(p, *got);
+        EXPECT_LE(r.peakBytes, budget) << planSignature(*got);
+        EXPECT_EQ(r.extraNs, bestSoFar)
+            << "n=" << n << " budget=" << budget << " " << planSignature(*got);
+        EXPECT_LE(extraTimeLowerBound(p, budget), bestSoFar) << "n=" << n << " budget=" << budget;
+        ++budgetsChecked;
+      }
+      // The curve is the same set of optima.
+      for (const ParetoPoint& pt : solver.curve()) {
+        const std::optional<ChainPlan> at = solver.planFor(pt.budgetBytes);
+        ASSERT_TRUE(at.has_value());
+        EXPECT_EQ(simulate(p, *at).extraNs, pt.extraNs);
+      }
+    }
+  }
+  EXPECT_GT(budgetsChecked, 1000);
+}
+
+TEST(OptimalChainSolver, BeatsSqrtNAtSqrtNsOwnMemory) {
+  std::mt19937_64 rng(7);
+  for (int n : {4, 6, 9, 12, 16, 25, 40}) {
+    for (int c = 0; c < 3; ++c) {
+      ChainProfile p = randomChain(rng, n, false);
+      for (Stage& s : p.stages) s.checkpointable = true;
+      const SimResult sqrtN = simulate(p, sqrtNPlan(p));
+      const OptimalChainSolver solver(p);
+      const std::optional<ChainPlan> best = solver.planFor(sqrtN.peakBytes);
+      ASSERT_TRUE(best.has_value());
+      // Never more; on heterogeneous chains long enough for segments to matter, strictly less.
+      // (On 4 or 6 stages sqrt(n)'s two segments are sometimes already the optimum.)
+      const int64_t extra = simulate(p, *best).extraNs;
+      EXPECT_LE(extra, sqrtN.extraNs) << "n=" << n;
+      if (n >= 9) {
+        EXPECT_LT(extra, sqrtN.extraNs) << "n=" << n;
+      }
+    }
+  }
+  // A homogeneous chain: never worse.
+  ChainProfile h;
+  h.inputBytes = 10;
+  for (int i = 0; i < 16; ++i) h.stages.push_back(stage("b" + std::to_string(i), 10, 20, 40, 10));
+  const SimResult sqrtN = simulate(h, sqrtNPlan(h));
+  EXPECT_EQ(planSignature(sqrtNPlan(h)), "RRRR|RRRR|RRRR|S|S|S|S");
+  EXPECT_LE(simulate(h, *OptimalChainSolver(h).planFor(sqrtN.peakBytes)).extraNs, sqrtN.extraNs);
+}
+
+TEST(Baselines, ShapesOfThePlans) {
+  ChainProfile p;
+  p.inputBytes = 10;
+  for (int i = 0; i < 5; ++i) p.stages.push_back(stage("b" + std::to_string(i), 10, 20, 40, 10));
+  p.stages[2].checkpointable = false;
+  EXPECT_EQ(planSignature(storeAllPlan(p)), "S|S|S|S|S");
+  EXPECT_EQ(planSignature(checkpointAllPlan(p)), "R|R|S|R|R");
+  // Each stage stores 50 bytes: a threshold of 100 makes segments of two.
+  EXPECT_EQ(planSignature(greedyPlan(p, 100)), "RR|S|S|S");
+  EXPECT_EQ(planSignature(greedyPlan(p, 49)), "R|R|S|R|S");
+}
+
+TEST(Baselines, GreedySearchFitsWhenAThresholdDoes) {
+  std::mt19937_64 rng(11);
+  for (int c = 0; c < 20; ++c) {
+    ChainProfile p = randomChain(rng, 12, false);
+    const OptimalChainSolver solver(p);
+    const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
+    const int64_t budget = (storeAll + solver.minFeasibleBudget()) / 2;
+    const SimResult greedy = simulate(p, greedySearchPlan(p, budget));
+    const std::optional<ChainPlan> best = solver.planFor(budget);
+    ASSERT_TRUE(best.has_value());
+    if (greedy.peakBytes <= budget) {
+      EXPECT_GE(greedy.extraNs, simulate(p, *best).extraNs);
+    }
+  }
+}
+
+TEST(LowerBound, ZeroWhenEverythingFitsAndPositiveBelow) {
+  const ChainProfile p = twoStages();
+  EXPECT_EQ(extraTimeLowerBound(p, 1000), 0);
+  // End of forward with everything stored is 230; at 200 some 30 bytes must go, the cheapest at
+  // 5 ns per 60 bytes (stage A), so at least 2.5 ns: 2 after rounding down.
+  EXPECT_EQ(extraTimeLowerBound(p, 200), 2);
+}
+
+TEST(Planner, InfeasibleBudgetNamesTheLeastThatFits) {
+  const ChainProfile p = twoStages();
+  const PlanReport r = makePlan(p, 150, Strategy::kOptimal);
+  EXPECT_FALSE(r.feasible);
+  EXPECT_EQ(r.minFeasibleBudgetBytes, 194);
+  EXPECT_EQ(r.predicted.peakBytes, 194);
+  const PlanReport ok = makePlan(p, 194, Strategy::kOptimal);
+  EXPECT_TRUE(ok.feasible);
+  EXPECT_EQ(ok.predicted.extraNs, 5);
+  EXPECT_EQ(ok.storeAllPeakBytes, 240);
+}
+
+TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
+  ChainProfile p = twoStages();
+  p.stages[0].options.push_back({"mlp", 20, 2, {"A.mlp"}});
+  const std::string text = chainProfileToJson(p);
+  absl::StatusOr<ChainProfile> back = parseChainProfile(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(chainProfileToJson(*back), text);
+
+  PlanReport r = makePlan(*back, 194, Strategy::kOptimal);
+  r.source.profile = "two.json";
+  absl::StatusOr<PlanDocument> doc = parsePlanDocument(planToJson(*back, r));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->strategy, "optimal");
+  EXPECT_EQ(doc->budgetBytes, 194);
+  EXPECT_EQ(doc->predictedPeakBytes, r.predicted.peakBytes);
+  EXPECT_EQ(doc->source.profile, "two.json");
+  ASSERT_FALSE(doc->segments.empty());
+  EXPECT_EQ(doc->segments.front().modules.front(), "A");
+}
+
+TEST(PlanJson, BadProfilesSayWhatIsWrong) {
+  auto error = [](const std::string& text) {
+    absl::StatusOr<ChainProfile> p = parseChainProfile(text);
+    return p.ok() ? std::string("ok") : std::string(p.status().message());
+  };
+  const std::string head =
+      R"({"format": "tidemark-chain-profile", "version": 1, "input_bytes": 1, )";
+  EXPECT_EQ(error("{"), "not valid JSON");
+  EXPECT_EQ(error(R"({"format": "tidemark-plan", "version": 1})"),
+            "format is 'tidemark-plan', expected 'tidemark-chain-profile'");
+  EXPECT_EQ(error(R"({"format": "tidemark-chain-profile", "version": 9})"),
+            "tidemark-chain-profile version 9 is newer than this tidemark reads (1)");
+  EXPECT_EQ(error(head + R"("stages": []})"), "the chain has no stages");
+  EXPECT_EQ(error(head + R"("stages": [{"name": "a", "forward_ns": 1, "backward_ns": 1,
+            "saved_bytes": 1, "output_bytes": 1, "saved_byte": 3}]})"),
+            "stages[0]: unknown key 'saved_byte'");
+  EXPECT_EQ(error(head + R"("stages": [{"name": "a", "forward_ns": "1", "backward_ns": 1,
+            "saved_bytes": 1, "output_bytes": 1}]})"),
+            "stages[0]: forward_ns must be an integer");
+  EXPECT_EQ(error(head + R"("stages": [{"name": "a", "backward_ns": 1,
+            "saved_bytes": 1, "output_bytes": 1}]})"),
+            "stages[0]: missing forward_ns");
+  EXPECT_EQ(error(head + R"("stages": [{"name": "a", "forward_ns": 1, "backward_ns": 1,
+            "saved_bytes": -1, "output_bytes": 1}]})"),
+            "stage 0 (a): a negative size");
+}
+
+}  // namespace
+}  // namespace tidemark::core
