@@ -16,6 +16,8 @@ absl::Status validateProfile(const ChainProfile& profile) {
   if (profile.stages.empty()) return absl::InvalidArgumentError("the chain has no stages");
   if (profile.staticBytes < 0) return absl::InvalidArgumentError("static_bytes is negative");
   if (profile.inputBytes < 0) return absl::InvalidArgumentError("input_bytes is negative");
+  if (profile.endOutsideBytes < 0)
+    return absl::InvalidArgumentError("end_outside_bytes is negative");
   std::set<std::string> names;
   for (size_t i = 0; i < profile.stages.size(); ++i) {
     const Stage& s = profile.stages[i];
@@ -27,7 +29,7 @@ absl::Status validateProfile(const ChainProfile& profile) {
     if (s.forwardNs < 0 || s.backwardNs < 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative time"));
     if (s.savedBytes < 0 || s.outputBytes < 0 || s.forwardWorkingBytes < 0 ||
-        s.backwardWorkingBytes < 0)
+        s.backwardWorkingBytes < 0 || s.forwardOutsideBytes < 0 || s.backwardOutsideBytes < 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative size"));
     for (const StageOption& o : s.options) {
       if (o.savedBytes < 0 || o.savedBytes > s.savedBytes)

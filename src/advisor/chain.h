@@ -32,12 +32,18 @@ struct Stage {
   int64_t backwardWorkingBytes = 0;  // transient on top of the gradients during backward
   bool checkpointable = true;
   std::vector<StageOption> options;
+  // Memory outside the chain, on top of the static bytes, live while this stage runs forward or
+  // backward (recompute included): the loss's tensors, parameter gradients as they appear. From
+  // a recording, it is what the chain's terms do not explain at that moment.
+  int64_t forwardOutsideBytes = 0;
+  int64_t backwardOutsideBytes = 0;
 };
 
 struct ChainProfile {
   std::string name;
   int64_t staticBytes = 0;
-  int64_t inputBytes = 0;  // the chain's input (the first stage's input)
+  int64_t inputBytes = 0;       // the chain's input (the first stage's input)
+  int64_t endOutsideBytes = 0;  // outside the chain at the end of the forward, on top of static
   std::vector<Stage> stages;
 
   int size() const { return static_cast<int>(stages.size()); }

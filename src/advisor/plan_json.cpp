@@ -133,6 +133,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
   p.name = top.string("name", "");
   p.staticBytes = top.integer("static_bytes", 0);
   p.inputBytes = top.integer("input_bytes");
+  p.endOutsideBytes = top.integer("end_outside_bytes", 0);
   const json* stages = top.raw("stages", false);
   if (stages != nullptr && !stages->is_array()) top.fail("stages must be a list");
   if (absl::Status s = top.finish(); !s.ok()) return s;
@@ -147,6 +148,8 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
     s.forwardWorkingBytes = r.integer("forward_working_bytes", 0);
     s.backwardWorkingBytes = r.integer("backward_working_bytes", 0);
     s.checkpointable = r.boolean("checkpointable", true);
+    s.forwardOutsideBytes = r.integer("forward_outside_bytes", 0);
+    s.backwardOutsideBytes = r.integer("backward_outside_bytes", 0);
     const json* options = r.raw("options", true);
     if (options != nullptr && !options->is_array()) r.fail("options must be a list");
     if (absl::Status st = r.finish(); !st.ok()) return st;
@@ -175,6 +178,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
             {"static_bytes", p.staticBytes},
             {"input_bytes", p.inputBytes},
             {"stages", json::array()}};
+  if (p.endOutsideBytes != 0) j["end_outside_bytes"] = p.endOutsideBytes;
   for (const Stage& s : p.stages) {
     json st = {{"name", s.name},
                {"forward_ns", s.forwardNs},
@@ -184,6 +188,8 @@ std::string chainProfileToJson(const ChainProfile& p) {
                {"forward_working_bytes", s.forwardWorkingBytes},
                {"backward_working_bytes", s.backwardWorkingBytes},
                {"checkpointable", s.checkpointable}};
+    if (s.forwardOutsideBytes != 0) st["forward_outside_bytes"] = s.forwardOutsideBytes;
+    if (s.backwardOutsideBytes != 0) st["backward_outside_bytes"] = s.backwardOutsideBytes;
     if (!s.options.empty()) {
       st["options"] = json::array();
       for (const StageOption& o : s.options)

@@ -61,7 +61,9 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
     keptBefore[g] = kept;
     for (int i = seg.first; i <= seg.last; ++i) {
       const Stage& s = p.stages[i];
-      replay.at(SimPhase::kForward, i, kept + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes);
+      replay.at(
+          SimPhase::kForward, i,
+          kept + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes + s.forwardOutsideBytes);
       if (seg.mode == SegmentMode::kStore) {
         kept += storedBytes(p, i, seg.option);
       } else {
@@ -71,7 +73,7 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
     }
   }
   // The chain's output and the gradient that starts the backward.
-  replay.at(SimPhase::kEndOfForward, -1, kept + 2 * p.outBytes(n - 1));
+  replay.at(SimPhase::kEndOfForward, -1, kept + 2 * p.outBytes(n - 1) + p.endOutsideBytes);
 
   for (size_t g = plan.segments.size(); g-- > 0;) {
     const Segment& seg = plan.segments[g];
@@ -82,9 +84,9 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
     if (seg.mode == SegmentMode::kRecompute) {
       for (int i = seg.first; i <= seg.last; ++i) {
         const Stage& s = p.stages[i];
-        replay.at(
-            SimPhase::kRecompute, i,
-            base + held + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes + incomingGrad);
+        replay.at(SimPhase::kRecompute, i,
+                  base + held + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes +
+                      incomingGrad + s.backwardOutsideBytes);
         held += storedBytes(p, i, -1);
       }
     } else {
@@ -101,7 +103,8 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
       // The stage's incoming gradient (its output's size), its working set, and the gradient it
       // produces for its input.
       replay.at(SimPhase::kBackward, i,
-                base + heldNow + s.outputBytes + s.backwardWorkingBytes + p.inBytes(i));
+                base + heldNow + s.outputBytes + s.backwardWorkingBytes + p.inBytes(i) +
+                    s.backwardOutsideBytes);
       held -= storedBytes(p, i, seg.option);
     }
   }

@@ -162,7 +162,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
   const int n = p.size();
   m_front.assign(n + 1, {});
   // After the last stage: the chain's output and the gradient that starts the backward.
-  m_front[n].push_back({2 * p.outBytes(n - 1), 0, 0, n, -1, false});
+  m_front[n].push_back({2 * p.outBytes(n - 1) + p.endOutsideBytes, 0, 0, n, -1, false});
 
   std::vector<Entry> candidates;
   // Appends the candidates of one choice: the choice needs `local` above what earlier stages
@@ -184,8 +184,9 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
     const Stage& s = p.stages[i];
     const int64_t in = p.inBytes(i);
     // Stored, with all activations or with one of the stage's options.
-    const int64_t forwardLocal = in + s.forwardWorkingBytes + s.outputBytes;
-    const int64_t backwardLocal = in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in;
+    const int64_t forwardLocal = in + s.forwardWorkingBytes + s.outputBytes + s.forwardOutsideBytes;
+    const int64_t backwardLocal =
+        in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes;
     const int64_t storeLocal = std::max(forwardLocal, backwardLocal);
     addChoice(storeLocal, in + s.savedBytes, 0, i + 1, -1, false);
     for (int o = 0; o < static_cast<int>(s.options.size()); ++o)
@@ -197,13 +198,15 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
       const Stage& t = p.stages[k];
       const int64_t tin = p.inBytes(k);
       // Forward: only the segment's input stays (from the second stage on).
-      forwardMax =
-          std::max(forwardMax, (k == i ? 0 : in) + tin + t.forwardWorkingBytes + t.outputBytes);
+      forwardMax = std::max(forwardMax, (k == i ? 0 : in) + tin + t.forwardWorkingBytes +
+                                            t.outputBytes + t.forwardOutsideBytes);
       // Recompute: the stages re-run in store mode; the incoming gradient is added below.
-      recomputeMax = std::max(recomputeMax, held + tin + t.forwardWorkingBytes + t.outputBytes);
+      recomputeMax = std::max(recomputeMax, held + tin + t.forwardWorkingBytes + t.outputBytes +
+                                                t.backwardOutsideBytes);
       held += tin + t.savedBytes;
       // Backward of stage k: everything held up to k, its gradients and working set.
-      backwardMax = std::max(backwardMax, held + t.outputBytes + t.backwardWorkingBytes + tin);
+      backwardMax = std::max(backwardMax, held + t.outputBytes + t.backwardWorkingBytes + tin +
+                                              t.backwardOutsideBytes);
       extra += t.forwardNs;
       const int64_t local = std::max({forwardMax, recomputeMax + t.outputBytes, backwardMax});
       addChoice(local, in, extra, k + 1, -1, true);
@@ -254,7 +257,7 @@ std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const 
 
 int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {
   const int n = p.size();
-  int64_t storeAllEnd = p.staticBytes + 2 * p.outBytes(n - 1);
+  int64_t storeAllEnd = p.staticBytes + 2 * p.outBytes(n - 1) + p.endOutsideBytes;
   for (int i = 0; i < n; ++i) storeAllEnd += stageStoreBytes(p, i);
   int64_t deficit = storeAllEnd - budgetBytes;
   if (deficit <= 0) return 0;

@@ -99,12 +99,17 @@ ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
   p.name = "random";
   p.staticBytes = bytes(rng) * 3;
   p.inputBytes = bytes(rng);
+  p.endOutsideBytes = small(rng);
   for (int i = 0; i < n; ++i) {
     Stage s = stage("s" + std::to_string(i), time(rng), 2 * time(rng), 4 * bytes(rng), bytes(rng),
                     small(rng), small(rng));
     if (withOptions && coin(rng) < 3)
       s.options.push_back({"half", s.savedBytes / 2, s.forwardNs / 3, {s.name + ".mlp"}});
     s.checkpointable = coin(rng) != 0;
+    if (coin(rng) < 5) {
+      s.forwardOutsideBytes = small(rng);
+      s.backwardOutsideBytes = small(rng);
+    }
     p.stages.push_back(std::move(s));
   }
   return p;
@@ -268,6 +273,8 @@ TEST(Planner, InfeasibleBudgetNamesTheLeastThatFits) {
 TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   ChainProfile p = twoStages();
   p.stages[0].options.push_back({"mlp", 20, 2, {"A.mlp"}});
+  p.stages[1].backwardOutsideBytes = 7;
+  p.endOutsideBytes = 3;
   const std::string text = chainProfileToJson(p);
   absl::StatusOr<ChainProfile> back = parseChainProfile(text);
   ASSERT_TRUE(back.ok()) << back.status();
