@@ -35,6 +35,7 @@ absl::Status Server::start() {
   m_ingest = std::make_unique<IngestService>(
       *m_writer, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); });
   m_query = std::make_unique<QueryService>(m_options.dbPath);
+  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -51,6 +52,7 @@ absl::Status Server::start() {
   }
   builder.RegisterService(m_ingest.get());
   builder.RegisterService(m_query.get());
+  builder.RegisterService(m_advisor.get());
   m_server = builder.BuildAndStart();
   if (!m_server || m_port == 0) {
     m_server.reset();

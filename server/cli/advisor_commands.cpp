@@ -259,6 +259,73 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   return finishPlan(a, g, resp.plan_json());
 }
 
+int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  static const char* kUsage =
+      "usage: tidemark chain SESSION [--step N] [--blocks PREFIX] [--out FILE] [--json]\n\n"
+      "The chain profile the advisor builds from a recorded step (docs/chain-model.md): per\n"
+      "block, its times, saved, output and working bytes, and the memory outside the chain;\n"
+      "checked against the recording (the plan that ran, its predicted and measured peak).\n"
+      "--out writes the profile file, which `tidemark plan --profile` reads.\n";
+  AdvisorArgs a;
+  int code = kExitOk;
+  if (!parseAdvisorArgs("chain", kUsage, args, /*wantBudget=*/false, &a, &code)) return code;
+  if (!a.profileFile.empty()) {
+    std::fprintf(stderr, "tidemark chain: takes a SESSION, not --profile\n");
+    return kExitUsage;
+  }
+  v1::ChainProfileRequest req;
+  *req.mutable_chain() = selector(a);
+  v1::ChainProfileResponse resp;
+  auto stub = v1::Advisor::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  const grpc::Status s = stub->GetChainProfile(&ctx, req, &resp);
+  if (!s.ok()) return callAdvisorError(g, "chain", s);
+  if (!a.outFile.empty()) {
+    std::ofstream out(a.outFile, std::ios::binary | std::ios::trunc);
+    if (!(out << resp.profile_json())) {
+      std::fprintf(stderr, "tidemark chain: cannot write %s\n", a.outFile.c_str());
+      return kExitError;
+    }
+  }
+  if (g.json) {
+    std::fputs(resp.profile_json().c_str(), stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<core::ChainProfile> p = core::parseChainProfile(resp.profile_json());
+  if (!p.ok()) {
+    std::fprintf(stderr, "tidemark chain: the profile does not read back: %s\n",
+                 std::string(p.status().message()).c_str());
+    return kExitError;
+  }
+  const double err = resp.recorded_measured_peak_bytes() > 0
+                         ? 100.0 *
+                               (double(resp.recorded_predicted_peak_bytes()) -
+                                double(resp.recorded_measured_peak_bytes())) /
+                               double(resp.recorded_measured_peak_bytes())
+                         : 0.0;
+  std::printf("chain %s: %d blocks, from step %lld (%s)\n", p->name.c_str(), p->size(),
+              static_cast<long long>(resp.step()), msText(resp.measured_step_ns()).c_str());
+  std::printf("static %s, chain input %s, floor (optimizer step) %s\n",
+              humanBytes(p->staticBytes).c_str(), humanBytes(p->inputBytes).c_str(),
+              humanBytes(p->floorBytes).c_str());
+  std::printf(
+      "check: the plan that ran (%s) predicts a peak of %s; the step measured %s (%+.1f %%)\n\n",
+      resp.recorded_plan().c_str(), humanBytes(resp.recorded_predicted_peak_bytes()).c_str(),
+      humanBytes(resp.recorded_measured_peak_bytes()).c_str(), err);
+  std::printf("%-28s %9s %9s %11s %11s %11s %11s %11s\n", "BLOCK", "FWD", "BWD", "SAVED", "OUTPUT",
+              "FWD WORK", "BWD WORK", "OUTSIDE B");
+  for (const core::Stage& st : p->stages) {
+    std::printf(
+        "%-28s %9s %9s %11s %11s %11s %11s %11s\n", st.name.c_str(), msText(st.forwardNs).c_str(),
+        msText(st.backwardNs).c_str(), humanBytes(st.savedBytes).c_str(),
+        humanBytes(st.outputBytes).c_str(), humanBytes(st.forwardWorkingBytes).c_str(),
+        humanBytes(st.backwardWorkingBytes).c_str(), humanBytes(st.backwardOutsideBytes).c_str());
+  }
+  if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
+  return kExitOk;
+}
+
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   static const char* kUsage =
       "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIX]\n"

@@ -29,5 +29,6 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int planCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

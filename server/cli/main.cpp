@@ -31,6 +31,7 @@ commands:
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
   plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--out FILE] [--json]
                                           a recompute plan for a memory budget, predicted
+  chain SESSION [--out FILE] [--json]     the chain model of a recorded step, checked against it
   pareto (SESSION | --profile FILE) [--json]
                                           least recomputation for every budget (optimal plans)
 
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   if (command == "diff") return diffCommand(g, args);
   if (command == "plan") return planCommand(g, args);
   if (command == "pareto") return paretoCommand(g, args);
+  if (command == "chain") return chainCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

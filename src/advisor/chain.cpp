@@ -16,6 +16,7 @@ absl::Status validateProfile(const ChainProfile& profile) {
   if (profile.stages.empty()) return absl::InvalidArgumentError("the chain has no stages");
   if (profile.staticBytes < 0) return absl::InvalidArgumentError("static_bytes is negative");
   if (profile.inputBytes < 0) return absl::InvalidArgumentError("input_bytes is negative");
+  if (profile.floorBytes < 0) return absl::InvalidArgumentError("floor_bytes is negative");
   if (profile.endOutsideBytes < 0)
     return absl::InvalidArgumentError("end_outside_bytes is negative");
   std::set<std::string> names;

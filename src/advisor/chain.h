@@ -44,6 +44,9 @@ struct ChainProfile {
   int64_t staticBytes = 0;
   int64_t inputBytes = 0;       // the chain's input (the first stage's input)
   int64_t endOutsideBytes = 0;  // outside the chain at the end of the forward, on top of static
+  // The step's peak away from the forward and backward (the optimizer step, say): no plan's peak
+  // is below it.
+  int64_t floorBytes = 0;
   std::vector<Stage> stages;
 
   int size() const { return static_cast<int>(stages.size()); }

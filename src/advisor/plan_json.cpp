@@ -134,6 +134,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
   p.staticBytes = top.integer("static_bytes", 0);
   p.inputBytes = top.integer("input_bytes");
   p.endOutsideBytes = top.integer("end_outside_bytes", 0);
+  p.floorBytes = top.integer("floor_bytes", 0);
   const json* stages = top.raw("stages", false);
   if (stages != nullptr && !stages->is_array()) top.fail("stages must be a list");
   if (absl::Status s = top.finish(); !s.ok()) return s;
@@ -179,6 +180,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
             {"input_bytes", p.inputBytes},
             {"stages", json::array()}};
   if (p.endOutsideBytes != 0) j["end_outside_bytes"] = p.endOutsideBytes;
+  if (p.floorBytes != 0) j["floor_bytes"] = p.floorBytes;
   for (const Stage& s : p.stages) {
     json st = {{"name", s.name},
                {"forward_ns", s.forwardNs},

@@ -12,6 +12,8 @@ const char* simPhaseName(SimPhase p) {
       return "recompute";
     case SimPhase::kBackward:
       return "backward";
+    case SimPhase::kOutside:
+      return "outside forward and backward";
   }
   return "?";
 }
@@ -107,6 +109,10 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
                     s.backwardOutsideBytes);
       held -= storedBytes(p, i, seg.option);
     }
+  }
+  if (p.floorBytes > replay.result().peakBytes) {
+    replay.result().peakBytes = p.floorBytes;
+    replay.result().peakAt = SimPoint{SimPhase::kOutside, -1, p.floorBytes};
   }
   replay.result().stepNs = p.baseStepNs() + replay.result().extraNs;
   return std::move(replay.result());

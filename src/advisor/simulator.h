@@ -8,7 +8,8 @@
 namespace tidemark::core {
 
 // Where in the schedule a memory figure was taken.
-enum class SimPhase { kForward, kEndOfForward, kRecompute, kBackward };
+// kOutside: the profile's floor (the optimizer step, say) is the peak.
+enum class SimPhase { kForward, kEndOfForward, kRecompute, kBackward, kOutside };
 const char* simPhaseName(SimPhase p);
 
 struct SimPoint {

@@ -226,17 +226,23 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
 }
 
 std::vector<ParetoPoint> OptimalChainSolver::curve() const {
+  // Below the floor nothing fits; points under it merge into the cheapest of them at the floor.
   std::vector<ParetoPoint> out;
   out.reserve(m_front[0].size());
-  for (const Entry& e : m_front[0]) out.push_back({m_profile.staticBytes + e.need, e.cost});
+  for (const Entry& e : m_front[0]) {
+    const ParetoPoint pt{std::max(m_profile.floorBytes, m_profile.staticBytes + e.need), e.cost};
+    while (!out.empty() && out.back().budgetBytes >= pt.budgetBytes) out.pop_back();
+    out.push_back(pt);
+  }
   return out;
 }
 
 int64_t OptimalChainSolver::minFeasibleBudget() const {
-  return m_profile.staticBytes + m_front[0].front().need;
+  return std::max(m_profile.floorBytes, m_profile.staticBytes + m_front[0].front().need);
 }
 
 std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const {
+  if (budgetBytes < m_profile.floorBytes) return std::nullopt;
   int64_t headroom = budgetBytes - m_profile.staticBytes;
   ChainPlan plan;
   int i = 0;

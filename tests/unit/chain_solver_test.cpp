@@ -100,6 +100,8 @@ ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
   p.staticBytes = bytes(rng) * 3;
   p.inputBytes = bytes(rng);
   p.endOutsideBytes = small(rng);
+  // Now and then the step's peak lies outside the chain (an optimizer step).
+  if (coin(rng) == 0) p.floorBytes = p.staticBytes + 5 * bytes(rng);
   for (int i = 0; i < n; ++i) {
     Stage s = stage("s" + std::to_string(i), time(rng), 2 * time(rng), 4 * bytes(rng), bytes(rng),
                     small(rng), small(rng));

@@ -1,0 +1,335 @@
+#include "src/advisor/chain_from_recording.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "src/advisor/simulator.h"
+#include "src/core/breakdown.h"
+
+namespace tidemark::core {
+
+namespace {
+
+constexpr std::string_view kSavedSuffix = ":saved";
+constexpr std::string_view kBackwardSuffix = " [backward]";
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// "TinyGPT.blocks.3" -> ("TinyGPT.blocks", 3).
+bool splitIndexed(std::string_view name, std::string* prefix, int* index) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot + 1 >= name.size()) return false;
+  int v = 0;
+  for (size_t i = dot + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || v > 1'000'000) return false;
+    v = v * 10 + (name[i] - '0');
+  }
+  *prefix = std::string(name.substr(0, dot));
+  *index = v;
+  return true;
+}
+
+// A stretch of the recording in sequence order and time.
+struct Window {
+  uint64_t beginSeq = 0;
+  uint64_t endSeq = 0;
+  int64_t beginTsNs = 0;
+  int64_t endTsNs = 0;
+  bool valid = false;
+  void cover(const Interval& iv) {
+    if (!valid) {
+      *this = {iv.beginSeq, iv.endSeq, iv.beginTsNs, iv.endTsNs, true};
+      return;
+    }
+    beginSeq = std::min(beginSeq, iv.beginSeq);
+    endSeq = std::max(endSeq, iv.endSeq);
+    beginTsNs = std::min(beginTsNs, iv.beginTsNs);
+    endTsNs = std::max(endTsNs, iv.endTsNs);
+  }
+};
+
+Window windowOf(const Interval& iv) {
+  return {iv.beginSeq, iv.endSeq, iv.beginTsNs, iv.endTsNs, true};
+}
+
+// The highest total of the blocks born in [w.beginSeq, w.endSeq) that pass `keep`, counting each
+// until it is freed (inside the window) or to the window's end.
+template <typename Keep>
+int64_t bornInsidePeak(const Recording& rec, const Window& w, Keep keep) {
+  std::vector<std::pair<uint64_t, int64_t>> edges;
+  auto it = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), w.beginSeq,
+                             [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
+  for (; it != rec.blocks.end() && it->allocSeq < w.endSeq; ++it) {
+    const int j = static_cast<int>(it - rec.blocks.begin());
+    if (!keep(j)) continue;
+    edges.push_back({it->allocSeq, static_cast<int64_t>(it->sizeBytes)});
+    if (it->freeSeq < w.endSeq)
+      edges.push_back({it->freeSeq, -static_cast<int64_t>(it->sizeBytes)});
+  }
+  std::sort(edges.begin(), edges.end());
+  int64_t live = 0, peak = 0;
+  for (const auto& [seq, delta] : edges) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace
+
+absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
+                                                 const std::vector<BlockCategory>& categories,
+                                                 int64_t stepNo, std::string_view blocksPrefix) {
+  // 1. The step.
+  const StepInterval* step = nullptr;
+  if (stepNo > 0) {
+    step = rec.findStep(stepNo);
+    if (step == nullptr)
+      return absl::NotFoundError(absl::StrCat("the session has no step ", stepNo));
+    if (step->endSeq == kOpenSeq)
+      return absl::FailedPreconditionError(absl::StrCat("step ", stepNo, " did not finish"));
+  } else {
+    for (auto it = rec.steps.rbegin(); it != rec.steps.rend() && step == nullptr; ++it)
+      if (it->endSeq != kOpenSeq) step = &*it;
+    if (step == nullptr)
+      return absl::FailedPreconditionError(
+          "the session has no complete training step (the advisor needs one forward, backward "
+          "and optimizer step recorded with the adapter)");
+  }
+
+  // 2. Its phases: the outermost forward and backward, and every recomputation.
+  const PhaseInterval* fwd = nullptr;
+  const PhaseInterval* bwd = nullptr;
+  std::vector<const PhaseInterval*> recomputes;
+  for (const PhaseInterval& ph : rec.phases) {
+    if (!step->contains(ph.beginSeq) || ph.endSeq == kOpenSeq) continue;
+    if (ph.phase == Phase::kForward && fwd == nullptr) fwd = &ph;
+    if (ph.phase == Phase::kBackward && bwd == nullptr) bwd = &ph;
+    if (ph.phase == Phase::kRecompute) recomputes.push_back(&ph);
+  }
+  if (fwd == nullptr || bwd == nullptr)
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", step->step,
+                     " has no forward and backward phases (record with the PyTorch "
+                     "adapter: tidemark run adds it)"));
+  auto inRecompute = [&](uint64_t seq) {
+    for (const PhaseInterval* r : recomputes)
+      if (r->contains(seq)) return true;
+    return false;
+  };
+
+  // 3. The blocks: module scopes <prefix>.<n> of the forward (first call of each name).
+  std::map<std::string, std::vector<const ScopeInterval*>> groups;
+  std::set<std::string> seen;
+  for (const ScopeInterval& sc : rec.scopes) {
+    if (!fwd->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || inRecompute(sc.beginSeq)) continue;
+    if (!seen.insert(sc.name).second) continue;
+    std::string prefix;
+    int index = 0;
+    if (splitIndexed(sc.name, &prefix, &index)) groups[prefix].push_back(&sc);
+  }
+  std::string chosen(blocksPrefix);
+  if (chosen.empty()) {
+    int64_t bestNs = -1;
+    for (const auto& [prefix, scopes] : groups) {
+      if (scopes.size() < 2) continue;
+      int64_t total = 0;
+      bool sameDepth = true;
+      for (const ScopeInterval* sc : scopes) {
+        total += sc->endTsNs - sc->beginTsNs;
+        sameDepth = sameDepth && sc->depth == scopes.front()->depth;
+      }
+      if (sameDepth && total > bestNs) {
+        bestNs = total;
+        chosen = prefix;
+      }
+    }
+    if (chosen.empty())
+      return absl::NotFoundError(
+          absl::StrCat("no repeated blocks (modules named <prefix>.0, <prefix>.1, ...) in step ",
+                       step->step, "'s forward; name them with --blocks PREFIX"));
+  }
+  auto g = groups.find(chosen);
+  if (g == groups.end()) {
+    std::string known;
+    for (const auto& [prefix, scopes] : groups)
+      absl::StrAppend(&known, known.empty() ? "" : ", ", prefix);
+    return absl::NotFoundError(
+        absl::StrCat("no modules named ", chosen, ".<n> in step ", step->step,
+                     "'s forward (indexed modules: ", known.empty() ? "none" : known, ")"));
+  }
+  std::vector<const ScopeInterval*> forward = g->second;
+  std::sort(forward.begin(), forward.end(), [](const ScopeInterval* a, const ScopeInterval* b) {
+    return a->beginSeq < b->beginSeq;
+  });
+  const int n = static_cast<int>(forward.size());
+  for (int i = 1; i < n; ++i)
+    if (forward[i]->beginSeq < forward[i - 1]->endSeq)
+      return absl::FailedPreconditionError(
+          absl::StrCat("the blocks ", chosen, ".<n> nest or overlap (", forward[i - 1]->name,
+                       " and ", forward[i]->name, "); name other blocks with --blocks PREFIX"));
+  std::unordered_map<std::string, int> stageOf;
+  for (int i = 0; i < n; ++i) stageOf[forward[i]->name] = i;
+  // The stage a module belongs to: "<prefix>.<n>" itself or anything under it.
+  auto stageOfModule = [&](std::string_view module) -> int {
+    if (module.size() <= chosen.size() + 1 || module.substr(0, chosen.size()) != chosen ||
+        module[chosen.size()] != '.')
+      return -1;
+    const size_t end = module.find('.', chosen.size() + 1);
+    auto it = stageOf.find(std::string(module.substr(0, end)));
+    return it == stageOf.end() ? -1 : it->second;
+  };
+
+  // 4. Blocks the recording recomputed: their scope again inside a recompute phase.
+  std::vector<Window> recomputeRun(n);
+  for (const ScopeInterval& sc : rec.scopes) {
+    if (!step->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || !inRecompute(sc.beginSeq))
+      continue;
+    auto it = stageOf.find(sc.name);
+    if (it != stageOf.end() && !recomputeRun[it->second].valid)
+      recomputeRun[it->second] = windowOf(sc);
+  }
+
+  // 5. What each block saved for backward: tags "<module>:saved" joined to blocks on address.
+  std::unordered_map<uint64_t, std::vector<int>> byAddress;
+  for (int j = 0; j < static_cast<int>(rec.blocks.size()); ++j)
+    byAddress[rec.blocks[j].address].push_back(j);
+  auto blockAt = [&](uint64_t address, uint64_t seq) -> int {
+    auto it = byAddress.find(address);
+    if (it == byAddress.end()) return -1;
+    for (auto r = it->second.rbegin(); r != it->second.rend(); ++r) {
+      const Block& b = rec.blocks[*r];
+      if (b.allocSeq <= seq) return seq < b.freeSeq ? *r : -1;
+    }
+    return -1;
+  };
+  std::vector<std::set<int>> saved(n);
+  for (const Tag& t : rec.tags) {
+    if (!step->contains(t.seq)) continue;
+    if (t.category != Category::kActivation && t.category != Category::kRecomputed) continue;
+    if (!endsWith(t.name, kSavedSuffix)) continue;
+    const int i =
+        stageOfModule(std::string_view(t.name).substr(0, t.name.size() - kSavedSuffix.size()));
+    if (i < 0) continue;
+    const int j = blockAt(t.address, t.seq);
+    if (j >= 0) saved[i].insert(j);
+  }
+
+  // 6. Backward windows: the "<module> [backward]" scopes of each block, less recomputation.
+  std::vector<Window> backward(n);
+  std::vector<int64_t> backwardNs(n, 0);
+  for (const ScopeInterval& sc : rec.scopes) {
+    if (!bwd->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || !endsWith(sc.name, kBackwardSuffix))
+      continue;
+    const int i =
+        stageOfModule(std::string_view(sc.name).substr(0, sc.name.size() - kBackwardSuffix.size()));
+    if (i < 0) continue;
+    backward[i].cover(sc);
+    int64_t ns = sc.endTsNs - sc.beginTsNs;
+    for (const PhaseInterval* r : recomputes) {
+      const int64_t overlap =
+          std::min(sc.endTsNs, r->endTsNs) - std::max(sc.beginTsNs, r->beginTsNs);
+      if (overlap > 0) ns -= overlap;
+    }
+    backwardNs[i] += std::max<int64_t>(0, ns);
+  }
+
+  // 7. The stages.
+  RecordedChain out;
+  out.step = step->step;
+  out.blocksPrefix = chosen;
+  ChainProfile& p = out.profile;
+  p.name = chosen;
+  std::vector<int64_t> inputSaved(n, 0);
+  for (int i = 0; i < n; ++i) {
+    const ScopeInterval& f = *forward[i];
+    // The run that stored the block's activations: its forward, or its recomputation.
+    const Window run = recomputeRun[i].valid ? recomputeRun[i] : windowOf(f);
+    Stage s;
+    s.name = f.name;
+    s.forwardNs = f.endTsNs - f.beginTsNs;
+    s.backwardNs = backwardNs[i];
+    for (int j : saved[i]) {
+      const Block& b = rec.blocks[j];
+      (b.allocSeq >= run.beginSeq ? s.savedBytes : inputSaved[i]) +=
+          static_cast<int64_t>(b.sizeBytes);
+    }
+    // The output: born in the forward, alive after it, not saved.
+    auto it = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), f.beginSeq,
+                               [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
+    for (; it != rec.blocks.end() && it->allocSeq < f.endSeq; ++it) {
+      const int j = static_cast<int>(it - rec.blocks.begin());
+      if (it->freeSeq >= f.endSeq && !saved[i].count(j))
+        s.outputBytes += static_cast<int64_t>(it->sizeBytes);
+    }
+    s.forwardWorkingBytes =
+        std::max<int64_t>(0, bornInsidePeak(rec, run, [](int) { return true; }) - s.outputBytes);
+    p.stages.push_back(std::move(s));
+  }
+  p.inputBytes = inputSaved[0] > 0 ? inputSaved[0] : p.stages[0].outputBytes;
+  for (int i = 0; i < n; ++i) {
+    if (!backward[i].valid) continue;
+    const int64_t peak = bornInsidePeak(rec, backward[i], [&](int j) {
+      return !inRecompute(rec.blocks[j].allocSeq) && categories[j].category != Category::kGradient;
+    });
+    p.stages[i].backwardWorkingBytes = std::max<int64_t>(0, peak - p.inBytes(i));
+  }
+
+  // 8. Calibration: what the chain does not explain at each moment of the recorded schedule is
+  // memory outside the chain; its least value is static, the rest per stage.
+  for (int i = 0; i < n; ++i)
+    out.recordedPlan.segments.push_back(
+        {i, i, recomputeRun[i].valid ? SegmentMode::kRecompute : SegmentMode::kStore});
+  const LivenessReplay replay(rec, categories);
+  auto measured = [&](const Window& w) { return replay.peak(w.beginSeq, w.endSeq).trackedBytes; };
+  const SimResult model = simulate(p, out.recordedPlan, /*keepPoints=*/true);
+  std::vector<int64_t> resForward(n, 0), resBackward(n, std::numeric_limits<int64_t>::min());
+  int64_t resEnd = 0;
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (const SimPoint& pt : model.points) {
+    int64_t m = 0;
+    switch (pt.phase) {
+      case SimPhase::kForward:
+        m = measured(windowOf(*forward[pt.stage]));
+        break;
+      case SimPhase::kEndOfForward:
+        m = replay.peak(fwd->endSeq, fwd->endSeq + 1).trackedBytes;
+        break;
+      case SimPhase::kRecompute:
+        m = measured(recomputeRun[pt.stage]);
+        break;
+      case SimPhase::kBackward:
+        m = backward[pt.stage].valid ? measured(backward[pt.stage]) : pt.liveBytes;
+        break;
+      case SimPhase::kOutside:
+        continue;
+    }
+    const int64_t residual = m - pt.liveBytes;
+    least = std::min(least, residual);
+    if (pt.phase == SimPhase::kForward) resForward[pt.stage] = residual;
+    if (pt.phase == SimPhase::kEndOfForward) resEnd = residual;
+    if (pt.phase == SimPhase::kRecompute || pt.phase == SimPhase::kBackward)
+      resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
+  }
+  p.staticBytes = std::max<int64_t>(0, least);
+  for (int i = 0; i < n; ++i) {
+    p.stages[i].forwardOutsideBytes = std::max<int64_t>(0, resForward[i] - p.staticBytes);
+    p.stages[i].backwardOutsideBytes = std::max<int64_t>(0, resBackward[i] - p.staticBytes);
+  }
+  p.endOutsideBytes = std::max<int64_t>(0, resEnd - p.staticBytes);
+  // The step away from forward and backward: before the forward, after the backward.
+  p.floorBytes = std::max(replay.peak(step->beginSeq, fwd->beginSeq).trackedBytes,
+                          replay.peak(bwd->endSeq, step->endSeq).trackedBytes);
+  out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
+  out.measuredStepNs = step->endTsNs - step->beginTsNs;
+  if (absl::Status s = validateProfile(p); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace tidemark::core

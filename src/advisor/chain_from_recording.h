@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/advisor/chain.h"
+#include "src/core/categorize.h"
+#include "src/core/recording.h"
+
+namespace tidemark::core {
+
+// A chain profile measured on one recorded step, with what ran when it was recorded.
+struct RecordedChain {
+  ChainProfile profile;
+  int64_t step = 0;
+  std::string blocksPrefix;       // the blocks are <prefix>.0, <prefix>.1, ...
+  ChainPlan recordedPlan;         // blocks the recording ran under checkpoint are recomputed
+  int64_t measuredPeakBytes = 0;  // the step's peak, as recorded
+  int64_t measuredStepNs = 0;
+};
+
+// Builds the chain model of a recorded step (docs/plan-format.md, "Profiles from a recording"):
+// the blocks are the module scopes named <prefix>.<n> in the step's forward (the prefix whose
+// blocks take the most forward time, unless blocksPrefix names one); their times come from their
+// forward and "[backward]" scopes, their saved bytes from the tensors the adapter tagged as saved
+// by them, their output and working sets from the blocks born inside them. Everything the chain
+// does not explain at each moment becomes the static and outside terms, so that the model
+// reproduces the recorded step. step 0 takes the last complete step.
+// Expects recording.sortBySeq() and categories = categorize(recording).
+absl::StatusOr<RecordedChain> chainFromRecording(const Recording& recording,
+                                                 const std::vector<BlockCategory>& categories,
+                                                 int64_t step, std::string_view blocksPrefix);
+
+}  // namespace tidemark::core
