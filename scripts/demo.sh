@@ -18,8 +18,8 @@ for _ in $(seq 100); do [ -f "$DEMO/port" ] && break; sleep 0.1; done
 export TIDEMARK_SERVER=127.0.0.1:$(cat "$DEMO/port")
 echo "== tidemarkd on $TIDEMARK_SERVER, store $DEMO/tidemark.db"
 
-echo "== tidemark run -- python3 examples/train_gpt.py --steps $STEPS"
-"$BIN/tidemark" run --name demo -- /usr/bin/python3 examples/train_gpt.py --steps "$STEPS"
+echo "== tidemark run -- python3 examples/train.py --steps $STEPS"
+"$BIN/tidemark" run --name demo -- /usr/bin/python3 examples/train.py --steps "$STEPS"
 
 echo; echo "== tidemark sessions"
 "$BIN/tidemark" sessions

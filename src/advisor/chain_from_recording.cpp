@@ -210,16 +210,27 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     return -1;
   };
   std::vector<std::set<int>> saved(n);
+  // Who saved each block (-1: a module outside the chain). A block's output is often saved by its
+  // own last op and by the next block's first one.
+  std::unordered_map<int, std::set<int>> savers;
   for (const Tag& t : rec.tags) {
     if (!step->contains(t.seq)) continue;
     if (t.category != Category::kActivation && t.category != Category::kRecomputed) continue;
     if (!endsWith(t.name, kSavedSuffix)) continue;
     const int i =
         stageOfModule(std::string_view(t.name).substr(0, t.name.size() - kSavedSuffix.size()));
-    if (i < 0) continue;
     const int j = blockAt(t.address, t.seq);
-    if (j >= 0) saved[i].insert(j);
+    if (j < 0) continue;
+    savers[j].insert(i);
+    if (i >= 0) saved[i].insert(j);
   }
+  auto savedElsewhere = [&](int j, int stage) {
+    auto it = savers.find(j);
+    if (it == savers.end()) return false;
+    for (int s : it->second)
+      if (s != stage) return true;
+    return false;
+  };
 
   // 6. Backward windows: the "<module> [backward]" scopes of each block, less recomputation.
   std::vector<Window> backward(n);
@@ -255,18 +266,26 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     s.name = f.name;
     s.forwardNs = f.endTsNs - f.beginTsNs;
     s.backwardNs = backwardNs[i];
-    for (int j : saved[i]) {
-      const Block& b = rec.blocks[j];
-      (b.allocSeq >= run.beginSeq ? s.savedBytes : inputSaved[i]) +=
-          static_cast<int64_t>(b.sizeBytes);
-    }
-    // The output: born in the forward, alive after it, not saved.
+    // The output: born in the forward, alive after it, and either not saved by the stage or
+    // saved by someone else as well (the next stage saves its input).
+    std::set<int> output;
     auto it = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), f.beginSeq,
                                [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
     for (; it != rec.blocks.end() && it->allocSeq < f.endSeq; ++it) {
       const int j = static_cast<int>(it - rec.blocks.begin());
-      if (it->freeSeq >= f.endSeq && !saved[i].count(j))
+      if (it->freeSeq >= f.endSeq && (!saved[i].count(j) || savedElsewhere(j, i))) {
+        output.insert(j);
         s.outputBytes += static_cast<int64_t>(it->sizeBytes);
+      }
+    }
+    // Saved activations, less the output: the model counts that as the next stage's input.
+    for (int j : saved[i]) {
+      const Block& b = rec.blocks[j];
+      if (b.allocSeq < run.beginSeq) {
+        inputSaved[i] += static_cast<int64_t>(b.sizeBytes);
+      } else if (!output.count(j)) {
+        s.savedBytes += static_cast<int64_t>(b.sizeBytes);
+      }
     }
     s.forwardWorkingBytes =
         std::max<int64_t>(0, bornInsidePeak(rec, run, [](int) { return true; }) - s.outputBytes);

@@ -13,7 +13,7 @@ class NoAdapterTest(unittest.TestCase):
     def test_steps_inferred_from_periodicity(self):
         daemon = Daemon()
         try:
-            script = os.path.join(SOURCE, "examples", "train_gpt.py")
+            script = os.path.join(SOURCE, "examples", "train.py")
             args = [PYTHON, script, "--steps", str(STEPS)]
             r = daemon.run(*args)  # with the adapter: marked steps
             self.assertEqual(r.returncode, 0, r.stderr)

@@ -1,0 +1,81 @@
+"""Trains a small model on the CPU for a few steps: the GPT of tiny_gpt.py with AdamW (some blocks
+under activation checkpointing) or the residual convnet of tiny_convnet.py with SGD + momentum.
+Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
+would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
+
+    tidemark run -- python3 examples/train.py --steps 4
+    tidemark run -- python3 examples/train.py --model convnet --checkpoint '' --plan plan.json
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def build(args):
+    """(model, optimizer, make_batch(gen) -> (inputs, targets))."""
+    ckpt = tuple(int(i) for i in args.checkpoint.split(",") if i != "")
+    if args.model == "gpt":
+        import tiny_gpt
+        model = tiny_gpt.TinyGPT(d_model=args.d_model, n_layers=args.layers, seq_len=args.seq_len,
+                                 checkpointed=ckpt)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        return model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256)
+    import tiny_convnet
+    if ckpt:
+        raise SystemExit("--checkpoint applies to the gpt model only")
+    model = tiny_convnet.TinyConvNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return model, opt, lambda g: tiny_convnet.make_batch(g, args.batch)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", choices=("gpt", "convnet"), default="gpt")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet 16)")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--checkpoint", default="1,3,5",
+                   help="gpt: comma-separated block indices to checkpoint ('' for none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plan", help="apply this tidemark recompute plan (plan.json) before training")
+    args = p.parse_args(argv)
+    if args.model == "convnet" and args.checkpoint == "1,3,5":
+        args.checkpoint = ""  # the default belongs to the gpt
+    if args.batch is None:
+        args.batch = 8 if args.model == "gpt" else 16
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    model, opt, make_batch = build(args)
+    n_params = sum(p.numel() for p in model.parameters())
+    print("model: %s, %d parameters, %d bytes; checkpointed blocks: %s"
+          % (args.model, n_params, sum(p.numel() * p.element_size() for p in model.parameters()),
+             args.checkpoint or "none"), flush=True)
+    if args.plan:
+        import tidemark
+        applied = tidemark.apply_plan(model, args.plan)
+        print("plan: %s; %s" % (applied.plan["strategy"], ", ".join(
+            "%s %s" % (s["mode"], "..".join(s["modules"][::max(1, len(s["modules"]) - 1)]))
+            for s in applied.plan["segments"] if s["mode"] != "store") or "store everything"),
+            flush=True)
+    gen = torch.Generator().manual_seed(args.seed)
+    for step in range(1, args.steps + 1):
+        inputs, targets = make_batch(gen)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = model(inputs, targets)
+        loss.backward()
+        opt.step()
+        print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

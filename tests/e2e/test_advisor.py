@@ -1,0 +1,169 @@
+"""End to end: the recompute advisor on real trainings. A store-all run of each example model is
+recorded; the advisor plans it for budgets at 50, 70 and 90 % of the store-all peak above the
+static memory; each plan is applied to the same training (tidemark.apply_plan, same seed) under
+`tidemark run`. The measured peak must be within 5 % of the prediction and within the budget, and
+the losses must equal those of the run without the plan."""
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+from tidemark_env import BIN, PYTHON, SOURCE, Daemon
+
+TRAIN = os.path.join(SOURCE, "examples", "train.py")
+STEPS = 4
+
+
+def losses(stdout):
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([0-9.]+)", stdout, re.M)]
+
+
+class AdvisorLiveTest(unittest.TestCase):
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.daemon:
+            cls.daemon.cleanup()
+
+    def train(self, model, *extra):
+        r = self.daemon.run(PYTHON, TRAIN, "--model", model, "--steps", str(STEPS),
+                            "--checkpoint", "", *extra)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        session = self.daemon.newest_session()
+        self.daemon.wait_analyzed(session["id"])
+        return session["id"], losses(r.stdout)
+
+    def measured_peak(self, sid):
+        steps = self.daemon.cli_json("steps", str(sid))["steps"]
+        self.assertEqual(len(steps), STEPS)
+        # Step 1 creates the optimizer state; the plan is judged on the steady steps.
+        return max(s["peak"]["tracked_bytes"] for s in steps[1:])
+
+    def check_model(self, model):
+        base, base_losses = self.train(model)
+        self.assertEqual(len(base_losses), STEPS)
+        chain = self.daemon.cli_json("chain", str(base))
+        self.assertGreaterEqual(len(chain["stages"]), 6)
+        for pct in (50, 70, 90):
+            with self.subTest(model=model, budget="%d%%" % pct):
+                path = os.path.join(self.daemon.dir, "%s-%d.json" % (model, pct))
+                r = self.daemon.cli("plan", str(base), "--budget", "%d%%" % pct, "--out", path)
+                self.assertIn("predicted peak", r.stdout)
+                with open(path) as f:
+                    plan = json.load(f)
+                self.assertTrue(plan["feasible"])
+                self.assertEqual(plan["source"]["session"], str(base))
+                self.assertTrue(any(s["mode"] == "recompute" for s in plan["segments"]))
+                predicted, budget = plan["predicted"]["peak_bytes"], plan["budget_bytes"]
+                self.assertLessEqual(predicted, budget)
+                self.assertLessEqual(plan["lower_bound_extra_ns"], plan["predicted"]["extra_ns"])
+                sid, got_losses = self.train(model, "--plan", path)
+                measured = self.measured_peak(sid)
+                print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%)"
+                      % (model, pct, budget, predicted, measured,
+                         100.0 * (measured - predicted) / predicted), file=sys.stderr)
+                self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
+                self.assertLessEqual(measured, budget)
+                self.assertEqual(len(got_losses), STEPS)
+                for a, b in zip(got_losses, base_losses):
+                    self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)))
+        # A budget below what any plan can reach names the least feasible one (exit code 4).
+        r = self.daemon.cli("plan", str(base), "--budget", "1MiB", check=False)
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("the least budget any plan fits is", r.stderr)
+
+    def test_gpt(self):
+        self.check_model("gpt")
+
+    def test_convnet(self):
+        self.check_model("convnet")
+
+
+class AdvisorOfflineTest(unittest.TestCase):
+    """Plans for a profile file, without a server; plans applied to a model in-process."""
+
+    def cli(self, *args):
+        return subprocess.run([os.path.join(BIN, "tidemark"), *args], capture_output=True,
+                              text=True, timeout=120)
+
+    def test_profile_plan_and_pareto(self):
+        profile = os.path.join(SOURCE, "examples", "profiles", "gpt_12_blocks.json")
+        curve = json.loads(self.cli("pareto", "--profile", profile, "--json").stdout)
+        points = curve["points"]
+        self.assertGreater(len(points), 2)
+        for a, b in zip(points, points[1:]):
+            self.assertLess(a["budget_bytes"], b["budget_bytes"])
+            self.assertGreater(a["extra_ns"], b["extra_ns"])
+        self.assertEqual(points[-1]["extra_ns"], 0)
+        self.assertEqual(points[-1]["budget_bytes"], curve["store_all_peak_bytes"])
+        # The plan at a curve point costs exactly that point's extra time.
+        mid = points[len(points) // 2]
+        r = self.cli("plan", "--profile", profile, "--budget", str(mid["budget_bytes"]), "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plan = json.loads(r.stdout)
+        self.assertEqual(plan["predicted"]["extra_ns"], mid["extra_ns"])
+        self.assertLessEqual(plan["predicted"]["peak_bytes"], mid["budget_bytes"])
+        # sqrt-n at its own memory is never cheaper than the optimum there.
+        sq = json.loads(self.cli("plan", "--profile", profile, "--budget", "100GiB",
+                                 "--strategy", "sqrt-n", "--json").stdout)
+        at = json.loads(self.cli("plan", "--profile", profile, "--budget",
+                                 str(sq["predicted"]["peak_bytes"]), "--json").stdout)
+        self.assertLessEqual(at["predicted"]["extra_ns"], sq["predicted"]["extra_ns"])
+
+    def test_bad_inputs(self):
+        profile = os.path.join(SOURCE, "examples", "profiles", "gpt_12_blocks.json")
+        for args, code, text in [
+                (["plan", "--profile", profile], 2, "--budget is required"),
+                (["plan", "--profile", profile, "--budget", "lots"], 2, "bad budget"),
+                (["plan", "--profile", profile, "--budget", "1GiB", "--strategy", "magic"], 2,
+                 "unknown strategy"),
+                (["plan", "--profile", "/nonexistent.json", "--budget", "1GiB"], 2, "cannot read"),
+                (["plan", "--profile", profile, "--budget", "1GiB"], 4, "least budget"),
+                (["plan", "1", "--profile", profile, "--budget", "1GiB"], 2, "either a SESSION")]:
+            with self.subTest(args=args):
+                r = self.cli(*args)
+                self.assertEqual(r.returncode, code, r.stderr)
+                self.assertIn(text, r.stderr)
+
+    def test_apply_plan_refuses_what_does_not_fit(self):
+        code = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import tidemark, tiny_gpt
+model = tiny_gpt.TinyGPT(n_layers=2, checkpointed=())
+def plan(segments):
+    return {"format": "tidemark-plan", "version": 1, "strategy": "optimal", "segments": segments}
+before = {n: m.forward for n, m in model.named_modules()}
+for bad, why in [
+        (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.7"]}]), "no module TinyGPT.blocks.7"),
+        (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.0", "TinyGPT.ln_f"]}]), "different parents"),
+        (plan([{"mode": "fast", "modules": ["TinyGPT.blocks.0"]}]), "is not store"),
+        (dict(plan([]), version=9), "newer")]:
+    try:
+        tidemark.apply_plan(model, bad)
+        raise SystemExit("accepted: %r" % bad)
+    except tidemark.PlanError as e:
+        assert why in str(e), (why, str(e))
+assert all("forward" not in m.__dict__ for m in model.modules()), "a refused plan changed the model"
+applied = tidemark.apply_plan(model, plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.0", "TinyGPT.blocks.1"]}]))
+assert "forward" in model.blocks[0].__dict__
+applied.remove()
+assert all("forward" not in m.__dict__ for m in model.modules())
+print("ok")
+"""
+        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python"),
+                            os.path.join(SOURCE, "examples")], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("ok", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
