@@ -33,9 +33,10 @@ absl::Status Server::start() {
   m_analysis = std::make_unique<AnalysisRunner>(*m_writer);
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
-      *m_writer, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); });
+      *m_writer, m_agents, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); });
+  m_control = std::make_unique<ControlService>(*m_writer, m_agents);
   m_query = std::make_unique<QueryService>(m_options.dbPath);
-  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath);
+  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -53,6 +54,7 @@ absl::Status Server::start() {
   builder.RegisterService(m_ingest.get());
   builder.RegisterService(m_query.get());
   builder.RegisterService(m_advisor.get());
+  builder.RegisterService(m_control.get());
   m_server = builder.BuildAndStart();
   if (!m_server || m_port == 0) {
     m_server.reset();

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "server/analysis/analysis_runner.h"
 #include "server/rpc/advisor_service.h"
+#include "server/rpc/control_service.h"
 #include "server/rpc/ingest_service.h"
 #include "server/rpc/query_service.h"
 #include "server/store/writer.h"
@@ -46,6 +47,8 @@ class Server {
   std::unique_ptr<IngestService> m_ingest;
   std::unique_ptr<QueryService> m_query;
   std::unique_ptr<AdvisorService> m_advisor;
+  LiveAgents m_agents;
+  std::unique_ptr<ControlService> m_control;
   std::unique_ptr<grpc::Server> m_server;
   int m_port = 0;
 };

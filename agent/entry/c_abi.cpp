@@ -1,12 +1,16 @@
 // The exported C ABI (agent/include/tidemark/agent_api.h). No exception crosses it.
 #include "tidemark/agent_api.h"
 
+#include <cstring>
+#include <string>
+
 #include "agent/agent.h"
 
 using tidemark::agent::Agent;
 using tidemark::agent::Record;
 using tidemark::agent::RecordKind;
 using tidemark::agent::RecursionGuard;
+using tidemark::agent::Transport;
 
 #define TIDEMARK_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -113,4 +117,34 @@ TIDEMARK_EXPORT void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint6
   if (recorded) *recorded = a.recorder().recordedCount();
   if (sent) *sent = s;
   if (dropped) *dropped = d.ringFull.load() + d.noRing.load() + d.tableFull.load() + extra;
+}
+
+TIDEMARK_EXPORT int64_t tidemark_take_plan(char* buf, int64_t cap, uint64_t* plan_id) {
+  try {
+    RecursionGuard guard;
+    Transport* t = Agent::instance().transport();
+    uint64_t id = 0;
+    std::string json;
+    if (t == nullptr || !t->takePlan(&id, &json)) return 0;
+    const auto need = static_cast<int64_t>(json.size()) + 1;
+    if (buf == nullptr || cap < need) {
+      t->returnPlan(id, std::move(json));
+      return need;
+    }
+    std::memcpy(buf, json.c_str(), json.size() + 1);
+    if (plan_id != nullptr) *plan_id = id;
+    return static_cast<int64_t>(json.size());
+  } catch (...) {
+    return 0;
+  }
+}
+
+TIDEMARK_EXPORT void tidemark_plan_result(uint64_t plan_id, int applied, const char* message,
+                                          int64_t step) {
+  try {
+    RecursionGuard guard;
+    Transport* t = Agent::instance().transport();
+    if (t != nullptr) t->reportPlanResult(plan_id, applied != 0, message ? message : "", step);
+  } catch (...) {
+  }
 }

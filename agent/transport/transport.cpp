@@ -132,10 +132,49 @@ void Transport::drainOnce() {
   std::vector<std::pair<uint32_t, std::string>> strings = m_interner.takeNew();
   std::vector<Record> records;
   m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
-  if (records.empty() && strings.empty()) return;
-  std::sort(records.begin(), records.end(),
-            [](const Record& a, const Record& b) { return a.seq < b.seq; });
-  sendBatchRecords(records, strings);
+  if (!records.empty() || !strings.empty()) {
+    std::sort(records.begin(), records.end(),
+              [](const Record& a, const Record& b) { return a.seq < b.seq; });
+    sendBatchRecords(records, strings);
+  }
+  sendOutbox();
+}
+
+void Transport::sendOutbox() {
+  std::vector<v1::AgentMessage> out;
+  {
+    std::lock_guard<std::mutex> lock(m_controlMutex);
+    out.swap(m_outbox);
+  }
+  for (const v1::AgentMessage& m : out) deliver(m, 0);
+}
+
+bool Transport::takePlan(uint64_t* planId, std::string* json) {
+  std::lock_guard<std::mutex> lock(m_controlMutex);
+  if (m_plans.empty()) return false;
+  *planId = m_plans.front().first;
+  *json = std::move(m_plans.front().second);
+  m_plans.pop_front();
+  return true;
+}
+
+void Transport::returnPlan(uint64_t planId, std::string json) {
+  std::lock_guard<std::mutex> lock(m_controlMutex);
+  m_plans.emplace_front(planId, std::move(json));
+}
+
+void Transport::reportPlanResult(uint64_t planId, bool applied, std::string message, int64_t step) {
+  v1::AgentMessage m;
+  v1::PlanResult* r = m.mutable_plan_result();
+  r->set_plan_id(planId);
+  r->set_applied(applied);
+  r->set_message(std::move(message));
+  r->set_step(step);
+  {
+    std::lock_guard<std::mutex> lock(m_controlMutex);
+    m_outbox.push_back(std::move(m));
+  }
+  m_wake.notify_one();
 }
 
 void Transport::sendBatchRecords(std::vector<Record>& records,
@@ -253,6 +292,10 @@ void Transport::readCommands() {
     const v1::Command& cmd = message.command();
     if (cmd.has_start_capture()) m_recorder.setRecording(true);
     if (cmd.has_stop_capture()) m_recorder.setRecording(false);
+    if (cmd.has_apply_plan()) {
+      std::lock_guard<std::mutex> lock(m_controlMutex);
+      m_plans.emplace_back(cmd.apply_plan().plan_id(), cmd.apply_plan().plan_json());
+    }
   }
   m_readerDone = true;
 }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,6 +46,13 @@ class Transport {
   bool flush(int timeoutMs);
 
   uint64_t sessionId() const { return m_sessionId.load(); }
+
+  // Recompute plans the server sent, oldest first, for the adapter to apply (false: none).
+  bool takePlan(uint64_t* planId, std::string* json);
+  // Puts back a plan the caller could not take (its buffer was too small).
+  void returnPlan(uint64_t planId, std::string json);
+  // Sends what became of a plan, with the next batch.
+  void reportPlanResult(uint64_t planId, bool applied, std::string message, int64_t step);
   v1::AgentCounters counters() const;
   // One line for stderr: where the events went.
   std::string summary() const;
@@ -62,6 +70,7 @@ class Transport {
   bool replaySpool();
   void readCommands();
   void closeStream(const v1::Goodbye& goodbye, std::chrono::steady_clock::time_point deadline);
+  void sendOutbox();
 
   Recorder& m_recorder;
   Interner& m_interner;
@@ -87,6 +96,11 @@ class Transport {
   std::atomic<bool> m_readerDone{false};
   std::unique_ptr<SpoolWriter> m_spool;
   uint64_t m_batchSeq = 0;
+
+  // Plans in from the server, results out to it (both rare; one mutex).
+  std::mutex m_controlMutex;
+  std::deque<std::pair<uint64_t, std::string>> m_plans;
+  std::vector<v1::AgentMessage> m_outbox;
 
   std::atomic<uint64_t> m_sessionId{0};
   std::atomic<uint64_t> m_eventsSent{0};

@@ -60,6 +60,12 @@ class Agent:
         lib.tidemark_tag.restype = None
         lib.tidemark_counters.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 3
         lib.tidemark_counters.restype = None
+        lib.tidemark_take_plan.argtypes = [ctypes.c_char_p, ctypes.c_int64,
+                                           ctypes.POINTER(ctypes.c_uint64)]
+        lib.tidemark_take_plan.restype = ctypes.c_int64
+        lib.tidemark_plan_result.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p,
+                                             ctypes.c_int64]
+        lib.tidemark_plan_result.restype = None
         self.lib = lib
         self._names = {}
         # Bound once: these are called for every module call and every saved tensor.
@@ -106,6 +112,27 @@ class Agent:
         vals = [ctypes.c_uint64() for _ in range(3)]
         self.lib.tidemark_counters(*[ctypes.byref(v) for v in vals])
         return {"recorded": vals[0].value, "sent": vals[1].value, "dropped": vals[2].value}
+
+
+    def take_plan(self):
+        """(plan_id, plan JSON) of a plan the server sent, or None."""
+        if not self.lib:
+            return None
+        plan_id = ctypes.c_uint64()
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self.lib.tidemark_take_plan(buf, size, ctypes.byref(plan_id))
+            if n == 0:
+                return None
+            if n < size:
+                return plan_id.value, buf.value.decode("utf-8", "replace")
+            size = n  # too small: the plan waits for a bigger buffer
+
+    def plan_result(self, plan_id, applied, message, step):
+        if self.lib:
+            self.lib.tidemark_plan_result(plan_id, 1 if applied else 0,
+                                          message.encode("utf-8", "replace"), step)
 
 
 class _Absent:

@@ -63,6 +63,7 @@ class Instrumenter:
         self.step_open = False
         self._saved_hooks = None
         self.backward_module = None  # whose saved tensors backward is consuming now
+        self.applied_plan = None  # the recompute plan the server had applied (tidemark apply)
 
     # ----- helpers -----------------------------------------------------------------------------
     def _depth(self):
@@ -231,6 +232,37 @@ class Instrumenter:
         # An exception inside a forward skips its post hooks: a step boundary resets the depth.
         self.local.depth = 0
         self.local.names = []
+        self._apply_pending_plan()
+
+    # ----- recompute plans sent by the server ----------------------------------------------------
+    def _apply_pending_plan(self):
+        """At a step boundary: applies the latest plan `tidemark apply` sent, replacing the one
+        applied before; reports each plan's fate to the server."""
+        while True:
+            pending = self.agent.take_plan()
+            if pending is None:
+                return
+            plan_id, text = pending
+            from .plan import PlanError, apply_plan
+            roots = list(self.roots)
+            if len(roots) != 1:
+                self.agent.plan_result(plan_id, False, "the process trains %d models; a plan "
+                                       "applies to exactly one" % len(roots), 0)
+                continue
+            model = roots[0]
+            previous = self.applied_plan
+            if previous is not None:
+                previous.remove()
+            try:
+                self.applied_plan = apply_plan(model, text, self.module_names.get(model))
+            except (PlanError, ValueError) as e:
+                self.applied_plan = None
+                if previous is not None:  # the job goes on as it was
+                    self.applied_plan = apply_plan(model, previous.plan,
+                                                   self.module_names.get(model))
+                self.agent.plan_result(plan_id, False, str(e), 0)
+                continue
+            self.agent.plan_result(plan_id, True, "applied", self.step + 1)
 
     # ----- installation ------------------------------------------------------------------------
     def install(self):

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "server/cli/client.h"
 #include "server/cli/commands.h"
@@ -13,6 +14,7 @@
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
+#include "tidemark/v1/control.grpc.pb.h"
 
 namespace tidemark::cli {
 
@@ -395,6 +397,220 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
                 msText(p.extra_ns()).c_str(),
                 resp.base_step_ns() > 0 ? 100.0 * p.extra_ns() / resp.base_step_ns() : 0.0,
                 plan.c_str());
+  }
+  return kExitOk;
+}
+
+namespace {
+
+const char* planStateName(v1::PlanState s) {
+  switch (s) {
+    case v1::PLAN_STATE_SENT:
+      return "sent";
+    case v1::PLAN_STATE_APPLIED:
+      return "applied";
+    case v1::PLAN_STATE_REFUSED:
+      return "refused";
+    default:
+      return "?";
+  }
+}
+
+int callPlanCheck(const GlobalOptions& g, const char* what, uint64_t session,
+                  v1::PlanCheckResponse* resp) {
+  v1::PlanCheckRequest req;
+  req.set_session_id(session);
+  auto stub = v1::Advisor::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, 120);
+  const grpc::Status s = stub->PlanCheck(&ctx, req, resp);
+  return s.ok() ? kExitOk : reportError(g, what, s);
+}
+
+double errorPct(int64_t measured, int64_t predicted) {
+  return predicted > 0 ? 100.0 * double(measured - predicted) / double(predicted) : 0.0;
+}
+
+}  // namespace
+
+int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  static const char* kUsage =
+      "usage: tidemark apply SESSION PLAN [--no-wait | --wait SECONDS] [--json]\n\n"
+      "Sends the plan document PLAN (from `tidemark plan --out`) to the running job of SESSION;\n"
+      "its adapter applies it at the next step boundary and the job goes on. Waits (default\n"
+      "60 s) until the job says it applied or refused the plan. Exit code 1 when it refused\n"
+      "(the reason is printed) or did not answer in time. `tidemark plan-check SESSION` then\n"
+      "compares the prediction with the steps that ran under the plan.\n";
+  uint64_t session = 0;
+  bool haveSession = false;
+  std::string planFile;
+  int waitS = 60;
+  int code = kExitOk;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    } else if (a == "--no-wait") {
+      waitS = 0;
+    } else if (a == "--wait") {
+      if (i + 1 >= args.size() || (waitS = std::atoi(args[i + 1].c_str())) < 0 ||
+          args[i + 1].find_first_not_of("0123456789") != std::string::npos) {
+        std::fprintf(stderr, "tidemark apply: --wait needs a number of seconds\n");
+        return kExitUsage;
+      }
+      ++i;
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "tidemark apply: unknown option '%s'\n%s", a.c_str(), kUsage);
+      return kExitUsage;
+    } else if (!haveSession) {
+      if (!acceptSessionArg("apply", a, &haveSession, &session, &code)) return code;
+    } else if (planFile.empty()) {
+      planFile = a;
+    } else {
+      std::fprintf(stderr, "tidemark apply: unexpected argument '%s'\n", a.c_str());
+      return kExitUsage;
+    }
+  }
+  if (!haveSession || planFile.empty()) {
+    std::fprintf(stderr, "tidemark apply: needs SESSION and PLAN\n%s", kUsage);
+    return kExitUsage;
+  }
+  std::string text;
+  if (!readFile(planFile, &text)) {
+    std::fprintf(stderr, "tidemark apply: cannot read %s\n", planFile.c_str());
+    return kExitUsage;
+  }
+  if (absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(text); !d.ok()) {
+    std::fprintf(stderr, "tidemark apply: %s is not a plan: %s\n", planFile.c_str(),
+                 std::string(d.status().message()).c_str());
+    return kExitUsage;
+  }
+  v1::ApplyPlanRequest req;
+  req.set_session_id(session);
+  req.set_plan_json(text);
+  v1::ApplyPlanResponse resp;
+  {
+    auto stub = v1::Control::NewStub(channelFor(g));
+    grpc::ClientContext ctx;
+    withDeadline(ctx, 30);
+    const grpc::Status s = stub->ApplyPlan(&ctx, req, &resp);
+    if (!s.ok()) return reportError(g, "apply", s);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(waitS);
+  v1::PlanOutcome outcome;
+  outcome.set_plan_id(resp.plan_id());
+  outcome.set_state(v1::PLAN_STATE_SENT);
+  while (waitS > 0) {
+    v1::PlanCheckResponse check;
+    if (int c = callPlanCheck(g, "apply", session, &check); c != kExitOk) return c;
+    for (const v1::PlanOutcome& o : check.plans())
+      if (o.plan_id() == resp.plan_id()) outcome = o;
+    if (outcome.state() != v1::PLAN_STATE_SENT || std::chrono::steady_clock::now() >= deadline)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (g.json) {
+    std::printf("{\"plan_id\": %llu, \"state\": \"%s\", \"from_step\": %lld, \"message\": %s}\n",
+                static_cast<unsigned long long>(resp.plan_id()), planStateName(outcome.state()),
+                static_cast<long long>(outcome.from_step()), jsonString(outcome.message()).c_str());
+  } else if (outcome.state() == v1::PLAN_STATE_APPLIED) {
+    std::printf("plan %llu applied to session %llu from step %lld\n",
+                static_cast<unsigned long long>(resp.plan_id()),
+                static_cast<unsigned long long>(session),
+                static_cast<long long>(outcome.from_step()));
+  } else if (outcome.state() == v1::PLAN_STATE_SENT) {
+    std::printf("plan %llu sent to session %llu; the job applies it at its next step boundary\n",
+                static_cast<unsigned long long>(resp.plan_id()),
+                static_cast<unsigned long long>(session));
+  }
+  if (outcome.state() == v1::PLAN_STATE_REFUSED) {
+    std::fprintf(stderr, "tidemark apply: the job refused plan %llu: %s\n",
+                 static_cast<unsigned long long>(resp.plan_id()), outcome.message().c_str());
+    return kExitError;
+  }
+  if (outcome.state() == v1::PLAN_STATE_SENT && waitS > 0) {
+    std::fprintf(stderr,
+                 "tidemark apply: no answer from the job within %d s (it applies plans "
+                 "at step boundaries); see tidemark plan-check %llu\n",
+                 waitS, static_cast<unsigned long long>(session));
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  static const char* kUsage =
+      "usage: tidemark plan-check SESSION [--json]\n\n"
+      "The plans sent to SESSION (tidemark apply): for each, the predicted peak and extra time\n"
+      "beside what the steps that ran under it measured, and the steps before it.\n";
+  uint64_t session = 0;
+  int code = kExitOk;
+  if (!parseSessionArgs(args, 1, kUsage, &session, &code)) return code;
+  v1::PlanCheckResponse resp;
+  if (int c = callPlanCheck(g, "plan-check", session, &resp); c != kExitOk) return c;
+  if (g.json) {
+    std::string out = "{\"plans\": [";
+    for (int i = 0; i < resp.plans_size(); ++i) {
+      const v1::PlanOutcome& o = resp.plans(i);
+      char buf[1024];
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"plan_id\": %llu, \"state\": \"%s\", \"strategy\": %s, \"budget_bytes\": "
+                    "%lld, \"from_step\": %lld, \"steps_measured\": %lld, "
+                    "\"predicted_peak_bytes\": %lld, \"measured_peak_bytes\": %lld, "
+                    "\"peak_error\": %.5f, \"predicted_extra_ns\": %lld, \"measured_step_ns\": "
+                    "%lld, \"before_peak_bytes\": %lld, \"before_step_ns\": %lld, \"message\": ",
+                    i ? ",\n  " : "\n  ", static_cast<unsigned long long>(o.plan_id()),
+                    planStateName(o.state()), jsonString(o.strategy()).c_str(),
+                    static_cast<long long>(o.budget_bytes()), static_cast<long long>(o.from_step()),
+                    static_cast<long long>(o.steps_measured()),
+                    static_cast<long long>(o.predicted_peak_bytes()),
+                    static_cast<long long>(o.measured_peak_bytes()),
+                    errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()) / 100.0,
+                    static_cast<long long>(o.predicted_extra_ns()),
+                    static_cast<long long>(o.measured_step_ns()),
+                    static_cast<long long>(o.before_peak_bytes()),
+                    static_cast<long long>(o.before_step_ns()));
+      out += buf + jsonString(o.message()) + "}";
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+  if (resp.plans_size() == 0) {
+    std::printf("no plan was sent to session %llu (tidemark apply SESSION PLAN)\n",
+                static_cast<unsigned long long>(session));
+    return kExitOk;
+  }
+  for (const v1::PlanOutcome& o : resp.plans()) {
+    std::printf("plan %llu (%s, budget %s): %s", static_cast<unsigned long long>(o.plan_id()),
+                o.strategy().c_str(), humanBytes(o.budget_bytes()).c_str(),
+                planStateName(o.state()));
+    if (o.state() == v1::PLAN_STATE_REFUSED) std::printf(": %s", o.message().c_str());
+    if (o.state() != v1::PLAN_STATE_APPLIED) {
+      std::printf("\n");
+      continue;
+    }
+    std::printf(" from step %lld, %lld steps measured\n", static_cast<long long>(o.from_step()),
+                static_cast<long long>(o.steps_measured()));
+    if (o.steps_measured() == 0) {
+      std::printf("  no complete step under the plan yet\n");
+      continue;
+    }
+    std::printf("  %-14s %12s %12s %9s %12s\n", "", "PREDICTED", "MEASURED", "ERROR", "BEFORE");
+    std::printf("  %-14s %12s %12s %+8.1f%% %12s\n", "peak",
+                humanBytes(o.predicted_peak_bytes()).c_str(),
+                humanBytes(o.measured_peak_bytes()).c_str(),
+                errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()),
+                humanBytes(o.before_peak_bytes()).c_str());
+    const int64_t measuredExtra =
+        o.before_step_ns() > 0 ? o.measured_step_ns() - o.before_step_ns() : 0;
+    std::printf("  %-14s %12s %12s %9s %12s\n", "extra / step",
+                msText(o.predicted_extra_ns()).c_str(),
+                o.before_step_ns() > 0 ? msText(measuredExtra).c_str() : "-", "",
+                msText(o.before_step_ns()).c_str());
+    std::printf("  %-14s %12s %12s\n", "within budget", "",
+                o.measured_peak_bytes() <= o.budget_bytes() ? "yes" : "NO");
   }
   return kExitOk;
 }

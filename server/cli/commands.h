@@ -30,5 +30,7 @@ int diffCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int planCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

@@ -34,6 +34,8 @@ commands:
   chain SESSION [--out FILE] [--json]     the chain model of a recorded step, checked against it
   pareto (SESSION | --profile FILE) [--json]
                                           least recomputation for every budget (optimal plans)
+  apply SESSION PLAN [--no-wait]          apply a plan to the running job at its next step
+  plan-check SESSION [--json]             applied plans: predicted against measured
 
 options (every command):
   --server ADDR   tidemarkd's address (default $TIDEMARK_SERVER, else 127.0.0.1:7531;
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
   if (command == "plan") return planCommand(g, args);
   if (command == "pareto") return paretoCommand(g, args);
   if (command == "chain") return chainCommand(g, args);
+  if (command == "apply") return applyCommand(g, args);
+  if (command == "plan-check") return planCheckCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

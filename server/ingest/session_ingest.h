@@ -37,6 +37,13 @@ class SessionIngest {
 
   std::vector<StatRow> stats() const;
   int64_t liveBlocksAtEnd() const { return m_liveAtEnd; }
+  // The blocks allocated and not freed so far (they become rows only when freed or at the end).
+  std::vector<BlockRow> openBlocks() const {
+    std::vector<BlockRow> out;
+    out.reserve(m_open.size());
+    for (const auto& [address, b] : m_open) out.push_back(b);
+    return out;
+  }
   int64_t lastTsNs() const { return m_lastTs; }
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
 

@@ -1,5 +1,13 @@
 #include "server/rpc/advisor_service.h"
 
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "src/core/breakdown.h"
+
 #include "server/rpc/grpc_status.h"
 #include "server/store/store.h"
 #include "src/advisor/plan_json.h"
@@ -8,8 +16,34 @@
 
 namespace tidemark::server {
 
+absl::StatusOr<core::Recording> AdvisorService::loadRecording(int64_t session) {
+  const std::optional<std::vector<BlockRow>> open = m_agents.openBlocks(session);
+  // Rows the ingest handed to the writer before the snapshot are committed before the read.
+  if (open) m_writer.submit([](Store&) { return absl::OkStatus(); }).get().IgnoreError();
+  auto rec = Store::loadRecording(m_dbPath, session);
+  if (!rec.ok() || !open) return rec;
+  // A block freed between the snapshot and the read is in both: keep the stored row.
+  std::set<std::pair<uint64_t, uint64_t>> stored;
+  for (const core::Block& b : rec->blocks) stored.insert({b.address, b.allocSeq});
+  int64_t id = -1;
+  for (const BlockRow& r : *open) {
+    if (stored.count({r.address, r.allocSeq})) continue;
+    core::Block b;
+    b.id = id--;
+    b.address = r.address;
+    b.sizeBytes = r.sizeBytes;
+    b.device = r.device;
+    b.threadId = r.threadId;
+    b.allocSeq = r.allocSeq;
+    b.allocTsNs = r.allocTsNs;
+    rec->blocks.push_back(b);
+  }
+  rec->sortBySeq();
+  return rec;
+}
+
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {
-  auto rec = Store::loadRecording(m_dbPath, static_cast<int64_t>(selector.session_id()));
+  auto rec = loadRecording(static_cast<int64_t>(selector.session_id()));
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks());
@@ -65,6 +99,95 @@ grpc::Status AdvisorService::Pareto(grpc::ServerContext*, const v1::ParetoReques
     out->set_budget_bytes(p.budgetBytes);
     out->set_extra_ns(p.extraNs);
     out->set_plan(p.plan);
+  }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// What one complete step measured.
+struct StepFigures {
+  int64_t step = 0;
+  int64_t peakBytes = 0;
+  int64_t ns = 0;
+};
+
+int64_t median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The highest peak and the median time of the steps in [from, to).
+void measure(const std::vector<StepFigures>& steps, int64_t from, int64_t to, int64_t* peak,
+             int64_t* ns, int64_t* count) {
+  std::vector<int64_t> times;
+  *peak = 0;
+  for (const StepFigures& s : steps) {
+    if (s.step < from || s.step >= to) continue;
+    *peak = std::max(*peak, s.peakBytes);
+    times.push_back(s.ns);
+  }
+  *ns = median(times);
+  if (count != nullptr) *count = static_cast<int64_t>(times.size());
+}
+
+}  // namespace
+
+grpc::Status AdvisorService::PlanCheck(grpc::ServerContext*, const v1::PlanCheckRequest* request,
+                                       v1::PlanCheckResponse* response) {
+  const auto id = static_cast<int64_t>(request->session_id());
+  auto plans = Store::appliedPlans(m_dbPath, id);
+  if (!plans.ok()) return toGrpc(plans.status());
+  if (plans->empty()) {
+    auto session = Store::getSession(m_dbPath, id);
+    if (!session.ok()) return toGrpc(session.status());
+    return grpc::Status::OK;  // a session no plan was sent to
+  }
+  auto rec = loadRecording(id);
+  if (!rec.ok()) return toGrpc(rec.status());
+  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+  const core::LivenessReplay replay(*rec, cats);
+  std::vector<StepFigures> steps;
+  for (const core::StepInterval& s : rec->steps) {
+    if (s.endSeq == core::kOpenSeq) continue;
+    steps.push_back(
+        {s.step, replay.peak(s.beginSeq, s.endSeq).trackedBytes, s.endTsNs - s.beginTsNs});
+  }
+  // Each applied plan holds from its first step until the next applied plan's.
+  std::vector<int64_t> starts;
+  for (const AppliedPlanRow& p : *plans)
+    if (p.state == 1) starts.push_back(p.fromStep);
+  for (const AppliedPlanRow& p : *plans) {
+    v1::PlanOutcome* o = response->add_plans();
+    o->set_plan_id(static_cast<uint64_t>(p.id));
+    o->set_state(p.state == 1   ? v1::PLAN_STATE_APPLIED
+                 : p.state == 2 ? v1::PLAN_STATE_REFUSED
+                                : v1::PLAN_STATE_SENT);
+    o->set_message(p.message);
+    o->set_strategy(p.strategy);
+    o->set_budget_bytes(p.budgetBytes);
+    o->set_predicted_peak_bytes(p.predictedPeakBytes);
+    o->set_predicted_extra_ns(p.predictedExtraNs);
+    if (p.state != 1) continue;
+    o->set_from_step(p.fromStep);
+    int64_t until = std::numeric_limits<int64_t>::max();
+    for (int64_t s : starts)
+      if (s > p.fromStep) until = std::min(until, s);
+    int64_t peak = 0, ns = 0, count = 0;
+    measure(steps, p.fromStep, until, &peak, &ns, &count);
+    o->set_measured_peak_bytes(peak);
+    o->set_measured_step_ns(ns);
+    o->set_steps_measured(count);
+    // Before: the steps since the previous plan (or the start), less the first step, which
+    // creates the optimizer's state, when there are others.
+    int64_t since = 1;
+    for (int64_t s : starts)
+      if (s < p.fromStep) since = std::max(since, s);
+    if (since == 1 && p.fromStep > 2) since = 2;
+    measure(steps, since, p.fromStep, &peak, &ns, nullptr);
+    o->set_before_peak_bytes(peak);
+    o->set_before_step_ns(ns);
   }
   return grpc::Status::OK;
 }

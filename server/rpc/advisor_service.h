@@ -3,16 +3,21 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/rpc/live_agents.h"
+#include "server/store/writer.h"
 #include "src/advisor/chain_from_recording.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
 
 namespace tidemark::server {
 
-// Advisor: chain profiles measured on recorded steps, plans for a budget, Pareto curves. Each call
-// reads the session from the store (a fresh read connection) and builds its chain model.
+// Advisor: chain profiles measured on recorded steps, plans for a budget, Pareto curves, plans
+// checked against the steps that ran under them. Each call reads the session from the store (a
+// fresh read connection); for a live session it adds the blocks not freed yet, which the store
+// only gets when they are freed or the session ends.
 class AdvisorService final : public v1::Advisor::Service {
  public:
-  explicit AdvisorService(std::string dbPath) : m_dbPath(std::move(dbPath)) {}
+  AdvisorService(std::string dbPath, StoreWriter& writer, LiveAgents& agents)
+      : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents) {}
 
   grpc::Status GetChainProfile(grpc::ServerContext*, const v1::ChainProfileRequest* request,
                                v1::ChainProfileResponse* response) override;
@@ -20,11 +25,16 @@ class AdvisorService final : public v1::Advisor::Service {
                     v1::PlanResponse* response) override;
   grpc::Status Pareto(grpc::ServerContext*, const v1::ParetoRequest* request,
                       v1::ParetoResponse* response) override;
+  grpc::Status PlanCheck(grpc::ServerContext*, const v1::PlanCheckRequest* request,
+                         v1::PlanCheckResponse* response) override;
 
  private:
   absl::StatusOr<core::RecordedChain> chainFor(const v1::ChainSelector& selector);
+  absl::StatusOr<core::Recording> loadRecording(int64_t session);
 
   std::string m_dbPath;
+  StoreWriter& m_writer;
+  LiveAgents& m_agents;
 };
 
 }  // namespace tidemark::server

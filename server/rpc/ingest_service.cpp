@@ -1,5 +1,6 @@
 #include "server/rpc/ingest_service.h"
 
+#include <mutex>
 #include <optional>
 
 #include "server/ingest/session_ingest.h"
@@ -67,9 +68,22 @@ grpc::Status IngestService::Stream(
   reply.mutable_handshake_reply()->set_session_id(static_cast<uint64_t>(*sessionId));
   reply.mutable_handshake_reply()->set_server_protocol_version(kProtocolVersion);
   stream->Write(reply);
-
   SessionIngest ingest(*sessionId);
   if (hello.first_batch_seq() != 0) ingest.setFirstBatchSeq(hello.first_batch_seq());
+  // Held while a batch goes through `ingest`, so that the advisor can read its open blocks.
+  std::mutex ingestMutex;
+  // From here on Control may write commands to this stream; the guard unregisters it on every
+  // way out, before the stream's status goes back.
+  m_agents.add(*sessionId, stream, [&ingest, &ingestMutex] {
+    std::lock_guard<std::mutex> lock(ingestMutex);
+    return ingest.openBlocks();
+  });
+  struct Unregister {
+    LiveAgents& agents;
+    int64_t id;
+    ~Unregister() { agents.remove(id); }
+  } unregister{m_agents, *sessionId};
+
   std::optional<v1::Goodbye> goodbye;
   absl::Status error;
   while (stream->Read(&message)) {
@@ -78,12 +92,20 @@ grpc::Status IngestService::Stream(
         error = absl::InvalidArgumentError("batch after goodbye");
         break;
       }
+      std::unique_lock<std::mutex> lock(ingestMutex);
       error = ingest.addBatch(message.batch());
       if (!error.ok()) break;
       SessionRows rows = ingest.takeRows();
+      lock.unlock();
       if (!rows.empty()) {
         m_writer.post([rows = std::move(rows)](Store& s) { return s.writeRows(rows); });
       }
+    } else if (message.has_plan_result()) {
+      const v1::PlanResult& r = message.plan_result();
+      m_writer.post([sid = *sessionId, r](Store& s) {
+        return s.setPlanResult(sid, static_cast<int64_t>(r.plan_id()), r.applied() ? 1 : 2,
+                               r.message(), r.step());
+      });
     } else if (message.has_goodbye()) {
       goodbye = message.goodbye();
     } else if (message.has_handshake()) {
@@ -95,6 +117,7 @@ grpc::Status IngestService::Stream(
     }
   }
 
+  m_agents.remove(*sessionId);  // no command nor snapshot once the stream winds down
   SessionRows rows = ingest.finish();
   SessionEnd end;
   end.sessionId = *sessionId;

@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "server/rpc/live_agents.h"
 #include "server/store/writer.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 
@@ -16,8 +17,8 @@ inline constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 class IngestService final : public v1::Ingest::Service {
  public:
   // onEnded(sessionId) is called once a session's end is committed.
-  IngestService(StoreWriter& writer, std::function<void(int64_t)> onEnded)
-      : m_writer(writer), m_onEnded(std::move(onEnded)) {}
+  IngestService(StoreWriter& writer, LiveAgents& agents, std::function<void(int64_t)> onEnded)
+      : m_writer(writer), m_agents(agents), m_onEnded(std::move(onEnded)) {}
 
   grpc::Status Stream(
       grpc::ServerContext* context,
@@ -25,6 +26,7 @@ class IngestService final : public v1::Ingest::Service {
 
  private:
   StoreWriter& m_writer;
+  LiveAgents& m_agents;
   std::function<void(int64_t)> m_onEnded;
 };
 

@@ -184,3 +184,22 @@ CREATE TABLE IF NOT EXISTS peak_item (
   blocks INTEGER NOT NULL,
   PRIMARY KEY (session_id, step, kind, rank)
 ) WITHOUT ROWID;
+
+-- ---------------------------------------------------------------------------------------------
+-- Recompute plans sent to a live job (`tidemark apply`) and what became of them; plan-check
+-- compares the prediction with the steps that ran under the plan.
+CREATE TABLE IF NOT EXISTS applied_plan (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  plan_json TEXT NOT NULL,
+  strategy TEXT NOT NULL,
+  budget_bytes INTEGER NOT NULL,
+  predicted_peak_bytes INTEGER NOT NULL,
+  predicted_extra_ns INTEGER NOT NULL,
+  predicted_step_ns INTEGER NOT NULL,
+  sent_wall_ns INTEGER NOT NULL,
+  state INTEGER NOT NULL DEFAULT 0,     -- 0 sent, 1 applied, 2 refused by the job
+  message TEXT NOT NULL DEFAULT '',
+  from_step INTEGER NOT NULL DEFAULT 0  -- the first step that ran with the plan
+);
+CREATE INDEX IF NOT EXISTS applied_plan_by_session ON applied_plan (session_id, id);

@@ -385,6 +385,56 @@ absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string&
   return ids;
 }
 
+absl::StatusOr<int64_t> Store::createAppliedPlan(const AppliedPlanRow& r) {
+  Statement st = m_db.prepare(
+      "INSERT INTO applied_plan (session_id, plan_json, strategy, budget_bytes, "
+      "predicted_peak_bytes, predicted_extra_ns, predicted_step_ns, sent_wall_ns) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  st.bind(1, r.sessionId).bind(2, r.planJson).bind(3, r.strategy).bind(4, r.budgetBytes);
+  st.bind(5, r.predictedPeakBytes).bind(6, r.predictedExtraNs).bind(7, r.predictedStepNs);
+  st.bind(8, r.sentWallNs);
+  if (auto s = st.run(); !s.ok()) return s;
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+}
+
+absl::Status Store::setPlanResult(int64_t sessionId, int64_t planId, int state,
+                                  const std::string& message, int64_t fromStep) {
+  Statement st = m_db.prepare(
+      "UPDATE applied_plan SET state = ?3, message = ?4, from_step = ?5 WHERE session_id = ?1 "
+      "AND id = ?2");
+  st.bind(1, sessionId).bind(2, planId).bind(3, state).bind(4, message).bind(5, fromStep);
+  return st.run();
+}
+
+absl::StatusOr<std::vector<AppliedPlanRow>> Store::appliedPlans(const std::string& path,
+                                                                int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT id, plan_json, strategy, budget_bytes, predicted_peak_bytes, predicted_extra_ns, "
+      "predicted_step_ns, sent_wall_ns, state, message, from_step FROM applied_plan WHERE "
+      "session_id = ?1 ORDER BY id");
+  st.bind(1, id);
+  std::vector<AppliedPlanRow> out;
+  while (st.step()) {
+    AppliedPlanRow r;
+    r.id = st.columnInt(0);
+    r.sessionId = id;
+    r.planJson = st.columnText(1);
+    r.strategy = st.columnText(2);
+    r.budgetBytes = st.columnInt(3);
+    r.predictedPeakBytes = st.columnInt(4);
+    r.predictedExtraNs = st.columnInt(5);
+    r.predictedStepNs = st.columnInt(6);
+    r.sentWallNs = st.columnInt(7);
+    r.state = static_cast<int>(st.columnInt(8));
+    r.message = st.columnText(9);
+    r.fromStep = st.columnInt(10);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 absl::StatusOr<bool> Store::isAnalyzed(const std::string& path, int64_t id) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;

@@ -121,6 +121,22 @@ struct SessionRecord {
 
 // The SQLite store. One Store object owns the write connection and must be used from one
 // thread only (the writer). Reads open their own connection and may run on any thread.
+// A recompute plan sent to a live job, and its fate.
+struct AppliedPlanRow {
+  int64_t id = 0;
+  int64_t sessionId = 0;
+  std::string planJson;
+  std::string strategy;
+  int64_t budgetBytes = 0;
+  int64_t predictedPeakBytes = 0;
+  int64_t predictedExtraNs = 0;
+  int64_t predictedStepNs = 0;
+  int64_t sentWallNs = 0;
+  int state = 0;  // 0 sent, 1 applied, 2 refused
+  std::string message;
+  int64_t fromStep = 0;
+};
+
 class Store {
  public:
   // Creates the file (and its directory) if needed, sets WAL, applies the schema, checks the
@@ -137,6 +153,10 @@ class Store {
   absl::StatusOr<int64_t> createSession(const SessionHeader& header);
   absl::Status writeRows(const SessionRows& rows);
   absl::Status endSession(const SessionEnd& end);
+  // A plan about to be sent to a session's agent; returns its id.
+  absl::StatusOr<int64_t> createAppliedPlan(const AppliedPlanRow& row);
+  absl::Status setPlanResult(int64_t sessionId, int64_t planId, int state,
+                             const std::string& message, int64_t fromStep);
   // Marks sessions left live by a previous run of the daemon as aborted.
   absl::Status abortStaleSessions();
   // Stores the analysis of an ended session (replacing any earlier one) and marks it analyzed.
@@ -152,6 +172,9 @@ class Store {
                                                        bool withBlocks = true);
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
+  // The plans sent to a session, oldest first.
+  static absl::StatusOr<std::vector<AppliedPlanRow>> appliedPlans(const std::string& path,
+                                                                  int64_t id);
   // Ended sessions whose analysis is not stored yet.
   static absl::StatusOr<std::vector<int64_t>> sessionsToAnalyze(const std::string& path);
   static absl::StatusOr<bool> isAnalyzed(const std::string& path, int64_t id);

@@ -43,6 +43,14 @@ void tidemark_tag(uint64_t address, uint64_t size_bytes, int category, uint32_t 
 /* Counters, for tests and the adapter: recorded, sent, dropped (all kinds added up). */
 void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped);
 
+/* A recompute plan the server sent (`tidemark apply`), for the adapter to apply at its next step
+ * boundary. Copies the plan's JSON, NUL-terminated, into buf and returns its length with
+ * *plan_id set; returns 0 when no plan waits; when cap is too small, returns the size needed
+ * (length + 1) and keeps the plan for the next call. */
+int64_t tidemark_take_plan(char* buf, int64_t cap, uint64_t* plan_id);
+/* What became of a plan: applied (1) from `step` on, or refused (0) with a message why. */
+void tidemark_plan_result(uint64_t plan_id, int applied, const char* message, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,53 @@
+#include "server/rpc/control_service.h"
+
+#include <chrono>
+#include <memory>
+
+#include "server/rpc/grpc_status.h"
+#include "src/advisor/plan_json.h"
+
+namespace tidemark::server {
+
+grpc::Status ControlService::ApplyPlan(grpc::ServerContext*, const v1::ApplyPlanRequest* request,
+                                       v1::ApplyPlanResponse* response) {
+  absl::StatusOr<core::PlanDocument> doc = core::parsePlanDocument(request->plan_json());
+  if (!doc.ok())
+    return toGrpc(absl::InvalidArgumentError("not a plan: " + std::string(doc.status().message())));
+  const auto session = static_cast<int64_t>(request->session_id());
+  AppliedPlanRow row;
+  row.sessionId = session;
+  row.planJson = request->plan_json();
+  row.strategy = doc->strategy;
+  row.budgetBytes = doc->budgetBytes;
+  row.predictedPeakBytes = doc->predictedPeakBytes;
+  row.predictedExtraNs = doc->predictedExtraNs;
+  row.predictedStepNs = doc->predictedStepNs;
+  row.sentWallNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  auto id = std::make_shared<int64_t>(0);
+  absl::Status created = m_writer
+                             .submit([row, id](Store& store) -> absl::Status {
+                               auto r = store.createAppliedPlan(row);
+                               if (!r.ok()) return r.status();
+                               *id = *r;
+                               return absl::OkStatus();
+                             })
+                             .get();
+  if (!created.ok()) return toGrpc(created);
+  v1::ServerMessage message;
+  v1::Command* cmd = message.mutable_command();
+  cmd->set_command_id(static_cast<uint64_t>(*id));
+  cmd->mutable_apply_plan()->set_plan_id(static_cast<uint64_t>(*id));
+  cmd->mutable_apply_plan()->set_plan_json(request->plan_json());
+  if (absl::Status sent = m_agents.send(session, message); !sent.ok()) {
+    m_writer.post([session, planId = *id, why = std::string(sent.message())](Store& s) {
+      return s.setPlanResult(session, planId, 2, "not delivered: " + why, 0);
+    });
+    return toGrpc(sent);
+  }
+  response->set_plan_id(static_cast<uint64_t>(*id));
+  return grpc::Status::OK;
+}
+
+}  // namespace tidemark::server

@@ -1,0 +1,23 @@
+#pragma once
+
+#include "server/rpc/live_agents.h"
+#include "server/store/writer.h"
+#include "tidemark/v1/control.grpc.pb.h"
+
+namespace tidemark::server {
+
+// Control: actions on live jobs. ApplyPlan records the plan (with its prediction) and sends it on
+// the session's agent stream.
+class ControlService final : public v1::Control::Service {
+ public:
+  ControlService(StoreWriter& writer, LiveAgents& agents) : m_writer(writer), m_agents(agents) {}
+
+  grpc::Status ApplyPlan(grpc::ServerContext*, const v1::ApplyPlanRequest* request,
+                         v1::ApplyPlanResponse* response) override;
+
+ private:
+  StoreWriter& m_writer;
+  LiveAgents& m_agents;
+};
+
+}  // namespace tidemark::server

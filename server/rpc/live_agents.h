@@ -1,0 +1,64 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "server/store/store.h"
+#include "tidemark/v1/ingest.grpc.pb.h"
+
+namespace tidemark::server {
+
+// The agents connected now, by session: how Control reaches a live job. The Ingest handler of a
+// stream registers it after the handshake and removes it before the stream ends; writes to a
+// stream happen under the registry's lock, so they never race the removal or each other.
+class LiveAgents {
+ public:
+  using Stream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
+  // The blocks of a live session not freed yet (not in the store until freed or the end).
+  using OpenBlocks = std::function<std::vector<BlockRow>()>;
+
+  void add(int64_t session, Stream* stream, OpenBlocks openBlocks) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_streams[session] = {stream, std::move(openBlocks)};
+  }
+  void remove(int64_t session) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_streams.erase(session);
+  }
+  // FAILED_PRECONDITION when the session has no connected agent or the write fails.
+  absl::Status send(int64_t session, const v1::ServerMessage& message) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    auto it = m_streams.find(session);
+    if (it == m_streams.end())
+      return absl::FailedPreconditionError("session " + std::to_string(session) +
+                                           " is not running (no agent connected for it)");
+    if (!it->second.stream->Write(message))
+      return absl::FailedPreconditionError("session " + std::to_string(session) +
+                                           "'s agent stream is closing");
+    return absl::OkStatus();
+  }
+  // nullopt when the session has no connected agent.
+  std::optional<std::vector<BlockRow>> openBlocks(int64_t session) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    auto it = m_streams.find(session);
+    if (it == m_streams.end()) return std::nullopt;
+    return it->second.openBlocks();
+  }
+
+ private:
+  struct Entry {
+    Stream* stream = nullptr;
+    OpenBlocks openBlocks;
+  };
+  std::mutex m_mutex;
+  std::map<int64_t, Entry> m_streams;
+};
+
+}  // namespace tidemark::server
