@@ -86,6 +86,77 @@ class AdvisorLiveTest(unittest.TestCase):
         self.check_model("convnet")
 
 
+class AdvisorApplyLiveTest(unittest.TestCase):
+    """tidemark apply on a running job: a bad plan is refused and the job goes on; a plan made
+    from the job's own first steps is applied at a step boundary; plan-check compares."""
+
+    STEPS = 9
+
+    def test_apply_to_running_job(self):
+        daemon = Daemon()
+        try:
+            r = daemon.run(PYTHON, TRAIN, "--steps", str(self.STEPS), "--checkpoint", "")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            base_losses = losses(r.stdout)
+            job = subprocess.Popen(
+                [os.path.join(BIN, "tidemark"), "--server", daemon.address, "run", "--", PYTHON,
+                 TRAIN, "--steps", str(self.STEPS), "--checkpoint", ""],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                sid = self.wait_live_steps(daemon, 2)
+                bad = os.path.join(daemon.dir, "bad.json")
+                with open(bad, "w") as f:
+                    json.dump({"format": "tidemark-plan", "version": 1, "strategy": "optimal",
+                               "budget_bytes": 1, "feasible": True, "predicted": {
+                                   "peak_bytes": 1, "extra_ns": 0, "step_ns": 0, "overhead": 0,
+                                   "peak_at": {"phase": "forward"}},
+                               "baseline": {"peak_bytes": 1, "step_ns": 0},
+                               "lower_bound_extra_ns": 0, "min_feasible_budget_bytes": 1,
+                               "chain": {"name": "x", "stages": 1, "static_bytes": 0},
+                               "segments": [{"mode": "recompute",
+                                             "modules": ["TinyGPT.blocks.9"]}]}, f)
+                r = daemon.cli("apply", str(sid), bad, check=False)
+                self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+                self.assertIn("no module TinyGPT.blocks.9", r.stderr)
+                plan = os.path.join(daemon.dir, "live.json")
+                daemon.cli("plan", str(sid), "--budget", "70%", "--out", plan)
+                r = daemon.cli("apply", str(sid), plan)
+                self.assertIn("applied to session %d from step" % sid, r.stdout)
+                out, err = job.communicate(timeout=600)
+            finally:
+                if job.poll() is None:
+                    job.kill()
+            self.assertEqual(job.returncode, 0, err)
+            got = losses(out)
+            self.assertEqual(len(got), self.STEPS)
+            for a, b in zip(got, base_losses):
+                self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)))
+            daemon.wait_analyzed(sid)
+            check = daemon.cli_json("plan-check", str(sid))["plans"]
+            self.assertEqual([p["state"] for p in check], ["refused", "applied"])
+            good = check[1]
+            self.assertGreaterEqual(good["steps_measured"], 2)
+            self.assertLessEqual(abs(good["peak_error"]), 0.05, good)
+            self.assertLessEqual(good["measured_peak_bytes"], good["budget_bytes"])
+            self.assertLess(good["measured_peak_bytes"], good["before_peak_bytes"])
+            print("live apply: predicted %d, measured %d (%+.2f %%)"
+                  % (good["predicted_peak_bytes"], good["measured_peak_bytes"],
+                     100 * good["peak_error"]), file=sys.stderr)
+        finally:
+            daemon.cleanup()
+
+    def wait_live_steps(self, daemon, steps, timeout=300):
+        import time
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            sessions = daemon.cli_json("sessions")["sessions"]
+            live = [s for s in sessions if s["state"] == "live"]
+            if live and live[-1]["steps"] >= steps:
+                return live[-1]["id"]
+            time.sleep(0.2)
+        raise AssertionError("no live session reached %d steps" % steps)
+
+
 class AdvisorOfflineTest(unittest.TestCase):
     """Plans for a profile file, without a server; plans applied to a model in-process."""
 
