@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, starts tidemarkd with its SQLite store, runs the
 # example's checkpointed GPT training under `tidemark run`, and prints the session, its memory
-# breakdown at the peak, what is live there by module and tensor, and each step's peak.
+# breakdown at the peak, what is live there by module and tensor, and each step's peak. Then the
+# advisor: the chain model of the recorded step, the Pareto curve, a plan for 70 % of the
+# store-all peak; the plan is applied to a second, running training at a step boundary
+# (`tidemark apply`) and `tidemark plan-check` compares the prediction with the steps that ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -31,3 +34,32 @@ echo; echo "== tidemark peak $SESSION --top 6   (what is live at the peak)"
 "$BIN/tidemark" peak "$SESSION" --top 6 | sed -n '/^MODULE/,$p'
 echo; echo "== tidemark steps $SESSION   (each step's peak)"
 "$BIN/tidemark" steps "$SESSION"
+
+echo; echo "== tidemark chain $SESSION   (the advisor's model of the last step, checked against it)"
+"$BIN/tidemark" chain "$SESSION"
+echo; echo "== tidemark pareto $SESSION   (least recomputation for every budget)"
+"$BIN/tidemark" pareto "$SESSION" --points 10
+echo; echo "== tidemark plan $SESSION --budget 70% --out plan.json"
+"$BIN/tidemark" plan "$SESSION" --budget 70% --out "$DEMO/plan.json"
+
+LIVE_STEPS=${LIVE_STEPS:-10}
+echo; echo "== the same training, no checkpointing of its own, $LIVE_STEPS steps; the plan applied live"
+"$BIN/tidemark" run --name demo-live -- /usr/bin/python3 examples/train.py --steps "$LIVE_STEPS" \
+  --checkpoint "" > "$DEMO/live.out" 2>&1 &
+JOB=$!
+LIVE=""
+for _ in $(seq 600); do
+  LIVE=$("$BIN/tidemark" sessions --json | /usr/bin/python3 -c '
+import json, sys
+live = [s for s in json.load(sys.stdin)["sessions"] if s["state"] == "live" and s["steps"] >= 2]
+print(live[-1]["id"] if live else "")')
+  [ -n "$LIVE" ] && break
+  sleep 0.2
+done
+if [ -z "$LIVE" ]; then echo "demo: the live training did not start" >&2; cat "$DEMO/live.out" >&2; exit 1; fi
+echo "== tidemark apply $LIVE plan.json"
+"$BIN/tidemark" apply "$LIVE" "$DEMO/plan.json"
+wait $JOB
+cat "$DEMO/live.out"
+echo; echo "== tidemark plan-check $LIVE   (predicted against measured)"
+"$BIN/tidemark" plan-check "$LIVE"
