@@ -31,6 +31,7 @@ struct AdvisorArgs {
   std::string outFile;
   int64_t step = 0;
   int points = 24;
+  double margin = core::kDefaultMarginFraction;
 };
 
 bool readFile(const std::string& path, std::string* out) {
@@ -62,7 +63,7 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       return false;
     } else if (arg == "--profile" || arg == "--budget" || arg == "--strategy" ||
                arg == "--blocks" || arg == "--out" || arg == "-o" || arg == "--step" ||
-               arg == "--points") {
+               arg == "--points" || arg == "--margin") {
       if (!value(&v)) {
         *code = kExitUsage;
         return false;
@@ -72,6 +73,17 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       if (arg == "--strategy") a->strategy = v;
       if (arg == "--blocks") a->blocks = v;
       if (arg == "--out" || arg == "-o") a->outFile = v;
+      if (arg == "--margin") {
+        char* end = nullptr;
+        const double pct = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !(pct >= 0 && pct < 50)) {
+          std::fprintf(stderr, "tidemark %s: --margin needs a percentage in [0, 50), got '%s'\n",
+                       command, v.c_str());
+          *code = kExitUsage;
+          return false;
+        }
+        a->margin = pct / 100.0;
+      }
       if (arg == "--step" || arg == "--points") {
         char* end = nullptr;
         const long long n = std::strtoll(v.c_str(), &end, 10);
@@ -161,6 +173,10 @@ void printPlan(const core::PlanDocument& d) {
   std::printf("%-28s %14s\n", "static (outside the chain)", humanBytes(d.staticBytes).c_str());
   std::printf("%-28s %14s\n", "least feasible budget",
               humanBytes(d.minFeasibleBudgetBytes).c_str());
+  if (d.marginBytes > 0)
+    std::printf("%-28s %14s   (chosen to fit %s)\n", "safety margin",
+                humanBytes(d.marginBytes).c_str(),
+                humanBytes(d.budgetBytes - d.marginBytes).c_str());
   std::printf("\n%-10s %s\n", "MODE", "MODULES");
   // Consecutive stored segments read as one run.
   for (size_t k = 0; k < d.segments.size(); ++k) {
@@ -220,13 +236,15 @@ int callAdvisorError(const GlobalOptions& g, const char* what, const grpc::Statu
 int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   static const char* kUsage =
       "usage: tidemark plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--step N]\n"
-      "                     [--blocks PREFIX] [--out FILE] [--json]\n\n"
+      "                     [--blocks PREFIX] [--margin PCT] [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
       "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
       "SESSION plans a recorded step (the last complete one, or --step N) on the server;\n"
       "--profile plans a chain profile file here (docs/chain-model.md). --blocks names the\n"
       "modules the chain is made of by their common prefix (default: found from the recording).\n"
+      "--margin: plans are chosen to fit PCT % under the budget (default 1), for the small\n"
+      "blocks a measured peak holds that the model does not see.\n"
       "--out writes the plan document (docs/plan-format.md); --json prints it.\n"
       "Exit code 4 when no plan fits the budget (the least feasible budget is named).\n";
   AdvisorArgs a;
@@ -244,7 +262,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       }
     }
     core::PlanReport report =
-        core::makePlan(profile, core::resolveBudget(*budget, profile), *strategy);
+        core::makePlan(profile, core::resolveBudget(*budget, profile), *strategy, a.margin);
     report.source.profile = a.profileFile;
     return finishPlan(a, g, core::planToJson(profile, report));
   }
@@ -252,6 +270,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   *req.mutable_chain() = selector(a);
   req.set_budget(a.budget);
   req.set_strategy(a.strategy);
+  req.set_margin(a.margin);
   v1::PlanResponse resp;
   auto stub = v1::Advisor::NewStub(channelFor(g));
   grpc::ClientContext ctx;

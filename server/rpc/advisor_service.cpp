@@ -71,10 +71,13 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext*, const v1::PlanRequest* r
   auto strategy =
       core::parseStrategy(request->strategy().empty() ? "optimal" : request->strategy());
   if (!strategy.ok()) return toGrpc(strategy.status());
+  if (request->has_margin() && !(request->margin() >= 0 && request->margin() < 0.5))
+    return toGrpc(absl::InvalidArgumentError("margin must be in [0, 0.5)"));
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
   core::PlanReport report =
-      core::makePlan(chain->profile, core::resolveBudget(*budget, chain->profile), *strategy);
+      core::makePlan(chain->profile, core::resolveBudget(*budget, chain->profile), *strategy,
+                     request->has_margin() ? request->margin() : core::kDefaultMarginFraction);
   report.source.session = std::to_string(request->chain().session_id());
   report.source.step = chain->step;
   response->set_plan_json(core::planToJson(chain->profile, report));

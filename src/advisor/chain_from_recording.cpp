@@ -188,12 +188,16 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
 
   // 4. Blocks the recording recomputed: their scope again inside a recompute phase.
   std::vector<Window> recomputeRun(n);
+  // The scope of the run that stored each block's activations: its forward, or its recompute.
+  std::vector<const ScopeInterval*> runScope(forward);
   for (const ScopeInterval& sc : rec.scopes) {
     if (!step->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || !inRecompute(sc.beginSeq))
       continue;
     auto it = stageOf.find(sc.name);
-    if (it != stageOf.end() && !recomputeRun[it->second].valid)
+    if (it != stageOf.end() && !recomputeRun[it->second].valid) {
       recomputeRun[it->second] = windowOf(sc);
+      runScope[it->second] = &sc;
+    }
   }
 
   // 5. What each block saved for backward: tags "<module>:saved" joined to blocks on address.
@@ -213,6 +217,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   // Who saved each block (-1: a module outside the chain). A block's output is often saved by its
   // own last op and by the next block's first one.
   std::unordered_map<int, std::set<int>> savers;
+  std::unordered_map<int, std::vector<std::string>> saverModules;  // block -> saving modules
   for (const Tag& t : rec.tags) {
     if (!step->contains(t.seq)) continue;
     if (t.category != Category::kActivation && t.category != Category::kRecomputed) continue;
@@ -222,6 +227,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     const int j = blockAt(t.address, t.seq);
     if (j < 0) continue;
     savers[j].insert(i);
+    saverModules[j].push_back(t.name.substr(0, t.name.size() - kSavedSuffix.size()));
     if (i >= 0) saved[i].insert(j);
   }
   auto savedElsewhere = [&](int j, int stage) {
@@ -289,6 +295,33 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
     s.forwardWorkingBytes =
         std::max<int64_t>(0, bornInsidePeak(rec, run, [](int) { return true; }) - s.outputBytes);
+    // Selective options: checkpoint one child module of the block. It drops what the child
+    // alone saved of the activations born inside it, and re-runs the child's forward.
+    std::set<std::string> seenChildren;
+    const std::string childPrefix = s.name + ".";
+    for (const ScopeInterval& c : rec.scopes) {
+      if (c.beginSeq < run.beginSeq || c.beginSeq >= run.endSeq || c.endSeq == kOpenSeq ||
+          c.depth != runScope[i]->depth + 1 ||
+          c.name.compare(0, childPrefix.size(), childPrefix) != 0 ||
+          !seenChildren.insert(c.name).second)
+        continue;
+      int64_t dropped = 0;
+      for (int j : saved[i]) {
+        const Block& b = rec.blocks[j];
+        if (output.count(j) || b.allocSeq < c.beginSeq || b.allocSeq >= c.endSeq) continue;
+        bool onlyChild = true;
+        for (const std::string& m : saverModules[j])
+          onlyChild =
+              onlyChild && (m == c.name || m.compare(0, c.name.size() + 1, c.name + ".") == 0);
+        if (onlyChild) dropped += static_cast<int64_t>(b.sizeBytes);
+      }
+      // Worth an option only when it drops a real share of the block's activations.
+      if (dropped > 0 && dropped * 20 >= s.savedBytes)
+        s.options.push_back({"recompute " + c.name.substr(childPrefix.size()),
+                             s.savedBytes - dropped,
+                             c.endTsNs - c.beginTsNs,
+                             {c.name}});
+    }
     p.stages.push_back(std::move(s));
   }
   p.inputBytes = inputSaved[0] > 0 ? inputSaved[0] : p.stages[0].outputBytes;
@@ -318,7 +351,12 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         m = measured(windowOf(*forward[pt.stage]));
         break;
       case SimPhase::kEndOfForward:
-        m = replay.peak(fwd->endSeq, fwd->endSeq + 1).trackedBytes;
+        // From the end of the forward until the last block's backward begins: the loss and the
+        // layers after the chain run their backward then, with every activation still kept.
+        m = replay
+                .peak(fwd->endSeq,
+                      backward[n - 1].valid ? backward[n - 1].beginSeq : fwd->endSeq + 1)
+                .trackedBytes;
         break;
       case SimPhase::kRecompute:
         m = measured(recomputeRun[pt.stage]);

@@ -216,6 +216,7 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
             {"version", kPlanVersion},
             {"strategy", strategyName(r.strategy)},
             {"budget_bytes", r.budgetBytes},
+            {"margin_bytes", r.marginBytes},
             {"feasible", r.feasible},
             {"predicted",
              {{"peak_bytes", r.predicted.peakBytes},
@@ -250,6 +251,7 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
   PlanDocument d;
   d.strategy = top.string("strategy");
   d.budgetBytes = top.integer("budget_bytes");
+  d.marginBytes = top.integer("margin_bytes", 0);
   d.feasible = top.boolean("feasible", false);
   const json* predicted = top.raw("predicted", false);
   const json* baseline = top.raw("baseline", false);

@@ -34,6 +34,7 @@ struct PlanSegmentDoc {
 struct PlanDocument {
   std::string strategy;
   int64_t budgetBytes = 0;
+  int64_t marginBytes = 0;
   bool feasible = false;
   int64_t predictedPeakBytes = 0;
   std::string predictedPeakPhase;  // "forward", "end of forward", "recompute", "backward"

