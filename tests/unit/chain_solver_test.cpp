@@ -272,6 +272,28 @@ TEST(Planner, InfeasibleBudgetNamesTheLeastThatFits) {
   EXPECT_EQ(ok.storeAllPeakBytes, 240);
 }
 
+TEST(Planner, TheMarginKeepsThePlanUnderTheBudget) {
+  ChainProfile p;
+  p.inputBytes = 10;
+  for (int i = 0; i < 8; ++i) p.stages.push_back(stage("b" + std::to_string(i), 10, 20, 40, 10));
+  const OptimalChainSolver solver(p);
+  for (const ParetoPoint& pt : solver.curve()) {
+    const PlanReport exact = makePlan(p, pt.budgetBytes, Strategy::kOptimal, 0.0, &solver);
+    EXPECT_EQ(exact.predicted.extraNs, pt.extraNs);
+    EXPECT_EQ(exact.marginBytes, 0);
+    const PlanReport safe = makePlan(p, pt.budgetBytes, Strategy::kOptimal, 0.1, &solver);
+    EXPECT_EQ(safe.marginBytes, std::llround(0.1 * pt.budgetBytes));
+    EXPECT_TRUE(safe.feasible);
+    // Under the margin when a plan fits there; else the plan for the budget itself.
+    if (solver.planFor(pt.budgetBytes - safe.marginBytes)) {
+      EXPECT_LE(safe.predicted.peakBytes, pt.budgetBytes - safe.marginBytes);
+      EXPECT_GE(safe.predicted.extraNs, pt.extraNs);
+    } else {
+      EXPECT_EQ(safe.predicted.extraNs, pt.extraNs);
+    }
+  }
+}
+
 TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   ChainProfile p = twoStages();
   p.stages[0].options.push_back({"mlp", 20, 2, {"A.mlp"}});

@@ -1,0 +1,117 @@
+// The chain model measured on a hand-written recording: two blocks, each saving activations, with
+// known sizes, times and lifetimes.
+#include <gtest/gtest.h>
+
+#include "src/advisor/chain_from_recording.h"
+#include "src/advisor/simulator.h"
+#include "src/core/categorize.h"
+#include "tests/unit/recording_builders.h"
+
+namespace tidemark::core {
+namespace {
+
+using testing::block;
+using testing::phase;
+
+Tag saved(uint64_t seq, uint64_t addr, std::string module) {
+  Tag t = testing::tag(seq, addr, Category::kActivation);
+  t.name = std::move(module) + ":saved";
+  return t;
+}
+
+ScopeInterval scope(std::string name, uint64_t begin, uint64_t end, int depth) {
+  ScopeInterval s;
+  s.name = std::move(name);
+  s.beginSeq = begin;
+  s.endSeq = end;
+  s.beginTsNs = static_cast<int64_t>(begin) * 100;
+  s.endTsNs = static_cast<int64_t>(end) * 100;
+  s.depth = depth;
+  return s;
+}
+
+// Weights 1000 B; input x0 (100) saved by block 0; block 0 saves a0 (400), makes a temporary
+// (50) and its output (100), which block 1 saves; block 1 saves a1 (300) and makes its output
+// (100), which the loss consumes.
+Recording twoBlocks() {
+  Recording r;
+  r.blocks = {block(0x1000, 1000, 1, kOpenSeq), block(0x2000, 100, 3, 60),
+              block(0x3000, 400, 7, 55),        block(0x3100, 50, 9, 12),
+              block(0x3200, 100, 13, 50),       block(0x4000, 300, 18, 45),
+              block(0x4200, 100, 24, 35),       block(0x4300, 10, 27, 36),
+              block(0x5000, 100, 41, 52),       block(0x5100, 100, 51, 57)};
+  r.tags = {saved(6, 0x2000, "M.blocks.0.lin"), saved(8, 0x3000, "M.blocks.0.lin"),
+            saved(17, 0x3200, "M.blocks.1.lin"), saved(19, 0x4000, "M.blocks.1.lin")};
+  r.phases = {phase(Phase::kForward, 2, 29), phase(Phase::kBackward, 30, 60),
+              phase(Phase::kOptimizer, 60, 70)};
+  for (PhaseInterval& p : r.phases) {
+    p.beginTsNs = static_cast<int64_t>(p.beginSeq) * 100;
+    p.endTsNs = static_cast<int64_t>(p.endSeq) * 100;
+  }
+  StepInterval step;
+  step.step = 1;
+  step.beginSeq = 1;
+  step.endSeq = 100;
+  step.endTsNs = 10000;
+  r.steps = {step};
+  r.scopes = {scope("M", 2, 29, 0),
+              scope("M.blocks.0", 5, 15, 1),
+              scope("M.blocks.0.lin", 6, 10, 2),
+              scope("M.blocks.1", 16, 26, 1),
+              scope("M.blocks.1.lin", 17, 21, 2),
+              scope("M.blocks.1.lin [backward]", 40, 46, 0),
+              scope("M.blocks.0.lin [backward]", 50, 58, 0)};
+  r.sortBySeq();
+  return r;
+}
+
+TEST(ChainFromRecording, MeasuresTheBlocks) {
+  const Recording rec = twoBlocks();
+  const std::vector<BlockCategory> cats = categorize(rec);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, cats, 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->blocksPrefix, "M.blocks");
+  EXPECT_EQ(c->step, 1);
+  const ChainProfile& p = c->profile;
+  ASSERT_EQ(p.size(), 2);
+  EXPECT_EQ(p.stages[0].name, "M.blocks.0");
+  EXPECT_EQ(p.inputBytes, 100);  // x0, saved by block 0 and born before it
+  EXPECT_EQ(p.stages[0].forwardNs, 1000);
+  EXPECT_EQ(p.stages[0].backwardNs, 800);
+  EXPECT_EQ(p.stages[0].savedBytes, 400);
+  EXPECT_EQ(p.stages[0].outputBytes, 100);
+  // Born inside the forward at most 500 at once (a0 + output), less the output.
+  EXPECT_EQ(p.stages[0].forwardWorkingBytes, 400);
+  EXPECT_EQ(p.stages[1].savedBytes, 300);
+  EXPECT_EQ(p.stages[1].outputBytes, 100);
+  EXPECT_EQ(p.stages[1].backwardNs, 600);
+  // Checkpointing the child that saved a0 drops it all.
+  ASSERT_EQ(p.stages[0].options.size(), 1u);
+  EXPECT_EQ(p.stages[0].options[0].name, "recompute lin");
+  EXPECT_EQ(p.stages[0].options[0].savedBytes, 0);
+  EXPECT_EQ(p.stages[0].options[0].recompute, std::vector<std::string>{"M.blocks.0.lin"});
+  // Everything stored in the recording; the model reproduces its peak (2010 B at seq 27, with
+  // the loss's block live) and the optimizer step's floor.
+  EXPECT_EQ(planSignature(c->recordedPlan), "S|S");
+  EXPECT_EQ(c->measuredPeakBytes, 2010);
+  EXPECT_EQ(simulate(p, c->recordedPlan).peakBytes, 2010);
+  EXPECT_EQ(p.floorBytes, 1100);
+}
+
+TEST(ChainFromRecording, SaysWhatIsMissing) {
+  Recording rec = twoBlocks();
+  const std::vector<BlockCategory> cats = categorize(rec);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, cats, 0, "M.layers");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "no modules named M.layers.<n> in step 1's forward (indexed modules: M.blocks)");
+  c = chainFromRecording(rec, cats, 7, "");
+  EXPECT_EQ(c.status().message(), "the session has no step 7");
+  rec.phases.clear();
+  c = chainFromRecording(rec, cats, 0, "");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("no forward and backward phases"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tidemark::core
