@@ -373,8 +373,11 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(o.name()) +
              ", \"calls\": " + std::to_string(o.calls()) +
              ", \"total_ns\": " + std::to_string(o.total_ns()) +
-             ", \"self_ns\": " + std::to_string(o.self_ns()) +
-             ", \"kind\": " + (o.is_op() ? "\"op\"" : "\"module\"") + "}";
+             ", \"self_ns\": " + std::to_string(o.self_ns()) + ", \"kind\": " +
+             (o.is_kernel() ? "\"kernel\""
+              : o.is_op()   ? "\"op\""
+                            : "\"module\"") +
+             "}";
     }
     std::printf("%s]}\n", out.c_str());
     return kExitOk;
@@ -383,12 +386,17 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     std::puts("no module scopes recorded (the Python adapter reports them)");
     return kExitOk;
   }
-  std::printf("%-60s %8s %12s %12s\n", "MODULE / OP", "CALLS", "TOTAL (ms)", "SELF (ms)");
+  std::printf("%-60s %-7s %8s %12s %12s\n", "MODULE / OP / KERNEL", "KIND", "CALLS", "TOTAL (ms)",
+              "SELF (ms)");
   for (const v1::OpStat& o : ops.ops()) {
     std::string name = o.name();
     if (name.size() > 60) name = "..." + name.substr(name.size() - 57);
-    std::printf("%-60s %8lld %12.3f %12.3f\n", name.c_str(), static_cast<long long>(o.calls()),
-                static_cast<double>(o.total_ns()) / 1e6, static_cast<double>(o.self_ns()) / 1e6);
+    std::printf("%-60s %-7s %8lld %12.3f %12.3f\n", name.c_str(),
+                o.is_kernel() ? "kernel"
+                : o.is_op()   ? "op"
+                              : "module",
+                static_cast<long long>(o.calls()), static_cast<double>(o.total_ns()) / 1e6,
+                static_cast<double>(o.self_ns()) / 1e6);
   }
   return kExitOk;
 }

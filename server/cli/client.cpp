@@ -46,6 +46,13 @@ bool parseTime(const std::string& s, bool* relative, int64_t* ns) {
     t = t.substr(1);
   }
   char* end = nullptr;
+  // Integers are read exactly (absolute timestamps do not survive a double).
+  const long long whole = std::strtoll(t.c_str(), &end, 10);
+  if (!t.empty() && end != t.c_str() && (*end == '\0' || (std::string(end) == "ns"))) {
+    *relative = *relative || *end != '\0';
+    *ns = whole;
+    return true;
+  }
   const double v = std::strtod(t.c_str(), &end);
   if (t.empty() || end == t.c_str()) return false;
   const std::string unit = end;

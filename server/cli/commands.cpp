@@ -105,9 +105,11 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
 
 int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   constexpr const char* kUsageText =
-      "usage: tidemark breakdown SESSION [--step N] [--at peak|TIME] [--server ADDR] [--json]\n\n"
-      "Memory by category at one moment: the peak (default; of step N with --step), or TIME:\n"
-      "an offset from the session's start (+1.5s, 250ms, 40us) or an absolute timestamp in ns.\n";
+      "usage: tidemark breakdown SESSION [--step N] [--at peak|end|TIME] [--server ADDR] "
+      "[--json]\n\n"
+      "Memory by category at one moment: the peak (default; of step N with --step), the end of\n"
+      "the recording (a snapshot's dump), or TIME: an offset from the session's start (+1.5s,\n"
+      "250ms, 40us) or an absolute timestamp in ns.\n";
   v1::BreakdownRequest req;
   bool haveSession = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -136,6 +138,20 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
       const std::string v = args[++i];
       if (v == "peak") {
         req.set_peak(true);
+        continue;
+      }
+      if (v == "end") {  // the last moment of the recording (a snapshot's dump)
+        if (!haveSession) {
+          std::fputs("tidemark breakdown: give SESSION before --at\n", stderr);
+          return kExitUsage;
+        }
+        v1::GetSessionRequest sr;
+        sr.set_session_id(req.session_id());
+        v1::SessionInfo si;
+        if (int code = callQuery(g, "breakdown", &v1::Query::Stub::GetSession, sr, &si);
+            code != kExitOk)
+          return code;
+        req.set_ts_ns(si.end_ts_ns());
         continue;
       }
       bool relative = false;

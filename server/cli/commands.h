@@ -32,5 +32,6 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int importCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

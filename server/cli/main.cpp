@@ -29,6 +29,7 @@ commands:
                                           a Chrome trace for Perfetto / chrome://tracing
   diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
   upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
+  import FILE [--name NAME] [--json]      a PyTorch memory snapshot or Kineto trace as a session
   plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--out FILE] [--json]
                                           a recompute plan for a memory budget, predicted
   chain SESSION [--out FILE] [--json]     the chain model of a recorded step, checked against it
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
   if (command == "chain") return chainCommand(g, args);
   if (command == "apply") return applyCommand(g, args);
   if (command == "plan-check") return planCheckCommand(g, args);
+  if (command == "import") return importCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

@@ -314,6 +314,7 @@ grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* re
     out->set_total_ns(o.totalNs);
     out->set_self_ns(o.selfNs);
     out->set_is_op(o.isOp);
+    out->set_is_kernel(o.isKernel);
   }
   return grpc::Status::OK;
 }

@@ -652,7 +652,8 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       s.endSeq = endSeq(st, 5);
       s.endTsNs = st.columnInt(6);
       s.isOp = st.columnInt(7) == 1;
-      (s.isOp ? rec.ops : rec.scopes).push_back(std::move(s));
+      s.isKernel = st.columnInt(7) == 2;
+      (s.isKernel ? rec.kernels : s.isOp ? rec.ops : rec.scopes).push_back(std::move(s));
     }
   }
   rec.sortBySeq();

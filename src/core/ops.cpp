@@ -7,7 +7,7 @@
 namespace tidemark::core {
 
 namespace {
-void addTimes(const std::vector<ScopeInterval>& scopes, bool isOp,
+void addTimes(const std::vector<ScopeInterval>& scopes, bool isOp, bool isKernel,
               std::map<std::string, OpStat>& byName) {
   // Per thread, the scopes open at the current one's begin (scopes are sorted by beginSeq):
   // the innermost one still open is its parent, whose self time it takes away.
@@ -23,9 +23,10 @@ void addTimes(const std::vector<ScopeInterval>& scopes, bool isOp,
   }
   for (const ScopeInterval& s : scopes) {
     if (s.endSeq == kOpenSeq) continue;
-    OpStat& o = byName[(isOp ? "1" : "0") + s.name];
+    OpStat& o = byName[(isKernel ? "2" : isOp ? "1" : "0") + s.name];
     o.name = s.name;
     o.isOp = isOp;
+    o.isKernel = isKernel;
     o.calls += 1;
     const int64_t dur = s.endTsNs - s.beginTsNs;
     o.totalNs += dur;
@@ -37,8 +38,9 @@ void addTimes(const std::vector<ScopeInterval>& scopes, bool isOp,
 
 std::vector<OpStat> moduleTimes(const Recording& rec) {
   std::map<std::string, OpStat> byName;
-  addTimes(rec.scopes, false, byName);
-  addTimes(rec.ops, true, byName);
+  addTimes(rec.scopes, false, false, byName);
+  addTimes(rec.ops, true, false, byName);
+  addTimes(rec.kernels, false, true, byName);
   std::vector<OpStat> out;
   out.reserve(byName.size());
   for (auto& [key, o] : byName) out.push_back(std::move(o));

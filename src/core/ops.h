@@ -11,7 +11,8 @@ namespace tidemark::core {
 // Time spent in a module (CPU time from its scopes: forward calls, and recomputation).
 struct OpStat {
   std::string name;
-  bool isOp = false;  // a framework op; else a module
+  bool isOp = false;      // a framework op; else a module
+  bool isKernel = false;  // a GPU kernel (its time is GPU time)
   int64_t calls = 0;
   int64_t totalNs = 0;  // from each call's begin to its end
   int64_t selfNs = 0;   // total minus the time of the calls nested directly inside

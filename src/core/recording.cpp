@@ -35,6 +35,7 @@ void Recording::sortBySeq() {
   sortByBegin(steps);
   sortByBegin(scopes);
   sortByBegin(ops);
+  sortByBegin(kernels);
 }
 
 const StepInterval* Recording::findStep(int64_t step) const {

@@ -59,7 +59,8 @@ struct ScopeInterval : Interval {
   std::string name;
   uint32_t threadId = 0;
   int depth = 0;
-  bool isOp = false;  // a framework op ("aten::mm") rather than a module
+  bool isOp = false;      // a framework op ("aten::mm") rather than a module
+  bool isKernel = false;  // a GPU kernel (threadId is its stream)
 };
 
 // Everything the analysis needs about one session, as read from the store.
@@ -70,6 +71,7 @@ struct Recording {
   std::vector<StepInterval> steps;    // any order
   std::vector<ScopeInterval> scopes;  // module scopes, any order
   std::vector<ScopeInterval> ops;     // op scopes (tidemark_op_begin/end), any order
+  std::vector<ScopeInterval> kernels; // GPU kernels, any order
 
   // Sorts every vector by its begin sequence number; the analysis functions expect this.
   void sortBySeq();

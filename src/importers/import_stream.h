@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/core/category.h"
+
+namespace tidemark::core {
+
+// A recording made by another tool, turned into tidemark's events in time order: what
+// `tidemark import` sends to tidemarkd through the Ingest API, as if an agent had recorded it.
+struct ImportEvent {
+  enum class Kind { kAlloc, kFree, kTag, kScopeBegin, kScopeEnd, kStepBegin, kStepEnd };
+  Kind kind = Kind::kAlloc;
+  int64_t tsNs = 0;
+  uint32_t thread = 0;
+  uint64_t address = 0;
+  uint64_t sizeBytes = 0;
+  int32_t device = -1;  // -1: host memory
+  uint64_t stream = 0;
+  Category category = Category::kUnknown;  // kTag
+  bool op = false;                         // scopes: an op rather than a module
+  bool kernel = false;                     // scopes: a GPU kernel (thread = its stream)
+  int64_t step = 0;
+  std::string name;  // tag, scope
+};
+
+struct ImportedRecording {
+  std::string format;               // "pytorch-memory-snapshot", "kineto-trace"
+  std::vector<ImportEvent> events;  // in time order
+  // Figures the file states, for the summary and the checks.
+  int64_t reservedBytes = -1;        // reserved by the caching allocator (at dump / maximum)
+  int64_t allocatedAtEndBytes = -1;  // allocated at the dump
+  int64_t statedPeakBytes = -1;      // the file's own figure for the peak (Total Allocated)
+  int64_t preexistingBytes = 0;      // allocated before the recording began (blocks at its start)
+  int64_t kernels = 0;
+  int64_t ops = 0;
+  std::vector<std::string> notes;  // what could not be used, and why
+};
+
+}  // namespace tidemark::core

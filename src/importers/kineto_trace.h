@@ -1,0 +1,21 @@
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "src/importers/import_stream.h"
+
+namespace tidemark::core {
+
+// A PyTorch profiler / Kineto trace (Chrome trace JSON) as events:
+// - `[memory]` instant events of one device (the GPU with the most of them, else the CPU): with
+//   `Addr`, an alloc (Bytes > 0) or a free (Bytes < 0) of that address; without (the 2021
+//   schema), allocs get addresses of their own and a free releases the latest live alloc of its
+//   size. What was allocated before the trace began (the first `Total Allocated` less its
+//   `Bytes`, and blocks freed without an alloc) becomes blocks at the trace's start, tagged
+//   "[before the trace]", so the replayed total equals `Total Allocated` throughout;
+// - ops (`cpu_op`, `Operator`) as op scopes on their thread, kernels (`kernel`, `Kernel`) as
+//   kernel scopes on their stream, `ProfilerStep#N` as step N.
+absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view json);
+
+}  // namespace tidemark::core

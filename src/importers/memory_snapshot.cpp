@@ -1,0 +1,324 @@
+#include "src/importers/memory_snapshot.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "src/importers/pickle_reader.h"
+
+namespace tidemark::core {
+
+namespace {
+
+struct Frame {
+  std::string name;
+  std::string filename;
+  int64_t line = 0;
+};
+
+std::vector<Frame> readFrames(const PyValue* frames) {
+  std::vector<Frame> out;
+  if (frames == nullptr || frames->kind != PyValue::Kind::kList) return out;
+  for (const auto& f : frames->items) {
+    if (f->kind != PyValue::Kind::kDict) continue;
+    Frame fr;
+    if (const PyValue* v = f->get("name")) fr.name = std::string(v->asString());
+    if (const PyValue* v = f->get("filename")) fr.filename = std::string(v->asString());
+    if (const PyValue* v = f->get("line")) fr.line = v->asInt();
+    out.push_back(std::move(fr));
+  }
+  return out;
+}
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+struct Verdict {
+  Category category = Category::kUnknown;
+  std::string rule;  // empty: no rule applied
+};
+
+// The category a block's allocation frames say (docs in memory_snapshot.h).
+Verdict classify(const std::vector<Frame>& frames, bool aliveAtEnd) {
+  bool optimizer = false, backward = false, construction = false, forward = false;
+  for (const Frame& f : frames) {
+    const bool python = endsWith(f.filename, ".py");
+    if ((python && f.name == "step") || f.filename.find("/optim") != std::string::npos)
+      optimizer = true;
+    if (f.name.find("AccumulateGrad") != std::string::npos ||
+        f.name.find("autograd::Engine") != std::string::npos ||
+        f.name.find("run_backward") != std::string::npos || (python && f.name == "backward"))
+      backward = true;
+    if (python && (f.name == "__init__" || f.name == "_apply" || f.name == "reset_parameters"))
+      construction = true;
+    if (python && f.name == "forward") forward = true;
+  }
+  if (optimizer)
+    return {aliveAtEnd ? Category::kOptimizerState : Category::kTemporary, "frames:optimizer"};
+  if (backward) return {aliveAtEnd ? Category::kGradient : Category::kTemporary, "frames:backward"};
+  if (construction) return {Category::kWeight, "frames:construction"};
+  if (forward) return {Category::kActivation, "frames:forward"};
+  return {};
+}
+
+// "[rule] name (file:line)" of the innermost Python frame, for the tag's name.
+std::string label(const std::string& rule, const std::vector<Frame>& frames) {
+  std::string where;
+  for (const Frame& f : frames) {
+    if (!endsWith(f.filename, ".py")) continue;
+    const size_t slash = f.filename.rfind('/');
+    where = absl::StrCat(f.name, " (",
+                         slash == std::string::npos ? f.filename : f.filename.substr(slash + 1),
+                         ":", f.line, ")");
+    break;
+  }
+  return absl::StrCat("[", rule, "]", where.empty() ? "" : " ", where);
+}
+
+struct LiveBlock {
+  uint64_t size = 0;
+  std::vector<Frame> frames;
+};
+
+}  // namespace
+
+absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
+  absl::StatusOr<std::shared_ptr<PyValue>> root = readPickle(bytes);
+  if (!root.ok()) return root.status();
+  const PyValue* segments = nullptr;
+  const PyValue* traces = nullptr;
+  if ((*root)->kind == PyValue::Kind::kList) {
+    segments = root->get();  // the oldest form: a list of segments
+  } else if ((*root)->kind == PyValue::Kind::kDict) {
+    segments = (*root)->get("segments");
+    traces = (*root)->get("device_traces");
+  }
+  if (segments == nullptr || segments->kind != PyValue::Kind::kList)
+    return absl::InvalidArgumentError(
+        "not a PyTorch memory snapshot: no list of segments (torch.cuda.memory._snapshot())");
+
+  ImportedRecording out;
+  out.format = "pytorch-memory-snapshot";
+  int64_t reserved = 0, allocated = 0;
+  // Blocks allocated at the dump, per device and address.
+  std::map<int32_t, std::map<uint64_t, LiveBlock>> atDump;
+  for (const auto& seg : segments->items) {
+    if (seg->kind != PyValue::Kind::kDict)
+      return absl::InvalidArgumentError("memory snapshot: a segment is not a dict");
+    const auto device = static_cast<int32_t>(seg->get("device") ? seg->get("device")->asInt() : 0);
+    const int64_t total = seg->get("total_size") ? seg->get("total_size")->asInt() : 0;
+    if (total < 0 || total > (int64_t{1} << 50))
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory snapshot: absurd segment size ", total));
+    reserved += total;
+    uint64_t cursor = seg->get("address") ? static_cast<uint64_t>(seg->get("address")->asInt()) : 0;
+    const PyValue* blocks = seg->get("blocks");
+    if (blocks == nullptr || blocks->kind != PyValue::Kind::kList) continue;
+    for (const auto& b : blocks->items) {
+      if (b->kind != PyValue::Kind::kDict) continue;
+      const int64_t size = b->get("size") ? b->get("size")->asInt() : 0;
+      if (size < 0 || size > total)
+        return absl::InvalidArgumentError("memory snapshot: a block is larger than its segment");
+      // The newer form names the block's address; the older one lays blocks out in order.
+      const uint64_t address =
+          b->get("address") ? static_cast<uint64_t>(b->get("address")->asInt()) : cursor;
+      cursor = address + static_cast<uint64_t>(size);
+      const std::string_view state = b->get("state") ? b->get("state")->asString() : "";
+      if (state != "active_allocated" && state != "active_pending_free") continue;
+      allocated += size;
+      LiveBlock lb;
+      lb.size = static_cast<uint64_t>(size);
+      lb.frames = readFrames(b->get("frames"));
+      if (lb.frames.empty()) {  // the older form keeps frames in the block's history
+        if (const PyValue* h = b->get("history");
+            h && h->kind == PyValue::Kind::kList && !h->items.empty())
+          lb.frames = readFrames(h->items.back()->get("frames"));
+      }
+      atDump[device][address] = std::move(lb);
+    }
+  }
+  out.reservedBytes = reserved;
+  out.allocatedAtEndBytes = allocated;
+
+  // The trace entries, with their device, in time order.
+  struct Entry {
+    int64_t timeUs = 0;
+    int32_t device = 0;
+    std::string action;
+    uint64_t address = 0;
+    uint64_t size = 0;
+    uint64_t stream = 0;
+    std::vector<Frame> frames;
+  };
+  std::vector<Entry> entries;
+  if (traces != nullptr && traces->kind == PyValue::Kind::kList) {
+    for (size_t d = 0; d < traces->items.size(); ++d) {
+      const PyValue& list = *traces->items[d];
+      if (list.kind != PyValue::Kind::kList) continue;
+      for (const auto& e : list.items) {
+        if (e->kind != PyValue::Kind::kDict)
+          return absl::InvalidArgumentError("memory snapshot: a trace entry is not a dict");
+        Entry en;
+        en.device = static_cast<int32_t>(d);
+        en.action = std::string(e->get("action") ? e->get("action")->asString() : "");
+        en.address = e->get("addr") ? static_cast<uint64_t>(e->get("addr")->asInt()) : 0;
+        const int64_t size = e->get("size") ? e->get("size")->asInt() : 0;
+        if (size < 0 || size > (int64_t{1} << 50))
+          return absl::InvalidArgumentError(absl::StrCat("memory snapshot: absurd size ", size));
+        en.size = static_cast<uint64_t>(size);
+        en.stream = e->get("stream") ? static_cast<uint64_t>(e->get("stream")->asInt()) : 0;
+        en.timeUs = e->get("time_us") ? e->get("time_us")->asInt() : 0;
+        if (en.action == "alloc") en.frames = readFrames(e->get("frames"));
+        entries.push_back(std::move(en));
+      }
+    }
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.timeUs < b.timeUs; });
+
+  // Which allocations of the trace are still alive at the dump.
+  std::vector<bool> aliveAtEnd(entries.size(), false);
+  {
+    std::map<std::pair<int32_t, uint64_t>, size_t> open;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const Entry& e = entries[k];
+      if (e.action == "alloc") {
+        open[{e.device, e.address}] = k;
+      } else if (e.action == "free_completed") {
+        open.erase({e.device, e.address});
+      }
+    }
+    for (const auto& [key, k] : open) aliveAtEnd[k] = true;
+  }
+  // The blocks allocated when the trace began: the dump's, replayed backwards.
+  std::map<int32_t, std::map<uint64_t, LiveBlock>> atStart = atDump;
+  for (size_t k = entries.size(); k-- > 0;) {
+    const Entry& e = entries[k];
+    if (e.action == "alloc") {
+      atStart[e.device].erase(e.address);
+    } else if (e.action == "free_completed") {
+      auto& dev = atStart[e.device];
+      if (!dev.count(e.address)) dev[e.address] = LiveBlock{e.size, {}};
+    }
+  }
+
+  // The first alloc or free of each address in the trace.
+  std::map<std::pair<int32_t, uint64_t>, std::string> firstTouch;
+  for (const Entry& e : entries)
+    if (e.action == "alloc" || e.action == "free_completed")
+      firstTouch.emplace(std::make_pair(e.device, e.address), e.action);
+
+  // Classify everything, then let sizes name the frameless parameters.
+  struct Pending {
+    ImportEvent alloc;
+    Verdict verdict;
+    std::vector<Frame> frames;
+    bool preexisting = false;
+    bool alive = false;
+  };
+  std::vector<Pending> allocs;
+  const int64_t t0 = entries.empty() ? 0 : entries.front().timeUs * 1000 - 1000;
+  int64_t stateTs = t0;
+  for (const auto& [device, blocks] : atStart) {
+    for (const auto& [address, lb] : blocks) {
+      Pending p;
+      p.alloc.kind = ImportEvent::Kind::kAlloc;
+      p.alloc.tsNs = entries.empty() ? stateTs++ : t0;
+      p.alloc.address = address;
+      p.alloc.sizeBytes = lb.size;
+      p.alloc.device = device;
+      p.preexisting = true;
+      // It survives unless the trace frees it: its address's first event is then a free.
+      auto first = firstTouch.find({device, address});
+      p.alive = first == firstTouch.end() || first->second != "free_completed";
+      p.frames = lb.frames;
+      p.verdict = classify(lb.frames, p.alive);
+      out.preexistingBytes += static_cast<int64_t>(lb.size);
+      allocs.push_back(std::move(p));
+    }
+  }
+  std::set<uint64_t> optimizerSizes;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const Entry& e = entries[k];
+    if (e.action != "alloc") continue;
+    Verdict v = classify(e.frames, aliveAtEnd[k]);
+    if (v.category != Category::kOptimizerState) continue;
+    optimizerSizes.insert(e.size);
+    // The dump holds sizes as the allocator rounded them, as it does for the parameters.
+    auto dev = atDump.find(e.device);
+    if (dev != atDump.end()) {
+      auto b = dev->second.find(e.address);
+      if (b != dev->second.end()) optimizerSizes.insert(b->second.size);
+    }
+  }
+  for (const Pending& p : allocs)
+    if (p.verdict.category == Category::kOptimizerState) optimizerSizes.insert(p.alloc.sizeBytes);
+  for (Pending& p : allocs) {
+    if (p.verdict.rule.empty() && p.frames.empty() && p.alive &&
+        optimizerSizes.count(p.alloc.sizeBytes))
+      p.verdict = {Category::kWeight, "size:optimizer-state"};
+  }
+
+  auto emitAlloc = [&](const ImportEvent& a, const Verdict& v, const std::vector<Frame>& frames) {
+    out.events.push_back(a);
+    if (v.rule.empty()) return;
+    ImportEvent t = a;
+    t.kind = ImportEvent::Kind::kTag;
+    t.category = v.category;
+    t.name = label(v.rule, frames);
+    out.events.push_back(std::move(t));
+  };
+  // The trace records requested sizes, the dump rounded ones: what the allocator's rounding adds
+  // at the dump is a block of its own at the start, so that the replay ends at the dump's total.
+  int64_t net = 0;
+  for (const Entry& e : entries) {
+    if (e.action == "alloc") net += static_cast<int64_t>(e.size);
+    if (e.action == "free_completed") net -= static_cast<int64_t>(e.size);
+  }
+  const int64_t rounding = (allocated - net) - out.preexistingBytes;
+  if (!entries.empty() && rounding > 0) {
+    Pending p;
+    p.alloc.kind = ImportEvent::Kind::kAlloc;
+    p.alloc.tsNs = t0;
+    p.alloc.address = uint64_t{1} << 62;  // outside any device's address range
+    p.alloc.sizeBytes = static_cast<uint64_t>(rounding);
+    p.alloc.device = atDump.empty() ? 0 : atDump.begin()->first;
+    p.verdict = {Category::kUnknown, "allocator rounding at the dump"};
+    out.preexistingBytes += rounding;
+    allocs.push_back(std::move(p));
+  } else if (rounding < 0) {
+    out.notes.push_back(
+        absl::StrCat("the trace frees ", -rounding, " bytes more than the dump explains"));
+  }
+  for (const Pending& p : allocs) emitAlloc(p.alloc, p.verdict, p.frames);
+  int64_t frees = 0, ooms = 0;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const Entry& e = entries[k];
+    ImportEvent ev;
+    ev.tsNs = e.timeUs * 1000;
+    ev.address = e.address;
+    ev.sizeBytes = e.size;
+    ev.device = e.device;
+    ev.stream = e.stream;
+    if (e.action == "alloc") {
+      ev.kind = ImportEvent::Kind::kAlloc;
+      emitAlloc(ev, classify(e.frames, aliveAtEnd[k]), e.frames);
+    } else if (e.action == "free_completed") {
+      ev.kind = ImportEvent::Kind::kFree;
+      out.events.push_back(ev);
+      ++frees;
+    } else if (e.action == "oom") {
+      ++ooms;
+    }
+  }
+  if (ooms) out.notes.push_back(absl::StrCat(ooms, " out-of-memory events in the trace"));
+  if (entries.empty())
+    out.notes.push_back(
+        "no device_traces: the blocks allocated at the dump only (state-only snapshot)");
+  return out;
+}
+
+}  // namespace tidemark::core
