@@ -162,7 +162,8 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     (kernel ? out.kernels : out.ops) += 1;
     spans.push_back(std::move(s));
   }
-  for (const Span& s : spans) {
+  for (size_t k = 0; k < spans.size(); ++k) {
+    const Span& s = spans[k];
     ImportEvent b;
     b.kind = ImportEvent::Kind::kScopeBegin;
     b.tsNs = s.beginNs;
@@ -176,7 +177,11 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       b.kernel = en.kernel = true;
     }
     all.push_back({b.tsNs, 1, -(s.endNs - s.beginNs), b});
-    all.push_back({en.tsNs, 0, -s.beginNs, en});
+    // A span of no length ends after it begins (rank 2), the inner (later) one first.
+    if (s.endNs == s.beginNs)
+      all.push_back({en.tsNs, 2, -static_cast<int64_t>(k), en});
+    else
+      all.push_back({en.tsNs, 0, -s.beginNs, en});
   }
 
   // Memory blocks: pair allocs and frees; what was there before becomes blocks at the start.
@@ -221,7 +226,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       ev.kind = ImportEvent::Kind::kFree;
       ev.address = address;
     }
-    memEvents.push_back({ev.tsNs, 2, order++, ev});
+    memEvents.push_back({ev.tsNs, 3, order++, ev});
   }
   int64_t beforeBytes = 0;
   for (const auto& [address, bytes] : before) beforeBytes += bytes;
@@ -240,8 +245,8 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     t.kind = ImportEvent::Kind::kTag;
     t.category = Category::kUnknown;
     t.name = "[before the trace]";
-    all.push_back({startNs, 2, -1'000'000'000 + k++, a});
-    all.push_back({startNs, 2, -1'000'000'000 + k++, t});
+    all.push_back({startNs, 3, -1'000'000'000 + k++, a});
+    all.push_back({startNs, 3, -1'000'000'000 + k++, t});
   }
   for (Sortable& s : memEvents) all.push_back(std::move(s));
   out.statedPeakBytes = maxTotal;

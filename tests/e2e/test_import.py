@@ -1,0 +1,194 @@
+"""End to end: `tidemark import` on every recording in ../shared/data/real, checked against the
+figures each file holds (computed here from the file itself, and from its SOURCES.md /
+inspection.jsonl entry), and on bad files, which must store nothing."""
+import gzip
+import json
+import os
+import pickle
+import unittest
+
+from tidemark_env import SOURCE, Daemon
+
+REAL = os.path.join(SOURCE, "..", "shared", "data", "real")
+
+
+def real_files(suffixes):
+    out = []
+    for root, _, files in os.walk(REAL):
+        for f in sorted(files):
+            if f.endswith(suffixes):
+                out.append(os.path.join(root, f))
+    return sorted(out)
+
+
+def inspection():
+    facts = {}
+    with open(os.path.join(REAL, "inspection.jsonl")) as f:
+        for line in f:
+            d = json.loads(line)
+            facts[d["file"]] = d
+    return facts
+
+
+class _NoGlobals(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError("refused: %s.%s" % (module, name))
+
+
+def snapshot_truth(path):
+    """Reserved and allocated at the dump, and the absolute peak: allocated when the trace began
+    (the dump less the trace's net) plus the running maximum over the trace."""
+    with open(path, "rb") as f:
+        d = _NoGlobals(f).load()
+    segments = d["segments"] if isinstance(d, dict) else d
+    reserved = sum(s["total_size"] for s in segments)
+    allocated = sum(b["size"] for s in segments for b in s.get("blocks", [])
+                    if b.get("state") in ("active_allocated", "active_pending_free"))
+    traces = d.get("device_traces", []) if isinstance(d, dict) else []
+    entries = sorted((e for t in traces for e in t), key=lambda e: e["time_us"])
+    running = peak = 0
+    for e in entries:
+        if e["action"] == "alloc":
+            running += e["size"]
+        elif e["action"] == "free_completed":
+            running -= e["size"]
+        peak = max(peak, running)
+    start = allocated - running
+    return {"reserved": reserved, "allocated": allocated, "peak": start + peak}
+
+
+class ImportRealTest(unittest.TestCase):
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+        cls.facts = inspection()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.daemon:
+            cls.daemon.cleanup()
+
+    def imported(self, path):
+        r = self.daemon.cli("import", path, "--json")
+        info = json.loads(r.stdout)
+        self.daemon.wait_analyzed(info["session"])
+        return info
+
+    def test_memory_snapshots(self):
+        files = real_files((".pickle",))
+        self.assertGreater(len(files), 0)
+        for path in files:
+            with self.subTest(file=os.path.relpath(path, REAL)):
+                truth = snapshot_truth(path)
+                info = self.imported(path)
+                sid = str(info["session"])
+                self.assertEqual(info["reserved_bytes"], truth["reserved"])
+                self.assertEqual(info["allocated_at_end_bytes"], truth["allocated"])
+                end = self.daemon.cli_json("breakdown", sid, "--at", "end")
+                self.assertEqual(end["tracked_bytes"], truth["allocated"])
+                peak = self.daemon.cli_json("breakdown", sid)
+                self.assertEqual(peak["tracked_bytes"], truth["peak"])
+                fact = self.facts.get(os.path.relpath(path, REAL))
+                if fact:  # the figures SOURCES.md quotes
+                    self.assertEqual(info["reserved_bytes"], fact["segment_reserved_bytes"])
+                    self.assertEqual(info["allocated_at_end_bytes"], fact["segment_allocated_bytes"])
+                    window = fact["trace_window_peak_bytes_per_device"][0]
+                    self.assertEqual(peak["tracked_bytes"], info["preexisting_bytes"] + window)
+
+    def test_cs336_training_categories(self):
+        # 423,183,360 fp32 parameters; AdamW keeps two moments of each (SOURCES.md).
+        params = 423183360 * 4
+        for path in real_files(("_training_memory_snapshot.pickle",)):
+            with self.subTest(file=os.path.basename(path)):
+                info = self.imported(path)
+                cats = self.daemon.cli_json("breakdown", str(info["session"]), "--at",
+                                            "end")["categories"]
+                self.assertLessEqual(abs(cats["WEIGHT"]["bytes"] - params), 0.01 * params)
+                self.assertLessEqual(abs(cats["OPTIMIZER_STATE"]["bytes"] - 2 * params),
+                                     0.01 * 2 * params)
+                self.assertEqual(cats["GRADIENT"]["bytes"], params)
+
+    def test_kineto_traces(self):
+        files = [p for p in real_files((".json.gz", ".json"))
+                 if self.facts.get(os.path.relpath(p, REAL), {}).get("kind") == "chrome_trace(kineto)"]
+        self.assertGreater(len(files), 0)
+        for path in files:
+            fact = self.facts[os.path.relpath(path, REAL)]
+            with self.subTest(file=os.path.relpath(path, REAL)):
+                info = self.imported(path)
+                sid = str(info["session"])
+                self.assertEqual(info["ops"], fact["cpu_op_events"])
+                self.assertEqual(info["kernels"], fact["kernel_events"])
+                ops = self.daemon.cli_json("ops", sid)["ops"]
+                self.assertEqual(sum(o["calls"] for o in ops if o["kind"] == "kernel"),
+                                 fact["kernel_events"])
+                self.assertEqual(sum(o["calls"] for o in ops if o["kind"] == "op"),
+                                 fact["cpu_op_events"])
+                if fact.get("gpu_memory_events"):
+                    peak = self.daemon.cli_json("breakdown", sid)["tracked_bytes"]
+                    if "gpu_max_total_allocated" in fact:
+                        self.assertEqual(peak, fact["gpu_max_total_allocated"])
+                        self.assertEqual(info["stated_peak_bytes"], fact["gpu_max_total_allocated"])
+                        self.assertEqual(info["reserved_bytes"], fact["gpu_max_total_reserved"])
+                    else:  # the 2021 schema: deltas only
+                        self.assertEqual(peak - info["preexisting_bytes"],
+                                         fact["gpu_replayed_peak_delta_bytes"])
+                steps = fact.get("ProfilerStep_events", 0)
+                if steps:
+                    self.assertGreater(self.daemon.cli_json("sessions")["sessions"][-1]["steps"], 0)
+
+    def test_other_files_are_refused_clearly(self):
+        for path in real_files((".json.gz", ".raw.gz", ".csv")):
+            fact = self.facts.get(os.path.relpath(path, REAL), {})
+            if fact.get("kind") == "chrome_trace(kineto)":
+                continue
+            with self.subTest(file=os.path.relpath(path, REAL)):
+                before = len(self.daemon.cli_json("sessions")["sessions"])
+                r = self.daemon.cli("import", path, check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn("nothing stored", r.stderr)
+                self.assertEqual(len(self.daemon.cli_json("sessions")["sessions"]), before)
+
+
+class ImportBadInputTest(unittest.TestCase):
+    def test_bad_files_store_nothing(self):
+        daemon = Daemon()
+        try:
+            good = real_files((".pickle",))[0]
+            with open(good, "rb") as f:
+                data = f.read()
+            cases = {
+                "truncated.pickle": (data[: len(data) // 2], "pickle"),
+                "global.pickle": (b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os"
+                                  b"\x8c\x06system\x93.", "refers to a global"),
+                "reduce.pickle": (b"\x80\x02cos\nsystem\nq\x00.", "refers to a global"),
+                "notgzip.json.gz": (b"{\"traceEvents\": []}", "not gzip"),
+                "badgzip.json.gz": (gzip.compress(b"{\"traceEvents\": [")[:-6], "gzip"),
+                "notatrace.json": (b"{\"hello\": 1}", "no traceEvents"),
+                "notjson.json": (b"{\"traceEvents\": [", "not valid JSON"),
+                "absurd.json": (json.dumps({"traceEvents": [
+                    {"name": "[memory]", "ph": "i", "ts": 1, "args": {
+                        "Device Type": 1, "Device Id": 0, "Bytes": 1 << 62}}]}).encode(),
+                    "absurd"),
+                "empty.json": (b"{\"traceEvents\": []}", "no memory or op events"),
+                "random.bin": (os.urandom(4096), "not a PyTorch memory snapshot"),
+            }
+            for name, (content, message) in cases.items():
+                with self.subTest(file=name):
+                    path = os.path.join(daemon.dir, name)
+                    with open(path, "wb") as f:
+                        f.write(content)
+                    r = daemon.cli("import", path, check=False)
+                    self.assertNotEqual(r.returncode, 0, r.stdout)
+                    self.assertIn(message, r.stderr)
+            self.assertEqual(daemon.cli_json("sessions")["sessions"], [])
+            r = daemon.cli("import", os.path.join(daemon.dir, "missing.pickle"), check=False)
+            self.assertEqual(r.returncode, 2)
+        finally:
+            daemon.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()
