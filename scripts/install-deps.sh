@@ -4,9 +4,9 @@
 set -euo pipefail
 
 PACKAGES=(
-  g++ cmake ninja-build pkg-config git clang-format
+  g++ cmake ninja-build pkg-config git clang-format clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libsqlite3-dev sqlite3
+  libsqlite3-dev sqlite3 nlohmann-json3-dev zlib1g-dev
   qt6-base-dev libgl-dev
   libgtest-dev
   python3 python3-torch libopenblas0-pthread

@@ -14,6 +14,12 @@ namespace {
 
 using nlohmann::json;
 
+// A string field, or "" when absent or of another type (files are not trusted).
+std::string str(const json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 int64_t toNs(const json& ts) {
   return static_cast<int64_t>(std::llround(ts.get<double>() * 1000.0));
 }
@@ -79,7 +85,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
   // Pass 1: which device's memory to take.
   std::map<int64_t, int64_t> memoryPerDevice;  // device (-1: CPU) -> events
   for (const json& e : *events) {
-    if (!e.is_object() || e.value("name", "") != "[memory]") continue;
+    if (!e.is_object() || str(e, "name") != "[memory]") continue;
     auto a = e.find("args");
     if (a == e.end() || !a->is_object()) continue;
     const int64_t type = intArg(*a, "Device Type", 0);
@@ -113,10 +119,10 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
   std::vector<Mem> memory;
   for (const json& e : *events) {
     if (!e.is_object()) continue;
-    const std::string name = e.value("name", "");
+    const std::string name = str(e, "name");
     auto tsIt = e.find("ts");
     if (tsIt == e.end() || !tsIt->is_number()) continue;
-    const std::string cat = e.value("cat", "");
+    const std::string cat = str(e, "cat");
     if (name == "[memory]") {
       auto a = e.find("args");
       if (a == e.end() || !a->is_object()) continue;
@@ -131,7 +137,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
                         intArg(*a, "Total Allocated", -1), intArg(*a, "Total Reserved", -1)});
       continue;
     }
-    if (e.value("ph", "") != "X") continue;
+    if (str(e, "ph") != "X") continue;
     auto durIt = e.find("dur");
     const double dur = durIt != e.end() && durIt->is_number() ? durIt->get<double>() : 0.0;
     if (dur < 0) continue;

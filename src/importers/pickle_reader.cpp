@@ -37,9 +37,59 @@ Ptr make(PyValue::Kind k) {
   return v;
 }
 
+bool isContainer(const PyValue& v) {
+  return v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple ||
+         v.kind == PyValue::Kind::kDict;
+}
+
+// True when a container holds itself, directly or not (the memo allows it; nothing here reads
+// such a value, and shared pointers in a cycle would never be freed).
+bool hasCycle(const PyValue& root) {
+  enum Color { kOpen, kDone };
+  std::unordered_map<const PyValue*, Color> color;
+  std::vector<std::pair<const PyValue*, size_t>> stack{{&root, 0}};
+  color[&root] = kOpen;
+  auto child = [](const PyValue& v, size_t k) -> const PyValue* {
+    if (v.kind == PyValue::Kind::kDict) {
+      if (k / 2 >= v.dict.size()) return nullptr;
+      return (k % 2 == 0 ? v.dict[k / 2].first : v.dict[k / 2].second).get();
+    }
+    return k < v.items.size() ? v.items[k].get() : nullptr;
+  };
+  while (!stack.empty()) {
+    auto& [v, k] = stack.back();
+    const PyValue* c = child(*v, k++);
+    if (c == nullptr) {
+      color[v] = kDone;
+      stack.pop_back();
+      continue;
+    }
+    if (!isContainer(*c)) continue;
+    auto it = color.find(c);
+    if (it != color.end()) {
+      if (it->second == kOpen) return true;
+      continue;
+    }
+    color[c] = kOpen;
+    stack.push_back({c, 0});
+  }
+  return false;
+}
+
 class Machine {
  public:
   explicit Machine(std::string_view data) : m_data(data) {}
+  // Unless the value went out whole, every container is emptied: that breaks any cycle the
+  // data built, so that everything is freed.
+  ~Machine() {
+    if (m_delivered) return;
+    for (const std::weak_ptr<PyValue>& w : m_containers) {
+      if (Ptr v = w.lock()) {
+        v->items.clear();
+        v->dict.clear();
+      }
+    }
+  }
 
   absl::StatusOr<Ptr> run() {
     while (true) {
@@ -50,6 +100,8 @@ class Machine {
       if (!s.ok()) return s;
       if (m_stopped) {
         if (m_stack.size() != 1) return fail("the pickle does not end with one value");
+        if (hasCycle(*m_stack.back())) return fail("a value contains itself");
+        m_delivered = true;
         return m_stack.back();
       }
     }
@@ -144,7 +196,7 @@ class Machine {
 
   absl::Status tupleOf(size_t n) {
     if (m_stack.size() < n + (m_marks.empty() ? 0 : m_marks.back())) return fail("stack underflow");
-    Ptr t = make(PyValue::Kind::kTuple);
+    Ptr t = container(PyValue::Kind::kTuple);
     t->items.assign(m_stack.end() - static_cast<long>(n), m_stack.end());
     m_stack.resize(m_stack.size() - n);
     return push(std::move(t));
@@ -163,11 +215,11 @@ class Machine {
       case 0x95:  // FRAME
         return takeUint(8, &n) ? absl::OkStatus() : fail("truncated FRAME");
       case '}':
-        return push(make(PyValue::Kind::kDict));
+        return push(container(PyValue::Kind::kDict));
       case ']':
-        return push(make(PyValue::Kind::kList));
+        return push(container(PyValue::Kind::kList));
       case ')':
-        return push(make(PyValue::Kind::kTuple));
+        return push(container(PyValue::Kind::kTuple));
       case '(':
         if (m_marks.size() > kMaxMarks) return fail("too many nested MARKs");
         m_marks.push_back(m_stack.size());
@@ -254,7 +306,7 @@ class Machine {
       case 't': {
         auto items = popMark();
         if (!items.ok()) return items.status();
-        Ptr t = make(PyValue::Kind::kTuple);
+        Ptr t = container(PyValue::Kind::kTuple);
         t->items = std::move(*items);
         return push(std::move(t));
       }
@@ -314,7 +366,15 @@ class Machine {
     }
   }
 
+  Ptr container(PyValue::Kind k) {
+    Ptr v = make(k);
+    m_containers.push_back(v);
+    return v;
+  }
+
   static constexpr size_t kMaxMarks = 1 << 16;
+  bool m_delivered = false;
+  std::vector<std::weak_ptr<PyValue>> m_containers;
   std::string_view m_data;
   size_t m_pos = 0;
   bool m_stopped = false;
