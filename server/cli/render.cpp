@@ -15,7 +15,8 @@ std::string breakdownJson(const v1::Breakdown& b) {
       ", \"step\": " + std::to_string(b.step()) +
       ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
       ", \"phase\": " + jsonString(b.phase()) + ", \"scope\": " + jsonString(b.scope()) +
-      ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) + ", \"categories\": {";
+      ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) +
+      ", \"reserved_bytes\": " + std::to_string(b.reserved_bytes()) + ", \"categories\": {";
   for (int i = 0; i < b.categories_size(); ++i) {
     const v1::CategoryBytes& c = b.categories(i);
     if (i) out += ", ";
@@ -43,6 +44,9 @@ void printBreakdown(const v1::Breakdown& b) {
   }
   std::printf("%-17s %16s %12s\n", "total tracked", groupDigits(b.tracked_bytes()).c_str(),
               humanBytes(b.tracked_bytes()).c_str());
+  if (b.reserved_bytes() >= 0)
+    std::printf("%-17s %16s %12s\n", "reserved", groupDigits(b.reserved_bytes()).c_str(),
+                humanBytes(b.reserved_bytes()).c_str());
 }
 
 }  // namespace tidemark::cli

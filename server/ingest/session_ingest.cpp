@@ -188,6 +188,16 @@ void SessionIngest::release(const v1::Event& e) {
       m_rows.eventsStored += 1;
       break;
     }
+    case v1::Event::kCounter: {
+      CounterRow row;
+      row.seq = e.seq();
+      row.tsNs = e.ts_ns();
+      row.nameIid = e.counter().name_iid();
+      row.value = e.counter().value();
+      m_rows.counters.push_back(row);
+      m_rows.eventsStored += 1;
+      break;
+    }
     case v1::Event::PAYLOAD_NOT_SET:
       break;
   }

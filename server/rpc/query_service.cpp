@@ -145,8 +145,18 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest
   return grpc::Status::OK;
 }
 
-grpc::Status QueryService::GetBreakdown(grpc::ServerContext*, const v1::BreakdownRequest* request,
+grpc::Status QueryService::GetBreakdown(grpc::ServerContext* ctx,
+                                        const v1::BreakdownRequest* request,
                                         v1::Breakdown* response) {
+  grpc::Status s = breakdown(request, response);
+  if (!s.ok()) return s;
+  auto reserved = Store::counterAt(m_dbPath, static_cast<int64_t>(request->session_id()),
+                                   "reserved_bytes", response->seq());
+  response->set_reserved_bytes(reserved.ok() && reserved->has_value() ? **reserved : -1);
+  return grpc::Status::OK;
+}
+
+grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Breakdown* response) {
   const auto id = static_cast<int64_t>(request->session_id());
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());

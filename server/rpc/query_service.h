@@ -34,6 +34,7 @@ class QueryService final : public v1::Query::Service {
                        v1::Diff* response) override;
 
  private:
+  grpc::Status breakdown(const v1::BreakdownRequest* request, v1::Breakdown* response);
   absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step);
   // All peaks (the whole session's first, then each step's), stored or computed now.
   absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id);

@@ -72,6 +72,16 @@ CREATE TABLE IF NOT EXISTS tag (
 );
 CREATE INDEX IF NOT EXISTS tag_by_session ON tag (session_id, seq);
 
+-- Counters beside the blocks (e.g. "reserved_bytes" of an imported snapshot or trace).
+CREATE TABLE IF NOT EXISTS counter (
+  session_id INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  ts_ns INTEGER NOT NULL,
+  name_id INTEGER NOT NULL,             -- string.iid
+  value INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS counter_by_session ON counter (session_id, name_id, seq);
+
 -- Scopes, one row per open/close pair: modules (forward hooks, "<module> [backward]") and ops
 -- (reported through tidemark_op_begin/end by a framework that knows them).
 CREATE TABLE IF NOT EXISTS scope (

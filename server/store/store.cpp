@@ -208,6 +208,15 @@ absl::Status Store::writeRows(const SessionRows& r) {
     m_insertTag.bind(5, s64(t.sizeBytes)).bind(6, t.category).bind(7, t.nameIid);
     if (auto s = m_insertTag.run(); !s.ok()) return s;
   }
+  if (!r.counters.empty()) {
+    // Rare (imported recordings): prepared per batch rather than kept.
+    Statement ins = m_db.prepare(
+        "INSERT INTO counter(session_id, seq, ts_ns, name_id, value) VALUES (?1, ?2, ?3, ?4, ?5)");
+    for (const CounterRow& c : r.counters) {
+      ins.bind(1, sid).bind(2, s64(c.seq)).bind(3, c.tsNs).bind(4, c.nameIid).bind(5, c.value);
+      if (auto s = ins.run(); !s.ok()) return s;
+    }
+  }
   for (const IntervalRow& i : r.scopes) {
     m_insertScope.bind(1, sid).bind(2, i.threadId).bind(3, i.nameIid).bind(4, i.depth);
     m_insertScope.bind(5, s64(i.beginSeq)).bind(6, i.beginTsNs);
@@ -383,6 +392,19 @@ absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string&
   std::vector<int64_t> ids;
   while (st.step()) ids.push_back(st.columnInt(0));
   return ids;
+}
+
+absl::StatusOr<std::optional<int64_t>> Store::counterAt(const std::string& path, int64_t id,
+                                                        const std::string& name, uint64_t seq) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
+      "s.iid = c.name_id WHERE c.session_id = ?1 AND s.value = ?2 AND c.seq <= ?3 "
+      "ORDER BY c.seq DESC LIMIT 1");
+  st.bind(1, id).bind(2, name).bind(3, s64(seq));
+  if (!st.step()) return std::optional<int64_t>();
+  return std::optional<int64_t>(st.columnInt(0));
 }
 
 absl::StatusOr<int64_t> Store::createAppliedPlan(const AppliedPlanRow& r) {

@@ -40,6 +40,13 @@ struct BlockRow {
   int64_t freeTsNs = 0;
 };
 
+struct CounterRow {
+  uint64_t seq = 0;
+  int64_t tsNs = 0;
+  uint32_t nameIid = 0;
+  int64_t value = 0;
+};
+
 struct TagRow {
   uint64_t seq = 0;
   int64_t tsNs = 0;
@@ -82,14 +89,16 @@ struct SessionRows {
   std::vector<std::pair<uint32_t, std::string>> strings;
   std::vector<BlockRow> blocks;
   std::vector<TagRow> tags;
+  std::vector<CounterRow> counters;
   std::vector<IntervalRow> scopes;
   std::vector<IntervalRow> phases;
   std::vector<StepRow> steps;
   int64_t eventsReceived = 0;  // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
-    return strings.empty() && blocks.empty() && tags.empty() && scopes.empty() && phases.empty() &&
-           steps.empty() && eventsReceived == 0 && eventsStored == 0;
+    return strings.empty() && blocks.empty() && tags.empty() && counters.empty() &&
+           scopes.empty() && phases.empty() && steps.empty() && eventsReceived == 0 &&
+           eventsStored == 0;
   }
 };
 
@@ -172,6 +181,9 @@ class Store {
                                                        bool withBlocks = true);
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
+  // The last value of the counter `name` at or before seq, or nullopt when it has none.
+  static absl::StatusOr<std::optional<int64_t>> counterAt(const std::string& path, int64_t id,
+                                                          const std::string& name, uint64_t seq);
   // The plans sent to a session, oldest first.
   static absl::StatusOr<std::vector<AppliedPlanRow>> appliedPlans(const std::string& path,
                                                                   int64_t id);

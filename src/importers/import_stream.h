@@ -11,7 +11,7 @@ namespace tidemark::core {
 // A recording made by another tool, turned into tidemark's events in time order: what
 // `tidemark import` sends to tidemarkd through the Ingest API, as if an agent had recorded it.
 struct ImportEvent {
-  enum class Kind { kAlloc, kFree, kTag, kScopeBegin, kScopeEnd, kStepBegin, kStepEnd };
+  enum class Kind { kAlloc, kFree, kTag, kScopeBegin, kScopeEnd, kStepBegin, kStepEnd, kCounter };
   Kind kind = Kind::kAlloc;
   int64_t tsNs = 0;
   uint32_t thread = 0;
@@ -23,7 +23,8 @@ struct ImportEvent {
   bool op = false;                         // scopes: an op rather than a module
   bool kernel = false;                     // scopes: a GPU kernel (thread = its stream)
   int64_t step = 0;
-  std::string name;  // tag, scope
+  int64_t value = 0;  // kCounter (name: "reserved_bytes")
+  std::string name;   // tag, scope
 };
 
 struct ImportedRecording {

@@ -200,6 +200,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
   std::vector<std::pair<uint64_t, int64_t>> before;     // blocks freed, never allocated
   int64_t order = 0, allocatedAtStart = -1, maxTotal = -1, maxReserved = -1;
   std::vector<Sortable> memEvents;
+  int64_t lastReserved = -1;
   for (const Mem& m : memory) {
     if (allocatedAtStart < 0 && m.totalAllocated >= 0)
       allocatedAtStart = m.totalAllocated - m.bytes;
@@ -233,6 +234,15 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       ev.address = address;
     }
     memEvents.push_back({ev.tsNs, 3, order++, ev});
+    if (m.totalReserved >= 0 && m.totalReserved != lastReserved) {
+      lastReserved = m.totalReserved;
+      ImportEvent c;
+      c.kind = ImportEvent::Kind::kCounter;
+      c.tsNs = m.tsNs;
+      c.name = "reserved_bytes";
+      c.value = m.totalReserved;
+      memEvents.push_back({c.tsNs, 3, order++, c});
+    }
   }
   int64_t beforeBytes = 0;
   for (const auto& [address, bytes] : before) beforeBytes += bytes;

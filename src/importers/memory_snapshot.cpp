@@ -293,6 +293,21 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
     out.notes.push_back(
         absl::StrCat("the trace frees ", -rounding, " bytes more than the dump explains"));
   }
+  // Reserved bytes: the dump's, less the segments the trace allocated, plus those it freed.
+  int64_t reservedNow = reserved;
+  for (const Entry& e : entries) {
+    if (e.action == "segment_alloc") reservedNow -= static_cast<int64_t>(e.size);
+    if (e.action == "segment_free") reservedNow += static_cast<int64_t>(e.size);
+  }
+  auto reservedEvent = [&](int64_t tsNs) {
+    ImportEvent c;
+    c.kind = ImportEvent::Kind::kCounter;
+    c.tsNs = tsNs;
+    c.name = "reserved_bytes";
+    c.value = reservedNow;
+    out.events.push_back(std::move(c));
+  };
+  reservedEvent(t0);
   for (const Pending& p : allocs) emitAlloc(p.alloc, p.verdict, p.frames);
   int64_t frees = 0, ooms = 0;
   for (size_t k = 0; k < entries.size(); ++k) {
@@ -310,6 +325,9 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
       ev.kind = ImportEvent::Kind::kFree;
       out.events.push_back(ev);
       ++frees;
+    } else if (e.action == "segment_alloc" || e.action == "segment_free") {
+      reservedNow += (e.action == "segment_alloc" ? 1 : -1) * static_cast<int64_t>(e.size);
+      reservedEvent(ev.tsNs);
     } else if (e.action == "oom") {
       ++ooms;
     }

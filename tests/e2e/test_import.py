@@ -88,6 +88,7 @@ class ImportRealTest(unittest.TestCase):
                 self.assertEqual(info["allocated_at_end_bytes"], truth["allocated"])
                 end = self.daemon.cli_json("breakdown", sid, "--at", "end")
                 self.assertEqual(end["tracked_bytes"], truth["allocated"])
+                self.assertEqual(end["reserved_bytes"], truth["reserved"])
                 peak = self.daemon.cli_json("breakdown", sid)
                 self.assertEqual(peak["tracked_bytes"], truth["peak"])
                 fact = self.facts.get(os.path.relpath(path, REAL))
@@ -132,6 +133,9 @@ class ImportRealTest(unittest.TestCase):
                         self.assertEqual(peak, fact["gpu_max_total_allocated"])
                         self.assertEqual(info["stated_peak_bytes"], fact["gpu_max_total_allocated"])
                         self.assertEqual(info["reserved_bytes"], fact["gpu_max_total_reserved"])
+                        # The peak query reports the reserved bytes at the peak too.
+                        reserved = self.daemon.cli_json("breakdown", sid)["reserved_bytes"]
+                        self.assertTrue(peak <= reserved <= fact["gpu_max_total_reserved"])
                     else:  # the 2021 schema: deltas only
                         self.assertEqual(peak - info["preexisting_bytes"],
                                          fact["gpu_replayed_peak_delta_bytes"])
