@@ -65,13 +65,13 @@ struct ScopeInterval : Interval {
 
 // Everything the analysis needs about one session, as read from the store.
 struct Recording {
-  std::vector<Block> blocks;          // any order
-  std::vector<Tag> tags;              // any order
-  std::vector<PhaseInterval> phases;  // any order; they may nest (recompute inside backward)
-  std::vector<StepInterval> steps;    // any order
-  std::vector<ScopeInterval> scopes;  // module scopes, any order
-  std::vector<ScopeInterval> ops;     // op scopes (tidemark_op_begin/end), any order
-  std::vector<ScopeInterval> kernels; // GPU kernels, any order
+  std::vector<Block> blocks;           // any order
+  std::vector<Tag> tags;               // any order
+  std::vector<PhaseInterval> phases;   // any order; they may nest (recompute inside backward)
+  std::vector<StepInterval> steps;     // any order
+  std::vector<ScopeInterval> scopes;   // module scopes, any order
+  std::vector<ScopeInterval> ops;      // op scopes (tidemark_op_begin/end), any order
+  std::vector<ScopeInterval> kernels;  // GPU kernels, any order
 
   // Sorts every vector by its begin sequence number; the analysis functions expect this.
   void sortBySeq();
