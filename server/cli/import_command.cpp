@@ -309,13 +309,14 @@ int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
     std::printf(
         "{\"session\": %llu, \"format\": %s, \"events\": %llu, \"reserved_bytes\": %lld, "
         "\"allocated_at_end_bytes\": %lld, \"stated_peak_bytes\": %lld, "
-        "\"preexisting_bytes\": %lld, \"ops\": %lld, "
+        "\"preexisting_bytes\": %lld, \"modules\": %lld, \"ops\": %lld, "
         "\"kernels\": %lld, \"notes\": [%s]}\n",
         static_cast<unsigned long long>(id), jsonString(rec->format).c_str(),
         static_cast<unsigned long long>(seq), static_cast<long long>(rec->reservedBytes),
         static_cast<long long>(rec->allocatedAtEndBytes),
         static_cast<long long>(rec->statedPeakBytes), static_cast<long long>(rec->preexistingBytes),
-        static_cast<long long>(rec->ops), static_cast<long long>(rec->kernels), notes.c_str());
+        static_cast<long long>(rec->modules), static_cast<long long>(rec->ops),
+        static_cast<long long>(rec->kernels), notes.c_str());
   } else {
     std::printf("imported %s as session %llu: %s events\n", rec->format.c_str(),
                 static_cast<unsigned long long>(id),

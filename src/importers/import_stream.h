@@ -37,6 +37,7 @@ struct ImportedRecording {
   int64_t preexistingBytes = 0;      // allocated before the recording began (blocks at its start)
   int64_t kernels = 0;
   int64_t ops = 0;
+  int64_t modules = 0;
   std::vector<std::string> notes;  // what could not be used, and why
 };
 

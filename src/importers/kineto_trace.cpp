@@ -43,6 +43,7 @@ struct Span {
   int64_t endNs = 0;
   uint32_t thread = 0;
   bool kernel = false;
+  bool module = false;
   std::string name;
 };
 
@@ -144,13 +145,16 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     const bool op = isOpCategory(cat);
     const bool kernel = isKernelCategory(cat);
     const bool step = name.rfind("ProfilerStep#", 0) == 0;
-    if (!op && !kernel && !step) continue;
+    // with_modules: "nn.Module: BertModel_0" python_function events are module scopes.
+    const bool module = cat == "python_function" && name.rfind("nn.Module: ", 0) == 0;
+    if (!op && !kernel && !step && !module) continue;
     Span s;
     s.beginNs = toNs(*tsIt);
     s.endNs = s.beginNs + static_cast<int64_t>(std::llround(dur * 1000.0));
     s.thread = threadOf(e);
     s.kernel = kernel;
-    s.name = name;
+    s.module = module;
+    s.name = module ? name.substr(11) : name;
     if (step) {
       char* end = nullptr;
       const long long n = std::strtoll(name.c_str() + 13, &end, 10);
@@ -165,7 +169,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       all.push_back({en.tsNs, 0, -s.beginNs, en});
       if (!op) continue;  // "ProfilerStep#N" is often a cpu_op too: then also an op
     }
-    (kernel ? out.kernels : out.ops) += 1;
+    (module ? out.modules : kernel ? out.kernels : out.ops) += 1;
     spans.push_back(std::move(s));
   }
   for (size_t k = 0; k < spans.size(); ++k) {
@@ -174,7 +178,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     b.kind = ImportEvent::Kind::kScopeBegin;
     b.tsNs = s.beginNs;
     b.thread = s.thread;
-    b.op = true;
+    b.op = !s.module;
     b.name = s.name;
     ImportEvent en = b;
     en.kind = ImportEvent::Kind::kScopeEnd;

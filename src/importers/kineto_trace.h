@@ -15,7 +15,8 @@ namespace tidemark::core {
 //   `Bytes`, and blocks freed without an alloc) becomes blocks at the trace's start, tagged
 //   "[before the trace]", so the replayed total equals `Total Allocated` throughout;
 // - ops (`cpu_op`, `Operator`) as op scopes on their thread, kernels (`kernel`, `Kernel`) as
-//   kernel scopes on their stream, `ProfilerStep#N` as step N.
+//   kernel scopes on their stream, `ProfilerStep#N` as step N, and (traces made with
+//   with_modules) `nn.Module: Name_k` python_function events as module scopes "Name_k".
 absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view json);
 
 }  // namespace tidemark::core

@@ -139,6 +139,10 @@ class ImportRealTest(unittest.TestCase):
                     else:  # the 2021 schema: deltas only
                         self.assertEqual(peak - info["preexisting_bytes"],
                                          fact["gpu_replayed_peak_delta_bytes"])
+                if fact.get("meta", {}).get("with_modules"):
+                    self.assertGreater(info["modules"], 0)
+                    self.assertEqual(sum(o["calls"] for o in ops if o["kind"] == "module"),
+                                     info["modules"])
                 steps = fact.get("ProfilerStep_events", 0)
                 if steps:
                     self.assertGreater(self.daemon.cli_json("sessions")["sessions"][-1]["steps"], 0)
