@@ -33,6 +33,7 @@ std::string micros(int64_t ns) {
 // Pseudo thread ids for the tracks that are not threads.
 constexpr int64_t kPhaseTrack = 1'000'000'001;
 constexpr int64_t kStepTrack = 1'000'000'002;
+constexpr int64_t kKernelTrackBase = 2'000'000'000;  // + the stream
 
 }  // namespace
 
@@ -87,6 +88,14 @@ void writeChromeTrace(const Recording& rec, const Timeline& timeline, int64_t st
   };
   for (const ScopeInterval& s : rec.scopes) {
     if (s.endSeq != kOpenSeq) complete(s.name, s.threadId, s.beginTsNs, s.endTsNs, "module");
+  }
+  for (const ScopeInterval& s : rec.ops) {
+    if (s.endSeq != kOpenSeq) complete(s.name, s.threadId, s.beginTsNs, s.endTsNs, "op");
+  }
+  // Kernels on tracks of their own: their thread id is the GPU stream.
+  for (const ScopeInterval& s : rec.kernels) {
+    if (s.endSeq != kOpenSeq)
+      complete(s.name, kKernelTrackBase + s.threadId, s.beginTsNs, s.endTsNs, "kernel");
   }
   for (const PhaseInterval& p : rec.phases) {
     if (p.endSeq != kOpenSeq) {
