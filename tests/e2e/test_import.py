@@ -144,6 +144,13 @@ class ImportRealTest(unittest.TestCase):
                     else:  # the 2021 schema: deltas only
                         self.assertEqual(peak - info["preexisting_bytes"],
                                          fact["gpu_replayed_peak_delta_bytes"])
+                # The Chrome trace export carries every kernel and op.
+                exported = os.path.join(self.daemon.dir, "export-%s.json" % sid)
+                self.daemon.cli("export", sid, "-o", exported)
+                with open(exported) as f:
+                    cats = [e.get("cat") for e in json.load(f)["traceEvents"]]
+                self.assertEqual(cats.count("kernel"), fact["kernel_events"])
+                self.assertEqual(cats.count("op"), fact["cpu_op_events"])
                 if fact.get("meta", {}).get("with_modules"):
                     self.assertGreater(info["modules"], 0)
                     self.assertEqual(sum(o["calls"] for o in ops if o["kind"] == "module"),
