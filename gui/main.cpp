@@ -1,12 +1,14 @@
-// tidemark-gui: the desktop GUI. For now a window that says where the timeline will be
-// (the GUI issue builds the timeline, inspector and plan panel).
+// tidemark-gui: the desktop GUI. Sessions, the memory timeline stacked by category with the peak
+// marked, the inspector, and the plan panel (budget slider → the advisor's plan, Pareto curve,
+// apply to a live job). Every query runs off the UI thread.
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QLabel>
-#include <QMainWindow>
-#include <QScreen>
-#include <QString>
 #include <QTimer>
+#include <cstdlib>
+#include <memory>
+
+#include "gui/client/daemon_client.h"
+#include "gui/widgets/main_window.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
@@ -17,28 +19,51 @@ int main(int argc, char** argv) {
   parser.setApplicationDescription(QStringLiteral("tidemark's desktop GUI"));
   parser.addHelpOption();
   parser.addVersionOption();
+  const QCommandLineOption server(QStringLiteral("server"),
+                                  QStringLiteral("tidemarkd's address (default $TIDEMARK_SERVER, "
+                                                 "else 127.0.0.1:7531)."),
+                                  QStringLiteral("addr"));
+  // Not --session: QGuiApplication keeps that for X11 session management.
+  const QCommandLineOption session(QStringLiteral("open"),
+                                   QStringLiteral("Open this session at start."),
+                                   QStringLiteral("session"));
+  const QCommandLineOption budget(QStringLiteral("budget"),
+                                  QStringLiteral("The plan panel's budget, in percent (10-100)."),
+                                  QStringLiteral("percent"));
   const QCommandLineOption screenshot(
       QStringLiteral("screenshot"),
-      QStringLiteral("Render the window, save it as a PNG to <file>, and exit."),
+      QStringLiteral("Render the window once the session (and its plan) has loaded, save it as a "
+                     "PNG to <file>, and exit (2 when nothing loaded within 60 s)."),
       QStringLiteral("file"));
-  parser.addOption(screenshot);
+  parser.addOptions({server, session, budget, screenshot});
   parser.process(app);
 
-  QMainWindow window;
-  window.setWindowTitle(QStringLiteral("tidemark"));
-  auto* label = new QLabel(QStringLiteral("tidemark %1: the memory timeline will appear here.")
-                               .arg(QStringLiteral(TIDEMARK_VERSION)));
-  label->setAlignment(Qt::AlignCenter);
-  window.setCentralWidget(label);
-  window.resize(960, 600);
+  const char* env = std::getenv("TIDEMARK_SERVER");
+  const std::string address = parser.isSet(server) ? parser.value(server).toStdString()
+                              : (env && *env)      ? std::string(env)
+                                                   : std::string("127.0.0.1:7531");
+  tidemark::gui::MainWindow window(std::make_shared<tidemark::gui::DaemonClient>(address));
+  if (parser.isSet(budget)) window.setBudgetPercent(parser.value(budget).toInt());
+  std::optional<uint64_t> open;
+  if (parser.isSet(session)) open = parser.value(session).toULongLong();
   window.show();
+  window.refreshSessions(open);
 
   if (parser.isSet(screenshot)) {
     const QString path = parser.value(screenshot);
-    QTimer::singleShot(200, &window, [&window, path] {
-      const bool ok = window.grab().save(path, "PNG");
-      QApplication::exit(ok ? 0 : 1);
-    });
+    auto shoot = [&window, path] {
+      QTimer::singleShot(300, &window, [&window, path] {
+        QApplication::exit(window.grab().save(path, "PNG") ? 0 : 1);
+      });
+    };
+    // With a session: once its timeline and plan are in (or the timeline, without a plan).
+    auto check = [&window, open, shoot] {
+      if (!open || (window.timelineLoaded() && window.planLoaded())) shoot();
+    };
+    QObject::connect(&window, &tidemark::gui::MainWindow::timelineReady, &window, check);
+    QObject::connect(&window, &tidemark::gui::MainWindow::planReady, &window, check);
+    if (!open) QTimer::singleShot(1500, &window, shoot);
+    QTimer::singleShot(60000, &window, [] { QApplication::exit(2); });
   }
   return app.exec();
 }

@@ -6,7 +6,7 @@ import tempfile
 import unittest
 import zlib
 
-from tidemark_env import BIN
+from tidemark_env import BIN, PYTHON, SOURCE, Daemon
 
 
 def png_pixels(path):
@@ -52,17 +52,60 @@ def png_pixels(path):
     return width, height, pixels
 
 
+# The fixed colours of gui/model/category_colors.cpp (docs/gui.md), by category.
+CATEGORY_RGB = {
+    "WEIGHT": (76, 114, 176), "GRADIENT": (221, 132, 82), "OPTIMIZER_STATE": (129, 114, 179),
+    "ACTIVATION": (85, 168, 104), "CHECKPOINT_INPUT": (147, 120, 96), "RECOMPUTED": (218, 139, 195),
+    "INPUT": (110, 110, 110), "TEMPORARY": (204, 185, 116), "WORKSPACE": (100, 181, 205),
+    "ALLOCATOR_SLACK": (196, 78, 82), "UNKNOWN": (208, 208, 208)}
+PEAK_MARKER = (255, 0, 255)
+
+
+def screenshot(args, out):
+    r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
+                        os.path.join(BIN, "tidemark-gui"), *args, "--screenshot", out],
+                       capture_output=True, text=True, timeout=180)
+    return r
+
+
 class GuiWindowTest(unittest.TestCase):
-    def test_window_renders_under_xvfb(self):
+    def test_window_renders_without_a_server(self):
         out = os.path.join(tempfile.mkdtemp(prefix="tidemark-gui-"), "window.png")
-        r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x800x24",
-                            os.path.join(BIN, "tidemark-gui"), "--screenshot", out],
-                           capture_output=True, text=True, timeout=120)
+        r = screenshot(["--server", "127.0.0.1:1"], out)
         self.assertEqual(r.returncode, 0, r.stderr)
         width, height, pixels = png_pixels(out)
-        self.assertEqual((width, height), (960, 600))
-        # A background and anti-aliased text: many colours, not a blank window.
-        self.assertGreater(len(pixels), 8)
+        self.assertEqual((width, height), (1280, 800))
+        self.assertGreater(len(pixels), 8)  # a window with text, not a blank one
+
+
+class GuiSessionTest(unittest.TestCase):
+    """The GUI against a real tidemarkd holding a recorded training: the timeline draws every
+    category the peak holds in its colour, marks the peak, and the plan panel loads a plan."""
+
+    def test_timeline_and_plan_of_a_recorded_session(self):
+        daemon = Daemon()
+        try:
+            r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "3")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sid = daemon.newest_session()["id"]
+            daemon.wait_analyzed(sid)
+            peak = daemon.cli_json("breakdown", str(sid))
+            plan = daemon.cli_json("plan", str(sid), "--budget", "60%")
+            out = os.path.join(daemon.dir, "session.png")
+            r = screenshot(["--server", daemon.address, "--open", str(sid), "--budget", "60"], out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            _, _, pixels = png_pixels(out)
+            rgb = {p[:3] for p in pixels}
+            self.assertIn(bytes(PEAK_MARKER), rgb, "the peak marker is not drawn")
+            # Every category holding more than 1 % of the peak is drawn in its colour.
+            for name, c in peak["categories"].items():
+                if c["bytes"] > 0.01 * peak["tracked_bytes"]:
+                    self.assertIn(bytes(CATEGORY_RGB[name]), rgb, name)
+            # The plan panel drew the plan's predicted peak line (green, dotted).
+            self.assertIn(bytes((0, 150, 0)), rgb)
+            self.assertTrue(plan["feasible"])
+        finally:
+            daemon.cleanup()
 
 
 if __name__ == "__main__":

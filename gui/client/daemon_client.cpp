@@ -1,0 +1,186 @@
+#include "gui/client/daemon_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "src/advisor/plan_json.h"
+#include "tidemark/v1/advisor.grpc.pb.h"
+#include "tidemark/v1/control.grpc.pb.h"
+#include "tidemark/v1/query.grpc.pb.h"
+
+namespace tidemark::gui {
+
+struct DaemonClient::Stubs {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Query::Stub> query;
+  std::unique_ptr<v1::Advisor::Stub> advisor;
+  std::unique_ptr<v1::Control::Stub> control;
+};
+
+namespace {
+
+absl::Status fromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+void deadline(grpc::ClientContext& ctx, int seconds) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
+Moment fromBreakdown(const v1::Breakdown& b) {
+  Moment m;
+  m.tsNs = b.ts_ns();
+  m.step = b.step();
+  m.phase = b.phase();
+  m.scope = b.scope();
+  m.trackedBytes = b.tracked_bytes();
+  m.reservedBytes = b.reserved_bytes();
+  for (const v1::CategoryBytes& c : b.categories()) {
+    const int i = static_cast<int>(c.category()) - 1;
+    if (i >= 0 && i < kCategories) m.bytes[static_cast<size_t>(i)] = c.bytes();
+  }
+  return m;
+}
+
+}  // namespace
+
+DaemonClient::DaemonClient(std::string address)
+    : m_address(std::move(address)), m_stubs(std::make_unique<Stubs>()) {
+  m_stubs->channel = grpc::CreateChannel(m_address, grpc::InsecureChannelCredentials());
+  m_stubs->query = v1::Query::NewStub(m_stubs->channel);
+  m_stubs->advisor = v1::Advisor::NewStub(m_stubs->channel);
+  m_stubs->control = v1::Control::NewStub(m_stubs->channel);
+}
+
+DaemonClient::~DaemonClient() = default;
+
+absl::StatusOr<std::vector<SessionRow>> DaemonClient::sessions() {
+  grpc::ClientContext ctx;
+  deadline(ctx, 10);
+  v1::ListSessionsResponse resp;
+  if (auto s = fromGrpc(m_stubs->query->ListSessions(&ctx, {}, &resp)); !s.ok()) return s;
+  std::vector<SessionRow> out;
+  for (const v1::SessionInfo& si : resp.sessions()) {
+    SessionRow r;
+    r.id = si.id();
+    r.name = si.name();
+    r.command = si.command_line();
+    r.live = si.state() == v1::SESSION_STATE_LIVE;
+    r.steps = si.steps();
+    r.startNs = si.start_ts_ns();
+    r.endNs = si.end_ts_ns();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fromNs, int64_t toNs,
+                                                    int buckets) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 30);
+  v1::TimelineRequest req;
+  req.set_session_id(session);
+  req.set_from_ts_ns(fromNs);
+  req.set_to_ts_ns(toNs);
+  req.set_buckets(buckets);
+  v1::Timeline resp;
+  if (auto s = fromGrpc(m_stubs->query->GetTimeline(&ctx, req, &resp)); !s.ok()) return s;
+  TimelineData out;
+  out.fromNs = resp.from_ts_ns();
+  out.toNs = resp.to_ts_ns();
+  for (const v1::TimelineBucket& b : resp.buckets()) {
+    TimelineBucket t;
+    t.startNs = b.start_ts_ns();
+    t.endNs = b.end_ts_ns();
+    for (int k = 0; k <= kCategories && k < b.max_bytes_size() && k < b.last_bytes_size(); ++k) {
+      t.maxBytes[static_cast<size_t>(k)] = b.max_bytes(k);
+      t.lastBytes[static_cast<size_t>(k)] = b.last_bytes(k);
+    }
+    out.buckets.push_back(t);
+  }
+  return out;
+}
+
+absl::StatusOr<Moment> DaemonClient::peak(uint64_t session) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 30);
+  v1::PeakRequest req;
+  req.set_session_id(session);
+  v1::Peak resp;
+  if (auto s = fromGrpc(m_stubs->query->GetPeak(&ctx, req, &resp)); !s.ok()) return s;
+  Moment m = fromBreakdown(resp.breakdown());
+  for (const v1::PeakItem& it : resp.modules())
+    m.modules.push_back({it.name(), v1::Category_Name(it.category()).substr(9), it.bytes()});
+  for (const v1::PeakItem& it : resp.tensors())
+    m.tensors.push_back({it.name(), v1::Category_Name(it.category()).substr(9), it.bytes()});
+  return m;
+}
+
+absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 30);
+  v1::BreakdownRequest req;
+  req.set_session_id(session);
+  req.set_ts_ns(tsNs);
+  v1::Breakdown resp;
+  if (auto s = fromGrpc(m_stubs->query->GetBreakdown(&ctx, req, &resp)); !s.ok()) return s;
+  return fromBreakdown(resp);
+}
+
+absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::string& budget) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 60);
+  v1::PlanRequest req;
+  req.mutable_chain()->set_session_id(session);
+  req.set_budget(budget);
+  v1::PlanResponse resp;
+  if (auto s = fromGrpc(m_stubs->advisor->Plan(&ctx, req, &resp)); !s.ok()) return s;
+  absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(resp.plan_json());
+  if (!d.ok()) return d.status();
+  PlanSummary p;
+  p.feasible = d->feasible;
+  p.json = resp.plan_json();
+  p.budgetBytes = d->budgetBytes;
+  p.predictedPeakBytes = d->predictedPeakBytes;
+  p.predictedExtraNs = d->predictedExtraNs;
+  p.baseStepNs = d->baselineStepNs;
+  p.storeAllPeakBytes = d->baselinePeakBytes;
+  p.minFeasibleBudgetBytes = d->minFeasibleBudgetBytes;
+  for (const core::PlanSegmentDoc& s : d->segments) {
+    std::string mods = s.modules.front();
+    if (s.modules.size() > 1) mods += " .. " + s.modules.back();
+    if (s.mode == "selective") mods += " (" + s.option + ")";
+    p.segments.emplace_back(s.mode, mods);
+  }
+  return p;
+}
+
+absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 60);
+  v1::ParetoRequest req;
+  req.mutable_chain()->set_session_id(session);
+  v1::ParetoResponse resp;
+  if (auto s = fromGrpc(m_stubs->advisor->Pareto(&ctx, req, &resp)); !s.ok()) return s;
+  ParetoData out;
+  out.storeAllPeakBytes = resp.store_all_peak_bytes();
+  out.baseStepNs = resp.base_step_ns();
+  for (const v1::ParetoPoint& p : resp.points())
+    out.points.emplace_back(p.budget_bytes(), p.extra_ns());
+  return out;
+}
+
+absl::StatusOr<uint64_t> DaemonClient::apply(uint64_t session, const std::string& planJson) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 30);
+  v1::ApplyPlanRequest req;
+  req.set_session_id(session);
+  req.set_plan_json(planJson);
+  v1::ApplyPlanResponse resp;
+  if (auto s = fromGrpc(m_stubs->control->ApplyPlan(&ctx, req, &resp)); !s.ok()) return s;
+  return resp.plan_id();
+}
+
+}  // namespace tidemark::gui

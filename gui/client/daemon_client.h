@@ -1,0 +1,85 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gui/model/stacked_timeline.h"
+
+namespace tidemark::gui {
+
+// Plain answers of tidemarkd for the GUI (no Qt, no protobuf in its interface). Every call blocks
+// on the network: the GUI makes them off the UI thread.
+struct SessionRow {
+  uint64_t id = 0;
+  std::string name;
+  std::string command;
+  bool live = false;
+  int64_t steps = 0;
+  int64_t startNs = 0;
+  int64_t endNs = 0;  // 0 while live
+};
+
+struct Item {
+  std::string name;
+  std::string category;
+  int64_t bytes = 0;
+};
+
+struct Moment {
+  int64_t tsNs = 0;
+  int64_t step = -1;
+  std::string phase, scope;
+  int64_t trackedBytes = 0;
+  int64_t reservedBytes = -1;
+  std::array<int64_t, kCategories> bytes{};
+  std::vector<Item> modules, tensors;  // at the peak only
+};
+
+struct TimelineData {
+  int64_t fromNs = 0, toNs = 0;
+  std::vector<TimelineBucket> buckets;
+};
+
+struct PlanSummary {
+  bool feasible = false;
+  std::string json;  // the plan document
+  int64_t budgetBytes = 0;
+  int64_t predictedPeakBytes = 0;
+  int64_t predictedExtraNs = 0;
+  int64_t baseStepNs = 0;
+  int64_t storeAllPeakBytes = 0;
+  int64_t minFeasibleBudgetBytes = 0;
+  std::vector<std::pair<std::string, std::string>> segments;  // (mode, modules)
+};
+
+struct ParetoData {
+  std::vector<std::pair<int64_t, int64_t>> points;  // (budget bytes, extra ns)
+  int64_t storeAllPeakBytes = 0;
+  int64_t baseStepNs = 0;
+};
+
+class DaemonClient {
+ public:
+  explicit DaemonClient(std::string address);
+  ~DaemonClient();
+  const std::string& address() const { return m_address; }
+
+  absl::StatusOr<std::vector<SessionRow>> sessions();
+  absl::StatusOr<TimelineData> timeline(uint64_t session, int64_t fromNs, int64_t toNs,
+                                        int buckets);
+  absl::StatusOr<Moment> peak(uint64_t session);
+  absl::StatusOr<Moment> at(uint64_t session, int64_t tsNs);
+  absl::StatusOr<PlanSummary> plan(uint64_t session, const std::string& budget);
+  absl::StatusOr<ParetoData> pareto(uint64_t session);
+  absl::StatusOr<uint64_t> apply(uint64_t session, const std::string& planJson);
+
+ private:
+  struct Stubs;
+  std::string m_address;
+  std::unique_ptr<Stubs> m_stubs;
+};
+
+}  // namespace tidemark::gui

@@ -1,0 +1,319 @@
+#include "gui/widgets/main_window.h"
+
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSlider>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTimer>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+
+#include "gui/widgets/async.h"
+#include "gui/widgets/pareto_view.h"
+#include "gui/widgets/timeline_view.h"
+
+namespace tidemark::gui {
+
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+QString bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? QStringLiteral("%1 B").arg(b)
+                : QStringLiteral("%1 %2").arg(v, 0, 'f', 2).arg(QString::fromLatin1(units[u]));
+}
+
+QColor color(int c) {
+  const Rgb rgb = categoryColors()[static_cast<size_t>(c)];
+  return QColor(rgb.r, rgb.g, rgb.b);
+}
+
+}  // namespace
+
+MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
+    : QMainWindow(parent), m_client(std::move(client)) {
+  setWindowTitle(tr("tidemark — %1").arg(q(m_client->address())));
+  m_sessions = new QListWidget;
+  m_sessions->setMinimumWidth(220);
+  m_timeline = new TimelineView;
+  m_inspector = new QTreeWidget;
+  m_inspector->setHeaderLabels({tr("What is live"), tr("Bytes")});
+  m_inspector->setMinimumWidth(280);
+  m_inspector->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+
+  // The plan panel.
+  auto* plan = new QWidget;
+  auto* planLayout = new QHBoxLayout(plan);
+  auto* left = new QVBoxLayout;
+  m_budget = new QSlider(Qt::Horizontal);
+  m_budget->setRange(10, 100);
+  m_budget->setValue(70);
+  m_budgetLabel = new QLabel;
+  m_planSummary = new QLabel(tr("choose a session"));
+  m_planSummary->setWordWrap(true);
+  m_apply = new QPushButton(tr("Apply to the running job"));
+  m_apply->setEnabled(false);
+  left->addWidget(m_budgetLabel);
+  left->addWidget(m_budget);
+  left->addWidget(m_planSummary);
+  left->addWidget(m_apply);
+  left->addStretch();
+  m_planSegments = new QTreeWidget;
+  m_planSegments->setHeaderLabels({tr("Mode"), tr("Modules")});
+  m_pareto = new ParetoView;
+  planLayout->addLayout(left, 2);
+  planLayout->addWidget(m_planSegments, 2);
+  planLayout->addWidget(m_pareto, 2);
+
+  auto* middle = new QSplitter(Qt::Horizontal);
+  middle->addWidget(m_timeline);
+  middle->addWidget(m_inspector);
+  middle->setStretchFactor(0, 3);
+  auto* right = new QSplitter(Qt::Vertical);
+  right->addWidget(middle);
+  right->addWidget(plan);
+  right->setStretchFactor(0, 3);
+  auto* top = new QSplitter(Qt::Horizontal);
+  top->addWidget(m_sessions);
+  top->addWidget(right);
+  top->setStretchFactor(1, 4);
+  setCentralWidget(top);
+  m_status = new QLabel;
+  statusBar()->addWidget(m_status);
+
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("Export view as &PNG…"), this, &MainWindow::exportPng);
+  file->addAction(tr("&Refresh sessions"), this, [this] { refreshSessions(); });
+  file->addAction(tr("&Quit"), this, &QWidget::close);
+
+  m_follow = new QTimer(this);
+  m_follow->setInterval(1000);
+  connect(m_follow, &QTimer::timeout, this, [this] { loadTimeline(); });
+  connect(m_sessions, &QListWidget::currentRowChanged, this, [this](int row) {
+    if (row >= 0 && row < static_cast<int>(m_rows.size()))
+      openSession(m_rows[static_cast<size_t>(row)].id);
+  });
+  connect(m_timeline, &TimelineView::rangeChanged, this, [this] { loadTimeline(); });
+  connect(m_timeline, &TimelineView::momentClicked, this, [this](qint64 ts) { inspect(ts); });
+  connect(m_budget, &QSlider::valueChanged, this, [this] { requestPlan(); });
+  connect(m_apply, &QPushButton::clicked, this, &MainWindow::applyPlan);
+  resize(1280, 800);
+}
+
+void MainWindow::refreshSessions(std::optional<uint64_t> select) {
+  m_status->setText(tr("listing sessions…"));
+  runAsync<absl::StatusOr<std::vector<SessionRow>>>(
+      this, [c = m_client] { return c->sessions(); },
+      [this, select](absl::StatusOr<std::vector<SessionRow>> rows) {
+        if (!rows.ok()) {
+          m_status->setText(
+              tr("no tidemarkd at %1: %2")
+                  .arg(q(m_client->address()), q(std::string(rows.status().message()))));
+          return;
+        }
+        m_rows = std::move(*rows);
+        m_sessions->clear();
+        int selectRow = -1;
+        for (size_t i = 0; i < m_rows.size(); ++i) {
+          const SessionRow& r = m_rows[i];
+          m_sessions->addItem(tr("%1%2  %3 · %4 steps")
+                                  .arg(r.id)
+                                  .arg(r.live ? tr(" ● live") : QString())
+                                  .arg(q(r.name.empty() ? r.command.substr(0, 40) : r.name))
+                                  .arg(r.steps));
+          if (select && r.id == *select) selectRow = static_cast<int>(i);
+        }
+        m_status->setText(tr("%1 sessions").arg(m_rows.size()));
+        if (selectRow >= 0) m_sessions->setCurrentRow(selectRow);
+      });
+}
+
+void MainWindow::openSession(uint64_t id) {
+  for (const SessionRow& r : m_rows)
+    if (r.id == id) m_current = r;
+  if (!m_current) return;
+  ++m_generation;
+  m_timelineLoaded = m_planLoaded = false;
+  m_plan.reset();
+  m_apply->setEnabled(false);
+  m_timeline->setPredictedPeak(std::nullopt);
+  m_timeline->setBudget(std::nullopt);
+  const int64_t end = m_current->endNs > 0 ? m_current->endNs : m_current->startNs + 1'000'000'000;
+  m_timeline->setLimits(m_current->startNs, end);
+  if (m_current->live)
+    m_follow->start();
+  else
+    m_follow->stop();
+  loadTimeline();
+  inspectPeak();
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<ParetoData>>(
+      this, [c = m_client, id] { return c->pareto(id); },
+      [this, gen](absl::StatusOr<ParetoData> d) {
+        if (gen != m_generation) return;
+        if (!d.ok()) {
+          m_pareto->setCurve({}, 0);
+          m_planSummary->setText(tr("no plan: %1").arg(q(std::string(d.status().message()))));
+          return;
+        }
+        m_storeAll = d->storeAllPeakBytes;
+        m_pareto->setCurve(d->points, d->baseStepNs);
+        requestPlan();
+      });
+}
+
+void MainWindow::loadTimeline() {
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const bool whole = !m_timeline->range().zoomed();
+  const int64_t from = whole ? 0 : m_timeline->range().from();
+  const int64_t to = whole ? 0 : m_timeline->range().to();
+  const int buckets = m_timeline->bucketsWanted();
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<TimelineData>>(
+      this, [c = m_client, id, from, to, buckets] { return c->timeline(id, from, to, buckets); },
+      [this, gen, whole](absl::StatusOr<TimelineData> t) {
+        if (gen != m_generation) return;
+        if (!t.ok()) {
+          m_status->setText(tr("timeline: %1").arg(q(std::string(t.status().message()))));
+          return;
+        }
+        if (whole && !m_timeline->range().zoomed()) {
+          m_timeline->range().setLimits(t->fromNs, t->toNs);
+          m_timeline->range().reset();
+        }
+        m_timeline->setData(StackedTimeline::build(t->buckets));
+        m_timelineLoaded = true;
+        emit timelineReady();
+      });
+}
+
+void MainWindow::inspectPeak() {
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<Moment>>(
+      this, [c = m_client, id] { return c->peak(id); },
+      [this, gen](absl::StatusOr<Moment> m) {
+        if (gen != m_generation || !m.ok()) return;
+        m_timeline->setPeak(m->tsNs, m->trackedBytes);
+        showMoment(*m, true);
+      });
+}
+
+void MainWindow::inspect(int64_t tsNs) {
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<Moment>>(
+      this, [c = m_client, id, tsNs] { return c->at(id, tsNs); },
+      [this, gen](absl::StatusOr<Moment> m) {
+        if (gen != m_generation || !m.ok()) return;
+        showMoment(*m, false);
+      });
+}
+
+void MainWindow::showMoment(const Moment& m, bool atPeak) {
+  m_inspector->clear();
+  auto* head = new QTreeWidgetItem(
+      m_inspector,
+      {atPeak ? tr("At the peak") : tr("At the moment clicked"), bytes(m.trackedBytes)});
+  if (!m.phase.empty() || !m.scope.empty())
+    new QTreeWidgetItem(head, {tr("%1 %2").arg(q(m.phase), q(m.scope)), QString()});
+  if (m.reservedBytes >= 0) new QTreeWidgetItem(head, {tr("reserved"), bytes(m.reservedBytes)});
+  auto* cats = new QTreeWidgetItem(m_inspector, {tr("By category"), QString()});
+  for (int c = 0; c < kCategories; ++c) {
+    if (m.bytes[static_cast<size_t>(c)] == 0) continue;
+    auto* it = new QTreeWidgetItem(
+        cats, {q(std::string(categoryLabel(c))), bytes(m.bytes[static_cast<size_t>(c)])});
+    it->setForeground(0, color(c));
+  }
+  auto list = [&](const QString& title, const std::vector<Item>& items) {
+    if (items.empty()) return;
+    auto* top = new QTreeWidgetItem(m_inspector, {title, QString()});
+    for (size_t i = 0; i < items.size() && i < 12; ++i)
+      new QTreeWidgetItem(top, {q(items[i].name) + QStringLiteral(" · ") + q(items[i].category),
+                                bytes(items[i].bytes)});
+  };
+  list(tr("By module"), m.modules);
+  list(tr("By tensor"), m.tensors);
+  m_inspector->expandAll();
+  emit inspectorReady();
+}
+
+void MainWindow::setBudgetPercent(int percent) { m_budget->setValue(percent); }
+
+void MainWindow::requestPlan() {
+  m_budgetLabel->setText(
+      tr("Budget: %1 % of the store-all peak above static memory").arg(m_budget->value()));
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const std::string budget = std::to_string(m_budget->value()) + "%";
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<PlanSummary>>(
+      this, [c = m_client, id, budget] { return c->plan(id, budget); },
+      [this, gen](absl::StatusOr<PlanSummary> p) {
+        if (gen != m_generation) return;
+        m_planSegments->clear();
+        if (!p.ok()) {
+          m_planSummary->setText(tr("no plan: %1").arg(q(std::string(p.status().message()))));
+          m_timeline->setPredictedPeak(std::nullopt);
+          return;
+        }
+        m_plan = *p;
+        m_planSummary->setText(
+            tr("%1budget %2 · predicted peak %3 (store-all %4) · +%5 ms per step (+%6 %)")
+                .arg(p->feasible ? QString()
+                                 : tr("DOES NOT FIT (least feasible %1) · ")
+                                       .arg(bytes(p->minFeasibleBudgetBytes)))
+                .arg(bytes(p->budgetBytes), bytes(p->predictedPeakBytes),
+                     bytes(p->storeAllPeakBytes))
+                .arg(p->predictedExtraNs / 1e6, 0, 'f', 1)
+                .arg(p->baseStepNs > 0 ? 100.0 * p->predictedExtraNs / p->baseStepNs : 0.0, 0, 'f',
+                     1));
+        for (const auto& [mode, mods] : p->segments)
+          if (mode != "store") new QTreeWidgetItem(m_planSegments, {q(mode), q(mods)});
+        m_timeline->setPredictedPeak(p->predictedPeakBytes);
+        m_timeline->setBudget(p->budgetBytes);
+        m_pareto->setChosen(p->budgetBytes);
+        m_apply->setEnabled(m_current && m_current->live && p->feasible);
+        m_planLoaded = true;
+        emit planReady();
+      });
+}
+
+void MainWindow::applyPlan() {
+  if (!m_current || !m_plan) return;
+  const uint64_t id = m_current->id;
+  const std::string json = m_plan->json;
+  runAsync<absl::StatusOr<uint64_t>>(
+      this, [c = m_client, id, json] { return c->apply(id, json); },
+      [this](absl::StatusOr<uint64_t> planId) {
+        m_status->setText(planId.ok()
+                              ? tr("plan %1 sent; the job applies it at its next step").arg(*planId)
+                              : tr("apply: %1").arg(q(std::string(planId.status().message()))));
+      });
+}
+
+void MainWindow::exportPng() {
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Export view"), QStringLiteral("tidemark.png"), tr("PNG images (*.png)"));
+  if (!path.isEmpty() && !grab().save(path, "PNG"))
+    QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+}
+
+}  // namespace tidemark::gui

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <QMainWindow>
+#include <memory>
+#include <optional>
+
+#include "gui/client/daemon_client.h"
+
+class QLabel;
+class QListWidget;
+class QPushButton;
+class QSlider;
+class QTimer;
+class QTreeWidget;
+
+namespace tidemark::gui {
+
+class TimelineView;
+class ParetoView;
+
+// Sessions on the left; the timeline with its inspector in the middle; the plan panel below
+// (budget slider → the advisor's plan, the Pareto curve, Apply for a live session).
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent = nullptr);
+
+  void refreshSessions(std::optional<uint64_t> select = std::nullopt);
+  // For tests and --screenshot: what has loaded so far.
+  bool timelineLoaded() const { return m_timelineLoaded; }
+  bool planLoaded() const { return m_planLoaded; }
+  void setBudgetPercent(int percent);
+  void inspectPeak();
+  TimelineView* timeline() const { return m_timeline; }
+
+ signals:
+  void timelineReady();
+  void planReady();
+  void inspectorReady();
+
+ private:
+  void openSession(uint64_t id);
+  void loadTimeline();
+  void inspect(int64_t tsNs);
+  void requestPlan();
+  void applyPlan();
+  void exportPng();
+  void showMoment(const Moment& m, bool atPeak);
+
+  std::shared_ptr<DaemonClient> m_client;
+  QListWidget* m_sessions = nullptr;
+  TimelineView* m_timeline = nullptr;
+  QTreeWidget* m_inspector = nullptr;
+  QSlider* m_budget = nullptr;
+  QLabel* m_budgetLabel = nullptr;
+  QLabel* m_planSummary = nullptr;
+  QTreeWidget* m_planSegments = nullptr;
+  ParetoView* m_pareto = nullptr;
+  QPushButton* m_apply = nullptr;
+  QLabel* m_status = nullptr;
+  QTimer* m_follow = nullptr;
+  std::vector<SessionRow> m_rows;
+  std::optional<SessionRow> m_current;
+  std::optional<PlanSummary> m_plan;
+  int64_t m_storeAll = 0;
+  int m_generation = 0;  // answers for an older session or range are dropped
+  bool m_timelineLoaded = false;
+  bool m_planLoaded = false;
+};
+
+}  // namespace tidemark::gui

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <QWidget>
+#include <optional>
+
+#include "gui/model/stacked_timeline.h"
+#include "gui/model/view_range.h"
+
+namespace tidemark::gui {
+
+// The memory timeline: categories stacked in their fixed colours, the total's envelope, the peak
+// marked (magenta), and a predicted peak line when a plan is shown. Wheel or +/- zoom about the
+// pointer, drag or arrows pan, Home resets; hover shows the bucket's figures; a click asks for
+// the state at that moment (momentClicked).
+class TimelineView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TimelineView(QWidget* parent = nullptr);
+
+  void setLimits(int64_t fromNs, int64_t toNs);
+  void setData(const StackedTimeline& data);
+  void setPeak(int64_t tsNs, int64_t bytes);
+  void setPredictedPeak(std::optional<int64_t> bytes);
+  void setBudget(std::optional<int64_t> bytes);
+  ViewRange& range() { return m_range; }
+  int bucketsWanted() const { return std::max(64, width()); }
+
+ signals:
+  void rangeChanged(qint64 fromNs, qint64 toNs);
+  void momentClicked(qint64 tsNs);
+
+ protected:
+  void paintEvent(QPaintEvent*) override;
+  void wheelEvent(QWheelEvent*) override;
+  void mousePressEvent(QMouseEvent*) override;
+  void mouseMoveEvent(QMouseEvent*) override;
+  void mouseReleaseEvent(QMouseEvent*) override;
+  void keyPressEvent(QKeyEvent*) override;
+
+ private:
+  QRectF plotRect() const;
+  double yOf(int64_t bytes, const QRectF& r) const;
+  void changed();
+
+  ViewRange m_range;
+  StackedTimeline m_data;
+  int64_t m_peakNs = -1, m_peakBytes = 0;
+  std::optional<int64_t> m_predicted, m_budget;
+  std::optional<QPointF> m_dragFrom;
+  int64_t m_dragStartFrom = 0;
+  bool m_dragged = false;
+};
+
+}  // namespace tidemark::gui

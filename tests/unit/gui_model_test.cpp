@@ -1,0 +1,74 @@
+// The GUI's logic without widgets: the fixed colours, the view range's zoom and pan, and the
+// stacking of the server's buckets.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "gui/model/category_colors.h"
+#include "gui/model/stacked_timeline.h"
+#include "gui/model/view_range.h"
+
+namespace tidemark::gui {
+namespace {
+
+TEST(CategoryColors, DistinctAndNotThePeakMarker) {
+  std::set<std::tuple<int, int, int>> seen;
+  for (const Rgb& c : categoryColors()) {
+    EXPECT_TRUE(seen.insert({c.r, c.g, c.b}).second);
+    EXPECT_FALSE(c == kPeakMarker);
+  }
+  EXPECT_EQ(categoryLabel(0), "WEIGHT");
+  EXPECT_EQ(categoryLabel(kCategories - 1), "UNKNOWN");
+}
+
+TEST(ViewRange, ZoomKeepsTheAnchorAndStaysInside) {
+  ViewRange v;
+  v.setLimits(1000, 101000);  // 100 µs
+  v.reset();
+  EXPECT_FALSE(v.zoomed());
+  v.zoom(0.5, 51000);  // about the middle
+  EXPECT_EQ(v.from(), 26000);
+  EXPECT_EQ(v.to(), 76000);
+  EXPECT_TRUE(v.zoomed());
+  // The anchor stays at the same place on screen.
+  const double before = v.xOf(40000, 1000);
+  v.zoom(0.5, 40000);
+  EXPECT_NEAR(v.xOf(40000, 1000), before, 1e-6);
+  v.pan(-1'000'000);  // far past the start: clamped
+  EXPECT_EQ(v.from(), 1000);
+  v.zoom(100, 0);  // far out: the whole recording
+  EXPECT_EQ(v.from(), 1000);
+  EXPECT_EQ(v.to(), 101000);
+  v.zoom(1e-9, 5000);  // never narrower than the minimum
+  EXPECT_EQ(v.span(), ViewRange::kMinSpanNs);
+  EXPECT_EQ(v.timeAt(0, 100), v.from());
+  EXPECT_EQ(v.timeAt(100, 100), v.to());
+}
+
+TEST(StackedTimeline, CategoriesStackAndTheEnvelopeKeepsPeaks) {
+  TimelineBucket a;
+  a.startNs = 0;
+  a.endNs = 10;
+  a.lastBytes = {30, 10, 0, 0, 20};  // total, WEIGHT, GRADIENT, OPTIMIZER_STATE, ACTIVATION
+  a.maxBytes = {50, 10, 0, 0, 40};   // a peak of 50 inside the bucket
+  TimelineBucket b = a;
+  b.startNs = 10;
+  b.endNs = 20;
+  b.maxBytes[0] = 30;
+  const StackedTimeline t = StackedTimeline::build({a, b});
+  ASSERT_EQ(t.stack.size(), 2u);
+  EXPECT_EQ(t.stack[0][0], 0);
+  EXPECT_EQ(t.stack[0][1], 10);  // WEIGHT at the bottom
+  EXPECT_EQ(t.stack[0][4], 30);  // + ACTIVATION
+  EXPECT_EQ(t.stack[0][kCategories], 30);
+  EXPECT_EQ(t.envelope[0], 50);
+  EXPECT_EQ(t.envelope[1], 30);
+  EXPECT_EQ(t.yMax, 50);
+  EXPECT_EQ(t.bucketAt(5), 0);
+  EXPECT_EQ(t.bucketAt(15), 1);
+  EXPECT_EQ(t.bucketAt(25), -1);
+}
+
+}  // namespace
+}  // namespace tidemark::gui
