@@ -35,7 +35,7 @@ absl::Status Server::start() {
   m_ingest = std::make_unique<IngestService>(
       *m_writer, m_agents, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); });
   m_control = std::make_unique<ControlService>(*m_writer, m_agents);
-  m_query = std::make_unique<QueryService>(m_options.dbPath);
+  m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents);
   m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

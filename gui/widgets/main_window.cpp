@@ -49,10 +49,13 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   setWindowTitle(tr("tidemark — %1").arg(q(m_client->address())));
   m_sessions = new QListWidget;
   m_sessions->setMinimumWidth(220);
+  // Names for tests and accessibility tools.
+  m_sessions->setObjectName(QStringLiteral("sessions"));
   m_timeline = new TimelineView;
   m_inspector = new QTreeWidget;
   m_inspector->setHeaderLabels({tr("What is live"), tr("Bytes")});
   m_inspector->setMinimumWidth(280);
+  m_inspector->setObjectName(QStringLiteral("inspector"));
   m_inspector->header()->setSectionResizeMode(0, QHeaderView::Stretch);
 
   // The plan panel.
@@ -62,11 +65,13 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_budget = new QSlider(Qt::Horizontal);
   m_budget->setRange(10, 100);
   m_budget->setValue(70);
+  m_budget->setObjectName(QStringLiteral("budget"));
   m_budgetLabel = new QLabel;
   m_planSummary = new QLabel(tr("choose a session"));
   m_planSummary->setWordWrap(true);
   m_apply = new QPushButton(tr("Apply to the running job"));
   m_apply->setEnabled(false);
+  m_apply->setObjectName(QStringLiteral("apply"));
   left->addWidget(m_budgetLabel);
   left->addWidget(m_budget);
   left->addWidget(m_planSummary);
@@ -193,7 +198,13 @@ void MainWindow::loadTimeline() {
           return;
         }
         if (whole && !m_timeline->range().zoomed()) {
-          m_timeline->range().setLimits(t->fromNs, t->toNs);
+          // A live session's answer may leave the range open: the buckets bound it then.
+          int64_t from = t->fromNs, to = t->toNs;
+          if (to <= from && !t->buckets.empty()) {
+            from = t->buckets.front().startNs;
+            to = t->buckets.back().endNs;
+          }
+          m_timeline->range().setLimits(from, to);
           m_timeline->range().reset();
         }
         m_timeline->setData(StackedTimeline::build(t->buckets));
@@ -306,6 +317,7 @@ void MainWindow::applyPlan() {
         m_status->setText(planId.ok()
                               ? tr("plan %1 sent; the job applies it at its next step").arg(*planId)
                               : tr("apply: %1").arg(q(std::string(planId.status().message()))));
+        emit planSent(planId.ok());
       });
 }
 

@@ -37,6 +37,7 @@ class MainWindow : public QMainWindow {
   void timelineReady();
   void planReady();
   void inspectorReady();
+  void planSent(bool ok);
 
  private:
   void openSession(uint64_t id);

@@ -60,6 +60,11 @@ void TimelineView::setBudget(std::optional<int64_t> bytes) {
   update();
 }
 
+QPointF TimelineView::peakPoint() const {
+  const QRectF r = plotRect();
+  return QPointF(r.left() + m_range.xOf(m_peakNs, r.width()), r.center().y());
+}
+
 QRectF TimelineView::plotRect() const { return QRectF(70, 10, width() - 80, height() - 40); }
 
 double TimelineView::yOf(int64_t bytes, const QRectF& r) const {

@@ -24,6 +24,8 @@ class TimelineView : public QWidget {
   void setBudget(std::optional<int64_t> bytes);
   ViewRange& range() { return m_range; }
   int bucketsWanted() const { return std::max(64, width()); }
+  // Where the peak is drawn (for tests and keyboard users).
+  QPointF peakPoint() const;
 
  signals:
   void rangeChanged(qint64 fromNs, qint64 toNs);

@@ -95,7 +95,7 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
     }
     return stored;
   }
-  auto rec = Store::loadRecording(m_dbPath, id);
+  auto rec = m_loader.load(id);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::LivenessReplay replay(*rec, cats);
@@ -112,7 +112,7 @@ absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(int64_t 
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
   if (*analyzed) return Store::readPeaks(m_dbPath, id);
-  auto rec = Store::loadRecording(m_dbPath, id);
+  auto rec = m_loader.load(id);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   return core::computePeaks(*rec, cats, core::LivenessReplay(*rec, cats));
@@ -177,7 +177,7 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
     }
     return grpc::Status::OK;
   }
-  auto rec = Store::loadRecording(m_dbPath, id);
+  auto rec = m_loader.load(id);
   if (!rec.ok()) return toGrpc(rec.status());
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::LivenessReplay replay(*rec, cats);
@@ -236,6 +236,8 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
   }
   int64_t from = request->from_ts_ns();
   int64_t to = request->to_ts_ns();
+  // The whole session; a live one (no end yet) up to its last event, found below.
+  const bool wholeLive = from == 0 && to == 0 && session->endTsNs == 0;
   if (from == 0 && to == 0) {
     from = session->header.startTsNs;
     to = std::max(session->endTsNs, from);
@@ -257,10 +259,12 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
       result = core::foldTimeline({}, from, to, buckets);  // nothing recorded in the range
     }
   } else {
-    auto rec = Store::loadRecording(m_dbPath, id);
+    auto rec = m_loader.load(id);
     if (!rec.ok()) return toGrpc(rec.status());
     const std::vector<core::BlockCategory> cats = core::categorize(*rec);
-    const core::Timeline timeline = core::buildTimeline(core::LivenessReplay(*rec, cats));
+    const core::LivenessReplay replay(*rec, cats);
+    if (wholeLive) to = std::max(from, replay.lastTsNs());
+    const core::Timeline timeline = core::buildTimeline(replay);
     const int level = core::chooseLevel(timeline, from, to, buckets);
     result = core::foldTimeline(core::samplesInRange(timeline.levels[level], from, to), from, to,
                                 buckets);
@@ -295,7 +299,7 @@ grpc::Status QueryService::Export(grpc::ServerContext*, const v1::ExportRequest*
   const auto id = static_cast<int64_t>(request->session_id());
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());
-  auto rec = Store::loadRecording(m_dbPath, id);
+  auto rec = m_loader.load(id);
   if (!rec.ok()) return toGrpc(rec.status());
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::Timeline timeline = core::buildTimeline(core::LivenessReplay(*rec, cats));

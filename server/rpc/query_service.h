@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/rpc/recording_loader.h"
 #include "src/core/peak.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -12,7 +13,8 @@ namespace tidemark::server {
 // so queries run beside the writer under WAL).
 class QueryService final : public v1::Query::Service {
  public:
-  explicit QueryService(std::string dbPath) : m_dbPath(std::move(dbPath)) {}
+  QueryService(std::string dbPath, StoreWriter& writer, LiveAgents& agents)
+      : m_dbPath(dbPath), m_loader(std::move(dbPath), writer, agents) {}
 
   grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
                             v1::ListSessionsResponse* response) override;
@@ -40,6 +42,7 @@ class QueryService final : public v1::Query::Service {
   absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id);
 
   std::string m_dbPath;
+  RecordingLoader m_loader;  // live sessions include their blocks not freed yet
 };
 
 }  // namespace tidemark::server

@@ -108,5 +108,65 @@ class GuiSessionTest(unittest.TestCase):
             daemon.cleanup()
 
 
+class GuiInteractionTest(unittest.TestCase):
+    """QTest drives the real window (tests/gui/gui_interaction_test.cpp): select a session, zoom,
+    click the peak, move the budget slider; on a live session, Apply sends the plan, which the
+    job then applies."""
+
+    def interact(self, daemon, sid, live):
+        env = dict(os.environ, TIDEMARK_SERVER=daemon.address, TIDEMARK_GUI_SESSION=str(sid))
+        if live:
+            env["TIDEMARK_GUI_LIVE"] = "1"
+        return subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
+                               os.path.join(BIN, "tidemark_gui_interaction_test")],
+                              capture_output=True, text=True, timeout=300, env=env)
+
+    def test_recorded_session(self):
+        daemon = Daemon()
+        try:
+            r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "3")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sid = daemon.newest_session()["id"]
+            daemon.wait_analyzed(sid)
+            r = self.interact(daemon, sid, live=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("3 passed, 0 failed", r.stdout)
+        finally:
+            daemon.cleanup()
+
+    def test_apply_to_a_live_session(self):
+        import time
+        daemon = Daemon()
+        try:
+            job = subprocess.Popen(
+                [os.path.join(BIN, "tidemark"), "--server", daemon.address, "run", "--", PYTHON,
+                 os.path.join(SOURCE, "examples", "train.py"), "--steps", "40", "--checkpoint", ""],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                sid = None
+                deadline = time.time() + 300
+                while sid is None and time.time() < deadline:
+                    live = [s for s in daemon.cli_json("sessions")["sessions"]
+                            if s["state"] == "live" and s["steps"] >= 2]
+                    sid = live[-1]["id"] if live else None
+                    time.sleep(0.2)
+                self.assertIsNotNone(sid, "the training did not start")
+                r = self.interact(daemon, sid, live=True)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                # The job takes the plan at its next step boundary.
+                state = None
+                deadline = time.time() + 120
+                while state != "applied" and time.time() < deadline:
+                    plans = daemon.cli_json("plan-check", str(sid))["plans"]
+                    state = plans[-1]["state"] if plans else None
+                    time.sleep(0.3)
+                self.assertEqual(state, "applied")
+            finally:
+                job.kill()
+                job.communicate()
+        finally:
+            daemon.cleanup()
+
+
 if __name__ == "__main__":
     unittest.main()

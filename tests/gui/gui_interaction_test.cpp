@@ -1,0 +1,93 @@
+// QTest interaction with the real window against a real tidemarkd holding a recorded session
+// (tests/e2e/test_gui.py starts both and passes TIDEMARK_SERVER and TIDEMARK_GUI_SESSION): select
+// the session, zoom, click the peak, move the budget slider, and Apply where the session is live.
+#include <QListWidget>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSlider>
+#include <QTest>
+#include <QTreeWidget>
+#include <cstdlib>
+#include <memory>
+
+#include "gui/client/daemon_client.h"
+#include "gui/widgets/main_window.h"
+#include "gui/widgets/timeline_view.h"
+
+using tidemark::gui::DaemonClient;
+using tidemark::gui::MainWindow;
+using tidemark::gui::TimelineView;
+
+class GuiInteraction : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void selectZoomClickPlanApply() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_SESSION");
+    QVERIFY2(server && session, "TIDEMARK_SERVER and TIDEMARK_GUI_SESSION must be set");
+    const bool live = std::getenv("TIDEMARK_GUI_LIVE") != nullptr;
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.refreshSessions();
+
+    // Select the session by clicking its row.
+    auto* list = w.findChild<QListWidget*>(QStringLiteral("sessions"));
+    QVERIFY(list);
+    QTRY_VERIFY_WITH_TIMEOUT(list->count() > 0, 20000);
+    int row = -1;
+    for (int i = 0; i < list->count(); ++i)
+      if (list->item(i)->text().startsWith(QString::fromLatin1(session) + QLatin1Char(' ')))
+        row = i;
+    QVERIFY2(row >= 0, "the session is not listed");
+    QTest::mouseClick(list->viewport(), Qt::LeftButton, {},
+                      list->visualItemRect(list->item(row)).center());
+    QTRY_VERIFY_WITH_TIMEOUT(w.timelineLoaded(), 30000);
+
+    // Zoom in with the keyboard: the range narrows and the timeline reloads.
+    TimelineView* t = w.timeline();
+    const qint64 fullSpan = t->range().span();
+    QSignalSpy reloaded(&w, &MainWindow::timelineReady);
+    t->setFocus();
+    QTest::keyClick(t, Qt::Key_Plus);
+    QVERIFY2(t->range().span() < fullSpan,
+             qPrintable(QStringLiteral("span %1 of %2").arg(t->range().span()).arg(fullSpan)));
+    QVERIFY(reloaded.wait(30000));
+    QTest::keyClick(t, Qt::Key_Home);
+    QCOMPARE(t->range().span(), fullSpan);
+
+    // Click on the timeline at the peak: the inspector shows that moment.
+    auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
+    QVERIFY(inspector);
+    QTRY_VERIFY_WITH_TIMEOUT(inspector->topLevelItemCount() > 0, 30000);  // the peak first
+    QSignalSpy inspected(&w, &MainWindow::inspectorReady);
+    QTest::mouseClick(t, Qt::LeftButton, {}, t->peakPoint().toPoint());
+    QVERIFY(inspected.wait(30000));
+    QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the moment clicked"));
+    QVERIFY(inspector->topLevelItemCount() >= 2);  // and its categories
+
+    // Move the budget slider: a new plan comes.
+    auto* slider = w.findChild<QSlider*>(QStringLiteral("budget"));
+    QVERIFY(slider);
+    QTRY_VERIFY_WITH_TIMEOUT(w.planLoaded(), 60000);
+    QSignalSpy planned(&w, &MainWindow::planReady);
+    slider->setFocus();
+    QTest::keyClick(slider, Qt::Key_PageDown);
+    QVERIFY(planned.wait(60000));
+
+    // Apply: enabled for a live session only; clicking it sends the plan.
+    auto* apply = w.findChild<QPushButton*>(QStringLiteral("apply"));
+    QVERIFY(apply);
+    QCOMPARE(apply->isEnabled(), live);
+    if (live) {
+      QSignalSpy sent(&w, &MainWindow::planSent);
+      QTest::mouseClick(apply, Qt::LeftButton);
+      QVERIFY(sent.wait(30000));
+      QVERIFY(sent.takeFirst().at(0).toBool());
+    }
+  }
+};
+
+QTEST_MAIN(GuiInteraction)
+#include "gui_interaction_test.moc"
