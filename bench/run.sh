@@ -5,6 +5,7 @@
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed)
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
+#   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +78,7 @@ PYEOF
 echo
 echo "== 3. a session of $EVENTS events (bench/scale_bench.cpp)"
 "$BIN/bench_scale" --server "$SERVER" --events "$EVENTS" --scratch "$WORK/raw.db" > "$WORK/scale.json"
+SCALE_SESSION=$($PY -c "import json; print(json.load(open('$WORK/scale.json'))['session'])")
 $PY - "$WORK/scale.json" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -98,4 +100,19 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     print("%-15s %10.3f %8.3f %14d %22.3f" % (r["chain"], r["solve_s"], r["solve_s"] / 1.0,
                                             r["curve_points"], r["plans_and_simulations_s"]))
+PYEOF
+
+echo
+echo "== 5. the GUI's timeline (bench/gui_repaint.cpp) on session $SCALE_SESSION ($EVENTS events), target 16 ms"
+QT_QPA_PLATFORM=offscreen "$BIN/bench_gui_repaint" --server "$SERVER" --open "$SCALE_SESSION" \
+  > "$WORK/gui.json" 2>/dev/null
+$PY - "$WORK/gui.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("buckets drawn                   %10d" % r["buckets"])
+print("repaint, full range             %10.2f ms median, %.2f ms worst of 50 (/ 16 ms: %.2f)"
+      % (r["repaint_full_ms_median"], r["repaint_full_ms_max"], r["repaint_full_ms_median"] / 16))
+print("repaint, zoomed to a tenth      %10.2f ms median, %.2f ms worst of 50 (/ 16 ms: %.2f)"
+      % (r["repaint_zoom_ms_median"], r["repaint_zoom_ms_max"], r["repaint_zoom_ms_median"] / 16))
+print("timeline fetch (full / zoomed)  %10.1f ms / %.1f ms" % (r["fetch_full_ms"], r["fetch_zoom_ms"]))
 PYEOF
