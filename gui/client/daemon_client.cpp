@@ -129,6 +129,19 @@ absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs) {
   return fromBreakdown(resp);
 }
 
+absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 30);
+  v1::StepsRequest req;
+  req.set_session_id(session);
+  v1::Steps resp;
+  if (auto s = fromGrpc(m_stubs->query->GetSteps(&ctx, req, &resp)); !s.ok()) return s;
+  std::vector<StepRow> out;
+  for (const v1::StepSummary& st : resp.steps())
+    out.push_back({st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak())});
+  return out;
+}
+
 absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::string& budget) {
   grpc::ClientContext ctx;
   deadline(ctx, 60);

@@ -38,6 +38,12 @@ struct Moment {
   std::vector<Item> modules, tensors;  // at the peak only
 };
 
+struct StepRow {
+  int64_t step = 0;
+  int64_t beginNs = 0, endNs = 0;  // endNs 0 while open
+  Moment peak;
+};
+
 struct TimelineData {
   int64_t fromNs = 0, toNs = 0;
   std::vector<TimelineBucket> buckets;
@@ -72,6 +78,7 @@ class DaemonClient {
                                         int buckets);
   absl::StatusOr<Moment> peak(uint64_t session);
   absl::StatusOr<Moment> at(uint64_t session, int64_t tsNs);
+  absl::StatusOr<std::vector<StepRow>> steps(uint64_t session);
   absl::StatusOr<PlanSummary> plan(uint64_t session, const std::string& budget);
   absl::StatusOr<ParetoData> pareto(uint64_t session);
   absl::StatusOr<uint64_t> apply(uint64_t session, const std::string& planJson);

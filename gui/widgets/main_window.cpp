@@ -11,6 +11,7 @@
 #include <QSlider>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTimer>
 #include <QTreeWidget>
 #include <QVBoxLayout>
@@ -84,9 +85,18 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   planLayout->addWidget(m_planSegments, 2);
   planLayout->addWidget(m_pareto, 2);
 
+  // Steps: each step's time and peak, and the change from the step before; a click shows it.
+  m_steps = new QTreeWidget;
+  m_steps->setObjectName(QStringLiteral("steps"));
+  m_steps->setHeaderLabels({tr("Step"), tr("Time"), tr("Peak"), tr("Change")});
+  m_steps->setRootIsDecorated(false);
+  auto* side = new QTabWidget;
+  side->setObjectName(QStringLiteral("side"));
+  side->addTab(m_inspector, tr("Inspector"));
+  side->addTab(m_steps, tr("Steps"));
   auto* middle = new QSplitter(Qt::Horizontal);
   middle->addWidget(m_timeline);
-  middle->addWidget(m_inspector);
+  middle->addWidget(side);
   middle->setStretchFactor(0, 3);
   auto* right = new QSplitter(Qt::Vertical);
   right->addWidget(middle);
@@ -116,6 +126,8 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_timeline, &TimelineView::momentClicked, this, [this](qint64 ts) { inspect(ts); });
   connect(m_budget, &QSlider::valueChanged, this, [this] { requestPlan(); });
   connect(m_apply, &QPushButton::clicked, this, &MainWindow::applyPlan);
+  connect(m_steps, &QTreeWidget::itemClicked, this,
+          [this](QTreeWidgetItem* item) { openStep(m_steps->indexOfTopLevelItem(item)); });
   resize(1280, 800);
 }
 
@@ -159,12 +171,15 @@ void MainWindow::openSession(uint64_t id) {
   m_timeline->setBudget(std::nullopt);
   const int64_t end = m_current->endNs > 0 ? m_current->endNs : m_current->startNs + 1'000'000'000;
   m_timeline->setLimits(m_current->startNs, end);
+  m_stepRows.clear();
+  m_steps->clear();
   if (m_current->live)
     m_follow->start();
   else
     m_follow->stop();
   loadTimeline();
   inspectPeak();
+  loadSteps();
   const int gen = m_generation;
   runAsync<absl::StatusOr<ParetoData>>(
       this, [c = m_client, id] { return c->pareto(id); },
@@ -222,7 +237,7 @@ void MainWindow::inspectPeak() {
       [this, gen](absl::StatusOr<Moment> m) {
         if (gen != m_generation || !m.ok()) return;
         m_timeline->setPeak(m->tsNs, m->trackedBytes);
-        showMoment(*m, true);
+        showMoment(*m, tr("At the peak"));
       });
 }
 
@@ -234,15 +249,50 @@ void MainWindow::inspect(int64_t tsNs) {
       this, [c = m_client, id, tsNs] { return c->at(id, tsNs); },
       [this, gen](absl::StatusOr<Moment> m) {
         if (gen != m_generation || !m.ok()) return;
-        showMoment(*m, false);
+        showMoment(*m, tr("At the moment clicked"));
       });
 }
 
-void MainWindow::showMoment(const Moment& m, bool atPeak) {
+void MainWindow::loadSteps() {
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<std::vector<StepRow>>>(
+      this, [c = m_client, id] { return c->steps(id); },
+      [this, gen](absl::StatusOr<std::vector<StepRow>> rows) {
+        if (gen != m_generation || !rows.ok()) return;
+        m_stepRows = std::move(*rows);
+        m_steps->clear();
+        int64_t previous = -1;
+        for (const StepRow& s : m_stepRows) {
+          const int64_t peak = s.peak.trackedBytes;
+          const QString change = previous < 0       ? QString()
+                                 : peak >= previous ? QStringLiteral("+") + bytes(peak - previous)
+                                                    : QStringLiteral("-") + bytes(previous - peak);
+          new QTreeWidgetItem(m_steps,
+                              {QString::number(s.step),
+                               s.endNs > 0 ? tr("%1 ms").arg((s.endNs - s.beginNs) / 1e6, 0, 'f', 1)
+                                           : tr("running"),
+                               bytes(peak), change});
+          previous = peak;
+        }
+        emit stepsReady();
+      });
+}
+
+void MainWindow::openStep(int row) {
+  if (row < 0 || row >= static_cast<int>(m_stepRows.size())) return;
+  const StepRow& s = m_stepRows[static_cast<size_t>(row)];
+  if (s.endNs > s.beginNs) {
+    m_timeline->range().set(s.beginNs, s.endNs);
+    loadTimeline();
+  }
+  showMoment(s.peak, tr("At the peak of step %1").arg(s.step));
+}
+
+void MainWindow::showMoment(const Moment& m, const QString& title) {
   m_inspector->clear();
-  auto* head = new QTreeWidgetItem(
-      m_inspector,
-      {atPeak ? tr("At the peak") : tr("At the moment clicked"), bytes(m.trackedBytes)});
+  auto* head = new QTreeWidgetItem(m_inspector, {title, bytes(m.trackedBytes)});
   if (!m.phase.empty() || !m.scope.empty())
     new QTreeWidgetItem(head, {tr("%1 %2").arg(q(m.phase), q(m.scope)), QString()});
   if (m.reservedBytes >= 0) new QTreeWidgetItem(head, {tr("reserved"), bytes(m.reservedBytes)});

@@ -38,6 +38,7 @@ class MainWindow : public QMainWindow {
   void planReady();
   void inspectorReady();
   void planSent(bool ok);
+  void stepsReady();
 
  private:
   void openSession(uint64_t id);
@@ -46,12 +47,16 @@ class MainWindow : public QMainWindow {
   void requestPlan();
   void applyPlan();
   void exportPng();
-  void showMoment(const Moment& m, bool atPeak);
+  void showMoment(const Moment& m, const QString& title);
+  void loadSteps();
+  void openStep(int row);
 
   std::shared_ptr<DaemonClient> m_client;
   QListWidget* m_sessions = nullptr;
   TimelineView* m_timeline = nullptr;
   QTreeWidget* m_inspector = nullptr;
+  QTreeWidget* m_steps = nullptr;
+  std::vector<StepRow> m_stepRows;
   QSlider* m_budget = nullptr;
   QLabel* m_budgetLabel = nullptr;
   QLabel* m_planSummary = nullptr;

@@ -5,6 +5,7 @@
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSlider>
+#include <QTabWidget>
 #include <QTest>
 #include <QTreeWidget>
 #include <cstdlib>
@@ -75,6 +76,17 @@ class GuiInteraction : public QObject {
     slider->setFocus();
     QTest::keyClick(slider, Qt::Key_PageDown);
     QVERIFY(planned.wait(60000));
+
+    // Steps: the table lists each step's peak; clicking step 2 zooms to it and inspects it.
+    auto* steps = w.findChild<QTreeWidget*>(QStringLiteral("steps"));
+    auto* side = w.findChild<QTabWidget*>(QStringLiteral("side"));
+    QVERIFY(steps && side);
+    QTRY_VERIFY_WITH_TIMEOUT(steps->topLevelItemCount() >= 2, 30000);
+    side->setCurrentWidget(steps);
+    QTest::mouseClick(steps->viewport(), Qt::LeftButton, {},
+                      steps->visualItemRect(steps->topLevelItem(1)).center());
+    QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the peak of step 2"));
+    QVERIFY(t->range().zoomed());
 
     // Apply: enabled for a live session only; clicking it sends the plan.
     auto* apply = w.findChild<QPushButton*>(QStringLiteral("apply"));
