@@ -142,6 +142,33 @@ absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session) {
   return out;
 }
 
+absl::StatusOr<std::vector<LaneSpan>> DaemonClient::scopes(uint64_t session, int64_t fromNs,
+                                                           int64_t toNs, int64_t minNs) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 30);
+  v1::ScopesRequest req;
+  req.set_session_id(session);
+  req.set_from_ts_ns(fromNs);
+  req.set_to_ts_ns(toNs);
+  req.set_min_duration_ns(minNs);
+  req.set_limit(4000);
+  v1::Scopes resp;
+  if (auto s = fromGrpc(m_stubs->query->GetScopes(&ctx, req, &resp)); !s.ok()) return s;
+  std::vector<LaneSpan> out;
+  for (const v1::ScopeSpan& s : resp.scopes()) {
+    LaneSpan l;
+    l.kind = s.kind() == v1::SCOPE_KIND_KERNEL ? LaneSpan::Kind::kKernel
+             : s.kind() == v1::SCOPE_KIND_OP   ? LaneSpan::Kind::kOp
+                                               : LaneSpan::Kind::kModule;
+    l.name = s.name();
+    l.depth = s.depth();
+    l.beginNs = s.begin_ts_ns();
+    l.endNs = s.end_ts_ns();
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::string& budget) {
   grpc::ClientContext ctx;
   deadline(ctx, 60);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
 
 namespace tidemark::gui {
@@ -79,6 +80,9 @@ class DaemonClient {
   absl::StatusOr<Moment> peak(uint64_t session);
   absl::StatusOr<Moment> at(uint64_t session, int64_t tsNs);
   absl::StatusOr<std::vector<StepRow>> steps(uint64_t session);
+  // Scopes lasting at least minNs in the range (both 0: the whole session), longest first.
+  absl::StatusOr<std::vector<LaneSpan>> scopes(uint64_t session, int64_t fromNs, int64_t toNs,
+                                               int64_t minNs);
   absl::StatusOr<PlanSummary> plan(uint64_t session, const std::string& budget);
   absl::StatusOr<ParetoData> pareto(uint64_t session);
   absl::StatusOr<uint64_t> apply(uint64_t session, const std::string& planJson);

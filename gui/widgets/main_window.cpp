@@ -129,6 +129,7 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_steps, &QTreeWidget::itemClicked, this,
           [this](QTreeWidgetItem* item) { openStep(m_steps->indexOfTopLevelItem(item)); });
   resize(1280, 800);
+  requestPlan();  // labels the budget slider; plans come once a session is open
 }
 
 void MainWindow::refreshSessions(std::optional<uint64_t> select) {
@@ -186,8 +187,11 @@ void MainWindow::openSession(uint64_t id) {
       [this, gen](absl::StatusOr<ParetoData> d) {
         if (gen != m_generation) return;
         if (!d.ok()) {
+          // No chain in this session (an imported trace, say): the panel says why.
           m_pareto->setCurve({}, 0);
           m_planSummary->setText(tr("no plan: %1").arg(q(std::string(d.status().message()))));
+          m_planLoaded = true;
+          emit planReady();
           return;
         }
         m_storeAll = d->storeAllPeakBytes;
@@ -225,6 +229,16 @@ void MainWindow::loadTimeline() {
         m_timeline->setData(StackedTimeline::build(t->buckets));
         m_timelineLoaded = true;
         emit timelineReady();
+      });
+  // The lanes: scopes at least a pixel wide in the range shown.
+  const int64_t span = whole ? 0 : to - from;
+  const int64_t minNs = span > 0 ? span / std::max(1, buckets) : 0;
+  runAsync<absl::StatusOr<std::vector<LaneSpan>>>(
+      this, [c = m_client, id, from, to, minNs] { return c->scopes(id, from, to, minNs); },
+      [this, gen](absl::StatusOr<std::vector<LaneSpan>> spans) {
+        if (gen != m_generation || !spans.ok()) return;
+        m_timeline->setLanes(layoutLanes(*spans));
+        emit lanesReady();
       });
 }
 
@@ -333,6 +347,8 @@ void MainWindow::requestPlan() {
         if (!p.ok()) {
           m_planSummary->setText(tr("no plan: %1").arg(q(std::string(p.status().message()))));
           m_timeline->setPredictedPeak(std::nullopt);
+          m_planLoaded = true;
+          emit planReady();
           return;
         }
         m_plan = *p;

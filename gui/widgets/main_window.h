@@ -39,6 +39,7 @@ class MainWindow : public QMainWindow {
   void inspectorReady();
   void planSent(bool ok);
   void stepsReady();
+  void lanesReady();
 
  private:
   void openSession(uint64_t id);

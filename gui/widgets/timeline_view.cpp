@@ -59,12 +59,22 @@ void TimelineView::setBudget(std::optional<int64_t> bytes) {
   update();
 }
 
+void TimelineView::setLanes(Lanes lanes) {
+  m_lanes = std::move(lanes);
+  update();
+}
+
 QPointF TimelineView::peakPoint() const {
   const QRectF r = plotRect();
   return QPointF(r.left() + m_range.xOf(m_peakNs, r.width()), r.center().y());
 }
 
-QRectF TimelineView::plotRect() const { return QRectF(70, 10, width() - 80, height() - 40); }
+// Lanes (modules, ops, kernels) take 18 px each under the plot.
+constexpr double kLaneHeight = 18;
+
+QRectF TimelineView::plotRect() const {
+  return QRectF(70, 10, width() - 80, height() - 40 - kLaneHeight * m_lanes.count());
+}
 
 double TimelineView::yOf(int64_t bytes, const QRectF& r) const {
   int64_t top = std::max<int64_t>(
@@ -132,6 +142,31 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawText(QPointF(std::min(x + 6, r.right() - 120), r.top() + 14),
                tr("peak %1").arg(bytesText(m_peakBytes)));
   }
+  // Lanes: each scope a box, named when there is room.
+  double laneTop = r.bottom() + 22;
+  auto lane = [&](const char* title, const std::vector<LaneSpan>& spans, QColor a, QColor b) {
+    if (spans.empty()) return;
+    p.setPen(palette().color(QPalette::Text));
+    p.drawText(QRectF(0, laneTop, 66, kLaneHeight), Qt::AlignRight | Qt::AlignVCenter, tr(title));
+    int k = 0;
+    for (const LaneSpan& s : spans) {
+      if (s.endNs < m_range.from() || s.beginNs > m_range.to()) continue;
+      const double x0 = std::max(r.left(), r.left() + m_range.xOf(s.beginNs, r.width()));
+      const double x1 = std::min(r.right(), r.left() + m_range.xOf(s.endNs, r.width()));
+      const QRectF box(x0, laneTop + 1, std::max(1.0, x1 - x0), kLaneHeight - 2);
+      p.fillRect(box, (k++ % 2) ? a : b);
+      if (box.width() > 40) {
+        p.setPen(palette().color(QPalette::Text));
+        p.drawText(box.adjusted(2, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
+                   p.fontMetrics().elidedText(QString::fromStdString(s.name), Qt::ElideRight,
+                                              static_cast<int>(box.width()) - 4));
+      }
+    }
+    laneTop += kLaneHeight;
+  };
+  lane("modules", m_lanes.modules, QColor(176, 196, 222), QColor(205, 220, 236));
+  lane("ops", m_lanes.ops, QColor(222, 206, 176), QColor(236, 226, 205));
+  lane("kernels", m_lanes.kernels, QColor(196, 222, 176), QColor(220, 236, 205));
   // Axis labels.
   p.setPen(palette().color(QPalette::Text));
   for (int k = 0; k <= 4; ++k) {

@@ -3,6 +3,7 @@
 #include <QWidget>
 #include <optional>
 
+#include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
 #include "gui/model/view_range.h"
 
@@ -22,6 +23,8 @@ class TimelineView : public QWidget {
   void setPeak(int64_t tsNs, int64_t bytes);
   void setPredictedPeak(std::optional<int64_t> bytes);
   void setBudget(std::optional<int64_t> bytes);
+  void setLanes(Lanes lanes);
+  const Lanes& lanes() const { return m_lanes; }
   ViewRange& range() { return m_range; }
   int bucketsWanted() const { return std::max(64, width()); }
   // Where the peak is drawn (for tests and keyboard users).
@@ -46,6 +49,7 @@ class TimelineView : public QWidget {
 
   ViewRange m_range;
   StackedTimeline m_data;
+  Lanes m_lanes;
   int64_t m_peakNs = -1, m_peakBytes = 0;
   std::optional<int64_t> m_predicted, m_budget;
   std::optional<QPointF> m_dragFrom;

@@ -1,5 +1,7 @@
 #include "server/rpc/query_service.h"
 
+#include <algorithm>
+
 #include <map>
 
 #include "server/rpc/grpc_status.h"
@@ -329,6 +331,52 @@ grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* re
     out->set_self_ns(o.selfNs);
     out->set_is_op(o.isOp);
     out->set_is_kernel(o.isKernel);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status QueryService::GetScopes(grpc::ServerContext*, const v1::ScopesRequest* request,
+                                     v1::Scopes* response) {
+  const auto id = static_cast<int64_t>(request->session_id());
+  if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
+  auto rec = Store::loadRecording(m_dbPath, id, /*withBlocks=*/false);
+  if (!rec.ok()) return toGrpc(rec.status());
+  const bool whole = request->from_ts_ns() == 0 && request->to_ts_ns() == 0;
+  const int64_t from = request->from_ts_ns(), to = request->to_ts_ns();
+  if (!whole && to < from) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the range ends before it starts");
+  }
+  const size_t limit = request->limit() > 0 ? static_cast<size_t>(request->limit()) : 5000;
+  struct Found {
+    const core::ScopeInterval* s;
+    v1::ScopeKind kind;
+  };
+  std::vector<Found> found;
+  auto take = [&](const std::vector<core::ScopeInterval>& list, v1::ScopeKind kind) {
+    for (const core::ScopeInterval& s : list) {
+      if (s.endSeq == core::kOpenSeq || s.endTsNs - s.beginTsNs < request->min_duration_ns())
+        continue;
+      if (!whole && (s.endTsNs < from || s.beginTsNs > to)) continue;
+      found.push_back({&s, kind});
+    }
+  };
+  take(rec->scopes, v1::SCOPE_KIND_MODULE);
+  take(rec->ops, v1::SCOPE_KIND_OP);
+  take(rec->kernels, v1::SCOPE_KIND_KERNEL);
+  // The longest first: a limited answer keeps what is widest on screen.
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return a.s->endTsNs - a.s->beginTsNs > b.s->endTsNs - b.s->beginTsNs;
+  });
+  response->set_session_id(static_cast<uint64_t>(id));
+  response->set_truncated(found.size() > limit);
+  for (size_t i = 0; i < found.size() && i < limit; ++i) {
+    v1::ScopeSpan* out = response->add_scopes();
+    out->set_name(found[i].s->name);
+    out->set_kind(found[i].kind);
+    out->set_depth(found[i].s->depth);
+    out->set_thread_id(found[i].s->threadId);
+    out->set_begin_ts_ns(found[i].s->beginTsNs);
+    out->set_end_ts_ns(found[i].s->endTsNs);
   }
   return grpc::Status::OK;
 }

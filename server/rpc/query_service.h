@@ -34,6 +34,8 @@ class QueryService final : public v1::Query::Service {
                       v1::Ops* response) override;
   grpc::Status GetDiff(grpc::ServerContext*, const v1::DiffRequest* request,
                        v1::Diff* response) override;
+  grpc::Status GetScopes(grpc::ServerContext*, const v1::ScopesRequest* request,
+                         v1::Scopes* response) override;
 
  private:
   grpc::Status breakdown(const v1::BreakdownRequest* request, v1::Breakdown* response);

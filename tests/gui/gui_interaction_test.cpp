@@ -45,6 +45,8 @@ class GuiInteraction : public QObject {
     QTest::mouseClick(list->viewport(), Qt::LeftButton, {},
                       list->visualItemRect(list->item(row)).center());
     QTRY_VERIFY_WITH_TIMEOUT(w.timelineLoaded(), 30000);
+    // The module lane under the timeline (the recording has module scopes).
+    QTRY_VERIFY_WITH_TIMEOUT(!w.timeline()->lanes().modules.empty(), 30000);
 
     // Zoom in with the keyboard: the range narrows and the timeline reloads.
     TimelineView* t = w.timeline();

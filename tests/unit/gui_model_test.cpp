@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "gui/model/category_colors.h"
+#include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
 #include "gui/model/view_range.h"
 
@@ -68,6 +69,27 @@ TEST(StackedTimeline, CategoriesStackAndTheEnvelopeKeepsPeaks) {
   EXPECT_EQ(t.bucketAt(5), 0);
   EXPECT_EQ(t.bucketAt(15), 1);
   EXPECT_EQ(t.bucketAt(25), -1);
+}
+
+TEST(Lanes, OutermostModulesBelowTheModelOutermostOpsAndKernels) {
+  using K = LaneSpan::Kind;
+  const std::vector<LaneSpan> spans = {{K::kModule, "M", 0, 0, 100},
+                                       {K::kModule, "M.blocks.0", 1, 0, 40},
+                                       {K::kModule, "M.blocks.0.mlp", 2, 10, 30},
+                                       {K::kModule, "M.blocks.1", 1, 50, 90},
+                                       {K::kModule, "M.blocks.1 [backward]", 0, 95, 99},
+                                       {K::kOp, "aten::linear", 0, 10, 20},
+                                       {K::kOp, "aten::addmm", 1, 11, 19},
+                                       {K::kKernel, "gemm", 0, 12, 18}};
+  const Lanes l = layoutLanes(spans);
+  ASSERT_EQ(l.modules.size(), 3u);  // the two blocks and the backward scope
+  EXPECT_EQ(l.modules[0].name, "M.blocks.0");
+  EXPECT_EQ(l.modules[2].name, "M.blocks.1 [backward]");
+  ASSERT_EQ(l.ops.size(), 1u);
+  EXPECT_EQ(l.ops[0].name, "aten::linear");
+  EXPECT_EQ(l.kernels.size(), 1u);
+  EXPECT_EQ(l.count(), 3);
+  EXPECT_TRUE(layoutLanes({}).empty());
 }
 
 }  // namespace
