@@ -212,6 +212,31 @@ absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session) {
   return out;
 }
 
+absl::StatusOr<std::vector<PlanOutcome>> DaemonClient::planCheck(uint64_t session) {
+  grpc::ClientContext ctx;
+  deadline(ctx, 60);
+  v1::PlanCheckRequest req;
+  req.set_session_id(session);
+  v1::PlanCheckResponse resp;
+  if (auto s = fromGrpc(m_stubs->advisor->PlanCheck(&ctx, req, &resp)); !s.ok()) return s;
+  std::vector<PlanOutcome> out;
+  for (const v1::PlanOutcome& o : resp.plans()) {
+    PlanOutcome p;
+    p.planId = o.plan_id();
+    p.state = o.state() == v1::PLAN_STATE_APPLIED   ? "applied"
+              : o.state() == v1::PLAN_STATE_REFUSED ? "refused"
+                                                    : "sent";
+    p.message = o.message();
+    p.fromStep = o.from_step();
+    p.stepsMeasured = o.steps_measured();
+    p.budgetBytes = o.budget_bytes();
+    p.predictedPeakBytes = o.predicted_peak_bytes();
+    p.measuredPeakBytes = o.measured_peak_bytes();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 absl::StatusOr<uint64_t> DaemonClient::apply(uint64_t session, const std::string& planJson) {
   grpc::ClientContext ctx;
   deadline(ctx, 30);

@@ -62,6 +62,15 @@ struct PlanSummary {
   std::vector<std::pair<std::string, std::string>> segments;  // (mode, modules)
 };
 
+// A plan sent to a session and what the steps under it measured (Advisor.PlanCheck).
+struct PlanOutcome {
+  uint64_t planId = 0;
+  std::string state;  // "sent", "applied", "refused"
+  std::string message;
+  int64_t fromStep = 0, stepsMeasured = 0;
+  int64_t budgetBytes = 0, predictedPeakBytes = 0, measuredPeakBytes = 0;
+};
+
 struct ParetoData {
   std::vector<std::pair<int64_t, int64_t>> points;  // (budget bytes, extra ns)
   int64_t storeAllPeakBytes = 0;
@@ -86,6 +95,7 @@ class DaemonClient {
   absl::StatusOr<PlanSummary> plan(uint64_t session, const std::string& budget);
   absl::StatusOr<ParetoData> pareto(uint64_t session);
   absl::StatusOr<uint64_t> apply(uint64_t session, const std::string& planJson);
+  absl::StatusOr<std::vector<PlanOutcome>> planCheck(uint64_t session);
 
  private:
   struct Stubs;

@@ -77,6 +77,10 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   left->addWidget(m_budget);
   left->addWidget(m_planSummary);
   left->addWidget(m_apply);
+  m_planCheck = new QLabel;
+  m_planCheck->setObjectName(QStringLiteral("planCheck"));
+  m_planCheck->setWordWrap(true);
+  left->addWidget(m_planCheck);
   left->addStretch();
   m_planSegments = new QTreeWidget;
   m_planSegments->setHeaderLabels({tr("Mode"), tr("Modules")});
@@ -117,7 +121,10 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
 
   m_follow = new QTimer(this);
   m_follow->setInterval(1000);
-  connect(m_follow, &QTimer::timeout, this, [this] { loadTimeline(); });
+  connect(m_follow, &QTimer::timeout, this, [this] {
+    loadTimeline();
+    checkPlans();
+  });
   connect(m_sessions, &QListWidget::currentRowChanged, this, [this](int row) {
     if (row >= 0 && row < static_cast<int>(m_rows.size()))
       openSession(m_rows[static_cast<size_t>(row)].id);
@@ -178,9 +185,11 @@ void MainWindow::openSession(uint64_t id) {
     m_follow->start();
   else
     m_follow->stop();
+  m_planCheck->clear();
   loadTimeline();
   inspectPeak();
   loadSteps();
+  checkPlans();
   const int gen = m_generation;
   runAsync<absl::StatusOr<ParetoData>>(
       this, [c = m_client, id] { return c->pareto(id); },
@@ -384,6 +393,35 @@ void MainWindow::applyPlan() {
                               ? tr("plan %1 sent; the job applies it at its next step").arg(*planId)
                               : tr("apply: %1").arg(q(std::string(planId.status().message()))));
         emit planSent(planId.ok());
+      });
+}
+
+void MainWindow::checkPlans() {
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<std::vector<PlanOutcome>>>(
+      this, [c = m_client, id] { return c->planCheck(id); },
+      [this, gen](absl::StatusOr<std::vector<PlanOutcome>> plans) {
+        if (gen != m_generation || !plans.ok() || plans->empty()) return;
+        const PlanOutcome& o = plans->back();
+        QString text = tr("plan %1: %2").arg(o.planId).arg(q(o.state));
+        if (o.state == "refused") text += QStringLiteral(" — ") + q(o.message);
+        if (o.state == "applied" && o.stepsMeasured > 0) {
+          const double err = o.predictedPeakBytes > 0
+                                 ? 100.0 * (o.measuredPeakBytes - o.predictedPeakBytes) /
+                                       static_cast<double>(o.predictedPeakBytes)
+                                 : 0.0;
+          text += tr(" from step %1 · measured peak %2, predicted %3 (%4%5 %) · %6")
+                      .arg(o.fromStep)
+                      .arg(bytes(o.measuredPeakBytes), bytes(o.predictedPeakBytes))
+                      .arg(err >= 0 ? QStringLiteral("+") : QString())
+                      .arg(err, 0, 'f', 1)
+                      .arg(o.measuredPeakBytes <= o.budgetBytes ? tr("within budget")
+                                                                : tr("OVER BUDGET"));
+        }
+        m_planCheck->setText(text);
+        emit planChecked();
       });
 }
 

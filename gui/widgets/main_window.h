@@ -40,6 +40,7 @@ class MainWindow : public QMainWindow {
   void planSent(bool ok);
   void stepsReady();
   void lanesReady();
+  void planChecked();
 
  private:
   void openSession(uint64_t id);
@@ -48,6 +49,7 @@ class MainWindow : public QMainWindow {
   void requestPlan();
   void applyPlan();
   void exportPng();
+  void checkPlans();
   void showMoment(const Moment& m, const QString& title);
   void loadSteps();
   void openStep(int row);
@@ -61,6 +63,7 @@ class MainWindow : public QMainWindow {
   QSlider* m_budget = nullptr;
   QLabel* m_budgetLabel = nullptr;
   QLabel* m_planSummary = nullptr;
+  QLabel* m_planCheck = nullptr;  // predicted against measured, for plans sent to the session
   QTreeWidget* m_planSegments = nullptr;
   ParetoView* m_pareto = nullptr;
   QPushButton* m_apply = nullptr;

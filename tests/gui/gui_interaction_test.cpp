@@ -1,6 +1,7 @@
 // QTest interaction with the real window against a real tidemarkd holding a recorded session
 // (tests/e2e/test_gui.py starts both and passes TIDEMARK_SERVER and TIDEMARK_GUI_SESSION): select
 // the session, zoom, click the peak, move the budget slider, and Apply where the session is live.
+#include <QLabel>
 #include <QListWidget>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -99,6 +100,11 @@ class GuiInteraction : public QObject {
       QTest::mouseClick(apply, Qt::LeftButton);
       QVERIFY(sent.wait(30000));
       QVERIFY(sent.takeFirst().at(0).toBool());
+      // The job applies it at a step boundary; the panel then shows predicted against measured.
+      auto* check = w.findChild<QLabel*>(QStringLiteral("planCheck"));
+      QVERIFY(check);
+      QTRY_VERIFY_WITH_TIMEOUT(check->text().contains(QStringLiteral("measured peak")), 120000);
+      QVERIFY2(check->text().contains(QStringLiteral("applied")), qPrintable(check->text()));
     }
   }
 };
