@@ -374,6 +374,16 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     if (pt.phase == SimPhase::kRecompute || pt.phase == SimPhase::kBackward)
       resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
   }
+  // A block the recording ran under (reentrant) checkpoint leaves, during its backward, memory
+  // that belongs to that way of running it (the nested backward's buffers), not to what lies
+  // outside the chain: where stored blocks were measured too, theirs stands for it.
+  int64_t storedBackward = std::numeric_limits<int64_t>::max();
+  for (int i = 0; i < n; ++i)
+    if (!recomputeRun[i].valid) storedBackward = std::min(storedBackward, resBackward[i]);
+  if (storedBackward != std::numeric_limits<int64_t>::max()) {
+    for (int i = 0; i < n; ++i)
+      if (recomputeRun[i].valid) resBackward[i] = storedBackward;
+  }
   p.staticBytes = std::max<int64_t>(0, least);
   for (int i = 0; i < n; ++i) {
     p.stages[i].forwardOutsideBytes = std::max<int64_t>(0, resForward[i] - p.staticBytes);
