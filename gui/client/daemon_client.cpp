@@ -188,6 +188,8 @@ absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::stri
   p.baseStepNs = d->baselineStepNs;
   p.storeAllPeakBytes = d->baselinePeakBytes;
   p.minFeasibleBudgetBytes = d->minFeasibleBudgetBytes;
+  for (const v1::PredictedPoint& pt : resp.predicted())
+    p.predicted.emplace_back(pt.ts_ns(), pt.live_bytes());
   for (const core::PlanSegmentDoc& s : d->segments) {
     std::string mods = s.modules.front();
     if (s.modules.size() > 1) mods += " .. " + s.modules.back();

@@ -60,6 +60,7 @@ struct PlanSummary {
   int64_t storeAllPeakBytes = 0;
   int64_t minFeasibleBudgetBytes = 0;
   std::vector<std::pair<std::string, std::string>> segments;  // (mode, modules)
+  std::vector<std::pair<int64_t, int64_t>> predicted;  // (ts, live bytes) over the recorded step
 };
 
 // A plan sent to a session and what the steps under it measured (Advisor.PlanCheck).

@@ -176,6 +176,7 @@ void MainWindow::openSession(uint64_t id) {
   m_plan.reset();
   m_apply->setEnabled(false);
   m_timeline->setPredictedPeak(std::nullopt);
+  m_timeline->setPredictedSeries({});
   m_timeline->setBudget(std::nullopt);
   const int64_t end = m_current->endNs > 0 ? m_current->endNs : m_current->startNs + 1'000'000'000;
   m_timeline->setLimits(m_current->startNs, end);
@@ -374,6 +375,7 @@ void MainWindow::requestPlan() {
         for (const auto& [mode, mods] : p->segments)
           if (mode != "store") new QTreeWidgetItem(m_planSegments, {q(mode), q(mods)});
         m_timeline->setPredictedPeak(p->predictedPeakBytes);
+        m_timeline->setPredictedSeries(p->predicted);
         m_timeline->setBudget(p->budgetBytes);
         m_pareto->setChosen(p->budgetBytes);
         m_apply->setEnabled(m_current && m_current->live && p->feasible);

@@ -59,6 +59,12 @@ void TimelineView::setBudget(std::optional<int64_t> bytes) {
   update();
 }
 
+void TimelineView::setPredictedSeries(std::vector<std::pair<int64_t, int64_t>> points) {
+  std::sort(points.begin(), points.end());
+  m_predictedSeries = std::move(points);
+  update();
+}
+
 void TimelineView::setLanes(Lanes lanes) {
   m_lanes = std::move(lanes);
   update();
@@ -130,6 +136,20 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawLine(QPointF(r.left(), yOf(*m_predicted, r)), QPointF(r.right(), yOf(*m_predicted, r)));
     p.drawText(QPointF(r.right() - 200, yOf(*m_predicted, r) - 3),
                tr("predicted peak %1").arg(bytesText(*m_predicted)));
+  }
+  // The plan's predicted memory over the recorded step (green), point by point.
+  if (m_predictedSeries.size() > 1) {
+    p.setRenderHint(QPainter::Antialiasing, true);
+    p.setPen(QPen(QColor(0, 150, 0), 2));
+    QPointF prev;
+    bool have = false;
+    for (const auto& [ts, b] : m_predictedSeries) {
+      const QPointF pt(r.left() + m_range.xOf(ts, r.width()), yOf(b, r));
+      if (have && (ts >= m_range.from() || prev.x() >= r.left())) p.drawLine(prev, pt);
+      prev = pt;
+      have = true;
+    }
+    p.setRenderHint(QPainter::Antialiasing, false);
   }
   // The peak: a magenta line and a dot.
   if (m_peakNs >= m_range.from() && m_peakNs <= m_range.to()) {

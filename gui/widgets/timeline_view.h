@@ -24,6 +24,8 @@ class TimelineView : public QWidget {
   void setPredictedPeak(std::optional<int64_t> bytes);
   void setBudget(std::optional<int64_t> bytes);
   void setLanes(Lanes lanes);
+  // The plan's predicted memory over the recorded step: (ts, bytes) points, drawn as a line.
+  void setPredictedSeries(std::vector<std::pair<int64_t, int64_t>> points);
   const Lanes& lanes() const { return m_lanes; }
   ViewRange& range() { return m_range; }
   int bucketsWanted() const { return std::max(64, width()); }
@@ -50,6 +52,7 @@ class TimelineView : public QWidget {
   ViewRange m_range;
   StackedTimeline m_data;
   Lanes m_lanes;
+  std::vector<std::pair<int64_t, int64_t>> m_predictedSeries;
   int64_t m_peakNs = -1, m_peakBytes = 0;
   std::optional<int64_t> m_predicted, m_budget;
   std::optional<QPointF> m_dragFrom;

@@ -60,6 +60,28 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext*, const v1::PlanRequest* r
   report.source.session = std::to_string(request->chain().session_id());
   report.source.step = chain->step;
   response->set_plan_json(core::planToJson(chain->profile, report));
+  for (const core::SimPoint& pt : report.predicted.points) {
+    int64_t ts = 0;
+    switch (pt.phase) {
+      case core::SimPhase::kForward:
+        ts = chain->forwardEndNs[pt.stage];
+        break;
+      case core::SimPhase::kEndOfForward:
+        ts = chain->endOfForwardNs;
+        break;
+      case core::SimPhase::kRecompute:
+        ts = chain->backwardBeginNs[pt.stage];
+        break;
+      case core::SimPhase::kBackward:
+        ts = chain->backwardMidNs[pt.stage];
+        break;
+      case core::SimPhase::kOutside:
+        continue;
+    }
+    v1::PredictedPoint* out = response->add_predicted();
+    out->set_ts_ns(ts);
+    out->set_live_bytes(pt.liveBytes);
+  }
   response->set_feasible(report.feasible);
   response->set_min_feasible_budget_bytes(report.minFeasibleBudgetBytes);
   return grpc::Status::OK;

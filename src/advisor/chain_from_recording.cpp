@@ -395,6 +395,13 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                           replay.peak(bwd->endSeq, step->endSeq).trackedBytes);
   out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
   out.measuredStepNs = step->endTsNs - step->beginTsNs;
+  out.endOfForwardNs = fwd->endTsNs;
+  for (int i = 0; i < n; ++i) {
+    out.forwardEndNs.push_back(forward[i]->endTsNs);
+    const Window& w = backward[i].valid ? backward[i] : windowOf(*bwd);
+    out.backwardBeginNs.push_back(w.beginTsNs);
+    out.backwardMidNs.push_back(w.beginTsNs + (w.endTsNs - w.beginTsNs) / 2);
+  }
   if (absl::Status s = validateProfile(p); !s.ok()) return s;
   return out;
 }

@@ -20,6 +20,11 @@ struct RecordedChain {
   ChainPlan recordedPlan;         // blocks the recording ran under checkpoint are recomputed
   int64_t measuredPeakBytes = 0;  // the step's peak, as recorded
   int64_t measuredStepNs = 0;
+  // When the recorded step ran each moment of the chain's schedule (for drawing a plan's
+  // predicted memory over the recorded timeline): after stage i's forward, at the end of the
+  // forward, at the start and in the middle of stage i's backward.
+  std::vector<int64_t> forwardEndNs, backwardBeginNs, backwardMidNs;
+  int64_t endOfForwardNs = 0;
 };
 
 // Builds the chain model of a recorded step (docs/plan-format.md, "Profiles from a recording"):
