@@ -20,15 +20,24 @@ std::string str(const json& e, const char* key) {
   return it != e.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-int64_t toNs(const json& ts) {
-  return static_cast<int64_t>(std::llround(ts.get<double>() * 1000.0));
+// Microseconds (Chrome trace "ts"/"dur") to nanoseconds; false for what no trace can hold
+// (beyond a hundred years from the epoch, negative durations, NaN).
+bool toNs(const json& us, int64_t* ns) {
+  const double v = us.get<double>() * 1000.0;
+  if (!(v > -3.2e18 && v < 3.2e18)) return false;
+  *ns = static_cast<int64_t>(std::llround(v));
+  return true;
 }
 
 int64_t intArg(const json& args, const char* key, int64_t fallback) {
   auto it = args.find(key);
   if (it == args.end()) return fallback;
   if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_number()) return static_cast<int64_t>(it->get<double>());
+  if (it->is_number()) {
+    // Doubles beyond what an int64 holds (or NaN) are not numbers this file can mean.
+    const double d = it->get<double>();
+    return d > -9e18 && d < 9e18 ? static_cast<int64_t>(d) : fallback;
+  }
   return fallback;
 }
 
@@ -132,16 +141,20 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       if (dev != device) continue;
       const int64_t bytes = intArg(*a, "Bytes", 0);
       if (bytes == 0) continue;
-      if (std::llabs(bytes) > (int64_t{1} << 50))
+      if (bytes > (int64_t{1} << 50) || bytes < -(int64_t{1} << 50))
         return absl::InvalidArgumentError(absl::StrCat("trace: absurd [memory] size ", bytes));
-      memory.push_back({toNs(*tsIt), bytes, intArg(*a, "Addr", -1),
-                        intArg(*a, "Total Allocated", -1), intArg(*a, "Total Reserved", -1)});
+      int64_t tsNs = 0;
+      if (!toNs(*tsIt, &tsNs))
+        return absl::InvalidArgumentError("trace: a [memory] event has an absurd timestamp");
+      memory.push_back({tsNs, bytes, intArg(*a, "Addr", -1), intArg(*a, "Total Allocated", -1),
+                        intArg(*a, "Total Reserved", -1)});
       continue;
     }
     if (str(e, "ph") != "X") continue;
     auto durIt = e.find("dur");
     const double dur = durIt != e.end() && durIt->is_number() ? durIt->get<double>() : 0.0;
-    if (dur < 0) continue;
+    // A span longer than a year (or NaN) is not a span.
+    if (!(dur >= 0 && dur < 3.2e13)) continue;
     const bool op = isOpCategory(cat);
     const bool kernel = isKernelCategory(cat);
     const bool step = name.rfind("ProfilerStep#", 0) == 0;
@@ -149,7 +162,9 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     const bool module = cat == "python_function" && name.rfind("nn.Module: ", 0) == 0;
     if (!op && !kernel && !step && !module) continue;
     Span s;
-    s.beginNs = toNs(*tsIt);
+    if (!toNs(*tsIt, &s.beginNs))
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace: '", name, "' has an absurd timestamp"));
     s.endNs = s.beginNs + static_cast<int64_t>(std::llround(dur * 1000.0));
     s.thread = threadOf(e);
     s.kernel = kernel;

@@ -171,6 +171,11 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
         en.size = static_cast<uint64_t>(size);
         en.stream = e->get("stream") ? static_cast<uint64_t>(e->get("stream")->asInt()) : 0;
         en.timeUs = e->get("time_us") ? e->get("time_us")->asInt() : 0;
+        // Microseconds that do not fit nanoseconds in an int64 are no time a trace can hold.
+        if (en.timeUs > int64_t{3'000'000'000'000'000} ||
+            en.timeUs < -int64_t{3'000'000'000'000'000})
+          return absl::InvalidArgumentError(
+              absl::StrCat("memory snapshot: absurd time_us ", en.timeUs));
         if (en.action == "alloc") en.frames = readFrames(e->get("frames"));
         entries.push_back(std::move(en));
       }

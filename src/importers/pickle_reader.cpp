@@ -20,8 +20,8 @@ int64_t PyValue::asInt(int64_t fallback) const {
       return i;
     case Kind::kBool:
       return b ? 1 : 0;
-    case Kind::kFloat:
-      return static_cast<int64_t>(f);
+    case Kind::kFloat:  // beyond an int64 (or NaN): not an integer this data can mean
+      return f > -9e18 && f < 9e18 ? static_cast<int64_t>(f) : fallback;
     default:
       return fallback;
   }
