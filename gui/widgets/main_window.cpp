@@ -16,6 +16,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include "gui/model/format.h"
 #include "gui/widgets/async.h"
 #include "gui/widgets/pareto_view.h"
 #include "gui/widgets/timeline_view.h"
@@ -26,17 +27,7 @@ namespace {
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
-QString bytes(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? QStringLiteral("%1 B").arg(b)
-                : QStringLiteral("%1 %2").arg(v, 0, 'f', 2).arg(QString::fromLatin1(units[u]));
-}
+QString bytes(int64_t b) { return QString::fromStdString(humanBytes(b)); }
 
 QColor color(int c) {
   const Rgb rgb = categoryColors()[static_cast<size_t>(c)];

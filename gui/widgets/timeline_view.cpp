@@ -1,5 +1,7 @@
 #include "gui/widgets/timeline_view.h"
 
+#include "gui/model/format.h"
+
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
@@ -13,17 +15,7 @@ namespace tidemark::gui {
 namespace {
 QColor toQ(Rgb c) { return QColor(c.r, c.g, c.b); }
 
-QString bytesText(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (std::abs(v) >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? QStringLiteral("%1 B").arg(b)
-                : QStringLiteral("%1 %2").arg(v, 0, 'f', 2).arg(QString::fromLatin1(units[u]));
-}
+QString bytesText(int64_t b) { return QString::fromStdString(humanBytes(b)); }
 }  // namespace
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {

@@ -227,10 +227,6 @@ int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& 
   return kExitOk;
 }
 
-int callAdvisorError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
-  return reportError(g, what, s);
-}
-
 }  // namespace
 
 int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
@@ -272,11 +268,9 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   req.set_strategy(a.strategy);
   req.set_margin(a.margin);
   v1::PlanResponse resp;
-  auto stub = v1::Advisor::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
-  const grpc::Status s = stub->Plan(&ctx, req, &resp);
-  if (!s.ok()) return callAdvisorError(g, "plan", s);
+  if (int code = callRpc<v1::Advisor>(g, "plan", &v1::Advisor::Stub::Plan, req, &resp, 120);
+      code != kExitOk)
+    return code;
   return finishPlan(a, g, resp.plan_json());
 }
 
@@ -297,11 +291,10 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   v1::ChainProfileRequest req;
   *req.mutable_chain() = selector(a);
   v1::ChainProfileResponse resp;
-  auto stub = v1::Advisor::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
-  const grpc::Status s = stub->GetChainProfile(&ctx, req, &resp);
-  if (!s.ok()) return callAdvisorError(g, "chain", s);
+  if (int code =
+          callRpc<v1::Advisor>(g, "chain", &v1::Advisor::Stub::GetChainProfile, req, &resp, 120);
+      code != kExitOk)
+    return code;
   if (!a.outFile.empty()) {
     std::ofstream out(a.outFile, std::ios::binary | std::ios::trunc);
     if (!(out << resp.profile_json())) {
@@ -376,11 +369,9 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   } else {
     v1::ParetoRequest req;
     *req.mutable_chain() = selector(a);
-    auto stub = v1::Advisor::NewStub(channelFor(g));
-    grpc::ClientContext ctx;
-    withDeadline(ctx, 120);
-    const grpc::Status s = stub->Pareto(&ctx, req, &resp);
-    if (!s.ok()) return callAdvisorError(g, "pareto", s);
+    if (int code = callRpc<v1::Advisor>(g, "pareto", &v1::Advisor::Stub::Pareto, req, &resp, 120);
+        code != kExitOk)
+      return code;
   }
   if (g.json) {
     std::string out = "{\"chain\": " + jsonString(resp.chain_name()) +
@@ -439,11 +430,7 @@ int callPlanCheck(const GlobalOptions& g, const char* what, uint64_t session,
                   v1::PlanCheckResponse* resp) {
   v1::PlanCheckRequest req;
   req.set_session_id(session);
-  auto stub = v1::Advisor::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, 120);
-  const grpc::Status s = stub->PlanCheck(&ctx, req, resp);
-  return s.ok() ? kExitOk : reportError(g, what, s);
+  return callRpc<v1::Advisor>(g, what, &v1::Advisor::Stub::PlanCheck, req, resp);
 }
 
 double errorPct(int64_t measured, int64_t predicted) {
@@ -509,13 +496,9 @@ int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   req.set_session_id(session);
   req.set_plan_json(text);
   v1::ApplyPlanResponse resp;
-  {
-    auto stub = v1::Control::NewStub(channelFor(g));
-    grpc::ClientContext ctx;
-    withDeadline(ctx, 30);
-    const grpc::Status s = stub->ApplyPlan(&ctx, req, &resp);
-    if (!s.ok()) return reportError(g, "apply", s);
-  }
+  if (int code = callRpc<v1::Control>(g, "apply", &v1::Control::Stub::ApplyPlan, req, &resp, 30);
+      code != kExitOk)
+    return code;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(waitS);
   v1::PlanOutcome outcome;
   outcome.set_plan_id(resp.plan_id());

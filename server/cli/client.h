@@ -18,18 +18,25 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g);
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s);
 void withDeadline(grpc::ClientContext& ctx, int seconds);
 
-// One unary call of the Query service with a deadline: kExitOk, or the exit code of the error it
-// reported (as `tidemark <what>: ...`).
+// One unary call of any tidemark service with a deadline: kExitOk, or the exit code of the error
+// it reported (as `tidemark <what>: ...`).
+template <typename Service, typename Stub, typename Request, typename Response>
+int callRpc(const GlobalOptions& g, const char* what,
+            grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+            const Request& request, Response* response, int deadlineSeconds = 120) {
+  auto stub = Service::NewStub(channelFor(g));
+  grpc::ClientContext ctx;
+  withDeadline(ctx, deadlineSeconds);
+  const grpc::Status s = ((*stub).*method)(&ctx, request, response);
+  return s.ok() ? kExitOk : reportError(g, what, s);
+}
+
 template <typename Request, typename Response>
 int callQuery(const GlobalOptions& g, const char* what,
               grpc::Status (v1::Query::Stub::*method)(grpc::ClientContext*, const Request&,
                                                       Response*),
               const Request& request, Response* response, int deadlineSeconds = 120) {
-  auto stub = v1::Query::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  withDeadline(ctx, deadlineSeconds);
-  const grpc::Status s = ((*stub).*method)(&ctx, request, response);
-  return s.ok() ? kExitOk : reportError(g, what, s);
+  return callRpc<v1::Query>(g, what, method, request, response, deadlineSeconds);
 }
 bool parseSessionId(const std::string& s, uint64_t* id);
 // "+1.5s", "1500ms", "2s", "250us", "100ns": an offset from the session's start (relative); a bare

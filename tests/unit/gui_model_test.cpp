@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "gui/model/category_colors.h"
+#include "gui/model/format.h"
 #include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
 #include "gui/model/view_range.h"
@@ -69,6 +70,12 @@ TEST(StackedTimeline, CategoriesStackAndTheEnvelopeKeepsPeaks) {
   EXPECT_EQ(t.bucketAt(5), 0);
   EXPECT_EQ(t.bucketAt(15), 1);
   EXPECT_EQ(t.bucketAt(25), -1);
+}
+
+TEST(Format, HumanBytes) {
+  EXPECT_EQ(humanBytes(512), "512 B");
+  EXPECT_EQ(humanBytes(66941337), "63.84 MiB");
+  EXPECT_EQ(humanBytes(int64_t{3} << 30), "3.00 GiB");
 }
 
 TEST(Lanes, OutermostModulesBelowTheModelOutermostOpsAndKernels) {
