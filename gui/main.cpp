@@ -4,6 +4,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QTimer>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -35,17 +36,40 @@ int main(int argc, char** argv) {
       QStringLiteral("Render the window once the session (and its plan) has loaded, save it as a "
                      "PNG to <file>, and exit (2 when nothing loaded within 60 s)."),
       QStringLiteral("file"));
-  parser.addOptions({server, session, budget, screenshot});
+  const QCommandLineOption tab(QStringLiteral("tab"),
+                               QStringLiteral("The side panel shown: inspector (default) or steps "
+                                              "(each step's peak, two steps overlaid)."),
+                               QStringLiteral("name"));
+  parser.addOptions({server, session, budget, screenshot, tab});
   parser.process(app);
+
+  auto fail = [](const QString& message) {
+    std::fprintf(stderr, "tidemark-gui: %s\n", qPrintable(message));
+    return 2;
+  };
+  bool ok = true;
+  const int budgetPercent = parser.isSet(budget) ? parser.value(budget).toInt(&ok) : 70;
+  if (!ok || budgetPercent < 10 || budgetPercent > 100)
+    return fail(QStringLiteral("--budget takes a whole percent from 10 to 100, not '%1'")
+                    .arg(parser.value(budget)));
+  std::optional<uint64_t> open;
+  if (parser.isSet(session)) {
+    open = parser.value(session).toULongLong(&ok);
+    if (!ok)
+      return fail(QStringLiteral("--open takes a session id, not '%1'").arg(parser.value(session)));
+  }
+  const QString tabName = parser.isSet(tab) ? parser.value(tab) : QStringLiteral("inspector");
+  if (tabName != QStringLiteral("inspector") && tabName != QStringLiteral("steps"))
+    return fail(QStringLiteral("--tab is inspector or steps, not '%1'").arg(tabName));
 
   const char* env = std::getenv("TIDEMARK_SERVER");
   const std::string address = parser.isSet(server) ? parser.value(server).toStdString()
                               : (env && *env)      ? std::string(env)
                                                    : std::string("127.0.0.1:7531");
   tidemark::gui::MainWindow window(std::make_shared<tidemark::gui::DaemonClient>(address));
-  if (parser.isSet(budget)) window.setBudgetPercent(parser.value(budget).toInt());
-  std::optional<uint64_t> open;
-  if (parser.isSet(session)) open = parser.value(session).toULongLong();
+  window.setBudgetPercent(budgetPercent);
+  const bool steps = tabName == QStringLiteral("steps");
+  if (steps) window.showStepsTab();
   window.show();
   window.refreshSessions(open);
 
@@ -56,12 +80,17 @@ int main(int argc, char** argv) {
         QApplication::exit(window.grab().save(path, "PNG") ? 0 : 1);
       });
     };
-    // With a session: once its timeline and plan are in (or the timeline, without a plan).
-    auto check = [&window, open, shoot] {
-      if (!open || (window.timelineLoaded() && window.planLoaded())) shoot();
+    // With a session: once its timeline and plan are in (or the timeline, without a plan), and
+    // on the Steps tab the comparison of two steps.
+    auto check = [&window, open, shoot, steps, shot = std::make_shared<bool>(false)] {
+      if (*shot || (open && !(window.timelineLoaded() && window.planLoaded()))) return;
+      if (open && steps && !window.comparisonLoaded()) return;
+      *shot = true;
+      shoot();
     };
     QObject::connect(&window, &tidemark::gui::MainWindow::timelineReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::planReady, &window, check);
+    QObject::connect(&window, &tidemark::gui::MainWindow::comparisonReady, &window, check);
     if (!open) QTimer::singleShot(1500, &window, shoot);
     QTimer::singleShot(60000, &window, [] { QApplication::exit(2); });
   }

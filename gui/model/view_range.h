@@ -12,6 +12,7 @@ class ViewRange {
 
   void setLimits(int64_t minNs, int64_t maxNs);
   void reset() { m_from = m_min, m_to = m_max; }
+  int64_t min() const { return m_min; }
   int64_t from() const { return m_from; }
   int64_t to() const { return m_to; }
   int64_t span() const { return m_to - m_from; }

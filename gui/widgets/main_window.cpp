@@ -15,10 +15,12 @@
 #include <QTimer>
 #include <QTreeWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "gui/model/format.h"
 #include "gui/widgets/async.h"
 #include "gui/widgets/pareto_view.h"
+#include "gui/widgets/step_compare_view.h"
 #include "gui/widgets/timeline_view.h"
 
 namespace tidemark::gui {
@@ -85,10 +87,24 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_steps->setObjectName(QStringLiteral("steps"));
   m_steps->setHeaderLabels({tr("Step"), tr("Time"), tr("Peak"), tr("Change")});
   m_steps->setRootIsDecorated(false);
-  auto* side = new QTabWidget;
+  m_steps->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  // Under the table: two steps overlaid (the first and last finished, or the two selected) and
+  // the change between their peaks by category.
+  m_compare = new StepCompareView;
+  m_compare->setObjectName(QStringLiteral("stepCompare"));
+  m_compareTable = new QTreeWidget;
+  m_compareTable->setObjectName(QStringLiteral("stepCompareTable"));
+  m_compareTable->setHeaderLabels({tr("At the peak"), tr("A"), tr("B"), tr("Change")});
+  m_compareTable->setRootIsDecorated(false);
+  auto* stepsTab = new QSplitter(Qt::Vertical);
+  stepsTab->addWidget(m_steps);
+  stepsTab->addWidget(m_compare);
+  stepsTab->addWidget(m_compareTable);
+  stepsTab->setSizes({200, 260, 200});
+  auto* side = m_side = new QTabWidget;
   side->setObjectName(QStringLiteral("side"));
   side->addTab(m_inspector, tr("Inspector"));
-  side->addTab(m_steps, tr("Steps"));
+  side->addTab(stepsTab, tr("Steps"));
   auto* middle = new QSplitter(Qt::Horizontal);
   middle->addWidget(m_timeline);
   middle->addWidget(side);
@@ -124,8 +140,7 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_timeline, &TimelineView::momentClicked, this, [this](qint64 ts) { inspect(ts); });
   connect(m_budget, &QSlider::valueChanged, this, [this] { requestPlan(); });
   connect(m_apply, &QPushButton::clicked, this, &MainWindow::applyPlan);
-  connect(m_steps, &QTreeWidget::itemClicked, this,
-          [this](QTreeWidgetItem* item) { openStep(m_steps->indexOfTopLevelItem(item)); });
+  connect(m_steps, &QTreeWidget::itemSelectionChanged, this, &MainWindow::stepSelectionChanged);
   resize(1280, 800);
   requestPlan();  // labels the budget slider; plans come once a session is open
 }
@@ -173,6 +188,8 @@ void MainWindow::openSession(uint64_t id) {
   m_timeline->setLimits(m_current->startNs, end);
   m_stepRows.clear();
   m_steps->clear();
+  m_compare->setComparison(std::nullopt);
+  m_compareTable->clear();
   if (m_current->live)
     m_follow->start();
   else
@@ -291,6 +308,10 @@ void MainWindow::loadSteps() {
                                bytes(peak), change});
           previous = peak;
         }
+        std::vector<StepSpan> spans;
+        for (const StepRow& s : m_stepRows) spans.push_back({s.beginNs, s.endNs});
+        if (const auto pair = defaultComparison(spans))
+          compareSteps(static_cast<int>(pair->first), static_cast<int>(pair->second));
         emit stepsReady();
       });
 }
@@ -303,6 +324,69 @@ void MainWindow::openStep(int row) {
     loadTimeline();
   }
   showMoment(s.peak, tr("At the peak of step %1").arg(s.step));
+}
+
+void MainWindow::stepSelectionChanged() {
+  std::vector<int> rows;
+  for (QTreeWidgetItem* item : m_steps->selectedItems())
+    rows.push_back(m_steps->indexOfTopLevelItem(item));
+  std::sort(rows.begin(), rows.end());
+  if (rows.size() == 1) openStep(rows[0]);
+  if (rows.size() == 2) compareSteps(rows[0], rows[1]);
+}
+
+void MainWindow::compareSteps(int rowA, int rowB) {
+  const int n = static_cast<int>(m_stepRows.size());
+  if (!m_current || rowA < 0 || rowB < 0 || rowA >= n || rowB >= n) return;
+  const StepRow a = m_stepRows[static_cast<size_t>(rowA)];
+  const StepRow b = m_stepRows[static_cast<size_t>(rowB)];
+  if (a.endNs <= a.beginNs || b.endNs <= b.beginNs) {
+    m_status->setText(tr("a running step cannot be compared yet"));
+    return;
+  }
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  const int buckets = std::max(64, m_compare->width());
+  using Pair = std::pair<absl::StatusOr<TimelineData>, absl::StatusOr<TimelineData>>;
+  runAsync<Pair>(
+      this,
+      [c = m_client, id, a, b, buckets] {
+        return Pair(c->timeline(id, a.beginNs, a.endNs, buckets),
+                    c->timeline(id, b.beginNs, b.endNs, buckets));
+      },
+      [this, gen, a, b](Pair t) {
+        if (gen != m_generation) return;
+        if (!t.first.ok() || !t.second.ok()) {
+          m_status->setText(
+              tr("step comparison: %1")
+                  .arg(q(std::string((t.first.ok() ? t.second : t.first).status().message()))));
+          return;
+        }
+        const StepComparison c = tidemark::gui::compareSteps(
+            stepCurve(a.step, a.beginNs, t.first->buckets), a.peak.bytes,
+            stepCurve(b.step, b.beginNs, t.second->buckets), b.peak.bytes);
+        m_compareTable->clear();
+        m_compareTable->setHeaderLabels({tr("At the peak"), tr("step %1").arg(a.step),
+                                         tr("step %1").arg(b.step), tr("Change")});
+        auto signedBytes = [](int64_t d) {
+          return d == 0  ? QStringLiteral("0")
+                 : d > 0 ? QStringLiteral("+") + bytes(d)
+                         : QStringLiteral("-") + bytes(-d);
+        };
+        new QTreeWidgetItem(m_compareTable,
+                            {tr("total"), bytes(a.peak.trackedBytes), bytes(b.peak.trackedBytes),
+                             signedBytes(b.peak.trackedBytes - a.peak.trackedBytes)});
+        for (int k = 0; k < kCategories; ++k) {
+          const auto ck = static_cast<size_t>(k);
+          if (c.peakA[ck] == 0 && c.peakB[ck] == 0) continue;
+          auto* it = new QTreeWidgetItem(m_compareTable,
+                                         {q(std::string(categoryLabel(k))), bytes(c.peakA[ck]),
+                                          bytes(c.peakB[ck]), signedBytes(c.change(k))});
+          it->setForeground(0, color(k));
+        }
+        m_compare->setComparison(c);
+        emit comparisonReady();
+      });
 }
 
 void MainWindow::showMoment(const Moment& m, const QString& title) {
@@ -330,6 +414,10 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
   m_inspector->expandAll();
   emit inspectorReady();
 }
+
+bool MainWindow::comparisonLoaded() const { return m_compare->comparison().has_value(); }
+
+void MainWindow::showStepsTab() { m_side->setCurrentIndex(1); }
 
 void MainWindow::setBudgetPercent(int percent) { m_budget->setValue(percent); }
 

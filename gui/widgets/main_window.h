@@ -10,6 +10,7 @@ class QLabel;
 class QListWidget;
 class QPushButton;
 class QSlider;
+class QTabWidget;
 class QTimer;
 class QTreeWidget;
 
@@ -17,6 +18,7 @@ namespace tidemark::gui {
 
 class TimelineView;
 class ParetoView;
+class StepCompareView;
 
 // Sessions on the left; the timeline with its inspector in the middle; the plan panel below
 // (budget slider → the advisor's plan, the Pareto curve, Apply for a live session).
@@ -29,6 +31,8 @@ class MainWindow : public QMainWindow {
   // For tests and --screenshot: what has loaded so far.
   bool timelineLoaded() const { return m_timelineLoaded; }
   bool planLoaded() const { return m_planLoaded; }
+  bool comparisonLoaded() const;
+  void showStepsTab();
   void setBudgetPercent(int percent);
   void inspectPeak();
   TimelineView* timeline() const { return m_timeline; }
@@ -41,6 +45,7 @@ class MainWindow : public QMainWindow {
   void stepsReady();
   void lanesReady();
   void planChecked();
+  void comparisonReady();
 
  private:
   void openSession(uint64_t id);
@@ -53,13 +58,19 @@ class MainWindow : public QMainWindow {
   void showMoment(const Moment& m, const QString& title);
   void loadSteps();
   void openStep(int row);
+  void stepSelectionChanged();
+  // Overlays two steps (rows of the Steps table) and lists the change at their peaks.
+  void compareSteps(int rowA, int rowB);
 
   std::shared_ptr<DaemonClient> m_client;
   QListWidget* m_sessions = nullptr;
   TimelineView* m_timeline = nullptr;
   QTreeWidget* m_inspector = nullptr;
   QTreeWidget* m_steps = nullptr;
+  QTabWidget* m_side = nullptr;
   std::vector<StepRow> m_stepRows;
+  StepCompareView* m_compare = nullptr;
+  QTreeWidget* m_compareTable = nullptr;
   QSlider* m_budget = nullptr;
   QLabel* m_budgetLabel = nullptr;
   QLabel* m_planSummary = nullptr;

@@ -52,7 +52,9 @@ void TimelineView::setBudget(std::optional<int64_t> bytes) {
 }
 
 void TimelineView::setPredictedSeries(std::vector<std::pair<int64_t, int64_t>> points) {
-  std::sort(points.begin(), points.end());
+  // In time order; moments at the same time keep the schedule's order.
+  std::stable_sort(points.begin(), points.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   m_predictedSeries = std::move(points);
   update();
 }
@@ -129,19 +131,22 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawText(QPointF(r.right() - 200, yOf(*m_predicted, r) - 3),
                tr("predicted peak %1").arg(bytesText(*m_predicted)));
   }
-  // The plan's predicted memory over the recorded step (green), point by point.
+  // The plan's predicted memory over the recorded step (green): each moment of the schedule held
+  // until the next one, as memory is (it changes at the moments, not between them).
   if (m_predictedSeries.size() > 1) {
-    p.setRenderHint(QPainter::Antialiasing, true);
+    p.save();
+    p.setClipRect(r);
     p.setPen(QPen(QColor(0, 150, 0), 2));
-    QPointF prev;
-    bool have = false;
-    for (const auto& [ts, b] : m_predictedSeries) {
-      const QPointF pt(r.left() + m_range.xOf(ts, r.width()), yOf(b, r));
-      if (have && (ts >= m_range.from() || prev.x() >= r.left())) p.drawLine(prev, pt);
-      prev = pt;
-      have = true;
+    for (size_t i = 0; i + 1 < m_predictedSeries.size(); ++i) {
+      const auto& [ts, b] = m_predictedSeries[i];
+      const auto& [nextTs, nextB] = m_predictedSeries[i + 1];
+      if (nextTs < m_range.from() || ts > m_range.to()) continue;
+      const double x0 = r.left() + m_range.xOf(ts, r.width());
+      const double x1 = r.left() + m_range.xOf(nextTs, r.width());
+      p.drawLine(QPointF(x0, yOf(b, r)), QPointF(x1, yOf(b, r)));
+      p.drawLine(QPointF(x1, yOf(b, r)), QPointF(x1, yOf(nextB, r)));
     }
-    p.setRenderHint(QPainter::Antialiasing, false);
+    p.restore();
   }
   // The peak: a magenta line and a dot.
   if (m_peakNs >= m_range.from() && m_peakNs <= m_range.to()) {
@@ -187,9 +192,9 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawText(QRectF(0, yOf(b, r) - 8, 66, 16), Qt::AlignRight | Qt::AlignVCenter, bytesText(b));
   }
   p.drawText(QRectF(r.left(), r.bottom() + 4, r.width(), 20), Qt::AlignLeft,
-             tr("%1 ms").arg((m_range.from() - m_range.from()) / 1e6, 0, 'f', 1));
+             tr("%1 ms").arg(static_cast<double>(m_range.from() - m_range.min()) / 1e6, 0, 'f', 1));
   p.drawText(QRectF(r.left(), r.bottom() + 4, r.width(), 20), Qt::AlignRight,
-             tr("+%1 ms").arg(m_range.span() / 1e6, 0, 'f', 1));
+             tr("%1 ms").arg(static_cast<double>(m_range.to() - m_range.min()) / 1e6, 0, 'f', 1));
 }
 
 void TimelineView::changed() {

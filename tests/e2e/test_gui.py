@@ -78,6 +78,16 @@ class GuiWindowTest(unittest.TestCase):
         self.assertGreater(len(pixels), 8)  # a window with text, not a blank one
 
 
+    def test_bad_options_are_refused_before_a_window_opens(self):
+        for args, says in ((["--budget", "5"], "--budget"), (["--budget", "lots"], "--budget"),
+                           (["--open", "first"], "--open"), (["--tab", "plans"], "--tab")):
+            r = subprocess.run([os.path.join(BIN, "tidemark-gui"), *args],
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(says, r.stderr)
+
+
 class GuiSessionTest(unittest.TestCase):
     """The GUI against a real tidemarkd holding a recorded training: the timeline draws every
     category the peak holds in its colour, marks the peak, and the plan panel loads a plan."""
@@ -104,6 +114,14 @@ class GuiSessionTest(unittest.TestCase):
             # The plan panel drew the plan's predicted peak line (green, dotted).
             self.assertIn(bytes((0, 150, 0)), rgb)
             self.assertTrue(plan["feasible"])
+            # The Steps tab overlays the first and last step in their two colours
+            # (StepCompareView::kColorA, kColorB).
+            out = os.path.join(daemon.dir, "steps.png")
+            r = screenshot(["--server", daemon.address, "--open", str(sid), "--tab", "steps"], out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rgb = {p[:3] for p in png_pixels(out)[2]}
+            self.assertIn(bytes((0x1f, 0x5f, 0xa8)), rgb, "step A's curve is not drawn")
+            self.assertIn(bytes((0xe0, 0x7b, 0x00)), rgb, "step B's curve is not drawn")
         finally:
             daemon.cleanup()
 

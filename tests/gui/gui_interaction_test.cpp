@@ -1,23 +1,29 @@
 // QTest interaction with the real window against a real tidemarkd holding a recorded session
 // (tests/e2e/test_gui.py starts both and passes TIDEMARK_SERVER and TIDEMARK_GUI_SESSION): select
 // the session, zoom, click the peak, move the budget slider, and Apply where the session is live.
+#include <QApplication>
 #include <QLabel>
 #include <QListWidget>
+#include <QMouseEvent>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QTabWidget>
 #include <QTest>
+#include <QToolTip>
 #include <QTreeWidget>
 #include <cstdlib>
 #include <memory>
 
 #include "gui/client/daemon_client.h"
+#include "gui/model/format.h"
 #include "gui/widgets/main_window.h"
+#include "gui/widgets/step_compare_view.h"
 #include "gui/widgets/timeline_view.h"
 
 using tidemark::gui::DaemonClient;
 using tidemark::gui::MainWindow;
+using tidemark::gui::StepCompareView;
 using tidemark::gui::TimelineView;
 
 class GuiInteraction : public QObject {
@@ -71,6 +77,38 @@ class GuiInteraction : public QObject {
     QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the moment clicked"));
     QVERIFY(inspector->topLevelItemCount() >= 2);  // and its categories
 
+    // Hover over the peak: the tooltip gives that bucket's figures.
+    QTest::mouseMove(t, t->peakPoint().toPoint());
+    QTRY_VERIFY_WITH_TIMEOUT(QToolTip::isVisible(), 5000);
+    QVERIFY2(QToolTip::text().startsWith(QStringLiteral("total ")), qPrintable(QToolTip::text()));
+    QVERIFY2(QToolTip::text().contains(QStringLiteral("WEIGHT: ")), qPrintable(QToolTip::text()));
+
+    // Drag to pan: zoomed in, dragging right by a fifth of the width moves the range earlier by
+    // a fifth of its span, keeps the span, and is not taken for a click (no inspector query).
+    QTest::keyClick(t, Qt::Key_Plus);
+    QTest::keyClick(t, Qt::Key_Right);
+    QTest::keyClick(t, Qt::Key_Right);
+    const qint64 zoomedSpan = t->range().span(), zoomedFrom = t->range().from();
+    const QPoint start(t->width() / 2, t->height() / 3);
+    const QPoint end = start + QPoint(t->width() / 5, 0);
+    QSignalSpy clicked(t, &TimelineView::momentClicked);
+    QTest::mousePress(t, Qt::LeftButton, {}, start);
+    for (int step = 1; step <= 4; ++step) {  // a drag is moves with the button held
+      const QPointF at = start + (end - start) * step / 4;
+      QMouseEvent move(QEvent::MouseMove, at, t->mapToGlobal(at), Qt::NoButton, Qt::LeftButton,
+                       Qt::NoModifier);
+      QApplication::sendEvent(t, &move);
+    }
+    QTest::mouseRelease(t, Qt::LeftButton, {}, end);
+    QCOMPARE(t->range().span(), zoomedSpan);
+    QVERIFY2(t->range().from() < zoomedFrom,
+             qPrintable(QStringLiteral("from %1, was %2").arg(t->range().from()).arg(zoomedFrom)));
+    const double moved =
+        static_cast<double>(zoomedFrom - t->range().from()) / static_cast<double>(zoomedSpan);
+    QVERIFY2(moved > 0.15 && moved < 0.3, qPrintable(QString::number(moved)));
+    QCOMPARE(clicked.count(), 0);
+    QTest::keyClick(t, Qt::Key_Home);
+
     // Move the budget slider: a new plan comes.
     auto* slider = w.findChild<QSlider*>(QStringLiteral("budget"));
     QVERIFY(slider);
@@ -85,11 +123,37 @@ class GuiInteraction : public QObject {
     auto* side = w.findChild<QTabWidget*>(QStringLiteral("side"));
     QVERIFY(steps && side);
     QTRY_VERIFY_WITH_TIMEOUT(steps->topLevelItemCount() >= 2, 30000);
-    side->setCurrentWidget(steps);
+    side->setCurrentIndex(1);  // the Steps tab
+    QVERIFY(steps->isVisible());
     QTest::mouseClick(steps->viewport(), Qt::LeftButton, {},
                       steps->visualItemRect(steps->topLevelItem(1)).center());
     QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the peak of step 2"));
     QVERIFY(t->range().zoomed());
+
+    // Step against step: the first and last finished steps are overlaid once the steps load;
+    // Ctrl+click a second row to overlay the two selected instead.
+    auto* compare = w.findChild<StepCompareView*>(QStringLiteral("stepCompare"));
+    auto* compareTable = w.findChild<QTreeWidget*>(QStringLiteral("stepCompareTable"));
+    QVERIFY(compare && compareTable);
+    if (!live) {  // a live session's last step may still run
+      QTRY_VERIFY_WITH_TIMEOUT(compare->comparison().has_value(), 30000);
+      QCOMPARE(compare->comparison()->a.step, steps->topLevelItem(0)->text(0).toLongLong());
+      QCOMPARE(compare->comparison()->b.step,
+               steps->topLevelItem(steps->topLevelItemCount() - 1)->text(0).toLongLong());
+      QSignalSpy compared(&w, &MainWindow::comparisonReady);
+      QTest::mouseClick(steps->viewport(), Qt::LeftButton, Qt::ControlModifier,
+                        steps->visualItemRect(steps->topLevelItem(0)).center());
+      QVERIFY(compared.wait(30000));
+      const auto& c = *compare->comparison();
+      QCOMPARE(c.a.step, steps->topLevelItem(0)->text(0).toLongLong());
+      QCOMPARE(c.b.step, steps->topLevelItem(1)->text(0).toLongLong());
+      QVERIFY(!c.a.bytes.empty() && !c.b.bytes.empty());
+      // Each curve's highest point is that step's peak, as the Steps table lists it.
+      QCOMPARE(QString::fromStdString(tidemark::gui::humanBytes(c.b.peak())),
+               steps->topLevelItem(1)->text(2));
+      QVERIFY(compareTable->topLevelItemCount() >= 2);  // the total and its categories
+      QCOMPARE(compareTable->topLevelItem(0)->text(0), QStringLiteral("total"));
+    }
 
     // Apply: enabled for a live session only; clicking it sends the plan.
     auto* apply = w.findChild<QPushButton*>(QStringLiteral("apply"));

@@ -9,6 +9,7 @@
 #include "gui/model/format.h"
 #include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
+#include "gui/model/step_compare.h"
 #include "gui/model/view_range.h"
 
 namespace tidemark::gui {
@@ -97,6 +98,43 @@ TEST(Lanes, OutermostModulesBelowTheModelOutermostOpsAndKernels) {
   EXPECT_EQ(l.kernels.size(), 1u);
   EXPECT_EQ(l.count(), 3);
   EXPECT_TRUE(layoutLanes({}).empty());
+}
+
+TEST(StepCompare, CurvesStartAtTheirStepAndKeepTheirPeaks) {
+  auto bucket = [](int64_t from, int64_t to, int64_t highest) {
+    TimelineBucket b;
+    b.startNs = from;
+    b.endNs = to;
+    b.maxBytes[0] = highest;
+    return b;
+  };
+  // Step 3 ran 1000..1300, step 7 ran 5000..5200 (buckets may begin before the step).
+  const StepCurve a = stepCurve(3, 1000,
+                                {bucket(900, 1000, 99), bucket(990, 1100, 40),
+                                 bucket(1100, 1200, 70), bucket(1200, 1300, 50)});
+  const StepCurve b = stepCurve(7, 5000, {bucket(5000, 5100, 60), bucket(5100, 5200, 90)});
+  ASSERT_EQ(a.fromNs.size(), 3u);  // the bucket ending at the step's start is not in it
+  EXPECT_EQ(a.fromNs[0], 0);       // clipped to the step's start
+  EXPECT_EQ(a.toNs[2], 300);
+  EXPECT_EQ(a.peak(), 70);
+  std::array<int64_t, kCategories> pa{}, pb{};
+  pa[0] = 30, pa[2] = 0;
+  pb[0] = 30, pb[2] = 25;  // the optimizer state appeared
+  const StepComparison c = compareSteps(a, pa, b, pb);
+  EXPECT_EQ(c.spanNs, 300);
+  EXPECT_EQ(c.yMax, 90);
+  EXPECT_EQ(c.change(0), 0);
+  EXPECT_EQ(c.change(2), 25);
+  EXPECT_EQ(c.b.step, 7);
+}
+
+TEST(StepCompare, DefaultIsFirstAgainstLastFinishedStep) {
+  EXPECT_FALSE(defaultComparison({}));
+  EXPECT_FALSE(defaultComparison({{0, 10}, {10, 0}}));  // one finished, one running
+  const auto pair = defaultComparison({{0, 0}, {5, 10}, {10, 20}, {20, 30}, {30, 0}});
+  ASSERT_TRUE(pair);
+  EXPECT_EQ(pair->first, 1u);
+  EXPECT_EQ(pair->second, 3u);
 }
 
 }  // namespace
