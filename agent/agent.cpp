@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -47,6 +48,23 @@ std::string hostName() {
   return buf;
 }
 
+void atForkPrepare() { t_recursionGuard = true; }
+void atForkParent() { t_recursionGuard = false; }
+void atForkChild() {
+  t_recursionGuard = false;
+  Agent::instance().onForkChild();
+}
+
+void atExit() {
+  // A forked child that calls exit() must not flush the parent's stream.
+  Agent& agent = Agent::instance();
+  if (getpid() != agent.ownerPid()) return;
+  try {
+    agent.stop();
+  } catch (...) {
+  }
+}
+
 // Storage for the singleton: never destroyed, so that hooks after exit() find it intact.
 alignas(Agent) unsigned char g_agentStorage[sizeof(Agent)];
 Agent* g_agent = nullptr;
@@ -87,9 +105,61 @@ void Agent::load(const AgentConfig& config) {
   m_loaded = true;
 }
 
+void Agent::installProcessHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork(&atForkPrepare, &atForkParent, &atForkChild);
+    std::atexit(&atExit);
+  });
+}
+
+bool Agent::attach(const AgentConfig& config) {
+  {
+    std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+    if (m_inChild) return false;
+    Recorder& rec = Recorder::instance();
+    if (!m_loaded) {
+      m_config = config;
+      m_ownerPid = getpid();
+      resolveRealAllocators(/*attached=*/true);
+      if (!rec.init(config.ringRecords, config.tableBuckets)) return false;
+      enableAllocatorHooks(&rec);
+      m_loaded = true;
+    } else {
+      // The rings and the table keep their sizes; where the records go may change.
+      m_config.server = config.server;
+      m_config.sessionName = config.sessionName;
+      m_config.quiet = config.quiet;
+    }
+    m_attached = true;
+    m_dormant = false;
+    m_stopped = false;
+    // Blocks of an earlier attach may have been freed unseen while dormant.
+    rec.blocks().clear();
+    rec.setRecording(true);
+  }
+  installProcessHandlers();
+  return start();
+}
+
+void Agent::detach() {
+  RecursionGuard guard;
+  Recorder::instance().setRecording(false);
+  Transport* t = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+    m_dormant = true;
+    if (m_transport) {
+      t = m_transport.get();
+      m_retired.push_back(std::move(m_transport));
+    }
+  }
+  if (t != nullptr) t->shutdown(m_config.exitTimeoutMs);
+}
+
 bool Agent::start() {
   std::lock_guard<std::mutex> lock(g_lifecycleMutex);
-  if (!m_loaded || m_inChild || m_stopped || getpid() != m_ownerPid) return false;
+  if (!m_loaded || m_inChild || m_stopped || m_dormant || getpid() != m_ownerPid) return false;
   if (m_transport) return true;
   RecursionGuard guard;
   TransportConfig tc;
@@ -113,7 +183,7 @@ bool Agent::start() {
 void Agent::stop() {
   {
     std::lock_guard<std::mutex> lock(g_lifecycleMutex);
-    if (!m_loaded || m_inChild || m_stopped || getpid() != m_ownerPid) return;
+    if (!m_loaded || m_inChild || m_stopped || m_dormant || getpid() != m_ownerPid) return;
   }
   RecursionGuard guard;
   Recorder::instance().setRecording(false);

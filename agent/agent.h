@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/recorder/recorder.h"
 #include "agent/transport/interner.h"
@@ -51,6 +52,17 @@ class Agent {
 
   // pthread_atfork child handler: the child records nothing and never touches the channel.
   void onForkChild();
+  // The fork and exit handlers (fork: the child records nothing; exit: stop()). Once.
+  void installProcessHandlers();
+
+  // `tidemark attach`: loads the agent if this is the first attach (real allocators from the
+  // process's own bindings), forgets the blocks of an earlier attach, records again and opens a
+  // new session. False if the agent could not be loaded.
+  bool attach(const AgentConfig& config);
+  // `tidemark detach`: stops recording and closes the session; the agent stays loaded and
+  // dormant until the next attach (and does nothing at exit).
+  void detach();
+  bool attached() const { return m_attached; }
 
  private:
   AgentConfig m_config;
@@ -59,7 +71,11 @@ class Agent {
   bool m_inChild = false;
   int m_ownerPid = 0;
   Interner m_interner;
+  bool m_attached = false;  // loaded by `tidemark attach` rather than LD_PRELOAD
+  bool m_dormant = false;   // detached: nothing recorded, nothing sent, not even at exit
   std::unique_ptr<Transport> m_transport;
+  // Transports of earlier attaches, shut down but kept: a thread may still hold a pointer.
+  std::vector<std::unique_ptr<Transport>> m_retired;
 };
 
 }  // namespace tidemark::agent

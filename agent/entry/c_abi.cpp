@@ -104,6 +104,15 @@ TIDEMARK_EXPORT void tidemark_tag(uint64_t address, uint64_t size_bytes, int cat
   pushSimple(RecordKind::kTag, static_cast<uint8_t>(category), address, size_bytes, name_id);
 }
 
+TIDEMARK_EXPORT void tidemark_seed_block(uint64_t address, uint64_t size_bytes) {
+  if (!recordingHere() || address == 0) return;
+  Agent& a = Agent::instance();
+  uint64_t known = 0;
+  if (a.recorder().blocks().lookup(address, &known)) return;  // allocated since the attach
+  RecursionGuard guard;
+  a.recorder().onAlloc(reinterpret_cast<void*>(address), size_bytes);
+}
+
 TIDEMARK_EXPORT void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped) {
   Agent& a = Agent::instance();
   const auto& d = a.recorder().drops();

@@ -1,33 +1,18 @@
 // LD_PRELOAD entry: the ELF constructor reads TIDEMARK_* from the environment and loads the
 // agent (memory and hooks only; threads and the channel start lazily). It also registers the
-// fork and exit handlers.
+// fork and exit handlers. Loaded by dlopen instead, it does nothing (see attach.cpp).
 #include <pthread.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "agent/agent.h"
 
 namespace tidemark::agent {
+void markPreloaded();  // attach.cpp: `tidemark attach` then says the job is recorded already
 namespace {
-
-void atForkPrepare() { t_recursionGuard = true; }
-void atForkParent() { t_recursionGuard = false; }
-void atForkChild() {
-  t_recursionGuard = false;
-  Agent::instance().onForkChild();
-}
-
-void atExit() {
-  // A forked child that calls exit() must not flush the parent's stream.
-  Agent& agent = Agent::instance();
-  if (getpid() != agent.ownerPid()) return;
-  try {
-    agent.stop();
-  } catch (...) {
-  }
-}
 
 // Drops the entries naming the agent from LD_PRELOAD, keeping any others the user set.
 void removeSelfFromPreload() {
@@ -57,12 +42,20 @@ void removeSelfFromPreload() {
   }
 }
 
+// True when the agent came in by LD_PRELOAD; loaded by dlopen (`tidemark attach`, or a script's
+// ctypes), the constructor leaves everything to the attach entry.
+bool preloaded() {
+  const char* preload = std::getenv("LD_PRELOAD");
+  return preload != nullptr && std::strstr(preload, "tidemark_agent") != nullptr;
+}
+
 __attribute__((constructor)) void tidemarkPreloadInit() {
+  if (!preloaded()) return;
   Agent& agent = Agent::instance();
   agent.load(AgentConfig::fromEnvironment());
   if (!agent.loaded()) return;
-  pthread_atfork(&atForkPrepare, &atForkParent, &atForkChild);
-  std::atexit(&atExit);
+  agent.installProcessHandlers();
+  markPreloaded();
   // Child processes (a shell, a compiler, `uname`) are not profiled unless asked for: the
   // variables that brought the agent in are removed before the program reads its environment.
   const char* follow = std::getenv("TIDEMARK_FOLLOW_CHILDREN");

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "agent/hooks/allocator_hooks.h"
+#include "agent/hooks/got_patcher.h"
 #include "agent/recorder/recorder.h"
 
 extern "C" {
@@ -68,14 +69,19 @@ inline void afterAlloc(void* p, size_t size) noexcept {
 
 }  // namespace
 
-void resolveRealAllocators() noexcept {
+void resolveRealAllocators(bool attached) noexcept {
   RecursionGuard guard;
-  g_real.posixMemalign = reinterpret_cast<PosixMemalignFn>(dlsym(RTLD_NEXT, "posix_memalign"));
-  g_real.alignedAlloc = reinterpret_cast<AlignedAllocFn>(dlsym(RTLD_NEXT, "aligned_alloc"));
-  g_real.memalign = reinterpret_cast<MemalignFn>(dlsym(RTLD_NEXT, "memalign"));
-  g_real.valloc = reinterpret_cast<VallocFn>(dlsym(RTLD_NEXT, "valloc"));
-  g_real.realloc = reinterpret_cast<ReallocFn>(dlsym(RTLD_NEXT, "realloc"));
-  g_real.free = reinterpret_cast<FreeFn>(dlsym(RTLD_NEXT, "free"));
+  // Preloaded, the agent comes first: the real functions are the next definitions. Attached,
+  // the agent comes last: the real functions are the definitions the process's libraries use.
+  auto find = [attached](const char* name) {
+    return attached ? firstDefinition(name) : dlsym(RTLD_NEXT, name);
+  };
+  g_real.posixMemalign = reinterpret_cast<PosixMemalignFn>(find("posix_memalign"));
+  g_real.alignedAlloc = reinterpret_cast<AlignedAllocFn>(find("aligned_alloc"));
+  g_real.memalign = reinterpret_cast<MemalignFn>(find("memalign"));
+  g_real.valloc = reinterpret_cast<VallocFn>(find("valloc"));
+  g_real.realloc = reinterpret_cast<ReallocFn>(find("realloc"));
+  g_real.free = reinterpret_cast<FreeFn>(find("free"));
 }
 
 void enableAllocatorHooks(Recorder* recorder) noexcept {
@@ -84,16 +90,9 @@ void enableAllocatorHooks(Recorder* recorder) noexcept {
 
 }  // namespace tidemark::agent
 
-using tidemark::agent::afterAlloc;
-using tidemark::agent::g_real;
-using tidemark::agent::g_recorder;
-using tidemark::agent::RecursionGuard;
-using tidemark::agent::t_recursionGuard;
+namespace tidemark::agent::hooks {
 
-extern "C" {
-
-__attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment,
-                                                          size_t size) {
+int posixMemalign(void** out, size_t alignment, size_t size) {
   const int rc = g_real.posixMemalign
                      ? g_real.posixMemalign(out, alignment, size)
                      : tidemark::agent::bootstrapPosixMemalign(out, alignment, size);
@@ -101,26 +100,26 @@ __attribute__((visibility("default"))) int posix_memalign(void** out, size_t ali
   return rc;
 }
 
-__attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
+void* alignedAlloc(size_t alignment, size_t size) {
   void* p =
       g_real.alignedAlloc ? g_real.alignedAlloc(alignment, size) : __libc_memalign(alignment, size);
   afterAlloc(p, size);
   return p;
 }
 
-__attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
+void* memalign(size_t alignment, size_t size) {
   void* p = g_real.memalign ? g_real.memalign(alignment, size) : __libc_memalign(alignment, size);
   afterAlloc(p, size);
   return p;
 }
 
-__attribute__((visibility("default"))) void* valloc(size_t size) {
+void* valloc(size_t size) {
   void* p = g_real.valloc ? g_real.valloc(size) : __libc_valloc(size);
   afterAlloc(p, size);
   return p;
 }
 
-__attribute__((visibility("default"))) void free(void* ptr) {
+void free(void* ptr) {
   if (ptr != nullptr) {
     // The table is consulted even while not recording, and even on the agent's own threads
     // (which record no allocation, but may free a block another thread allocated), so that a
@@ -139,7 +138,7 @@ __attribute__((visibility("default"))) void free(void* ptr) {
   }
 }
 
-__attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
+void* realloc(void* ptr, size_t size) {
   tidemark::agent::Recorder* r = g_recorder.load(std::memory_order_relaxed);
   uint64_t oldSize = 0;
   bool tracked = false;
@@ -160,4 +159,24 @@ __attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
   return p;
 }
 
+}  // namespace tidemark::agent::hooks
+
+// The interposed definitions (LD_PRELOAD): the same functions under the C library's names.
+namespace hooks = tidemark::agent::hooks;
+extern "C" {
+__attribute__((visibility("default"))) int posix_memalign(void** out, size_t alignment,
+                                                          size_t size) {
+  return hooks::posixMemalign(out, alignment, size);
+}
+__attribute__((visibility("default"))) void* aligned_alloc(size_t alignment, size_t size) {
+  return hooks::alignedAlloc(alignment, size);
+}
+__attribute__((visibility("default"))) void* memalign(size_t alignment, size_t size) {
+  return hooks::memalign(alignment, size);
+}
+__attribute__((visibility("default"))) void* valloc(size_t size) { return hooks::valloc(size); }
+__attribute__((visibility("default"))) void free(void* ptr) { hooks::free(ptr); }
+__attribute__((visibility("default"))) void* realloc(void* ptr, size_t size) {
+  return hooks::realloc(ptr, size);
+}
 }  // extern "C"

@@ -36,6 +36,12 @@ bool BlockTable::init(size_t bucketCount) noexcept {
   return true;
 }
 
+void BlockTable::clear() noexcept {
+  if (m_keys == nullptr) return;
+  // Private anonymous pages read back as zeros (empty slots) once dropped.
+  madvise(m_keys, capacity() * sizeof(uint64_t), MADV_DONTNEED);
+}
+
 size_t BlockTable::bucketA(uint64_t address) const noexcept {
   return mix(address >> 4) & (m_bucketCount - 1);
 }

@@ -29,6 +29,8 @@ class BlockTable {
   // True if address is tracked; then *size is its size. The entry stays.
   bool lookup(uint64_t address, uint64_t* size) const noexcept;
   size_t capacity() const noexcept { return m_bucketCount * kSlotsPerBucket; }
+  // Forgets every block. Only while nothing inserts or erases (between attaches).
+  void clear() noexcept;
 
  private:
   size_t bucketA(uint64_t address) const noexcept;

@@ -66,6 +66,11 @@ class Agent:
         lib.tidemark_plan_result.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p,
                                              ctypes.c_int64]
         lib.tidemark_plan_result.restype = None
+        # Newer than ABI 1's first agents: optional.
+        self._seed = getattr(lib, "tidemark_seed_block", None)
+        if self._seed is not None:
+            self._seed.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+            self._seed.restype = None
         self.lib = lib
         self._names = {}
         # Bound once: these are called for every module call and every saved tensor.
@@ -113,6 +118,12 @@ class Agent:
         self.lib.tidemark_counters(*[ctypes.byref(v) for v in vals])
         return {"recorded": vals[0].value, "sent": vals[1].value, "dropped": vals[2].value}
 
+
+    def seed_block(self, address, nbytes):
+        """A block allocated before `tidemark attach`: recorded as allocated now (no-op for a
+        block the agent already tracks)."""
+        if self.lib and self._seed is not None:
+            self._seed(address, nbytes)
 
     def take_plan(self):
         """(plan_id, plan JSON) of a plan the server sent, or None."""

@@ -61,9 +61,11 @@ class Instrumenter:
         self.phases = []                # the phase stack (training runs on one thread)
         self.step = 0
         self.step_open = False
-        self._saved_hooks = None
         self.backward_module = None  # whose saved tensors backward is consuming now
         self.applied_plan = None  # the recompute plan the server had applied (tidemark apply)
+        # False after `tidemark detach`: every hook returns at once (they stay installed, and
+        # `tidemark attach` turns them on again).
+        self.enabled = True
 
     # ----- helpers -----------------------------------------------------------------------------
     def _depth(self):
@@ -121,7 +123,18 @@ class Instrumenter:
         if self.step_open:
             self._tag_model_state(model)
 
+    def _ensure_saved_hooks(self):
+        """The saved-tensor hooks are per thread in torch: entered on each training thread at its
+        first root forward, for the life of the thread."""
+        if getattr(self.local, "saved_hooks", None) is None:
+            import torch
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            hooks.__enter__()
+            self.local.saved_hooks = hooks
+
     def _forward_pre(self, module, inputs):
+        if not self.enabled:
+            return
         depth = self._depth()
         name = self.module_names.get(module)
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
@@ -132,6 +145,7 @@ class Instrumenter:
         elif name is None:
             name = type(module).__name__
         if depth == 0 and module in self.roots and not self._in_phase(A.BACKWARD):
+            self._ensure_saved_hooks()
             self._begin_step_if_needed()
             self._phase_begin(A.FORWARD)
             for t in _tensors_in(inputs):
@@ -144,6 +158,8 @@ class Instrumenter:
         stack.append(name)
 
     def _forward_post(self, module, inputs, output):
+        if not self.enabled:
+            return
         depth = max(0, self._depth() - 1)
         self.local.depth = depth
         stack = getattr(self.local, "names", None)
@@ -159,6 +175,8 @@ class Instrumenter:
     # backward is running: the adapter reports it as a scope "<module> [backward]", which lasts
     # until backward moves on to another module's saved tensors (or the backward phase ends).
     def _pack(self, t):
+        if not self.enabled:
+            return (t, "")
         stack = getattr(self.local, "names", None)
         module = stack[-1] if stack else ""
         try:
@@ -209,6 +227,8 @@ class Instrumenter:
         return self.param_names.get(id(p), fallback)
 
     def _optimizer_begin(self, opt):
+        if not self.enabled:
+            return
         self._begin_step_if_needed()
         i = 0
         for group in opt.param_groups:
@@ -219,6 +239,8 @@ class Instrumenter:
         self._phase_begin(A.OPTIMIZER)
 
     def _optimizer_end(self, opt):
+        if not self.enabled:
+            return
         self._phase_end(A.OPTIMIZER)
         import torch
         for p, state in opt.state.items():
@@ -279,13 +301,15 @@ class Instrumenter:
         nn_module.register_module_forward_pre_hook(self._forward_pre)
         nn_module.register_module_forward_hook(self._forward_post)
 
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._saved_hooks.__enter__()  # for the life of the process
+        # The saved-tensor hooks are entered per thread (_ensure_saved_hooks); this thread now.
+        self._ensure_saved_hooks()
 
         inst = self
         backward = torch.autograd.backward
 
         def tidemark_backward(*args, **kwargs):
+            if not inst.enabled:
+                return backward(*args, **kwargs)
             inst._phase_begin(A.BACKWARD)
             try:
                 return backward(*args, **kwargs)
@@ -298,6 +322,8 @@ class Instrumenter:
         checkpoint = ckpt.checkpoint
 
         def tidemark_checkpoint(function, *args, **kwargs):
+            if not inst.enabled:
+                return checkpoint(function, *args, **kwargs)
             for t in _tensors_in(args):
                 inst.tag_tensor(t, A.CHECKPOINT_INPUT, "checkpoint_input")
 
@@ -328,6 +354,8 @@ class Instrumenter:
 
         def tidemark_next(it):
             batch = iter_next(it)
+            if not inst.enabled:
+                return batch
             for t in _tensors_in(batch):
                 inst.tag_tensor(t, A.INPUT, "batch")
             return batch

@@ -33,5 +33,7 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int importCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int detachCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

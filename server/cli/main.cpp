@@ -16,6 +16,8 @@ Memory profiler and recompute advisor for training jobs.
 
 commands:
   run [--name NAME] [--quiet] -- CMD...   run CMD with the agent in it; exits with CMD's code
+  attach PID [--name NAME] [--no-adapter] record a running process started without tidemark
+  detach PID                              stop recording it (the agent stays, dormant)
   sessions [--json]                       list recorded sessions
   breakdown SESSION [--step N] [--at peak|TIME] [--json]
                                           memory by category at a moment (default: the peak)
@@ -114,6 +116,8 @@ int main(int argc, char** argv) {
   if (command == "apply") return applyCommand(g, args);
   if (command == "plan-check") return planCheckCommand(g, args);
   if (command == "import") return importCommand(g, args);
+  if (command == "attach") return attachCommand(g, args);
+  if (command == "detach") return detachCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/cli/commands.h"
+#include "server/cli/install_paths.h"
 
 namespace tidemark::cli {
 
@@ -32,36 +33,6 @@ they are spooled to a file that `tidemark upload` sends later.
                 tags; categories then come from rules, steps from the recording's periodicity)
 environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
 )";
-
-fs::path selfDir() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return fs::current_path();
-  buf[n] = '\0';
-  return fs::path(buf).parent_path();
-}
-
-std::string findAgent() {
-  if (const char* e = std::getenv("TIDEMARK_AGENT"); e != nullptr && *e != '\0') return e;
-  const fs::path dir = selfDir();
-  for (const fs::path& p :
-       {dir / "../lib/libtidemark_agent.so", dir / "../lib/tidemark/libtidemark_agent.so"}) {
-    std::error_code ec;
-    if (fs::exists(p, ec)) return fs::canonical(p, ec).string();
-  }
-  return {};
-}
-
-std::string findPythonDir() {
-  if (const char* e = std::getenv("TIDEMARK_PYTHON_DIR"); e != nullptr && *e != '\0') return e;
-  const fs::path dir = selfDir();
-  for (const fs::path& p : {dir / "../share/tidemark/python", fs::path(TIDEMARK_INSTALL_PYTHON_DIR),
-                            fs::path(TIDEMARK_SOURCE_PYTHON_DIR)}) {
-    std::error_code ec;
-    if (fs::exists(p / "tidemark" / "__init__.py", ec)) return fs::canonical(p, ec).string();
-  }
-  return {};
-}
 
 void prependEnv(const char* name, const std::string& value, char sep) {
   const char* old = std::getenv(name);

@@ -40,6 +40,10 @@ void tidemark_step_end(int64_t step);
 /* The block at address (the storage's data pointer) is a <category> named name_id. */
 void tidemark_tag(uint64_t address, uint64_t size_bytes, int category, uint32_t name_id);
 
+/* A block allocated before `tidemark attach` (a parameter's storage, optimizer state): recorded
+ * as allocated now, and tracked from here on like the blocks the hooks see. No-op for a block
+ * already tracked. */
+void tidemark_seed_block(uint64_t address, uint64_t size_bytes);
 /* Counters, for tests and the adapter: recorded, sent, dropped (all kinds added up). */
 void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped);
 

@@ -1,0 +1,187 @@
+// `tidemark attach` entry points. The injector stops one thread of the target and makes it call
+// tidemark_attach (or tidemark_detach); that call only starts a thread of the agent and returns,
+// so the stopped thread is released at once. The thread does the work: loads the agent, points
+// the GOT entries of the loaded objects at the allocator hooks, opens a session, and, in a
+// CPython process, starts the adapter under the GIL (tidemark.attach.start()), which finds the
+// models and optimizers and seeds what was allocated before the attach. Progress goes into
+// tidemark_attach_status, which the injector reads from outside.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/hooks/allocator_hooks.h"
+#include "agent/hooks/got_patcher.h"
+#include "tidemark/attach_status.h"
+
+#define TIDEMARK_EXPORT extern "C" __attribute__((visibility("default")))
+
+extern "C" {
+__attribute__((visibility("default"))) struct tidemark_attach_status_t tidemark_attach_status = {};
+}
+
+namespace tidemark::agent {
+namespace {
+
+char g_config[4096];  // written by the entry (on the target's thread), read by the agent's
+GotPatcher g_got;
+
+void setMessage(const std::string& m) {
+  std::snprintf(tidemark_attach_status.message, sizeof tidemark_attach_status.message, "%s",
+                m.c_str());
+}
+
+void finish(int32_t state) {
+  tidemark_attach_status.state = state;
+  __atomic_add_fetch(&tidemark_attach_status.generation, 1, __ATOMIC_SEQ_CST);
+}
+
+// "key=value" lines.
+std::string configValue(const std::string& config, const std::string& key) {
+  size_t pos = 0;
+  while (pos < config.size()) {
+    const size_t end = config.find('\n', pos);
+    const std::string line = config.substr(pos, end == std::string::npos ? end : end - pos);
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return {};
+}
+
+// Runs Python source under the GIL, if this process is a running CPython. -1: no CPython here;
+// else PyRun_SimpleString's result (0 ok).
+int runPython(const std::string& source) {
+  using IntFn = int (*)();
+  using ReleaseFn = void (*)(int);
+  using RunFn = int (*)(const char*);
+  auto initialized = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  auto ensure = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
+  auto release = reinterpret_cast<ReleaseFn>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
+  auto run = reinterpret_cast<RunFn>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
+  if (!initialized || !ensure || !release || !run || initialized() == 0) return -1;
+  const int gil = ensure();
+  const int rc = run(source.c_str());
+  release(gil);
+  return rc;
+}
+
+std::string pythonCall(const std::string& dir, const std::string& call) {
+  std::string quoted;
+  for (char c : dir) {
+    if (c == '\\' || c == '\'') quoted += '\\';
+    quoted += c;
+  }
+  return "import sys\nif '" + quoted + "' not in sys.path:\n    sys.path.insert(0, '" + quoted +
+         "')\nimport tidemark.attach\ntidemark.attach." + call + "\n";
+}
+
+void blockSignals() {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, nullptr);
+}
+
+void* attachThread(void*) {
+  blockSignals();  // the job's signals stay with the job's threads
+  RecursionGuard guard;
+  const std::string config(g_config);
+  AgentConfig c = AgentConfig::fromEnvironment();
+  if (std::string v = configValue(config, "server"); !v.empty()) c.server = v;
+  c.sessionName = configValue(config, "name");
+  c.quiet = configValue(config, "quiet") == "1";
+  Agent& agent = Agent::instance();
+  if (!agent.attach(c)) {
+    setMessage("the agent could not map its buffers");
+    finish(TIDEMARK_ATTACH_FAILED);
+    return nullptr;
+  }
+  const size_t patched =
+      g_got.patchAll({{"posix_memalign", reinterpret_cast<void*>(&hooks::posixMemalign)},
+                      {"aligned_alloc", reinterpret_cast<void*>(&hooks::alignedAlloc)},
+                      {"memalign", reinterpret_cast<void*>(&hooks::memalign)},
+                      {"valloc", reinterpret_cast<void*>(&hooks::valloc)},
+                      {"free", reinterpret_cast<void*>(&hooks::free)},
+                      {"realloc", reinterpret_cast<void*>(&hooks::realloc)}});
+  tidemark_attach_status.patched_entries = g_got.patches().size();
+  std::string message = "patched " + std::to_string(patched) + " GOT entries in " +
+                        std::to_string(g_got.objects().size()) + " objects";
+  const std::string pythonDir = configValue(config, "python");
+  const int py = pythonDir.empty() || configValue(config, "adapter") == "0"
+                     ? -1
+                     : runPython(pythonCall(pythonDir, "start()"));
+  tidemark_attach_status.python = py == 0 ? 1 : 0;
+  if (py > 0 || py < -1) message += "; the Python adapter did not start (see the job's stderr)";
+  if (py == 0) message += "; the Python adapter started";
+  // The session id arrives with the server's answer to the handshake.
+  for (int i = 0; i < 500 && agent.sessionId() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  tidemark_attach_status.session_id = agent.sessionId();
+  if (agent.sessionId() == 0) message += "; no answer from tidemarkd at " + c.server + " yet";
+  setMessage(message);
+  finish(TIDEMARK_ATTACH_RECORDING);
+  return nullptr;
+}
+
+void* detachThread(void*) {
+  blockSignals();
+  RecursionGuard guard;
+  const std::string config(g_config);
+  const std::string pythonDir = configValue(config, "python");
+  if (tidemark_attach_status.python != 0 && !pythonDir.empty())
+    runPython(pythonCall(pythonDir, "stop()"));
+  g_got.restore();
+  Agent::instance().detach();
+  setMessage("detached; the agent stays loaded and records nothing");
+  finish(TIDEMARK_ATTACH_DORMANT);
+  return nullptr;
+}
+
+int spawn(void* (*body)(void*), int32_t state) {
+  tidemark_attach_status.state = state;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, body, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    setMessage(std::string("could not start the agent's thread: ") + std::strerror(rc));
+    finish(TIDEMARK_ATTACH_FAILED);
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void markPreloaded() { tidemark_attach_status.state = TIDEMARK_ATTACH_PRELOADED; }
+
+}  // namespace tidemark::agent
+
+using tidemark::agent::g_config;
+
+// Called on a thread the injector stopped: copies the configuration and starts the attach
+// thread. 0 started; 1 busy (attached, or an attach or detach under way); -1 failed.
+TIDEMARK_EXPORT int tidemark_attach(const char* config) {
+  const int32_t s = tidemark_attach_status.state;
+  if (s != TIDEMARK_ATTACH_NONE && s != TIDEMARK_ATTACH_DORMANT && s != TIDEMARK_ATTACH_FAILED)
+    return 1;
+  std::snprintf(g_config, sizeof g_config, "%s", config != nullptr ? config : "");
+  tidemark_attach_status.session_id = 0;
+  tidemark_attach_status.message[0] = '\0';
+  return tidemark::agent::spawn(&tidemark::agent::attachThread, TIDEMARK_ATTACH_STARTING);
+}
+
+// Called on a thread the injector stopped: starts the detach thread. 0 started; 1 not attached.
+TIDEMARK_EXPORT int tidemark_detach(void) {
+  if (tidemark_attach_status.state != TIDEMARK_ATTACH_RECORDING) return 1;
+  return tidemark::agent::spawn(&tidemark::agent::detachThread, TIDEMARK_ATTACH_STOPPING);
+}

@@ -1,0 +1,92 @@
+"""The adapter's side of ``tidemark attach`` (run by the agent's attach thread under the GIL).
+
+``start()`` turns the adapter on in a process that is already training: it installs the hooks
+(or turns them back on after a detach), finds the models (root ``nn.Module`` objects holding
+parameters) and optimizers among the live objects, and seeds what they already hold, so that the
+breakdown is complete from the first step after the attach: each parameter and buffer (WEIGHT),
+gradient (GRADIENT) and optimizer state tensor (OPTIMIZER_STATE) is recorded as allocated at the
+attach, then tagged. ``stop()`` (``tidemark detach``) turns every hook off.
+"""
+import gc
+import sys
+
+from . import _agent as A
+from .adapter import _storage_of, instance
+
+
+def _find_models_and_optimizers():
+    import torch
+    modules, optimizers = [], []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.nn.Module):
+                modules.append(obj)
+            elif isinstance(obj, torch.optim.Optimizer):
+                optimizers.append(obj)
+        except Exception:  # objects whose type cannot be inspected (proxies, half-built)
+            continue
+    children = set()
+    for m in modules:
+        for c in m.children():
+            children.add(id(c))
+    roots = [m for m in modules
+             if id(m) not in children and next(m.parameters(), None) is not None]
+    return roots, optimizers
+
+
+def _seed(inst, tensor, category, name, seen):
+    try:
+        address, nbytes = _storage_of(tensor)
+    except Exception:
+        return
+    if not address:
+        return
+    if address not in seen:
+        seen.add(address)
+        inst.agent.seed_block(address, nbytes)
+    inst.tag_tensor(tensor, category, name)
+
+
+def start():
+    inst = instance()
+    if not inst.agent.present:
+        raise RuntimeError("the tidemark agent is not loaded in this process")
+    inst.enabled = True
+    if "torch" not in sys.modules:
+        # Not using torch yet: instrument it when it is imported.
+        from .autostart import _TorchWatcher
+        sys.meta_path.insert(0, _TorchWatcher())
+        return
+    import torch
+    inst.install()
+    roots, optimizers = _find_models_and_optimizers()
+    for m in roots:
+        inst.register_model(m)
+    for o in optimizers:
+        inst.register_optimizer(o)
+    seen = set()
+    with torch.no_grad():
+        for m in roots:
+            prefix = inst.module_names.get(m, type(m).__name__)
+            for name, p in m.named_parameters():
+                _seed(inst, p, A.WEIGHT, prefix + "." + name, seen)
+                if p.grad is not None:
+                    _seed(inst, p.grad, A.GRADIENT, prefix + "." + name + ".grad", seen)
+            for name, b in m.named_buffers():
+                _seed(inst, b, A.WEIGHT, prefix + "." + name, seen)
+        for o in optimizers:
+            for p, state in o.state.items():
+                base = inst._param_name(p, "param")
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor):
+                        _seed(inst, value, A.OPTIMIZER_STATE, base + "." + str(key), seen)
+    sys.stderr.write("tidemark: attached; %d model(s), %d optimizer(s), %d tensors already "
+                     "allocated recorded\n" % (len(roots), len(optimizers), len(seen)))
+
+
+def stop():
+    inst = instance()
+    inst.enabled = False
+    # A step left open ends with the session.
+    inst.step_open = False
+    inst.phases = []
