@@ -75,6 +75,15 @@ def main(argv=None):
         opt.step()
         print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),
               flush=True)
+    # What the optimizer holds at the end, counted by storage (for `tidemark attach`'s tests).
+    storages = {}
+    for state in opt.state.values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor):
+                s = v.untyped_storage() if hasattr(v, "untyped_storage") else v.storage()
+                n = s.nbytes() if hasattr(s, "nbytes") else s.size() * s.element_size()
+                storages[s.data_ptr()] = n
+    print("optimizer state: %d bytes" % sum(storages.values()), flush=True)
 
 
 if __name__ == "__main__":

@@ -56,9 +56,11 @@ std::string configValue(const std::string& config, const std::string& key) {
   return {};
 }
 
+bool scanForModels();
+
 // Runs Python source under the GIL, if this process is a running CPython. -1: no CPython here;
 // else PyRun_SimpleString's result (0 ok).
-int runPython(const std::string& source) {
+int runPython(const std::string& source, bool scan = false) {
   using IntFn = int (*)();
   using ReleaseFn = void (*)(int);
   using RunFn = int (*)(const char*);
@@ -68,9 +70,84 @@ int runPython(const std::string& source) {
   auto run = reinterpret_cast<RunFn>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
   if (!initialized || !ensure || !release || !run || initialized() == 0) return -1;
   const int gil = ensure();
-  const int rc = run(source.c_str());
+  int rc = 0;
+  if (scan) {
+    // tidemark.attach must be importable first: the source's first lines set the path.
+    rc = run(source.substr(0, source.find("tidemark.attach.")).c_str());
+    if (rc == 0) scanForModels();
+  }
+  if (rc == 0) rc = run(source.c_str());
   release(gil);
   return rc;
+}
+
+// Finds the live torch.nn.Module and torch.optim.Optimizer objects for the adapter, in C, under
+// the GIL, and leaves them in tidemark.attach._scanned. In C because Python code could give up the
+// GIL in the middle of a scan of gc.get_objects(), and torch warns when a tensor's C++ side dies
+// while a reference it does not know about (such a scan's) keeps its Python object alive. Only
+// once torch is imported; returns false otherwise (the adapter then instruments torch on import).
+bool scanForModels() {
+  using ObjFn = void* (*)(const char*);
+  using GetAttrFn = void* (*)(void*, const char*);
+  using SetAttrFn = int (*)(void*, const char*, void*);
+  using CallFn = void* (*)(void*, void*);
+  using SizeFn = long (*)(void*);
+  using ItemFn = void* (*)(void*, long);
+  using TypeFn = void* (*)(void*);
+  using SubtypeFn = int (*)(void*, void*);
+  using NewListFn = void* (*)(long);
+  using AppendFn = int (*)(void*, void*);
+  using DecRefFn = void (*)(void*);
+  using DictFn = void* (*)();
+  using DictGetFn = void* (*)(void*, const char*);
+  auto sym = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
+  auto importModule = reinterpret_cast<ObjFn>(sym("PyImport_ImportModule"));
+  auto getAttr = reinterpret_cast<GetAttrFn>(sym("PyObject_GetAttrString"));
+  auto setAttr = reinterpret_cast<SetAttrFn>(sym("PyObject_SetAttrString"));
+  auto call = reinterpret_cast<CallFn>(sym("PyObject_CallObject"));
+  auto listSize = reinterpret_cast<SizeFn>(sym("PyList_Size"));
+  auto listItem = reinterpret_cast<ItemFn>(sym("PyList_GetItem"));
+  auto typeOf = reinterpret_cast<TypeFn>(sym("PyObject_Type"));
+  auto isSubtype = reinterpret_cast<SubtypeFn>(sym("PyType_IsSubtype"));
+  auto newList = reinterpret_cast<NewListFn>(sym("PyList_New"));
+  auto append = reinterpret_cast<AppendFn>(sym("PyList_Append"));
+  auto decRef = reinterpret_cast<DecRefFn>(sym("Py_DecRef"));
+  auto modules = reinterpret_cast<DictFn>(sym("PyImport_GetModuleDict"));
+  auto dictGet = reinterpret_cast<DictGetFn>(sym("PyDict_GetItemString"));
+  auto clearError = reinterpret_cast<void (*)()>(sym("PyErr_Clear"));
+  if (!importModule || !getAttr || !setAttr || !call || !listSize || !listItem || !typeOf ||
+      !isSubtype || !newList || !append || !decRef || !modules || !dictGet || !clearError)
+    return false;
+  if (dictGet(modules(), "torch") == nullptr) return false;  // borrowed; torch not imported yet
+  void* nn = importModule("torch.nn");
+  void* optim = importModule("torch.optim");
+  void* gc = importModule("gc");
+  void* attach = importModule("tidemark.attach");
+  void* moduleType = nn ? getAttr(nn, "Module") : nullptr;
+  void* optimizerType = optim ? getAttr(optim, "Optimizer") : nullptr;
+  void* getObjects = gc ? getAttr(gc, "get_objects") : nullptr;
+  bool ok = false;
+  if (moduleType && optimizerType && getObjects && attach) {
+    void* all = call(getObjects, nullptr);
+    void* found = newList(0);
+    if (all != nullptr && found != nullptr) {
+      const long n = listSize(all);
+      for (long i = 0; i < n; ++i) {
+        void* o = listItem(all, i);  // borrowed
+        void* t = typeOf(o);
+        if (t != nullptr && (isSubtype(t, moduleType) || isSubtype(t, optimizerType)))
+          append(found, o);
+        if (t != nullptr) decRef(t);
+      }
+      ok = setAttr(attach, "_scanned", found) == 0;
+    }
+    if (all != nullptr) decRef(all);  // every other object let go before the GIL is
+    if (found != nullptr) decRef(found);
+  }
+  for (void* o : {nn, optim, gc, attach, moduleType, optimizerType, getObjects})
+    if (o != nullptr) decRef(o);
+  if (!ok) clearError();
+  return ok;
 }
 
 std::string pythonCall(const std::string& dir, const std::string& call) {
@@ -116,7 +193,7 @@ void* attachThread(void*) {
   const std::string pythonDir = configValue(config, "python");
   const int py = pythonDir.empty() || configValue(config, "adapter") == "0"
                      ? -1
-                     : runPython(pythonCall(pythonDir, "start()"));
+                     : runPython(pythonCall(pythonDir, "start()"), /*scan=*/true);
   tidemark_attach_status.python = py == 0 ? 1 : 0;
   if (py > 0 || py < -1) message += "; the Python adapter did not start (see the job's stderr)";
   if (py == 0) message += "; the Python adapter started";

@@ -14,17 +14,27 @@ from . import _agent as A
 from .adapter import _storage_of, instance
 
 
+# The agent's attach thread leaves the live modules and optimizers here, found in C under the
+# GIL (agent/entry/attach.cpp, scanForModels): a scan of gc.get_objects() in Python could give up
+# the GIL halfway, and torch warns when a tensor dies while such a scan holds its Python object.
+_scanned = None
+
+
+def _live_objects(kinds):
+    """The live objects of the given types: the agent's scan, else one made here."""
+    global _scanned
+    found, _scanned = _scanned, None
+    if found is None:
+        # type(), not isinstance(): isinstance reads __class__, which some module shims warn on.
+        found = [o for o in gc.get_objects() if issubclass(type(o), kinds)]
+    return [o for o in found if isinstance(o, kinds)]
+
+
 def _find_models_and_optimizers():
     import torch
     modules, optimizers = [], []
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, torch.nn.Module):
-                modules.append(obj)
-            elif isinstance(obj, torch.optim.Optimizer):
-                optimizers.append(obj)
-        except Exception:  # objects whose type cannot be inspected (proxies, half-built)
-            continue
+    for obj in _live_objects((torch.nn.Module, torch.optim.Optimizer)):
+        (optimizers if isinstance(obj, torch.optim.Optimizer) else modules).append(obj)
     children = set()
     for m in modules:
         for c in m.children():

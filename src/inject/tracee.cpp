@@ -2,14 +2,17 @@
 
 #include <elf.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -20,8 +23,8 @@ namespace tidemark::inject {
 
 namespace {
 
-constexpr uint64_t kRedZone = 128;
-constexpr uint64_t kDataArea = 8192;  // arguments (paths, configuration) under the red zone
+constexpr uint64_t kScratchBytes = 1 << 20;  // the calls' stack and their arguments
+constexpr uint64_t kDataArea = 8192;         // arguments (paths, configuration), at its top
 constexpr int kSafePointTries = 2000;
 
 std::string errnoText() { return std::strerror(errno); }
@@ -48,6 +51,17 @@ std::string ptraceScopeAdvice() {
                                       : ", which allows tracing only descendants: set it to 0 with "
                                         "`sysctl kernel.yama.ptrace_scope=0`");
   return advice;
+}
+
+// A field of /proc/PID/status ("" if absent).
+std::string statusField(pid_t pid, const std::string& name) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string key, value;
+  while (in >> key) {
+    std::getline(in >> std::ws, value);
+    if (key == name + ":") return value;
+  }
+  return {};
 }
 
 }  // namespace
@@ -117,10 +131,18 @@ absl::Status Tracee::waitStop(bool forCall, int* signalOut) {
 absl::StatusOr<std::unique_ptr<Tracee>> Tracee::stop(pid_t pid) {
   std::unique_ptr<Tracee> t(new Tracee(pid));
   if (ptrace(PTRACE_SEIZE, pid, nullptr, nullptr) != 0) {
+    const std::string why = errnoText();
     if (errno == ESRCH) return absl::NotFoundError(absl::StrCat("no process ", pid));
-    if (errno == EPERM)
+    if (errno == EPERM) {
+      if (statusField(pid, "State").rfind("Z", 0) == 0 || statusField(pid, "State").empty())
+        return absl::AbortedError(absl::StrCat("process ", pid, " has exited"));
+      if (const int tracer = std::atoi(statusField(pid, "TracerPid").c_str()); tracer > 0)
+        return absl::AlreadyExistsError(absl::StrCat("process ", pid, " is traced by process ",
+                                                     tracer,
+                                                     " (a debugger?); one tracer at a time"));
       return absl::PermissionDeniedError(absl::StrCat("not permitted to trace process ", pid, " (",
-                                                      errnoText(), "): ", ptraceScopeAdvice()));
+                                                      why, "): ", ptraceScopeAdvice()));
+    }
     return absl::InternalError(absl::StrCat("ptrace(SEIZE, ", pid, "): ", errnoText()));
   }
   t->m_attached = true;
@@ -175,12 +197,29 @@ absl::Status Tracee::saveState() {
       return absl::InternalError(absl::StrCat("ptrace(GETFPREGS): ", errnoText()));
     m_legacyFp = true;
   }
-  m_dataTop = (m_regs.rsp - kRedZone) & ~uint64_t{15};
-  m_stackBytes.assign(kDataArea + 64, '\0');
-  if (absl::Status s = readMemory(m_pid, m_dataTop - m_stackBytes.size(), m_stackBytes.data(),
-                                  m_stackBytes.size());
-      !s.ok())
-    return s;
+  m_saved = true;
+  // A `syscall` instruction (0f 05) in the C library's code, to run mmap and munmap with.
+  for (const Mapping& m : m_maps) {
+    if (!m.executable() || m.path.find("/libc.so") == std::string::npos) continue;
+    std::string code(std::min<uint64_t>(m.end - m.begin, 1 << 20), '\0');
+    if (!readMemory(m_pid, m.begin, code.data(), code.size()).ok()) continue;
+    const size_t at = code.find("\x0f\x05");
+    if (at != std::string::npos) {
+      m_syscallInsn = m.begin + at;
+      break;
+    }
+  }
+  if (m_syscallInsn == 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("process ", m_pid, " has no C library code to run a system call with"));
+  auto scratch = systemCall(SYS_mmap, {0, kScratchBytes, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, static_cast<uint64_t>(-1), 0});
+  if (!scratch.ok()) return scratch.status();
+  if (*scratch > static_cast<uint64_t>(-4096))
+    return absl::InternalError(absl::StrCat(
+        "mmap in process ", m_pid, " failed: ", std::strerror(static_cast<int>(-*scratch))));
+  m_scratch = *scratch;
+  m_dataTop = m_scratch + kScratchBytes;
   m_saved = true;
   return absl::OkStatus();
 }
@@ -207,12 +246,47 @@ absl::StatusOr<std::string> Tracee::readString(uint64_t address, size_t max) {
   return out;
 }
 
+absl::StatusOr<uint64_t> Tracee::systemCall(uint64_t nr, const std::vector<uint64_t>& args) {
+  user_regs_struct r = m_regs;
+  r.rip = m_syscallInsn;
+  r.rax = nr;
+  r.orig_rax = static_cast<uint64_t>(-1);
+  unsigned long long* regs[] = {&r.rdi, &r.rsi, &r.rdx, &r.r10, &r.r8, &r.r9};
+  for (size_t i = 0; i < args.size() && i < 6; ++i) *regs[i] = args[i];
+  if (ptrace(PTRACE_SETREGS, m_pid, nullptr, &r) != 0)
+    return absl::InternalError(absl::StrCat("ptrace(SETREGS): ", errnoText()));
+  if (ptrace(PTRACE_SINGLESTEP, m_pid, nullptr, nullptr) != 0)
+    return absl::InternalError(absl::StrCat("ptrace(SINGLESTEP): ", errnoText()));
+  for (;;) {
+    int status = 0;
+    if (waitpid(m_pid, &status, __WALL) < 0) {
+      if (errno == EINTR) continue;
+      return absl::AbortedError(absl::StrCat("process ", m_pid, " went away during the attach"));
+    }
+    if (WIFEXITED(status) || WIFSIGNALED(status)) {
+      m_exited = true;
+      m_attached = false;
+      return exitedError(status);
+    }
+    if (!WIFSTOPPED(status)) continue;
+    if (WSTOPSIG(status) == SIGTRAP && (status >> 16) == 0) break;  // the step is done
+    if ((status >> 16) == 0) m_pendingSignals.push_back(WSTOPSIG(status));
+    // Not yet stepped (a signal or a group stop came first): step again.
+    ptrace(PTRACE_SINGLESTEP, m_pid, nullptr, nullptr);
+  }
+  m_atSignalStop = true;
+  user_regs_struct after{};
+  if (ptrace(PTRACE_GETREGS, m_pid, nullptr, &after) != 0)
+    return absl::InternalError(absl::StrCat("ptrace(GETREGS): ", errnoText()));
+  return after.rax;
+}
+
 absl::StatusOr<uint64_t> Tracee::call(uint64_t fn, const std::vector<uint64_t>& args) {
   if (!m_saved) return absl::FailedPreconditionError("the thread is not stopped");
   if (args.size() > 6) return absl::InvalidArgumentError("at most 6 arguments");
   user_regs_struct r = m_regs;
-  // The call's stack starts under the argument area, 16-byte aligned before the return address
-  // (0: returning faults, and the fault stops the thread again here).
+  // The call's stack is the scratch mapping under the argument area, 16-byte aligned before the
+  // return address (0: returning faults, and the fault stops the thread again here).
   const uint64_t top = (m_dataTop - kDataArea - 64) & ~uint64_t{15};
   const uint64_t zero = 0;
   if (absl::Status s = writeMemory(m_pid, top - 8, &zero, sizeof zero); !s.ok()) return s;
@@ -231,7 +305,7 @@ absl::StatusOr<uint64_t> Tracee::call(uint64_t fn, const std::vector<uint64_t>& 
   user_regs_struct after{};
   if (ptrace(PTRACE_GETREGS, m_pid, nullptr, &after) != 0)
     return absl::InternalError(absl::StrCat("ptrace(GETREGS): ", errnoText()));
-  m_atCallFault = true;
+  m_atSignalStop = true;
   if (after.rip != 0)
     return absl::InternalError(
         absl::StrCat("the call into process ", m_pid, " faulted at 0x", absl::Hex(after.rip),
@@ -243,11 +317,11 @@ absl::Status Tracee::release() {
   if (!m_attached) return absl::OkStatus();
   absl::Status result = absl::OkStatus();
   if (m_saved) {
-    // The stack bytes, the extended state, the registers: as they were.
-    if (absl::Status s = writeMemory(m_pid, m_dataTop - m_stackBytes.size(), m_stackBytes.data(),
-                                     m_stackBytes.size());
-        !s.ok())
-      result = s;
+    // The scratch mapping goes; the extended state and the registers are put back as they were.
+    if (m_scratch != 0) {
+      if (auto r = systemCall(SYS_munmap, {m_scratch, kScratchBytes}); !r.ok()) result = r.status();
+      m_scratch = 0;
+    }
     if (m_legacyFp) {
       if (ptrace(PTRACE_SETFPREGS, m_pid, nullptr, m_xstate.data()) != 0)
         result = absl::InternalError(absl::StrCat("ptrace(SETFPREGS): ", errnoText()));
@@ -263,7 +337,7 @@ absl::Status Tracee::release() {
   // Detaching from a call's fault stop delivers the signal given in its place (or none); from
   // any other stop the held signals are raised again.
   int deliver = 0;
-  if (m_atCallFault && !m_pendingSignals.empty()) {
+  if (m_atSignalStop && !m_pendingSignals.empty()) {
     deliver = m_pendingSignals.front();
     m_pendingSignals.erase(m_pendingSignals.begin());
   }

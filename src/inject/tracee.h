@@ -15,8 +15,9 @@ namespace tidemark::inject {
 
 // One thread of another process under ptrace (x86-64 Linux), stopped at a point where it may
 // call into the C library, made to call functions in its own address space, and restored
-// exactly: general registers, the FPU/SSE/AVX state, and the stack bytes the calls' arguments
-// used. Signals that arrive meanwhile are delivered after. No gdb.
+// exactly: general registers and the FPU/SSE/AVX state. The calls run on a scratch mapping made
+// for them (by an injected mmap system call) and removed after, so the thread's own stack is
+// not touched. Signals that arrive meanwhile are delivered after. No gdb.
 class Tracee {
  public:
   ~Tracee();
@@ -28,7 +29,7 @@ class Tracee {
 
   // Calls fn(args...) (at most 6 integer arguments) on the stopped thread; its return value.
   absl::StatusOr<uint64_t> call(uint64_t fn, const std::vector<uint64_t>& args);
-  // Copies bytes onto the thread's stack, below the red zone; their address in the target.
+  // Copies bytes into the scratch mapping; their address in the target.
   absl::StatusOr<uint64_t> pushData(const std::string& bytes);
   absl::StatusOr<std::string> readString(uint64_t address, size_t max);
 
@@ -44,16 +45,20 @@ class Tracee {
   absl::Status waitStop(bool forCall, int* signalOut);
   absl::Status exitedError(int status) const;
   absl::Status saveState();
+  // Runs one system call on the thread (a `syscall` instruction of its C library, single-stepped).
+  absl::StatusOr<uint64_t> systemCall(uint64_t nr, const std::vector<uint64_t>& args);
 
   pid_t m_pid;
   bool m_attached = false, m_saved = false, m_exited = false;
-  bool m_legacyFp = false;     // no XSAVE: the FPU/SSE area only
-  bool m_atCallFault = false;  // stopped at a call's return fault (a signal can replace it)
+  bool m_legacyFp = false;      // no XSAVE: the FPU/SSE area only
+  bool m_atSignalStop = false;  // stopped at a signal (a call's fault, a step's trap): a signal
+                                // given at detach replaces it
   user_regs_struct m_regs{};
   std::vector<uint8_t> m_xstate;
   std::vector<Mapping> m_maps;
-  uint64_t m_dataTop = 0, m_dataUsed = 0;  // the argument area under the red zone
-  std::string m_stackBytes;                // what it held before
+  uint64_t m_syscallInsn = 0;              // a `syscall` instruction in the C library
+  uint64_t m_scratch = 0;                  // the scratch mapping (0: none yet)
+  uint64_t m_dataTop = 0, m_dataUsed = 0;  // the argument area at its top
   std::vector<int> m_pendingSignals;       // signals that arrived while it was ours
 };
 

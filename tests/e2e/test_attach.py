@@ -1,0 +1,275 @@
+"""`tidemark attach` / `tidemark detach` on real processes started without tidemark: a CPU
+training attached mid-run trains exactly as without, its breakdown after the attach is exact for
+WEIGHT and OPTIMIZER_STATE, attach and detach repeat, and every error leaves the target as it was."""
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+import unittest
+
+from tidemark_env import BIN, PYTHON, SOURCE, Daemon
+
+TRAIN = os.path.join(SOURCE, "examples", "train.py")
+LIB = os.path.join(BIN, "..", "lib")
+
+
+def parse_run(text):
+    """(losses as printed, parameter bytes, optimizer state bytes) of examples/train.py's output."""
+    losses = re.findall(r"^step (\d+) loss (\S+)", text, re.M)
+    params = int(re.search(r"parameters, (\d+) bytes", text).group(1))
+    state = int(re.search(r"^optimizer state: (\d+) bytes", text, re.M).group(1))
+    return losses, params, state
+
+
+class Job:
+    """examples/train.py (or any command), started without tidemark."""
+
+    def __init__(self, *args, command=None):
+        self.proc = subprocess.Popen(command or [PYTHON, "-u", TRAIN, *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out = []
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def wait_for_step(self, n, timeout=300):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError("the job ended before step %d: %s" % (n, self.proc.stderr.read()))
+            self.out.append(line)
+            if line.startswith("step %d " % n):
+                return
+        raise AssertionError("no step %d within %d s" % (n, timeout))
+
+    def finish(self, timeout=600):
+        out, err = self.proc.communicate(timeout=timeout)
+        self.out.append(out)
+        return self.proc.returncode, "".join(self.out), err
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+class AttachTest(unittest.TestCase):
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def cli(self, *args):
+        """(exit code, --json answer, stderr) of `tidemark ARGS --json`."""
+        r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address, *args,
+                            "--json"], capture_output=True, text=True, timeout=300)
+        return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else None), r.stderr
+
+    def reference(self, *args):
+        r = subprocess.run([PYTHON, TRAIN, *args], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return parse_run(r.stdout)
+
+    def wait_ended(self, sid, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            s = [s for s in self.daemon.cli_json("sessions")["sessions"] if s["id"] == sid]
+            if s and s[0]["state"] != "live":
+                return s[0]
+            time.sleep(0.2)
+        raise AssertionError("session %d still live" % sid)
+
+    def test_attached_mid_run_trains_identically_and_breaks_down_exactly(self):
+        args = ("--steps", "9", "--seed", "5")
+        ref_losses, params, state = self.reference(*args)
+        job = Job(*args)
+        try:
+            job.wait_for_step(3)
+            rc, a, err = self.cli("attach", str(job.pid), "--name", "attached")
+            self.assertEqual(rc, 0, err)
+            self.assertTrue(a["loaded_now"])
+            self.assertTrue(a["python_adapter"], a)
+            self.assertGreater(a["patched_entries"], 0)
+            sid = a["session"]
+            self.assertGreater(sid, 0)
+            # A second attach is refused; the job goes on.
+            rc, e, err = self.cli("attach", str(job.pid))
+            self.assertEqual(rc, 1)
+            self.assertEqual(e["reason"], "already_attached")
+            self.assertIn("already attached (session %d)" % sid, err)
+            rc, out, err = job.finish()
+        finally:
+            job.kill()
+        self.assertEqual(rc, 0, err)
+        losses, _, _ = parse_run(out)
+        self.assertEqual(losses, ref_losses)  # exactly: the same digits, every step
+        session = self.wait_ended(sid)
+        self.assertEqual(session["name"], "attached")
+        self.assertGreaterEqual(session["steps"], 4)  # the steps after the attach
+        self.daemon.wait_analyzed(sid)
+        b = self.daemon.cli_json("breakdown", str(sid))
+        cats = {k: v["bytes"] for k, v in b["categories"].items()}
+        self.assertEqual(cats["WEIGHT"], params)
+        self.assertEqual(cats["OPTIMIZER_STATE"], state)
+        self.assertEqual(cats["GRADIENT"], params)  # zero_grad keeps them (torch 1.13)
+        self.assertGreater(cats["ACTIVATION"], 0)
+
+    def test_detach_and_attach_again_twenty_times(self):
+        args = ("--steps", "1500", "--seed", "2", "--layers", "2", "--d-model", "32",
+                "--seq-len", "16", "--batch", "2", "--checkpoint", "")
+        ref_losses, params, _ = self.reference(*args)
+        job = Job(*args)
+        sessions = []
+        try:
+            job.wait_for_step(2)
+            for cycle in range(20):
+                rc, a, err = self.cli("attach", str(job.pid))
+                self.assertEqual(rc, 0, "attach %d: %s" % (cycle, err))
+                self.assertEqual(a["loaded_now"], cycle == 0)
+                sessions.append(a["session"])
+                time.sleep(0.1)
+                rc, d, err = self.cli("detach", str(job.pid))
+                self.assertEqual(rc, 0, "detach %d: %s" % (cycle, err))
+                self.assertEqual(d["session"], a["session"])
+            # Detached: detaching again is refused.
+            rc, e, err = self.cli("detach", str(job.pid))
+            self.assertEqual(rc, 1)
+            self.assertIn("is not attached", err)
+            rc, out, err = job.finish()
+        finally:
+            job.kill()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(parse_run(out)[0], ref_losses)
+        self.assertNotIn("Warning", err)  # nothing the job would not have said anyway
+        self.assertEqual(len(set(sessions)), 20)
+        for sid in sessions:
+            s = self.wait_ended(sid)
+            self.assertGreater(s["events_stored"], 0)
+            self.assertGreater(s["blocks"], 0)
+        # Each attach seeded the weights again: every session holds them all.
+        self.daemon.wait_analyzed(sessions[-1])
+        b = self.daemon.cli_json("breakdown", str(sessions[-1]))
+        self.assertEqual(b["categories"]["WEIGHT"]["bytes"], params)
+
+    def test_errors_leave_the_target_untouched(self):
+        sleeper = Job(command=["sleep", "120"])
+        try:
+            # No such process: one that has just ended.
+            gone = subprocess.Popen(["true"])
+            gone.wait()
+            rc, e, err = self.cli("attach", str(gone.pid))
+            self.assertEqual((rc, e["reason"]), (1, "no_such_process"), err)
+            self.assertIn("no process %d" % gone.pid, err)
+            # Not attached: detach refuses.
+            rc, e, err = self.cli("detach", str(sleeper.pid))
+            self.assertEqual(rc, 1)
+            self.assertIn("is not attached", err)
+            # Bad usage.
+            rc, _, err = self.cli("attach", "twelve")
+            self.assertEqual(rc, 2)
+            self.assertIn("not a process id", err)
+            # No tidemarkd: nothing is touched.
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", "127.0.0.1:1", "attach",
+                                str(sleeper.pid)], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertNotIn("libtidemark_agent", open("/proc/%d/maps" % sleeper.pid).read())
+            self.assertIsNone(sleeper.proc.poll())
+        finally:
+            sleeper.kill()
+
+    def test_target_exiting_during_the_attach(self):
+        sleeper = Job(command=["sleep", "120"])
+        try:
+            time.sleep(0.2)
+            rc, e, err = self.cli("attach", str(sleeper.pid), "--agent",
+                                  os.path.join(LIB, "libtidemark_test_exit_on_load.so"))
+            self.assertEqual((rc, e["reason"]), (1, "exited"), err)
+            self.assertIn("exited during the attach (status 7)", err)
+            self.assertEqual(sleeper.proc.wait(timeout=30), 7)
+        finally:
+            sleeper.kill()
+
+    def test_a_job_under_tidemark_run_is_recorded_already(self):
+        job = Job(command=[os.path.join(BIN, "tidemark"), "--server", self.daemon.address, "run",
+                           "--", "sleep", "120"])
+        try:
+            # `tidemark run` execs the command: the pid is the job's.
+            deadline = time.time() + 30
+            while "libtidemark_agent" not in open("/proc/%d/maps" % job.pid).read():
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.05)
+            rc, e, err = self.cli("attach", str(job.pid))
+            self.assertEqual((rc, e["reason"]), (1, "already_attached"), err)
+            self.assertIn("runs under `tidemark run`", err)
+            rc, e, err = self.cli("detach", str(job.pid))
+            self.assertEqual(rc, 1)
+            self.assertIn("records until it exits", err)
+            self.assertIsNone(job.proc.poll())
+        finally:
+            job.kill()
+
+    def test_not_permitted(self):
+        if os.geteuid() == 0:
+            # Root without CAP_SYS_PTRACE may not trace another user's process.
+            target = Job(command=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                  "sleep", "120"])
+            prefix = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+        else:
+            target, prefix = None, []
+        pid = target.pid if target else 1
+        try:
+            time.sleep(0.2)
+            r = subprocess.run(prefix + [os.path.join(BIN, "tidemark"), "--server",
+                                         self.daemon.address, "attach", str(pid), "--json"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["reason"], "not_permitted", r.stderr)
+            self.assertIn("CAP_SYS_PTRACE", r.stderr)
+            if target:
+                self.assertIsNone(target.proc.poll())
+        finally:
+            if target:
+                target.kill()
+
+    def test_unsupported_architecture(self):
+        # A 32-bit x86 program, written here: it loops on pause().
+        code = bytes([0xb8, 0x1d, 0, 0, 0, 0xcd, 0x80, 0xeb, 0xf7])  # mov eax,29; int 0x80; jmp
+        base, off = 0x08048000, 52 + 32
+        ehdr = (b"\x7fELF\x01\x01\x01" + b"\0" * 9 +
+                struct.pack("<HHIIIIIHHHHHH", 2, 3, 1, base + off, 52, 0, 0, 52, 32, 1, 0, 0, 0))
+        phdr = struct.pack("<IIIIIIII", 1, 0, base, base, off + len(code), off + len(code), 5,
+                           0x1000)
+        path = os.path.join(tempfile.mkdtemp(prefix="tidemark-i386-"), "pause32")
+        with open(path, "wb") as f:
+            f.write(ehdr + phdr + code)
+        os.chmod(path, 0o755)
+        try:
+            prog = subprocess.Popen([path])
+        except OSError as e:  # a kernel without 32-bit support cannot run it at all
+            self.skipTest("this kernel cannot run 32-bit x86 programs: %s" % e)
+        try:
+            time.sleep(0.2)
+            if prog.poll() is not None:
+                self.skipTest("this kernel cannot run 32-bit x86 programs")
+            rc, e, err = self.cli("attach", str(prog.pid))
+            self.assertEqual((rc, e["reason"]), (1, "unsupported"), err)
+            self.assertIn("32-bit x86 program", err)
+            self.assertIsNone(prog.poll())
+        finally:
+            prog.send_signal(signal.SIGKILL)
+            prog.wait()
+
+
+if __name__ == "__main__":
+    unittest.main()
