@@ -16,12 +16,13 @@ enum class RecordKind : uint8_t {
   kStepBegin = 7,
   kStepEnd = 8,
   kTag = 9,
+  kCounter = 10,  // nameIid, the value in sizeBytes (as int64)
 };
 
 struct Record {
   RecordKind kind;
   uint8_t small;  // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree),
-                  // scope kind (kScope*: 0 module, 1 op)
+                  // scope kind (kScope*: 0 module, 1 op, 2 kernel)
   uint16_t reserved;
   uint32_t threadId;
   uint64_t seq;

@@ -103,6 +103,21 @@ bool Recorder::push(Record& record) noexcept {
   return true;
 }
 
+bool Recorder::pushAt(Record& record) noexcept {
+  Ring* ring = threadRing();
+  if (ring == nullptr) {
+    m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (!ring->hasSpace()) {
+    m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  record.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
+  ring->push(record);
+  return true;
+}
+
 void Recorder::onAlloc(void* address, size_t size) noexcept {
   Ring* ring = threadRing();
   if (ring == nullptr) {

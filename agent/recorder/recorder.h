@@ -63,6 +63,9 @@ class Recorder {
 
   // For the C ABI: fills seq, ts and thread id, then pushes. False if the record was dropped.
   bool push(Record& record) noexcept;
+  // For sources with their own times and lanes (GPU activity, on the calling thread's ring):
+  // keeps record.tsNs and record.threadId, fills seq. False if dropped.
+  bool pushAt(Record& record) noexcept;
 
   // Drain thread: passes every unread record of every ring to sink (in ring order, not seq
   // order), and frees rings whose thread has exited once they are empty.

@@ -56,6 +56,10 @@ void toEvent(const Record& r, v1::Event* e) {
     case RecordKind::kStepEnd:
       e->mutable_step_end()->set_step(static_cast<int64_t>(r.address));
       break;
+    case RecordKind::kCounter:
+      e->mutable_counter()->set_name_iid(r.nameIid);
+      e->mutable_counter()->set_value(static_cast<int64_t>(r.sizeBytes));
+      break;
     case RecordKind::kTag: {
       auto* t = e->mutable_tag();
       t->set_address(r.address);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/cupti/activity_decoder.h"
+#include "agent/cupti/gpu_recorder.h"
 
 namespace tidemark::agent {
 namespace {
@@ -186,6 +187,102 @@ TEST(CuptiDecoder, ABufferInOrderSkippingKindsNotUsed) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].kind, K::kKernel);
   EXPECT_EQ(events[1].kind, K::kMemoryAlloc);
+}
+
+}  // namespace
+}  // namespace tidemark::agent
+
+// Decoded events through the GPU recorder into the agent's rings: what the drain thread sends.
+namespace tidemark::agent {
+namespace {
+
+std::vector<Record> drain(Recorder& rec) {
+  std::vector<Record> out;
+  rec.drainAll([&](const Record& r) { out.push_back(r); });
+  return out;
+}
+
+TEST(GpuRecorder, KernelsMemoryCountersAndRanges) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  drain(rec);
+  Interner names;
+  GpuRecorder gpu(rec, names);
+  using K = GpuEvent::Kind;
+  auto event = [](K kind, int64_t t) {
+    GpuEvent e;
+    e.kind = kind;
+    e.startNs = e.endNs = t;
+    return e;
+  };
+  GpuEvent alloc = event(K::kMemoryAlloc, 100);
+  alloc.memory = GpuEvent::Memory::kDevice;
+  alloc.device = 1;
+  alloc.address = 0x7f0000000000;
+  alloc.bytes = 1 << 20;
+  GpuEvent kernel = event(K::kKernel, 200);
+  kernel.endNs = 260;
+  kernel.stream = 7;
+  kernel.name = "gemm";
+  GpuEvent copy = event(K::kMemcpy, 300);
+  copy.endNs = 310;
+  copy.copyKind = 1;
+  GpuEvent pinned = event(K::kMemoryAlloc, 320);
+  pinned.memory = GpuEvent::Memory::kPinned;
+  pinned.address = 0x5000;
+  pinned.bytes = 4096;
+  GpuEvent free = alloc;
+  free.kind = K::kMemoryFree;
+  free.startNs = free.endNs = 400;
+  GpuEvent pool = event(K::kPoolCreated, 410);
+  pool.address = 0x7f1000000000;
+  pool.bytes = 64 << 20;
+  GpuEvent start = event(K::kMarker, 500);
+  start.markerStart = true;
+  start.markerId = 3;
+  start.name = "forward";
+  GpuEvent end = event(K::kMarker, 600);
+  end.markerEnd = true;
+  end.markerId = 3;
+  for (const GpuEvent& e : {alloc, kernel, copy, pinned, free, pool, start, end})
+    ASSERT_TRUE(gpu.record(e));
+  const std::vector<Record> r = drain(rec);
+  ASSERT_EQ(r.size(), 12u);
+  // Device memory, on its device, and the reserved counter after it.
+  EXPECT_EQ(r[0].kind, RecordKind::kAlloc);
+  EXPECT_EQ(r[0].small, 2);  // DEVICE
+  EXPECT_EQ(r[0].device, 1);
+  EXPECT_EQ(r[0].tsNs, 100);
+  EXPECT_EQ(r[1].kind, RecordKind::kCounter);
+  EXPECT_EQ(r[1].sizeBytes, 1u << 20);
+  // The kernel: a KERNEL scope on stream 7, at CUPTI's times, named.
+  EXPECT_EQ(r[2].kind, RecordKind::kScopeBegin);
+  EXPECT_EQ(r[2].small, 2);
+  EXPECT_EQ(r[2].threadId, 7u);
+  EXPECT_EQ(r[3].kind, RecordKind::kScopeEnd);
+  EXPECT_EQ(r[3].tsNs, 260);
+  EXPECT_EQ(r[2].nameIid, names.intern("gemm"));
+  EXPECT_EQ(r[4].nameIid, names.intern("[memcpy HtoD]"));
+  // Pinned host memory is host memory, with no device counter after it.
+  EXPECT_EQ(r[6].kind, RecordKind::kAlloc);
+  EXPECT_EQ(r[6].small, 1);
+  EXPECT_EQ(r[6].device, -1);
+  EXPECT_EQ(r[7].kind, RecordKind::kFree);
+  EXPECT_EQ(r[8].kind, RecordKind::kCounter);
+  EXPECT_EQ(r[8].sizeBytes, 0u);
+  EXPECT_EQ(gpu.deviceReservedBytes(), 0);
+  EXPECT_EQ(r[9].kind, RecordKind::kCounter);  // the pool
+  EXPECT_EQ(r[9].nameIid, names.intern("pool_reserved_bytes"));
+  EXPECT_EQ(r[9].sizeBytes, 64u << 20);
+  // The NVTX range as an op scope, its end found by the marker id.
+  EXPECT_EQ(r[10].kind, RecordKind::kScopeBegin);
+  EXPECT_EQ(r[10].small, 1);
+  EXPECT_EQ(r[10].nameIid, names.intern("forward"));
+  EXPECT_EQ(r[11].kind, RecordKind::kScopeEnd);
+  EXPECT_EQ(r[11].nameIid, r[10].nameIid);
+  // Sequence numbers stay dense.
+  for (size_t i = 1; i < r.size(); ++i) EXPECT_EQ(r[i].seq, r[i - 1].seq + 1);
 }
 
 }  // namespace
