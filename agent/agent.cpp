@@ -186,6 +186,7 @@ void Agent::stop() {
     if (!m_loaded || m_inChild || m_stopped || m_dormant || getpid() != m_ownerPid) return;
   }
   RecursionGuard guard;
+  if (m_beforeStop != nullptr) m_beforeStop(m_config.exitTimeoutMs / 2);
   Recorder::instance().setRecording(false);
   start();  // builds the transport if nobody did, so what the rings hold is still delivered
   {

@@ -63,6 +63,9 @@ class Agent {
   // dormant until the next attach (and does nothing at exit).
   void detach();
   bool attached() const { return m_attached; }
+  // Called (with a time bound) at the start of stop(), while the stream is still open: the GPU
+  // capture flushes CUPTI's buffers there.
+  void setBeforeStop(void (*fn)(int timeoutMs)) { m_beforeStop = fn; }
 
  private:
   AgentConfig m_config;
@@ -73,6 +76,7 @@ class Agent {
   Interner m_interner;
   bool m_attached = false;  // loaded by `tidemark attach` rather than LD_PRELOAD
   bool m_dormant = false;   // detached: nothing recorded, nothing sent, not even at exit
+  void (*m_beforeStop)(int timeoutMs) = nullptr;
   std::unique_ptr<Transport> m_transport;
   // Transports of earlier attaches, shut down but kept: a thread may still hold a pointer.
   std::vector<std::unique_ptr<Transport>> m_retired;

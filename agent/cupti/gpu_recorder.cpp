@@ -40,6 +40,11 @@ GpuRecorder::GpuRecorder(Recorder& recorder, Interner& interner)
     : m_recorder(recorder), m_interner(interner) {
   m_deviceReservedIid = m_interner.intern("device_reserved_bytes");
   m_poolReservedIid = m_interner.intern("pool_reserved_bytes");
+  m_droppedIid = m_interner.intern("cupti_dropped_records");
+}
+
+bool GpuRecorder::recordDropped(uint64_t total, int64_t tsNs) {
+  return counter(m_droppedIid, static_cast<int64_t>(total), tsNs);
 }
 
 bool GpuRecorder::push(Record r) { return m_recorder.pushAt(r); }

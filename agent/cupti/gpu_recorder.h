@@ -24,6 +24,9 @@ class GpuRecorder {
   // False if the record(s) were dropped (ring full).
   bool record(const GpuEvent& e);
 
+  // CUPTI's count of records it dropped so far, as the counter "cupti_dropped_records".
+  bool recordDropped(uint64_t total, int64_t tsNs);
+
   int64_t deviceReservedBytes() const { return m_deviceBytes; }
   int64_t poolReservedBytes() const { return m_poolBytes; }
 
@@ -38,7 +41,7 @@ class GpuRecorder {
   std::unordered_map<uint64_t, uint64_t> m_deviceBlocks;  // address → bytes
   std::unordered_map<uint64_t, uint64_t> m_pools;         // address → bytes
   std::unordered_map<uint32_t, uint32_t> m_openMarkers;   // marker id → name iid
-  uint32_t m_deviceReservedIid = 0, m_poolReservedIid = 0;
+  uint32_t m_deviceReservedIid = 0, m_poolReservedIid = 0, m_droppedIid = 0;
 };
 
 }  // namespace tidemark::agent

@@ -88,6 +88,9 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   prependEnv("LD_PRELOAD", agent, ':');
   setenv("TIDEMARK_SERVER", g.server.c_str(), 1);
   setenv("TIDEMARK_AGENT", agent.c_str(), 1);
+  // CUDA's injection: the driver calls the agent's InitializeInjection when the job initializes
+  // CUDA (GPU capture); a job that never does is not affected.
+  setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
   if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (!python.empty()) {

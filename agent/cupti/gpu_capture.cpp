@@ -1,0 +1,215 @@
+#include "agent/cupti/gpu_capture.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/cupti/activity_decoder.h"
+#include "agent/cupti/cupti_api.h"
+#include "agent/cupti/gpu_recorder.h"
+#include "agent/recorder/recorder.h"
+#include "src/base/clock.h"
+
+namespace tidemark::agent::gpu_capture {
+
+namespace {
+
+struct Completed {
+  uint8_t* buffer;
+  size_t validSize;
+  CUcontext context;
+  uint32_t streamId;
+};
+
+struct State {
+  const CuptiApi* api = nullptr;
+  CUpti_SubscriberHandle subscriber = nullptr;
+  std::unique_ptr<GpuRecorder> gpu;
+  std::mutex mutex;  // guards everything below; never held across a CUPTI call
+  std::condition_variable wake, idle;
+  std::deque<Completed> queue;
+  std::vector<uint8_t*> freeBuffers;
+  size_t buffersMade = 0;
+  bool stopping = false, running = false, parsing = false;
+  int flushMs = 100;
+  Stats stats;
+  std::thread thread;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: CUPTI may call back during exit
+  return *s;
+}
+
+uint64_t monotonicTimestamp() { return static_cast<uint64_t>(base::monotonicNs()); }
+
+void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords) {
+  State& s = state();
+  *maxNumRecords = 0;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.freeBuffers.empty()) {
+    *buffer = s.freeBuffers.back();
+    s.freeBuffers.pop_back();
+  } else if (s.buffersMade < kMaxBuffers) {
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+    if (*buffer != nullptr) ++s.buffersMade;
+  } else {
+    *buffer = nullptr;
+  }
+  if (*buffer == nullptr) {
+    ++s.stats.buffersRefused;  // CUPTI drops the records and counts them
+    *size = 0;
+    return;
+  }
+  *size = kBufferBytes;
+}
+
+void CUPTIAPI bufferCompleted(CUcontext context, uint32_t streamId, uint8_t* buffer, size_t,
+                              size_t validSize) {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.queue.push_back({buffer, validSize, context, streamId});
+  }
+  s.wake.notify_all();
+}
+
+// The subscriber's callback: nothing yet beyond holding the slot (the allocation and launch
+// callbacks for attribution come with the correlation work).
+void CUPTIAPI onCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
+void parseOne(State& s, const Completed& c) {
+  std::vector<GpuEvent> events;
+  const size_t skipped =
+      c.validSize > 0 ? decodeBuffer(c.buffer, c.validSize, s.api->activityGetNextRecord, &events)
+                      : 0;
+  uint64_t recorded = 0;
+  for (const GpuEvent& e : events)
+    if (s.gpu->record(e)) ++recorded;
+  size_t dropped = 0;
+  s.api->activityGetNumDroppedRecords(c.context, c.streamId, &dropped);
+  uint64_t droppedTotal = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stats.buffersCompleted += 1;
+    s.stats.records += recorded;
+    s.stats.recordsSkipped += skipped;
+    s.stats.cuptiDropped += dropped;
+    droppedTotal = s.stats.cuptiDropped;
+    s.freeBuffers.push_back(c.buffer);
+  }
+  if (dropped > 0) s.gpu->recordDropped(droppedTotal, base::monotonicNs());
+}
+
+void run() {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, nullptr);
+  RecursionGuard guard;  // this thread's own allocations are not the job's
+  State& s = state();
+  auto lastFlush = std::chrono::steady_clock::now();
+  for (;;) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.wake.wait_for(lock, std::chrono::milliseconds(s.flushMs),
+                    [&] { return s.stopping || !s.queue.empty(); });
+    while (!s.queue.empty()) {
+      const Completed c = s.queue.front();
+      s.queue.pop_front();
+      s.parsing = true;
+      lock.unlock();
+      parseOne(s, c);
+      lock.lock();
+      s.parsing = false;
+    }
+    s.idle.notify_all();
+    if (s.stopping) return;
+    lock.unlock();
+    if (std::chrono::steady_clock::now() - lastFlush >= std::chrono::milliseconds(s.flushMs)) {
+      s.api->activityFlushAll(0);  // hands over full buffers; never under our lock
+      lastFlush = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+}  // namespace
+
+bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::string* why) {
+  State& s = state();
+  if (s.running) return true;
+  s.api = CuptiApi::load(why);
+  if (s.api == nullptr) return false;
+  const CUptiResult sub = s.api->subscribe(&s.subscriber, &onCallback, nullptr);
+  if (sub != CUPTI_SUCCESS) {
+    *why = sub == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+               ? "another CUPTI subscriber (torch.profiler, Nsight, ...) holds CUPTI; tidemark "
+                 "records host memory and the adapter's events only, and leaves it alone"
+               : "cuptiSubscribe: " + s.api->describe(sub);
+    return false;
+  }
+  s.api->activityRegisterTimestampCallback(&monotonicTimestamp);
+  const CUptiResult reg = s.api->activityRegisterCallbacks(&bufferRequested, &bufferCompleted);
+  if (reg != CUPTI_SUCCESS) {
+    *why = "cuptiActivityRegisterCallbacks: " + s.api->describe(reg);
+    s.api->unsubscribe(s.subscriber);
+    return false;
+  }
+  for (CUpti_ActivityKind kind :
+       {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMORY2, CUPTI_ACTIVITY_KIND_MEMORY_POOL,
+        CUPTI_ACTIVITY_KIND_MARKER, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+        CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION}) {
+    const CUptiResult r = s.api->activityEnable(kind);
+    if (r != CUPTI_SUCCESS)
+      std::fprintf(stderr, "tidemark: CUPTI activity kind %d not enabled: %s\n",
+                   static_cast<int>(kind), s.api->describe(r).c_str());
+  }
+  s.gpu = std::make_unique<GpuRecorder>(recorder, interner);
+  s.flushMs = flushIntervalMs > 0 ? flushIntervalMs : 100;
+  s.stopping = false;
+  s.running = true;
+  s.thread = std::thread(&run);
+  return true;
+}
+
+void flush(int timeoutMs) {
+  State& s = state();
+  if (!s.running) return;
+  s.api->activityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  s.wake.notify_all();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.idle.wait_for(lock, std::chrono::milliseconds(timeoutMs),
+                  [&] { return s.queue.empty() && !s.parsing; });
+}
+
+void stop(int timeoutMs) {
+  State& s = state();
+  if (!s.running) return;
+  flush(timeoutMs);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stopping = true;
+  }
+  s.wake.notify_all();
+  if (s.thread.joinable()) s.thread.join();
+  s.api->unsubscribe(s.subscriber);
+  s.running = false;
+}
+
+bool running() { return state().running; }
+
+Stats stats() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.stats;
+}
+
+}  // namespace tidemark::agent::gpu_capture

@@ -1,0 +1,32 @@
+// CUDA's injection entry: with CUDA_INJECTION64_PATH naming the agent (`tidemark run` sets it),
+// the CUDA driver loads the agent when the process initializes CUDA and calls
+// InitializeInjection. The agent loads (if LD_PRELOAD did not already), connects, and starts the
+// CUPTI capture; at exit (or detach) the capture is flushed before the stream closes. A process
+// that never initializes CUDA never comes here.
+#include <cstdio>
+#include <string>
+
+#include "agent/agent.h"
+#include "agent/cupti/gpu_capture.h"
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  using namespace tidemark::agent;
+  try {
+    Agent& agent = Agent::instance();
+    if (!agent.loaded()) {
+      agent.load(AgentConfig::fromEnvironment());
+      if (!agent.loaded()) return 0;
+      agent.installProcessHandlers();
+    }
+    agent.start();
+    std::string why;
+    if (!gpu_capture::start(agent.recorder(), agent.interner(), 100, &why)) {
+      std::fprintf(stderr, "tidemark: no GPU capture: %s\n", why.c_str());
+      return 1;  // the host side goes on
+    }
+    agent.setBeforeStop(&gpu_capture::stop);
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
