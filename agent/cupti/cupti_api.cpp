@@ -49,15 +49,15 @@ const CuptiApi* CuptiApi::load(std::string* why) {
     ok = bind(lib, "cuptiUnsubscribe", &api.unsubscribe, &missing) && ok;
     ok = bind(lib, "cuptiEnableDomain", &api.enableDomain, &missing) && ok;
     ok = bind(lib, "cuptiActivityEnable", &api.activityEnable, &missing) && ok;
-    ok = bind(lib, "cuptiActivityRegisterCallbacks", &api.activityRegisterCallbacks, &missing) &&
-         ok;
+    ok =
+        bind(lib, "cuptiActivityRegisterCallbacks", &api.activityRegisterCallbacks, &missing) && ok;
     ok = bind(lib, "cuptiActivityGetNextRecord", &api.activityGetNextRecord, &missing) && ok;
     ok = bind(lib, "cuptiActivityGetNumDroppedRecords", &api.activityGetNumDroppedRecords,
               &missing) &&
          ok;
     ok = bind(lib, "cuptiActivityFlushAll", &api.activityFlushAll, &missing) && ok;
-    ok = bind(lib, "cuptiActivityRegisterTimestampCallback",
-              &api.activityRegisterTimestampCallback, &missing) &&
+    ok = bind(lib, "cuptiActivityRegisterTimestampCallback", &api.activityRegisterTimestampCallback,
+              &missing) &&
          ok;
     ok = bind(lib, "cuptiGetResultString", &api.getResultString, &missing) && ok;
     if (!ok) {

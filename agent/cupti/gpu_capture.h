@@ -22,10 +22,10 @@ namespace gpu_capture {
 
 struct Stats {
   uint64_t buffersCompleted = 0;
-  uint64_t records = 0;          // decoded and recorded
-  uint64_t recordsSkipped = 0;   // kinds not used
-  uint64_t cuptiDropped = 0;     // what CUPTI reported it dropped
-  uint64_t buffersRefused = 0;   // requests refused because the pool was exhausted
+  uint64_t records = 0;         // decoded and recorded
+  uint64_t recordsSkipped = 0;  // kinds not used
+  uint64_t cuptiDropped = 0;    // what CUPTI reported it dropped
+  uint64_t buffersRefused = 0;  // requests refused because the pool was exhausted
 };
 
 // True if capturing. *why says why not otherwise.

@@ -1,0 +1,217 @@
+// A fake libcupti for the tests: the entry points the agent loads (TIDEMARK_CUPTI_LIBRARY names
+// this library), and fake_cupti_scenario(), which plays what CUPTI would report for one small
+// training step on two streams: records written into the buffers the agent hands out, in the
+// layout this library's own cuptiActivityGetNextRecord walks, timestamped by the timestamp
+// callback the agent registered, delivered on flush. FAKE_CUPTI_BUSY=1 makes cuptiSubscribe
+// answer as CUPTI does when another tool holds it.
+#include <cupti.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+std::mutex g_mutex;
+CUpti_BuffersCallbackRequestFunc g_request = nullptr;
+CUpti_BuffersCallbackCompleteFunc g_complete = nullptr;
+CUpti_TimestampCallbackFunc g_clock = nullptr;
+std::vector<std::vector<uint8_t>> g_pending;  // records not yet delivered
+size_t g_dropped = 0;
+int g_subscribers = 0;
+
+// Each record: an 8-byte size, then the record, padded to 8 bytes.
+constexpr size_t kHeader = 8;
+
+template <typename T>
+void add(const T& record) {
+  std::vector<uint8_t> bytes(sizeof(T));
+  std::memcpy(bytes.data(), &record, sizeof(T));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pending.push_back(std::move(bytes));
+}
+
+template <typename T>
+T zeroed(CUpti_ActivityKind kind) {
+  T r;
+  std::memset(&r, 0, sizeof r);
+  r.kind = kind;
+  return r;
+}
+
+uint64_t now() { return g_clock != nullptr ? g_clock() : 0; }
+
+}  // namespace
+
+extern "C" {
+
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc, void*) {
+  const char* busy = std::getenv("FAKE_CUPTI_BUSY");
+  if ((busy != nullptr && busy[0] == '1') || g_subscribers > 0)
+    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  ++g_subscribers;
+  *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(0x1);
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
+  --g_subscribers;
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiEnableDomain(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) {
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind) { return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
+                                           CUpti_BuffersCallbackCompleteFunc complete) {
+  g_request = request;
+  g_complete = complete;
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+  g_clock = f;
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiGetResultString(CUptiResult, const char** s) {
+  *s = "fake CUPTI error";
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
+  size_t at = 0;
+  if (*record != nullptr) {
+    const size_t current = static_cast<size_t>(reinterpret_cast<uint8_t*>(*record) - buffer);
+    uint64_t size = 0;
+    std::memcpy(&size, buffer + current - kHeader, kHeader);
+    at = current + ((size + 7) & ~size_t{7});
+  }
+  if (at + kHeader > valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<CUpti_Activity*>(buffer + at + kHeader);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropped) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  *dropped = g_dropped;
+  g_dropped = 0;
+  return CUPTI_SUCCESS;
+}
+
+// Delivers everything pending: one buffer from the agent per call (as many calls as needed).
+CUptiResult cuptiActivityFlushAll(uint32_t) {
+  for (;;) {
+    std::vector<std::vector<uint8_t>> records;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (g_pending.empty() || g_request == nullptr) return CUPTI_SUCCESS;
+      records.swap(g_pending);
+    }
+    uint8_t* buffer = nullptr;
+    size_t size = 0, maxRecords = 0;
+    g_request(&buffer, &size, &maxRecords);
+    if (buffer == nullptr) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_dropped += records.size();
+      return CUPTI_SUCCESS;
+    }
+    size_t used = 0;
+    size_t i = 0;
+    for (; i < records.size(); ++i) {
+      const size_t need = kHeader + ((records[i].size() + 7) & ~size_t{7});
+      if (used + need > size) break;
+      const uint64_t n = records[i].size();
+      std::memcpy(buffer + used, &n, kHeader);
+      std::memcpy(buffer + used + kHeader, records[i].data(), records[i].size());
+      used += need;
+    }
+    if (i < records.size()) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_pending.insert(g_pending.begin(), records.begin() + static_cast<long>(i), records.end());
+    }
+    g_complete(nullptr, 0, buffer, size, used);
+  }
+}
+
+// One step's worth of GPU activity on device 0 (see tests/e2e/test_gpu_capture.py).
+void fake_cupti_scenario() {
+  const uint64_t t0 = now();
+  // A 2 MiB segment (cudaMalloc by the caching allocator), a pool, one stream-ordered block.
+  auto seg = zeroed<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
+  seg.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
+  seg.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  seg.address = 0x7f0000200000;
+  seg.bytes = 2 << 20;
+  seg.timestamp = t0 + 1000;
+  seg.streamId = 7;
+  add(seg);
+  auto pool = zeroed<CUpti_ActivityMemoryPool3>(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+  pool.memoryPoolOperationType = CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_CREATED;
+  pool.address = 0x7f1000000000;
+  pool.size = 64 << 20;
+  pool.timestamp = t0 + 1500;
+  add(pool);
+  auto async = seg;
+  async.address = 0x7f1000000000;
+  async.bytes = 1 << 20;
+  async.timestamp = t0 + 2000;
+  async.memoryPoolConfig.memoryPoolType = CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL;
+  add(async);
+  // An NVTX range around the step.
+  auto mark = zeroed<CUpti_ActivityMarker2>(CUPTI_ACTIVITY_KIND_MARKER);
+  mark.flags = CUPTI_ACTIVITY_FLAG_MARKER_START;
+  mark.id = 1;
+  mark.timestamp = t0 + 2500;
+  mark.name = "train_step";
+  add(mark);
+  // A copy in, three kernels on stream 7, two on stream 13, a fill.
+  auto copy = zeroed<CUpti_ActivityMemcpy6>(CUPTI_ACTIVITY_KIND_MEMCPY);
+  copy.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+  copy.bytes = 1 << 16;
+  copy.start = t0 + 3000;
+  copy.end = t0 + 4000;
+  copy.streamId = 7;
+  add(copy);
+  const struct {
+    const char* name;
+    uint32_t stream;
+    uint64_t start, end;
+  } kernels[] = {{"sgemm_128x64", 7, 5000, 15000},
+                 {"softmax_fwd", 7, 15000, 18000},
+                 {"sgemm_128x64", 7, 18000, 28000},
+                 {"nccl_allreduce", 13, 6000, 26000},
+                 {"elementwise_add", 13, 26000, 27000}};
+  uint32_t correlation = 100;
+  for (const auto& k : kernels) {
+    auto r = zeroed<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    r.name = k.name;
+    r.streamId = k.stream;
+    r.start = t0 + k.start;
+    r.end = t0 + k.end;
+    r.correlationId = correlation++;
+    add(r);
+  }
+  auto fill = zeroed<CUpti_ActivityMemset4>(CUPTI_ACTIVITY_KIND_MEMSET);
+  fill.bytes = 4096;
+  fill.start = t0 + 28000;
+  fill.end = t0 + 28500;
+  fill.streamId = 13;
+  add(fill);
+  auto sync = zeroed<CUpti_ActivitySynchronization2>(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+  sync.start = t0 + 28500;
+  sync.end = t0 + 29000;
+  sync.streamId = 7;
+  add(sync);
+  mark.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
+  mark.name = nullptr;
+  mark.timestamp = t0 + 29500;
+  add(mark);
+  // The stream-ordered block goes back to its pool; the segment stays (a caching allocator's).
+  async.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE;
+  async.timestamp = t0 + 30000;
+  add(async);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_dropped += 3;  // CUPTI lost three records (reported with the next buffer)
+}
+
+}  // extern "C"

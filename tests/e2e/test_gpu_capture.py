@@ -1,0 +1,88 @@
+"""The agent's GPU path without a GPU: a program plays the CUDA driver (it calls the agent's
+InitializeInjection, as the driver does for CUDA_INJECTION64_PATH, which `tidemark run` sets) and
+a fake libcupti (tests/cupti/fake_cupti.cpp) reports one step of GPU activity through CUPTI's
+buffer callbacks. Everything after the records is real: the agent's decoding, its rings and
+stream, tidemarkd's ingest and SQLite store, the queries. The test compares the stored tables
+with what the fake reported."""
+import os
+import unittest
+
+from tidemark_env import BIN, Daemon
+
+PROGRAM = os.path.join(BIN, "tidemark_fake_cuda_program")
+FAKE_CUPTI = os.path.abspath(os.path.join(BIN, "..", "lib", "libtidemark_fake_cupti.so"))
+MIB = 1 << 20
+
+
+class GpuCaptureTest(unittest.TestCase):
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def run_program(self, **env):
+        r = self.daemon.run(PROGRAM, env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI, **env), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("done", r.stdout)
+        sid = self.daemon.newest_session()["id"]
+        self.daemon.wait_analyzed(sid)
+        return sid, r.stderr
+
+    def counters(self, sid, name):
+        return [v for (v,) in self.daemon.sql(
+            "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
+            "s.iid = c.name_id WHERE c.session_id = ? AND s.value = ? ORDER BY c.seq", sid, name)]
+
+    def test_one_step_of_gpu_activity_is_stored(self):
+        sid, _ = self.run_program()
+        # Kernels, copies, fills and syncs: GPU time per name, from CUPTI's start and end.
+        ops = {o["name"]: o for o in self.daemon.cli_json("ops", str(sid))["ops"]}
+        expected = {"sgemm_128x64": (2, 20000), "nccl_allreduce": (1, 20000),
+                    "softmax_fwd": (1, 3000), "elementwise_add": (1, 1000),
+                    "[memcpy HtoD]": (1, 1000), "[memset]": (1, 500), "[synchronize]": (1, 500)}
+        for name, (calls, total) in expected.items():
+            self.assertEqual(ops[name]["kind"], "kernel", name)
+            self.assertEqual((ops[name]["calls"], ops[name]["total_ns"]), (calls, total), name)
+        # The NVTX range as an op, its end found by the marker id.
+        self.assertEqual((ops["train_step"]["kind"], ops["train_step"]["total_ns"]), ("op", 27000))
+        # Kernels are on their streams.
+        lanes = dict(self.daemon.sql(
+            "SELECT s.value, sc.thread_id FROM scope sc JOIN string s ON s.session_id = "
+            "sc.session_id AND s.iid = sc.name_id WHERE sc.session_id = ? AND sc.kind = 2", sid))
+        self.assertEqual(lanes["nccl_allreduce"], 13)
+        self.assertEqual(lanes["softmax_fwd"], 7)
+        # Device memory: the segment stays, the stream-ordered block went back to its pool.
+        blocks = self.daemon.sql(
+            "SELECT address, size_bytes, memory_kind, device, free_seq IS NULL FROM allocation "
+            "WHERE session_id = ? ORDER BY alloc_seq", sid)
+        self.assertEqual(blocks, [(0x7f0000200000, 2 * MIB, 2, 0, 1),
+                                  (0x7f1000000000, 1 * MIB, 2, 0, 0)])
+        self.assertEqual(self.counters(sid, "device_reserved_bytes"), [2 * MIB, 3 * MIB, 2 * MIB])
+        self.assertEqual(self.counters(sid, "pool_reserved_bytes"), [64 * MIB])
+        self.assertEqual(self.counters(sid, "cupti_dropped_records"), [3])
+        # One clock: CUPTI's timestamps (from the agent's timestamp callback) fall inside the
+        # session's host time.
+        s = [x for x in self.daemon.cli_json("sessions")["sessions"] if x["id"] == sid][0]
+        for (ts,) in self.daemon.sql(
+                "SELECT begin_ts_ns FROM scope WHERE session_id = ? AND kind = 2", sid):
+            self.assertTrue(s["start_ts_ns"] <= ts <= s["end_ts_ns"], (ts, s))
+        # The peak: both device blocks.
+        peak = self.daemon.cli_json("breakdown", str(sid))
+        self.assertEqual(peak["tracked_bytes"], 3 * MIB)
+
+    def test_another_cupti_subscriber_keeps_the_slot(self):
+        sid, err = self.run_program(FAKE_CUPTI_BUSY="1")
+        self.assertIn("another CUPTI subscriber", err)
+        self.assertEqual(err.count("another CUPTI subscriber"), 1)  # said once
+        # The session is still recorded, without GPU activity.
+        self.assertEqual(self.daemon.sql(
+            "SELECT COUNT(*) FROM scope WHERE session_id = ? AND kind = 2", sid), [(0,)])
+
+
+if __name__ == "__main__":
+    unittest.main()
