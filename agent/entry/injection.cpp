@@ -3,7 +3,10 @@
 // InitializeInjection. The agent loads (if LD_PRELOAD did not already), connects, and starts the
 // CUPTI capture; at exit (or detach) the capture is flushed before the stream closes. A process
 // that never initializes CUDA never comes here.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "agent/agent.h"
@@ -12,6 +15,11 @@
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
   using namespace tidemark::agent;
   try {
+    // A child of a job under `tidemark run` inherits CUDA_INJECTION64_PATH; it is not profiled
+    // unless asked for (TIDEMARK_FOLLOW_CHILDREN=1 leaves no owner).
+    if (const char* owner = std::getenv("TIDEMARK_CUDA_OWNER");
+        owner != nullptr && std::strtol(owner, nullptr, 10) != getpid())
+      return 1;
     Agent& agent = Agent::instance();
     if (!agent.loaded()) {
       agent.load(AgentConfig::fromEnvironment());

@@ -59,7 +59,12 @@ __attribute__((constructor)) void tidemarkPreloadInit() {
   // Child processes (a shell, a compiler, `uname`) are not profiled unless asked for: the
   // variables that brought the agent in are removed before the program reads its environment.
   const char* follow = std::getenv("TIDEMARK_FOLLOW_CHILDREN");
-  if (follow == nullptr || *follow != '1') removeSelfFromPreload();
+  if (follow == nullptr || *follow != '1') {
+    removeSelfFromPreload();
+    // CUDA_INJECTION64_PATH stays (the driver reads it when this process initializes CUDA, later)
+    // and children inherit it: this names the one process whose CUDA the agent captures.
+    setenv("TIDEMARK_CUDA_OWNER", std::to_string(getpid()).c_str(), 1);
+  }
   if (agent.config().eagerStart) agent.start();
 }
 

@@ -3,13 +3,32 @@
 // libcupti (TIDEMARK_CUPTI_LIBRARY) report one step of GPU activity, and exits (the agent flushes
 // CUPTI before its stream closes).
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
-int main() {
+int main(int argc, char** argv) {
+  // With "with-child": a child process (fork + exec of this program) initializes CUDA too; it
+  // inherits CUDA_INJECTION64_PATH but must not be captured (it is not the job tidemark runs).
+  if (argc > 1 && std::strcmp(argv[1], "with-child") == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
+      execl("/proc/self/exe", argv[0], "child", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::fprintf(stderr, "the child failed\n");
+      return 5;
+    }
+    std::printf("child %d done\n", child);
+  }
   const char* injection = std::getenv("CUDA_INJECTION64_PATH");
   const char* cupti = std::getenv("TIDEMARK_CUPTI_LIBRARY");
   if (injection == nullptr || cupti == nullptr) {
@@ -28,6 +47,10 @@ int main() {
   }
   void* fake = dlopen(cupti, RTLD_NOW | RTLD_NOLOAD);
   auto scenario = fake ? reinterpret_cast<void (*)()>(dlsym(fake, "fake_cupti_scenario")) : nullptr;
+  if (scenario == nullptr && argc > 1 && std::strcmp(argv[1], "child") == 0) {
+    std::puts("child: not captured");  // as it should be
+    return 0;
+  }
   if (scenario == nullptr) {
     std::fprintf(stderr, "the fake CUPTI was not loaded by the agent\n");
     return 4;

@@ -75,6 +75,18 @@ class GpuCaptureTest(unittest.TestCase):
         peak = self.daemon.cli_json("breakdown", str(sid))
         self.assertEqual(peak["tracked_bytes"], 3 * MIB)
 
+    def test_a_child_of_the_job_is_not_captured(self):
+        r = self.daemon.run(PROGRAM, "with-child", env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI),
+                            timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        child = int(r.stdout.split("child ")[1].split()[0])
+        pids = [s["pid"] for s in self.daemon.cli_json("sessions")["sessions"]]
+        self.assertNotIn(child, pids)  # the child initialized CUDA, but is not the job
+        sid = self.daemon.newest_session()["id"]
+        self.daemon.wait_analyzed(sid)
+        self.assertEqual(self.daemon.sql("SELECT COUNT(*) FROM scope WHERE session_id = ? AND "
+                                         "kind = 2", sid), [(8,)])  # the job's own: 7 + 1 sync
+
     def test_another_cupti_subscriber_keeps_the_slot(self):
         sid, err = self.run_program(FAKE_CUPTI_BUSY="1")
         self.assertIn("another CUPTI subscriber", err)
