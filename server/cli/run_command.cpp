@@ -12,6 +12,7 @@
 
 #include "server/cli/commands.h"
 #include "server/cli/install_paths.h"
+#include "src/inject/elf_file.h"
 
 namespace tidemark::cli {
 
@@ -89,8 +90,10 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   setenv("TIDEMARK_SERVER", g.server.c_str(), 1);
   setenv("TIDEMARK_AGENT", agent.c_str(), 1);
   // CUDA's injection: the driver calls the agent's InitializeInjection when the job initializes
-  // CUDA (GPU capture); a job that never does is not affected.
-  setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
+  // CUDA (GPU capture); a job that never does is not affected. Only an agent built with CUPTI
+  // has the entry.
+  if (auto elf = inject::ElfFile::read(agent); elf.ok() && elf->symbol("InitializeInjection"))
+    setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
   if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (!python.empty()) {
