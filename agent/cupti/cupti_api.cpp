@@ -48,6 +48,8 @@ const CuptiApi* CuptiApi::load(std::string* why) {
     bool ok = bind(lib, "cuptiSubscribe", &api.subscribe, &missing);
     ok = bind(lib, "cuptiUnsubscribe", &api.unsubscribe, &missing) && ok;
     ok = bind(lib, "cuptiEnableDomain", &api.enableDomain, &missing) && ok;
+    ok = bind(lib, "cuptiEnableCallback", &api.enableCallback, &missing) && ok;
+    ok = bind(lib, "cuptiGetDeviceId", &api.getDeviceId, &missing) && ok;
     ok = bind(lib, "cuptiActivityEnable", &api.activityEnable, &missing) && ok;
     ok =
         bind(lib, "cuptiActivityRegisterCallbacks", &api.activityRegisterCallbacks, &missing) && ok;

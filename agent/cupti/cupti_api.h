@@ -14,6 +14,9 @@ struct CuptiApi {
   CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
   CUptiResult (*unsubscribe)(CUpti_SubscriberHandle);
   CUptiResult (*enableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+  CUptiResult (*enableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                CUpti_CallbackId);
+  CUptiResult (*getDeviceId)(CUcontext, uint32_t*);
   CUptiResult (*activityEnable)(CUpti_ActivityKind);
   CUptiResult (*activityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
                                            CUpti_BuffersCallbackCompleteFunc);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/cupti/activity_decoder.h"
+#include "agent/cupti/api_callbacks.h"
 #include "agent/cupti/cupti_api.h"
 #include "agent/cupti/gpu_recorder.h"
 #include "agent/recorder/recorder.h"
@@ -34,6 +35,7 @@ struct State {
   const CuptiApi* api = nullptr;
   CUpti_SubscriberHandle subscriber = nullptr;
   std::unique_ptr<GpuRecorder> gpu;
+  Recorder* recorder = nullptr;
   std::mutex mutex;  // guards everything below; never held across a CUPTI call
   std::condition_variable wake, idle;
   std::deque<Completed> queue;
@@ -83,9 +85,29 @@ void CUPTIAPI bufferCompleted(CUcontext context, uint32_t streamId, uint8_t* buf
   s.wake.notify_all();
 }
 
-// The subscriber's callback: nothing yet beyond holding the slot (the allocation and launch
-// callbacks for attribution come with the correlation work).
-void CUPTIAPI onCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+// The subscriber's callback, on the thread calling the CUDA API: device memory allocated and
+// freed, recorded there and then (host time, that thread's scopes). No lock, no allocation.
+void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                         const void* data) {
+  State& s = state();
+  if (!s.recorder->recording() || t_recursionGuard) return;
+  const ApiMemoryEvent m =
+      decodeApiCallback(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
+  if (m.op == ApiMemoryEvent::Op::kNone) return;
+  Record r{};
+  r.kind = m.op == ApiMemoryEvent::Op::kAlloc ? RecordKind::kAlloc : RecordKind::kFree;
+  r.small = m.host ? 1 : 2;  // tidemark.v1.MemoryKind HOST / DEVICE
+  r.address = m.address;
+  r.sizeBytes = m.bytes;
+  r.device = -1;
+  if (!m.host) {
+    uint32_t device = 0;
+    const auto* d = static_cast<const CUpti_CallbackData*>(data);
+    if (s.api->getDeviceId(d->context, &device) == CUPTI_SUCCESS)
+      r.device = static_cast<int32_t>(device);
+  }
+  s.recorder->push(r);
+}
 
 void parseOne(State& s, const Completed& c) {
   std::vector<GpuEvent> events;
@@ -155,6 +177,16 @@ bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::str
                : "cuptiSubscribe: " + s.api->describe(sub);
     return false;
   }
+  s.recorder = &recorder;
+  bool callbacks = true;
+  for (size_t i = 0; i < kRuntimeMemoryCallbackCount; ++i)
+    callbacks = s.api->enableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
+                                      kRuntimeMemoryCallbacks[i]) == CUPTI_SUCCESS &&
+                callbacks;
+  for (size_t i = 0; i < kDriverMemoryCallbackCount; ++i)
+    callbacks = s.api->enableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                      kDriverMemoryCallbacks[i]) == CUPTI_SUCCESS &&
+                callbacks;
   s.api->activityRegisterTimestampCallback(&monotonicTimestamp);
   const CUptiResult reg = s.api->activityRegisterCallbacks(&bufferRequested, &bufferCompleted);
   if (reg != CUPTI_SUCCESS) {
@@ -173,6 +205,7 @@ bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::str
                    static_cast<int>(kind), s.api->describe(r).c_str());
   }
   s.gpu = std::make_unique<GpuRecorder>(recorder, interner);
+  s.gpu->setBlocksFromCallbacks(callbacks);
   s.flushMs = flushIntervalMs > 0 ? flushIntervalMs : 100;
   s.stopping = false;
   s.running = true;

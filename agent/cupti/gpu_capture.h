@@ -8,7 +8,9 @@ namespace tidemark::agent {
 class Recorder;
 class Interner;
 
-// The CUPTI session: subscribes, enables the activity kinds tidemark decodes (concurrent
+// The CUPTI session: subscribes, enables the allocation callbacks of the runtime and driver APIs
+// (device memory recorded on the calling thread, at host time, under that thread's scopes:
+// api_callbacks.h), enables the activity kinds tidemark decodes (concurrent
 // kernels, memcpy, memset, MEMORY2, memory pools, NVTX markers, synchronization, external
 // correlation), puts CUPTI's timestamps on CLOCK_MONOTONIC (its timestamp callback, so GPU and
 // host events share one clock), and hands CUPTI fixed-size buffers from a capped pool. Completed

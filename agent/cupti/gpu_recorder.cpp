@@ -97,7 +97,7 @@ bool GpuRecorder::record(const GpuEvent& e) {
       r.sizeBytes = e.bytes;
       r.tsNs = e.startNs;
       r.threadId = e.stream;
-      bool ok = push(r);
+      bool ok = m_blocksFromCallbacks || push(r);
       if (!host) {
         if (e.kind == K::kMemoryAlloc) {
           m_deviceBlocks[e.address] = e.bytes;

@@ -24,6 +24,9 @@ class GpuRecorder {
   // False if the record(s) were dropped (ring full).
   bool record(const GpuEvent& e);
 
+  // With the allocation callbacks on, device blocks come from them (on the calling thread, in
+  // order with the host's events); MEMORY2 records then only move the reserved counter.
+  void setBlocksFromCallbacks(bool on) { m_blocksFromCallbacks = on; }
   // CUPTI's count of records it dropped so far, as the counter "cupti_dropped_records".
   bool recordDropped(uint64_t total, int64_t tsNs);
 
@@ -38,6 +41,7 @@ class GpuRecorder {
   Recorder& m_recorder;
   Interner& m_interner;
   int64_t m_deviceBytes = 0, m_poolBytes = 0;
+  bool m_blocksFromCallbacks = false;
   std::unordered_map<uint64_t, uint64_t> m_deviceBlocks;  // address → bytes
   std::unordered_map<uint64_t, uint64_t> m_pools;         // address → bytes
   std::unordered_map<uint32_t, uint32_t> m_openMarkers;   // marker id → name iid

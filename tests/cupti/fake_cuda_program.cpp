@@ -55,7 +55,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "the fake CUPTI was not loaded by the agent\n");
     return 4;
   }
+  // The step runs inside a module scope (as the Python adapter would report it): the device
+  // memory allocated by its API calls is counted to that module.
+  auto intern = reinterpret_cast<unsigned (*)(const char*)>(dlsym(agent, "tidemark_intern"));
+  auto begin = reinterpret_cast<void (*)(unsigned)>(dlsym(agent, "tidemark_scope_begin"));
+  auto end = reinterpret_cast<void (*)(unsigned)>(dlsym(agent, "tidemark_scope_end"));
+  const unsigned layer = intern("model.layer");
+  begin(layer);
   scenario();
+  end(layer);
   // Some of it is delivered by the agent's periodic flush, the rest by its flush at exit.
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   std::puts("done");

@@ -21,6 +21,8 @@ CUpti_TimestampCallbackFunc g_clock = nullptr;
 std::vector<std::vector<uint8_t>> g_pending;  // records not yet delivered
 size_t g_dropped = 0;
 int g_subscribers = 0;
+CUpti_CallbackFunc g_callback = nullptr;
+int g_callbacksEnabled = 0;
 
 // Each record: an 8-byte size, then the record, padded to 8 bytes.
 constexpr size_t kHeader = 8;
@@ -47,11 +49,12 @@ uint64_t now() { return g_clock != nullptr ? g_clock() : 0; }
 
 extern "C" {
 
-CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc, void*) {
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void*) {
   const char* busy = std::getenv("FAKE_CUPTI_BUSY");
   if ((busy != nullptr && busy[0] == '1') || g_subscribers > 0)
     return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
   ++g_subscribers;
+  g_callback = callback;
   *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(0x1);
   return CUPTI_SUCCESS;
 }
@@ -60,6 +63,15 @@ CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiEnableDomain(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) {
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                CUpti_CallbackId) {
+  g_callbacksEnabled += enable ? 1 : -1;
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiGetDeviceId(CUcontext, uint32_t* device) {
+  *device = 0;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind) { return CUPTI_SUCCESS; }
@@ -133,8 +145,79 @@ CUptiResult cuptiActivityFlushAll(uint32_t) {
   }
 }
 
+}  // extern "C"
+
+namespace {
+
+// An API call as CUPTI reports it to the subscriber: entry, then (the call done) exit.
+template <typename Params>
+void apiCall(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, Params* params,
+             void (*body)(Params*) = nullptr) {
+  if (g_callback == nullptr || g_callbacksEnabled == 0) return;
+  int result = 0;
+  CUpti_CallbackData d;
+  std::memset(&d, 0, sizeof d);
+  d.functionParams = params;
+  d.functionReturnValue = &result;
+  d.callbackSite = CUPTI_API_ENTER;
+  g_callback(nullptr, domain, cbid, &d);
+  if (body != nullptr) body(params);
+  d.callbackSite = CUPTI_API_EXIT;
+  g_callback(nullptr, domain, cbid, &d);
+}
+
+void* g_segment = reinterpret_cast<void*>(0x7f0000200000);
+void* g_async = reinterpret_cast<void*>(0x7f1000000000);
+void* g_pinned = reinterpret_cast<void*>(0x5000);
+CUdeviceptr g_direct = 0x7f2000000000;
+
+// The allocation calls of the scenario: cudaMalloc (which calls cuMemAlloc inside: reported
+// once), cudaMallocAsync, cudaMallocHost, and a direct cuMemAlloc.
+void allocationCalls() {
+  void* out = nullptr;
+  cudaMalloc_v3020_params malloc{&out, 2 << 20};
+  apiCall<cudaMalloc_v3020_params>(
+      CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, &malloc,
+      [](cudaMalloc_v3020_params* p) {
+        CUdeviceptr inner = 0;
+        cuMemAlloc_v2_params driver{&inner, p->size};
+        apiCall<cuMemAlloc_v2_params>(CUPTI_CB_DOMAIN_DRIVER_API,
+                                      CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &driver,
+                                      [](cuMemAlloc_v2_params* q) { *q->dptr = 0x7f0000200000; });
+        *p->devPtr = g_segment;
+      });
+  void* async = nullptr;
+  cudaMallocAsync_v11020_params mallocAsync{&async, 1 << 20, nullptr};
+  apiCall<cudaMallocAsync_v11020_params>(
+      CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, &mallocAsync,
+      [](cudaMallocAsync_v11020_params* p) { *p->devPtr = g_async; });
+  void* pinned = nullptr;
+  cudaMallocHost_v3020_params host{&pinned, 4096};
+  apiCall<cudaMallocHost_v3020_params>(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                       CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, &host,
+                                       [](cudaMallocHost_v3020_params* p) { *p->ptr = g_pinned; });
+  CUdeviceptr direct = 0;
+  cuMemAlloc_v2_params driver{&direct, 512 << 10};
+  apiCall<cuMemAlloc_v2_params>(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+                                &driver, [](cuMemAlloc_v2_params* q) { *q->dptr = g_direct; });
+}
+
+void freeCalls() {
+  cudaFreeAsync_v11020_params freeAsync{g_async, nullptr};
+  apiCall<cudaFreeAsync_v11020_params>(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                       CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, &freeAsync);
+  cuMemFree_v2_params freeDirect{g_direct};
+  apiCall<cuMemFree_v2_params>(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+                               &freeDirect);
+}
+
+}  // namespace
+
+extern "C" {
+
 // One step's worth of GPU activity on device 0 (see tests/e2e/test_gpu_capture.py).
 void fake_cupti_scenario() {
+  allocationCalls();
   const uint64_t t0 = now();
   // A 2 MiB segment (cudaMalloc by the caching allocator), a pool, one stream-ordered block.
   auto seg = zeroed<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
@@ -210,6 +293,7 @@ void fake_cupti_scenario() {
   async.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE;
   async.timestamp = t0 + 30000;
   add(async);
+  freeCalls();
   std::lock_guard<std::mutex> lock(g_mutex);
   g_dropped += 3;  // CUPTI lost three records (reported with the next buffer)
 }

@@ -56,12 +56,22 @@ class GpuCaptureTest(unittest.TestCase):
             "sc.session_id AND s.iid = sc.name_id WHERE sc.session_id = ? AND sc.kind = 2", sid))
         self.assertEqual(lanes["nccl_allreduce"], 13)
         self.assertEqual(lanes["softmax_fwd"], 7)
-        # Device memory: the segment stays, the stream-ordered block went back to its pool.
+        # Device memory from the API callbacks, on the calling thread: cudaMalloc's segment stays
+        # (its inner cuMemAlloc is not counted twice), the cudaMallocAsync block went back to its
+        # pool, cudaMallocHost's pinned block is host memory, a direct cuMemAlloc was freed.
         blocks = self.daemon.sql(
             "SELECT address, size_bytes, memory_kind, device, free_seq IS NULL FROM allocation "
             "WHERE session_id = ? ORDER BY alloc_seq", sid)
         self.assertEqual(blocks, [(0x7f0000200000, 2 * MIB, 2, 0, 1),
-                                  (0x7f1000000000, 1 * MIB, 2, 0, 0)])
+                                  (0x7f1000000000, 1 * MIB, 2, 0, 0),
+                                  (0x5000, 4096, 1, -1, 1),
+                                  (0x7f2000000000, MIB // 2, 2, 0, 0)])
+        # ... counted to the module open on that thread when they were allocated.
+        peak = self.daemon.cli_json("peak", str(sid))
+        modules = {m["name"]: m["bytes"] for m in peak["modules"]}
+        self.assertEqual(modules.get("model.layer"), peak["breakdown"]["tracked_bytes"],
+                         peak["modules"])
+        self.assertEqual(peak["breakdown"]["scope"], "model.layer")
         self.assertEqual(self.counters(sid, "device_reserved_bytes"), [2 * MIB, 3 * MIB, 2 * MIB])
         self.assertEqual(self.counters(sid, "pool_reserved_bytes"), [64 * MIB])
         self.assertEqual(self.counters(sid, "cupti_dropped_records"), [3])
@@ -71,9 +81,8 @@ class GpuCaptureTest(unittest.TestCase):
         for (ts,) in self.daemon.sql(
                 "SELECT begin_ts_ns FROM scope WHERE session_id = ? AND kind = 2", sid):
             self.assertTrue(s["start_ts_ns"] <= ts <= s["end_ts_ns"], (ts, s))
-        # The peak: both device blocks.
-        peak = self.daemon.cli_json("breakdown", str(sid))
-        self.assertEqual(peak["tracked_bytes"], 3 * MIB)
+        # The peak: every block but the direct one, freed before the pool block was.
+        self.assertEqual(peak["breakdown"]["tracked_bytes"], 3 * MIB + 4096 + MIB // 2)
 
     def test_a_child_of_the_job_is_not_captured(self):
         r = self.daemon.run(PROGRAM, "with-child", env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI),

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/cupti/activity_decoder.h"
+#include "agent/cupti/api_callbacks.h"
 #include "agent/cupti/gpu_recorder.h"
 
 namespace tidemark::agent {
@@ -283,6 +284,82 @@ TEST(GpuRecorder, KernelsMemoryCountersAndRanges) {
   EXPECT_EQ(r[11].nameIid, r[10].nameIid);
   // Sequence numbers stay dense.
   for (size_t i = 1; i < r.size(); ++i) EXPECT_EQ(r[i].seq, r[i - 1].seq + 1);
+}
+
+}  // namespace
+}  // namespace tidemark::agent
+
+// The allocation callbacks: what each call says about memory, at entry or exit.
+namespace tidemark::agent {
+namespace {
+
+CUpti_CallbackData callbackData(const void* params, int* result, CUpti_ApiCallbackSite site) {
+  CUpti_CallbackData d;
+  std::memset(&d, 0, sizeof d);
+  d.functionParams = params;
+  d.functionReturnValue = result;
+  d.callbackSite = site;
+  return d;
+}
+
+TEST(ApiCallbacks, AllocsAtExitFreesAtEntryRuntimeOverDriver) {
+  using Op = ApiMemoryEvent::Op;
+  int ok = 0, failed = 2;
+  void* ptr = reinterpret_cast<void*>(0x7f0000200000);
+  cudaMalloc_v3020_params malloc{&ptr, 2 << 20};
+  CUdeviceptr inner = 0x7f0000200000;
+  cuMemAlloc_v2_params driver{&inner, 2 << 20};
+  auto runtimeCall = [&](CUpti_ApiCallbackSite site, int* result) {
+    const CUpti_CallbackData d = callbackData(&malloc, result, site);
+    return decodeApiCallback(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
+                             &d);
+  };
+  auto driverCall = [&](CUpti_ApiCallbackSite site) {
+    const CUpti_CallbackData d = callbackData(&driver, &ok, site);
+    return decodeApiCallback(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &d);
+  };
+  // cudaMalloc, with the cuMemAlloc it makes inside: one allocation, at the runtime's exit.
+  EXPECT_EQ(runtimeCall(CUPTI_API_ENTER, &ok).op, Op::kNone);
+  EXPECT_EQ(driverCall(CUPTI_API_ENTER).op, Op::kNone);
+  EXPECT_EQ(driverCall(CUPTI_API_EXIT).op, Op::kNone);
+  const ApiMemoryEvent a = runtimeCall(CUPTI_API_EXIT, &ok);
+  EXPECT_EQ(a.op, Op::kAlloc);
+  EXPECT_EQ(a.address, 0x7f0000200000u);
+  EXPECT_EQ(a.bytes, 2u << 20);
+  EXPECT_FALSE(a.host);
+  // A failed cudaMalloc allocates nothing.
+  runtimeCall(CUPTI_API_ENTER, &failed);
+  EXPECT_EQ(runtimeCall(CUPTI_API_EXIT, &failed).op, Op::kNone);
+  // cuMemAlloc called directly counts.
+  EXPECT_EQ(driverCall(CUPTI_API_ENTER).op, Op::kNone);
+  EXPECT_EQ(driverCall(CUPTI_API_EXIT).op, Op::kAlloc);
+  // Frees at entry, before the memory can be reused.
+  cudaFree_v3020_params release{ptr};
+  CUpti_CallbackData d = callbackData(&release, &ok, CUPTI_API_ENTER);
+  const ApiMemoryEvent f =
+      decodeApiCallback(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, &d);
+  EXPECT_EQ(f.op, Op::kFree);
+  EXPECT_EQ(f.address, 0x7f0000200000u);
+  d.callbackSite = CUPTI_API_EXIT;
+  EXPECT_EQ(
+      decodeApiCallback(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, &d)
+          .op,
+      Op::kNone);
+  // Pinned host memory is marked as such; expandable segments map and unmap.
+  void* pinned = reinterpret_cast<void*>(0x5000);
+  cudaMallocHost_v3020_params host{&pinned, 4096};
+  d = callbackData(&host, &ok, CUPTI_API_ENTER);
+  decodeApiCallback(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, &d);
+  d.callbackSite = CUPTI_API_EXIT;
+  EXPECT_TRUE(decodeApiCallback(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, &d)
+                  .host);
+  cuMemMap_params map{0x7f3000000000, 20 << 20, 0, 0, 0};
+  d = callbackData(&map, &ok, CUPTI_API_EXIT);
+  const ApiMemoryEvent m =
+      decodeApiCallback(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemMap, &d);
+  EXPECT_EQ(m.op, Op::kAlloc);
+  EXPECT_EQ(m.bytes, 20u << 20);
 }
 
 }  // namespace
