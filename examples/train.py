@@ -1,4 +1,4 @@
-"""Trains a small model on the CPU for a few steps: the GPT of tiny_gpt.py with AdamW (some blocks
+"""Trains a small model for a few steps (on the CPU, or --device cuda): the GPT of tiny_gpt.py with AdamW (some blocks
 under activation checkpointing) or the residual convnet of tiny_convnet.py with SGD + momentum.
 Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
 would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
@@ -45,6 +45,9 @@ def main(argv=None):
                    help="gpt: comma-separated block indices to checkpoint ('' for none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan", help="apply this tidemark recompute plan (plan.json) before training")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--torch-profiler", action="store_true",
+                   help="run the steps under torch.profiler and print its count of GPU kernels")
     args = p.parse_args(argv)
     if args.model == "convnet" and args.checkpoint == "1,3,5":
         args.checkpoint = ""  # the default belongs to the gpt
@@ -54,6 +57,8 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     model, opt, make_batch = build(args)
+    device = torch.device(args.device)
+    model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     print("model: %s, %d parameters, %d bytes; checkpointed blocks: %s"
           % (args.model, n_params, sum(p.numel() * p.element_size() for p in model.parameters()),
@@ -66,8 +71,16 @@ def main(argv=None):
             for s in applied.plan["segments"] if s["mode"] != "store") or "store everything"),
             flush=True)
     gen = torch.Generator().manual_seed(args.seed)
+    profiler = None
+    if args.torch_profiler:
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        profiler = profile(activities=activities)
+        profiler.__enter__()
     for step in range(1, args.steps + 1):
-        inputs, targets = make_batch(gen)
+        inputs, targets = (t.to(device) for t in make_batch(gen))
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = model(inputs, targets)
@@ -75,6 +88,16 @@ def main(argv=None):
         opt.step()
         print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),
               flush=True)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        gpu = [e.name for e in profiler.events() if e.device_type.name == "CUDA"]
+        copies = sum(1 for n in gpu if n.startswith(("Memcpy", "Memset")))
+        print("torch.profiler: %d GPU kernels, %d copies and fills" % (len(gpu) - copies, copies),
+              flush=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        print("cuda: max_memory_allocated %d, max_memory_reserved %d"
+              % (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()), flush=True)
     # What the optimizer holds at the end, counted by storage (for `tidemark attach`'s tests).
     storages = {}
     for state in opt.state.values():

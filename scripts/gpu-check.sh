@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The one script for a machine with a GPU and PyTorch (CUDA). It uses the build it finds in
+# build/ (carried there) or builds one, starts tidemarkd, and runs the example's checkpointed GPT
+# on the GPU three times with the same seed: without tidemark (torch's own peaks and step times),
+# under `tidemark run` (the agent: host hooks, the adapter, CUPTI through CUDA's injection), and
+# under torch.profiler (its kernel count; CUPTI takes one subscriber, so not at the same time as
+# the agent). Then it prints a table: the agent's device peaks against
+# torch.cuda.max_memory_reserved / max_memory_allocated, the kernels, the step time overhead, and
+# the agent's breakdown. Exit 0 when the reserved peak is within 1 % of torch's.
+#
+#   bash scripts/gpu-check.sh            STEPS=6 PYTHON=python3 DEVICE=cuda (defaults)
+#
+# DEVICE=cpu runs the same plumbing without a GPU (the torch figures are then absent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+STEPS=${STEPS:-6}
+DEVICE=${DEVICE:-cuda}
+BIN=$PWD/${BUILD_DIR:-build}/bin
+if [ "$DEVICE" = cuda ] && ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "gpu-check: torch sees no CUDA device (python: $PYTHON)" >&2
+  exit 2
+fi
+if ! "$BIN/tidemark" --version >/dev/null 2>&1; then
+  echo "gpu-check: no runnable build in ${BUILD_DIR:-build}/; building" >&2
+  bash scripts/build.sh
+fi
+WORK=$(mktemp -d -t tidemark-gpu-check-XXXXXX)
+"$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$WORK/tidemark.db" \
+  --port-file "$WORK/port" 2>"$WORK/tidemarkd.log" &
+DAEMON=$!
+trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
+export TIDEMARK_SERVER=127.0.0.1:$(cat "$WORK/port")
+ARGS=(examples/train.py --device "$DEVICE" --steps "$STEPS" --checkpoint 1,3,5 --seed 1)
+
+echo "== 1/3 without tidemark"
+"$PYTHON" "${ARGS[@]}" | tee "$WORK/plain.log" | tail -2
+echo "== 2/3 under tidemark run"
+"$BIN/tidemark" run --name gpu-check -- "$PYTHON" "${ARGS[@]}" 2>"$WORK/agent.err" \
+  | tee "$WORK/agent.log" | tail -2
+tail -3 "$WORK/agent.err"
+echo "== 3/3 under torch.profiler"
+"$PYTHON" "${ARGS[@]}" --torch-profiler | tee "$WORK/profiler.log" | tail -3
+
+SESSION=$("$BIN/tidemark" sessions --json | "$PYTHON" -c \
+  'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
+for _ in $(seq 300); do
+  "$BIN/tidemark" sessions --json | "$PYTHON" -c "import json,sys; s=[x for x in json.load(sys.stdin)['sessions'] if x['id']==$SESSION][0]; sys.exit(0 if s['analyzed'] else 1)" && break
+  sleep 0.2
+done
+echo; echo "== the agent's breakdown at the peak (session $SESSION)"
+"$BIN/tidemark" breakdown "$SESSION"
+
+"$PYTHON" scripts/gpu_check_table.py "$WORK" "$SESSION"
