@@ -183,7 +183,9 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
   if (!rec.ok()) return toGrpc(rec.status());
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::LivenessReplay replay(*rec, cats);
-  const int64_t ts = request->ts_ns();
+  int64_t ts = request->ts_ns();
+  // After the last event and before the session ended, memory is as the last event left it.
+  if (ts > replay.lastTsNs() && ts <= session->endTsNs) ts = replay.lastTsNs();
   if (ts < replay.firstTsNs() || ts > replay.lastTsNs()) {
     return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
                         "time " + std::to_string(ts) + " is outside the recording [" +
