@@ -81,7 +81,7 @@ class GpuCaptureTest(unittest.TestCase):
         for (ts,) in self.daemon.sql(
                 "SELECT begin_ts_ns FROM scope WHERE session_id = ? AND kind = 2", sid):
             self.assertTrue(s["start_ts_ns"] <= ts <= s["end_ts_ns"], (ts, s))
-            # The end of the session, after its last event: what was still live then.
+        # The end of the session, after its last event: what was still live then.
         end = self.daemon.cli_json("breakdown", str(sid), "--at", "end")
         self.assertEqual(end["tracked_bytes"], 2 * MIB + 4096)
         # The peak: every block but the direct one, freed before the pool block was.
