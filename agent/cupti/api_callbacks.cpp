@@ -25,6 +25,33 @@ const CUpti_CallbackId kDriverMemoryCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemMap, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap};
 const size_t kDriverMemoryCallbackCount = std::size(kDriverMemoryCallbacks);
 
+const CUpti_CallbackId kRuntimeLaunchCallbacks[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020};
+const size_t kRuntimeLaunchCallbackCount = std::size(kRuntimeLaunchCallbacks);
+const CUpti_CallbackId kDriverLaunchCallbacks[] = {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx};
+const size_t kDriverLaunchCallbackCount = std::size(kDriverLaunchCallbacks);
+
+uint32_t launchCorrelation(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                           const CUpti_CallbackData* data) {
+  if (data == nullptr || data->callbackSite != CUPTI_API_ENTER) return 0;
+  const CUpti_CallbackId* ids =
+      domain == CUPTI_CB_DOMAIN_RUNTIME_API ? kRuntimeLaunchCallbacks : kDriverLaunchCallbacks;
+  const size_t n = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? kRuntimeLaunchCallbackCount
+                                                         : kDriverLaunchCallbackCount;
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return 0;
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] == cbid) return data->correlationId;
+  return 0;
+}
+
 namespace {
 
 thread_local int t_runtimeMemoryCalls = 0;

@@ -26,6 +26,16 @@ extern const size_t kRuntimeMemoryCallbackCount;
 extern const CUpti_CallbackId kDriverMemoryCallbacks[];
 extern const size_t kDriverMemoryCallbackCount;
 
+// The launches tidemark ties kernels to: the runtime's cudaLaunchKernel (and Ex, cooperative),
+// cudaGraphLaunch, cudaMemcpy/Memset (sync and async); the driver's cuLaunchKernel (and Ex).
+extern const CUpti_CallbackId kRuntimeLaunchCallbacks[];
+extern const size_t kRuntimeLaunchCallbackCount;
+extern const CUpti_CallbackId kDriverLaunchCallbacks[];
+extern const size_t kDriverLaunchCallbackCount;
+// The correlation id of a launch at its entry (0: not a launch, or not its entry).
+uint32_t launchCorrelation(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                           const CUpti_CallbackData* data);
+
 // Decodes one callback. A driver call made by the runtime (cudaMalloc calls cuMemAlloc) is not
 // reported twice: while a runtime memory call runs on this thread, driver ones are ignored.
 ApiMemoryEvent decodeApiCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

@@ -91,6 +91,15 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
                          const void* data) {
   State& s = state();
   if (!s.recorder->recording() || t_recursionGuard) return;
+  const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  if (const uint32_t correlation = launchCorrelation(domain, cbid, d); correlation != 0) {
+    Record r{};
+    r.kind = RecordKind::kLaunch;
+    r.address = correlation;
+    r.device = -1;
+    s.recorder->push(r);
+    return;
+  }
   const ApiMemoryEvent m =
       decodeApiCallback(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
   if (m.op == ApiMemoryEvent::Op::kNone) return;
@@ -102,7 +111,6 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   r.device = -1;
   if (!m.host) {
     uint32_t device = 0;
-    const auto* d = static_cast<const CUpti_CallbackData*>(data);
     if (s.api->getDeviceId(d->context, &device) == CUPTI_SUCCESS)
       r.device = static_cast<int32_t>(device);
   }
@@ -187,6 +195,11 @@ bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::str
     callbacks = s.api->enableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
                                       kDriverMemoryCallbacks[i]) == CUPTI_SUCCESS &&
                 callbacks;
+  // Launches: their correlation ids tie each kernel to the thread (and scope) that launched it.
+  for (size_t i = 0; i < kRuntimeLaunchCallbackCount; ++i)
+    s.api->enableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, kRuntimeLaunchCallbacks[i]);
+  for (size_t i = 0; i < kDriverLaunchCallbackCount; ++i)
+    s.api->enableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, kDriverLaunchCallbacks[i]);
   s.api->activityRegisterTimestampCallback(&monotonicTimestamp);
   const CUptiResult reg = s.api->activityRegisterCallbacks(&bufferRequested, &bufferCompleted);
   if (reg != CUPTI_SUCCESS) {

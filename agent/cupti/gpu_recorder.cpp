@@ -50,8 +50,9 @@ bool GpuRecorder::recordDropped(uint64_t total, int64_t tsNs) {
 bool GpuRecorder::push(Record r) { return m_recorder.pushAt(r); }
 
 bool GpuRecorder::scope(uint32_t nameIid, uint8_t kind, uint32_t lane, int64_t beginNs,
-                        int64_t endNs) {
+                        int64_t endNs, uint32_t correlationId) {
   Record b{};
+  b.address = correlationId;
   b.kind = RecordKind::kScopeBegin;
   b.small = kind;
   b.nameIid = nameIid;
@@ -60,6 +61,7 @@ bool GpuRecorder::scope(uint32_t nameIid, uint8_t kind, uint32_t lane, int64_t b
   b.device = -1;
   Record e = b;
   e.kind = RecordKind::kScopeEnd;
+  e.address = 0;
   e.tsNs = std::max(beginNs, endNs);
   return push(b) && push(e);
 }
@@ -79,12 +81,13 @@ bool GpuRecorder::record(const GpuEvent& e) {
   switch (e.kind) {
     case K::kKernel:
       return scope(m_interner.intern(e.name.empty() ? "[kernel]" : e.name), kScopeKernel, e.stream,
-                   e.startNs, e.endNs);
+                   e.startNs, e.endNs, e.correlationId);
     case K::kMemcpy:
       return scope(m_interner.intern(copyName(e.copyKind)), kScopeKernel, e.stream, e.startNs,
-                   e.endNs);
+                   e.endNs, e.correlationId);
     case K::kMemset:
-      return scope(m_interner.intern("[memset]"), kScopeKernel, e.stream, e.startNs, e.endNs);
+      return scope(m_interner.intern("[memset]"), kScopeKernel, e.stream, e.startNs, e.endNs,
+                   e.correlationId);
     case K::kMemoryAlloc:
     case K::kMemoryFree: {
       const bool host =

@@ -35,7 +35,8 @@ class GpuRecorder {
 
  private:
   bool push(Record r);
-  bool scope(uint32_t nameIid, uint8_t kind, uint32_t lane, int64_t beginNs, int64_t endNs);
+  bool scope(uint32_t nameIid, uint8_t kind, uint32_t lane, int64_t beginNs, int64_t endNs,
+             uint32_t correlationId = 0);
   bool counter(uint32_t nameIid, int64_t value, int64_t tsNs);
 
   Recorder& m_recorder;

@@ -17,6 +17,7 @@ enum class RecordKind : uint8_t {
   kStepEnd = 8,
   kTag = 9,
   kCounter = 10,  // nameIid, the value in sizeBytes (as int64)
+  kLaunch = 11,   // the CUDA call launching GPU work: its correlation id in address
 };
 
 struct Record {
@@ -27,7 +28,8 @@ struct Record {
   uint32_t threadId;
   uint64_t seq;
   int64_t tsNs;
-  uint64_t address;    // kAlloc/kFree/kTag; the step number for kStep*
+  uint64_t address;    // kAlloc/kFree/kTag; the step number for kStep*; the correlation id
+                       // for kLaunch and kernel kScopeBegin
   uint64_t sizeBytes;  // kAlloc/kTag
   uint32_t nameIid;    // kScope*/kTag
   int32_t device;      // -1 for host memory

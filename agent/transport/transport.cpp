@@ -39,6 +39,11 @@ void toEvent(const Record& r, v1::Event* e) {
     case RecordKind::kScopeBegin:
       e->mutable_scope_begin()->set_name_iid(r.nameIid);
       e->mutable_scope_begin()->set_kind(static_cast<v1::ScopeKind>(r.small));
+      if (r.address != 0)
+        e->mutable_scope_begin()->set_correlation_id(static_cast<uint32_t>(r.address));
+      break;
+    case RecordKind::kLaunch:
+      e->mutable_launch()->set_correlation_id(static_cast<uint32_t>(r.address));
       break;
     case RecordKind::kScopeEnd:
       e->mutable_scope_end()->set_name_iid(r.nameIid);

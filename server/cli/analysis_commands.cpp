@@ -373,7 +373,9 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       out += std::string(i ? ", " : "") + "{\"name\": " + jsonString(o.name()) +
              ", \"calls\": " + std::to_string(o.calls()) +
              ", \"total_ns\": " + std::to_string(o.total_ns()) +
-             ", \"self_ns\": " + std::to_string(o.self_ns()) + ", \"kind\": " +
+             ", \"self_ns\": " + std::to_string(o.self_ns()) +
+             ", \"gpu_ns\": " + std::to_string(o.gpu_ns()) +
+             ", \"launched_by\": " + jsonString(o.launched_by()) + ", \"kind\": " +
              (o.is_kernel() ? "\"kernel\""
               : o.is_op()   ? "\"op\""
                             : "\"module\"") +
@@ -386,17 +388,23 @@ int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     std::puts("no module scopes recorded (the Python adapter reports them)");
     return kExitOk;
   }
-  std::printf("%-60s %-7s %8s %12s %12s\n", "MODULE / OP / KERNEL", "KIND", "CALLS", "TOTAL (ms)",
-              "SELF (ms)");
+  // GPU time per module and the launching module per kernel, when kernels were tied to launches.
+  bool gpu = false;
+  for (const v1::OpStat& o : ops.ops()) gpu = gpu || o.gpu_ns() > 0 || !o.launched_by().empty();
+  std::printf("%-60s %-7s %8s %12s %12s%s\n", "MODULE / OP / KERNEL", "KIND", "CALLS", "TOTAL (ms)",
+              "SELF (ms)", gpu ? "   GPU (ms)  LAUNCHED BY" : "");
   for (const v1::OpStat& o : ops.ops()) {
     std::string name = o.name();
     if (name.size() > 60) name = "..." + name.substr(name.size() - 57);
-    std::printf("%-60s %-7s %8lld %12.3f %12.3f\n", name.c_str(),
+    std::printf("%-60s %-7s %8lld %12.3f %12.3f", name.c_str(),
                 o.is_kernel() ? "kernel"
                 : o.is_op()   ? "op"
                               : "module",
                 static_cast<long long>(o.calls()), static_cast<double>(o.total_ns()) / 1e6,
                 static_cast<double>(o.self_ns()) / 1e6);
+    if (gpu && o.gpu_ns() > 0) std::printf(" %11.3f", static_cast<double>(o.gpu_ns()) / 1e6);
+    if (gpu && !o.launched_by().empty()) std::printf(" %11s  %s", "", o.launched_by().c_str());
+    std::printf("\n");
   }
   return kExitOk;
 }

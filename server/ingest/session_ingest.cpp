@@ -125,6 +125,7 @@ void SessionIngest::release(const v1::Event& e) {
       IntervalRow row;
       row.kind = e.scope_begin().kind();
       row.nameIid = e.scope_begin().name_iid();
+      row.correlationId = e.scope_begin().correlation_id();
       row.depth = static_cast<int>(stack.size());
       openInterval(stack, row, e);
       break;
@@ -185,6 +186,16 @@ void SessionIngest::release(const v1::Event& e) {
       row.category = t.category();
       row.nameIid = t.name_iid();
       m_rows.tags.push_back(row);
+      m_rows.eventsStored += 1;
+      break;
+    }
+    case v1::Event::kLaunch: {
+      LaunchRow row;
+      row.seq = e.seq();
+      row.tsNs = e.ts_ns();
+      row.threadId = e.thread_id();
+      row.correlationId = e.launch().correlation_id();
+      m_rows.launches.push_back(row);
       m_rows.eventsStored += 1;
       break;
     }

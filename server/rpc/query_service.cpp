@@ -333,6 +333,8 @@ grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* re
     out->set_self_ns(o.selfNs);
     out->set_is_op(o.isOp);
     out->set_is_kernel(o.isKernel);
+    out->set_launched_by(o.launchedBy);
+    out->set_gpu_ns(o.gpuNs);
   }
   return grpc::Status::OK;
 }

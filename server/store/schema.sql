@@ -84,6 +84,23 @@ CREATE INDEX IF NOT EXISTS counter_by_session ON counter (session_id, name_id, s
 
 -- Scopes, one row per open/close pair: modules (forward hooks, "<module> [backward]") and ops
 -- (reported through tidemark_op_begin/end by a framework that knows them).
+-- The CUDA calls that launched GPU work (tidemark.v1.Launch: on the launching thread), and the
+-- kernels (scope rows of kind 2, by begin_seq) with the correlation id that ties them together.
+CREATE TABLE IF NOT EXISTS launch (
+  session_id INTEGER NOT NULL,
+  correlation_id INTEGER NOT NULL,
+  thread_id INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  ts_ns INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS launch_by_session ON launch (session_id, correlation_id);
+CREATE TABLE IF NOT EXISTS kernel_launch (
+  session_id INTEGER NOT NULL,
+  kernel_begin_seq INTEGER NOT NULL,
+  correlation_id INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kernel_launch_by_session ON kernel_launch (session_id);
+
 CREATE TABLE IF NOT EXISTS scope (
   id INTEGER PRIMARY KEY,
   session_id INTEGER NOT NULL,

@@ -217,12 +217,31 @@ absl::Status Store::writeRows(const SessionRows& r) {
       if (auto s = ins.run(); !s.ok()) return s;
     }
   }
+  if (!r.launches.empty()) {
+    Statement ins = m_db.prepare(
+        "INSERT INTO launch(session_id, correlation_id, thread_id, seq, ts_ns) "
+        "VALUES (?1, ?2, ?3, ?4, ?5)");
+    for (const LaunchRow& l : r.launches) {
+      ins.bind(1, sid).bind(2, l.correlationId).bind(3, l.threadId).bind(4, s64(l.seq));
+      ins.bind(5, l.tsNs);
+      if (auto s = ins.run(); !s.ok()) return s;
+    }
+  }
+  std::optional<Statement> kernelLaunch;
   for (const IntervalRow& i : r.scopes) {
     m_insertScope.bind(1, sid).bind(2, i.threadId).bind(3, i.nameIid).bind(4, i.depth);
     m_insertScope.bind(5, s64(i.beginSeq)).bind(6, i.beginTsNs);
     bindEnd(m_insertScope, 7, i.endSeq, i.endTsNs);
     m_insertScope.bind(9, i.kind);
     if (auto s = m_insertScope.run(); !s.ok()) return s;
+    if (i.correlationId != 0) {
+      if (!kernelLaunch)
+        kernelLaunch = m_db.prepare(
+            "INSERT INTO kernel_launch(session_id, kernel_begin_seq, correlation_id) "
+            "VALUES (?1, ?2, ?3)");
+      kernelLaunch->bind(1, sid).bind(2, s64(i.beginSeq)).bind(3, i.correlationId);
+      if (auto s = kernelLaunch->run(); !s.ok()) return s;
+    }
   }
   for (const IntervalRow& i : r.phases) {
     m_insertPhase.bind(1, sid).bind(2, i.threadId).bind(3, i.phase);
@@ -677,6 +696,24 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       s.isKernel = st.columnInt(7) == 2;
       (s.isKernel ? rec.kernels : s.isOp ? rec.ops : rec.scopes).push_back(std::move(s));
     }
+  }
+  if (!rec.kernels.empty()) {
+    // Which CUDA call launched each kernel: its thread and moment.
+    std::unordered_map<uint64_t, uint32_t> kernelCorrelation;
+    Statement kl = db.prepare(
+        "SELECT kernel_begin_seq, correlation_id FROM kernel_launch WHERE session_id = ?1");
+    kl.bind(1, id);
+    while (kl.step())
+      kernelCorrelation[u64(kl.columnInt(0))] = static_cast<uint32_t>(kl.columnInt(1));
+    for (core::ScopeInterval& k : rec.kernels)
+      if (auto it = kernelCorrelation.find(k.beginSeq); it != kernelCorrelation.end())
+        k.correlationId = it->second;
+    Statement la =
+        db.prepare("SELECT correlation_id, thread_id, seq FROM launch WHERE session_id = ?1");
+    la.bind(1, id);
+    while (la.step())
+      rec.launches.push_back({static_cast<uint32_t>(la.columnInt(0)),
+                              static_cast<uint32_t>(la.columnInt(1)), u64(la.columnInt(2))});
   }
   rec.sortBySeq();
   return rec;

@@ -47,6 +47,13 @@ struct CounterRow {
   int64_t value = 0;
 };
 
+struct LaunchRow {
+  uint64_t seq = 0;
+  int64_t tsNs = 0;
+  uint32_t threadId = 0;
+  uint32_t correlationId = 0;
+};
+
 struct TagRow {
   uint64_t seq = 0;
   int64_t tsNs = 0;
@@ -58,10 +65,11 @@ struct TagRow {
 
 struct IntervalRow {  // scopes and phases
   uint32_t threadId = 0;
-  uint32_t nameIid = 0;  // scopes
-  int phase = 0;         // phases
-  int depth = 0;         // scopes
-  int kind = 0;          // scopes: 0 module, 1 op
+  uint32_t nameIid = 0;        // scopes
+  int phase = 0;               // phases
+  int depth = 0;               // scopes
+  int kind = 0;                // scopes: 0 module, 1 op, 2 kernel
+  uint32_t correlationId = 0;  // kernels: the launch (0 unknown)
   uint64_t beginSeq = 0;
   int64_t beginTsNs = 0;
   uint64_t endSeq = core::kOpenSeq;
@@ -90,6 +98,7 @@ struct SessionRows {
   std::vector<BlockRow> blocks;
   std::vector<TagRow> tags;
   std::vector<CounterRow> counters;
+  std::vector<LaunchRow> launches;
   std::vector<IntervalRow> scopes;
   std::vector<IntervalRow> phases;
   std::vector<StepRow> steps;
@@ -97,8 +106,8 @@ struct SessionRows {
   int64_t eventsStored = 0;
   bool empty() const {
     return strings.empty() && blocks.empty() && tags.empty() && counters.empty() &&
-           scopes.empty() && phases.empty() && steps.empty() && eventsReceived == 0 &&
-           eventsStored == 0;
+           launches.empty() && scopes.empty() && phases.empty() && steps.empty() &&
+           eventsReceived == 0 && eventsStored == 0;
   }
 };
 

@@ -34,6 +34,52 @@ void addTimes(const std::vector<ScopeInterval>& scopes, bool isOp, bool isKernel
     o.selfNs += dur - (it == childNs.end() ? 0 : it->second);
   }
 }
+// For each launch, the module scope innermost on its thread at its moment (nullptr: none).
+std::unordered_map<uint32_t, const ScopeInterval*> launchingModules(const Recording& rec) {
+  std::unordered_map<uint32_t, std::vector<const Launch*>> byThread;
+  for (const Launch& l : rec.launches) byThread[l.threadId].push_back(&l);
+  std::unordered_map<uint32_t, std::vector<const ScopeInterval*>> scopesByThread;
+  for (const ScopeInterval& s : rec.scopes) scopesByThread[s.threadId].push_back(&s);
+  std::unordered_map<uint32_t, const ScopeInterval*> out;
+  for (auto& [thread, launches] : byThread) {
+    std::sort(launches.begin(), launches.end(),
+              [](const Launch* a, const Launch* b) { return a->seq < b->seq; });
+    const auto& scopes = scopesByThread[thread];  // by beginSeq (sortBySeq)
+    std::vector<const ScopeInterval*> open;
+    size_t next = 0;
+    for (const Launch* l : launches) {
+      while (next < scopes.size() && scopes[next]->beginSeq <= l->seq) {
+        while (!open.empty() && open.back()->endSeq <= scopes[next]->beginSeq) open.pop_back();
+        open.push_back(scopes[next++]);
+      }
+      while (!open.empty() && open.back()->endSeq <= l->seq) open.pop_back();
+      out[l->correlationId] = open.empty() ? nullptr : open.back();
+    }
+  }
+  return out;
+}
+
+void attributeKernels(const Recording& rec, std::map<std::string, OpStat>& byName) {
+  if (rec.launches.empty()) return;
+  const auto modules = launchingModules(rec);
+  std::map<std::string, std::map<std::string, int64_t>> launchers;  // kernel → module → count
+  for (const ScopeInterval& k : rec.kernels) {
+    if (k.endSeq == kOpenSeq || k.correlationId == 0) continue;
+    auto it = modules.find(k.correlationId);
+    if (it == modules.end() || it->second == nullptr) continue;
+    const ScopeInterval& m = *it->second;
+    OpStat& module = byName["0" + m.name];
+    module.name = m.name;
+    module.gpuNs += k.endTsNs - k.beginTsNs;
+    launchers[k.name][m.name] += 1;
+  }
+  for (const auto& [kernel, counts] : launchers) {
+    auto best = std::max_element(counts.begin(), counts.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    byName["2" + kernel].launchedBy = best->first;
+  }
+}
+
 }  // namespace
 
 std::vector<OpStat> moduleTimes(const Recording& rec) {
@@ -41,6 +87,7 @@ std::vector<OpStat> moduleTimes(const Recording& rec) {
   addTimes(rec.scopes, false, false, byName);
   addTimes(rec.ops, true, false, byName);
   addTimes(rec.kernels, false, true, byName);
+  attributeKernels(rec, byName);
   std::vector<OpStat> out;
   out.reserve(byName.size());
   for (auto& [key, o] : byName) out.push_back(std::move(o));

@@ -14,11 +14,15 @@ struct OpStat {
   bool isOp = false;      // a framework op; else a module
   bool isKernel = false;  // a GPU kernel (its time is GPU time)
   int64_t calls = 0;
-  int64_t totalNs = 0;  // from each call's begin to its end
-  int64_t selfNs = 0;   // total minus the time of the calls nested directly inside
+  int64_t totalNs = 0;     // from each call's begin to its end
+  int64_t selfNs = 0;      // total minus the time of the calls nested directly inside
+  std::string launchedBy;  // kernels: the module most of its launches came from ("" unknown)
+  int64_t gpuNs = 0;       // modules: GPU time of the kernels launched while it was innermost
 };
 
 // Per module and op name, largest total first. Scopes still open at the end are left out.
+// Kernels whose launch was recorded (GPU capture) are tied to the module scope innermost on the
+// launching thread at the launch: launchedBy for the kernel, gpuNs for the module.
 std::vector<OpStat> moduleTimes(const Recording& recording);
 
 }  // namespace tidemark::core

@@ -59,8 +59,16 @@ struct ScopeInterval : Interval {
   std::string name;
   uint32_t threadId = 0;
   int depth = 0;
-  bool isOp = false;      // a framework op ("aten::mm") rather than a module
-  bool isKernel = false;  // a GPU kernel (threadId is its stream)
+  bool isOp = false;           // a framework op ("aten::mm") rather than a module
+  bool isKernel = false;       // a GPU kernel (threadId is its stream)
+  uint32_t correlationId = 0;  // kernels: the CUDA call that launched it (0 unknown)
+};
+
+// A CUDA call that launched GPU work, on the launching thread (GPU capture).
+struct Launch {
+  uint32_t correlationId = 0;
+  uint32_t threadId = 0;
+  uint64_t seq = 0;
 };
 
 // Everything the analysis needs about one session, as read from the store.
@@ -72,6 +80,7 @@ struct Recording {
   std::vector<ScopeInterval> scopes;   // module scopes, any order
   std::vector<ScopeInterval> ops;      // op scopes (tidemark_op_begin/end), any order
   std::vector<ScopeInterval> kernels;  // GPU kernels, any order
+  std::vector<Launch> launches;        // the CUDA calls that launched them, any order
 
   // Sorts every vector by its begin sequence number; the analysis functions expect this.
   void sortBySeq();

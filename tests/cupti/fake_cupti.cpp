@@ -152,13 +152,14 @@ namespace {
 // An API call as CUPTI reports it to the subscriber: entry, then (the call done) exit.
 template <typename Params>
 void apiCall(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, Params* params,
-             void (*body)(Params*) = nullptr) {
+             void (*body)(Params*) = nullptr, uint32_t correlationId = 0) {
   if (g_callback == nullptr || g_callbacksEnabled == 0) return;
   int result = 0;
   CUpti_CallbackData d;
   std::memset(&d, 0, sizeof d);
   d.functionParams = params;
   d.functionReturnValue = &result;
+  d.correlationId = correlationId;
   d.callbackSite = CUPTI_API_ENTER;
   g_callback(nullptr, domain, cbid, &d);
   if (body != nullptr) body(params);
@@ -266,6 +267,11 @@ void fake_cupti_scenario() {
                  {"elementwise_add", 13, 26000, 27000}};
   uint32_t correlation = 100;
   for (const auto& k : kernels) {
+    // The launch, on the calling thread (its correlation id ties the kernel to it).
+    cudaLaunchKernel_v7000_params launch{};
+    apiCall<cudaLaunchKernel_v7000_params>(CUPTI_CB_DOMAIN_RUNTIME_API,
+                                           CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &launch,
+                                           nullptr, correlation);
     auto r = zeroed<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     r.name = k.name;
     r.streamId = k.stream;

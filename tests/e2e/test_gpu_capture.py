@@ -48,6 +48,12 @@ class GpuCaptureTest(unittest.TestCase):
         for name, (calls, total) in expected.items():
             self.assertEqual(ops[name]["kind"], "kernel", name)
             self.assertEqual((ops[name]["calls"], ops[name]["total_ns"]), (calls, total), name)
+        # Each kernel tied to its launch (correlation id): launched under "model.layer", which
+        # gets the kernels' GPU time.
+        for name in ("sgemm_128x64", "nccl_allreduce", "softmax_fwd", "elementwise_add"):
+            self.assertEqual(ops[name]["launched_by"], "model.layer", name)
+        self.assertEqual(ops["[memcpy HtoD]"]["launched_by"], "")  # its launch was not seen
+        self.assertEqual(ops["model.layer"]["gpu_ns"], 20000 + 20000 + 3000 + 1000)
         # The NVTX range as an op, its end found by the marker id.
         self.assertEqual((ops["train_step"]["kind"], ops["train_step"]["total_ns"]), ("op", 27000))
         # Kernels are on their streams.
