@@ -8,6 +8,20 @@ using K = GpuEvent::Kind;
 
 int64_t ns(uint64_t t) { return static_cast<int64_t>(t); }
 
+// What kernels, copies and fills share: their interval on a stream and the launching call.
+template <typename Record>
+const Record* onStream(const CUpti_Activity* record, K kind, GpuEvent* out) {
+  const auto* r = reinterpret_cast<const Record*>(record);
+  out->kind = kind;
+  out->startNs = ns(r->start);
+  out->endNs = ns(r->end);
+  out->device = r->deviceId;
+  out->context = r->contextId;
+  out->stream = r->streamId;
+  out->correlationId = r->correlationId;
+  return r;
+}
+
 }  // namespace
 
 bool decodeActivity(const CUpti_Activity* record, GpuEvent* out) {
@@ -15,42 +29,19 @@ bool decodeActivity(const CUpti_Activity* record, GpuEvent* out) {
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      out->kind = K::kKernel;
-      out->startNs = ns(k->start);
-      out->endNs = ns(k->end);
-      out->device = k->deviceId;
-      out->context = k->contextId;
-      out->stream = k->streamId;
-      out->correlationId = k->correlationId;
+      const auto* k = onStream<CUpti_ActivityKernel10>(record, K::kKernel, out);
       if (k->name != nullptr) out->name = k->name;
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      out->kind = K::kMemcpy;
-      out->startNs = ns(m->start);
-      out->endNs = ns(m->end);
-      out->device = m->deviceId;
-      out->context = m->contextId;
-      out->stream = m->streamId;
-      out->correlationId = m->correlationId;
+      const auto* m = onStream<CUpti_ActivityMemcpy6>(record, K::kMemcpy, out);
       out->bytes = m->bytes;
       out->copyKind = m->copyKind;
       return true;
     }
-    case CUPTI_ACTIVITY_KIND_MEMSET: {
-      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      out->kind = K::kMemset;
-      out->startNs = ns(m->start);
-      out->endNs = ns(m->end);
-      out->device = m->deviceId;
-      out->context = m->contextId;
-      out->stream = m->streamId;
-      out->correlationId = m->correlationId;
-      out->bytes = m->bytes;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      out->bytes = onStream<CUpti_ActivityMemset4>(record, K::kMemset, out)->bytes;
       return true;
-    }
     case CUPTI_ACTIVITY_KIND_MEMORY2: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemory4*>(record);
       if (m->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION) {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "agent/agent.h"
 #include "agent/hooks/allocator_hooks.h"
@@ -56,29 +57,58 @@ std::string configValue(const std::string& config, const std::string& key) {
   return {};
 }
 
-bool scanForModels();
+// The CPython C API, looked up in the process (a python3 executable exports it); nullptr where
+// this process is not a running CPython.
+struct PythonApi {
+  int (*isInitialized)();
+  int (*gilEnsure)();
+  void (*gilRelease)(int);
+  int (*runString)(const char*);
+  void* (*importModule)(const char*);
+  void* (*getAttr)(void*, const char*);
+  int (*setAttr)(void*, const char*, void*);
+  void* (*callObject)(void*, void*);
+  long (*listSize)(void*);
+  void* (*listItem)(void*, long);  // borrowed
+  void* (*typeOf)(void*);
+  int (*isSubtype)(void*, void*);
+  void* (*newList)(long);
+  int (*append)(void*, void*);
+  void (*decRef)(void*);
+  void* (*moduleDict)();
+  void* (*dictGet)(void*, const char*);  // borrowed
+  void (*clearError)();
+};
 
-// Runs Python source under the GIL, if this process is a running CPython. -1: no CPython here;
-// else PyRun_SimpleString's result (0 ok).
-int runPython(const std::string& source, bool scan = false) {
-  using IntFn = int (*)();
-  using ReleaseFn = void (*)(int);
-  using RunFn = int (*)(const char*);
-  auto initialized = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
-  auto ensure = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
-  auto release = reinterpret_cast<ReleaseFn>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
-  auto run = reinterpret_cast<RunFn>(dlsym(RTLD_DEFAULT, "PyRun_SimpleString"));
-  if (!initialized || !ensure || !release || !run || initialized() == 0) return -1;
-  const int gil = ensure();
-  int rc = 0;
-  if (scan) {
-    // tidemark.attach must be importable first: the source's first lines set the path.
-    rc = run(source.substr(0, source.find("tidemark.attach.")).c_str());
-    if (rc == 0) scanForModels();
-  }
-  if (rc == 0) rc = run(source.c_str());
-  release(gil);
-  return rc;
+const PythonApi* pythonApi() {
+  static PythonApi api;
+  static const PythonApi* found = []() -> const PythonApi* {
+    bool ok = true;
+    auto bind = [&ok](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(RTLD_DEFAULT, name));
+      ok = ok && *fn != nullptr;
+    };
+    bind(&api.isInitialized, "Py_IsInitialized");
+    bind(&api.gilEnsure, "PyGILState_Ensure");
+    bind(&api.gilRelease, "PyGILState_Release");
+    bind(&api.runString, "PyRun_SimpleString");
+    bind(&api.importModule, "PyImport_ImportModule");
+    bind(&api.getAttr, "PyObject_GetAttrString");
+    bind(&api.setAttr, "PyObject_SetAttrString");
+    bind(&api.callObject, "PyObject_CallObject");
+    bind(&api.listSize, "PyList_Size");
+    bind(&api.listItem, "PyList_GetItem");
+    bind(&api.typeOf, "PyObject_Type");
+    bind(&api.isSubtype, "PyType_IsSubtype");
+    bind(&api.newList, "PyList_New");
+    bind(&api.append, "PyList_Append");
+    bind(&api.decRef, "Py_DecRef");
+    bind(&api.moduleDict, "PyImport_GetModuleDict");
+    bind(&api.dictGet, "PyDict_GetItemString");
+    bind(&api.clearError, "PyErr_Clear");
+    return ok ? &api : nullptr;
+  }();
+  return found != nullptr && found->isInitialized() != 0 ? found : nullptr;
 }
 
 // Finds the live torch.nn.Module and torch.optim.Optimizer objects for the adapter, in C, under
@@ -86,78 +116,58 @@ int runPython(const std::string& source, bool scan = false) {
 // GIL in the middle of a scan of gc.get_objects(), and torch warns when a tensor's C++ side dies
 // while a reference it does not know about (such a scan's) keeps its Python object alive. Only
 // once torch is imported; returns false otherwise (the adapter then instruments torch on import).
-bool scanForModels() {
-  using ObjFn = void* (*)(const char*);
-  using GetAttrFn = void* (*)(void*, const char*);
-  using SetAttrFn = int (*)(void*, const char*, void*);
-  using CallFn = void* (*)(void*, void*);
-  using SizeFn = long (*)(void*);
-  using ItemFn = void* (*)(void*, long);
-  using TypeFn = void* (*)(void*);
-  using SubtypeFn = int (*)(void*, void*);
-  using NewListFn = void* (*)(long);
-  using AppendFn = int (*)(void*, void*);
-  using DecRefFn = void (*)(void*);
-  using DictFn = void* (*)();
-  using DictGetFn = void* (*)(void*, const char*);
-  auto sym = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
-  auto importModule = reinterpret_cast<ObjFn>(sym("PyImport_ImportModule"));
-  auto getAttr = reinterpret_cast<GetAttrFn>(sym("PyObject_GetAttrString"));
-  auto setAttr = reinterpret_cast<SetAttrFn>(sym("PyObject_SetAttrString"));
-  auto call = reinterpret_cast<CallFn>(sym("PyObject_CallObject"));
-  auto listSize = reinterpret_cast<SizeFn>(sym("PyList_Size"));
-  auto listItem = reinterpret_cast<ItemFn>(sym("PyList_GetItem"));
-  auto typeOf = reinterpret_cast<TypeFn>(sym("PyObject_Type"));
-  auto isSubtype = reinterpret_cast<SubtypeFn>(sym("PyType_IsSubtype"));
-  auto newList = reinterpret_cast<NewListFn>(sym("PyList_New"));
-  auto append = reinterpret_cast<AppendFn>(sym("PyList_Append"));
-  auto decRef = reinterpret_cast<DecRefFn>(sym("Py_DecRef"));
-  auto modules = reinterpret_cast<DictFn>(sym("PyImport_GetModuleDict"));
-  auto dictGet = reinterpret_cast<DictGetFn>(sym("PyDict_GetItemString"));
-  auto clearError = reinterpret_cast<void (*)()>(sym("PyErr_Clear"));
-  if (!importModule || !getAttr || !setAttr || !call || !listSize || !listItem || !typeOf ||
-      !isSubtype || !newList || !append || !decRef || !modules || !dictGet || !clearError)
-    return false;
-  if (dictGet(modules(), "torch") == nullptr) return false;  // borrowed; torch not imported yet
-  void* nn = importModule("torch.nn");
-  void* optim = importModule("torch.optim");
-  void* gc = importModule("gc");
-  void* attach = importModule("tidemark.attach");
-  void* moduleType = nn ? getAttr(nn, "Module") : nullptr;
-  void* optimizerType = optim ? getAttr(optim, "Optimizer") : nullptr;
-  void* getObjects = gc ? getAttr(gc, "get_objects") : nullptr;
+bool scanForModels(const PythonApi& py) {
+  if (py.dictGet(py.moduleDict(), "torch") == nullptr) return false;  // torch not imported yet
+  void* nn = py.importModule("torch.nn");
+  void* optim = py.importModule("torch.optim");
+  void* gc = py.importModule("gc");
+  void* attach = py.importModule("tidemark.attach");
+  void* moduleType = nn ? py.getAttr(nn, "Module") : nullptr;
+  void* optimizerType = optim ? py.getAttr(optim, "Optimizer") : nullptr;
+  void* getObjects = gc ? py.getAttr(gc, "get_objects") : nullptr;
   bool ok = false;
   if (moduleType && optimizerType && getObjects && attach) {
-    void* all = call(getObjects, nullptr);
-    void* found = newList(0);
+    void* all = py.callObject(getObjects, nullptr);
+    void* found = py.newList(0);
     if (all != nullptr && found != nullptr) {
-      const long n = listSize(all);
+      const long n = py.listSize(all);
       for (long i = 0; i < n; ++i) {
-        void* o = listItem(all, i);  // borrowed
-        void* t = typeOf(o);
-        if (t != nullptr && (isSubtype(t, moduleType) || isSubtype(t, optimizerType)))
-          append(found, o);
-        if (t != nullptr) decRef(t);
+        void* o = py.listItem(all, i);
+        void* t = py.typeOf(o);
+        if (t != nullptr && (py.isSubtype(t, moduleType) || py.isSubtype(t, optimizerType)))
+          py.append(found, o);
+        if (t != nullptr) py.decRef(t);
       }
-      ok = setAttr(attach, "_scanned", found) == 0;
+      ok = py.setAttr(attach, "_scanned", found) == 0;
     }
-    if (all != nullptr) decRef(all);  // every other object let go before the GIL is
-    if (found != nullptr) decRef(found);
+    if (all != nullptr) py.decRef(all);  // every other object let go before the GIL is
+    if (found != nullptr) py.decRef(found);
   }
   for (void* o : {nn, optim, gc, attach, moduleType, optimizerType, getObjects})
-    if (o != nullptr) decRef(o);
-  if (!ok) clearError();
+    if (o != nullptr) py.decRef(o);
+  if (!ok) py.clearError();
   return ok;
 }
 
-std::string pythonCall(const std::string& dir, const std::string& call) {
+// Under the GIL: puts `dir` on sys.path and imports tidemark.attach, scans for models if asked,
+// then calls tidemark.attach.<call>. -1: no CPython here; else PyRun_SimpleString's result.
+int runAdapter(const std::string& dir, const std::string& call, bool scan) {
+  const PythonApi* py = pythonApi();
+  if (py == nullptr) return -1;
   std::string quoted;
   for (char c : dir) {
     if (c == '\\' || c == '\'') quoted += '\\';
     quoted += c;
   }
-  return "import sys\nif '" + quoted + "' not in sys.path:\n    sys.path.insert(0, '" + quoted +
-         "')\nimport tidemark.attach\ntidemark.attach." + call + "\n";
+  const std::string setup = "import sys\nif '" + quoted +
+                            "' not in sys.path:\n    sys.path.insert(0, '" + quoted +
+                            "')\nimport tidemark.attach\n";
+  const int gil = py->gilEnsure();
+  int rc = py->runString(setup.c_str());
+  if (rc == 0 && scan) scanForModels(*py);
+  if (rc == 0) rc = py->runString(("tidemark.attach." + call + "\n").c_str());
+  py->gilRelease(gil);
+  return rc;
 }
 
 void blockSignals() {
@@ -193,7 +203,7 @@ void* attachThread(void*) {
   const std::string pythonDir = configValue(config, "python");
   const int py = pythonDir.empty() || configValue(config, "adapter") == "0"
                      ? -1
-                     : runPython(pythonCall(pythonDir, "start()"), /*scan=*/true);
+                     : runAdapter(pythonDir, "start()", /*scan=*/true);
   tidemark_attach_status.python = py == 0 ? 1 : 0;
   if (py > 0 || py < -1) message += "; the Python adapter did not start (see the job's stderr)";
   if (py == 0) message += "; the Python adapter started";
@@ -213,7 +223,7 @@ void* detachThread(void*) {
   const std::string config(g_config);
   const std::string pythonDir = configValue(config, "python");
   if (tidemark_attach_status.python != 0 && !pythonDir.empty())
-    runPython(pythonCall(pythonDir, "stop()"));
+    runAdapter(pythonDir, "stop()", /*scan=*/false);
   g_got.restore();
   Agent::instance().detach();
   setMessage("detached; the agent stays loaded and records nothing");

@@ -86,49 +86,44 @@ inline Ring* Recorder::threadRing() noexcept {
   return ring;
 }
 
-bool Recorder::push(Record& record) noexcept {
+Ring* Recorder::ringWithRoom() noexcept {
   Ring* ring = threadRing();
   if (ring == nullptr) {
     m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return nullptr;
   }
   if (!ring->hasSpace()) {
     m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return nullptr;
   }
-  record.threadId = ring->threadId;
-  record.tsNs = base::monotonicNs();
+  return ring;
+}
+
+void Recorder::commit(Ring* ring, Record& record) noexcept {
   record.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
   ring->push(record);
+}
+
+bool Recorder::push(Record& record) noexcept {
+  Ring* ring = ringWithRoom();
+  if (ring == nullptr) return false;
+  record.threadId = ring->threadId;
+  record.tsNs = base::monotonicNs();
+  commit(ring, record);
   return true;
 }
 
 bool Recorder::pushAt(Record& record) noexcept {
-  Ring* ring = threadRing();
-  if (ring == nullptr) {
-    m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  if (!ring->hasSpace()) {
-    m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  record.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
-  ring->push(record);
+  Ring* ring = ringWithRoom();
+  if (ring == nullptr) return false;
+  commit(ring, record);
   return true;
 }
 
 void Recorder::onAlloc(void* address, size_t size) noexcept {
-  Ring* ring = threadRing();
-  if (ring == nullptr) {
-    m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  // Check for room before tracking, so that a tracked block always has its alloc record.
-  if (!ring->hasSpace()) {
-    m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  // Room first, then tracking: a tracked block always has its alloc record.
+  Ring* ring = ringWithRoom();
+  if (ring == nullptr) return;
   const auto addr = reinterpret_cast<uint64_t>(address);
   if (!m_blocks.insert(addr, size)) {
     m_drops.tableFull.fetch_add(1, std::memory_order_relaxed);
@@ -142,8 +137,7 @@ void Recorder::onAlloc(void* address, size_t size) noexcept {
   r.device = -1;
   r.threadId = ring->threadId;
   r.tsNs = base::monotonicNs();
-  r.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
-  ring->push(r);
+  commit(ring, r);
 }
 
 bool Recorder::onFree(void* address) noexcept {

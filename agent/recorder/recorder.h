@@ -99,6 +99,10 @@ class Recorder {
 
  private:
   Ring* threadRing() noexcept;
+  // The calling thread's ring if it has room for a record; else counts the drop, nullptr.
+  Ring* ringWithRoom() noexcept;
+  // Takes the next sequence number and copies the record in.
+  void commit(Ring* ring, Record& record) noexcept;
   Ring* claimRing() noexcept;
 
   bool m_initialized = false;

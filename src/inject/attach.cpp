@@ -30,7 +30,7 @@ absl::Status checkProcess(pid_t pid) {
   if (!fs::exists(absl::StrCat("/proc/", pid), ec))
     return absl::NotFoundError(absl::StrCat("no process ", pid));
   // The program it runs: its architecture decides.
-  auto exe = ElfFile::read(absl::StrCat("/proc/", pid, "/exe"));
+  auto exe = ElfFile::readHeader(absl::StrCat("/proc/", pid, "/exe"));
   if (!exe.ok()) {
     if (access(absl::StrCat("/proc/", pid, "/exe").c_str(), R_OK) != 0 && errno == EACCES)
       return absl::PermissionDeniedError(absl::StrCat(
@@ -64,14 +64,23 @@ absl::StatusOr<uint64_t> remoteSymbol(pid_t pid, const std::vector<Mapping>& map
   return bias + *value;
 }
 
+// The agent's status, read from outside at its address in the target.
+absl::StatusOr<tidemark_attach_status_t> readStatusAt(pid_t pid, uint64_t at) {
+  tidemark_attach_status_t s{};
+  if (absl::Status r = readMemory(pid, at, &s, sizeof s); !r.ok()) {
+    if (r.code() == absl::StatusCode::kNotFound)
+      return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
+    return r;
+  }
+  s.message[sizeof s.message - 1] = '\0';
+  return s;
+}
+
 absl::StatusOr<tidemark_attach_status_t> readStatus(pid_t pid, const std::vector<Mapping>& maps,
                                                     const std::string& agentPath) {
   auto at = remoteSymbol(pid, maps, agentPath, "tidemark_attach_status");
   if (!at.ok()) return at.status();
-  tidemark_attach_status_t s{};
-  if (absl::Status r = readMemory(pid, *at, &s, sizeof s); !r.ok()) return r;
-  s.message[sizeof s.message - 1] = '\0';
-  return s;
+  return readStatusAt(pid, *at);
 }
 
 AttachReport reportOf(const tidemark_attach_status_t& s) {
@@ -83,15 +92,14 @@ AttachReport reportOf(const tidemark_attach_status_t& s) {
   return r;
 }
 
-// Waits until the agent's state is one of `done` (or FAILED), reading its status from outside.
-absl::StatusOr<tidemark_attach_status_t> awaitState(pid_t pid, const std::string& agentPath,
+// Waits until the agent's state is `done` (or FAILED), reading its status (at `statusAt`, which
+// does not move while the agent is loaded) from outside.
+absl::StatusOr<tidemark_attach_status_t> awaitState(pid_t pid, uint64_t statusAt,
                                                     uint32_t generation, int32_t done,
                                                     int timeoutMs) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
-    auto maps = readMaps(pid);
-    if (!maps.ok()) return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
-    auto s = readStatus(pid, *maps, agentPath);
+    auto s = readStatusAt(pid, statusAt);
     if (!s.ok()) return s.status();
     if (s->generation != generation && (s->state == done || s->state == TIDEMARK_ATTACH_FAILED))
       return *s;
@@ -162,16 +170,17 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
                    "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0", "\n");
   auto configAt = t.pushData(config);
   if (!configAt.ok()) return configAt.status();
+  auto statusAt = remoteSymbol(pid, t.maps(), options.agentPath, "tidemark_attach_status");
+  if (!statusAt.ok()) return statusAt.status();
   auto rc = t.call(*entry, {*configAt});
   if (!rc.ok()) return rc.status();
   if (absl::Status s = t.release(); !s.ok()) return s;
   if (static_cast<int>(*rc) == 1) {
-    auto status = readStatus(pid, *readMaps(pid), options.agentPath);
+    auto status = readStatusAt(pid, *statusAt);
     return absl::AlreadyExistsError(status.ok() ? alreadyMessage(pid, *status)
                                                 : absl::StrCat("process ", pid, " is attached"));
   }
-  auto done =
-      awaitState(pid, options.agentPath, generation, TIDEMARK_ATTACH_RECORDING, options.timeoutMs);
+  auto done = awaitState(pid, *statusAt, generation, TIDEMARK_ATTACH_RECORDING, options.timeoutMs);
   if (!done.ok()) return done.status();
   if (done->state == TIDEMARK_ATTACH_FAILED)
     return absl::InternalError(
@@ -190,7 +199,9 @@ absl::StatusOr<AttachReport> detachAgent(pid_t pid, const std::string& agentPath
   if (!findObject(*maps, agentPath))
     return absl::FailedPreconditionError(
         absl::StrCat("process ", pid, " is not attached (the agent is not loaded in it)"));
-  auto status = readStatus(pid, *maps, agentPath);
+  auto statusAt = remoteSymbol(pid, *maps, agentPath, "tidemark_attach_status");
+  if (!statusAt.ok()) return statusAt.status();
+  auto status = readStatusAt(pid, *statusAt);
   if (!status.ok()) return status.status();
   if (status->state == TIDEMARK_ATTACH_PRELOADED)
     return absl::FailedPreconditionError(
@@ -207,7 +218,7 @@ absl::StatusOr<AttachReport> detachAgent(pid_t pid, const std::string& agentPath
   if (absl::Status s = (*tracee)->release(); !s.ok()) return s;
   if (*rc != 0)
     return absl::FailedPreconditionError(absl::StrCat("process ", pid, " is not attached"));
-  auto done = awaitState(pid, agentPath, status->generation, TIDEMARK_ATTACH_DORMANT, timeoutMs);
+  auto done = awaitState(pid, *statusAt, status->generation, TIDEMARK_ATTACH_DORMANT, timeoutMs);
   if (!done.ok()) return done.status();
   AttachReport r = reportOf(*done);
   r.sessionId = session;

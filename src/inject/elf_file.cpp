@@ -29,6 +29,15 @@ absl::StatusOr<ElfFile> ElfFile::read(const std::string& path) {
   return parse(std::move(bytes), path);
 }
 
+absl::StatusOr<ElfFile> ElfFile::readHeader(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::vector<uint8_t> bytes(4096);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  return parse(std::move(bytes), path);
+}
+
 absl::StatusOr<ElfFile> ElfFile::parse(std::vector<uint8_t> bytes, const std::string& path) {
   ElfFile f;
   if (bytes.size() < EI_NIDENT || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0)

@@ -15,6 +15,8 @@ namespace tidemark::inject {
 class ElfFile {
  public:
   static absl::StatusOr<ElfFile> read(const std::string& path);
+  // The first page only: class, machine and (usually) the program headers, not the symbols.
+  static absl::StatusOr<ElfFile> readHeader(const std::string& path);
   // From the bytes of a whole file (the tests build headers by hand).
   static absl::StatusOr<ElfFile> parse(std::vector<uint8_t> bytes, const std::string& path);
 

@@ -93,9 +93,14 @@ absl::Status Tracee::exitedError(int status) const {
                                          strsignal(WTERMSIG(status)), ")"));
 }
 
-// Waits for the thread's next stop. For an interrupt: the PTRACE_EVENT_STOP (a signal that comes
-// first is kept for later). For a call: the SIGSEGV of its return to address 0.
-absl::Status Tracee::waitStop(bool forCall, int* signalOut) {
+// Waits for the thread's next stop of the kind awaited: the PTRACE_EVENT_STOP of an interrupt
+// (a signal-delivery stop that comes first does too), the SIGSEGV of a call's return to address
+// 0, or the SIGTRAP of a single step. Other signals are held back and delivered when the thread
+// is let go; the thread is resumed (continued, or stepped again) past them.
+absl::Status Tracee::waitStop(Awaited awaited) {
+  const auto resume = [&] {
+    ptrace(awaited == Awaited::kStep ? PTRACE_SINGLESTEP : PTRACE_CONT, m_pid, nullptr, nullptr);
+  };
   for (;;) {
     int status = 0;
     if (waitpid(m_pid, &status, __WALL) < 0) {
@@ -110,21 +115,18 @@ absl::Status Tracee::waitStop(bool forCall, int* signalOut) {
     }
     if (!WIFSTOPPED(status)) continue;
     const int sig = WSTOPSIG(status);
-    const int event = status >> 16;
-    if (event == PTRACE_EVENT_STOP) {
-      if (!forCall && (sig == SIGTRAP || sig == SIGSTOP)) return absl::OkStatus();
-      // A group stop while ours: let it go on (the job is stopped by someone else).
-      ptrace(PTRACE_CONT, m_pid, nullptr, nullptr);
+    if ((status >> 16) == PTRACE_EVENT_STOP) {
+      if (awaited == Awaited::kInterrupt && (sig == SIGTRAP || sig == SIGSTOP))
+        return absl::OkStatus();
+      resume();  // a group stop while ours: the job is stopped by someone else
       continue;
     }
-    if (forCall && sig == SIGSEGV) {
-      *signalOut = sig;
+    if ((awaited == Awaited::kCallFault && sig == SIGSEGV) ||
+        (awaited == Awaited::kStep && sig == SIGTRAP))
       return absl::OkStatus();
-    }
-    // Any other signal: held back, delivered when the thread is let go.
     m_pendingSignals.push_back(sig);
-    if (!forCall) return absl::OkStatus();  // a signal-delivery stop is a stop too
-    ptrace(PTRACE_CONT, m_pid, nullptr, nullptr);
+    if (awaited == Awaited::kInterrupt) return absl::OkStatus();  // a signal stop is a stop too
+    resume();
   }
 }
 
@@ -149,8 +151,7 @@ absl::StatusOr<std::unique_ptr<Tracee>> Tracee::stop(pid_t pid) {
   for (int attempt = 0;; ++attempt) {
     if (ptrace(PTRACE_INTERRUPT, pid, nullptr, nullptr) != 0)
       return absl::InternalError(absl::StrCat("ptrace(INTERRUPT): ", errnoText()));
-    int unused = 0;
-    if (absl::Status s = t->waitStop(false, &unused); !s.ok()) return s;
+    if (absl::Status s = t->waitStop(Awaited::kInterrupt); !s.ok()) return s;
     if (absl::Status s = t->refreshMaps(); !s.ok()) return s;
     user_regs_struct regs{};
     if (ptrace(PTRACE_GETREGS, pid, nullptr, &regs) != 0)
@@ -257,23 +258,7 @@ absl::StatusOr<uint64_t> Tracee::systemCall(uint64_t nr, const std::vector<uint6
     return absl::InternalError(absl::StrCat("ptrace(SETREGS): ", errnoText()));
   if (ptrace(PTRACE_SINGLESTEP, m_pid, nullptr, nullptr) != 0)
     return absl::InternalError(absl::StrCat("ptrace(SINGLESTEP): ", errnoText()));
-  for (;;) {
-    int status = 0;
-    if (waitpid(m_pid, &status, __WALL) < 0) {
-      if (errno == EINTR) continue;
-      return absl::AbortedError(absl::StrCat("process ", m_pid, " went away during the attach"));
-    }
-    if (WIFEXITED(status) || WIFSIGNALED(status)) {
-      m_exited = true;
-      m_attached = false;
-      return exitedError(status);
-    }
-    if (!WIFSTOPPED(status)) continue;
-    if (WSTOPSIG(status) == SIGTRAP && (status >> 16) == 0) break;  // the step is done
-    if ((status >> 16) == 0) m_pendingSignals.push_back(WSTOPSIG(status));
-    // Not yet stepped (a signal or a group stop came first): step again.
-    ptrace(PTRACE_SINGLESTEP, m_pid, nullptr, nullptr);
-  }
+  if (absl::Status s = waitStop(Awaited::kStep); !s.ok()) return s;
   m_atSignalStop = true;
   user_regs_struct after{};
   if (ptrace(PTRACE_GETREGS, m_pid, nullptr, &after) != 0)
@@ -300,8 +285,7 @@ absl::StatusOr<uint64_t> Tracee::call(uint64_t fn, const std::vector<uint64_t>& 
     return absl::InternalError(absl::StrCat("ptrace(SETREGS): ", errnoText()));
   if (ptrace(PTRACE_CONT, m_pid, nullptr, nullptr) != 0)
     return absl::InternalError(absl::StrCat("ptrace(CONT): ", errnoText()));
-  int sig = 0;
-  if (absl::Status s = waitStop(true, &sig); !s.ok()) return s;
+  if (absl::Status s = waitStop(Awaited::kCallFault); !s.ok()) return s;
   user_regs_struct after{};
   if (ptrace(PTRACE_GETREGS, m_pid, nullptr, &after) != 0)
     return absl::InternalError(absl::StrCat("ptrace(GETREGS): ", errnoText()));

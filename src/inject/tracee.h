@@ -42,7 +42,8 @@ class Tracee {
 
  private:
   explicit Tracee(pid_t pid) : m_pid(pid) {}
-  absl::Status waitStop(bool forCall, int* signalOut);
+  enum class Awaited { kInterrupt, kCallFault, kStep };
+  absl::Status waitStop(Awaited awaited);
   absl::Status exitedError(int status) const;
   absl::Status saveState();
   // Runs one system call on the thread (a `syscall` instruction of its C library, single-stepped).

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <vector>
 
+#include "tests/cupti/activity_record.h"
+
 namespace {
 
 std::mutex g_mutex;
@@ -33,14 +35,6 @@ void add(const T& record) {
   std::memcpy(bytes.data(), &record, sizeof(T));
   std::lock_guard<std::mutex> lock(g_mutex);
   g_pending.push_back(std::move(bytes));
-}
-
-template <typename T>
-T zeroed(CUpti_ActivityKind kind) {
-  T r;
-  std::memset(&r, 0, sizeof r);
-  r.kind = kind;
-  return r;
 }
 
 uint64_t now() { return g_clock != nullptr ? g_clock() : 0; }
@@ -221,7 +215,7 @@ void fake_cupti_scenario() {
   allocationCalls();
   const uint64_t t0 = now();
   // A 2 MiB segment (cudaMalloc by the caching allocator), a pool, one stream-ordered block.
-  auto seg = zeroed<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
+  auto seg = zeroedRecord<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
   seg.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
   seg.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
   seg.address = 0x7f0000200000;
@@ -229,7 +223,7 @@ void fake_cupti_scenario() {
   seg.timestamp = t0 + 1000;
   seg.streamId = 7;
   add(seg);
-  auto pool = zeroed<CUpti_ActivityMemoryPool3>(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+  auto pool = zeroedRecord<CUpti_ActivityMemoryPool3>(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
   pool.memoryPoolOperationType = CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_CREATED;
   pool.address = 0x7f1000000000;
   pool.size = 64 << 20;
@@ -242,14 +236,14 @@ void fake_cupti_scenario() {
   async.memoryPoolConfig.memoryPoolType = CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL;
   add(async);
   // An NVTX range around the step.
-  auto mark = zeroed<CUpti_ActivityMarker2>(CUPTI_ACTIVITY_KIND_MARKER);
+  auto mark = zeroedRecord<CUpti_ActivityMarker2>(CUPTI_ACTIVITY_KIND_MARKER);
   mark.flags = CUPTI_ACTIVITY_FLAG_MARKER_START;
   mark.id = 1;
   mark.timestamp = t0 + 2500;
   mark.name = "train_step";
   add(mark);
   // A copy in, three kernels on stream 7, two on stream 13, a fill.
-  auto copy = zeroed<CUpti_ActivityMemcpy6>(CUPTI_ACTIVITY_KIND_MEMCPY);
+  auto copy = zeroedRecord<CUpti_ActivityMemcpy6>(CUPTI_ACTIVITY_KIND_MEMCPY);
   copy.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
   copy.bytes = 1 << 16;
   copy.start = t0 + 3000;
@@ -272,7 +266,7 @@ void fake_cupti_scenario() {
     apiCall<cudaLaunchKernel_v7000_params>(CUPTI_CB_DOMAIN_RUNTIME_API,
                                            CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &launch,
                                            nullptr, correlation);
-    auto r = zeroed<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    auto r = zeroedRecord<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     r.name = k.name;
     r.streamId = k.stream;
     r.start = t0 + k.start;
@@ -280,13 +274,13 @@ void fake_cupti_scenario() {
     r.correlationId = correlation++;
     add(r);
   }
-  auto fill = zeroed<CUpti_ActivityMemset4>(CUPTI_ACTIVITY_KIND_MEMSET);
+  auto fill = zeroedRecord<CUpti_ActivityMemset4>(CUPTI_ACTIVITY_KIND_MEMSET);
   fill.bytes = 4096;
   fill.start = t0 + 28000;
   fill.end = t0 + 28500;
   fill.streamId = 13;
   add(fill);
-  auto sync = zeroed<CUpti_ActivitySynchronization2>(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+  auto sync = zeroedRecord<CUpti_ActivitySynchronization2>(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
   sync.start = t0 + 28500;
   sync.end = t0 + 29000;
   sync.streamId = 7;

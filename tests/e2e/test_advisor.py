@@ -10,7 +10,7 @@ import subprocess
 import sys
 import unittest
 
-from tidemark_env import BIN, PYTHON, SOURCE, Daemon
+from tidemark_env import BIN, Daemon, DaemonTestCase, PYTHON, SOURCE
 
 TRAIN = os.path.join(SOURCE, "examples", "train.py")
 STEPS = 4
@@ -20,18 +20,7 @@ def losses(stdout):
     return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([0-9.]+)", stdout, re.M)]
 
 
-class AdvisorLiveTest(unittest.TestCase):
-    daemon = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.daemon = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.daemon:
-            cls.daemon.cleanup()
-
+class AdvisorLiveTest(DaemonTestCase):
     def train(self, model, *extra):
         r = self.daemon.run(PYTHON, TRAIN, "--model", model, "--steps", str(STEPS),
                             "--checkpoint", "", *extra)

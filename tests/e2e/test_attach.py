@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from tidemark_env import BIN, PYTHON, SOURCE, Daemon
+from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE
 
 TRAIN = os.path.join(SOURCE, "examples", "train.py")
 LIB = os.path.join(BIN, "..", "lib")
@@ -59,17 +59,7 @@ class Job:
             self.proc.communicate()
 
 
-class AttachTest(unittest.TestCase):
-    daemon = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.daemon = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.cleanup()
-
+class AttachTest(DaemonTestCase):
     def cli(self, *args):
         """(exit code, --json answer, stderr) of `tidemark ARGS --json`."""
         r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address, *args,

@@ -5,18 +5,10 @@ import socket
 import subprocess
 import unittest
 
-from tidemark_env import BIN, Daemon
+from tidemark_env import BIN, DaemonTestCase
 
 
-class CliBadInputTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.daemon = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.cleanup()
-
+class CliBadInputTest(DaemonTestCase):
     def test_unknown_session(self):
         for args in (["breakdown", "999"], ["peak", "999"], ["timeline", "999"], ["steps", "999"],
                      ["ops", "999"], ["diff", "999", "998"], ["export", "999"]):

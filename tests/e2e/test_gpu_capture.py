@@ -7,24 +7,14 @@ with what the fake reported."""
 import os
 import unittest
 
-from tidemark_env import BIN, Daemon
+from tidemark_env import BIN, DaemonTestCase
 
 PROGRAM = os.path.join(BIN, "tidemark_fake_cuda_program")
 FAKE_CUPTI = os.path.abspath(os.path.join(BIN, "..", "lib", "libtidemark_fake_cupti.so"))
 MIB = 1 << 20
 
 
-class GpuCaptureTest(unittest.TestCase):
-    daemon = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.daemon = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.cleanup()
-
+class GpuCaptureTest(DaemonTestCase):
     def run_program(self, **env):
         r = self.daemon.run(PROGRAM, env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI, **env), timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -88,6 +88,15 @@ class GuiWindowTest(unittest.TestCase):
             self.assertIn(says, r.stderr)
 
 
+def record_training(test, daemon):
+    """A 3-step training recorded and analysed by daemon: its session id."""
+    r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "3")
+    test.assertEqual(r.returncode, 0, r.stderr)
+    sid = daemon.newest_session()["id"]
+    daemon.wait_analyzed(sid)
+    return sid
+
+
 class GuiSessionTest(unittest.TestCase):
     """The GUI against a real tidemarkd holding a recorded training: the timeline draws every
     category the peak holds in its colour, marks the peak, and the plan panel loads a plan."""
@@ -95,10 +104,7 @@ class GuiSessionTest(unittest.TestCase):
     def test_timeline_and_plan_of_a_recorded_session(self):
         daemon = Daemon()
         try:
-            r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "3")
-            self.assertEqual(r.returncode, 0, r.stderr)
-            sid = daemon.newest_session()["id"]
-            daemon.wait_analyzed(sid)
+            sid = record_training(self, daemon)
             peak = daemon.cli_json("breakdown", str(sid))
             plan = daemon.cli_json("plan", str(sid), "--budget", "60%")
             out = os.path.join(daemon.dir, "session.png")
@@ -142,10 +148,7 @@ class GuiInteractionTest(unittest.TestCase):
     def test_recorded_session(self):
         daemon = Daemon()
         try:
-            r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "3")
-            self.assertEqual(r.returncode, 0, r.stderr)
-            sid = daemon.newest_session()["id"]
-            daemon.wait_analyzed(sid)
+            sid = record_training(self, daemon)
             r = self.interact(daemon, sid, live=False)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("3 passed, 0 failed", r.stdout)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 BIN = os.environ.get("TIDEMARK_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SOURCE = os.environ.get("TIDEMARK_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -108,3 +109,18 @@ def live_bytes_at(daemon, session, seq, snapshot):
             session, int(addr), snapshot["ts"], snapshot["ts"], seq, seq)
         total += sum(r[0] for r in rows)
     return total
+
+
+class DaemonTestCase(unittest.TestCase):
+    """A test class with one tidemarkd of its own (self.daemon), started before its tests and
+    cleaned up after them."""
+    daemon = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.daemon:
+            cls.daemon.cleanup()

@@ -8,19 +8,12 @@
 #include "agent/cupti/activity_decoder.h"
 #include "agent/cupti/api_callbacks.h"
 #include "agent/cupti/gpu_recorder.h"
+#include "tests/cupti/activity_record.h"
 
 namespace tidemark::agent {
 namespace {
 
 using K = GpuEvent::Kind;
-
-template <typename T>
-T zeroed(CUpti_ActivityKind kind) {
-  T r;
-  std::memset(&r, 0, sizeof r);
-  r.kind = kind;
-  return r;
-}
 
 GpuEvent decode(const void* record) {
   GpuEvent e;
@@ -29,7 +22,7 @@ GpuEvent decode(const void* record) {
 }
 
 TEST(CuptiDecoder, KernelsOnTheirStream) {
-  auto k = zeroed<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  auto k = zeroedRecord<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   k.start = 1'000'000;
   k.end = 1'250'000;
   k.deviceId = 1;
@@ -48,7 +41,7 @@ TEST(CuptiDecoder, KernelsOnTheirStream) {
 }
 
 TEST(CuptiDecoder, Memory2AllocationsAndReleasesIncludingPools) {
-  auto a = zeroed<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
+  auto a = zeroedRecord<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
   a.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
   a.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
   a.address = 0x7f0000200000;
@@ -90,7 +83,7 @@ TEST(CuptiDecoder, Memory2AllocationsAndReleasesIncludingPools) {
 }
 
 TEST(CuptiDecoder, PoolsCopiesFillsMarkersSyncAndCorrelation) {
-  auto p = zeroed<CUpti_ActivityMemoryPool3>(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+  auto p = zeroedRecord<CUpti_ActivityMemoryPool3>(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
   p.memoryPoolOperationType = CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_CREATED;
   p.address = 0x7f1000000000;
   p.size = 64 << 20;
@@ -103,7 +96,7 @@ TEST(CuptiDecoder, PoolsCopiesFillsMarkersSyncAndCorrelation) {
   p.memoryPoolOperationType = CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_TRIMMED;
   EXPECT_EQ(decode(&p).kind, K::kPoolTrimmed);
 
-  auto c = zeroed<CUpti_ActivityMemcpy6>(CUPTI_ACTIVITY_KIND_MEMCPY);
+  auto c = zeroedRecord<CUpti_ActivityMemcpy6>(CUPTI_ACTIVITY_KIND_MEMCPY);
   c.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
   c.bytes = 4096;
   c.start = 10;
@@ -115,14 +108,14 @@ TEST(CuptiDecoder, PoolsCopiesFillsMarkersSyncAndCorrelation) {
   EXPECT_EQ(e.copyKind, CUPTI_ACTIVITY_MEMCPY_KIND_HTOD);
   EXPECT_EQ(e.endNs - e.startNs, 20);
 
-  auto s = zeroed<CUpti_ActivityMemset4>(CUPTI_ACTIVITY_KIND_MEMSET);
+  auto s = zeroedRecord<CUpti_ActivityMemset4>(CUPTI_ACTIVITY_KIND_MEMSET);
   s.bytes = 512;
   s.start = 40;
   s.end = 41;
   EXPECT_EQ(decode(&s).kind, K::kMemset);
   EXPECT_EQ(decode(&s).bytes, 512u);
 
-  auto m = zeroed<CUpti_ActivityMarker2>(CUPTI_ACTIVITY_KIND_MARKER);
+  auto m = zeroedRecord<CUpti_ActivityMarker2>(CUPTI_ACTIVITY_KIND_MARKER);
   m.flags = CUPTI_ACTIVITY_FLAG_MARKER_START;
   m.id = 77;
   m.timestamp = 1234;
@@ -139,7 +132,7 @@ TEST(CuptiDecoder, PoolsCopiesFillsMarkersSyncAndCorrelation) {
   EXPECT_TRUE(e.markerEnd);
   EXPECT_EQ(e.name, "");
 
-  auto y = zeroed<CUpti_ActivitySynchronization2>(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
+  auto y = zeroedRecord<CUpti_ActivitySynchronization2>(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
   y.start = 50;
   y.end = 80;
   y.streamId = 4;
@@ -147,7 +140,8 @@ TEST(CuptiDecoder, PoolsCopiesFillsMarkersSyncAndCorrelation) {
   EXPECT_EQ(e.kind, K::kSynchronization);
   EXPECT_EQ(e.stream, 4u);
 
-  auto x = zeroed<CUpti_ActivityExternalCorrelation>(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+  auto x =
+      zeroedRecord<CUpti_ActivityExternalCorrelation>(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
   x.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
   x.externalId = 123456789;
   x.correlationId = 42;
@@ -172,11 +166,11 @@ CUptiResult walkPointers(uint8_t* buffer, size_t validSize, CUpti_Activity** rec
 }
 
 TEST(CuptiDecoder, ABufferInOrderSkippingKindsNotUsed) {
-  auto k = zeroed<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_KERNEL);
+  auto k = zeroedRecord<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_KERNEL);
   k.name = "k";
-  auto a = zeroed<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
+  auto a = zeroedRecord<CUpti_ActivityMemory4>(CUPTI_ACTIVITY_KIND_MEMORY2);
   a.memoryOperationType = CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION;
-  auto other = zeroed<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_OVERHEAD);
+  auto other = zeroedRecord<CUpti_ActivityKernel10>(CUPTI_ACTIVITY_KIND_OVERHEAD);
   std::vector<CUpti_Activity*> slots = {reinterpret_cast<CUpti_Activity*>(&k),
                                         reinterpret_cast<CUpti_Activity*>(&other),
                                         reinterpret_cast<CUpti_Activity*>(&a)};
