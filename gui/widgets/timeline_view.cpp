@@ -228,8 +228,14 @@ void TimelineView::mouseMoveEvent(QMouseEvent* e) {
     }
     return;
   }
-  const int i = m_data.bucketAt(m_range.timeAt(e->position().x() - r.left(), r.width()));
-  if (i < 0) return;
+  const QString tip = tipAt(e->position().x());
+  if (!tip.isEmpty()) QToolTip::showText(e->globalPosition().toPoint(), tip, this);
+}
+
+QString TimelineView::tipAt(double x) const {
+  const QRectF r = plotRect();
+  const int i = m_data.bucketAt(m_range.timeAt(x - r.left(), r.width()));
+  if (i < 0) return {};
   QString tip = tr("total %1 (highest %2)")
                     .arg(bytesText(m_data.stack[static_cast<size_t>(i)][kCategories]))
                     .arg(bytesText(m_data.envelope[static_cast<size_t>(i)]));
@@ -242,7 +248,7 @@ void TimelineView::mouseMoveEvent(QMouseEvent* e) {
                                           static_cast<int>(categoryLabel(c).size())),
                       bytesText(b));
   }
-  QToolTip::showText(e->globalPosition().toPoint(), tip, this);
+  return tip;
 }
 
 void TimelineView::mouseReleaseEvent(QMouseEvent* e) {

@@ -31,6 +31,8 @@ class TimelineView : public QWidget {
   int bucketsWanted() const { return std::max(64, width()); }
   // Where the peak is drawn (for tests and keyboard users).
   QPointF peakPoint() const;
+  // The hover tooltip's text at x (widget coordinates): the bucket's figures; empty off the data.
+  QString tipAt(double x) const;
 
  signals:
   void rangeChanged(qint64 fromNs, qint64 toNs);
