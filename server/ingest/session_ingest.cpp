@@ -96,7 +96,7 @@ void SessionIngest::release(const v1::Event& e) {
       b.threadId = e.thread_id();
       b.allocSeq = e.seq();
       b.allocTsNs = e.ts_ns();
-      auto [it, inserted] = m_open.try_emplace(b.address, b);
+      auto [it, inserted] = m_open.try_emplace(OpenKey{b.memoryKind, b.device, b.address}, b);
       if (!inserted) {
         // The old block's free was never seen: keep it as live, start the new one.
         count("alloc_over_live");
@@ -107,7 +107,9 @@ void SessionIngest::release(const v1::Event& e) {
       break;
     }
     case v1::Event::kFree: {
-      auto it = m_open.find(e.free().address());
+      const v1::Free& f = e.free();
+      const int32_t kind = f.kind() == v1::MEMORY_KIND_UNSPECIFIED ? 1 : f.kind();
+      auto it = m_open.find(OpenKey{kind, f.device(), f.address()});
       if (it == m_open.end()) {
         count("free_of_untracked");
         break;

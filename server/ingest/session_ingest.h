@@ -64,7 +64,19 @@ class SessionIngest {
   int64_t m_lastTs = 0;
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;
-  absl::flat_hash_map<uint64_t, BlockRow> m_open;  // live blocks by address
+  // Live blocks by memory kind, device and address: a tensor starts at its segment's address,
+  // and device addresses are per device.
+  struct OpenKey {
+    int32_t kind;
+    int32_t device;
+    uint64_t address;
+    bool operator==(const OpenKey&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const OpenKey& k) {
+      return H::combine(std::move(h), k.kind, k.device, k.address);
+    }
+  };
+  absl::flat_hash_map<OpenKey, BlockRow> m_open;
   // Open scopes per thread and kind (ops nest apart from modules).
   static uint64_t stackKey(uint32_t thread, int kind) {
     return (static_cast<uint64_t>(kind) << 32) | thread;

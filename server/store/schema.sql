@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS allocation (
   session_id INTEGER NOT NULL,
   address INTEGER NOT NULL,
   size_bytes INTEGER NOT NULL,
-  memory_kind INTEGER NOT NULL,         -- tidemark.v1.MemoryKind: 1 host, 2 device
+  memory_kind INTEGER NOT NULL,         -- tidemark.v1.MemoryKind: 1 host, 2 device, 3 tensor
   device INTEGER NOT NULL,              -- -1 for host memory
   stream INTEGER NOT NULL,
   thread_id INTEGER NOT NULL,           -- thread that allocated

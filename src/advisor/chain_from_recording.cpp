@@ -257,7 +257,11 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     backwardNs[i] += std::max<int64_t>(0, ns);
   }
 
-  // 7. The stages.
+  // 7. The stages. Sizes are the framework's (tensors); a caching allocator's segments holding
+  // them are not counted again (their slack is memory outside the chain).
+  auto isTensorLevel = [&](int j) {
+    return categories[static_cast<size_t>(j)].rule != CategoryRule::kAllocatorSegment;
+  };
   RecordedChain out;
   out.step = step->step;
   out.blocksPrefix = chosen;
@@ -279,6 +283,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                                [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
     for (; it != rec.blocks.end() && it->allocSeq < f.endSeq; ++it) {
       const int j = static_cast<int>(it - rec.blocks.begin());
+      if (!isTensorLevel(j)) continue;
       if (it->freeSeq >= f.endSeq && (!saved[i].count(j) || savedElsewhere(j, i))) {
         output.insert(j);
         s.outputBytes += static_cast<int64_t>(it->sizeBytes);
@@ -294,7 +299,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
       }
     }
     s.forwardWorkingBytes =
-        std::max<int64_t>(0, bornInsidePeak(rec, run, [](int) { return true; }) - s.outputBytes);
+        std::max<int64_t>(0, bornInsidePeak(rec, run, isTensorLevel) - s.outputBytes);
     // Selective options: checkpoint one child module of the block. It drops what the child
     // alone saved of the activations born inside it, and re-runs the child's forward.
     std::set<std::string> seenChildren;
@@ -328,7 +333,8 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   for (int i = 0; i < n; ++i) {
     if (!backward[i].valid) continue;
     const int64_t peak = bornInsidePeak(rec, backward[i], [&](int j) {
-      return !inRecompute(rec.blocks[j].allocSeq) && categories[j].category != Category::kGradient;
+      return isTensorLevel(j) && !inRecompute(rec.blocks[j].allocSeq) &&
+             categories[j].category != Category::kGradient;
     });
     p.stages[i].backwardWorkingBytes = std::max<int64_t>(0, peak - p.inBytes(i));
   }

@@ -20,7 +20,9 @@ struct MemoryState {
 };
 
 // Replays a session's blocks in sequence order (allocs and frees interleaved) with their
-// categories, answering questions about moments of the recording.
+// categories, answering questions about moments of the recording. A tensor that lies in a segment
+// (BlockCategory::segment) moves its bytes from the segment's ALLOCATOR_SLACK to its own category
+// while it lives: the tracked total counts the segment once.
 class LivenessReplay {
  public:
   // Both must outlive the replay; recording must be sorted (Recording::sortBySeq).
@@ -52,14 +54,17 @@ class LivenessReplay {
     int64_t tsNs;
     int64_t delta;  // +size at alloc, -size at free
     int categoryIndex;
+    int64_t slackDelta;  // a tensor in a segment: its bytes leave (or return to) the slack
   };
   static void apply(MemoryState& s, const Edge& e) {
     s.seq = e.seq;
     s.tsNs = e.tsNs;
-    s.trackedBytes += e.delta;
+    s.trackedBytes += e.delta + e.slackDelta;
     s.bytes[e.categoryIndex] += e.delta;
+    s.bytes[kSlackIndex] += e.slackDelta;
     s.blocks[e.categoryIndex] += e.delta > 0 ? 1 : -1;
   }
+  static constexpr int kSlackIndex = categoryIndex(Category::kAllocatorSlack);
 
   std::vector<Edge> m_edges;  // sorted by seq
 };

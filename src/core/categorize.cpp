@@ -1,6 +1,8 @@
 #include "src/core/categorize.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <unordered_map>
 
 namespace tidemark::core {
@@ -15,9 +17,57 @@ std::string_view ruleName(CategoryRule r) {
       return "born_in_recompute";
     case CategoryRule::kUntagged:
       return "untagged";
+    case CategoryRule::kAllocatorSegment:
+      return "allocator_segment";
+    case CategoryRule::kOutsideFramework:
+      return "outside_framework";
   }
   return "untagged";
 }
+
+namespace {
+
+// Ties every tensor block to the block of another kind it lies in on the same device, live at the
+// tensor's allocation (its segment), by one sweep of allocations and frees in sequence order.
+// Returns the devices on which tensors were seen.
+std::set<int32_t> findSegments(const Recording& rec, std::vector<BlockCategory>& out) {
+  std::set<int32_t> tensorDevices;
+  bool anyTensor = false;
+  for (const Block& b : rec.blocks) anyTensor = anyTensor || b.kind == MemoryKind::kTensor;
+  if (!anyTensor) return tensorDevices;
+  // Frees in sequence order; allocations are rec.blocks' order.
+  std::vector<size_t> byFree;
+  for (size_t i = 0; i < rec.blocks.size(); ++i)
+    if (!rec.blocks[i].live() && rec.blocks[i].kind != MemoryKind::kTensor) byFree.push_back(i);
+  std::sort(byFree.begin(), byFree.end(), [&](size_t a, size_t b) {
+    return rec.blocks[a].freeSeq < rec.blocks[b].freeSeq;
+  });
+  std::map<std::pair<int32_t, uint64_t>, size_t> live;  // (device, address) -> block
+  size_t nextFree = 0;
+  for (size_t i = 0; i < rec.blocks.size(); ++i) {
+    const Block& b = rec.blocks[i];
+    for (; nextFree < byFree.size() && rec.blocks[byFree[nextFree]].freeSeq <= b.allocSeq;
+         ++nextFree) {
+      const Block& f = rec.blocks[byFree[nextFree]];
+      auto it = live.find({f.device, f.address});
+      if (it != live.end() && it->second == byFree[nextFree]) live.erase(it);
+    }
+    if (b.kind != MemoryKind::kTensor) {
+      live[{b.device, b.address}] = i;
+      continue;
+    }
+    tensorDevices.insert(b.device);
+    auto it = live.upper_bound({b.device, b.address});
+    if (it == live.begin()) continue;
+    --it;
+    const Block& seg = rec.blocks[it->second];
+    if (it->first.first == b.device && b.address < seg.address + seg.sizeBytes)
+      out[i].segment = static_cast<int64_t>(it->second);
+  }
+  return tensorDevices;
+}
+
+}  // namespace
 
 std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* stats) {
   std::vector<BlockCategory> out(rec.blocks.size());
@@ -59,9 +109,25 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
     ++bc.tagCount;
   }
 
+  const std::set<int32_t> tensorDevices = findSegments(rec, out);
+  std::vector<bool> isSegment(rec.blocks.size(), false);
+  for (const BlockCategory& bc : out)
+    if (bc.segment >= 0) isSegment[static_cast<size_t>(bc.segment)] = true;
+
   for (size_t i = 0; i < rec.blocks.size(); ++i) {
     BlockCategory& bc = out[i];
+    const Block& block = rec.blocks[i];
+    if (isSegment[i]) {
+      bc.category = Category::kAllocatorSlack;
+      bc.rule = CategoryRule::kAllocatorSegment;
+      continue;
+    }
     if (bc.tagCount > 0) continue;
+    if (block.kind == MemoryKind::kDevice && tensorDevices.count(block.device) > 0) {
+      bc.category = Category::kWorkspace;
+      bc.rule = CategoryRule::kOutsideFramework;
+      continue;
+    }
     const Block& b = rec.blocks[i];
     const PhaseInterval* phase = rec.phaseAt(b.allocSeq);
     if (phase != nullptr && b.freeSeq != kOpenSeq && b.freeSeq < phase->endSeq) {

@@ -14,6 +14,12 @@ enum class CategoryRule : uint8_t {
   kWithinPhase = 2,      // untagged, born and freed inside one phase: TEMPORARY
   kBornInRecompute = 3,  // untagged, born in a recompute phase and outliving it: RECOMPUTED
   kUntagged = 4,         // nothing applied: UNKNOWN
+  // A block that holds tensors (a caching allocator's segment): ALLOCATOR_SLACK, less the bytes
+  // of the tensors live in it at each moment (they count to their own categories).
+  kAllocatorSegment = 5,
+  // Untagged device memory that never holds a tensor, on a device whose tensors are seen
+  // (NCCL buffers, library workspaces, raw cudaMalloc): WORKSPACE.
+  kOutsideFramework = 6,
 };
 std::string_view ruleName(CategoryRule r);
 
@@ -22,6 +28,9 @@ struct BlockCategory {
   CategoryRule rule = CategoryRule::kUntagged;
   int tagCount = 0;   // tags that matched this block
   int tagIndex = -1;  // the deciding tag in Recording::tags, -1 if none
+  // A tensor (MemoryKind::kTensor): the block it lies in (its segment), whose ALLOCATOR_SLACK its
+  // bytes are taken from while it lives; -1 when no such block was recorded.
+  int64_t segment = -1;
 };
 
 struct CategorizeStats {
@@ -30,6 +39,8 @@ struct CategorizeStats {
 };
 
 // One entry per block of recording.blocks (same order). Expects recording.sortBySeq().
+// Reconciliation (GPU): a tensor block lies in a segment; the segment is ALLOCATOR_SLACK less its
+// live tensors, so the bytes of a device add up to tensors by category + slack + workspace.
 std::vector<BlockCategory> categorize(const Recording& recording, CategorizeStats* stats = nullptr);
 
 }  // namespace tidemark::core

@@ -123,11 +123,19 @@ void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, Pea
   std::vector<PeakItem> tensors;
   ScopeSweep moduleSweep(rec.scopes);
   ScopeSweep opSweep(rec.ops);
+  auto liveAt = [seq](const Block& b) { return b.allocSeq <= seq && seq < b.freeSeq; };
+  // A segment holds what its live tensors leave: its slack.
+  std::unordered_map<size_t, int64_t> carved;
+  for (size_t i = 0; i < rec.blocks.size() && rec.blocks[i].allocSeq <= seq; ++i) {
+    if (cats[i].segment >= 0 && liveAt(rec.blocks[i]))
+      carved[static_cast<size_t>(cats[i].segment)] += static_cast<int64_t>(rec.blocks[i].sizeBytes);
+  }
   for (size_t i = 0; i < rec.blocks.size(); ++i) {
     const Block& b = rec.blocks[i];
     if (b.allocSeq > seq) break;  // blocks are sorted by allocSeq
-    if (b.freeSeq <= seq) continue;
-    const auto size = static_cast<int64_t>(b.sizeBytes);
+    if (!liveAt(b)) continue;
+    auto c = carved.find(i);
+    const int64_t size = static_cast<int64_t>(b.sizeBytes) - (c == carved.end() ? 0 : c->second);
     const ScopeInterval* module = moduleSweep.innermostAt(b.threadId, b.allocSeq);
     const ScopeInterval* op = opSweep.innermostAt(b.threadId, b.allocSeq);
     const std::string& tagName =

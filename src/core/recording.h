@@ -13,11 +13,19 @@ namespace tidemark::core {
 // still open when the recording ended (a block live at the end, a phase never closed).
 inline constexpr uint64_t kOpenSeq = std::numeric_limits<uint64_t>::max();
 
+// Where a block's memory comes from (tidemark.v1.MemoryKind).
+enum class MemoryKind : uint8_t {
+  kHost = 1,    // the host allocator (malloc and friends)
+  kDevice = 2,  // the device driver (cudaMalloc, cuMemMap, ...)
+  kTensor = 3,  // a framework's caching allocator, inside a block of another kind (a segment)
+};
+
 // One allocated block with its lifetime: alloc at allocSeq, free at freeSeq (or kOpenSeq).
 struct Block {
   int64_t id = 0;
   uint64_t address = 0;
   uint64_t sizeBytes = 0;
+  MemoryKind kind = MemoryKind::kHost;
   int32_t device = -1;
   uint32_t threadId = 0;
   uint64_t allocSeq = 0;

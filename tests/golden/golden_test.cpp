@@ -5,6 +5,8 @@
 // Event lines (one event each; `batch` starts a new EventBatch, so batches can arrive out of
 // order by listing later sequence numbers first):
 //   alloc SEQ ADDR SIZE [THREAD]      free SEQ ADDR [THREAD]
+//   device_alloc SEQ ADDR SIZE DEVICE  device_free SEQ ADDR DEVICE  (device memory: a segment)
+//   tensor_alloc SEQ ADDR SIZE DEVICE  tensor_free SEQ ADDR DEVICE  (a tensor in a segment)
 //   tag SEQ ADDR SIZE CATEGORY NAME    scope_begin SEQ NAME [THREAD]   scope_end SEQ NAME [THREAD]
 //   op_begin SEQ NAME [THREAD]         op_end SEQ NAME [THREAD]
 //   phase_begin SEQ PHASE              phase_end SEQ PHASE
@@ -85,6 +87,22 @@ std::vector<v1::AgentMessage> parseEvents(const fs::path& path, std::string* err
     } else if (kind == "free") {
       ss >> a >> thread;
       e->mutable_free()->set_address(std::stoull(a, nullptr, 0));
+    } else if (kind == "device_alloc" || kind == "tensor_alloc") {
+      uint64_t size = 0;
+      int device = 0;
+      ss >> a >> size >> device;
+      auto* al = e->mutable_alloc();
+      al->set_address(std::stoull(a, nullptr, 0));
+      al->set_size_bytes(size);
+      al->set_kind(kind == "device_alloc" ? v1::MEMORY_KIND_DEVICE : v1::MEMORY_KIND_TENSOR);
+      al->set_device(device);
+    } else if (kind == "device_free" || kind == "tensor_free") {
+      int device = 0;
+      ss >> a >> device;
+      auto* f = e->mutable_free();
+      f->set_address(std::stoull(a, nullptr, 0));
+      f->set_kind(kind == "device_free" ? v1::MEMORY_KIND_DEVICE : v1::MEMORY_KIND_TENSOR);
+      f->set_device(device);
     } else if (kind == "tag") {
       uint64_t size = 0;
       ss >> a >> size >> b;
@@ -186,8 +204,8 @@ std::string render(v1::Query::Stub& query, const std::string& db, uint64_t sessi
     while (st.step()) codes += std::string(st.columnBlob(0));
   }
   Statement blocks = d.prepare(
-      "SELECT address, size_bytes, alloc_seq, free_seq FROM allocation WHERE session_id = ?1 "
-      "ORDER BY id");
+      "SELECT address, size_bytes, alloc_seq, free_seq, memory_kind, device FROM allocation "
+      "WHERE session_id = ?1 ORDER BY id");
   blocks.bind(1, static_cast<int64_t>(session));
   size_t i = 0;
   out << "blocks (address size alloc free category rule):\n";
@@ -199,7 +217,12 @@ std::string render(v1::Query::Stub& query, const std::string& db, uint64_t sessi
         << blocks.columnInt(2) << " "
         << (blocks.columnNull(3) ? std::string("live") : std::to_string(blocks.columnInt(3))) << " "
         << (cat ? core::categoryName(*cat) : "?") << " "
-        << core::ruleName(static_cast<core::CategoryRule>(code >> 4)) << "\n";
+        << core::ruleName(static_cast<core::CategoryRule>(code >> 4));
+    // Host blocks as before; device memory and tensors name their kind and device.
+    const int64_t memoryKind = blocks.columnInt(4);
+    if (memoryKind != 1)
+      out << " " << (memoryKind == 2 ? "device" : "tensor") << ":" << blocks.columnInt(5);
+    out << "\n";
   }
 
   grpc::ClientContext c2;
