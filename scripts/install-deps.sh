@@ -9,7 +9,7 @@ PACKAGES=(
   libsqlite3-dev sqlite3 nlohmann-json3-dev zlib1g-dev
   qt6-base-dev libgl-dev
   libgtest-dev
-  python3 python3-torch libopenblas0-pthread
+  python3 python3-torch libtorch-dev libopenblas0-pthread
   xvfb
 )
 

@@ -1,6 +1,7 @@
 // The exported C ABI (agent/include/tidemark/agent_api.h). No exception crosses it.
 #include "tidemark/agent_api.h"
 
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -111,6 +112,40 @@ TIDEMARK_EXPORT void tidemark_seed_block(uint64_t address, uint64_t size_bytes) 
   if (a.recorder().blocks().lookup(address, &known)) return;  // allocated since the attach
   RecursionGuard guard;
   a.recorder().onAlloc(reinterpret_cast<void*>(address), size_bytes);
+}
+
+namespace {
+// What each device's caching allocator holds (tidemark_tensor_memory's total_reserved).
+constexpr int kMaxDevices = 64;
+std::atomic<int64_t> g_reserved[kMaxDevices];
+}  // namespace
+
+TIDEMARK_EXPORT void tidemark_tensor_memory(uint64_t address, int64_t size_delta, int device,
+                                            int64_t total_reserved) {
+  if (!recordingHere() || address == 0 || size_delta == 0) return;
+  RecursionGuard guard;
+  Agent& a = Agent::instance();
+  Record r{};
+  r.kind = size_delta > 0 ? RecordKind::kAlloc : RecordKind::kFree;
+  r.small = 3;  // tidemark.v1.MEMORY_KIND_TENSOR
+  r.address = address;
+  r.sizeBytes = size_delta > 0 ? static_cast<uint64_t>(size_delta) : 0;
+  r.device = device < 0 ? -1 : device;
+  a.recorder().push(r);
+  if (total_reserved < 0 || device < 0 || device >= kMaxDevices) return;
+  if (g_reserved[device].exchange(total_reserved, std::memory_order_relaxed) == total_reserved)
+    return;
+  int64_t sum = 0;
+  for (const auto& v : g_reserved) sum += v.load(std::memory_order_relaxed);
+  try {
+    Record c{};
+    c.kind = RecordKind::kCounter;
+    c.nameIid = a.interner().intern("reserved_bytes");
+    c.sizeBytes = static_cast<uint64_t>(sum);
+    c.device = -1;
+    a.recorder().push(c);
+  } catch (...) {
+  }
 }
 
 TIDEMARK_EXPORT void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped) {

@@ -71,6 +71,11 @@ class Agent:
         if self._seed is not None:
             self._seed.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
             self._seed.restype = None
+        self._tensor_memory = getattr(lib, "tidemark_tensor_memory", None)
+        if self._tensor_memory is not None:
+            self._tensor_memory.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int,
+                                            ctypes.c_int64]
+            self._tensor_memory.restype = None
         self.lib = lib
         self._names = {}
         # Bound once: these are called for every module call and every saved tensor.
@@ -124,6 +129,12 @@ class Agent:
         block the agent already tracks)."""
         if self.lib and self._seed is not None:
             self._seed(address, nbytes)
+
+    def tensor_memory(self, address, size_delta, device, total_reserved=-1):
+        """A tensor block of a framework's caching allocator: allocated (size_delta > 0) or freed
+        (size_delta < 0) on device (-1 host)."""
+        if self.lib and self._tensor_memory is not None:
+            self._tensor_memory(address, size_delta, device, total_reserved)
 
     def take_plan(self):
         """(plan_id, plan JSON) of a plan the server sent, or None."""

@@ -63,6 +63,7 @@ class Instrumenter:
         self.step_open = False
         self.backward_module = None  # whose saved tensors backward is consuming now
         self.applied_plan = None  # the recompute plan the server had applied (tidemark apply)
+        self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
         # `tidemark attach` turns them on again).
         self.enabled = True
@@ -123,14 +124,16 @@ class Instrumenter:
         if self.step_open:
             self._tag_model_state(model)
 
-    def _ensure_saved_hooks(self):
-        """The saved-tensor hooks are per thread in torch: entered on each training thread at its
-        first root forward, for the life of the thread."""
+    def _ensure_thread_hooks(self):
+        """The saved-tensor hooks and torch's memory reporter are per thread in torch: entered on
+        each training thread at its first root forward, for the life of the thread."""
         if getattr(self.local, "saved_hooks", None) is None:
             import torch
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
             hooks.__enter__()
             self.local.saved_hooks = hooks
+            if self.tensor_memory is not None:
+                self.tensor_memory.install_here()
 
     def _forward_pre(self, module, inputs):
         if not self.enabled:
@@ -145,7 +148,7 @@ class Instrumenter:
         elif name is None:
             name = type(module).__name__
         if depth == 0 and module in self.roots and not self._in_phase(A.BACKWARD):
-            self._ensure_saved_hooks()
+            self._ensure_thread_hooks()
             self._begin_step_if_needed()
             self._phase_begin(A.FORWARD)
             for t in _tensors_in(inputs):
@@ -301,8 +304,11 @@ class Instrumenter:
         nn_module.register_module_forward_pre_hook(self._forward_pre)
         nn_module.register_module_forward_hook(self._forward_post)
 
-        # The saved-tensor hooks are entered per thread (_ensure_saved_hooks); this thread now.
-        self._ensure_saved_hooks()
+        # torch's tensor-level memory (CUDA), and the per-thread hooks on this thread now.
+        from .torch_memory import TensorMemory
+        self.tensor_memory = TensorMemory()
+        self.tensor_memory.make_way_for_profilers()
+        self._ensure_thread_hooks()
 
         inst = self
         backward = torch.autograd.backward

@@ -53,7 +53,12 @@ def _seed(inst, tensor, category, name, seen):
         return
     if address not in seen:
         seen.add(address)
-        inst.agent.seed_block(address, nbytes)
+        if tensor.is_cuda:
+            # A tensor of the CUDA caching allocator: recorded at the tensor level (the segments
+            # it lies in are not known to an attach).
+            inst.agent.tensor_memory(address, nbytes, tensor.device.index or 0)
+        else:
+            inst.agent.seed_block(address, nbytes)
     inst.tag_tensor(tensor, category, name)
 
 
@@ -69,6 +74,8 @@ def start():
         return
     import torch
     inst.install()
+    if inst.tensor_memory is not None:
+        inst.tensor_memory.enable(True)
     roots, optimizers = _find_models_and_optimizers()
     for m in roots:
         inst.register_model(m)
@@ -97,6 +104,8 @@ def start():
 def stop():
     inst = instance()
     inst.enabled = False
+    if inst.tensor_memory is not None:
+        inst.tensor_memory.enable(False)
     # A step left open ends with the session.
     inst.step_open = False
     inst.phases = []

@@ -628,7 +628,8 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
   if (withBlocks) {
     Statement st = db.prepare(
         "SELECT a.id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
-        "free_ts_ns, memory_kind FROM session s JOIN allocation a ON a.id BETWEEN s.first_block_id AND "
+        "free_ts_ns, memory_kind FROM session s JOIN allocation a ON a.id BETWEEN s.first_block_id "
+        "AND "
         "s.last_block_id AND a.session_id = s.id WHERE s.id = ?1");
     st.bind(1, id);
     while (st.step()) {
@@ -643,8 +644,9 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       b.freeSeq = endSeq(st, 7);
       b.freeTsNs = st.columnInt(8);
       const int64_t kind = st.columnInt(9);
-      b.kind = kind == 2 ? core::MemoryKind::kDevice
-                         : kind == 3 ? core::MemoryKind::kTensor : core::MemoryKind::kHost;
+      b.kind = kind == 2   ? core::MemoryKind::kDevice
+               : kind == 3 ? core::MemoryKind::kTensor
+                           : core::MemoryKind::kHost;
       rec.blocks.push_back(b);
     }
   }

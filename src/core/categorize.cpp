@@ -39,9 +39,8 @@ std::set<int32_t> findSegments(const Recording& rec, std::vector<BlockCategory>&
   std::vector<size_t> byFree;
   for (size_t i = 0; i < rec.blocks.size(); ++i)
     if (!rec.blocks[i].live() && rec.blocks[i].kind != MemoryKind::kTensor) byFree.push_back(i);
-  std::sort(byFree.begin(), byFree.end(), [&](size_t a, size_t b) {
-    return rec.blocks[a].freeSeq < rec.blocks[b].freeSeq;
-  });
+  std::sort(byFree.begin(), byFree.end(),
+            [&](size_t a, size_t b) { return rec.blocks[a].freeSeq < rec.blocks[b].freeSeq; });
   std::map<std::pair<int32_t, uint64_t>, size_t> live;  // (device, address) -> block
   size_t nextFree = 0;
   for (size_t i = 0; i < rec.blocks.size(); ++i) {

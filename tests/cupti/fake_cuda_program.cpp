@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +65,22 @@ int main(int argc, char** argv) {
   begin(layer);
   scenario();
   end(layer);
+  if (argc > 1 && std::strcmp(argv[1], "with-tensors") == 0) {
+    // torch's caching allocator, as its memory reporter tells the agent: a weight at the start
+    // of the 2 MiB segment the scenario's cudaMalloc reserved, and an activation after it that
+    // is freed again; the segment stays reserved.
+    auto tensor = reinterpret_cast<void (*)(uint64_t, int64_t, int, int64_t)>(
+        dlsym(agent, "tidemark_tensor_memory"));
+    auto tag =
+        reinterpret_cast<void (*)(uint64_t, uint64_t, int, unsigned)>(dlsym(agent, "tidemark_tag"));
+    const uint64_t segment = 0x7f0000200000;
+    const int64_t mib = 1 << 20;
+    tensor(segment, mib, 0, 2 * mib);
+    tag(segment, mib, 1, intern("model.layer.weight"));  // WEIGHT
+    tensor(segment + mib, mib / 4, 0, 2 * mib);
+    tag(segment + mib, mib / 4, 4, intern("model.layer:saved"));  // ACTIVATION
+    tensor(segment + mib, -mib / 4, 0, 2 * mib);
+  }
   // Some of it is delivered by the agent's periodic flush, the rest by its flush at exit.
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   std::puts("done");

@@ -28,6 +28,35 @@ class GpuCaptureTest(DaemonTestCase):
             "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
             "s.iid = c.name_id WHERE c.session_id = ? AND s.value = ? ORDER BY c.seq", sid, name)]
 
+    def test_tensors_in_segments_reconcile(self):
+        # The program plays torch's caching allocator too (its memory reporter's calls): tensors
+        # inside the segment the CUPTI callbacks saw reserved. The segment's bytes are the weight
+        # (by its tag) and allocator slack; the stream-ordered and raw blocks, which never hold a
+        # tensor, were workspace while they lived.
+        r = self.daemon.run(PROGRAM, "with-tensors", env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI),
+                            timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = self.daemon.newest_session()["id"]
+        self.daemon.wait_analyzed(sid)
+        tensors = self.daemon.sql(
+            "SELECT address, size_bytes, device, free_seq IS NULL FROM allocation "
+            "WHERE session_id = ? AND memory_kind = 3 ORDER BY alloc_seq", sid)
+        self.assertEqual(tensors, [(0x7f0000200000, MIB, 0, 1),
+                                   (0x7f0000300000, MIB // 4, 0, 0)])
+        end = self.daemon.cli_json("breakdown", str(sid), "--at", "end")
+        cats = {c: v["bytes"] for c, v in end["categories"].items()}
+        self.assertEqual(cats["WEIGHT"], MIB, end)
+        self.assertEqual(cats["ALLOCATOR_SLACK"], MIB, end)
+        self.assertEqual(cats["ACTIVATION"], 0, end)
+        self.assertEqual(end["tracked_bytes"], 2 * MIB + 4096)  # the segment and pinned memory
+        self.assertEqual(end["reserved_bytes"], 2 * MIB)  # torch's reserved (the counter)
+        # At the peak (all of the scenario's device memory live), every byte has one category.
+        peak = self.daemon.cli_json("peak", str(sid))["breakdown"]
+        cats = {c: v["bytes"] for c, v in peak["categories"].items()}
+        self.assertEqual(sum(cats.values()), peak["tracked_bytes"])
+        self.assertEqual(cats["WORKSPACE"], MIB + MIB // 2, peak)
+        self.assertEqual(self.counters(sid, "reserved_bytes"), [2 * MIB])
+
     def test_one_step_of_gpu_activity_is_stored(self):
         sid, _ = self.run_program()
         # Kernels, copies, fills and syncs: GPU time per name, from CUPTI's start and end.

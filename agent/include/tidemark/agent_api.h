@@ -44,6 +44,14 @@ void tidemark_tag(uint64_t address, uint64_t size_bytes, int category, uint32_t 
  * as allocated now, and tracked from here on like the blocks the hooks see. No-op for a block
  * already tracked. */
 void tidemark_seed_block(uint64_t address, uint64_t size_bytes);
+/* A framework's caching allocator handed out (size_delta > 0) or took back (size_delta < 0, the
+ * block's size negated) the tensor block at address on device (-1: host memory), on the calling
+ * thread, now. Recorded as memory of kind TENSOR, which the analysis places inside the device
+ * memory (the segment) that holds it. total_reserved >= 0: what the allocator holds from that
+ * device after the call (the counter "reserved_bytes", summed over devices); -1: not known.
+ * torch's memory reporter (libtidemark_torch.so) calls it for torch's CUDA caching allocator. */
+void tidemark_tensor_memory(uint64_t address, int64_t size_delta, int device,
+                            int64_t total_reserved);
 /* Counters, for tests and the adapter: recorded, sent, dropped (all kinds added up). */
 void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped);
 
