@@ -6,7 +6,8 @@
 # under torch.profiler (its kernel count; CUPTI takes one subscriber, so not at the same time as
 # the agent). Then it prints a table: the agent's device peaks against
 # torch.cuda.max_memory_reserved / max_memory_allocated, the kernels, the step time overhead, and
-# the agent's breakdown. Exit 0 when the reserved peak is within 1 % of torch's.
+# the agent's breakdown. Exit 0 when the agent's allocated peak (torch's tensors, through
+# libtidemark_torch.so) and reserved peak are within 1 % of torch's.
 #
 #   bash scripts/gpu-check.sh            STEPS=6 PYTHON=python3 DEVICE=cuda (defaults)
 #
@@ -32,6 +33,22 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 export TIDEMARK_SERVER=127.0.0.1:$(cat "$WORK/port")
+# torch's tensor view must be built for the torch that runs here (the carried build's may be for
+# another): built beside the work files from the one source file, with torch's headers.
+if TORCH_INFO=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.__version__)') \
+   && command -v g++ >/dev/null; then
+  read -r TORCH_DIR TORCH_ABI TORCH_VERSION <<<"$TORCH_INFO"
+  if g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" \
+       -DTIDEMARK_TORCH_VERSION="\"$TORCH_VERSION\"" -isystem "$TORCH_DIR/include" \
+       agent/torch/memory_reporter.cpp -L"$TORCH_DIR/lib" -lc10 -ltorch_cpu \
+       -Wl,-rpath,"$TORCH_DIR/lib" -o "$WORK/libtidemark_torch.so" 2>"$WORK/reporter-build.log"; then
+    export TIDEMARK_TORCH_REPORTER=$WORK/libtidemark_torch.so
+    echo "gpu-check: torch's tensor view built for torch $TORCH_VERSION"
+  else
+    echo "gpu-check: could not build torch's tensor view (see below); allocated will be n/a" >&2
+    tail -5 "$WORK/reporter-build.log" >&2
+  fi
+fi
 ARGS=(examples/train.py --device "$DEVICE" --steps "$STEPS" --checkpoint 1,3,5 --seed 1)
 
 echo "== 1/3 without tidemark"
