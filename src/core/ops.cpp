@@ -34,12 +34,14 @@ void addTimes(const std::vector<ScopeInterval>& scopes, bool isOp, bool isKernel
     o.selfNs += dur - (it == childNs.end() ? 0 : it->second);
   }
 }
-// For each launch, the module scope innermost on its thread at its moment (nullptr: none).
-std::unordered_map<uint32_t, const ScopeInterval*> launchingModules(const Recording& rec) {
+// For each launch, the scope of `scopes` (modules, or ops) innermost on its thread at its moment
+// (nullptr: none).
+std::unordered_map<uint32_t, const ScopeInterval*> launchingScopes(
+    const Recording& rec, const std::vector<ScopeInterval>& all) {
   std::unordered_map<uint32_t, std::vector<const Launch*>> byThread;
   for (const Launch& l : rec.launches) byThread[l.threadId].push_back(&l);
   std::unordered_map<uint32_t, std::vector<const ScopeInterval*>> scopesByThread;
-  for (const ScopeInterval& s : rec.scopes) scopesByThread[s.threadId].push_back(&s);
+  for (const ScopeInterval& s : all) scopesByThread[s.threadId].push_back(&s);
   std::unordered_map<uint32_t, const ScopeInterval*> out;
   for (auto& [thread, launches] : byThread) {
     std::sort(launches.begin(), launches.end(),
@@ -61,10 +63,13 @@ std::unordered_map<uint32_t, const ScopeInterval*> launchingModules(const Record
 
 void attributeKernels(const Recording& rec, std::map<std::string, OpStat>& byName) {
   if (rec.launches.empty()) return;
-  const auto modules = launchingModules(rec);
+  const auto modules = launchingScopes(rec, rec.scopes);
+  const auto ops = launchingScopes(rec, rec.ops);
   std::map<std::string, std::map<std::string, int64_t>> launchers;  // kernel → module → count
   for (const ScopeInterval& k : rec.kernels) {
     if (k.endSeq == kOpenSeq || k.correlationId == 0) continue;
+    if (auto op = ops.find(k.correlationId); op != ops.end() && op->second != nullptr)
+      byName["1" + op->second->name].gpuNs += k.endTsNs - k.beginTsNs;
     auto it = modules.find(k.correlationId);
     if (it == modules.end() || it->second == nullptr) continue;
     const ScopeInterval& m = *it->second;

@@ -56,14 +56,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "the fake CUPTI was not loaded by the agent\n");
     return 4;
   }
-  // The step runs inside a module scope (as the Python adapter would report it): the device
-  // memory allocated by its API calls is counted to that module.
+  // The step runs inside a module scope and an op scope (as the Python adapter would report them):
+  // the device memory allocated by its API calls is counted to that module, the kernels it
+  // launches to both.
   auto intern = reinterpret_cast<unsigned (*)(const char*)>(dlsym(agent, "tidemark_intern"));
   auto begin = reinterpret_cast<void (*)(unsigned)>(dlsym(agent, "tidemark_scope_begin"));
   auto end = reinterpret_cast<void (*)(unsigned)>(dlsym(agent, "tidemark_scope_end"));
+  auto opBegin = reinterpret_cast<void (*)(unsigned)>(dlsym(agent, "tidemark_op_begin"));
+  auto opEnd = reinterpret_cast<void (*)(unsigned)>(dlsym(agent, "tidemark_op_end"));
   const unsigned layer = intern("model.layer");
+  const unsigned linear = intern("aten::linear");
   begin(layer);
+  opBegin(linear);
   scenario();
+  opEnd(linear);
   end(layer);
   if (argc > 1 && std::strcmp(argv[1], "with-tensors") == 0) {
     // torch's caching allocator, as its memory reporter tells the agent: a weight at the start

@@ -73,6 +73,9 @@ class GpuCaptureTest(DaemonTestCase):
             self.assertEqual(ops[name]["launched_by"], "model.layer", name)
         self.assertEqual(ops["[memcpy HtoD]"]["launched_by"], "")  # its launch was not seen
         self.assertEqual(ops["model.layer"]["gpu_ns"], 20000 + 20000 + 3000 + 1000)
+        # ... and to the op open there.
+        self.assertEqual((ops["aten::linear"]["kind"], ops["aten::linear"]["gpu_ns"]),
+                         ("op", 20000 + 20000 + 3000 + 1000))
         # The NVTX range as an op, its end found by the marker id.
         self.assertEqual((ops["train_step"]["kind"], ops["train_step"]["total_ns"]), ("op", 27000))
         # Kernels are on their streams.
