@@ -73,5 +73,56 @@ TEST(CategorizeTest, RulesDecideUntaggedBlocks) {
   EXPECT_EQ(cats[4].category, Category::kUnknown);
 }
 
+Block onDevice(Block b, MemoryKind kind, int32_t device) {
+  b.kind = kind;
+  b.device = device;
+  return b;
+}
+
+TEST(CategorizeTest, TensorsFindTheirSegmentOnTheirDevice) {
+  Recording rec;
+  rec.blocks = {
+      onDevice(block(0x1000, 1024, 1, kOpenSeq), MemoryKind::kDevice, 0),  // segment
+      onDevice(block(0x1000, 4096, 2, kOpenSeq), MemoryKind::kDevice, 1),  // other device
+      onDevice(block(0x1100, 256, 3, 9), MemoryKind::kTensor, 0),          // in the segment
+      onDevice(block(0x1100, 256, 4, kOpenSeq), MemoryKind::kTensor, 1),   // in device 1's
+      onDevice(block(0x1400, 16, 5, kOpenSeq), MemoryKind::kTensor, 0),    // past its end
+      onDevice(block(0x9000, 64, 6, 8), MemoryKind::kDevice, 0),           // raw cudaMalloc
+      onDevice(block(0x9000, 32, 7, kOpenSeq), MemoryKind::kTensor, 0),    // in the raw block?
+      onDevice(block(0x9000, 32, 10, kOpenSeq), MemoryKind::kTensor, 0),   // after its free
+  };
+  rec.tags = {tag(4, 0x1100, Category::kWeight)};  // the block allocated last at that address
+  rec.sortBySeq();
+  auto cats = categorize(rec);
+  EXPECT_EQ(cats[2].segment, 0);
+  EXPECT_EQ(cats[3].segment, 1);
+  EXPECT_EQ(cats[3].category, Category::kWeight);
+  EXPECT_EQ(cats[4].segment, -1);  // counts as itself
+  EXPECT_EQ(cats[6].segment, 5);   // whatever holds a tensor is a segment
+  EXPECT_EQ(cats[7].segment, -1);
+  EXPECT_EQ(cats[0].category, Category::kAllocatorSlack);
+  EXPECT_EQ(cats[0].rule, CategoryRule::kAllocatorSegment);
+  EXPECT_EQ(cats[1].rule, CategoryRule::kAllocatorSegment);
+  EXPECT_EQ(cats[5].rule, CategoryRule::kAllocatorSegment);
+}
+
+TEST(CategorizeTest, DeviceMemoryWithoutTensorsIsWorkspaceWhereTensorsAreSeen) {
+  Recording rec;
+  rec.phases = {phase(Phase::kForward, 1, 10)};
+  rec.blocks = {
+      onDevice(block(0x1000, 1024, 2, kOpenSeq), MemoryKind::kDevice, 0),  // segment
+      onDevice(block(0x1000, 512, 3, kOpenSeq), MemoryKind::kTensor, 0),
+      onDevice(block(0x8000, 64, 4, 5), MemoryKind::kDevice, 0),  // workspace, in one phase
+      onDevice(block(0x8000, 64, 6, 7), MemoryKind::kDevice, 1),  // no tensors on device 1
+      block(0x8000, 64, 8, 9),                                    // host memory: as ever
+  };
+  rec.sortBySeq();
+  auto cats = categorize(rec);
+  EXPECT_EQ(cats[2].category, Category::kWorkspace);
+  EXPECT_EQ(cats[2].rule, CategoryRule::kOutsideFramework);
+  EXPECT_EQ(cats[3].category, Category::kTemporary);
+  EXPECT_EQ(cats[4].category, Category::kTemporary);
+}
+
 }  // namespace
 }  // namespace tidemark::core
