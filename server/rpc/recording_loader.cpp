@@ -22,6 +22,7 @@ absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
     b.id = id--;
     b.address = r.address;
     b.sizeBytes = r.sizeBytes;
+    b.kind = core::memoryKindFromWire(r.memoryKind);
     b.device = r.device;
     b.threadId = r.threadId;
     b.allocSeq = r.allocSeq;

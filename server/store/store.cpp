@@ -643,10 +643,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       b.allocTsNs = st.columnInt(6);
       b.freeSeq = endSeq(st, 7);
       b.freeTsNs = st.columnInt(8);
-      const int64_t kind = st.columnInt(9);
-      b.kind = kind == 2   ? core::MemoryKind::kDevice
-               : kind == 3 ? core::MemoryKind::kTensor
-                           : core::MemoryKind::kHost;
+      b.kind = core::memoryKindFromWire(st.columnInt(9));
       rec.blocks.push_back(b);
     }
   }

@@ -19,6 +19,9 @@ enum class MemoryKind : uint8_t {
   kDevice = 2,  // the device driver (cudaMalloc, cuMemMap, ...)
   kTensor = 3,  // a framework's caching allocator, inside a block of another kind (a segment)
 };
+inline MemoryKind memoryKindFromWire(int64_t wire) {
+  return wire == 2 ? MemoryKind::kDevice : wire == 3 ? MemoryKind::kTensor : MemoryKind::kHost;
+}
 
 // One allocated block with its lifetime: alloc at allocSeq, free at freeSeq (or kOpenSeq).
 struct Block {
