@@ -51,6 +51,7 @@ const CuptiApi* CuptiApi::load(std::string* why) {
     ok = bind(lib, "cuptiEnableCallback", &api.enableCallback, &missing) && ok;
     ok = bind(lib, "cuptiGetDeviceId", &api.getDeviceId, &missing) && ok;
     ok = bind(lib, "cuptiActivityEnable", &api.activityEnable, &missing) && ok;
+    ok = bind(lib, "cuptiActivityDisable", &api.activityDisable, &missing) && ok;
     ok =
         bind(lib, "cuptiActivityRegisterCallbacks", &api.activityRegisterCallbacks, &missing) && ok;
     ok = bind(lib, "cuptiActivityGetNextRecord", &api.activityGetNextRecord, &missing) && ok;

@@ -18,6 +18,7 @@ struct CuptiApi {
                                 CUpti_CallbackId);
   CUptiResult (*getDeviceId)(CUcontext, uint32_t*);
   CUptiResult (*activityEnable)(CUpti_ActivityKind);
+  CUptiResult (*activityDisable)(CUpti_ActivityKind);
   CUptiResult (*activityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
                                            CUpti_BuffersCallbackCompleteFunc);
   CUptiResult (*activityGetNextRecord)(uint8_t*, size_t, CUpti_Activity**);

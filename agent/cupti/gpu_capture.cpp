@@ -170,6 +170,15 @@ void run() {
   }
 }
 
+constexpr CUpti_ActivityKind kActivityKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                                 CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                 CUPTI_ACTIVITY_KIND_MEMSET,
+                                                 CUPTI_ACTIVITY_KIND_MEMORY2,
+                                                 CUPTI_ACTIVITY_KIND_MEMORY_POOL,
+                                                 CUPTI_ACTIVITY_KIND_MARKER,
+                                                 CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+                                                 CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+
 }  // namespace
 
 bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::string* why) {
@@ -207,11 +216,7 @@ bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::str
     s.api->unsubscribe(s.subscriber);
     return false;
   }
-  for (CUpti_ActivityKind kind :
-       {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMORY2, CUPTI_ACTIVITY_KIND_MEMORY_POOL,
-        CUPTI_ACTIVITY_KIND_MARKER, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-        CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION}) {
+  for (CUpti_ActivityKind kind : kActivityKinds) {
     const CUptiResult r = s.api->activityEnable(kind);
     if (r != CUPTI_SUCCESS)
       std::fprintf(stderr, "tidemark: CUPTI activity kind %d not enabled: %s\n",
@@ -239,6 +244,8 @@ void flush(int timeoutMs) {
 void stop(int timeoutMs) {
   State& s = state();
   if (!s.running) return;
+  // CUPTI records nothing more; what it holds is handed over and recorded.
+  for (CUpti_ActivityKind kind : kActivityKinds) s.api->activityDisable(kind);
   flush(timeoutMs);
   {
     std::lock_guard<std::mutex> lock(s.mutex);

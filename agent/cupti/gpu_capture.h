@@ -34,7 +34,8 @@ struct Stats {
 bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::string* why);
 // Forces CUPTI to hand over what it holds and waits (at most timeoutMs) until it is recorded.
 void flush(int timeoutMs);
-// flush, then unsubscribe and stop the thread. Idempotent.
+// Disables the activity kinds, flushes, unsubscribes and stops the thread. Idempotent; start()
+// may follow (`tidemark detach`, then `attach` again).
 void stop(int timeoutMs);
 bool running();
 Stats stats();

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "agent/agent.h"
+#include "agent/entry/cuda_entry.h"
 #include "agent/hooks/allocator_hooks.h"
 #include "agent/hooks/got_patcher.h"
 #include "tidemark/attach_status.h"
@@ -200,6 +201,9 @@ void* attachThread(void*) {
   tidemark_attach_status.patched_entries = g_got.patches().size();
   std::string message = "patched " + std::to_string(patched) + " GOT entries in " +
                         std::to_string(g_got.objects().size()) + " objects";
+#ifdef TIDEMARK_HAVE_CUPTI
+  message += "; " + startGpuCaptureOnAttach(agent);
+#endif
   const std::string pythonDir = configValue(config, "python");
   const int py = pythonDir.empty() || configValue(config, "adapter") == "0"
                      ? -1
@@ -225,6 +229,9 @@ void* detachThread(void*) {
   if (tidemark_attach_status.python != 0 && !pythonDir.empty())
     runAdapter(pythonDir, "stop()", /*scan=*/false);
   g_got.restore();
+#ifdef TIDEMARK_HAVE_CUPTI
+  stopGpuCaptureOnDetach(1000);
+#endif
   Agent::instance().detach();
   setMessage("detached; the agent stays loaded and records nothing");
   finish(TIDEMARK_ATTACH_DORMANT);

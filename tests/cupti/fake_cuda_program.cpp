@@ -1,7 +1,8 @@
 // Plays the CUDA driver's part for the GPU capture tests: loads CUDA_INJECTION64_PATH and calls
 // its InitializeInjection, as the driver does when a process initializes CUDA; then has the fake
 // libcupti (TIDEMARK_CUPTI_LIBRARY) report one step of GPU activity, and exits (the agent flushes
-// CUPTI before its stream closes).
+// CUPTI before its stream closes). With "attach-target" it is a running CUDA process that
+// `tidemark attach` finds (attachTarget below).
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +14,54 @@
 #include <cstring>
 #include <thread>
 
+namespace {
+
+// `attach-target`: a running process that uses CUDA, for `tidemark attach`. It loads the driver's
+// stand-in ($TIDEMARK_FAKE_CUDA_DRIVER, SONAME libcuda.so.1), says "ready", and once an attached
+// agent captures (it loaded the fake libcupti and subscribed) plays one step of GPU activity and
+// says "captured". Each line "again" on stdin plays one more step ("again done"); end of input
+// ends it.
+int attachTarget() {
+  const char* driver = std::getenv("TIDEMARK_FAKE_CUDA_DRIVER");
+  const char* cupti = std::getenv("TIDEMARK_CUPTI_LIBRARY");
+  if (driver == nullptr || cupti == nullptr || dlopen(driver, RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    std::fprintf(stderr,
+                 "TIDEMARK_FAKE_CUDA_DRIVER and TIDEMARK_CUPTI_LIBRARY must name the "
+                 "fakes\n");
+    return 2;
+  }
+  std::puts("ready");
+  std::fflush(stdout);
+  void (*scenario)() = nullptr;
+  for (int i = 0; i < 6000 && scenario == nullptr; ++i) {
+    if (void* fake = dlopen(cupti, RTLD_NOW | RTLD_NOLOAD)) {
+      auto capturing = reinterpret_cast<int (*)()>(dlsym(fake, "fake_cupti_capturing"));
+      if (capturing != nullptr && capturing() == 1)
+        scenario = reinterpret_cast<void (*)()>(dlsym(fake, "fake_cupti_scenario"));
+    }
+    if (scenario == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (scenario == nullptr) {
+    std::fprintf(stderr, "no agent captured within 60 s\n");
+    return 4;
+  }
+  scenario();
+  std::puts("captured");
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin) != nullptr) {
+    if (std::strncmp(line, "again", 5) != 0) continue;
+    scenario();
+    std::puts("again done");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "attach-target") == 0) return attachTarget();
   // With "with-child": a child process (fork + exec of this program) initializes CUDA too; it
   // inherits CUDA_INJECTION64_PATH but must not be captured (it is not the job tidemark runs).
   if (argc > 1 && std::strcmp(argv[1], "with-child") == 0) {

@@ -25,6 +25,7 @@ size_t g_dropped = 0;
 int g_subscribers = 0;
 CUpti_CallbackFunc g_callback = nullptr;
 int g_callbacksEnabled = 0;
+int g_activityKinds = 0;  // enabled; with none, CUPTI records no activity
 
 // Each record: an 8-byte size, then the record, padded to 8 bytes.
 constexpr size_t kHeader = 8;
@@ -34,7 +35,7 @@ void add(const T& record) {
   std::vector<uint8_t> bytes(sizeof(T));
   std::memcpy(bytes.data(), &record, sizeof(T));
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_pending.push_back(std::move(bytes));
+  if (g_activityKinds > 0) g_pending.push_back(std::move(bytes));
 }
 
 uint64_t now() { return g_clock != nullptr ? g_clock() : 0; }
@@ -54,6 +55,8 @@ CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFun
 }
 CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
   --g_subscribers;
+  g_callback = nullptr;
+  g_callbacksEnabled = 0;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiEnableDomain(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) {
@@ -68,7 +71,14 @@ CUptiResult cuptiGetDeviceId(CUcontext, uint32_t* device) {
   *device = 0;
   return CUPTI_SUCCESS;
 }
-CUptiResult cuptiActivityEnable(CUpti_ActivityKind) { return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind) {
+  ++g_activityKinds;
+  return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind) {
+  --g_activityKinds;
+  return CUPTI_SUCCESS;
+}
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
                                            CUpti_BuffersCallbackCompleteFunc complete) {
   g_request = request;
@@ -209,6 +219,9 @@ void freeCalls() {
 }  // namespace
 
 extern "C" {
+
+// 1 while a subscriber's callbacks and activity records are on (an attached agent's capture).
+int fake_cupti_capturing() { return g_callback != nullptr && g_activityKinds > 0 ? 1 : 0; }
 
 // One step's worth of GPU activity on device 0 (see tests/e2e/test_gpu_capture.py).
 void fake_cupti_scenario() {

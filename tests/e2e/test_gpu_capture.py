@@ -5,12 +5,14 @@ buffer callbacks. Everything after the records is real: the agent's decoding, it
 stream, tidemarkd's ingest and SQLite store, the queries. The test compares the stored tables
 with what the fake reported."""
 import os
+import subprocess
 import unittest
 
 from tidemark_env import BIN, DaemonTestCase
 
 PROGRAM = os.path.join(BIN, "tidemark_fake_cuda_program")
 FAKE_CUPTI = os.path.abspath(os.path.join(BIN, "..", "lib", "libtidemark_fake_cupti.so"))
+FAKE_DRIVER = os.path.abspath(os.path.join(BIN, "..", "lib", "libtidemark_fake_cuda_driver.so"))
 MIB = 1 << 20
 
 
@@ -27,6 +29,50 @@ class GpuCaptureTest(DaemonTestCase):
         return [v for (v,) in self.daemon.sql(
             "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
             "s.iid = c.name_id WHERE c.session_id = ? AND s.value = ? ORDER BY c.seq", sid, name)]
+
+    def test_attach_captures_the_gpu_until_detach(self):
+        # A running process that uses CUDA (the driver's stand-in is loaded): `tidemark attach`
+        # starts the CUPTI capture there; `detach` stops it, so a second step is not recorded.
+        env = dict(os.environ, TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI, TIDEMARK_FAKE_CUDA_DRIVER=FAKE_DRIVER)
+        job = subprocess.Popen([PROGRAM, "attach-target"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            self.assertEqual(job.stdout.readline().strip(), "ready")
+            attached = self.daemon.cli_json("attach", str(job.pid), "--no-adapter")
+            self.assertIn("GPU capture started (CUPTI)", attached["message"])
+            self.assertEqual(job.stdout.readline().strip(), "captured")
+            self.daemon.cli("detach", str(job.pid))
+            job.stdin.write("again\n")
+            job.stdin.flush()
+            self.assertEqual(job.stdout.readline().strip(), "again done")
+            job.stdin.close()
+            self.assertEqual(job.wait(timeout=30), 0, job.stderr.read())
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stdout.close()
+            job.stderr.close()
+        sid = attached["session"]
+        self.daemon.wait_analyzed(sid)
+        ops = {o["name"]: o for o in self.daemon.cli_json("ops", str(sid))["ops"]}
+        self.assertEqual((ops["sgemm_128x64"]["calls"], ops["sgemm_128x64"]["total_ns"]),
+                         (2, 20000))  # one step's two, not the second step's
+        self.assertEqual(self.counters(sid, "cupti_dropped_records"), [3])
+        blocks = self.daemon.sql(
+            "SELECT address, size_bytes, memory_kind FROM allocation WHERE session_id = ? "
+            "ORDER BY alloc_seq", sid)
+        self.assertEqual(blocks, [(0x7f0000200000, 2 * MIB, 2), (0x7f1000000000, MIB, 2),
+                                  (0x5000, 4096, 1), (0x7f2000000000, MIB // 2, 2)])
+        # A process without CUDA is attached as before, without the GPU capture.
+        plain = subprocess.Popen(["sleep", "30"])
+        try:
+            attached = self.daemon.cli_json("attach", str(plain.pid), "--no-adapter")
+            self.assertIn("no CUDA in the process", attached["message"])
+            self.daemon.cli("detach", str(plain.pid))
+        finally:
+            plain.kill()
+            plain.wait()
 
     def test_tensors_in_segments_reconcile(self):
         # The program plays torch's caching allocator too (its memory reporter's calls): tensors
