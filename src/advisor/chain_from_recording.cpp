@@ -347,6 +347,13 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   const LivenessReplay replay(rec, categories);
   auto measured = [&](const Window& w) { return replay.peak(w.beginSeq, w.endSeq).trackedBytes; };
   const SimResult model = simulate(p, out.recordedPlan, /*keepPoints=*/true);
+  // The end of the forward lasts until the last block's backward begins, or a recomputation
+  // does (a last block the recording checkpointed is recomputed first; that is the model's
+  // recompute moment, not the end of the forward): the loss and the layers after the chain run
+  // their backward then, with every activation still kept.
+  uint64_t endOfForwardEnd = backward[n - 1].valid ? backward[n - 1].beginSeq : fwd->endSeq + 1;
+  for (const PhaseInterval* r : recomputes)
+    if (r->beginSeq >= fwd->endSeq) endOfForwardEnd = std::min(endOfForwardEnd, r->beginSeq);
   std::vector<int64_t> resForward(n, 0), resBackward(n, std::numeric_limits<int64_t>::min());
   int64_t resEnd = 0;
   int64_t least = std::numeric_limits<int64_t>::max();
@@ -357,12 +364,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         m = measured(windowOf(*forward[pt.stage]));
         break;
       case SimPhase::kEndOfForward:
-        // From the end of the forward until the last block's backward begins: the loss and the
-        // layers after the chain run their backward then, with every activation still kept.
-        m = replay
-                .peak(fwd->endSeq,
-                      backward[n - 1].valid ? backward[n - 1].beginSeq : fwd->endSeq + 1)
-                .trackedBytes;
+        m = replay.peak(fwd->endSeq, endOfForwardEnd).trackedBytes;
         break;
       case SimPhase::kRecompute:
         m = measured(recomputeRun[pt.stage]);

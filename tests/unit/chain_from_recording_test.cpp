@@ -113,5 +113,53 @@ TEST(ChainFromRecording, SaysWhatIsMissing) {
   EXPECT_NE(c.status().message().find("no forward and backward phases"), std::string::npos);
 }
 
+// The last block ran under checkpoint: at the start of the backward it is recomputed (a1' and
+// its output regenerated) before its backward scope begins. That moment is the model's
+// recomputation of the block, not the end of the forward: the memory outside the chain at the end
+// of the forward must not take it in (it did, and every plan storing the last block was then
+// predicted too high by the recomputation's bytes).
+TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
+  Recording r;
+  r.blocks = {
+      block(0x1000, 1000, 1, kOpenSeq), block(0x2000, 100, 3, 60),  block(0x3000, 400, 7, 55),
+      block(0x3100, 50, 9, 12),         block(0x3200, 100, 13, 50), block(0x4000, 300, 18, 25),
+      block(0x4200, 100, 24, 35),       block(0x4300, 10, 27, 36),  block(0x6000, 300, 34, 45),
+      block(0x6100, 100, 36, 38),       block(0x5000, 100, 41, 52), block(0x5100, 100, 51, 57)};
+  Tag again = saved(34, 0x6000, "M.blocks.1.lin");
+  again.category = Category::kRecomputed;
+  r.tags = {saved(6, 0x2000, "M.blocks.0.lin"), saved(8, 0x3000, "M.blocks.0.lin"), again};
+  r.phases = {phase(Phase::kForward, 2, 29), phase(Phase::kBackward, 30, 60),
+              phase(Phase::kRecompute, 31, 38), phase(Phase::kOptimizer, 60, 70)};
+  for (PhaseInterval& p : r.phases) {
+    p.beginTsNs = static_cast<int64_t>(p.beginSeq) * 100;
+    p.endTsNs = static_cast<int64_t>(p.endSeq) * 100;
+  }
+  StepInterval step;
+  step.step = 1;
+  step.beginSeq = 1;
+  step.endSeq = 100;
+  step.endTsNs = 10000;
+  r.steps = {step};
+  r.scopes = {scope("M", 2, 29, 0),
+              scope("M.blocks.0", 5, 15, 1),
+              scope("M.blocks.0.lin", 6, 10, 2),
+              scope("M.blocks.1", 16, 26, 1),
+              scope("M.blocks.1.lin", 17, 21, 2),
+              scope("M.blocks.1", 32, 37, 1),
+              scope("M.blocks.1.lin", 33, 36, 2),
+              scope("M.blocks.1.lin [backward]", 40, 46, 0),
+              scope("M.blocks.0.lin [backward]", 50, 58, 0)};
+  r.sortBySeq();
+  const std::vector<BlockCategory> cats = categorize(r);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(r, cats, 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(planSignature(c->recordedPlan), "S|R");
+  const ChainProfile& p = c->profile;
+  // From the end of the forward (seq 29) to the recomputation (seq 31): weights, x0, a0, the
+  // blocks' outputs and the loss's 10 B = 1710; the model keeps x0 + a0 + block 1's input (600)
+  // and twice the output (200); the rest is static or outside the chain.
+  EXPECT_EQ(p.staticBytes + p.endOutsideBytes, 1710 - 600 - 200);
+}
+
 }  // namespace
 }  // namespace tidemark::core
