@@ -42,7 +42,9 @@ echo; echo "== tidemark pareto $SESSION   (least recomputation for every budget)
 echo; echo "== tidemark plan $SESSION --budget 70% --out plan.json"
 "$BIN/tidemark" plan "$SESSION" --budget 70% --out "$DEMO/plan.json"
 
-LIVE_STEPS=${LIVE_STEPS:-10}
+LIVE_STEPS=${LIVE_STEPS:-12}
+# The plan goes in once 4 steps have run: plan-check's "before" is then the median of steps 2-4
+# (step 1 builds the optimizer's state), not of one or two steps still warming up.
 echo; echo "== the same training, no checkpointing of its own, $LIVE_STEPS steps; the plan applied live"
 "$BIN/tidemark" run --name demo-live -- /usr/bin/python3 examples/train.py --steps "$LIVE_STEPS" \
   --checkpoint "" > "$DEMO/live.out" 2>&1 &
@@ -51,7 +53,7 @@ LIVE=""
 for _ in $(seq 600); do
   LIVE=$("$BIN/tidemark" sessions --json | /usr/bin/python3 -c '
 import json, sys
-live = [s for s in json.load(sys.stdin)["sessions"] if s["state"] == "live" and s["steps"] >= 2]
+live = [s for s in json.load(sys.stdin)["sessions"] if s["state"] == "live" and s["steps"] >= 4]
 print(live[-1]["id"] if live else "")')
   [ -n "$LIVE" ] && break
   sleep 0.2
