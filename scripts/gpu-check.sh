@@ -69,4 +69,13 @@ done
 echo; echo "== the agent's breakdown at the peak (session $SESSION)"
 "$BIN/tidemark" breakdown "$SESSION"
 
-"$PYTHON" scripts/gpu_check_table.py "$WORK" "$SESSION"
+STATUS=0
+"$PYTHON" scripts/gpu_check_table.py "$WORK" "$SESSION" || STATUS=$?
+
+# The tests that need a device (ctest label gpu), where the build tree and ctest are here.
+if command -v ctest >/dev/null && [ -f "${BUILD_DIR:-build}/CTestTestfile.cmake" ]; then
+  echo; echo "== ctest -L gpu"
+  TIDEMARK_GPU_PYTHON=$PYTHON ctest --test-dir "${BUILD_DIR:-build}" -L gpu --output-on-failure \
+    || STATUS=1
+fi
+exit $STATUS
