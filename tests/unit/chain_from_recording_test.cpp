@@ -30,6 +30,20 @@ ScopeInterval scope(std::string name, uint64_t begin, uint64_t end, int depth) {
   return s;
 }
 
+// Phases timed at 100 ns per sequence number; one step over everything (seq 1-100).
+void timePhasesAndStep(Recording& r) {
+  for (PhaseInterval& p : r.phases) {
+    p.beginTsNs = static_cast<int64_t>(p.beginSeq) * 100;
+    p.endTsNs = static_cast<int64_t>(p.endSeq) * 100;
+  }
+  StepInterval step;
+  step.step = 1;
+  step.beginSeq = 1;
+  step.endSeq = 100;
+  step.endTsNs = 10000;
+  r.steps = {step};
+}
+
 // Weights 1000 B; input x0 (100) saved by block 0; block 0 saves a0 (400), makes a temporary
 // (50) and its output (100), which block 1 saves; block 1 saves a1 (300) and makes its output
 // (100), which the loss consumes.
@@ -44,16 +58,7 @@ Recording twoBlocks() {
             saved(17, 0x3200, "M.blocks.1.lin"), saved(19, 0x4000, "M.blocks.1.lin")};
   r.phases = {phase(Phase::kForward, 2, 29), phase(Phase::kBackward, 30, 60),
               phase(Phase::kOptimizer, 60, 70)};
-  for (PhaseInterval& p : r.phases) {
-    p.beginTsNs = static_cast<int64_t>(p.beginSeq) * 100;
-    p.endTsNs = static_cast<int64_t>(p.endSeq) * 100;
-  }
-  StepInterval step;
-  step.step = 1;
-  step.beginSeq = 1;
-  step.endSeq = 100;
-  step.endTsNs = 10000;
-  r.steps = {step};
+  timePhasesAndStep(r);
   r.scopes = {scope("M", 2, 29, 0),
               scope("M.blocks.0", 5, 15, 1),
               scope("M.blocks.0.lin", 6, 10, 2),
@@ -119,36 +124,21 @@ TEST(ChainFromRecording, SaysWhatIsMissing) {
 // of the forward must not take it in (it did, and every plan storing the last block was then
 // predicted too high by the recomputation's bytes).
 TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
-  Recording r;
-  r.blocks = {
-      block(0x1000, 1000, 1, kOpenSeq), block(0x2000, 100, 3, 60),  block(0x3000, 400, 7, 55),
-      block(0x3100, 50, 9, 12),         block(0x3200, 100, 13, 50), block(0x4000, 300, 18, 25),
-      block(0x4200, 100, 24, 35),       block(0x4300, 10, 27, 36),  block(0x6000, 300, 34, 45),
-      block(0x6100, 100, 36, 38),       block(0x5000, 100, 41, 52), block(0x5100, 100, 51, 57)};
+  // twoBlocks(), with block 1 under checkpoint: its forward keeps nothing (a1 freed at 25, no
+  // saved tags), and the backward starts by recomputing it (seq 31-38: a1' and its output).
+  Recording r = twoBlocks();
+  for (Block& b : r.blocks)
+    if (b.address == 0x4000) b.freeSeq = 25;
+  r.blocks.push_back(block(0x6000, 300, 34, 45));
+  r.blocks.push_back(block(0x6100, 100, 36, 38));
+  r.tags.resize(2);  // block 0's
   Tag again = saved(34, 0x6000, "M.blocks.1.lin");
   again.category = Category::kRecomputed;
-  r.tags = {saved(6, 0x2000, "M.blocks.0.lin"), saved(8, 0x3000, "M.blocks.0.lin"), again};
-  r.phases = {phase(Phase::kForward, 2, 29), phase(Phase::kBackward, 30, 60),
-              phase(Phase::kRecompute, 31, 38), phase(Phase::kOptimizer, 60, 70)};
-  for (PhaseInterval& p : r.phases) {
-    p.beginTsNs = static_cast<int64_t>(p.beginSeq) * 100;
-    p.endTsNs = static_cast<int64_t>(p.endSeq) * 100;
-  }
-  StepInterval step;
-  step.step = 1;
-  step.beginSeq = 1;
-  step.endSeq = 100;
-  step.endTsNs = 10000;
-  r.steps = {step};
-  r.scopes = {scope("M", 2, 29, 0),
-              scope("M.blocks.0", 5, 15, 1),
-              scope("M.blocks.0.lin", 6, 10, 2),
-              scope("M.blocks.1", 16, 26, 1),
-              scope("M.blocks.1.lin", 17, 21, 2),
-              scope("M.blocks.1", 32, 37, 1),
-              scope("M.blocks.1.lin", 33, 36, 2),
-              scope("M.blocks.1.lin [backward]", 40, 46, 0),
-              scope("M.blocks.0.lin [backward]", 50, 58, 0)};
+  r.tags.push_back(again);
+  r.phases.push_back(phase(Phase::kRecompute, 31, 38));
+  timePhasesAndStep(r);
+  r.scopes.push_back(scope("M.blocks.1", 32, 37, 1));
+  r.scopes.push_back(scope("M.blocks.1.lin", 33, 36, 2));
   r.sortBySeq();
   const std::vector<BlockCategory> cats = categorize(r);
   absl::StatusOr<RecordedChain> c = chainFromRecording(r, cats, 0, "");
