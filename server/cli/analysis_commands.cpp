@@ -72,15 +72,18 @@ std::string signedBytes(int64_t delta) {
 
 }  // namespace
 
-int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   constexpr const char* kUsageText =
-      "usage: tidemark timeline SESSION [--from TIME] [--to TIME] [--buckets N] [--server ADDR] "
-      "[--json]\n\n"
+      "usage: tidemark timeline SESSION [--from TIME] [--to TIME] [--buckets N] [--device D] "
+      "[--server ADDR] [--json]\n\n"
       "Memory over time: per bucket, the lowest and highest tracked bytes and the bytes at its\n"
       "end, in total and per category. TIME is an offset from the session's start (+1.5s, 250ms)\n"
       "or an absolute timestamp in ns. Default: the whole session, 40 buckets (1000 with "
-      "--json).\n";
+      "--json).\n--device: cpu, cuda or cuda:N memory only (default all).\n";
   v1::TimelineRequest req;
+  std::vector<std::string> args = argsIn;
+  if (int code = kExitOk; !takeDeviceOption("timeline", &args, req.mutable_device(), &code))
+    return code;
   bool haveSession = false;
   std::string from;
   std::string to;
@@ -179,13 +182,17 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
   return kExitOk;
 }
 
-int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int peakCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   constexpr const char* kUsageText =
-      "usage: tidemark peak SESSION [--step N] [--top K] [--server ADDR] [--json]\n\n"
+      "usage: tidemark peak SESSION [--step N] [--top K] [--device D] [--server ADDR] [--json]\n\n"
       "The peak of tracked memory (of the session, or of step N): when, how high, the phase and\n"
       "module running, the bytes by category, and for the session's peak the largest modules\n"
-      "(the scope each block was allocated in) and tensors live at it.\n";
+      "(the scope each block was allocated in) and tensors live at it. --device: the peak of\n"
+      "cpu, cuda or cuda:N memory only (default all).\n";
   v1::PeakRequest req;
+  std::vector<std::string> args = argsIn;
+  if (int code = kExitOk; !takeDeviceOption("peak", &args, req.mutable_device(), &code))
+    return code;
   bool haveSession = false;
   int64_t topK = 10;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -234,14 +241,17 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   constexpr const char* kUsageText =
-      "usage: tidemark steps SESSION [--server ADDR] [--json]\n\n"
+      "usage: tidemark steps SESSION [--device D] [--server ADDR] [--json]\n\n"
       "Every step: its duration and its peak, in total and by category, with the change from\n"
-      "the step before.\n";
+      "the step before. --device: the peaks of cpu, cuda or cuda:N memory only (default all).\n";
+  v1::StepsRequest req;
+  std::vector<std::string> args = argsIn;
+  if (int code = kExitOk; !takeDeviceOption("steps", &args, req.mutable_device(), &code))
+    return code;
   uint64_t id = 0;
   if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
-  v1::StepsRequest req;
   req.set_session_id(id);
   v1::Steps steps;
   if (int code = callQuery(g, "steps", &v1::Query::Stub::GetSteps, req, &steps); code != kExitOk) {

@@ -1,6 +1,8 @@
 // What every client command shares: the channel, deadlines, error reporting, argument parsing.
 #include "server/cli/client.h"
 
+#include "src/core/device_filter.h"
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -107,6 +109,28 @@ bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const 
     *exitCode = kExitUsage;
   }
   return ok;
+}
+
+bool takeDeviceOption(const char* command, std::vector<std::string>* args, std::string* device,
+                      int* exitCode) {
+  for (size_t i = 0; i < args->size(); ++i) {
+    if ((*args)[i] != "--device") continue;
+    if (i + 1 >= args->size()) {
+      std::fprintf(stderr, "tidemark %s: --device needs all, cpu, cuda or cuda:N\n", command);
+      *exitCode = kExitUsage;
+      return false;
+    }
+    std::string why;
+    if (!core::DeviceFilter::parse((*args)[i + 1], &why)) {
+      std::fprintf(stderr, "tidemark %s: %s\n", command, why.c_str());
+      *exitCode = kExitUsage;
+      return false;
+    }
+    *device = (*args)[i + 1];
+    args->erase(args->begin() + static_cast<long>(i), args->begin() + static_cast<long>(i) + 2);
+    --i;
+  }
+  return true;
 }
 
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode) {

@@ -50,6 +50,10 @@ bool acceptSessionArg(const char* command, const std::string& arg, bool* have, u
 // the usage (to stdout for --help, to stderr for bad arguments) and sets *exitCode.
 bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const char* usage,
                       uint64_t* ids, int* exitCode);
+// Takes "--device D" out of args (all, cpu, cuda, cuda:N; see core::DeviceFilter) into *device.
+// False after reporting a bad or missing value (*exitCode = kExitUsage).
+bool takeDeviceOption(const char* command, std::vector<std::string>* args, std::string* device,
+                      int* exitCode);
 // The session's start timestamp, to turn relative times into absolute ones; -1 after reporting
 // an error (its exit code in *exitCode).
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode);

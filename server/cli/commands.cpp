@@ -103,15 +103,19 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
   return kExitOk;
 }
 
-int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   constexpr const char* kUsageText =
-      "usage: tidemark breakdown SESSION [--step N] [--at peak|end|TIME] [--server ADDR] "
-      "[--json]\n\n"
+      "usage: tidemark breakdown SESSION [--step N] [--at peak|end|TIME] [--device D] "
+      "[--server ADDR] [--json]\n\n"
       "Memory by category at one moment: the peak (default; of step N with --step), the end of\n"
       "the recording (a snapshot's dump), or TIME: an offset from the session's start (+1.5s,\n"
-      "250ms, 40us) or an absolute timestamp in ns.\n";
+      "250ms, 40us) or an absolute timestamp in ns. --device: the memory of cpu (host), cuda\n"
+      "(every GPU) or cuda:N only (default all: host and devices together).\n";
   v1::BreakdownRequest req;
   bool haveSession = false;
+  std::vector<std::string> args = argsIn;
+  if (int code = kExitOk; !takeDeviceOption("breakdown", &args, req.mutable_device(), &code))
+    return code;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {

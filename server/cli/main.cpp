@@ -19,13 +19,13 @@ commands:
   attach PID [--name NAME] [--no-adapter] record a running process started without tidemark
   detach PID                              stop recording it (the agent stays, dormant)
   sessions [--json]                       list recorded sessions
-  breakdown SESSION [--step N] [--at peak|TIME] [--json]
+  breakdown SESSION [--step N] [--at peak|TIME] [--device D] [--json]
                                           memory by category at a moment (default: the peak)
-  peak SESSION [--step N] [--top K] [--json]
+  peak SESSION [--step N] [--top K] [--device D] [--json]
                                           the peak: by category, module and tensor
-  timeline SESSION [--from T --to T] [--buckets N] [--json]
+  timeline SESSION [--from T --to T] [--buckets N] [--device D] [--json]
                                           memory over time, per category (min/max/last)
-  steps SESSION [--json]                  every step's time and peak by category, compared
+  steps SESSION [--device D] [--json]     every step's time and peak by category, compared
   ops SESSION [--json]                    time per module: calls, total and self
   export SESSION [--format chrome] [-o FILE]
                                           a Chrome trace for Perfetto / chrome://tracing
@@ -39,6 +39,8 @@ commands:
                                           least recomputation for every budget (optimal plans)
   apply SESSION PLAN [--no-wait]          apply a plan to the running job at its next step
   plan-check SESSION [--json]             applied plans: predicted against measured
+
+D (--device): all (host and devices, the default), cpu, cuda (every GPU) or cuda:N
 
 options (every command):
   --server ADDR   tidemarkd's address (default $TIDEMARK_SERVER, else 127.0.0.1:7531;

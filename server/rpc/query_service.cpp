@@ -82,14 +82,31 @@ void fillBreakdown(int64_t sessionId, const core::MemoryState& state, int64_t st
   }
 }
 
+std::optional<core::DeviceFilter> deviceOf(const std::string& text) {
+  return core::DeviceFilter::parse(text, nullptr);
+}
+
+grpc::Status badDevice(const std::string& text) {
+  std::string why;
+  core::DeviceFilter::parse(text, &why);
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+}
+
 }  // namespace
 
 // A peak report: read from the stored analysis, or (for a session not analyzed yet) computed
 // from the recording now. step -1 is the whole session.
-absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t step) {
+absl::StatusOr<core::Recording> QueryService::load(int64_t id, const core::DeviceFilter& device) {
+  auto rec = m_loader.load(id);
+  if (rec.ok()) core::keepDevice(*rec, device);
+  return rec;
+}
+
+absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t step,
+                                                          const core::DeviceFilter& device) {
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
-  if (*analyzed) {
+  if (*analyzed && device.all()) {
     auto stored = Store::readPeak(m_dbPath, id, step);
     if (stored.status().code() == absl::StatusCode::kNotFound && step >= 0) {
       return absl::OutOfRangeError("session " + std::to_string(id) + " has no step " +
@@ -97,7 +114,7 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
     }
     return stored;
   }
-  auto rec = m_loader.load(id);
+  auto rec = load(id, device);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::LivenessReplay replay(*rec, cats);
@@ -110,11 +127,12 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
                                std::to_string(rec->steps.size()) + " steps)");
 }
 
-absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(int64_t id) {
+absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
+    int64_t id, const core::DeviceFilter& device) {
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
-  if (*analyzed) return Store::readPeaks(m_dbPath, id);
-  auto rec = m_loader.load(id);
+  if (*analyzed && device.all()) return Store::readPeaks(m_dbPath, id);
+  auto rec = load(id, device);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   return core::computePeaks(*rec, cats, core::LivenessReplay(*rec, cats));
@@ -128,7 +146,9 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest
   const int64_t startTs = session->header.startTsNs;
   auto steps = Store::loadSteps(m_dbPath, id);
   if (!steps.ok()) return toGrpc(steps.status());
-  auto peaks = peakReports(id);
+  std::optional<core::DeviceFilter> device = deviceOf(request->device());
+  if (!device) return badDevice(request->device());
+  auto peaks = peakReports(id, *device);
   if (!peaks.ok()) return toGrpc(peaks.status());
   std::map<int64_t, const core::PeakReport*> byStep;
   for (const core::PeakReport& p : *peaks) byStep[p.step] = &p;
@@ -152,9 +172,12 @@ grpc::Status QueryService::GetBreakdown(grpc::ServerContext* ctx,
                                         v1::Breakdown* response) {
   grpc::Status s = breakdown(request, response);
   if (!s.ok()) return s;
+  // What the caching allocator reserved: a device figure, not given for host memory alone.
+  const bool hostOnly = deviceOf(request->device())->kind == core::DeviceFilter::Kind::kHost;
   auto reserved = Store::counterAt(m_dbPath, static_cast<int64_t>(request->session_id()),
                                    "reserved_bytes", response->seq());
-  response->set_reserved_bytes(reserved.ok() && reserved->has_value() ? **reserved : -1);
+  response->set_reserved_bytes(!hostOnly && reserved.ok() && reserved->has_value() ? **reserved
+                                                                                   : -1);
   return grpc::Status::OK;
 }
 
@@ -163,8 +186,10 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());
   const int64_t startTs = session->header.startTsNs;
+  std::optional<core::DeviceFilter> device = deviceOf(request->device());
+  if (!device) return badDevice(request->device());
   if (request->at_case() != v1::BreakdownRequest::kTsNs) {
-    auto peak = peakReport(id, request->has_step() ? request->step() : -1);
+    auto peak = peakReport(id, request->has_step() ? request->step() : -1, *device);
     if (!peak.ok()) return toGrpc(peak.status());
     fillBreakdown(id, peak->state, request->has_step() ? request->step() : -1, peak->phase,
                   peak->scope, true, response);
@@ -179,7 +204,7 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
     }
     return grpc::Status::OK;
   }
-  auto rec = m_loader.load(id);
+  auto rec = load(id, *device);
   if (!rec.ok()) return toGrpc(rec.status());
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::LivenessReplay replay(*rec, cats);
@@ -210,9 +235,11 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
   breq.set_has_step(request->has_step());
   breq.set_step(request->step());
   breq.set_peak(true);
+  breq.set_device(request->device());
   if (grpc::Status s = GetBreakdown(ctx, &breq, response->mutable_breakdown()); !s.ok()) return s;
   if (request->has_step()) return grpc::Status::OK;  // items are kept for the session's peak
-  auto peak = peakReport(static_cast<int64_t>(request->session_id()), -1);
+  auto peak =
+      peakReport(static_cast<int64_t>(request->session_id()), -1, *deviceOf(request->device()));
   if (!peak.ok()) return toGrpc(peak.status());
   for (const auto* list : {&peak->modules, &peak->ops, &peak->tensors}) {
     for (const core::PeakItem& it : *list) {
@@ -249,10 +276,12 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
   if (to < from) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the range ends before it starts");
   }
+  std::optional<core::DeviceFilter> device = deviceOf(request->device());
+  if (!device) return badDevice(request->device());
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return toGrpc(analyzed.status());
   std::vector<core::TimelineBucket> result;
-  if (*analyzed) {
+  if (*analyzed && device->all()) {
     auto stored = Store::readTimeline(m_dbPath, id, from, to, buckets);
     if (stored.ok()) {
       result = std::move(*stored);
@@ -263,7 +292,7 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
       result = core::foldTimeline({}, from, to, buckets);  // nothing recorded in the range
     }
   } else {
-    auto rec = m_loader.load(id);
+    auto rec = load(id, *device);
     if (!rec.ok()) return toGrpc(rec.status());
     const std::vector<core::BlockCategory> cats = core::categorize(*rec);
     const core::LivenessReplay replay(*rec, cats);

@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/rpc/recording_loader.h"
+#include "src/core/device_filter.h"
 #include "src/core/peak.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -39,9 +40,15 @@ class QueryService final : public v1::Query::Service {
 
  private:
   grpc::Status breakdown(const v1::BreakdownRequest* request, v1::Breakdown* response);
-  absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step);
+  // The peak of the session (step -1) or of one step: stored, or computed now (a session not
+  // analyzed yet, or memory of one device only).
+  absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step,
+                                              const core::DeviceFilter& device);
   // All peaks (the whole session's first, then each step's), stored or computed now.
-  absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id);
+  absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id,
+                                                            const core::DeviceFilter& device);
+  // The recording, with the blocks of the device asked for only.
+  absl::StatusOr<core::Recording> load(int64_t id, const core::DeviceFilter& device);
 
   std::string m_dbPath;
   RecordingLoader m_loader;  // live sessions include their blocks not freed yet

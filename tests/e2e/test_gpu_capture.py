@@ -17,8 +17,9 @@ MIB = 1 << 20
 
 
 class GpuCaptureTest(DaemonTestCase):
-    def run_program(self, **env):
-        r = self.daemon.run(PROGRAM, env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI, **env), timeout=120)
+    def run_program(self, *args, **env):
+        r = self.daemon.run(PROGRAM, *args, env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI, **env),
+                            timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("done", r.stdout)
         sid = self.daemon.newest_session()["id"]
@@ -79,11 +80,7 @@ class GpuCaptureTest(DaemonTestCase):
         # inside the segment the CUPTI callbacks saw reserved. The segment's bytes are the weight
         # (by its tag) and allocator slack; the stream-ordered and raw blocks, which never hold a
         # tensor, were workspace while they lived.
-        r = self.daemon.run(PROGRAM, "with-tensors", env=dict(TIDEMARK_CUPTI_LIBRARY=FAKE_CUPTI),
-                            timeout=120)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        sid = self.daemon.newest_session()["id"]
-        self.daemon.wait_analyzed(sid)
+        sid, _ = self.run_program("with-tensors")
         tensors = self.daemon.sql(
             "SELECT address, size_bytes, device, free_seq IS NULL FROM allocation "
             "WHERE session_id = ? AND memory_kind = 3 ORDER BY alloc_seq", sid)
@@ -102,6 +99,30 @@ class GpuCaptureTest(DaemonTestCase):
         self.assertEqual(sum(cats.values()), peak["tracked_bytes"])
         self.assertEqual(cats["WORKSPACE"], MIB + MIB // 2, peak)
         self.assertEqual(self.counters(sid, "reserved_bytes"), [2 * MIB])
+
+    def test_device_memory_and_host_memory_apart(self):
+        # --device: a GPU job's host memory (here the pinned block) and device memory, each alone.
+        sid, _ = self.run_program("with-tensors")
+
+        def cats(b):
+            return {c: v["bytes"] for c, v in b["categories"].items() if v["bytes"]}
+
+        gpu = self.daemon.cli_json("breakdown", str(sid), "--at", "end", "--device", "cuda")
+        self.assertEqual((gpu["tracked_bytes"], gpu["reserved_bytes"]), (2 * MIB, 2 * MIB))
+        self.assertEqual(cats(gpu), {"WEIGHT": MIB, "ALLOCATOR_SLACK": MIB})
+        host = self.daemon.cli_json("breakdown", str(sid), "--at", "end", "--device", "cpu")
+        self.assertEqual((host["tracked_bytes"], host["reserved_bytes"]), (4096, -1))
+        # Each side's own peak: every device block live (the segment, the stream-ordered and the
+        # raw block), and the pinned block.
+        peak = self.daemon.cli_json("peak", str(sid), "--device", "cuda:0")["breakdown"]
+        self.assertEqual(peak["tracked_bytes"], 3 * MIB + MIB // 2)
+        self.assertEqual(self.daemon.cli_json("peak", str(sid), "--device", "cuda:1")
+                         ["breakdown"]["tracked_bytes"], 0)
+        tl = self.daemon.cli_json("timeline", str(sid), "--device", "cpu", "--buckets", "20")
+        self.assertEqual(max(b["max"][0] for b in tl["buckets"]), 4096)
+        r = self.daemon.cli("breakdown", str(sid), "--device", "gpu0", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown device 'gpu0' (all, cpu, cuda or cuda:N)", r.stderr)
 
     def test_one_step_of_gpu_activity_is_stored(self):
         sid, _ = self.run_program()
