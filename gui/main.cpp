@@ -10,6 +10,7 @@
 
 #include "gui/client/daemon_client.h"
 #include "gui/widgets/main_window.h"
+#include "src/core/device_filter.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
@@ -40,7 +41,11 @@ int main(int argc, char** argv) {
                                QStringLiteral("The side panel shown: inspector (default) or steps "
                                               "(each step's peak, two steps overlaid)."),
                                QStringLiteral("name"));
-  parser.addOptions({server, session, budget, screenshot, tab});
+  const QCommandLineOption device(
+      QStringLiteral("device"),
+      QStringLiteral("Whose memory to show: all (host and GPUs, default), cpu, cuda or cuda:N."),
+      QStringLiteral("device"));
+  parser.addOptions({server, session, budget, screenshot, tab, device});
   parser.process(app);
 
   auto fail = [](const QString& message) {
@@ -62,12 +67,17 @@ int main(int argc, char** argv) {
   if (tabName != QStringLiteral("inspector") && tabName != QStringLiteral("steps"))
     return fail(QStringLiteral("--tab is inspector or steps, not '%1'").arg(tabName));
 
+  const std::string deviceName = parser.value(device).toStdString();
+  if (std::string why; !tidemark::core::DeviceFilter::parse(deviceName, &why))
+    return fail(QStringLiteral("--device: %1").arg(QString::fromStdString(why)));
+
   const char* env = std::getenv("TIDEMARK_SERVER");
   const std::string address = parser.isSet(server) ? parser.value(server).toStdString()
                               : (env && *env)      ? std::string(env)
                                                    : std::string("127.0.0.1:7531");
   tidemark::gui::MainWindow window(std::make_shared<tidemark::gui::DaemonClient>(address));
   window.setBudgetPercent(budgetPercent);
+  window.setDevice(deviceName == "all" ? std::string() : deviceName);
   const bool steps = tabName == QStringLiteral("steps");
   if (steps) window.showStepsTab();
   window.show();

@@ -77,7 +77,7 @@ absl::StatusOr<std::vector<SessionRow>> DaemonClient::sessions() {
 }
 
 absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fromNs, int64_t toNs,
-                                                    int buckets) {
+                                                    int buckets, const std::string& device) {
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::TimelineRequest req;
@@ -85,6 +85,7 @@ absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fr
   req.set_from_ts_ns(fromNs);
   req.set_to_ts_ns(toNs);
   req.set_buckets(buckets);
+  req.set_device(device);
   v1::Timeline resp;
   if (auto s = fromGrpc(m_stubs->query->GetTimeline(&ctx, req, &resp)); !s.ok()) return s;
   TimelineData out;
@@ -103,11 +104,12 @@ absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fr
   return out;
 }
 
-absl::StatusOr<Moment> DaemonClient::peak(uint64_t session) {
+absl::StatusOr<Moment> DaemonClient::peak(uint64_t session, const std::string& device) {
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::PeakRequest req;
   req.set_session_id(session);
+  req.set_device(device);
   v1::Peak resp;
   if (auto s = fromGrpc(m_stubs->query->GetPeak(&ctx, req, &resp)); !s.ok()) return s;
   Moment m = fromBreakdown(resp.breakdown());
@@ -118,22 +120,25 @@ absl::StatusOr<Moment> DaemonClient::peak(uint64_t session) {
   return m;
 }
 
-absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs) {
+absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs, const std::string& device) {
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::BreakdownRequest req;
   req.set_session_id(session);
+  req.set_device(device);
   req.set_ts_ns(tsNs);
   v1::Breakdown resp;
   if (auto s = fromGrpc(m_stubs->query->GetBreakdown(&ctx, req, &resp)); !s.ok()) return s;
   return fromBreakdown(resp);
 }
 
-absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session) {
+absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,
+                                                         const std::string& device) {
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::StepsRequest req;
   req.set_session_id(session);
+  req.set_device(device);
   v1::Steps resp;
   if (auto s = fromGrpc(m_stubs->query->GetSteps(&ctx, req, &resp)); !s.ok()) return s;
   std::vector<StepRow> out;

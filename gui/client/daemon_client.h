@@ -85,11 +85,12 @@ class DaemonClient {
   const std::string& address() const { return m_address; }
 
   absl::StatusOr<std::vector<SessionRow>> sessions();
-  absl::StatusOr<TimelineData> timeline(uint64_t session, int64_t fromNs, int64_t toNs,
-                                        int buckets);
-  absl::StatusOr<Moment> peak(uint64_t session);
-  absl::StatusOr<Moment> at(uint64_t session, int64_t tsNs);
-  absl::StatusOr<std::vector<StepRow>> steps(uint64_t session);
+  // device: whose memory ("" all, "cpu", "cuda", "cuda:N"; the Query requests' device).
+  absl::StatusOr<TimelineData> timeline(uint64_t session, int64_t fromNs, int64_t toNs, int buckets,
+                                        const std::string& device = {});
+  absl::StatusOr<Moment> peak(uint64_t session, const std::string& device = {});
+  absl::StatusOr<Moment> at(uint64_t session, int64_t tsNs, const std::string& device = {});
+  absl::StatusOr<std::vector<StepRow>> steps(uint64_t session, const std::string& device = {});
   // Scopes lasting at least minNs in the range (both 0: the whole session), longest first.
   absl::StatusOr<std::vector<LaneSpan>> scopes(uint64_t session, int64_t fromNs, int64_t toNs,
                                                int64_t minNs);

@@ -1,5 +1,6 @@
 #include "gui/widgets/main_window.h"
 
+#include <QComboBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -120,6 +121,15 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   setCentralWidget(top);
   m_status = new QLabel;
   statusBar()->addWidget(m_status);
+  // Whose memory: a GPU job's host and device memory together, or one side.
+  m_deviceBox = new QComboBox;
+  m_deviceBox->setObjectName(QStringLiteral("device"));
+  m_deviceBox->addItem(tr("Memory: host and GPUs"), QString());
+  m_deviceBox->addItem(tr("Memory: GPUs (cuda)"), QStringLiteral("cuda"));
+  m_deviceBox->addItem(tr("Memory: host (cpu)"), QStringLiteral("cpu"));
+  statusBar()->addPermanentWidget(m_deviceBox);
+  connect(m_deviceBox, &QComboBox::currentIndexChanged, this,
+          [this](int index) { setDevice(m_deviceBox->itemData(index).toString().toStdString()); });
 
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(tr("Export view as &PNG…"), this, &MainWindow::exportPng);
@@ -227,7 +237,10 @@ void MainWindow::loadTimeline() {
   const int buckets = m_timeline->bucketsWanted();
   const int gen = m_generation;
   runAsync<absl::StatusOr<TimelineData>>(
-      this, [c = m_client, id, from, to, buckets] { return c->timeline(id, from, to, buckets); },
+      this,
+      [c = m_client, id, from, to, buckets, d = m_device] {
+        return c->timeline(id, from, to, buckets, d);
+      },
       [this, gen, whole](absl::StatusOr<TimelineData> t) {
         if (gen != m_generation) return;
         if (!t.ok()) {
@@ -265,7 +278,7 @@ void MainWindow::inspectPeak() {
   const uint64_t id = m_current->id;
   const int gen = m_generation;
   runAsync<absl::StatusOr<Moment>>(
-      this, [c = m_client, id] { return c->peak(id); },
+      this, [c = m_client, id, d = m_device] { return c->peak(id, d); },
       [this, gen](absl::StatusOr<Moment> m) {
         if (gen != m_generation || !m.ok()) return;
         m_timeline->setPeak(m->tsNs, m->trackedBytes);
@@ -278,7 +291,7 @@ void MainWindow::inspect(int64_t tsNs) {
   const uint64_t id = m_current->id;
   const int gen = m_generation;
   runAsync<absl::StatusOr<Moment>>(
-      this, [c = m_client, id, tsNs] { return c->at(id, tsNs); },
+      this, [c = m_client, id, tsNs, d = m_device] { return c->at(id, tsNs, d); },
       [this, gen](absl::StatusOr<Moment> m) {
         if (gen != m_generation || !m.ok()) return;
         showMoment(*m, tr("At the moment clicked"));
@@ -290,7 +303,7 @@ void MainWindow::loadSteps() {
   const uint64_t id = m_current->id;
   const int gen = m_generation;
   runAsync<absl::StatusOr<std::vector<StepRow>>>(
-      this, [c = m_client, id] { return c->steps(id); },
+      this, [c = m_client, id, d = m_device] { return c->steps(id, d); },
       [this, gen](absl::StatusOr<std::vector<StepRow>> rows) {
         if (gen != m_generation || !rows.ok()) return;
         m_stepRows = std::move(*rows);
@@ -418,6 +431,20 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
 bool MainWindow::comparisonLoaded() const { return m_compare->comparison().has_value(); }
 
 void MainWindow::showStepsTab() { m_side->setCurrentIndex(1); }
+
+void MainWindow::setDevice(const std::string& device) {
+  if (device == m_device) return;
+  m_device = device;
+  // The box shows it (a device not listed, "cuda:1" say, is added).
+  int index = m_deviceBox->findData(QString::fromStdString(device));
+  if (index < 0) {
+    m_deviceBox->addItem(tr("Memory: %1").arg(QString::fromStdString(device)),
+                         QString::fromStdString(device));
+    index = m_deviceBox->count() - 1;
+  }
+  if (m_deviceBox->currentIndex() != index) m_deviceBox->setCurrentIndex(index);
+  if (m_current) openSession(m_current->id);
+}
 
 void MainWindow::setBudgetPercent(int percent) { m_budget->setValue(percent); }
 

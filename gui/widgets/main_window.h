@@ -6,6 +6,7 @@
 
 #include "gui/client/daemon_client.h"
 
+class QComboBox;
 class QLabel;
 class QListWidget;
 class QPushButton;
@@ -34,6 +35,9 @@ class MainWindow : public QMainWindow {
   bool comparisonLoaded() const;
   void showStepsTab();
   void setBudgetPercent(int percent);
+  // Whose memory the timeline, inspector and steps show: "" host and devices, "cpu", "cuda",
+  // "cuda:N" (reloads the open session).
+  void setDevice(const std::string& device);
   void inspectPeak();
   TimelineView* timeline() const { return m_timeline; }
 
@@ -85,6 +89,8 @@ class MainWindow : public QMainWindow {
   std::optional<PlanSummary> m_plan;
   int64_t m_storeAll = 0;
   int m_generation = 0;  // answers for an older session or range are dropped
+  std::string m_device;  // whose memory (setDevice)
+  QComboBox* m_deviceBox = nullptr;
   bool m_timelineLoaded = false;
   bool m_planLoaded = false;
 };

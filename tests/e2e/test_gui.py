@@ -80,7 +80,8 @@ class GuiWindowTest(unittest.TestCase):
 
     def test_bad_options_are_refused_before_a_window_opens(self):
         for args, says in ((["--budget", "5"], "--budget"), (["--budget", "lots"], "--budget"),
-                           (["--open", "first"], "--open"), (["--tab", "plans"], "--tab")):
+                           (["--open", "first"], "--open"), (["--tab", "plans"], "--tab"),
+                           (["--device", "gpu0"], "unknown device 'gpu0'")):
             r = subprocess.run([os.path.join(BIN, "tidemark-gui"), *args],
                                capture_output=True, text=True, timeout=60,
                                env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))

@@ -2,6 +2,7 @@
 // (tests/e2e/test_gui.py starts both and passes TIDEMARK_SERVER and TIDEMARK_GUI_SESSION): select
 // the session, zoom, click the peak, move the budget slider, and Apply where the session is live.
 #include <QApplication>
+#include <QComboBox>
 #include <QLabel>
 #include <QListWidget>
 #include <QMouseEvent>
@@ -71,6 +72,8 @@ class GuiInteraction : public QObject {
     auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
     QVERIFY(inspector);
     QTRY_VERIFY_WITH_TIMEOUT(inspector->topLevelItemCount() > 0, 30000);  // the peak first
+    QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the peak"));
+    const QString peakOfAll = inspector->topLevelItem(0)->text(1);
     QSignalSpy inspected(&w, &MainWindow::inspectorReady);
     QTest::mouseClick(t, Qt::LeftButton, {}, t->peakPoint().toPoint());
     QVERIFY(inspected.wait(30000));
@@ -174,6 +177,24 @@ class GuiInteraction : public QObject {
       QVERIFY(check);
       QTRY_VERIFY_WITH_TIMEOUT(check->text().contains(QStringLiteral("measured peak")), 120000);
       QVERIFY2(check->text().contains(QStringLiteral("applied")), qPrintable(check->text()));
+    }
+
+    // Whose memory (the status bar's box): this CPU job has no GPU memory, and its host memory
+    // is all of it. (A live session's peak moves meanwhile: checked on a finished one.)
+    if (!live) {
+      auto* device = w.findChild<QComboBox*>(QStringLiteral("device"));
+      QVERIFY(device);
+      auto peakFor = [&](const QString& which) {
+        QSignalSpy shown(&w, &MainWindow::inspectorReady);
+        device->setCurrentIndex(device->findData(which));
+        if (!shown.wait(30000)) return QStringLiteral("(no answer)");
+        return inspector->topLevelItem(0)->text(0) + QLatin1Char(' ') +
+               inspector->topLevelItem(0)->text(1);
+      };
+      QCOMPARE(
+          peakFor(QStringLiteral("cuda")),
+          QStringLiteral("At the peak ") + QString::fromStdString(tidemark::gui::humanBytes(0)));
+      QCOMPARE(peakFor(QStringLiteral("cpu")), QStringLiteral("At the peak ") + peakOfAll);
     }
   }
 };
