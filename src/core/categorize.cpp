@@ -115,19 +115,18 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
 
   for (size_t i = 0; i < rec.blocks.size(); ++i) {
     BlockCategory& bc = out[i];
-    const Block& block = rec.blocks[i];
+    const Block& b = rec.blocks[i];
     if (isSegment[i]) {
       bc.category = Category::kAllocatorSlack;
       bc.rule = CategoryRule::kAllocatorSegment;
       continue;
     }
     if (bc.tagCount > 0) continue;
-    if (block.kind == MemoryKind::kDevice && tensorDevices.count(block.device) > 0) {
+    if (b.kind == MemoryKind::kDevice && tensorDevices.count(b.device) > 0) {
       bc.category = Category::kWorkspace;
       bc.rule = CategoryRule::kOutsideFramework;
       continue;
     }
-    const Block& b = rec.blocks[i];
     const PhaseInterval* phase = rec.phaseAt(b.allocSeq);
     if (phase != nullptr && b.freeSeq != kOpenSeq && b.freeSeq < phase->endSeq) {
       bc.category = Category::kTemporary;
