@@ -3,7 +3,8 @@
 #   1. the agent's overhead on the example's training step, beside torch.profiler(profile_memory)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
-#      the analysis pass, and 2000-bucket timeline queries (full range and zoomed)
+#      the analysis pass, and 2000-bucket timeline queries (full range and zoomed); then the
+#      analysis of a session as large whose blocks are tensors in device segments (a GPU job's)
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
@@ -88,6 +89,15 @@ print("ratio ingest / raw SQLite       %10.2f" % (r["ingest_events_per_s"] / r["
 print("analysis pass stored after      %10.2f s" % r["analysis_s"])
 print("timeline, 2000 buckets, full    %10.1f ms median, %.1f ms worst of 20" % (r["timeline_full_ms_median"], r["timeline_full_ms_max"]))
 print("timeline, 2000 buckets, zoomed  %10.1f ms median, %.1f ms worst of 20" % (r["timeline_zoom_ms_median"], r["timeline_zoom_ms_max"]))
+PYEOF
+# The same size of session as a GPU job records it with torch's tensor view: tensors inside
+# device segments, which the analysis ties together (the reconciliation).
+"$BIN/bench_scale" --server "$SERVER" --events "$EVENTS" --scratch "$WORK/raw.db" --tensors \
+  > "$WORK/scale-tensors.json"
+$PY - "$WORK/scale.json" "$WORK/scale-tensors.json" <<'PYEOF'
+import json, sys
+host, gpu = (json.load(open(p)) for p in sys.argv[1:3])
+print("analysis, tensors in segments   %10.2f s  (ratio to host blocks %.2f)" % (gpu["analysis_s"], gpu["analysis_s"] / host["analysis_s"]))
 PYEOF
 
 echo

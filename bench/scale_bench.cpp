@@ -7,7 +7,11 @@
 //  3. timeline queries (2000 buckets) over the full range and over a zoomed range (the middle
 //     tenth), each repeated; the median and the worst in milliseconds.
 //
-//   bench_scale --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db
+// With --tensors the session is a GPU job's as the agent records it with torch's tensor view:
+// the blocks are tensors inside device segments (one per 256 tensors' worth of addresses), so the
+// analysis also ties every tensor to its segment and counts the segments' slack.
+//
+//   bench_scale --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db [--tensors]
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
@@ -32,7 +36,7 @@ namespace {
 // with a tag now and then. Deterministic.
 class Generator {
  public:
-  explicit Generator(uint64_t seed) : m_rng(seed) {}
+  Generator(uint64_t seed, bool tensors) : m_rng(seed), m_tensors(tensors) {}
   void fill(v1::EventBatch* batch, size_t count) {
     for (size_t i = 0; i < count; ++i) {
       v1::Event* e = batch->add_events();
@@ -40,6 +44,16 @@ class Generator {
       m_ts += 50 + (m_rng() % 100);
       e->set_ts_ns(m_ts);
       e->set_thread_id(1000);
+      if (m_tensors && (m_next - 1) % kTensorsPerSegment == 0 && m_segments < m_next) {
+        // A new segment for the next tensors' addresses (the cache growing); never freed.
+        auto* a = e->mutable_alloc();
+        a->set_address(kBase + ((m_next - 1) << 12));
+        a->set_size_bytes(kTensorsPerSegment << 12);
+        a->set_kind(v1::MEMORY_KIND_DEVICE);
+        a->set_device(0);
+        m_segments = m_next;
+        continue;
+      }
       const bool freeOne = !m_live.empty() && (m_live.size() > 4096 || (m_rng() % 2) == 0);
       if (m_seq % 97 == 0 && !m_live.empty()) {
         auto* t = e->mutable_tag();
@@ -48,20 +62,33 @@ class Generator {
         t->set_category(v1::CATEGORY_ACTIVATION);
       } else if (freeOne) {
         const size_t k = m_live.size() - 1 - (m_rng() % std::min<size_t>(m_live.size(), 8));
-        e->mutable_free()->set_address(m_live[k]);
+        auto* f = e->mutable_free();
+        f->set_address(m_live[k]);
+        if (m_tensors) {
+          f->set_kind(v1::MEMORY_KIND_TENSOR);
+          f->set_device(0);
+        }
         m_live.erase(m_live.begin() + static_cast<long>(k));
       } else {
-        const uint64_t addr = 0x7f0000000000ull + (m_next++ << 12);
+        const uint64_t addr = kBase + (m_next++ << 12);
         auto* a = e->mutable_alloc();
         a->set_address(addr);
-        a->set_size_bytes(64 + (m_rng() % 65536));
+        a->set_size_bytes(m_tensors ? 64 + (m_rng() % 4032) : 64 + (m_rng() % 65536));
+        if (m_tensors) {
+          a->set_kind(v1::MEMORY_KIND_TENSOR);
+          a->set_device(0);
+        }
         m_live.push_back(addr);
       }
     }
   }
 
  private:
+  static constexpr uint64_t kBase = 0x7f0000000000ull;
+  static constexpr uint64_t kTensorsPerSegment = 256;  // 4 KiB of addresses each
   std::mt19937_64 m_rng;
+  bool m_tensors = false;
+  uint64_t m_segments = 0;  // m_next when the last segment was made
   uint64_t m_seq = 0;
   int64_t m_ts = 1'000'000'000;
   uint64_t m_next = 1;
@@ -160,12 +187,20 @@ int main(int argc, char** argv) {
   std::string scratch = "/tmp/tidemark-bench-raw.db";
   long events = 10'000'000;
   uint64_t queriesOnly = 0;  // --queries-only SESSION: skip ingest and analysis, time queries
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--server")) server = argv[i + 1];
-    if (!std::strcmp(argv[i], "--events")) events = std::atol(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--scratch")) scratch = argv[i + 1];
-    if (!std::strcmp(argv[i], "--queries-only"))
-      queriesOnly = std::strtoull(argv[i + 1], nullptr, 10);
+  bool tensors = false;
+  for (int i = 1; i < argc; ++i) {
+    const bool value = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--tensors")) {
+      tensors = true;
+    } else if (value && !std::strcmp(argv[i], "--server")) {
+      server = argv[++i];
+    } else if (value && !std::strcmp(argv[i], "--events")) {
+      events = std::atol(argv[++i]);
+    } else if (value && !std::strcmp(argv[i], "--scratch")) {
+      scratch = argv[++i];
+    } else if (value && !std::strcmp(argv[i], "--queries-only")) {
+      queriesOnly = std::strtoull(argv[++i], nullptr, 10);
+    }
   }
   constexpr size_t kBatch = 8192;
 
@@ -173,7 +208,7 @@ int main(int argc, char** argv) {
   if (queriesOnly != 0) return timeTimelines(channel, queriesOnly, nullptr);
 
   // Batches are generated before the clock starts: this measures the daemon, not the generator.
-  Generator gen(42);
+  Generator gen(42, tensors);
   std::vector<v1::AgentMessage> batches;
   for (long done = 0, n = 1; done < events; ++n) {
     v1::AgentMessage m;
