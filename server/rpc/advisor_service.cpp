@@ -14,11 +14,15 @@
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
+#include "src/core/device_filter.h"
 
 namespace tidemark::server {
 
 absl::StatusOr<core::Recording> AdvisorService::loadRecording(int64_t session) {
-  return RecordingLoader(m_dbPath, m_writer, m_agents).load(session);
+  auto rec = RecordingLoader(m_dbPath, m_writer, m_agents).load(session);
+  // A GPU job's: its tensors (core::keepTensorLevel), which recomputation changes.
+  if (rec.ok()) core::keepTensorLevel(*rec);
+  return rec;
 }
 
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {

@@ -40,4 +40,14 @@ void keepDevice(Recording& rec, const DeviceFilter& filter) {
                    rec.blocks.end());
 }
 
+bool keepTensorLevel(Recording& rec) {
+  const bool tensors = std::any_of(rec.blocks.begin(), rec.blocks.end(),
+                                   [](const Block& b) { return b.kind == MemoryKind::kTensor; });
+  if (!tensors) return false;
+  rec.blocks.erase(std::remove_if(rec.blocks.begin(), rec.blocks.end(),
+                                  [](const Block& b) { return b.kind != MemoryKind::kTensor; }),
+                   rec.blocks.end());
+  return true;
+}
+
 }  // namespace tidemark::core

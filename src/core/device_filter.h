@@ -39,4 +39,11 @@ struct DeviceFilter {
 // Keeps only the blocks the filter keeps (every other part of the recording stays).
 void keepDevice(Recording& recording, const DeviceFilter& filter);
 
+// The advisor's view: it plans what the framework allocates. Where the recording has torch's
+// tensor view (blocks of kind TENSOR: a GPU job's tensors), only those blocks stay — the caching
+// allocator's slack, memory outside the framework and host memory are not what recomputation
+// changes, and a budget is then in tensor bytes, as torch.cuda.max_memory_allocated counts. True
+// if blocks were left out.
+bool keepTensorLevel(Recording& recording);
+
 }  // namespace tidemark::core

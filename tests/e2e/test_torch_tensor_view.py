@@ -71,6 +71,23 @@ class TorchTensorViewTest(DaemonTestCase):
         # The host blocks that hold tensors keep only what the tensors leave: a few bytes here.
         self.assertLess(cats["ALLOCATOR_SLACK"], 64 * 1024)
 
+    def test_the_advisor_plans_the_tensors(self):
+        # With the tensor view the advisor models the tensors alone (a GPU job's, here the CPU
+        # allocator's): the same chain as from the hooks' blocks, less the few host blocks that
+        # are no tensor (the interpreter's own).
+        plain = self.daemon.cli_json("chain", str(self.plain[0]))
+        viewed = self.daemon.cli_json("chain", str(self.viewed[0]))
+        self.assertEqual(viewed["end_outside_bytes"], plain["end_outside_bytes"])
+        for key in ("static_bytes", "floor_bytes"):
+            # Less by the host blocks that hold no tensor (the UNKNOWN ones), a few KiB.
+            self.assertLess(viewed[key], plain[key], key)
+            self.assertLess(plain[key] - viewed[key], 64 * 1024, key)
+        stages = [(s["saved_bytes"], s["output_bytes"]) for s in viewed["stages"]]
+        self.assertEqual(stages, [(s["saved_bytes"], s["output_bytes"]) for s in plain["stages"]])
+        base = [self.daemon.cli_json("plan", str(sid), "--budget", "70%")["baseline"]["peak_bytes"]
+                for sid in (self.plain[0], self.viewed[0])]
+        self.assertLess(abs(base[0] - base[1]), 64 * 1024, base)
+
     def test_slack_is_never_negative(self):
         tl = self.daemon.cli_json("timeline", str(self.viewed[0]), "--buckets", "400")
         slack = tl["series"].index("ALLOCATOR_SLACK")

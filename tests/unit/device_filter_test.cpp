@@ -45,5 +45,18 @@ TEST(DeviceFilterTest, KeepsTheBlocksOfItsSide) {
   EXPECT_EQ(devicesKept(""), (std::vector<int32_t>{-1, 0, 1, 0}));
 }
 
+TEST(DeviceFilterTest, TheAdvisorKeepsTheTensorsWhereThereAreAny) {
+  Recording rec;
+  rec.blocks = {on(-1), on(0), on(0)};
+  rec.blocks[2].kind = MemoryKind::kTensor;  // a tensor in device 0's segment
+  Recording gpu = rec;
+  EXPECT_TRUE(keepTensorLevel(gpu));
+  ASSERT_EQ(gpu.blocks.size(), 1u);
+  EXPECT_EQ(gpu.blocks[0].kind, MemoryKind::kTensor);
+  rec.blocks.pop_back();  // no tensor view: every block stays
+  EXPECT_FALSE(keepTensorLevel(rec));
+  EXPECT_EQ(rec.blocks.size(), 2u);
+}
+
 }  // namespace
 }  // namespace tidemark::core
