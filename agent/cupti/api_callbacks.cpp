@@ -6,6 +6,7 @@
 #include <cupti_runtime_cbid.h>
 
 #include <iterator>
+#include <type_traits>
 
 namespace tidemark::agent {
 
@@ -61,64 +62,70 @@ bool succeeded(const CUpti_CallbackData* d) {
   return d->functionReturnValue != nullptr && *static_cast<const int*>(d->functionReturnValue) == 0;
 }
 
-ApiMemoryEvent alloc(void* const* out, size_t bytes, bool host = false) {
+template <typename T>
+uint64_t addressOf(T v) {
+  if constexpr (std::is_pointer_v<T>) {
+    return reinterpret_cast<uint64_t>(v);
+  } else {
+    return static_cast<uint64_t>(v);
+  }
+}
+
+ApiMemoryEvent event(ApiMemoryEvent::Op op, uint64_t address, uint64_t bytes, bool host) {
   ApiMemoryEvent e;
-  if (out == nullptr || *out == nullptr) return e;
-  e.op = ApiMemoryEvent::Op::kAlloc;
-  e.address = reinterpret_cast<uint64_t>(*out);
+  if (address == 0) return e;
+  e.op = op;
+  e.address = address;
   e.bytes = bytes;
   e.host = host;
   return e;
 }
 
-ApiMemoryEvent release(const void* ptr, bool host = false) {
-  ApiMemoryEvent e;
-  if (ptr == nullptr) return e;
-  e.op = ApiMemoryEvent::Op::kFree;
-  e.address = reinterpret_cast<uint64_t>(ptr);
-  e.host = host;
-  return e;
+// An allocation call, at its exit when it succeeded: the block is what its out-parameter names.
+template <typename Params, typename Out>
+ApiMemoryEvent allocAtExit(const CUpti_CallbackData* d, Out Params::*out, size_t Params::*bytes,
+                           bool host = false) {
+  if (d->callbackSite == CUPTI_API_ENTER || !succeeded(d)) return {};
+  const auto* a = static_cast<const Params*>(d->functionParams);
+  if (a->*out == nullptr) return {};
+  return event(ApiMemoryEvent::Op::kAlloc, addressOf(*(a->*out)), a->*bytes, host);
+}
+
+// A free call, at its entry (before the address can be handed out again).
+template <typename Params, typename Ptr>
+ApiMemoryEvent freeAtEntry(const CUpti_CallbackData* d, Ptr Params::*ptr, bool host = false) {
+  if (d->callbackSite != CUPTI_API_ENTER) return {};
+  const auto* a = static_cast<const Params*>(d->functionParams);
+  return event(ApiMemoryEvent::Op::kFree, addressOf(a->*ptr), 0, host);
 }
 
 ApiMemoryEvent runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
-  const bool enter = d->callbackSite == CUPTI_API_ENTER;
-  if (enter) ++t_runtimeMemoryCalls;
-  if (!enter && t_runtimeMemoryCalls > 0) --t_runtimeMemoryCalls;
-  const void* p = d->functionParams;
+  if (d->callbackSite == CUPTI_API_ENTER) ++t_runtimeMemoryCalls;
+  if (d->callbackSite != CUPTI_API_ENTER && t_runtimeMemoryCalls > 0) --t_runtimeMemoryCalls;
   switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020: {
-      const auto* a = static_cast<const cudaMalloc_v3020_params*>(p);
-      return !enter && succeeded(d) ? alloc(a->devPtr, a->size) : ApiMemoryEvent{};
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000: {
-      const auto* a = static_cast<const cudaMallocManaged_v6000_params*>(p);
-      return !enter && succeeded(d) ? alloc(a->devPtr, a->size) : ApiMemoryEvent{};
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020: {
-      const auto* a = static_cast<const cudaMallocAsync_v11020_params*>(p);
-      return !enter && succeeded(d) ? alloc(a->devPtr, a->size) : ApiMemoryEvent{};
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020: {
-      const auto* a = static_cast<const cudaMallocFromPoolAsync_v11020_params*>(p);
-      return !enter && succeeded(d) ? alloc(a->ptr, a->size) : ApiMemoryEvent{};
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
-      const auto* a = static_cast<const cudaMallocHost_v3020_params*>(p);
-      return !enter && succeeded(d) ? alloc(a->ptr, a->size, true) : ApiMemoryEvent{};
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
-      const auto* a = static_cast<const cudaHostAlloc_v3020_params*>(p);
-      return !enter && succeeded(d) ? alloc(a->pHost, a->size, true) : ApiMemoryEvent{};
-    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
+      return allocAtExit(d, &cudaMalloc_v3020_params::devPtr, &cudaMalloc_v3020_params::size);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000:
+      return allocAtExit(d, &cudaMallocManaged_v6000_params::devPtr,
+                         &cudaMallocManaged_v6000_params::size);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
+      return allocAtExit(d, &cudaMallocAsync_v11020_params::devPtr,
+                         &cudaMallocAsync_v11020_params::size);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020:
+      return allocAtExit(d, &cudaMallocFromPoolAsync_v11020_params::ptr,
+                         &cudaMallocFromPoolAsync_v11020_params::size);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020:
+      return allocAtExit(d, &cudaMallocHost_v3020_params::ptr, &cudaMallocHost_v3020_params::size,
+                         true);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020:
+      return allocAtExit(d, &cudaHostAlloc_v3020_params::pHost, &cudaHostAlloc_v3020_params::size,
+                         true);
     case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:
-      return enter ? release(static_cast<const cudaFree_v3020_params*>(p)->devPtr)
-                   : ApiMemoryEvent{};
+      return freeAtEntry(d, &cudaFree_v3020_params::devPtr);
     case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020:
-      return enter ? release(static_cast<const cudaFreeAsync_v11020_params*>(p)->devPtr)
-                   : ApiMemoryEvent{};
+      return freeAtEntry(d, &cudaFreeAsync_v11020_params::devPtr);
     case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020:
-      return enter ? release(static_cast<const cudaFreeHost_v3020_params*>(p)->ptr, true)
-                   : ApiMemoryEvent{};
+      return freeAtEntry(d, &cudaFreeHost_v3020_params::ptr, true);
     default:
       return {};
   }
@@ -126,42 +133,19 @@ ApiMemoryEvent runtime(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
 
 ApiMemoryEvent driver(CUpti_CallbackId cbid, const CUpti_CallbackData* d) {
   if (t_runtimeMemoryCalls > 0) return {};  // the runtime call reports it
-  const bool enter = d->callbackSite == CUPTI_API_ENTER;
-  const void* p = d->functionParams;
   switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
-      const auto* a = static_cast<const cuMemAlloc_v2_params*>(p);
-      if (enter || !succeeded(d) || a->dptr == nullptr || *a->dptr == 0) return {};
-      ApiMemoryEvent e;
-      e.op = ApiMemoryEvent::Op::kAlloc;
-      e.address = *a->dptr;
-      e.bytes = a->bytesize;
-      return e;
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
+      return allocAtExit(d, &cuMemAlloc_v2_params::dptr, &cuMemAlloc_v2_params::bytesize);
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
       // Expandable segments: physical memory mapped into a reserved range.
-      const auto* a = static_cast<const cuMemMap_params*>(p);
-      if (enter || !succeeded(d)) return {};
-      ApiMemoryEvent e;
-      e.op = ApiMemoryEvent::Op::kAlloc;
-      e.address = a->ptr;
-      e.bytes = a->size;
-      return e;
+      if (d->callbackSite == CUPTI_API_ENTER || !succeeded(d)) return {};
+      const auto* a = static_cast<const cuMemMap_params*>(d->functionParams);
+      return event(ApiMemoryEvent::Op::kAlloc, a->ptr, a->size, false);
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2: {
-      if (!enter) return {};
-      ApiMemoryEvent e;
-      e.op = ApiMemoryEvent::Op::kFree;
-      e.address = static_cast<const cuMemFree_v2_params*>(p)->dptr;
-      return e.address != 0 ? e : ApiMemoryEvent{};
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
-      if (!enter) return {};
-      ApiMemoryEvent e;
-      e.op = ApiMemoryEvent::Op::kFree;
-      e.address = static_cast<const cuMemUnmap_params*>(p)->ptr;
-      return e.address != 0 ? e : ApiMemoryEvent{};
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+      return freeAtEntry(d, &cuMemFree_v2_params::dptr);
+    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap:
+      return freeAtEntry(d, &cuMemUnmap_params::ptr);
     default:
       return {};
   }
