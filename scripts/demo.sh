@@ -13,12 +13,8 @@ BIN=$PWD/${BUILD_DIR:-build}/bin
 DEMO=$(mktemp -d -t tidemark-demo-XXXXXX)
 STEPS=${STEPS:-4}
 
-"$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$DEMO/tidemark.db" \
-  --port-file "$DEMO/port" 2>"$DEMO/tidemarkd.log" &
-DAEMON=$!
-trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -f "$DEMO/port" ] && break; sleep 0.1; done
-export TIDEMARK_SERVER=127.0.0.1:$(cat "$DEMO/port")
+source scripts/start-tidemarkd.sh
+start_tidemarkd "$DEMO"
 echo "== tidemarkd on $TIDEMARK_SERVER, store $DEMO/tidemark.db"
 
 echo "== tidemark run -- python3 examples/train.py --steps $STEPS"

@@ -27,12 +27,8 @@ if ! "$BIN/tidemark" --version >/dev/null 2>&1; then
   bash scripts/build.sh
 fi
 WORK=$(mktemp -d -t tidemark-gpu-check-XXXXXX)
-"$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$WORK/tidemark.db" \
-  --port-file "$WORK/port" 2>"$WORK/tidemarkd.log" &
-DAEMON=$!
-trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
-export TIDEMARK_SERVER=127.0.0.1:$(cat "$WORK/port")
+source scripts/start-tidemarkd.sh
+start_tidemarkd "$WORK"
 # torch's tensor view must be built for the torch that runs here (the carried build's may be for
 # another): built beside the work files from the one source file, with torch's headers.
 if TORCH_INFO=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.__version__)') \
