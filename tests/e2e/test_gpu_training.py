@@ -9,11 +9,15 @@ one libtidemark_torch.so was built for (cmake -DTIDEMARK_TORCH_PYTHON=...)."""
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import unittest
 
 from tidemark_env import SOURCE, DaemonTestCase
+
+sys.path.insert(0, os.path.join(SOURCE, "scripts"))
+import gpu_check_table as table  # noqa: E402  (the GPU check's readers of the store)
 
 PYTHON = os.environ.get("TIDEMARK_GPU_PYTHON") or shutil.which("python3") or "/usr/bin/python3"
 SKIP = 77  # ctest's SKIP_RETURN_CODE for this test
@@ -36,6 +40,12 @@ class GpuTrainingTest(DaemonTestCase):
         cls.out, cls.err = r.stdout, r.stderr
         cls.sid = cls.daemon.newest_session()["id"]
         cls.daemon.wait_analyzed(cls.sid)
+        cls.db = sqlite3.connect("file:%s?mode=ro" % cls.daemon.db, uri=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.db.close()
+        super().tearDownClass()
 
     def figure(self, pattern):
         m = re.search(pattern, self.out)
@@ -43,29 +53,18 @@ class GpuTrainingTest(DaemonTestCase):
         return [int(g) for g in m.groups()]
 
     def replayed_peak(self, memory_kind):
-        edges = []
-        for size, alloc_seq, free_seq in self.daemon.sql(
-                "SELECT size_bytes, alloc_seq, free_seq FROM allocation WHERE session_id = ? "
-                "AND memory_kind = ? AND device >= 0", self.sid, memory_kind):
-            edges.append((alloc_seq, size))
-            if free_seq is not None:
-                edges.append((free_seq, -size))
-        live = peak = 0
-        for _, delta in sorted(edges):
-            live += delta
-            peak = max(peak, live)
-        return peak
+        return table.replayed_peak(self.db, self.sid, memory_kind)
 
     def test_tensors_match_torchs_allocated_peak(self):
         self.assertNotIn("tensor view is off", self.err)
-        allocated, _ = self.figure(r"max_memory_allocated (\d+), max_memory_reserved (\d+)")
+        allocated, _ = table.torch_peaks(self.out)
+        self.assertIsNotNone(allocated, "train.py printed no max_memory_allocated")
         self.assertAlmostEqual(self.replayed_peak(3), allocated, delta=allocated * 0.01)
 
     def test_reserved_matches_torchs(self):
-        _, reserved = self.figure(r"max_memory_allocated (\d+), max_memory_reserved (\d+)")
-        counted = [v for (v,) in self.daemon.sql(
-            "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
-            "s.iid = c.name_id WHERE c.session_id = ? AND s.value = 'reserved_bytes'", self.sid)]
+        _, reserved = table.torch_peaks(self.out)
+        self.assertIsNotNone(reserved, "train.py printed no max_memory_reserved")
+        counted = table.counter_values(self.db, self.sid, "reserved_bytes")
         self.assertAlmostEqual(max(counted), reserved, delta=reserved * 0.01)
         # CUPTI's device memory holds torch's segments and whatever else the job reserved.
         self.assertGreaterEqual(self.replayed_peak(2), reserved * 0.99)
