@@ -10,9 +10,9 @@ LivenessReplay::LivenessReplay(const Recording& rec, const std::vector<BlockCate
     const Block& b = rec.blocks[i];
     const int ci = categoryIndex(cats[i].category);
     const auto size = static_cast<int64_t>(b.sizeBytes);
-    const int64_t carved = cats[i].segment >= 0 ? size : 0;
-    m_edges.push_back({b.allocSeq, b.allocTsNs, size, ci, -carved});
-    if (!b.live()) m_edges.push_back({b.freeSeq, b.freeTsNs, -size, ci, carved});
+    const bool fromSlack = cats[i].segment >= 0;
+    m_edges.push_back({b.allocSeq, b.allocTsNs, size, ci, fromSlack});
+    if (!b.live()) m_edges.push_back({b.freeSeq, b.freeTsNs, -size, ci, fromSlack});
   }
   std::sort(m_edges.begin(), m_edges.end(),
             [](const Edge& a, const Edge& b) { return a.seq < b.seq; });

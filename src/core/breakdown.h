@@ -53,19 +53,24 @@ class LivenessReplay {
     uint64_t seq;
     int64_t tsNs;
     int64_t delta;  // +size at alloc, -size at free
-    int categoryIndex;
-    int64_t slackDelta;  // a tensor in a segment: its bytes leave (or return to) the slack
+    int32_t categoryIndex;
+    // A tensor in a segment: its bytes come from (or go back to) the segment's slack, so the
+    // tracked total does not move. A flag beside the index keeps the edge at 32 bytes.
+    bool fromSlack;
   };
   static void apply(MemoryState& s, const Edge& e) {
     s.seq = e.seq;
     s.tsNs = e.tsNs;
-    s.trackedBytes += e.delta + e.slackDelta;
     s.bytes[e.categoryIndex] += e.delta;
-    s.bytes[kSlackIndex] += e.slackDelta;
+    if (e.fromSlack)
+      s.bytes[kSlackIndex] -= e.delta;
+    else
+      s.trackedBytes += e.delta;
     s.blocks[e.categoryIndex] += e.delta > 0 ? 1 : -1;
   }
   static constexpr int kSlackIndex = categoryIndex(Category::kAllocatorSlack);
 
+  static_assert(sizeof(Edge) == 32, "edges are the analysis's largest array: keep them small");
   std::vector<Edge> m_edges;  // sorted by seq
 };
 
