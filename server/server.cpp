@@ -26,6 +26,16 @@ std::string defaultUnixSocket() {
 Server::~Server() { shutdown(); }
 
 absl::Status Server::start() {
+  // Before anything touches the store or the socket: a second daemon changes nothing.
+  auto lock = StoreLock::acquire(m_options.dbPath);
+  if (!lock.ok()) return lock.status();
+  m_storeLock = std::make_unique<StoreLock>(std::move(*lock));
+  if (!m_options.unixSocket.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(m_options.unixSocket).parent_path(),
+                                        ec);
+    if (auto s = claimUnixSocketPath(m_options.unixSocket); !s.ok()) return s;
+  }
   auto store = Store::open(m_options.dbPath);
   if (!store.ok()) return store.status();
   if (auto s = (*store)->abortStaleSessions(); !s.ok()) return s;
@@ -45,10 +55,6 @@ absl::Status Server::start() {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(m_options.listen, grpc::InsecureServerCredentials(), &m_port);
   if (!m_options.unixSocket.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(m_options.unixSocket).parent_path(),
-                                        ec);
-    std::filesystem::remove(m_options.unixSocket, ec);  // a stale socket of a dead daemon
     builder.AddListeningPort("unix:" + m_options.unixSocket, grpc::InsecureServerCredentials());
   }
   builder.RegisterService(m_ingest.get());

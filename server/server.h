@@ -12,6 +12,7 @@
 #include "server/rpc/control_service.h"
 #include "server/rpc/ingest_service.h"
 #include "server/rpc/query_service.h"
+#include "server/store/store_lock.h"
 #include "server/store/writer.h"
 
 namespace tidemark::server {
@@ -42,6 +43,7 @@ class Server {
 
  private:
   ServerOptions m_options;
+  std::unique_ptr<StoreLock> m_storeLock;  // held for the daemon's life (one daemon per store)
   std::unique_ptr<StoreWriter> m_writer;
   std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;

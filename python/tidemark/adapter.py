@@ -16,6 +16,7 @@ It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globall
 A tag names the storage's first byte, which is the address of the block the allocator returned,
 so the server joins tags and allocations on the address.
 """
+import functools
 import threading
 import weakref
 
@@ -57,6 +58,8 @@ class Instrumenter:
         self.param_names = {}          # id(param) -> qualified name
         self.roots = weakref.WeakSet()  # models (root modules with parameters)
         self.optimizers = weakref.WeakSet()
+        self.stepping = weakref.WeakSet()  # optimizers inside their step now
+        self.wrapped_classes = weakref.WeakSet()  # torch 1.13: optimizer classes whose step is wrapped
         self.local = threading.local()
         self.phases = []                # the phase stack (training runs on one thread)
         self.step = 0
@@ -211,20 +214,53 @@ class Instrumenter:
         self.optimizers.add(opt)
         inst = self
 
-        if hasattr(opt, "register_step_pre_hook"):
+        if hasattr(opt, "register_step_pre_hook"):  # torch 2
             opt.register_step_pre_hook(lambda o, args, kwargs: inst._optimizer_begin(o))
             opt.register_step_post_hook(lambda o, args, kwargs: inst._optimizer_end(o))
             return
-        step = opt.step
+        # torch 1.13 has no step hooks. `optimizer.step` must stay what torch and user code read:
+        # every LR scheduler takes `optimizer.step.__self__` and `__func__` and re-binds the
+        # function, so the class's step is wrapped (the optimizer's stays a bound method). A step
+        # that somebody already replaced on the instance (a scheduler made before `tidemark
+        # attach`) is wrapped in place, keeping its attributes (`_with_counter`).
+        if "step" in vars(opt):
+            opt.step = self._step_wrapper(vars(opt)["step"], owner=opt)
+        elif type(opt) not in self.wrapped_classes:
+            self.wrapped_classes.add(type(opt))
+            type(opt).step = self._step_wrapper(type(opt).step)
 
-        def wrapped_step(*args, **kwargs):
+    def _step_wrapper(self, step, owner=None):
+        """`step` with the optimizer phase around it, for the optimizers this adapter registered,
+        while it is enabled; any other call passes straight through. owner: the optimizer whose
+        instance attribute `step` is (else step is the class's function, called with it)."""
+        inst = self
+
+        def around(opt, call):
+            if not inst.enabled or opt not in inst.optimizers or opt in inst.stepping:
+                return call()
+            # Only the outermost step of an optimizer counts (a subclass calling super().step()).
+            inst.stepping.add(opt)
             inst._optimizer_begin(opt)
             try:
-                return step(*args, **kwargs)
+                return call()
             finally:
+                inst.stepping.discard(opt)
                 inst._optimizer_end(opt)
 
-        opt.step = wrapped_step
+        if owner is not None:
+            owner_ref = weakref.ref(owner)  # the wrapper lives on the optimizer: no cycle
+
+            @functools.wraps(step)
+            def step_of_instance(*args, **kwargs):
+                return around(owner_ref(), lambda: step(*args, **kwargs))
+
+            return step_of_instance
+
+        @functools.wraps(step)
+        def step_of_class(opt, *args, **kwargs):
+            return around(opt, lambda: step(opt, *args, **kwargs))
+
+        return step_of_class
 
     def _param_name(self, p, fallback):
         return self.param_names.get(id(p), fallback)
@@ -350,9 +386,11 @@ class Instrumenter:
 
         optimizer_init = torch.optim.Optimizer.__init__
 
+        @functools.wraps(optimizer_init)
         def tidemark_optimizer_init(opt, *args, **kwargs):
             optimizer_init(opt, *args, **kwargs)
-            inst.register_optimizer(opt)
+            if inst.enabled:  # after `tidemark detach`, new optimizers are left alone
+                inst.register_optimizer(opt)
 
         torch.optim.Optimizer.__init__ = tidemark_optimizer_init
 

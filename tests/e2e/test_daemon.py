@@ -1,5 +1,6 @@
-"""tidemarkd itself: the Unix socket, and a clean stop on SIGTERM in the middle of a run with
-everything it received committed, while the job goes on unharmed."""
+"""tidemarkd itself: the Unix socket, a clean stop on SIGTERM in the middle of a run with
+everything it received committed, while the job goes on unharmed; one daemon per store, and a
+daemon that cannot start touches nothing of another's."""
 import os
 import signal
 import subprocess
@@ -76,6 +77,52 @@ class DaemonTest(unittest.TestCase):
         self.assertGreater(received, 0)
         self.assertEqual(received, stored)
         self.assertGreater(blocks, 0)
+
+    def second_daemon(self, *args):
+        return subprocess.run([os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    def test_one_daemon_per_store_and_sockets_left_alone(self):
+        self.assertEqual(self.tidemark("sessions").returncode, 0)
+        # The same store: refused, naming the running daemon; its socket stays and serves.
+        other_sock = os.path.join(self.dir, "other.sock")
+        r = self.second_daemon("--db", self.db, "--unix", other_sock)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("is in use by another tidemarkd (pid %d)" % self.proc.pid, r.stderr)
+        self.assertFalse(os.path.exists(other_sock))
+        # Another store, the running daemon's socket: refused; the socket is not removed.
+        r = self.second_daemon("--db", os.path.join(self.dir, "b.db"), "--unix", self.sock)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("another tidemarkd is listening there", r.stderr)
+        self.assertTrue(os.path.exists(self.sock))
+        # A regular file where the socket should go: refused, the file kept as it was.
+        plain = os.path.join(self.dir, "notes.txt")
+        with open(plain, "w") as f:
+            f.write("mine")
+        r = self.second_daemon("--db", os.path.join(self.dir, "c.db"), "--unix", plain)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("exists and is not a socket", r.stderr)
+        with open(plain) as f:
+            self.assertEqual(f.read(), "mine")
+        # The first daemon never noticed: it still answers on its socket, its sessions intact.
+        self.assertIsNone(self.proc.poll())
+        self.assertEqual(self.tidemark("sessions").returncode, 0)
+        # Killed (no cleanup), its lock goes with it and its socket is stale: a new daemon on the
+        # same store and socket starts.
+        self.proc.kill()
+        self.proc.wait()
+        again = subprocess.Popen([os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0",
+                                  "--unix", self.sock, "--db", self.db], stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            deadline = time.time() + 30
+            while self.tidemark("sessions").returncode != 0:
+                self.assertIsNone(again.poll(), again.stderr.read() if again.poll() else "")
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.05)
+        finally:
+            again.kill()
+            again.wait()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""The adapter is invisible to the job: every LR scheduler of torch.optim.lr_scheduler (and a
+sequential and a chained one), GradScaler, swa_utils, an optimizer state_dict saved and loaded
+mid-run and a subclassed optimizer train with the same losses and learning rates, digit for digit,
+under `tidemark run` and under `tidemark attach` (schedulers created before the attach and stepped
+across it, created while attached, created after the detach) as without tidemark."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+from tidemark_env import BIN, DaemonTestCase, PYTHON
+from test_attach import Job
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scheduler_train.py")
+
+
+def training_lines(text):
+    return [l for l in text.splitlines() if " step " in l or " swa " in l]
+
+
+class AdapterInvisibleTest(DaemonTestCase):
+    def plain(self, *args):
+        r = subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_every_scheduler_under_tidemark_run(self):
+        expected = self.plain()
+        lines = training_lines(expected)
+        self.assertGreater(len(lines), 100)
+        r = self.daemon.run(PYTHON, SCRIPT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(training_lines(r.stdout), lines)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertNotIn("overridden after learning rate scheduler", r.stderr)
+        s = self.daemon.newest_session()
+        self.assertEqual(s["state"], "ended")
+        # Every optimizer step of every case is one recorded step (6 per training).
+        self.assertEqual(s["steps"], len([l for l in lines if " step " in l]))
+
+    def test_every_scheduler_across_attach_and_detach(self):
+        with tempfile.TemporaryDirectory() as gates:
+            for g in ("attached", "detached"):
+                open(os.path.join(gates, "go." + g), "w").close()
+            expected = training_lines(self.plain("--gate", gates))
+        with tempfile.TemporaryDirectory() as gates:
+            job = Job(command=[PYTHON, "-u", SCRIPT, "--gate", gates])
+            try:
+                self.wait_line(job, "gate attached")
+                r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                    "attach", str(job.pid)], capture_output=True, text=True,
+                                   timeout=300)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                open(os.path.join(gates, "go.attached"), "w").close()
+                self.wait_line(job, "gate detached")
+                r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                    "detach", str(job.pid)], capture_output=True, text=True,
+                                   timeout=300)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                open(os.path.join(gates, "go.detached"), "w").close()
+                rc, out, err = job.finish()
+            finally:
+                job.kill()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(training_lines(out), expected)
+        s = self.daemon.newest_session()
+        # While attached: the rest of the "before" trainings (3 steps each) and whole "attached"
+        # ones (6 steps each) were recorded steps; nothing after the detach.
+        before = len([l for l in expected if l.startswith("before:") and " step " in l])
+        attached = len([l for l in expected if l.startswith("attached:") and " step " in l])
+        self.assertEqual(s["steps"], before // 2 + attached)
+
+    def wait_line(self, job, text):
+        while True:
+            line = job.proc.stdout.readline()
+            if not line:
+                raise AssertionError("the job ended before '%s': %s" % (text, job.proc.stderr.read()))
+            job.out.append(line)
+            if line.strip() == text:
+                return
+
+
+if __name__ == "__main__":
+    unittest.main()
