@@ -81,7 +81,9 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.flushIntervalMs = static_cast<int>(envNumber("TIDEMARK_FLUSH_MS", c.flushIntervalMs));
   c.exitTimeoutMs = static_cast<int>(envNumber("TIDEMARK_EXIT_TIMEOUT_MS", c.exitTimeoutMs));
   c.quiet = envNumber("TIDEMARK_QUIET", 0) != 0;
-  c.eagerStart = envNumber("TIDEMARK_EAGER_START", 0) != 0;
+  c.bufferMemoryBytes = envNumber("TIDEMARK_BUFFER_MAX_BYTES", c.bufferMemoryBytes);
+  c.ringWaitMs = static_cast<int>(envNumber("TIDEMARK_RING_WAIT_MS", c.ringWaitMs));
+  c.lossy = envNumber("TIDEMARK_LOSSY", 0) != 0;
   return c;
 }
 
@@ -100,6 +102,8 @@ void Agent::load(const AgentConfig& config) {
     std::fprintf(stderr, "tidemark: could not map the agent's buffers; recording is off\n");
     return;
   }
+  rec.setLossy(config.lossy);
+  rec.setWaitDeadlineMs(config.ringWaitMs);
   enableAllocatorHooks(&rec);
   rec.setRecording(true);
   m_loaded = true;
@@ -123,6 +127,8 @@ bool Agent::attach(const AgentConfig& config) {
       m_ownerPid = getpid();
       resolveRealAllocators(/*attached=*/true);
       if (!rec.init(config.ringRecords, config.tableBuckets)) return false;
+      rec.setLossy(config.lossy);
+      rec.setWaitDeadlineMs(config.ringWaitMs);
       enableAllocatorHooks(&rec);
       m_loaded = true;
     } else {
@@ -166,6 +172,11 @@ bool Agent::start() {
   tc.server = m_config.server;
   tc.flushIntervalMs = m_config.flushIntervalMs;
   tc.spoolCapBytes = m_config.spoolCapBytes;
+  tc.bufferDir = m_config.spoolDir;
+  tc.bufferMemoryBytes = m_config.bufferMemoryBytes;
+  tc.bufferFileBytes = m_config.spoolCapBytes;
+  tc.ringWaitDeadlineMs = m_config.ringWaitMs;
+  tc.quiet = m_config.quiet;
   tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + std::to_string(m_ownerPid) + "-" +
                  std::to_string(base::wallNs() / 1000000) + ".bin";
   tc.handshake.set_pid(m_ownerPid);

@@ -21,15 +21,17 @@ struct AgentConfig {
   size_t tableBuckets = 1u << 17;                        // TIDEMARK_TABLE_BUCKETS (x8 slots)
   int flushIntervalMs = 20;                              // TIDEMARK_FLUSH_MS
   int exitTimeoutMs = 5000;                              // TIDEMARK_EXIT_TIMEOUT_MS
-  bool quiet = false;       // TIDEMARK_QUIET=1: no summary line at exit
-  bool eagerStart = false;  // TIDEMARK_EAGER_START=1: start at load, not lazily
+  uint64_t bufferMemoryBytes = 64ull << 20;  // TIDEMARK_BUFFER_MAX_BYTES (then its file)
+  int ringWaitMs = 2000;  // TIDEMARK_RING_WAIT_MS: the longest wait for room in a full ring
+  bool lossy = false;     // TIDEMARK_LOSSY=1: full rings drop (counted) instead of waiting
+  bool quiet = false;     // TIDEMARK_QUIET=1: no summary line at exit
 
   static AgentConfig fromEnvironment();
 };
 
-// The agent's lifecycle. Loading (the ELF constructor) only maps memory and enables the hooks;
-// the drain thread and the gRPC channel start lazily, on the first start() (the Python adapter
-// calls it when the interpreter is up) or, failing that, at exit.
+// The agent's lifecycle. Loading (the ELF constructor) maps memory and enables the hooks; the
+// constructor then starts the collector and sender threads (start()), which open the gRPC channel
+// from the sender thread, after the constructor has returned.
 class Agent {
  public:
   static Agent& instance();

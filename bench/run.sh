@@ -55,7 +55,7 @@ PYEOF
 echo
 echo "== 2. hook cost: $ROUNDS posix_memalign+free pairs (bench/hook_cost.cpp)"
 base=$("$BIN/bench_hook_cost" "$ROUNDS" | field ns_per_alloc_free)
-with=$(TIDEMARK_SERVER=$SERVER TIDEMARK_EAGER_START=1 TIDEMARK_QUIET=1 LD_PRELOAD=$LIB \
+with=$(TIDEMARK_SERVER=$SERVER TIDEMARK_QUIET=1 LD_PRELOAD=$LIB \
        "$BIN/bench_hook_cost" "$ROUNDS" | field ns_per_alloc_free)
 ht="n/a"
 if command -v heaptrack >/dev/null; then

@@ -1,6 +1,7 @@
-// LD_PRELOAD entry: the ELF constructor reads TIDEMARK_* from the environment and loads the
-// agent (memory and hooks only; threads and the channel start lazily). It also registers the
-// fork and exit handlers. Loaded by dlopen instead, it does nothing (see attach.cpp).
+// LD_PRELOAD entry: the ELF constructor reads TIDEMARK_* from the environment, loads the agent
+// (memory and hooks) and starts its threads (the gRPC channel is opened by the sender thread,
+// after the constructor returned). It also registers the fork and exit handlers. Loaded by dlopen
+// instead, it does nothing (see attach.cpp).
 #include <pthread.h>
 #include <unistd.h>
 
@@ -65,7 +66,9 @@ __attribute__((constructor)) void tidemarkPreloadInit() {
     // and children inherit it: this names the one process whose CUDA the agent captures.
     setenv("TIDEMARK_CUDA_OWNER", std::to_string(getpid()).c_str(), 1);
   }
-  if (agent.config().eagerStart) agent.start();
+  // The collector runs from the start, for every program: a thread whose ring fills waits for
+  // it (lossless), so it must be there before the first ring can fill.
+  agent.start();
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <new>
 
+#include "agent/recorder/futex.h"
 #include "src/base/clock.h"
 
 namespace tidemark::agent {
@@ -92,11 +94,69 @@ Ring* Recorder::ringWithRoom() noexcept {
     m_drops.noRing.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
-  if (!ring->hasSpace()) {
+  if (__builtin_expect(!ring->hasSpace(), 0) && !waitForRoom(ring)) {
     m_drops.ringFull.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   return ring;
+}
+
+bool Recorder::waitForRoom(Ring* ring) noexcept {
+  if (m_lossy.load(std::memory_order_relaxed) || m_degraded.load(std::memory_order_relaxed) ||
+      !m_collector.load(std::memory_order_acquire)) {
+    return false;
+  }
+  m_ringWaits.fetch_add(1, std::memory_order_relaxed);
+  m_waiters.fetch_add(1, std::memory_order_acq_rel);
+  requestDrain();
+  bool room = false;
+  // A pass of the collector usually takes well under a millisecond: spin briefly first.
+  for (int i = 0; i < 2000 && !(room = ring->hasSpace()); ++i) __builtin_ia32_pause();
+  const int64_t deadline = base::monotonicNs() + m_waitDeadlineNs;
+  while (!room) {
+    const uint32_t epoch = m_drainEpoch.load(std::memory_order_acquire);
+    if ((room = ring->hasSpace())) break;
+    if (m_degraded.load(std::memory_order_relaxed) ||
+        !m_collector.load(std::memory_order_acquire)) {
+      break;
+    }
+    const int64_t left = deadline - base::monotonicNs();
+    if (left <= 0) {
+      // The collector made no room in time: rather than stall the job, the whole process
+      // drops from now on, and says so (the transport reports it).
+      m_degraded.store(true, std::memory_order_relaxed);
+      futexWakeAll(m_drainEpoch);
+      break;
+    }
+    requestDrain();
+    futexWait(m_drainEpoch, epoch, std::min<int64_t>(left, 10 * 1000000));
+  }
+  m_waiters.fetch_sub(1, std::memory_order_acq_rel);
+  return room;
+}
+
+void Recorder::setCollector(bool running) noexcept {
+  m_collector.store(running, std::memory_order_release);
+  if (!running) {
+    m_drainEpoch.fetch_add(1, std::memory_order_acq_rel);
+    futexWakeAll(m_drainEpoch);
+  }
+}
+
+void Recorder::awaitDrainRequest(int timeoutMs) noexcept {
+  const uint32_t seen = m_drainRequest.load(std::memory_order_acquire);
+  if (m_waiters.load(std::memory_order_acquire) != 0) return;  // someone waits already
+  futexWait(m_drainRequest, seen, static_cast<int64_t>(timeoutMs) * 1000000);
+}
+
+void Recorder::requestDrain() noexcept {
+  m_drainRequest.fetch_add(1, std::memory_order_acq_rel);
+  futexWakeAll(m_drainRequest);
+}
+
+void Recorder::notifyDrained() noexcept {
+  m_drainEpoch.fetch_add(1, std::memory_order_acq_rel);
+  if (m_waiters.load(std::memory_order_acquire) != 0) futexWakeAll(m_drainEpoch);
 }
 
 void Recorder::commit(Ring* ring, Record& record) noexcept {

@@ -13,7 +13,7 @@ namespace tidemark::agent {
 // Counters for everything the recorder could not keep. Relaxed atomics: touched only when a
 // record is lost, never on the normal path.
 struct DropCounters {
-  std::atomic<uint64_t> ringFull{0};
+  std::atomic<uint64_t> ringFull{0};  // lossy or degraded mode only: lossless waits instead
   std::atomic<uint64_t> noRing{0};
   std::atomic<uint64_t> tableFull{0};
 };
@@ -53,6 +53,26 @@ class Recorder {
   bool initialized() const noexcept { return m_initialized; }
 
   void setRecording(bool on) noexcept { m_recording.store(on, std::memory_order_release); }
+
+  // Full rings. Lossless (the default): a thread whose ring is full wakes the collector and waits
+  // for room (a short spin, then a futex wait), never longer than waitDeadlineMs in one wait; a
+  // wait that reaches the deadline switches the whole process to the degraded mode, where full
+  // rings drop and count, as the lossy mode (TIDEMARK_LOSSY=1) always does. Without a collector
+  // running (not started yet, shut down, a forked child) nobody would make room: full rings drop.
+  void setLossy(bool lossy) noexcept { m_lossy.store(lossy, std::memory_order_relaxed); }
+  bool lossy() const noexcept { return m_lossy.load(std::memory_order_relaxed); }
+  void setWaitDeadlineMs(int ms) noexcept { m_waitDeadlineNs = static_cast<int64_t>(ms) * 1000000; }
+  bool degraded() const noexcept { return m_degraded.load(std::memory_order_relaxed); }
+  // Waits on full rings (each counts once, however long it took).
+  uint64_t ringWaits() const noexcept { return m_ringWaits.load(std::memory_order_relaxed); }
+
+  // Collector side. setCollector(false) also releases every waiting thread (they drop).
+  void setCollector(bool running) noexcept;
+  // Sleeps until a thread asks for room (or requestDrain is called) or timeoutMs passes.
+  void awaitDrainRequest(int timeoutMs) noexcept;
+  void requestDrain() noexcept;
+  // After a pass over the rings: wakes the threads waiting for room.
+  void notifyDrained() noexcept;
   bool recording() const noexcept { return m_recording.load(std::memory_order_relaxed); }
 
   // Hook entry points. onAlloc after the real allocation returned; onFree before the real free,
@@ -104,8 +124,21 @@ class Recorder {
   // Takes the next sequence number and copies the record in.
   void commit(Ring* ring, Record& record) noexcept;
   Ring* claimRing() noexcept;
+  // Lossless mode's slow path: true once the ring has room, false (drop) if the process is or
+  // becomes degraded, or no collector runs.
+  bool waitForRoom(Ring* ring) noexcept;
 
   bool m_initialized = false;
+  std::atomic<bool> m_lossy{false};
+  std::atomic<bool> m_degraded{false};
+  std::atomic<bool> m_collector{false};
+  int64_t m_waitDeadlineNs = 2000ll * 1000000;
+  std::atomic<uint64_t> m_ringWaits{0};
+  // Futex words: m_drainRequest rises when a thread wants room (the collector sleeps on it),
+  // m_drainEpoch after each collector pass (waiting threads sleep on it).
+  alignas(64) std::atomic<uint32_t> m_drainRequest{0};
+  alignas(64) std::atomic<uint32_t> m_drainEpoch{0};
+  std::atomic<uint32_t> m_waiters{0};
   std::atomic<bool> m_recording{false};
   alignas(64) std::atomic<uint64_t> m_seq{0};
   DropCounters m_drops;

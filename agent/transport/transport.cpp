@@ -78,7 +78,10 @@ void toEvent(const Record& r, v1::Event* e) {
 }  // namespace
 
 Transport::Transport(Recorder& recorder, Interner& interner, TransportConfig config)
-    : m_recorder(recorder), m_interner(interner), m_config(std::move(config)) {
+    : m_recorder(recorder),
+      m_interner(interner),
+      m_config(std::move(config)),
+      m_log(m_config.bufferMemoryBytes, m_config.bufferDir, m_config.bufferFileBytes) {
   m_config.handshake.set_magic(kHandshakeMagic);
   m_config.handshake.set_protocol_version(kProtocolVersion);
   m_spool = std::make_unique<SpoolWriter>(m_config.spoolPath, m_config.spoolCapBytes);
@@ -90,18 +93,51 @@ void Transport::start() {
   std::lock_guard<std::mutex> lock(m_mutex);
   if (m_started) return;
   m_started = true;
-  spawnDrainThread();
+  spawnThreads();
 }
 
-void Transport::spawnDrainThread() {
+void Transport::spawnThreads() {
   // The agent's threads (and gRPC's, which they create) take no signals: the job's handlers
   // keep running on the job's own threads.
   sigset_t all;
   sigset_t previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
+  m_recorder.setCollector(true);
+  m_collector = std::thread([this] { collect(); });
   m_thread = std::thread([this] { run(); });
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+void Transport::collect() {
+  t_recursionGuard = true;
+  std::vector<Record> records;
+  for (;;) {
+    const bool last = m_collectorStop.load(std::memory_order_acquire);
+    records.clear();
+    m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
+    if (!records.empty()) {
+      std::sort(records.begin(), records.end(),
+                [](const Record& a, const Record& b) { return a.seq < b.seq; });
+      m_log.append(records.data(), records.size());
+    }
+    m_recorder.notifyDrained();
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      ++m_collectPasses;
+    }
+    m_progress.notify_all();
+    if (last) break;
+    m_recorder.awaitDrainRequest(m_config.flushIntervalMs);
+  }
+}
+
+void Transport::stopCollector() {
+  m_collectorStop.store(true, std::memory_order_release);
+  m_recorder.requestDrain();
+  if (m_collector.joinable()) m_collector.join();
+  // Nobody empties the rings any more: a thread finding its ring full drops (counted).
+  m_recorder.setCollector(false);
 }
 
 void Transport::run() {
@@ -124,6 +160,7 @@ void Transport::run() {
   }
   lock.unlock();
   // Final pass: everything recorded until shutdown, then the goodbye.
+  stopCollector();
   if (m_link == LinkState::kNeverConnected) tryConnect();
   drainOnce();
   v1::Goodbye goodbye;
@@ -138,14 +175,21 @@ void Transport::run() {
 }
 
 void Transport::drainOnce() {
+  if (m_recorder.degraded() && !m_toldDegraded && !m_config.quiet) {
+    m_toldDegraded = true;
+    std::fprintf(stderr,
+                 "tidemark: a thread waited %d ms for the agent to make room; recording goes on "
+                 "in degraded mode (full rings drop, counted) for the rest of the run\n",
+                 m_config.ringWaitDeadlineMs);
+  }
+  // Strings first: every string a record names was interned before the record was pushed.
   std::vector<std::pair<uint32_t, std::string>> strings = m_interner.takeNew();
   std::vector<Record> records;
-  m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
-  if (!records.empty() || !strings.empty()) {
-    std::sort(records.begin(), records.end(),
-              [](const Record& a, const Record& b) { return a.seq < b.seq; });
-    sendBatchRecords(records, strings);
-  }
+  do {
+    records.clear();
+    m_log.take(records, kMaxEventsPerBatch * 8);
+    if (!records.empty() || !strings.empty()) sendBatchRecords(records, strings);
+  } while (!records.empty());
   sendOutbox();
 }
 
@@ -340,7 +384,7 @@ void Transport::shutdown(int timeoutMs) {
     m_started = true;
     m_stopRequested = true;
     lock.unlock();
-    spawnDrainThread();
+    spawnThreads();
     lock.lock();
   }
   m_stopRequested = true;
@@ -351,19 +395,33 @@ void Transport::shutdown(int timeoutMs) {
   if (done) {
     if (m_thread.joinable()) m_thread.join();
   } else {
-    // Give up: the stream is cancelled and the thread left to end on its own.
+    // Give up: the stream is cancelled and the threads left to end on their own.
     if (m_context) m_context->TryCancel();
     if (m_thread.joinable()) m_thread.detach();
+    m_collectorStop.store(true, std::memory_order_release);
+    m_recorder.setCollector(false);
+    m_recorder.requestDrain();
+    if (m_collector.joinable()) m_collector.detach();
   }
 }
 
 bool Transport::flush(int timeoutMs) {
   std::unique_lock<std::mutex> lock(m_mutex);
   if (!m_started || m_stopped) return m_stopped;
-  // Two full passes after this call: the first may have begun before it.
+  // Two full passes of each thread after this call (the first may have begun before it): the
+  // collector's take the rings into the buffer, the sender's the buffer to the stream.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  const uint64_t collected = m_collectPasses + 2;
+  m_recorder.requestDrain();
+  if (!m_progress.wait_until(lock, deadline, [&] {
+        if (m_collectPasses < collected) m_recorder.requestDrain();
+        return m_collectPasses >= collected || m_stopped;
+      })) {
+    return false;
+  }
   const uint64_t target = m_passes + 2;
   m_wake.notify_all();
-  return m_progress.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] {
+  return m_progress.wait_until(lock, deadline, [&] {
     if (m_passes < target) m_wake.notify_all();
     return m_passes >= target || m_stopped;
   });
@@ -379,13 +437,19 @@ v1::AgentCounters Transport::counters() const {
   c.set_dropped_spool_full(m_droppedSpoolFull.load());
   c.set_events_spooled(m_eventsSpooled.load());
   c.set_dropped_disconnected(m_droppedDisconnected.load());
+  c.set_dropped_buffer_full(m_log.refused());
+  c.set_ring_waits(m_recorder.ringWaits());
+  c.set_degraded(m_recorder.degraded());
+  c.set_lossy(m_recorder.lossy());
+  c.set_events_buffered_to_disk(m_log.spilledTotal());
   return c;
 }
 
 std::string Transport::summary() const {
   const v1::AgentCounters c = counters();
   const uint64_t dropped = c.dropped_ring_full() + c.dropped_no_ring() + c.dropped_table_full() +
-                           c.dropped_spool_full() + c.dropped_disconnected();
+                           c.dropped_spool_full() + c.dropped_disconnected() +
+                           c.dropped_buffer_full();
   char line[1024];
   switch (m_link) {
     case LinkState::kLive:

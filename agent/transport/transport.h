@@ -14,24 +14,32 @@
 
 #include "agent/recorder/recorder.h"
 #include "agent/transport/interner.h"
+#include "agent/transport/record_log.h"
 #include "agent/transport/spool.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 
 namespace tidemark::agent {
 
 struct TransportConfig {
-  std::string server;         // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
-  int flushIntervalMs = 20;   // how often the drain thread empties the rings
-  int connectRetryMs = 1000;  // how often to retry while no server answered yet
-  std::string spoolPath;      // where batches go while no server is reachable
+  std::string server;             // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
+  int flushIntervalMs = 20;       // how often the drain thread empties the rings
+  int connectRetryMs = 1000;      // how often to retry while no server answered yet
+  int ringWaitDeadlineMs = 2000;  // for the degraded-mode message (the recorder enforces it)
+  bool quiet = false;
+  std::string spoolPath;  // where batches go while no server is reachable
   uint64_t spoolCapBytes = 256ull << 20;
+  std::string bufferDir;                     // where the buffer spills past its memory cap
+  uint64_t bufferMemoryBytes = 64ull << 20;  // the buffer's memory cap
+  uint64_t bufferFileBytes = 256ull << 20;   // its file's cap
   v1::Handshake handshake;  // pid, command line, ... (protocol fields are filled in here)
 };
 
-// The drain thread and the gRPC stream. It batches the rings' records into EventBatches in
-// sequence order and writes them to the stream; before the first connection it spools them to
-// a bounded file and replays that file once a server answers. If the stream breaks later, the
-// rest is counted as dropped (resuming a session is not implemented yet).
+// The agent's two threads. The collector empties the rings into the buffer (RecordLog) whenever
+// a thread waits for room or every flush interval, whatever the link does, so a thread never
+// waits on the network. The sender batches the buffer's records into EventBatches in sequence
+// order and writes them to the stream; before the first connection it spools them to a bounded
+// file and replays that file once a server answers. If the stream breaks later, the rest is
+// counted as dropped (resuming a session is not implemented yet).
 class Transport {
  public:
   Transport(Recorder& recorder, Interner& interner, TransportConfig config);
@@ -60,8 +68,10 @@ class Transport {
  private:
   enum class LinkState { kNeverConnected, kLive, kLost, kRefused };
 
-  void spawnDrainThread();
+  void spawnThreads();
   void run();
+  void collect();
+  void stopCollector();
   void drainOnce();
   void sendBatchRecords(std::vector<Record>& records,
                         std::vector<std::pair<uint32_t, std::string>>& strings);
@@ -77,6 +87,11 @@ class Transport {
   TransportConfig m_config;
 
   std::thread m_thread;
+  std::thread m_collector;
+  std::atomic<bool> m_collectorStop{false};
+  uint64_t m_collectPasses = 0;  // under m_mutex
+  RecordLog m_log;
+  bool m_toldDegraded = false;
   std::thread m_reader;
   std::mutex m_mutex;
   std::condition_variable m_wake;

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRunUsage =
-    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] -- CMD [ARGS...]
+    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] [--lossy] -- CMD [ARGS...]
 
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
 (models, optimizers, phases, steps, tensor categories) without any change to the script.
@@ -30,6 +30,8 @@ they are spooled to a file that `tidemark upload` sends later.
 
   --name NAME   a name for the session
   --quiet       no summary line from the agent at exit
+  --lossy       a thread whose buffer is full drops the event (counted in the session's stats)
+                instead of waiting for the agent to make room; the default loses nothing
   --no-adapter  allocations only: do not start the Python adapter (no scopes, phases, steps or
                 tags; categories then come from rules, steps from the recording's periodicity)
 environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
@@ -49,6 +51,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   std::string name;
   bool quiet = false;
   bool adapter = true;
+  bool lossy = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -64,7 +67,8 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       quiet = true;
     } else if (a == "--no-adapter") {
       adapter = false;
-
+    } else if (a == "--lossy") {
+      lossy = true;
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "tidemark run: unknown option '%s'\n", a.c_str());
       return kExitUsage;
@@ -96,6 +100,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
   if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
+  if (lossy) setenv("TIDEMARK_LOSSY", "1", 1);
   if (!python.empty()) {
     // tidemark_boot holds the sitecustomize that starts the agent (and, unless --no-adapter, the
     // adapter) once the interpreter is up; the package sits beside it.

@@ -126,11 +126,12 @@ grpc::Status IngestService::Stream(
   if (goodbye) {
     const v1::AgentCounters& c = goodbye->counters();
     end.eventsSent = static_cast<int64_t>(c.events_sent());
-    end.eventsDropped =
-        static_cast<int64_t>(c.dropped_ring_full() + c.dropped_no_ring() + c.dropped_table_full() +
-                             c.dropped_spool_full() + c.dropped_disconnected());
-    auto agentStat = [&](const char* name, uint64_t v, const char* what) {
-      if (v != 0) end.stats.push_back({name, "data_loss", static_cast<int64_t>(v), what});
+    end.eventsDropped = static_cast<int64_t>(c.dropped_ring_full() + c.dropped_no_ring() +
+                                             c.dropped_table_full() + c.dropped_spool_full() +
+                                             c.dropped_disconnected() + c.dropped_buffer_full());
+    auto agentStat = [&](const char* name, uint64_t v, const char* what,
+                         const char* severity = "data_loss") {
+      if (v != 0) end.stats.push_back({name, severity, static_cast<int64_t>(v), what});
     };
     agentStat("agent_dropped_ring_full", c.dropped_ring_full(), "agent: a thread's ring was full");
     agentStat("agent_dropped_no_ring", c.dropped_no_ring(), "agent: no ring left for a thread");
@@ -139,6 +140,17 @@ grpc::Status IngestService::Stream(
     agentStat("agent_dropped_spool_full", c.dropped_spool_full(), "agent: the spool was full");
     agentStat("agent_dropped_disconnected", c.dropped_disconnected(),
               "agent: the stream broke mid-run");
+    agentStat("agent_dropped_buffer_full", c.dropped_buffer_full(),
+              "agent: its buffer (memory and file) was full while the stream could not take more");
+    agentStat("agent_degraded", c.degraded() ? 1 : 0,
+              "agent: a thread waited past the deadline for room; full rings dropped from then on");
+    agentStat("agent_lossy", c.lossy() ? 1 : 0,
+              "agent: lossy mode (TIDEMARK_LOSSY=1): full rings dropped instead of waiting",
+              "info");
+    agentStat("agent_ring_waits", c.ring_waits(),
+              "agent: times a thread waited for room in its full ring (nothing lost)", "info");
+    agentStat("agent_buffered_to_disk", c.events_buffered_to_disk(),
+              "agent: records that went through its buffer file (the stream was slower)", "info");
   }
   if (!error.ok()) {
     end.stats.push_back({"stream_error", "error", 1, std::string(error.message())});

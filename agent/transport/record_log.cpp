@@ -1,0 +1,174 @@
+#include "agent/transport/record_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace tidemark::agent {
+
+namespace {
+constexpr size_t kChunkRecords = 1u << 14;  // 768 KiB
+
+bool writeAll(int fd, const void* data, size_t bytes, off_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += n;
+  }
+  return true;
+}
+
+bool readAll(int fd, void* data, size_t bytes, off_t offset) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += n;
+  }
+  return true;
+}
+}  // namespace
+
+RecordLog::RecordLog(uint64_t memoryCapBytes, std::string spillDir, uint64_t spillCapBytes)
+    : m_memoryCapRecords(std::max<uint64_t>(memoryCapBytes / sizeof(Record), kChunkRecords)),
+      m_spillDir(std::move(spillDir)),
+      m_spillCapRecords(spillCapBytes / sizeof(Record)) {}
+
+RecordLog::~RecordLog() {
+  if (m_spillFd >= 0) ::close(m_spillFd);
+}
+
+bool RecordLog::openSpill() {
+  if (m_spillFd >= 0) return true;
+  if (m_spillFailed) return false;
+  // Unnamed: O_TMPFILE where the file system has it, else a name made unique by mkstemp
+  // (O_EXCL) and removed at once.
+  m_spillFd = ::open(m_spillDir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (m_spillFd < 0) {
+    std::string name = m_spillDir + "/.tidemark-log-XXXXXX";
+    m_spillFd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (m_spillFd >= 0) ::unlink(name.c_str());
+  }
+  if (m_spillFd < 0) m_spillFailed = true;
+  return m_spillFd >= 0;
+}
+
+size_t RecordLog::append(const Record* records, size_t n) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  size_t kept = 0;
+  // Memory first, unless the file still holds records not read (they are older).
+  if (m_spillWritten == m_spillRead) {
+    while (kept < n && m_memoryRecords < m_memoryCapRecords) {
+      if (m_chunks.empty() || m_chunks.back().size() == kChunkRecords) {
+        m_chunks.emplace_back();
+        m_chunks.back().reserve(kChunkRecords);
+      }
+      std::vector<Record>& chunk = m_chunks.back();
+      const size_t room =
+          std::min<uint64_t>(kChunkRecords - chunk.size(), m_memoryCapRecords - m_memoryRecords);
+      const size_t k = std::min(room, n - kept);
+      chunk.insert(chunk.end(), records + kept, records + kept + k);
+      kept += k;
+      m_memoryRecords += k;
+    }
+    m_peakMemoryRecords = std::max(m_peakMemoryRecords, m_memoryRecords);
+  }
+  if (kept < n && openSpill()) {
+    const uint64_t room = m_spillCapRecords > m_spillWritten - m_spillRead
+                              ? m_spillCapRecords - (m_spillWritten - m_spillRead)
+                              : 0;
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(room, n - kept));
+    if (k > 0 && writeAll(m_spillFd, records + kept, k * sizeof(Record),
+                          static_cast<off_t>(m_spillWritten * sizeof(Record)))) {
+      m_spillWritten += k;
+      m_spilledTotal += k;
+      kept += k;
+    }
+  }
+  m_refused += n - kept;
+  return kept;
+}
+
+size_t RecordLog::take(std::vector<Record>& out, size_t max) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  size_t taken = 0;
+  while (taken < max && !m_chunks.empty()) {
+    std::vector<Record>& chunk = m_chunks.front();
+    const size_t k = std::min(max - taken, chunk.size() - m_frontRead);
+    out.insert(out.end(), chunk.begin() + static_cast<long>(m_frontRead),
+               chunk.begin() + static_cast<long>(m_frontRead + k));
+    m_frontRead += k;
+    taken += k;
+    m_memoryRecords -= k;
+    if (m_frontRead == chunk.size()) {
+      m_chunks.pop_front();
+      m_frontRead = 0;
+    }
+  }
+  if (taken < max && m_spillRead < m_spillWritten) {
+    const size_t k =
+        static_cast<size_t>(std::min<uint64_t>(max - taken, m_spillWritten - m_spillRead));
+    const size_t at = out.size();
+    out.resize(at + k);
+    if (readAll(m_spillFd, out.data() + at, k * sizeof(Record),
+                static_cast<off_t>(m_spillRead * sizeof(Record)))) {
+      m_spillRead += k;
+      taken += k;
+    } else {
+      // Unreadable: what the file holds is lost; counted, and the file starts over.
+      out.resize(at);
+      m_refused += m_spillWritten - m_spillRead;
+      m_spillRead = m_spillWritten;
+    }
+    if (m_spillRead == m_spillWritten) {
+      // Read to its end: the file starts over (its blocks go back to the file system).
+      if (::ftruncate(m_spillFd, 0) != 0) {
+      }
+      m_spillRead = m_spillWritten = 0;
+    }
+  }
+  return taken;
+}
+
+bool RecordLog::empty() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_memoryRecords == 0 && m_spillRead == m_spillWritten;
+}
+
+uint64_t RecordLog::memoryBytes() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_memoryRecords * sizeof(Record);
+}
+
+uint64_t RecordLog::spilledBytes() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return (m_spillWritten - m_spillRead) * sizeof(Record);
+}
+
+uint64_t RecordLog::spilledTotal() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_spilledTotal;
+}
+
+uint64_t RecordLog::refused() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_refused;
+}
+
+uint64_t RecordLog::peakMemoryBytes() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_peakMemoryRecords * sizeof(Record);
+}
+
+}  // namespace tidemark::agent
