@@ -368,7 +368,11 @@ void Transport::closeStream(const v1::Goodbye& goodbye,
   while (!m_readerDone && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  if (!m_readerDone) m_context->TryCancel();
+  if (!m_readerDone) {
+    // The server did not close the stream after the goodbye: it may have stored nothing of it.
+    m_closedCleanly = false;
+    m_context->TryCancel();
+  }
   if (m_reader.joinable()) m_reader.join();
   const grpc::Status status = m_stream->Finish();
   if (!status.ok()) {
@@ -395,6 +399,7 @@ void Transport::shutdown(int timeoutMs) {
   if (done) {
     if (m_thread.joinable()) m_thread.join();
   } else {
+    m_closedCleanly = false;
     // Give up: the stream is cancelled and the threads left to end on their own.
     if (m_context) m_context->TryCancel();
     if (m_thread.joinable()) m_thread.detach();
@@ -451,6 +456,18 @@ std::string Transport::summary() const {
                            c.dropped_spool_full() + c.dropped_disconnected() +
                            c.dropped_buffer_full();
   char line[1024];
+  if (!m_closedCleanly) {
+    const uint64_t left = m_recorder.recordedCount() > c.events_sent()
+                              ? m_recorder.recordedCount() - c.events_sent()
+                              : 0;
+    std::snprintf(line, sizeof line,
+                  "tidemark: tidemarkd at %s did not answer at exit; %llu events written to the "
+                  "stream of session %llu were not confirmed and %llu not sent are lost",
+                  m_config.server.c_str(), static_cast<unsigned long long>(c.events_sent()),
+                  static_cast<unsigned long long>(m_sessionId.load()),
+                  static_cast<unsigned long long>(left));
+    return line;
+  }
   switch (m_link) {
     case LinkState::kLive:
       std::snprintf(line, sizeof line,
