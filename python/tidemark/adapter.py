@@ -66,6 +66,9 @@ class Instrumenter:
         self.step_open = False
         self.backward_module = None  # whose saved tensors backward is consuming now
         self.applied_plan = None  # the recompute plan the server had applied (tidemark apply)
+        self.previous_plan = None  # the one it replaced, restored if the new one fails its trial
+        self.plan_on_trial = None  # (plan id, first step) of a plan whose first step is running
+        self.plan_ids = {}  # id(AppliedPlan) -> plan id, for plans reported applied
         self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
         # `tidemark attach` turns them on again).
@@ -297,8 +300,11 @@ class Instrumenter:
 
     # ----- recompute plans sent by the server ----------------------------------------------------
     def _apply_pending_plan(self):
-        """At a step boundary: applies the latest plan `tidemark apply` sent, replacing the one
-        applied before; reports each plan's fate to the server."""
+        """At a step boundary: settles the plan applied at the previous boundary (its first step
+        ran: applied, or, if it turned itself off, removed with the plan before it restored), then
+        applies the latest plan `tidemark apply` sent. Each plan's fate goes to the server once
+        its first step has run (or at once when it is refused before)."""
+        self._settle_plan()
         while True:
             pending = self.agent.take_plan()
             if pending is None:
@@ -312,18 +318,50 @@ class Instrumenter:
                 continue
             model = roots[0]
             previous = self.applied_plan
-            if previous is not None:
-                previous.remove()
             try:
-                self.applied_plan = apply_plan(model, text, self.module_names.get(model))
+                plan = apply_plan(model, text, self.module_names.get(model), install=False)
             except (PlanError, ValueError) as e:
-                self.applied_plan = None
-                if previous is not None:  # the job goes on as it was
-                    self.applied_plan = apply_plan(model, previous.plan,
-                                                   self.module_names.get(model))
                 self.agent.plan_result(plan_id, False, str(e), 0)
                 continue
-            self.agent.plan_result(plan_id, True, "applied", self.step + 1)
+            except Exception as e:  # noqa: BLE001 - a plan never stops the job
+                self.agent.plan_result(plan_id, False, "%s: %s" % (type(e).__name__, e), 0)
+                continue
+            if self.plan_on_trial is not None:  # its first step never came: superseded
+                self.agent.plan_result(self.plan_on_trial[0], False,
+                                       "replaced by plan %d before its first step" % plan_id, 0)
+            if previous is not None:
+                previous.remove()
+            plan.install()
+            self.applied_plan = plan
+            self.previous_plan = previous
+            self.plan_on_trial = (plan_id, self.step + 1)
+
+    def _settle_plan(self):
+        plan = self.applied_plan
+        if plan is None:
+            return
+        if self.plan_on_trial is not None:
+            plan_id, first_step = self.plan_on_trial
+            self.plan_on_trial = None
+            if plan.failed is None:
+                self.agent.plan_result(plan_id, True, "applied", first_step)
+                self.plan_ids[id(plan)] = plan_id
+                self.previous_plan = None
+                return
+            self._turn_off(plan, restore=self.previous_plan)
+            self.agent.plan_result(plan_id, False, plan.failed, 0)
+            return
+        if plan.failed is not None:  # turned itself off later (a path its first step missed)
+            self._turn_off(plan, restore=None)
+            self.agent.plan_result(self.plan_ids.pop(id(plan), 0), False, plan.failed, 0)
+
+    def _turn_off(self, plan, restore):
+        plan.remove()
+        self.applied_plan = None
+        self.previous_plan = None
+        if restore is not None and restore.failed is None:
+            restore.install()
+            self.applied_plan = restore
 
     # ----- installation ------------------------------------------------------------------------
     def install(self):

@@ -8,10 +8,14 @@
 A ``recompute`` segment of one module runs that module under
 ``torch.utils.checkpoint.checkpoint(use_reentrant=False)`` (RNG state preserved). A segment of
 several modules (blocks called one after another, each on the previous one's output) runs all of
-them inside one checkpoint from the first module's call; the later modules then hand their input
-through. A ``selective`` segment checkpoints the child modules the plan names. ``store`` segments
-are left alone. A plan that does not fit the model (unknown module, a segment whose modules are not
-siblings called in a chain) is refused with ``PlanError`` before anything changes.
+them inside one checkpoint from the first module's call; the later modules then return the
+outputs computed there. A ``selective`` segment checkpoints the child modules the plan names.
+``store`` segments are left alone. A plan that does not fit the model by its names (an unknown
+module, a segment whose modules are not siblings, a module twice) is refused with ``PlanError``
+before anything changes; one that fails when it runs (a segment that is not a chain, a block that
+takes more than its predecessor's output, a module that cannot run under a checkpoint) turns
+itself off and the module's own forward runs instead (``AppliedPlan.failed`` says why), so a plan
+never stops the job.
 """
 import json
 
@@ -77,12 +81,49 @@ def _checkpoint():
     return ckpt.checkpoint
 
 
-class AppliedPlan:
-    """The wrapped modules of one applied plan; ``remove()`` restores them."""
+def _rng_state():
+    """The RNG states a failed attempt may have advanced (CPU, and CUDA where it is in use)."""
+    import torch
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
 
-    def __init__(self, doc):
+
+def _set_rng_state(state):
+    import torch
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class AppliedPlan:
+    """The wrapped modules of one applied plan; ``remove()`` restores them.
+
+    A plan never stops the job. Each wrapper tries the plan's way (a checkpoint); if that raises,
+    the random number generators are put back, the plan turns itself off (``failed`` says why)
+    and the module's own forward runs instead, so the step goes on as without the plan (an error
+    of the job's own is raised again by its own forward). A segment of several modules returns
+    each module's true output, computed inside one checkpoint; a later module called with anything
+    but its predecessor's output (the model is not a chain there) runs its own forward, so the
+    values are always the model's own. What a failure in the recomputation during backward does
+    cannot be undone: the wrappers' forward runs first, and is where a plan that does not fit
+    fails."""
+
+    def __init__(self, doc, actions):
         self.plan = doc
+        self.failed = None  # why the plan turned itself off
+        self._actions = actions  # ("one" | "chain", modules, names), checked by apply_plan
         self._restore = []  # (module, had_own_forward, previous_forward)
+
+    def install(self):
+        """Wraps the plan's modules (again, after a remove())."""
+        if self._restore:
+            return
+        for kind, modules, names in self._actions:
+            if kind == "one":
+                self.wrap_one(modules[0], names[0])
+            else:
+                self.wrap_chain(modules, names)
 
     def _set_forward(self, module, forward):
         own = "forward" in module.__dict__
@@ -97,15 +138,32 @@ class AppliedPlan:
                 module.__dict__.pop("forward", None)
         self._restore = []
 
+    def _fail(self, why):
+        if self.failed is None:
+            self.failed = why
+
+    def _attempt(self, name, planned, own, args, kwargs):
+        """planned() the plan's way; on an exception, the own way (see the class)."""
+        state = _rng_state()
+        try:
+            return planned()
+        except Exception as e:  # noqa: BLE001 - whatever the plan did wrong, the job goes on
+            self._fail("%s failed under the plan (%s: %s); the plan was turned off"
+                       % (name, type(e).__name__, e))
+            _set_rng_state(state)
+            return own(*args, **kwargs)
+
     # One module under checkpoint.
-    def wrap_one(self, module):
+    def wrap_one(self, module, name):
         import torch
         inner = module.forward
 
         def forward(*args, **kwargs):
-            if not torch.is_grad_enabled():
+            if self.failed is not None or not torch.is_grad_enabled():
                 return inner(*args, **kwargs)
-            return _checkpoint()(inner, *args, use_reentrant=False, **kwargs)
+            return self._attempt(
+                name, lambda: _checkpoint()(inner, *args, use_reentrant=False, **kwargs),
+                inner, args, kwargs)
 
         self._set_forward(module, forward)
 
@@ -113,42 +171,50 @@ class AppliedPlan:
     def wrap_chain(self, modules, names):
         import torch
         inners = [m.forward for m in modules]
-        # The tensor the first module returned, which each later module must receive (and hands
-        # on), and how many later modules are still to come in this pass.
-        state = {"expect": None, "left": 0}
+        # Computed ahead for the later modules: pending[i] = (the input module i must be called
+        # with, its output, the RNG state right after it ran). The RNG is wound back to where
+        # each module would leave it, so the draws of the job are those of a run without plan,
+        # whichever way the modules turn out to be called.
+        pending = {}
+        ran = []
 
         def run(*args, **kwargs):
-            y = inners[0](*args, **kwargs)
+            ys = [inners[0](*args, **kwargs)]
+            ran[:] = [_rng_state()]
             for inner in inners[1:]:
-                y = inner(y)
-            return y
+                ys.append(inner(ys[-1]))
+                ran.append(_rng_state())
+            return tuple(ys)
 
         def first(*args, **kwargs):
-            if state["left"]:
-                state["expect"], state["left"] = None, 0
-                raise RuntimeError(
-                    "tidemark plan: %s ran again before the rest of its segment; the segment "
-                    "%s..%s is not a chain in this model" % (names[0], names[0], names[-1]))
-            if not torch.is_grad_enabled():
+            pending.clear()
+            if self.failed is not None or not torch.is_grad_enabled():
                 return inners[0](*args, **kwargs)
-            y = _checkpoint()(run, *args, use_reentrant=False, **kwargs)
-            state["expect"], state["left"] = y, len(inners) - 1
-            return y
+            del ran[:]
+            ys = self._attempt(
+                names[0] + ".." + names[-1],
+                lambda: _checkpoint()(run, *args, use_reentrant=False, **kwargs),
+                lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
+            if len(ys) == len(inners) and len(ran) == len(inners):
+                for i in range(1, len(ys)):
+                    pending[i] = (ys[i - 1], ys[i], ran[i])
+                _set_rng_state(ran[0])
+            del ran[:]
+            return ys[0]
 
         def later(index):
             def forward(*args, **kwargs):
-                if not state["left"]:
-                    return inners[index](*args, **kwargs)
-                if len(args) != 1 or kwargs or args[0] is not state["expect"]:
-                    state["left"] = 0
-                    raise RuntimeError(
-                        "tidemark plan: %s was called with something other than %s's output; "
-                        "the segment %s..%s is not a chain in this model"
-                        % (names[index], names[index - 1], names[0], names[-1]))
-                state["left"] -= 1
-                if not state["left"]:
-                    state["expect"] = None
-                return args[0]
+                ahead = pending.pop(index, None)
+                if ahead is not None and len(args) == 1 and not kwargs and args[0] is ahead[0]:
+                    _set_rng_state(ahead[2])
+                    return ahead[1]
+                if ahead is not None:
+                    pending.clear()
+                    self._fail("%s was called with something other than %s's output: the "
+                               "segment %s..%s is not a chain in this model; the plan was "
+                               "turned off" % (names[index], names[index - 1], names[0],
+                                               names[-1]))
+                return inners[index](*args, **kwargs)
             return forward
 
         self._set_forward(modules[0], first)
@@ -156,11 +222,12 @@ class AppliedPlan:
             self._set_forward(modules[i], later(i))
 
 
-def apply_plan(model, plan, root_name=None):
+def apply_plan(model, plan, root_name=None, install=True):
     """Applies a plan document (path, JSON text or dict) to ``model`` and returns an
     ``AppliedPlan``. Module names in the plan are qualified by the model's class name (or
     ``root_name``), as tidemark records them. Raises ``PlanError`` when the plan does not fit;
-    the model is then unchanged."""
+    the model is then unchanged. install=False checks the plan and returns it without wrapping
+    anything (``install()`` does it later)."""
     doc = load_plan(plan)
     table = _module_table(model, root_name)
     # Resolve and check everything first, so that a refusal changes nothing.
@@ -193,10 +260,7 @@ def apply_plan(model, plan, root_name=None):
             if id(m) in wrapped:
                 raise PlanError("module %s appears twice in the plan" % n)
             wrapped.add(id(m))
-    applied = AppliedPlan(doc)
-    for kind, modules, names in actions:
-        if kind == "one":
-            applied.wrap_one(modules[0])
-        else:
-            applied.wrap_chain(modules, names)
+    applied = AppliedPlan(doc, actions)
+    if install:
+        applied.install()
     return applied

@@ -1,0 +1,87 @@
+"""Plans can never stop the job: plans that are valid JSON but wrong, applied with `tidemark
+apply` to a running training whose model breaks the chain's assumptions (two-argument blocks,
+sibling children that are not a chain, a layer that cannot run under a checkpoint), are refused
+before anything changes or turned off after the first step they ran in, with the module's own
+forward run instead; the job exits 0 with the losses of an unplanned run, digit for digit, and
+plan-check shows each refusal with its reason."""
+import json
+import os
+import re
+import subprocess
+import time
+import unittest
+
+from tidemark_env import BIN, DaemonTestCase, PYTHON
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_target_train.py")
+ARGS = ("--steps", "70", "--sleep", "0.15")
+
+# (segments, what the refusal says)
+WRONG_PLANS = [
+    ([{"mode": "recompute", "modules": ["Net.blocks.1.first", "Net.blocks.1.second"]}],
+     "is not a chain in this model"),
+    ([{"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1"]}],
+     "Net.blocks.0..Net.blocks.1 failed under the plan (TypeError"),
+    ([{"mode": "recompute", "modules": ["Net.blocks.7"]}], "no module Net.blocks.7"),
+    ([{"mode": "recompute", "modules": ["TinyGPT.blocks.1"]}], "no module TinyGPT.blocks.1"),
+    ([{"mode": "recompute", "modules": ["Net.fussy"]}],
+     "Net.fussy failed under the plan (RuntimeError: Fussy cannot run under a checkpoint)"),
+    ([{"mode": "recompute", "modules": ["Net.blocks.2", "Net.blocks.2"]}], "appears twice"),
+]
+
+
+def plan_doc(segments):
+    return {"format": "tidemark-plan", "version": 1, "strategy": "optimal", "budget_bytes": 1,
+            "feasible": True, "predicted": {"peak_bytes": 1, "extra_ns": 0, "step_ns": 0,
+                                            "overhead": 0, "peak_at": {"phase": "forward"}},
+            "baseline": {"peak_bytes": 1, "step_ns": 0}, "lower_bound_extra_ns": 0,
+            "min_feasible_budget_bytes": 1, "chain": {"name": "x", "stages": 1, "static_bytes": 0},
+            "segments": segments}
+
+
+def losses(text):
+    return re.findall(r"^step \d+ loss (\S+)$", text, re.M)
+
+
+class PlanSafetyTest(DaemonTestCase):
+    def test_wrong_plans_never_stop_the_job(self):
+        r = subprocess.run([PYTHON, SCRIPT, *ARGS], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = losses(r.stdout)
+        self.assertEqual(len(expected), 70)
+        job = subprocess.Popen([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                "run", "--", PYTHON, SCRIPT, *ARGS], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            sid = self.wait_live_steps(2)
+            for i, (segments, reason) in enumerate(WRONG_PLANS):
+                path = os.path.join(self.daemon.dir, "wrong%d.json" % i)
+                with open(path, "w") as f:
+                    json.dump(plan_doc(segments), f)
+                r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
+                self.assertEqual(r.returncode, 1, "plan %d: %s%s" % (i, r.stdout, r.stderr))
+                self.assertIn(reason, r.stderr, "plan %d" % i)
+            out, err = job.communicate(timeout=300)
+        finally:
+            if job.poll() is None:
+                job.kill()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertEqual(losses(out), expected)  # exactly: every step, every digit
+        check = self.daemon.cli_json("plan-check", str(sid))["plans"]
+        self.assertEqual([p["state"] for p in check], ["refused"] * len(WRONG_PLANS))
+        for p, (_, reason) in zip(check, WRONG_PLANS):
+            self.assertIn(reason, p["message"])
+
+    def wait_live_steps(self, steps, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            live = [s for s in self.daemon.cli_json("sessions")["sessions"]
+                    if s["state"] == "live"]
+            if live and live[-1]["steps"] >= steps:
+                return live[-1]["id"]
+            time.sleep(0.1)
+        raise AssertionError("no live session reached %d steps" % steps)
+
+
+if __name__ == "__main__":
+    unittest.main()
