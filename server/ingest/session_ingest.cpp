@@ -40,6 +40,13 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
       return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) + " has no payload");
     }
     if (e.seq() == 0) return absl::InvalidArgumentError("event with sequence number 0");
+    const uint64_t size =
+        e.has_alloc() ? e.alloc().size_bytes() : (e.has_tag() ? e.tag().size_bytes() : 0);
+    if (size > kMaxSizeBytes) {
+      return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) + ": size " +
+                                        std::to_string(size) + " bytes is over the limit of " +
+                                        std::to_string(kMaxSizeBytes) + " (256 TiB)");
+    }
     if (e.seq() < m_nextSeq || m_pending.count(e.seq()) != 0) {
       return absl::InvalidArgumentError("sequence number " + std::to_string(e.seq()) +
                                         " received twice");

@@ -23,11 +23,14 @@ namespace tidemark::server {
 class SessionIngest {
  public:
   static constexpr size_t kMaxPendingEvents = 1u << 20;
+  // The largest block or tag size taken (256 TiB, beyond any device or host of today): a size
+  // past it is a malformed event, so that no sum of sizes can overflow the int64 figures.
+  static constexpr uint64_t kMaxSizeBytes = 1ull << 48;
 
   explicit SessionIngest(int64_t sessionId) { m_rows.sessionId = sessionId; }
 
   // INVALID_ARGUMENT for a malformed batch: batch_seq out of order, an event without payload,
-  // a zero or repeated sequence number, a zero string id.
+  // a zero or repeated sequence number, a zero string id, a size over kMaxSizeBytes.
   absl::Status addBatch(const v1::EventBatch& batch);
   // Rows completed since the last call.
   SessionRows takeRows();

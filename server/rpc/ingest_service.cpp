@@ -1,5 +1,7 @@
 #include "server/rpc/ingest_service.h"
 
+#include <initializer_list>
+#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -28,6 +30,15 @@ absl::Status checkHandshake(const v1::Handshake& h, const std::string& db) {
   }
   return absl::OkStatus();
 }
+// An agent's counter (or a sum of them) as a stored figure: saturated at the int64 limit, so
+// that a wrong or hostile value never wraps into a negative figure.
+int64_t counterValue(std::initializer_list<uint64_t> values) {
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t sum = 0;
+  for (uint64_t v : values) sum = (v > kMax - sum) ? kMax : sum + v;
+  return static_cast<int64_t>(sum);
+}
+int64_t counterValue(uint64_t value) { return counterValue({value}); }
 }  // namespace
 
 grpc::Status IngestService::Stream(
@@ -125,13 +136,13 @@ grpc::Status IngestService::Stream(
   end.endTsNs = goodbye ? std::max(goodbye->end_ts_ns(), ingest.lastTsNs()) : ingest.lastTsNs();
   if (goodbye) {
     const v1::AgentCounters& c = goodbye->counters();
-    end.eventsSent = static_cast<int64_t>(c.events_sent());
-    end.eventsDropped = static_cast<int64_t>(c.dropped_ring_full() + c.dropped_no_ring() +
-                                             c.dropped_table_full() + c.dropped_spool_full() +
-                                             c.dropped_disconnected() + c.dropped_buffer_full());
+    end.eventsSent = counterValue(c.events_sent());
+    end.eventsDropped =
+        counterValue({c.dropped_ring_full(), c.dropped_no_ring(), c.dropped_table_full(),
+                      c.dropped_spool_full(), c.dropped_disconnected(), c.dropped_buffer_full()});
     auto agentStat = [&](const char* name, uint64_t v, const char* what,
                          const char* severity = "data_loss") {
-      if (v != 0) end.stats.push_back({name, severity, static_cast<int64_t>(v), what});
+      if (v != 0) end.stats.push_back({name, severity, counterValue(v), what});
     };
     agentStat("agent_dropped_ring_full", c.dropped_ring_full(), "agent: a thread's ring was full");
     agentStat("agent_dropped_no_ring", c.dropped_no_ring(), "agent: no ring left for a thread");

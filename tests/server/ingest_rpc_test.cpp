@@ -3,7 +3,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include <limits>
 
 #include <filesystem>
 
@@ -185,6 +187,31 @@ TEST_F(IngestRpcTest, BreakdownOfAStepThatDoesNotExistIsOutOfRange) {
   req.set_step(5);
   v1::Breakdown b;
   EXPECT_EQ(m_query->GetBreakdown(&ctx, req, &b).error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+TEST_F(IngestRpcTest, CountersAndSizesPastTheLimitsNeverBecomeNegativeFigures) {
+  // A size of 2^64-1 ends the stream with INVALID_ARGUMENT; what came before is kept.
+  v1::AgentMessage huge = goodBatch(2, 3);
+  huge.mutable_batch()->mutable_events(0)->mutable_alloc()->set_size_bytes(~0ull);
+  uint64_t session = 0;
+  grpc::Status s = send({hello(), goodBatch(1, 1), huge}, &session);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("over the limit"), std::string::npos);
+  // Counters of 2^64-1 saturate: no figure wraps below zero.
+  v1::AgentMessage bye;
+  auto* c = bye.mutable_goodbye()->mutable_counters();
+  c->set_events_sent(~0ull);
+  c->set_dropped_ring_full(~0ull);
+  c->set_dropped_spool_full(~0ull);
+  ASSERT_TRUE(send({hello(), goodBatch(1, 1), bye}, &session).ok());
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id(session);
+  v1::SessionInfo info;
+  ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+  EXPECT_EQ(info.events_sent(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  EXPECT_EQ(info.events_dropped(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  expectHealthy();
 }
 
 }  // namespace

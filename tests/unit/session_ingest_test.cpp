@@ -38,6 +38,25 @@ int64_t stat(const SessionIngest& in, const std::string& name) {
   return 0;
 }
 
+TEST(SessionIngestTest, SizesPastTheLimitAreRefusedAndLeaveNothingHalfApplied) {
+  SessionIngest in(1);
+  ASSERT_TRUE(in.addBatch(batch(1, {alloc(1, 0x40, SessionIngest::kMaxSizeBytes)})).ok());
+  const absl::Status s = in.addBatch(batch(2, {alloc(2, 0x80, 16), alloc(3, 0xc0, ~0ull)}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("over the limit"), std::string_view::npos);
+  v1::Event tag;
+  tag.set_seq(2);
+  tag.mutable_tag()->set_address(0x40);
+  tag.mutable_tag()->set_size_bytes(SessionIngest::kMaxSizeBytes + 1);
+  EXPECT_EQ(in.addBatch(batch(2, {tag})).code(), absl::StatusCode::kInvalidArgument);
+  // The refused batches left nothing: batch 2 is still the next, and only block 1 is live.
+  ASSERT_TRUE(in.addBatch(batch(2, {freeOf(2, 0x40)})).ok());
+  SessionRows rows = in.takeRows();
+  ASSERT_EQ(rows.blocks.size(), 1u);
+  EXPECT_EQ(rows.blocks[0].sizeBytes, SessionIngest::kMaxSizeBytes);
+  EXPECT_TRUE(in.finish().blocks.empty());
+}
+
 TEST(SessionIngestTest, OutOfOrderBatchesArePairedInSequenceOrder) {
   SessionIngest in(1);
   // The free (seq 2) and the address's reuse (seq 3) arrive before the first alloc (seq 1).
