@@ -7,16 +7,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <type_traits>
 
 namespace tidemark::agent {
 
 namespace {
 constexpr size_t kChunkRecords = 1u << 14;  // 768 KiB
 
-bool writeAll(int fd, const void* data, size_t bytes, off_t offset) {
-  const char* p = static_cast<const char*>(data);
+// pwrite or pread of the whole range, across short transfers and signals.
+template <typename Buffer, typename Op>
+bool transferAll(int fd, Buffer* data, size_t bytes, off_t offset, Op op) {
+  auto* p = reinterpret_cast<std::conditional_t<std::is_const_v<Buffer>, const char, char>*>(data);
   while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, p, bytes, offset);
+    const ssize_t n = op(fd, p, bytes, offset);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     p += n;
@@ -26,17 +29,12 @@ bool writeAll(int fd, const void* data, size_t bytes, off_t offset) {
   return true;
 }
 
+bool writeAll(int fd, const void* data, size_t bytes, off_t offset) {
+  return transferAll(fd, data, bytes, offset, ::pwrite);
+}
+
 bool readAll(int fd, void* data, size_t bytes, off_t offset) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, bytes, offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += n;
-  }
-  return true;
+  return transferAll(fd, data, bytes, offset, ::pread);
 }
 }  // namespace
 

@@ -47,16 +47,10 @@ class AdapterInvisibleTest(DaemonTestCase):
             job = Job(command=[PYTHON, "-u", SCRIPT, "--gate", gates])
             try:
                 self.wait_line(job, "gate attached")
-                r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
-                                    "attach", str(job.pid)], capture_output=True, text=True,
-                                   timeout=300)
-                self.assertEqual(r.returncode, 0, r.stderr)
+                self.daemon.cli("attach", str(job.pid))
                 open(os.path.join(gates, "go.attached"), "w").close()
                 self.wait_line(job, "gate detached")
-                r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
-                                    "detach", str(job.pid)], capture_output=True, text=True,
-                                   timeout=300)
-                self.assertEqual(r.returncode, 0, r.stderr)
+                self.daemon.cli("detach", str(job.pid))
                 open(os.path.join(gates, "go.detached"), "w").close()
                 rc, out, err = job.finish()
             finally:

@@ -78,17 +78,21 @@ class IngestRpcTest : public ::testing::Test {
     return stream->Finish();
   }
 
+  grpc::Status sessionInfo(uint64_t session, v1::SessionInfo* info) {
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(session);
+    return m_query->GetSession(&ctx, req, info);
+  }
+
   // A complete, well-behaved session still works: the server kept serving.
   void expectHealthy() {
     v1::AgentMessage bye;
     bye.mutable_goodbye()->mutable_counters()->set_events_sent(2);
     uint64_t session = 0;
     ASSERT_TRUE(send({hello(), goodBatch(1, 1), bye}, &session).ok());
-    grpc::ClientContext ctx;
-    v1::GetSessionRequest req;
-    req.set_session_id(session);
     v1::SessionInfo info;
-    ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
     EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
     EXPECT_EQ(info.events_stored(), 2u);
     EXPECT_EQ(info.blocks(), 1u);
@@ -204,11 +208,8 @@ TEST_F(IngestRpcTest, CountersAndSizesPastTheLimitsNeverBecomeNegativeFigures) {
   c->set_dropped_ring_full(~0ull);
   c->set_dropped_spool_full(~0ull);
   ASSERT_TRUE(send({hello(), goodBatch(1, 1), bye}, &session).ok());
-  grpc::ClientContext ctx;
-  v1::GetSessionRequest req;
-  req.set_session_id(session);
   v1::SessionInfo info;
-  ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
   EXPECT_EQ(info.events_sent(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
   EXPECT_EQ(info.events_dropped(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
   expectHealthy();
