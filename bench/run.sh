@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run and reported as ratios (never run by the tests):
 #   1. the agent's overhead on the example's training step, beside torch.profiler(profile_memory)
-#   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's
+#   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's; then
+#      bursts from 8 threads (tests/agent/burst_program.cpp) plain, under tidemark lossless and
+#      --lossy, and under heaptrack (lossless too): wall time and what was lost
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed); then the
 #      analysis of a session as large whose blocks are tensors in device segments (a GPU job's)
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
+#        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/${BUILD_DIR:-build}/bin
@@ -23,13 +26,16 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
+SECTIONS=" ${SECTIONS:-1 2 3 4 5} "
+want() { [[ "$SECTIONS" == *" $1 "* ]]; }
+minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 
+if want 1; then
 echo "== 1. training step of examples/tiny_gpt.py: the fastest steady step of 6 interleaved runs"
 echo "   each, wall time and the process's CPU time (all threads, the agent's drain thread included)"
 export OPENBLAS_NUM_THREADS=1
 plain=""; agent=""; prof=""; plaincpu=""; agentcpu=""; profcpu=""
-minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 for _ in 1 2 3 4 5 6; do
   out=$($PY bench/train_step_time.py 2>/dev/null)
   plain=$(minof "$plain" "$(echo "$out" | field min_step_s)")
@@ -53,6 +59,9 @@ print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("torch.profiler(profile_memory=True)"
 PYEOF
 
 echo
+fi
+
+if want 2; then
 echo "== 2. hook cost: $ROUNDS posix_memalign+free pairs (bench/hook_cost.cpp)"
 base=$("$BIN/bench_hook_cost" "$ROUNDS" | field ns_per_alloc_free)
 with=$(TIDEMARK_SERVER=$SERVER TIDEMARK_QUIET=1 LD_PRELOAD=$LIB \
@@ -75,8 +84,59 @@ if ht != "n/a":
     print("hook cost per event, tidemark / heaptrack: %.3f" % ((with_ - base) / (ht - base)))
 PYEOF
 
-
 echo
+echo "== 2b. bursts: 8 threads, bursts of up to 40,000 aligned blocks each (tests/agent/burst_program.cpp):"
+echo "   the bursts' own time (the job held up) and the whole run's wall time (the recording"
+echo "   delivered to tidemarkd or written by heaptrack), best of 3 interleaved"
+BURST="$BIN/tidemark_burst_program 40000"
+burst() {  # "<bursts' seconds> <wall seconds>" of a run of "$@" (the program's JSON on stdout)
+  $PY -c "
+import json, subprocess, sys, time
+t = time.perf_counter()
+out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
+wall = time.perf_counter() - t
+line = [l for l in out.decode().splitlines() if l.startswith('{')][-1]  # heaptrack talks too
+print(json.loads(line)['elapsed_s'], wall)" "$@"
+}
+declare -A job wall
+for _ in 1 2 3; do
+  for kind in plain lossless lossy heaptrack; do
+    case $kind in
+      plain) r=$(burst $BURST) ;;
+      lossless) r=$(burst "$BIN/tidemark" --server "$SERVER" run --quiet -- $BURST) ;;
+      lossy) r=$(burst "$BIN/tidemark" --server "$SERVER" run --quiet --lossy -- $BURST) ;;
+      heaptrack) command -v heaptrack >/dev/null || continue
+                 r=$(cd "$WORK" && burst heaptrack -o "$WORK/burst-ht" $BURST) ;;
+    esac
+    job[$kind]=$(minof "${job[$kind]:-}" "${r% *}")
+    wall[$kind]=$(minof "${wall[$kind]:-}" "${r#* }")
+  done
+done
+# What the last lossless and lossy runs kept (sessions are listed in the order they ran).
+kept=$("$BIN/tidemark" --server "$SERVER" sessions --json | $PY -c "
+import json, sys
+s = [x for x in json.load(sys.stdin)['sessions'] if 'burst_program' in x['command_line']]
+print(s[-2]['events_dropped'], s[-1]['events_dropped'], s[-2]['events_stored'])")
+$PY - "${job[plain]}" "${wall[plain]}" "${job[lossless]}" "${wall[lossless]}" "${job[lossy]}" \
+  "${wall[lossy]}" "${job[heaptrack]:-0}" "${wall[heaptrack]:-0}" $kept <<'PYEOF'
+import sys
+v = list(map(float, sys.argv[1:9]))
+drop_lossless, drop_lossy, stored = map(int, sys.argv[9:12])
+rows = [("plain", v[0], v[1], "-"), ("tidemark run (lossless, default)", v[2], v[3], drop_lossless),
+        ("tidemark run --lossy", v[4], v[5], drop_lossy)]
+if v[6] > 0:
+    rows.append(("heaptrack (lossless)", v[6], v[7], 0))
+print("%-36s %10s %7s %10s %7s %10s" % ("", "bursts (s)", "ratio", "wall (s)", "ratio", "dropped"))
+for name, job, wall, dropped in rows:
+    print("%-36s %10.3f %7.2f %10.3f %7.2f %10s" % (name, job, job / v[0], wall, wall / v[1], dropped))
+if v[6] > 0:
+    print("lossless, tidemark / heaptrack: bursts %.3f, wall %.3f (target <= 0.5); %d events stored"
+          % (v[2] / v[6], v[3] / v[7], stored))
+PYEOF
+echo
+fi
+
+if want 3; then
 echo "== 3. a session of $EVENTS events (bench/scale_bench.cpp)"
 "$BIN/bench_scale" --server "$SERVER" --events "$EVENTS" --scratch "$WORK/raw.db" > "$WORK/scale.json"
 SCALE_SESSION=$($PY -c "import json; print(json.load(open('$WORK/scale.json'))['session'])")
@@ -101,6 +161,9 @@ print("analysis, tensors in segments   %10.2f s  (ratio to host blocks %.2f)" % 
 PYEOF
 
 echo
+fi
+
+if want 4; then
 echo "== 4. the optimal chain planner on 200 blocks (bench/pareto_bench.cpp), target 1 s"
 "$BIN/bench_pareto" 200 > "$WORK/pareto.json"
 $PY - "$WORK/pareto.json" <<'PYEOF'
@@ -113,6 +176,9 @@ for line in open(sys.argv[1]):
 PYEOF
 
 echo
+fi
+
+if want 5; then
 echo "== 5. the GUI's timeline (bench/gui_repaint.cpp) on session $SCALE_SESSION ($EVENTS events), target 16 ms"
 QT_QPA_PLATFORM=offscreen "$BIN/bench_gui_repaint" --server "$SERVER" --open "$SCALE_SESSION" \
   > "$WORK/gui.json" 2>/dev/null
@@ -126,3 +192,4 @@ print("repaint, zoomed to a tenth      %10.2f ms median, %.2f ms worst of 50 (/ 
       % (r["repaint_zoom_ms_median"], r["repaint_zoom_ms_max"], r["repaint_zoom_ms_median"] / 16))
 print("timeline fetch (full / zoomed)  %10.1f ms / %.1f ms" % (r["fetch_full_ms"], r["fetch_zoom_ms"]))
 PYEOF
+fi

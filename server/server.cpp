@@ -8,6 +8,8 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
+#include "server/unix_socket_path.h"
+
 namespace tidemark::server {
 
 std::string defaultDbPath() {

@@ -36,6 +36,7 @@ class BlockTable {
   size_t bucketA(uint64_t address) const noexcept;
   size_t bucketB(uint64_t address) const noexcept;
   long find(uint64_t address) const noexcept;
+  size_t emptySlots(size_t bucket) const noexcept;
 
   std::atomic<uint64_t>* m_keys = nullptr;
   uint64_t* m_sizes = nullptr;

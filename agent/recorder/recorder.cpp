@@ -103,7 +103,7 @@ Ring* Recorder::ringWithRoom() noexcept {
 
 bool Recorder::waitForRoom(Ring* ring) noexcept {
   if (m_lossy.load(std::memory_order_relaxed) || m_degraded.load(std::memory_order_relaxed) ||
-      !m_collector.load(std::memory_order_acquire)) {
+      m_collectors.load(std::memory_order_acquire) == 0) {
     return false;
   }
   m_ringWaits.fetch_add(1, std::memory_order_relaxed);
@@ -117,7 +117,7 @@ bool Recorder::waitForRoom(Ring* ring) noexcept {
     const uint32_t epoch = m_drainEpoch.load(std::memory_order_acquire);
     if ((room = ring->hasSpace())) break;
     if (m_degraded.load(std::memory_order_relaxed) ||
-        !m_collector.load(std::memory_order_acquire)) {
+        m_collectors.load(std::memory_order_acquire) == 0) {
       break;
     }
     const int64_t left = deadline - base::monotonicNs();
@@ -135,9 +135,10 @@ bool Recorder::waitForRoom(Ring* ring) noexcept {
   return room;
 }
 
-void Recorder::setCollector(bool running) noexcept {
-  m_collector.store(running, std::memory_order_release);
-  if (!running) {
+void Recorder::collectorStarted() noexcept { m_collectors.fetch_add(1, std::memory_order_acq_rel); }
+
+void Recorder::collectorStopped() noexcept {
+  if (m_collectors.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     m_drainEpoch.fetch_add(1, std::memory_order_acq_rel);
     futexWakeAll(m_drainEpoch);
   }

@@ -66,8 +66,11 @@ class Recorder {
   // Waits on full rings (each counts once, however long it took).
   uint64_t ringWaits() const noexcept { return m_ringWaits.load(std::memory_order_relaxed); }
 
-  // Collector side. setCollector(false) also releases every waiting thread (they drop).
-  void setCollector(bool running) noexcept;
+  // Collector side: a collector starts and stops (counted: a transport retired by a detach may
+  // still be winding down while the next attach's runs). When none runs, every waiting thread
+  // is released (it drops).
+  void collectorStarted() noexcept;
+  void collectorStopped() noexcept;
   // Sleeps until a thread asks for room (or requestDrain is called) or timeoutMs passes.
   void awaitDrainRequest(int timeoutMs) noexcept;
   void requestDrain() noexcept;
@@ -131,7 +134,7 @@ class Recorder {
   bool m_initialized = false;
   std::atomic<bool> m_lossy{false};
   std::atomic<bool> m_degraded{false};
-  std::atomic<bool> m_collector{false};
+  std::atomic<uint32_t> m_collectors{0};
   int64_t m_waitDeadlineNs = 2000ll * 1000000;
   std::atomic<uint64_t> m_ringWaits{0};
   // Futex words: m_drainRequest rises when a thread wants room (the collector sleeps on it),

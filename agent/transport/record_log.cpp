@@ -80,7 +80,6 @@ size_t RecordLog::append(const Record* records, size_t n) {
       kept += k;
       m_memoryRecords += k;
     }
-    m_peakMemoryRecords = std::max(m_peakMemoryRecords, m_memoryRecords);
   }
   if (kept < n && openSpill()) {
     const uint64_t room = m_spillCapRecords > m_spillWritten - m_spillRead
@@ -139,21 +138,6 @@ size_t RecordLog::take(std::vector<Record>& out, size_t max) {
   return taken;
 }
 
-bool RecordLog::empty() const {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  return m_memoryRecords == 0 && m_spillRead == m_spillWritten;
-}
-
-uint64_t RecordLog::memoryBytes() const {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  return m_memoryRecords * sizeof(Record);
-}
-
-uint64_t RecordLog::spilledBytes() const {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  return (m_spillWritten - m_spillRead) * sizeof(Record);
-}
-
 uint64_t RecordLog::spilledTotal() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_spilledTotal;
@@ -162,11 +146,6 @@ uint64_t RecordLog::spilledTotal() const {
 uint64_t RecordLog::refused() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_refused;
-}
-
-uint64_t RecordLog::peakMemoryBytes() const {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  return m_peakMemoryRecords * sizeof(Record);
 }
 
 }  // namespace tidemark::agent

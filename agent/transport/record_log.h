@@ -31,12 +31,8 @@ class RecordLog {
   // Moves up to max of the oldest records to out (appending); returns how many.
   size_t take(std::vector<Record>& out, size_t max);
 
-  bool empty() const;
-  uint64_t memoryBytes() const;
-  uint64_t spilledBytes() const;  // written to the file and not read yet
   uint64_t spilledTotal() const;  // records that ever went to the file
   uint64_t refused() const;       // records over both caps
-  uint64_t peakMemoryBytes() const;
 
  private:
   bool openSpill();
@@ -46,7 +42,6 @@ class RecordLog {
   size_t m_frontRead = 0;                    // records of m_chunks.front() taken already
   uint64_t m_memoryRecords = 0;
   uint64_t m_memoryCapRecords;
-  uint64_t m_peakMemoryRecords = 0;
 
   std::string m_spillDir;
   uint64_t m_spillCapRecords;

@@ -103,7 +103,7 @@ void Transport::spawnThreads() {
   sigset_t previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
-  m_recorder.setCollector(true);
+  m_recorder.collectorStarted();
   m_collector = std::thread([this] { collect(); });
   m_thread = std::thread([this] { run(); });
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
@@ -136,8 +136,8 @@ void Transport::stopCollector() {
   m_collectorStop.store(true, std::memory_order_release);
   m_recorder.requestDrain();
   if (m_collector.joinable()) m_collector.join();
-  // Nobody empties the rings any more: a thread finding its ring full drops (counted).
-  m_recorder.setCollector(false);
+  // This one no longer empties the rings (with none left, a full ring drops, counted).
+  m_recorder.collectorStopped();
 }
 
 void Transport::run() {
@@ -400,13 +400,10 @@ void Transport::shutdown(int timeoutMs) {
     if (m_thread.joinable()) m_thread.join();
   } else {
     m_closedCleanly = false;
-    // Give up: the stream is cancelled and the threads left to end on their own.
+    // Give up: the stream is cancelled and the sender left to end on its own (it stops the
+    // collector on its way out; meanwhile the rings keep being emptied).
     if (m_context) m_context->TryCancel();
     if (m_thread.joinable()) m_thread.detach();
-    m_collectorStop.store(true, std::memory_order_release);
-    m_recorder.setCollector(false);
-    m_recorder.requestDrain();
-    if (m_collector.joinable()) m_collector.detach();
   }
 }
 

@@ -50,9 +50,6 @@ class Transport {
   void start();
   // Final drain, goodbye, close, waiting at most timeoutMs. Idempotent.
   void shutdown(int timeoutMs);
-  // False when shutdown gave up waiting for the server (a hung daemon): what was written to the
-  // stream was not confirmed.
-  bool closedCleanly() const { return m_closedCleanly; }
   // Waits (at most timeoutMs) until every record pushed before the call has been sent.
   bool flush(int timeoutMs);
 
@@ -95,7 +92,9 @@ class Transport {
   uint64_t m_collectPasses = 0;  // under m_mutex
   RecordLog m_log;
   bool m_toldDegraded = false;
-  bool m_closedCleanly = true;
+  // False once the server did not close the stream after the goodbye in time (a hung daemon):
+  // what was written to it is not confirmed. Written by the sender, read by summary().
+  std::atomic<bool> m_closedCleanly{true};
   std::thread m_reader;
   std::mutex m_mutex;
   std::condition_variable m_wake;

@@ -326,14 +326,17 @@ class Instrumenter:
             except Exception as e:  # noqa: BLE001 - a plan never stops the job
                 self.agent.plan_result(plan_id, False, "%s: %s" % (type(e).__name__, e), 0)
                 continue
-            if self.plan_on_trial is not None:  # its first step never came: superseded
+            if self.plan_on_trial is not None:
+                # Two plans at one boundary: the first never ran a step. The plan to come back
+                # to, should the new one fail, stays the one that ran before both.
                 self.agent.plan_result(self.plan_on_trial[0], False,
                                        "replaced by plan %d before its first step" % plan_id, 0)
+            else:
+                self.previous_plan = previous
             if previous is not None:
                 previous.remove()
             plan.install()
             self.applied_plan = plan
-            self.previous_plan = previous
             self.plan_on_trial = (plan_id, self.step + 1)
 
     def _settle_plan(self):

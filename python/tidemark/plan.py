@@ -88,6 +88,11 @@ def _rng_state():
     return torch.get_rng_state(), cuda
 
 
+def _version(value):
+    """A tensor's version counter (it rises with every in-place change); None for other values."""
+    return getattr(value, "_version", None)
+
+
 def _set_rng_state(state):
     import torch
     cpu, cuda = state
@@ -172,9 +177,11 @@ class AppliedPlan:
         import torch
         inners = [m.forward for m in modules]
         # Computed ahead for the later modules: pending[i] = (the input module i must be called
-        # with, its output, the RNG state right after it ran). The RNG is wound back to where
-        # each module would leave it, so the draws of the job are those of a run without plan,
-        # whichever way the modules turn out to be called.
+        # with, that input's version counter when it was computed, module i's output, the RNG
+        # state right after module i ran). A later module called with anything else — another
+        # object, or that one changed in place since — runs its own forward. The RNG is wound
+        # back to where each module would leave it, so the draws of the job are those of a run
+        # without plan, whichever way the modules turn out to be called.
         pending = {}
         ran = []
 
@@ -197,7 +204,7 @@ class AppliedPlan:
                 lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
             if len(ys) == len(inners) and len(ran) == len(inners):
                 for i in range(1, len(ys)):
-                    pending[i] = (ys[i - 1], ys[i], ran[i])
+                    pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i], ran[i])
                 _set_rng_state(ran[0])
             del ran[:]
             return ys[0]
@@ -205,14 +212,15 @@ class AppliedPlan:
         def later(index):
             def forward(*args, **kwargs):
                 ahead = pending.pop(index, None)
-                if ahead is not None and len(args) == 1 and not kwargs and args[0] is ahead[0]:
-                    _set_rng_state(ahead[2])
-                    return ahead[1]
+                if (ahead is not None and len(args) == 1 and not kwargs and args[0] is ahead[0]
+                        and _version(args[0]) == ahead[1]):
+                    _set_rng_state(ahead[3])
+                    return ahead[2]
                 if ahead is not None:
                     pending.clear()
-                    self._fail("%s was called with something other than %s's output: the "
-                               "segment %s..%s is not a chain in this model; the plan was "
-                               "turned off" % (names[index], names[index - 1], names[0],
+                    self._fail("%s was called with something other than %s's output (or with "
+                               "it changed in place): the segment %s..%s is not a chain in this "
+                               "model; the plan was turned off" % (names[index], names[index - 1], names[0],
                                                names[-1]))
                 return inners[index](*args, **kwargs)
             return forward

@@ -116,7 +116,7 @@ class AttachTest(DaemonTestCase):
         self.assertGreater(cats["ACTIVATION"], 0)
 
     def test_detach_and_attach_again_twenty_times(self):
-        args = ("--steps", "1500", "--seed", "2", "--layers", "2", "--d-model", "32",
+        args = ("--steps", "3000", "--seed", "2", "--layers", "2", "--d-model", "32",
                 "--seq-len", "16", "--batch", "2", "--checkpoint", "")
         ref_losses, params, _ = self.reference(*args)
         job = Job(*args)

@@ -1,4 +1,4 @@
-"""Lossless capture through bursts: a native program (8 threads, bursts of 20k+ aligned
+"""Lossless capture through bursts: a native program (8 threads, bursts of up to 40k aligned
 allocations and frees each, faster than any drain) under `tidemark run` with no environment
 variable: every event sent is stored, none dropped, the peak equals the program's own count and
 no block is left live that the program freed. The same under --lossy drops, and says how many."""
@@ -13,7 +13,7 @@ PROGRAM = os.path.join(BIN, "tidemark_burst_program")
 
 class BurstLosslessTest(DaemonTestCase):
     def run_burst(self, *run_args):
-        r = self.daemon.cli("run", *run_args, "--", PROGRAM, "25000")
+        r = self.daemon.cli("run", *run_args, "--", PROGRAM, "40000")
         self.assertEqual(r.returncode, 0, r.stderr)
         truth = json.loads(r.stdout)
         session = self.daemon.newest_session()

@@ -11,7 +11,7 @@ import subprocess
 import time
 import unittest
 
-from tidemark_env import BIN, DaemonTestCase, PYTHON
+from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_target_train.py")
 ARGS = ("--steps", "70", "--sleep", "0.15")
@@ -71,6 +71,68 @@ class PlanSafetyTest(DaemonTestCase):
         self.assertEqual([p["state"] for p in check], ["refused"] * len(WRONG_PLANS))
         for p, (_, reason) in zip(check, WRONG_PLANS):
             self.assertIn(reason, p["message"])
+
+    def test_chain_values_are_the_models_own_in_process(self):
+        """tidemark.apply_plan without the daemon: a two-block segment over a model that changes
+        the first block's output in place before the second block, or passes a mask along, keeps
+        the losses of the unplanned model to the digit (the plan turns itself off and says why);
+        a model that is a chain keeps them with the plan on."""
+        code = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import tidemark
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.drop = torch.nn.Dropout(0.3)
+    def forward(self, x, mask=None):
+        h = x + self.drop(torch.relu(self.lin(x)))
+        return h if mask is None else h * mask
+
+class Net(torch.nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(3)])
+        self.how = how
+    def forward(self, x):
+        h = self.blocks[0](x)
+        if self.how == "inplace":
+            h.mul_(0.5)
+        mask = torch.ones_like(x) if self.how == "mask" else None
+        for b in self.blocks[1:]:
+            h = b(h, mask) if mask is not None else b(h)
+        return h.pow(2).mean()
+
+def train(how, plan):
+    torch.manual_seed(0)
+    model = Net(how)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    applied = tidemark.apply_plan(model, plan) if plan else None
+    losses = []
+    for _ in range(4):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 16))
+        loss.backward()
+        opt.step()
+        losses.append("%.10f" % loss.item())
+    return losses, applied.failed if applied else None
+
+plan = {"format": "tidemark-plan", "version": 1, "segments": [
+    {"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1"]}]}
+for how in ("chain", "inplace", "mask"):
+    plain, _ = train(how, None)
+    planned, failed = train(how, plan)
+    assert planned == plain, (how, plain, planned)
+    assert (failed is None) == (how == "chain"), (how, failed)
+    print(how, failed)
+"""
+        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("chain None", r.stdout)
+        self.assertIn("changed in place", r.stdout)
 
     def wait_live_steps(self, steps, timeout=120):
         deadline = time.time() + timeout

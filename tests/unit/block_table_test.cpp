@@ -43,6 +43,17 @@ TEST(BlockTableTest, ReportsFullInsteadOfGrowing) {
   EXPECT_EQ(t.capacity(), 8u);
 }
 
+TEST(BlockTableTest, HoldsBlocksUpToSeventyPercentOfItsSlots) {
+  // Addresses as an allocator hands out a burst of small blocks: 64-aligned, close together.
+  BlockTable t;
+  ASSERT_TRUE(t.init(1 << 14));              // 131,072 slots
+  const uint64_t n = t.capacity() * 7 / 10;  // first fit failed 533 of these
+  uint64_t failed = 0;
+  for (uint64_t i = 0; i < n; ++i) failed += t.insert(0x7f0000000000ull + i * 576, 1) ? 0 : 1;
+  EXPECT_EQ(failed, 0u);
+  for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(t.lookup(0x7f0000000000ull + i * 576, nullptr));
+}
+
 TEST(BlockTableTest, ConcurrentThreadsNeverLoseOrDuplicateBlocks) {
   BlockTable t;
   ASSERT_TRUE(t.init(1 << 12));
