@@ -33,7 +33,7 @@ field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().spl
 
 if want 1; then
 echo "== 1. training step of examples/tiny_gpt.py: the fastest steady step of 6 interleaved runs"
-echo "   each, wall time and the process's CPU time (all threads, the agent's drain thread included)"
+echo "   each, wall time and the process's CPU time (all threads, the agent's collector and sender included)"
 export OPENBLAS_NUM_THREADS=1
 plain=""; agent=""; prof=""; plaincpu=""; agentcpu=""; profcpu=""
 for _ in 1 2 3 4 5 6; do
