@@ -80,6 +80,7 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.tableBuckets = envNumber("TIDEMARK_TABLE_BUCKETS", c.tableBuckets);
   c.flushIntervalMs = static_cast<int>(envNumber("TIDEMARK_FLUSH_MS", c.flushIntervalMs));
   c.exitTimeoutMs = static_cast<int>(envNumber("TIDEMARK_EXIT_TIMEOUT_MS", c.exitTimeoutMs));
+  c.ackTimeoutMs = static_cast<int>(envNumber("TIDEMARK_ACK_TIMEOUT_MS", c.ackTimeoutMs));
   c.quiet = envNumber("TIDEMARK_QUIET", 0) != 0;
   c.bufferMemoryBytes = envNumber("TIDEMARK_BUFFER_MAX_BYTES", c.bufferMemoryBytes);
   c.ringWaitMs = static_cast<int>(envNumber("TIDEMARK_RING_WAIT_MS", c.ringWaitMs));
@@ -142,6 +143,7 @@ bool Agent::attach(const AgentConfig& config) {
     m_stopped = false;
     // Blocks of an earlier attach may have been freed unseen while dormant.
     rec.blocks().clear();
+    m_sessionFirstSeq = rec.recordedCount() + 1;
     rec.setRecording(true);
   }
   installProcessHandlers();
@@ -176,6 +178,9 @@ bool Agent::start() {
   tc.bufferMemoryBytes = m_config.bufferMemoryBytes;
   tc.bufferFileBytes = m_config.spoolCapBytes;
   tc.ringWaitDeadlineMs = m_config.ringWaitMs;
+  tc.ackTimeoutMs = m_config.ackTimeoutMs;
+  tc.exitTimeoutMs = m_config.exitTimeoutMs;
+  tc.firstEventSeq = m_sessionFirstSeq;
   tc.quiet = m_config.quiet;
   tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + std::to_string(m_ownerPid) + "-" +
                  std::to_string(base::wallNs() / 1000000) + ".bin";

@@ -21,6 +21,7 @@ struct AgentConfig {
   size_t tableBuckets = 1u << 17;                        // TIDEMARK_TABLE_BUCKETS (x8 slots)
   int flushIntervalMs = 20;                              // TIDEMARK_FLUSH_MS
   int exitTimeoutMs = 5000;                              // TIDEMARK_EXIT_TIMEOUT_MS
+  int ackTimeoutMs = 10000;  // TIDEMARK_ACK_TIMEOUT_MS: no acknowledgement this long = hung
   uint64_t bufferMemoryBytes = 64ull << 20;  // TIDEMARK_BUFFER_MAX_BYTES (then its file)
   int ringWaitMs = 2000;  // TIDEMARK_RING_WAIT_MS: the longest wait for room in a full ring
   bool lossy = false;     // TIDEMARK_LOSSY=1: full rings drop (counted) instead of waiting
@@ -77,7 +78,10 @@ class Agent {
   int m_ownerPid = 0;
   Interner m_interner;
   bool m_attached = false;  // loaded by `tidemark attach` rather than LD_PRELOAD
-  bool m_dormant = false;   // detached: nothing recorded, nothing sent, not even at exit
+  // The sequence number of the next session's first event (sequence numbers are process-wide:
+  // a re-attach's session starts after the events of the ones before).
+  uint64_t m_sessionFirstSeq = 1;
+  bool m_dormant = false;  // detached: nothing recorded, nothing sent, not even at exit
   void (*m_beforeStop)(int timeoutMs) = nullptr;
   std::unique_ptr<Transport> m_transport;
   // Transports of earlier attaches, shut down but kept: a thread may still hold a pointer.

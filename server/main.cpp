@@ -1,7 +1,9 @@
 // tidemarkd: the daemon. Receives agents' event streams, stores them in SQLite, answers queries.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -21,6 +23,9 @@ options:
   --no-unix         do not listen on a Unix socket
   --db PATH         the SQLite store (default $XDG_DATA_HOME/tidemark/tidemark.db)
   --port-file FILE  write the TCP port to FILE once listening (for scripts and tests)
+  --resume-grace S  how long a session whose stream broke waits for its agent to resume it
+                    before it is closed as aborted (default 600 seconds; sooner when its
+                    process is gone from this host)
   --version         print the version and exit
   -h, --help        this help
 
@@ -69,6 +74,14 @@ int main(int argc, char** argv) {
       const char* v = value("--db");
       if (!v) return usageError("--db needs a path");
       options.dbPath = v;
+    } else if (arg == "--resume-grace") {
+      const char* v = value("--resume-grace");
+      char* end = nullptr;
+      const long seconds = v ? std::strtol(v, &end, 10) : -1;
+      if (!v || *end != '\0' || seconds < 0 || seconds > 86400 * 30) {
+        return usageError("--resume-grace needs a number of seconds (0 to 2592000)");
+      }
+      options.resumeGrace = std::chrono::seconds(seconds);
     } else if (arg == "--port-file") {
       const char* v = value("--port-file");
       if (!v) return usageError("--port-file needs a path");

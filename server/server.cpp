@@ -40,12 +40,14 @@ absl::Status Server::start() {
   }
   auto store = Store::open(m_options.dbPath);
   if (!store.ok()) return store.status();
-  if (auto s = (*store)->abortStaleSessions(); !s.ok()) return s;
   m_writer = std::make_unique<StoreWriter>(std::move(*store));
   m_analysis = std::make_unique<AnalysisRunner>(*m_writer);
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
-      *m_writer, m_agents, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); });
+      *m_writer, m_agents, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); },
+      m_options.resumeGrace);
+  // Sessions left live by the previous run wait for their agents to resume them.
+  if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;
   m_control = std::make_unique<ControlService>(*m_writer, m_agents);
   m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents);
   m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents);
@@ -85,6 +87,7 @@ void Server::shutdown() {
     m_server->Wait();
     m_server.reset();
   }
+  if (m_ingest) m_ingest->stop();  // no session is closed from here on
   if (m_analysis) {
     m_analysis->stop();  // an analysis cut short is redone at the next start
     m_analysis.reset();

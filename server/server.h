@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7531";  // TCP address; port 0 picks a free one
   std::string unixSocket;                 // "" for none
   std::string dbPath;
+  // How long a session whose stream broke waits for its agent to resume it (tidemarkd
+  // --resume-grace); sooner closed when its process is gone from this host.
+  std::chrono::seconds resumeGrace{600};
 };
 
 // tidemarkd's parts wired together: the store's writer, the services, the gRPC server.

@@ -97,6 +97,11 @@ size_t RecordLog::append(const Record* records, size_t n) {
   return kept;
 }
 
+bool RecordLog::empty() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_memoryRecords == 0 && m_spillRead >= m_spillWritten;
+}
+
 size_t RecordLog::take(std::vector<Record>& out, size_t max) {
   std::lock_guard<std::mutex> lock(m_mutex);
   size_t taken = 0;

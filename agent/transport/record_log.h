@@ -31,6 +31,7 @@ class RecordLog {
   // Moves up to max of the oldest records to out (appending); returns how many.
   size_t take(std::vector<Record>& out, size_t max);
 
+  bool empty() const;
   uint64_t spilledTotal() const;  // records that ever went to the file
   uint64_t refused() const;       // records over both caps
 

@@ -1,5 +1,8 @@
 #include "agent/transport/spool.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -14,12 +17,18 @@ SpoolWriter::~SpoolWriter() {
 }
 
 bool SpoolWriter::append(const v1::AgentMessage& message) {
+  return appendSerialized(message.SerializeAsString());
+}
+
+bool SpoolWriter::appendSerialized(const std::string& bytes) {
   if (m_failed) return false;
-  const std::string bytes = message.SerializeAsString();
   if (m_bytes + bytes.size() + 4 > m_cap) return false;
   if (m_file == nullptr) {
-    m_file = std::fopen(m_path.c_str(), "wb");
+    const int fd =
+        ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    m_file = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
     if (m_file == nullptr) {
+      if (fd >= 0) ::close(fd);
       m_failed = true;
       return false;
     }

@@ -8,9 +8,11 @@
 
 namespace tidemark::agent {
 
-// A bounded file of AgentMessages (each a little-endian u32 length, then the message), kept
-// while no server is reachable. It starts with the handshake, so `tidemark upload FILE` can
-// send it as a session later. Over the cap, messages are refused (the caller counts the loss).
+// A bounded file of AgentMessages (each a little-endian u32 length, then the message), written
+// at exit when no server took the rest of the run. It starts with the handshake (resuming the
+// session when there is one), so `tidemark upload FILE` can send it later. Created with
+// O_EXCL and mode 0600 (never through a planted file or link). Over the cap, messages are
+// refused (the caller counts the loss).
 class SpoolWriter {
  public:
   SpoolWriter(std::string path, uint64_t capBytes) : m_path(std::move(path)), m_cap(capBytes) {}
@@ -19,6 +21,8 @@ class SpoolWriter {
   SpoolWriter& operator=(const SpoolWriter&) = delete;
 
   bool append(const v1::AgentMessage& message);
+  // A message serialized already.
+  bool appendSerialized(const std::string& bytes);
   void flush();
   const std::string& path() const { return m_path; }
   uint64_t bytes() const { return m_bytes; }

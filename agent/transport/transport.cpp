@@ -84,7 +84,7 @@ Transport::Transport(Recorder& recorder, Interner& interner, TransportConfig con
       m_log(m_config.bufferMemoryBytes, m_config.bufferDir, m_config.bufferFileBytes) {
   m_config.handshake.set_magic(kHandshakeMagic);
   m_config.handshake.set_protocol_version(kProtocolVersion);
-  m_spool = std::make_unique<SpoolWriter>(m_config.spoolPath, m_config.spoolCapBytes);
+  m_nextEventSeq = std::max<uint64_t>(1, m_config.firstEventSeq);
 }
 
 Transport::~Transport() = default;
@@ -146,35 +146,70 @@ void Transport::run() {
   std::unique_lock<std::mutex> lock(m_mutex);
   while (!m_stopRequested) {
     lock.unlock();
-    if (m_link == LinkState::kNeverConnected && std::chrono::steady_clock::now() >= m_nextConnect) {
-      if (!tryConnect()) {
-        m_nextConnect =
-            std::chrono::steady_clock::now() + std::chrono::milliseconds(m_config.connectRetryMs);
-      }
+    if (m_link == LinkState::kDown && std::chrono::steady_clock::now() >= m_nextConnect) {
+      tryConnect();
     }
-    drainOnce();
+    pump();
     lock.lock();
     ++m_passes;
     m_progress.notify_all();
     m_wake.wait_for(lock, std::chrono::milliseconds(m_config.flushIntervalMs));
   }
   lock.unlock();
-  // Final pass: everything recorded until shutdown, then the goodbye.
+
+  // The exit: everything recorded until now, then the goodbye, acknowledged by the server
+  // closing the stream. A broken link is retried while the exit's time allows; what no server
+  // took then goes to the spool file.
   stopCollector();
-  if (m_link == LinkState::kNeverConnected) tryConnect();
-  drainOnce();
-  v1::Goodbye goodbye;
-  *goodbye.mutable_counters() = counters();
-  goodbye.set_end_ts_ns(base::monotonicNs());
-  goodbye.set_exit_code(-1);
-  closeStream(goodbye, std::chrono::steady_clock::now() + std::chrono::seconds(3));
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline =
+      now + std::chrono::milliseconds(std::max(500, m_config.exitTimeoutMs - 1500));
+  if (m_link == LinkState::kDown) m_nextConnect = now;
+  while (m_link != LinkState::kRefused && m_ending == Ending::kRunning &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (m_link == LinkState::kDown) {
+      if (std::chrono::steady_clock::now() < m_nextConnect) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      if (!tryConnect()) continue;
+    }
+    pump();
+    if (m_link != LinkState::kLive) continue;
+    const bool everythingWritten =
+        m_log.empty() &&
+        std::all_of(m_window.begin(), m_window.end(), [](const Unacked& u) { return u.written; });
+    if (!everythingWritten) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the window waits for acks
+      continue;
+    }
+    if (closeStream(deadline)) m_ending = Ending::kDelivered;
+  }
+  if (m_ending == Ending::kRunning) {
+    if (m_link == LinkState::kRefused) {
+      // Refused for good (another protocol, not a tidemarkd): what was not delivered is lost.
+      m_ending = Ending::kRefused;
+      uint64_t batched = 0;
+      for (const Unacked& u : m_window) batched += u.events;
+      m_eventsSent -= std::min<uint64_t>(m_eventsSent.load(), batched);
+      uint64_t left = batched;
+      std::vector<Record> records;
+      while (m_log.take(records, kMaxEventsPerBatch) > 0) {
+        left += records.size();
+        records.clear();
+      }
+      m_droppedDisconnected += left;
+    } else {
+      spoolRest();
+    }
+  }
   lock.lock();
   ++m_passes;
   m_stopped = true;
   m_progress.notify_all();
 }
 
-void Transport::drainOnce() {
+void Transport::pump() {
   if (m_recorder.degraded() && !m_toldDegraded && !m_config.quiet) {
     m_toldDegraded = true;
     std::fprintf(stderr,
@@ -182,15 +217,87 @@ void Transport::drainOnce() {
                  "in degraded mode (full rings drop, counted) for the rest of the run\n",
                  m_config.ringWaitDeadlineMs);
   }
+  // Committed by the server: forgotten.
+  const uint64_t acked = m_ackedSeq.load(std::memory_order_acquire);
+  while (!m_window.empty() && m_window.front().batchSeq <= acked) {
+    m_windowBytes -= m_window.front().cost;
+    m_window.pop_front();
+  }
+  if (m_link == LinkState::kLive) {
+    const auto now = std::chrono::steady_clock::now();
+    if (m_readerDone) {
+      loseLink("the server ended the stream");
+    } else if (!m_window.empty() && m_window.front().written &&
+               now - m_window.front().writtenAt >
+                   std::chrono::milliseconds(m_config.ackTimeoutMs)) {
+      loseLink("no acknowledgement for " + std::to_string(m_config.ackTimeoutMs / 1000) +
+               " s: the daemon is hung or overloaded");
+    }
+  }
+  fillWindow();
+  if (m_link != LinkState::kLive) return;
+  writeWindow();
+  sendOutbox();
+  // Nothing new to send and batches waiting for their acknowledgement: ask for it.
+  const auto now = std::chrono::steady_clock::now();
+  if (m_link == LinkState::kLive && !m_window.empty() &&
+      now - m_lastWrite >= std::chrono::milliseconds(100)) {
+    v1::AgentMessage ask;
+    ask.mutable_ack_request();
+    if (!m_stream->Write(ask)) {
+      loseLink("the stream broke");
+      return;
+    }
+    m_lastWrite = now;
+  }
+}
+
+bool Transport::fillWindow() {
   // Strings first: every string a record names was interned before the record was pushed.
   std::vector<std::pair<uint32_t, std::string>> strings = m_interner.takeNew();
   std::vector<Record> records;
-  do {
+  bool added = false;
+  for (;;) {
     records.clear();
-    m_log.take(records, kMaxEventsPerBatch * 8);
-    if (!records.empty() || !strings.empty()) sendBatchRecords(records, strings);
-  } while (!records.empty());
-  sendOutbox();
+    if (m_windowBytes < m_config.windowBytes) m_log.take(records, kMaxEventsPerBatch);
+    if (records.empty() && strings.empty()) break;
+    Unacked u;
+    u.batchSeq = m_nextBatchSeq++;
+    u.firstEventSeq = m_nextEventSeq;
+    v1::EventBatch* batch = u.message.mutable_batch();
+    batch->set_batch_seq(u.batchSeq);
+    uint64_t stringBytes = 0;
+    for (auto& [iid, value] : strings) {
+      auto* s = batch->add_strings();
+      s->set_iid(iid);
+      stringBytes += value.size();
+      s->set_value(std::move(value));
+    }
+    strings.clear();
+    for (const Record& r : records) toEvent(r, batch->add_events());
+    if (!records.empty()) m_nextEventSeq = records.back().seq + 1;
+    u.events = records.size();
+    // A parsed Event costs about this much memory (its message, its payload, the pointer).
+    u.cost = 64 + stringBytes * 2 + u.events * 160;
+    m_windowBytes += u.cost;
+    m_eventsSent += u.events;
+    m_window.push_back(std::move(u));
+    added = true;
+    if (records.empty()) break;
+  }
+  return added;
+}
+
+void Transport::writeWindow() {
+  for (Unacked& u : m_window) {
+    if (u.written) continue;
+    if (!m_stream->Write(u.message)) {
+      loseLink("the stream broke");
+      return;
+    }
+    u.written = true;
+    u.writtenAt = m_lastWrite = std::chrono::steady_clock::now();
+  }
 }
 
 void Transport::sendOutbox() {
@@ -199,7 +306,15 @@ void Transport::sendOutbox() {
     std::lock_guard<std::mutex> lock(m_controlMutex);
     out.swap(m_outbox);
   }
-  for (const v1::AgentMessage& m : out) deliver(m, 0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (m_link != LinkState::kLive || !m_stream->Write(out[i])) {
+      // Kept for the next stream.
+      std::lock_guard<std::mutex> lock(m_controlMutex);
+      m_outbox.insert(m_outbox.begin(), out.begin() + static_cast<long>(i), out.end());
+      if (m_link == LinkState::kLive) loseLink("the stream broke");
+      return;
+    }
+  }
 }
 
 bool Transport::takePlan(uint64_t* planId, std::string* json) {
@@ -230,58 +345,10 @@ void Transport::reportPlanResult(uint64_t planId, bool applied, std::string mess
   m_wake.notify_one();
 }
 
-void Transport::sendBatchRecords(std::vector<Record>& records,
-                                 std::vector<std::pair<uint32_t, std::string>>& strings) {
-  size_t i = 0;
-  do {
-    v1::AgentMessage message;
-    v1::EventBatch* batch = message.mutable_batch();
-    batch->set_batch_seq(++m_batchSeq);
-    for (auto& [iid, value] : strings) {
-      auto* s = batch->add_strings();
-      s->set_iid(iid);
-      s->set_value(std::move(value));
-    }
-    strings.clear();
-    const size_t end = std::min(records.size(), i + kMaxEventsPerBatch);
-    for (; i < end; ++i) toEvent(records[i], batch->add_events());
-    deliver(message, static_cast<uint64_t>(batch->events_size()));
-  } while (i < records.size());
-}
-
-bool Transport::deliver(const v1::AgentMessage& message, uint64_t events) {
-  switch (m_link) {
-    case LinkState::kLive:
-      if (m_stream->Write(message)) {
-        m_eventsSent += events;
-        return true;
-      }
-      // The stream broke: the server went away or refused a message.
-      m_link = LinkState::kLost;
-      if (m_reader.joinable()) m_reader.join();
-      m_linkError = m_stream->Finish().error_message();
-      m_droppedDisconnected += events;
-      return false;
-    case LinkState::kNeverConnected:
-      if (m_spool->bytes() == 0) {
-        v1::AgentMessage hello;
-        *hello.mutable_handshake() = m_config.handshake;
-        hello.mutable_handshake()->set_first_batch_seq(1);
-        m_spool->append(hello);
-      }
-      if (m_spool->append(message)) {
-        m_eventsSpooled += events;
-        m_eventsSent += events;
-        return true;
-      }
-      m_droppedSpoolFull += events;
-      return false;
-    case LinkState::kLost:
-    case LinkState::kRefused:
-      m_droppedDisconnected += events;
-      return false;
-  }
-  return false;
+void Transport::scheduleReconnect() {
+  // 100 ms, doubling to 2 s: a daemon restarted at once is back within a tenth of a second.
+  m_backoffMs = m_backoffMs == 0 ? 100 : std::min(2000, m_backoffMs * 2);
+  m_nextConnect = std::chrono::steady_clock::now() + std::chrono::milliseconds(m_backoffMs);
 }
 
 bool Transport::tryConnect() {
@@ -291,56 +358,125 @@ bool Transport::tryConnect() {
   }
   if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(200))) {
+    scheduleReconnect();
     return false;
   }
   m_context = std::make_unique<grpc::ClientContext>();
   m_stream = m_stub->Stream(m_context.get());
+  {
+    std::lock_guard<std::mutex> lock(m_replyMutex);
+    m_gotReply = false;
+  }
+  m_readerDone = false;
+  m_reader = std::thread([this] { readCommands(); });
   v1::AgentMessage hello;
   *hello.mutable_handshake() = m_config.handshake;
-  // Batches spooled before this connection are replayed first, so the stream starts at 1.
-  hello.mutable_handshake()->set_first_batch_seq(1);
-  v1::ServerMessage reply;
-  if (!m_stream->Write(hello) || !m_stream->Read(&reply) || !reply.has_handshake_reply()) {
+  v1::Handshake* h = hello.mutable_handshake();
+  h->set_first_batch_seq(m_window.empty() ? m_nextBatchSeq : m_window.front().batchSeq);
+  h->set_first_event_seq(m_window.empty() ? m_nextEventSeq : m_window.front().firstEventSeq);
+  const uint64_t resuming = m_sessionId.load();
+  h->set_resume_session_id(resuming);
+  bool replied = false;
+  if (m_stream->Write(hello)) {
+    // A hung daemon may take the connection and never answer: the wait is bounded.
+    std::unique_lock<std::mutex> lock(m_replyMutex);
+    m_replyCv.wait_for(lock, std::chrono::milliseconds(std::min(3000, m_config.ackTimeoutMs)),
+                       [this] { return m_gotReply || m_readerDone.load(); });
+    replied = m_gotReply;
+  }
+  if (!replied) {
+    m_context->TryCancel();
+    if (m_reader.joinable()) m_reader.join();
     const grpc::Status status = m_stream->Finish();
     m_stream.reset();
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return false;  // retry later
-    m_link = LinkState::kRefused;
-    m_linkError = status.error_message();
-    return false;
-  }
-  m_sessionId = reply.handshake_reply().session_id();
-  m_link = LinkState::kLive;
-  m_reader = std::thread([this] { readCommands(); });
-  return replaySpool();
-}
-
-bool Transport::replaySpool() {
-  if (m_spool->bytes() == 0) return true;
-  m_spool->flush();
-  const std::string path = m_spool->path();
-  SpoolReader reader(path);
-  v1::AgentMessage message;
-  bool first = true;
-  while (reader.next(&message)) {
-    if (first) {  // the spooled handshake: the live one replaced it
-      first = false;
-      continue;
-    }
-    if (!m_stream->Write(message)) {
-      m_link = LinkState::kLost;
+    m_linkError = status.ok() ? "no answer to the handshake" : status.error_message();
+    const grpc::StatusCode code = status.error_code();
+    if (resuming != 0 &&
+        (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::FAILED_PRECONDITION)) {
+      // The session cannot be continued (closed meanwhile, or another store): the rest of the
+      // run becomes a new session at once.
+      if (!m_config.quiet) {
+        std::fprintf(stderr,
+                     "tidemark: session %llu could not be resumed (%s); the rest of the run is "
+                     "recorded as a new session\n",
+                     static_cast<unsigned long long>(resuming), m_linkError.c_str());
+      }
+      m_sessionId = 0;
+      m_nextConnect = std::chrono::steady_clock::now();
       return false;
     }
+    if (code == grpc::StatusCode::FAILED_PRECONDITION ||
+        code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::UNIMPLEMENTED ||
+        code == grpc::StatusCode::PERMISSION_DENIED || code == grpc::StatusCode::UNAUTHENTICATED) {
+      m_link = LinkState::kRefused;
+      return false;
+    }
+    scheduleReconnect();
+    return false;
   }
-  m_spool = std::make_unique<SpoolWriter>(path, 0);  // closes the file; nothing more goes there
-  std::remove(path.c_str());
-  m_eventsSpooled = 0;
+  const uint64_t next = m_reply.next_batch_seq() != 0 ? m_reply.next_batch_seq() : 1;
+  // Batches the server committed before the link broke are not sent again.
+  while (!m_window.empty() && m_window.front().batchSeq < next) {
+    m_windowBytes -= m_window.front().cost;
+    m_window.pop_front();
+  }
+  for (Unacked& u : m_window) u.written = false;
+  m_nextBatchSeq = std::max(m_nextBatchSeq, next);
+  if (m_everConnected) {
+    ++m_reconnects;
+    if (m_toldLost && !m_config.quiet && m_reconnects == 1) {
+      std::fprintf(stderr, "tidemark: reconnected to %s; session %llu goes on\n",
+                   m_config.server.c_str(), static_cast<unsigned long long>(m_reply.session_id()));
+    }
+  }
+  m_everConnected = true;
+  m_sessionId = m_reply.session_id();
+  m_link = LinkState::kLive;
+  m_backoffMs = 0;
+  m_lastWrite = std::chrono::steady_clock::now();
   return true;
+}
+
+void Transport::loseLink(const std::string& why) {
+  if (m_link != LinkState::kLive) return;
+  m_context->TryCancel();
+  if (m_reader.joinable()) m_reader.join();
+  const grpc::Status status = m_stream->Finish();
+  m_stream.reset();
+  m_link = LinkState::kDown;
+  m_linkError = status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
+                    ? why
+                    : status.error_message();
+  for (Unacked& u : m_window) u.written = false;
+  if (!m_toldLost && !m_config.quiet) {
+    m_toldLost = true;
+    std::fprintf(stderr,
+                 "tidemark: connection to %s lost (%s); the agent keeps the events and "
+                 "reconnects\n",
+                 m_config.server.c_str(), m_linkError.c_str());
+  }
+  m_backoffMs = 0;
+  scheduleReconnect();
 }
 
 void Transport::readCommands() {
   t_recursionGuard = true;
   v1::ServerMessage message;
   while (m_stream->Read(&message)) {
+    if (message.has_handshake_reply()) {
+      std::lock_guard<std::mutex> lock(m_replyMutex);
+      m_reply = message.handshake_reply();
+      m_gotReply = true;
+      m_replyCv.notify_all();
+      continue;
+    }
+    if (message.has_ack()) {
+      uint64_t seen = m_ackedSeq.load();
+      while (message.ack().batch_seq() > seen &&
+             !m_ackedSeq.compare_exchange_weak(seen, message.ack().batch_seq())) {
+      }
+      continue;
+    }
     if (!message.has_command()) continue;
     const v1::Command& cmd = message.command();
     if (cmd.has_start_capture()) m_recorder.setRecording(true);
@@ -350,35 +486,75 @@ void Transport::readCommands() {
       m_plans.emplace_back(cmd.apply_plan().plan_id(), cmd.apply_plan().plan_json());
     }
   }
-  m_readerDone = true;
+  {
+    std::lock_guard<std::mutex> lock(m_replyMutex);
+    m_readerDone = true;
+  }
+  m_replyCv.notify_all();
 }
 
-void Transport::closeStream(const v1::Goodbye& goodbye,
-                            std::chrono::steady_clock::time_point deadline) {
+bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
   v1::AgentMessage bye;
-  *bye.mutable_goodbye() = goodbye;
-  if (m_link == LinkState::kNeverConnected) {
-    m_spool->append(bye);
-    m_spool->flush();
-    return;
+  *bye.mutable_goodbye()->mutable_counters() = counters();
+  bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
+  bye.mutable_goodbye()->set_exit_code(-1);
+  if (!m_stream->Write(bye) || !m_stream->WritesDone()) {
+    loseLink("the stream broke at the goodbye");
+    return false;
   }
-  if (m_link != LinkState::kLive) return;
-  m_stream->Write(bye);
-  m_stream->WritesDone();
+  // The server closes the stream once everything is committed.
   while (!m_readerDone && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (!m_readerDone) {
-    // The server did not close the stream after the goodbye: it may have stored nothing of it.
+    // Not confirmed in time: the rest goes to the spool (the server skips what it committed).
     m_closedCleanly = false;
     m_context->TryCancel();
   }
   if (m_reader.joinable()) m_reader.join();
   const grpc::Status status = m_stream->Finish();
-  if (!status.ok()) {
-    m_link = LinkState::kLost;
-    m_linkError = status.error_message();
+  m_stream.reset();
+  if (status.ok() && m_closedCleanly) return true;
+  m_link = LinkState::kDown;
+  if (!status.ok()) m_linkError = status.error_message();
+  for (Unacked& u : m_window) u.written = false;
+  m_closedCleanly = true;  // the spool or a retry takes over; summary() says which
+  scheduleReconnect();
+  return false;
+}
+
+void Transport::spoolRest() {
+  SpoolWriter spool(m_config.spoolPath, m_config.spoolCapBytes);
+  v1::AgentMessage hello;
+  *hello.mutable_handshake() = m_config.handshake;
+  v1::Handshake* h = hello.mutable_handshake();
+  h->set_first_batch_seq(m_window.empty() ? m_nextBatchSeq : m_window.front().batchSeq);
+  h->set_first_event_seq(m_window.empty() ? m_nextEventSeq : m_window.front().firstEventSeq);
+  h->set_resume_session_id(m_sessionId.load());
+  bool ok = spool.append(hello);
+  // Everything the window holds (the server skips what it committed) and what the buffer holds.
+  auto put = [&](const v1::AgentMessage& m, uint64_t events) {
+    ok = ok && spool.append(m);
+    if (ok) {
+      m_eventsSpooled += events;
+    } else {
+      m_droppedSpoolFull += events;
+      m_eventsSent -= std::min<uint64_t>(m_eventsSent.load(), events);
+    }
+  };
+  for (;;) {
+    for (const Unacked& u : m_window) put(u.message, u.events);
+    m_window.clear();
+    m_windowBytes = 0;
+    if (!fillWindow()) break;
   }
+  v1::AgentMessage bye;
+  *bye.mutable_goodbye()->mutable_counters() = counters();
+  bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
+  bye.mutable_goodbye()->set_exit_code(-1);
+  ok = ok && spool.append(bye);
+  spool.flush();
+  m_ending = Ending::kSpooled;
 }
 
 void Transport::shutdown(int timeoutMs) {
@@ -444,6 +620,7 @@ v1::AgentCounters Transport::counters() const {
   c.set_degraded(m_recorder.degraded());
   c.set_lossy(m_recorder.lossy());
   c.set_events_buffered_to_disk(m_log.spilledTotal());
+  c.set_reconnects(m_reconnects.load());
   return c;
 }
 
@@ -465,32 +642,43 @@ std::string Transport::summary() const {
                   static_cast<unsigned long long>(left));
     return line;
   }
-  switch (m_link) {
-    case LinkState::kLive:
-      std::snprintf(line, sizeof line,
-                    "tidemark: session %llu: %llu events sent to %s, %llu dropped",
-                    static_cast<unsigned long long>(m_sessionId.load()),
-                    static_cast<unsigned long long>(c.events_sent()), m_config.server.c_str(),
-                    static_cast<unsigned long long>(dropped));
+  const unsigned long long session = m_sessionId.load();
+  switch (m_ending.load()) {
+    case Ending::kDelivered:
+    case Ending::kRunning: {
+      int n = std::snprintf(line, sizeof line,
+                            "tidemark: session %llu: %llu events sent to %s, %llu dropped", session,
+                            static_cast<unsigned long long>(c.events_sent()),
+                            m_config.server.c_str(), static_cast<unsigned long long>(dropped));
+      if (c.reconnects() != 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
+        std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                      " (the stream broke and was resumed %llu time%s)",
+                      static_cast<unsigned long long>(c.reconnects()),
+                      c.reconnects() == 1 ? "" : "s");
+      }
       break;
-    case LinkState::kNeverConnected:
-      std::snprintf(line, sizeof line,
-                    "tidemark: no tidemarkd answered at %s; %llu events spooled to %s "
-                    "(%llu dropped); load them with: tidemark upload %s",
-                    m_config.server.c_str(), static_cast<unsigned long long>(c.events_spooled()),
-                    m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
-                    m_config.spoolPath.c_str());
+    }
+    case Ending::kSpooled:
+      if (session == 0) {
+        std::snprintf(line, sizeof line,
+                      "tidemark: no tidemarkd answered at %s; %llu events spooled to %s "
+                      "(%llu dropped); load them with: tidemark upload %s",
+                      m_config.server.c_str(), static_cast<unsigned long long>(c.events_spooled()),
+                      m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
+                      m_config.spoolPath.c_str());
+      } else {
+        std::snprintf(line, sizeof line,
+                      "tidemark: connection to %s lost (%s); session %llu: %llu events stored, "
+                      "the last %llu spooled to %s (%llu dropped); complete the session with: "
+                      "tidemark upload %s",
+                      m_config.server.c_str(), m_linkError.c_str(), session,
+                      static_cast<unsigned long long>(c.events_sent() - c.events_spooled()),
+                      static_cast<unsigned long long>(c.events_spooled()),
+                      m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
+                      m_config.spoolPath.c_str());
+      }
       break;
-    case LinkState::kLost:
-      std::snprintf(line, sizeof line,
-                    "tidemark: connection to %s lost (%s); %llu events sent to session %llu, "
-                    "%llu dropped",
-                    m_config.server.c_str(), m_linkError.c_str(),
-                    static_cast<unsigned long long>(c.events_sent()),
-                    static_cast<unsigned long long>(m_sessionId.load()),
-                    static_cast<unsigned long long>(dropped));
-      break;
-    case LinkState::kRefused:
+    case Ending::kRefused:
       std::snprintf(line, sizeof line,
                     "tidemark: tidemarkd at %s refused the agent (%s); %llu events dropped",
                     m_config.server.c_str(), m_linkError.c_str(),

@@ -23,23 +23,28 @@ namespace tidemark::agent {
 struct TransportConfig {
   std::string server;             // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
   int flushIntervalMs = 20;       // how often the drain thread empties the rings
-  int connectRetryMs = 1000;      // how often to retry while no server answered yet
   int ringWaitDeadlineMs = 2000;  // for the degraded-mode message (the recorder enforces it)
+  int ackTimeoutMs = 10000;       // a daemon that acknowledges nothing for this long is hung
+  int exitTimeoutMs = 5000;       // the most the exit may take (reconnecting, then the spool)
   bool quiet = false;
-  std::string spoolPath;  // where batches go while no server is reachable
+  std::string spoolPath;  // where the rest goes at exit when no server takes it
   uint64_t spoolCapBytes = 256ull << 20;
   std::string bufferDir;                     // where the buffer spills past its memory cap
   uint64_t bufferMemoryBytes = 64ull << 20;  // the buffer's memory cap
   uint64_t bufferFileBytes = 256ull << 20;   // its file's cap
+  uint64_t windowBytes = 48ull << 20;        // batches sent and not acknowledged yet, at most
+  uint64_t firstEventSeq = 1;                // the session's first event (process-wide numbers)
   v1::Handshake handshake;  // pid, command line, ... (protocol fields are filled in here)
 };
 
 // The agent's two threads. The collector empties the rings into the buffer (RecordLog) whenever
 // a thread waits for room or every flush interval, whatever the link does, so a thread never
 // waits on the network. The sender batches the buffer's records into EventBatches in sequence
-// order and writes them to the stream; before the first connection it spools them to a bounded
-// file and replays that file once a server answers. If the stream breaks later, the rest is
-// counted as dropped (resuming a session is not implemented yet).
+// order, writes them to the stream and keeps each one (serialized, in the window) until the
+// server acknowledges that it committed it. When the stream breaks, or the server acknowledges
+// nothing for ackTimeoutMs (a hung daemon), the sender reconnects with backoff and resumes the
+// session from the batch the server asks for; meanwhile records wait in the buffer. At exit,
+// what no server took goes to a spool file for `tidemark upload`.
 class Transport {
  public:
   Transport(Recorder& recorder, Interner& interner, TransportConfig config);
@@ -66,21 +71,36 @@ class Transport {
   std::string summary() const;
 
  private:
-  enum class LinkState { kNeverConnected, kLive, kLost, kRefused };
+  enum class LinkState { kDown, kLive, kRefused };
+  enum class Ending { kRunning, kDelivered, kSpooled, kRefused };
+  // A batch written (or to be written) and not acknowledged yet.
+  struct Unacked {
+    uint64_t batchSeq = 0;
+    uint64_t firstEventSeq = 0;
+    uint64_t events = 0;
+    uint64_t cost = 0;  // its memory, estimated
+    v1::AgentMessage message;
+    bool written = false;  // on the current stream
+    std::chrono::steady_clock::time_point writtenAt{};
+  };
 
   void spawnThreads();
   void run();
   void collect();
   void stopCollector();
-  void drainOnce();
-  void sendBatchRecords(std::vector<Record>& records,
-                        std::vector<std::pair<uint32_t, std::string>>& strings);
-  bool deliver(const v1::AgentMessage& message, uint64_t events);
+  // One pass of the sender: forget acknowledged batches, detect a hung server, write what the
+  // window holds and new batches while the window has room.
+  void pump();
+  bool fillWindow();
+  void writeWindow();
   bool tryConnect();
-  bool replaySpool();
+  // The stream is gone: cancel it, say so once, reconnect later.
+  void loseLink(const std::string& why);
   void readCommands();
-  void closeStream(const v1::Goodbye& goodbye, std::chrono::steady_clock::time_point deadline);
+  bool closeStream(std::chrono::steady_clock::time_point deadline);
+  void spoolRest();
   void sendOutbox();
+  void scheduleReconnect();
 
   Recorder& m_recorder;
   Interner& m_interner;
@@ -104,16 +124,32 @@ class Transport {
   bool m_started = false;
   uint64_t m_passes = 0;
 
-  LinkState m_link = LinkState::kNeverConnected;
+  // The link (the sender's; summary() reads it after shutdown).
+  LinkState m_link = LinkState::kDown;
+  std::atomic<Ending> m_ending{Ending::kRunning};
   std::string m_linkError;
+  bool m_everConnected = false;
+  bool m_toldLost = false;
+  int m_backoffMs = 0;
   std::chrono::steady_clock::time_point m_nextConnect{};
+  std::chrono::steady_clock::time_point m_lastWrite{};
   std::shared_ptr<grpc::Channel> m_channel;
   std::unique_ptr<v1::Ingest::Stub> m_stub;
   std::unique_ptr<grpc::ClientContext> m_context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> m_stream;
+
+  // Written by the reader thread.
+  std::mutex m_replyMutex;
+  std::condition_variable m_replyCv;
+  bool m_gotReply = false;
+  v1::HandshakeReply m_reply;
   std::atomic<bool> m_readerDone{false};
-  std::unique_ptr<SpoolWriter> m_spool;
-  uint64_t m_batchSeq = 0;
+  std::atomic<uint64_t> m_ackedSeq{0};
+
+  std::deque<Unacked> m_window;
+  uint64_t m_windowBytes = 0;
+  uint64_t m_nextBatchSeq = 1;
+  uint64_t m_nextEventSeq = 1;  // of the next batch's first event
 
   // Plans in from the server, results out to it (both rare; one mutex).
   std::mutex m_controlMutex;
@@ -125,6 +161,7 @@ class Transport {
   std::atomic<uint64_t> m_eventsSpooled{0};
   std::atomic<uint64_t> m_droppedSpoolFull{0};
   std::atomic<uint64_t> m_droppedDisconnected{0};
+  std::atomic<uint64_t> m_reconnects{0};
 };
 
 }  // namespace tidemark::agent

@@ -21,10 +21,16 @@ constexpr StatInfo kStatInfo[] = {
     {"phase_end_unmatched", "error", "phase ends without a matching begin"},
     {"step_end_unmatched", "error", "step ends without a matching begin"},
     {"reorder_overflow", "data_loss", "events released early because the reorder buffer was full"},
+    {"batches_resent", "info",
+     "batches the agent sent again after a reconnect that were already stored (skipped)"},
 };
 }  // namespace
 
 absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
+  if (batch.batch_seq() < m_nextBatchSeq) {
+    count("batches_resent");
+    return absl::OkStatus();
+  }
   if (batch.batch_seq() != m_nextBatchSeq) {
     return absl::InvalidArgumentError("batch_seq " + std::to_string(batch.batch_seq()) + " where " +
                                       std::to_string(m_nextBatchSeq) + " was expected");

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "server/store/store.h"
+#include "tidemark/v1/checkpoint.pb.h"
 #include "tidemark/v1/events.pb.h"
 
 namespace tidemark::server {
@@ -29,8 +30,9 @@ class SessionIngest {
 
   explicit SessionIngest(int64_t sessionId) { m_rows.sessionId = sessionId; }
 
-  // INVALID_ARGUMENT for a malformed batch: batch_seq out of order, an event without payload,
-  // a zero or repeated sequence number, a zero string id, a size over kMaxSizeBytes.
+  // INVALID_ARGUMENT for a malformed batch: a batch_seq past the next one, an event without
+  // payload, a zero or repeated sequence number, a zero string id, a size over kMaxSizeBytes.
+  // A batch_seq before the next one is a batch resent after a reconnect: skipped, counted.
   absl::Status addBatch(const v1::EventBatch& batch);
   // Rows completed since the last call.
   SessionRows takeRows();
@@ -49,6 +51,14 @@ class SessionIngest {
   }
   int64_t lastTsNs() const { return m_lastTs; }
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
+  void setFirstEventSeq(uint64_t seq) { m_nextSeq = seq; }
+  uint64_t nextBatchSeq() const { return m_nextBatchSeq; }
+
+  // The whole state between batches (open blocks and intervals, the next sequence numbers,
+  // the reorder buffer, the counts), for the store; rows not taken yet are not part of it.
+  v1::IngestCheckpoint checkpoint() const;
+  // Continues from a checkpoint: as if the batches it accounts for had just been added.
+  absl::Status restore(const v1::IngestCheckpoint& checkpoint);
 
  private:
   void releaseReady();

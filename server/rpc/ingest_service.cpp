@@ -1,5 +1,8 @@
 #include "server/rpc/ingest_service.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <future>
 #include <initializer_list>
 #include <limits>
 #include <mutex>
@@ -12,7 +15,14 @@
 namespace tidemark::server {
 
 namespace {
-absl::Status checkHandshake(const v1::Handshake& h, const std::string& db) {
+using Clock = std::chrono::steady_clock;
+
+// A checkpoint is committed at most this often; more rarely when writing its state costs more
+// (the interval is kept at ten times that cost, so checkpoints take at most a tenth of the
+// handler's time however many blocks are open).
+constexpr auto kMinCheckpointInterval = std::chrono::milliseconds(200);
+
+absl::Status checkHandshake(const v1::Handshake& h) {
   if (h.magic() != kHandshakeMagic) {
     return absl::FailedPreconditionError("bad handshake magic: not a tidemark agent");
   }
@@ -21,15 +31,15 @@ absl::Status checkHandshake(const v1::Handshake& h, const std::string& db) {
         "protocol version " + std::to_string(h.protocol_version()) +
         " is not supported; this tidemarkd speaks version " + std::to_string(kProtocolVersion));
   }
-  if (h.resume_session_id() != 0) {
-    auto s = Store::getSession(db, static_cast<int64_t>(h.resume_session_id()));
-    if (!s.ok()) return s.status();
-    return absl::FailedPreconditionError("resuming session " +
-                                         std::to_string(h.resume_session_id()) +
-                                         " is not supported by this tidemarkd");
-  }
   return absl::OkStatus();
 }
+
+// A store that cannot be written is the agent's cue to keep its events and retry.
+absl::Status storeUnavailable(const absl::Status& s) {
+  return absl::UnavailableError("the store cannot be written (" + std::string(s.message()) +
+                                "); the agent keeps its events and retries");
+}
+
 // An agent's counter (or a sum of them) as a stored figure: saturated at the int64 limit, so
 // that a wrong or hostile value never wraps into a negative figure.
 int64_t counterValue(std::initializer_list<uint64_t> values) {
@@ -39,7 +49,181 @@ int64_t counterValue(std::initializer_list<uint64_t> values) {
   return static_cast<int64_t>(sum);
 }
 int64_t counterValue(uint64_t value) { return counterValue({value}); }
+
+// What the agent counted, as the session's figures and stats.
+void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
+  const v1::AgentCounters& c = goodbye.counters();
+  end->eventsSent = counterValue(c.events_sent());
+  end->eventsDropped =
+      counterValue({c.dropped_ring_full(), c.dropped_no_ring(), c.dropped_table_full(),
+                    c.dropped_spool_full(), c.dropped_disconnected(), c.dropped_buffer_full()});
+  auto agentStat = [&](const char* name, uint64_t v, const char* what,
+                       const char* severity = "data_loss") {
+    if (v != 0) end->stats.push_back({name, severity, counterValue(v), what});
+  };
+  agentStat("agent_dropped_ring_full", c.dropped_ring_full(), "agent: a thread's ring was full");
+  agentStat("agent_dropped_no_ring", c.dropped_no_ring(), "agent: no ring left for a thread");
+  agentStat("agent_dropped_table_full", c.dropped_table_full(), "agent: the block table was full");
+  agentStat("agent_dropped_spool_full", c.dropped_spool_full(), "agent: the spool was full");
+  agentStat("agent_dropped_disconnected", c.dropped_disconnected(),
+            "agent: the stream broke and could not be resumed");
+  agentStat("agent_dropped_buffer_full", c.dropped_buffer_full(),
+            "agent: its buffer (memory and file) was full while the stream could not take more");
+  agentStat("agent_degraded", c.degraded() ? 1 : 0,
+            "agent: a thread waited past the deadline for room; full rings dropped from then on");
+  agentStat("agent_lossy", c.lossy() ? 1 : 0,
+            "agent: lossy mode (TIDEMARK_LOSSY=1): full rings dropped instead of waiting", "info");
+  agentStat("agent_ring_waits", c.ring_waits(),
+            "agent: times a thread waited for room in its full ring (nothing lost)", "info");
+  agentStat("agent_buffered_to_disk", c.events_buffered_to_disk(),
+            "agent: records that went through its buffer file (the stream was slower)", "info");
+  agentStat("agent_reconnects", c.reconnects(),
+            "agent: times the stream broke and the agent resumed the session (nothing lost)",
+            "info");
+}
+
+// Rows and the ingest state of one session, committed together; one in flight at a time, so
+// that a failed commit is never followed by a later one (the store stays at a checkpoint).
+class Checkpointer {
+ public:
+  Checkpointer(StoreWriter& writer, int64_t sessionId, uint64_t committedBatchSeq)
+      : m_writer(writer),
+        m_sessionId(sessionId),
+        m_committed(committedBatchSeq),
+        m_posted(committedBatchSeq),
+        m_acked(committedBatchSeq) {}
+
+  // Takes the result of the commit in flight, if it is done (or waits for it). False while
+  // one is still in flight.
+  bool collect(bool wait) {
+    if (!m_inflight.valid()) return true;
+    if (!wait && m_inflight.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      return false;
+    }
+    absl::Status s = m_inflight.get();
+    if (s.ok()) {
+      m_committed = m_inflightSeq;
+    } else if (m_error.ok()) {
+      m_error = s;
+    }
+    return true;
+  }
+  bool due(uint64_t batchSeq) const {
+    return batchSeq > m_posted && Clock::now() - m_last >= m_interval;
+  }
+  // Posts the rows and state (taken under the caller's lock) accounting for batches up to
+  // batchSeq.
+  void post(SessionRows rows, const v1::IngestCheckpoint& state, uint64_t batchSeq) {
+    const Clock::time_point t0 = Clock::now();
+    std::string blob = state.SerializeAsString();
+    m_interval = std::max<Clock::duration>(kMinCheckpointInterval, (Clock::now() - t0) * 10);
+    m_last = Clock::now();
+    m_posted = batchSeq;
+    m_inflightSeq = batchSeq;
+    m_inflight = m_writer.submit([rows = std::move(rows), blob = std::move(blob), sid = m_sessionId,
+                                  batchSeq](Store& s) -> absl::Status {
+      if (auto st = s.writeRows(rows); !st.ok()) return st;
+      return s.saveCheckpoint(sid, batchSeq, blob);
+    });
+  }
+  // The batch to acknowledge, when there is something new or the agent asked (it always gets
+  // an answer, 0 while nothing is committed).
+  std::optional<uint64_t> takeAck(bool asked) {
+    if (m_committed <= m_acked && !asked) return std::nullopt;
+    m_acked = m_committed;
+    return m_committed;
+  }
+  const absl::Status& error() const { return m_error; }
+
+ private:
+  StoreWriter& m_writer;
+  int64_t m_sessionId;
+  uint64_t m_committed;
+  uint64_t m_posted;
+  uint64_t m_acked;
+  std::future<absl::Status> m_inflight;
+  uint64_t m_inflightSeq = 0;
+  absl::Status m_error;
+  Clock::time_point m_last = Clock::now();
+  Clock::duration m_interval = kMinCheckpointInterval;
+};
 }  // namespace
+
+IngestService::IngestService(StoreWriter& writer, LiveAgents& agents,
+                             std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace)
+    : m_writer(writer), m_agents(agents), m_onEnded(std::move(onEnded)), m_sessions(resumeGrace) {
+  m_sweeper = std::thread([this] {
+    std::unique_lock<std::mutex> lock(m_sweepMutex);
+    while (!m_stopping) {
+      m_sweepWake.wait_for(lock, std::chrono::milliseconds(500));
+      if (m_stopping) break;
+      lock.unlock();
+      closeExpiredSessions();
+      lock.lock();
+    }
+  });
+}
+
+IngestService::~IngestService() { stop(); }
+
+void IngestService::stop() {
+  {
+    std::lock_guard<std::mutex> lock(m_sweepMutex);
+    m_stopping = true;
+  }
+  m_sweepWake.notify_all();
+  if (m_sweeper.joinable()) m_sweeper.join();
+}
+
+absl::Status IngestService::detachLiveSessions() {
+  auto live = Store::liveSessions(m_writer.path());
+  if (!live.ok()) return live.status();
+  for (const SessionRecord& r : *live) {
+    m_sessions.detachAtStart(r.id, r.header.pid, r.header.hostname);
+  }
+  return absl::OkStatus();
+}
+
+void IngestService::closeExpiredSessions() {
+  for (int64_t id : m_sessions.takeExpired()) {
+    const absl::Status s = closeDetached(id);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tidemarkd: cannot close session %lld: %s\n", static_cast<long long>(id),
+                   std::string(s.message()).c_str());
+      m_sessions.release(id, true, 0, "");  // tried again after another grace period
+      continue;
+    }
+    m_sessions.release(id, false, 0, "");
+    if (m_onEnded) m_onEnded(id);
+  }
+}
+
+absl::Status IngestService::closeDetached(int64_t id) {
+  SessionIngest ingest(id);
+  auto blob = Store::loadCheckpoint(m_writer.path(), id);
+  if (!blob.ok()) return blob.status();
+  if (*blob) {
+    v1::IngestCheckpoint cp;
+    if (!cp.ParseFromString(**blob)) return absl::DataLossError("damaged checkpoint");
+    if (auto s = ingest.restore(cp); !s.ok()) return s;
+  }
+  SessionRows rows = ingest.finish();
+  SessionEnd end;
+  end.sessionId = id;
+  end.state = v1::SESSION_STATE_ABORTED;
+  end.endTsNs = ingest.lastTsNs();
+  end.liveBlocksAtEnd = ingest.liveBlocksAtEnd();
+  end.stats.push_back({"stream_lost", "data_loss", 1,
+                       "the agent's stream broke and the agent did not resume it: what it "
+                       "recorded after the last commit is missing"});
+  for (StatRow& s : ingest.stats()) end.stats.push_back(std::move(s));
+  return m_writer
+      .submit([rows = std::move(rows), end](Store& s) -> absl::Status {
+        if (auto st = s.writeRows(rows); !st.ok()) return st;
+        return s.endSession(end);
+      })
+      .get();
+}
 
 grpc::Status IngestService::Stream(
     grpc::ServerContext* context,
@@ -52,48 +236,89 @@ grpc::Status IngestService::Stream(
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "the first message of a stream must be a handshake");
   }
-  const v1::Handshake& hello = message.handshake();
-  if (auto s = checkHandshake(hello, m_writer.path()); !s.ok()) return toGrpc(s);
+  const v1::Handshake hello = message.handshake();
+  if (auto s = checkHandshake(hello); !s.ok()) return toGrpc(s);
 
-  SessionHeader header;
-  header.name = hello.session_name();
-  header.pid = hello.pid();
-  header.hostname = hello.hostname();
-  header.commandLine = hello.command_line();
-  header.protocolVersion = hello.protocol_version();
-  header.agentVersion = hello.agent_version();
-  header.startTsNs = hello.start_ts_ns();
-  header.startWallNs = hello.start_wall_ns();
-  auto sessionId = std::make_shared<int64_t>(0);
-  absl::Status created = m_writer
-                             .submit([header, sessionId](Store& store) -> absl::Status {
-                               auto id = store.createSession(header);
-                               if (!id.ok()) return id.status();
-                               *sessionId = *id;
-                               return absl::OkStatus();
-                             })
-                             .get();
-  if (!created.ok()) return toGrpc(created);
+  int64_t sessionId = 0;
+  std::optional<SessionIngest> ingest;
+  if (hello.resume_session_id() != 0) {
+    sessionId = static_cast<int64_t>(hello.resume_session_id());
+    auto known = Store::getSession(m_writer.path(), sessionId);
+    if (!known.ok()) return toGrpc(known.status());
+    if (known->state != v1::SESSION_STATE_LIVE) {
+      return toGrpc(absl::FailedPreconditionError("session " + std::to_string(sessionId) +
+                                                  " has ended; it cannot be resumed"));
+    }
+    if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) return toGrpc(s);
+    ingest.emplace(sessionId);
+    auto blob = Store::loadCheckpoint(m_writer.path(), sessionId);
+    absl::Status restored = blob.status();
+    if (blob.ok() && *blob) {
+      v1::IngestCheckpoint cp;
+      restored = cp.ParseFromString(**blob) ? ingest->restore(cp)
+                                            : absl::DataLossError("damaged checkpoint");
+    }
+    if (!restored.ok()) {
+      m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
+      return toGrpc(absl::UnavailableError("cannot read the checkpoint of session " +
+                                           std::to_string(sessionId) + ": " +
+                                           std::string(restored.message())));
+    }
+  } else {
+    SessionHeader header;
+    header.name = hello.session_name();
+    header.pid = hello.pid();
+    header.hostname = hello.hostname();
+    header.commandLine = hello.command_line();
+    header.protocolVersion = hello.protocol_version();
+    header.agentVersion = hello.agent_version();
+    header.startTsNs = hello.start_ts_ns();
+    header.startWallNs = hello.start_wall_ns();
+    auto created = std::make_shared<int64_t>(0);
+    absl::Status s = m_writer
+                         .submit([header, created](Store& store) -> absl::Status {
+                           auto id = store.createSession(header);
+                           if (!id.ok()) return id.status();
+                           *created = *id;
+                           return absl::OkStatus();
+                         })
+                         .get();
+    if (!s.ok()) return toGrpc(storeUnavailable(s));
+    sessionId = *created;
+    m_sessions.hold(sessionId, context);
+    ingest.emplace(sessionId);
+    if (hello.first_batch_seq() != 0) ingest->setFirstBatchSeq(hello.first_batch_seq());
+    if (hello.first_event_seq() != 0) ingest->setFirstEventSeq(hello.first_event_seq());
+  }
 
   v1::ServerMessage reply;
-  reply.mutable_handshake_reply()->set_session_id(static_cast<uint64_t>(*sessionId));
+  reply.mutable_handshake_reply()->set_session_id(static_cast<uint64_t>(sessionId));
   reply.mutable_handshake_reply()->set_server_protocol_version(kProtocolVersion);
+  reply.mutable_handshake_reply()->set_next_batch_seq(ingest->nextBatchSeq());
   stream->Write(reply);
-  SessionIngest ingest(*sessionId);
-  if (hello.first_batch_seq() != 0) ingest.setFirstBatchSeq(hello.first_batch_seq());
   // Held while a batch goes through `ingest`, so that the advisor can read its open blocks.
   std::mutex ingestMutex;
   // From here on Control may write commands to this stream; the guard unregisters it on every
   // way out, before the stream's status goes back.
-  m_agents.add(*sessionId, stream, [&ingest, &ingestMutex] {
+  m_agents.add(sessionId, stream, [&ingest, &ingestMutex] {
     std::lock_guard<std::mutex> lock(ingestMutex);
-    return ingest.openBlocks();
+    return ingest->openBlocks();
   });
   struct Unregister {
     LiveAgents& agents;
     int64_t id;
-    ~Unregister() { agents.remove(id); }
-  } unregister{m_agents, *sessionId};
+    LiveAgents::Stream* stream;
+    ~Unregister() { agents.remove(id, stream); }
+  } unregister{m_agents, sessionId, stream};
+
+  Checkpointer checkpoints(m_writer, sessionId, ingest->nextBatchSeq() - 1);
+  auto checkpointNow = [&] {
+    std::unique_lock<std::mutex> lock(ingestMutex);
+    SessionRows rows = ingest->takeRows();
+    const v1::IngestCheckpoint state = ingest->checkpoint();
+    lock.unlock();
+    checkpoints.post(std::move(rows), state, ingest->nextBatchSeq() - 1);
+  };
 
   std::optional<v1::Goodbye> goodbye;
   absl::Status error;
@@ -103,22 +328,19 @@ grpc::Status IngestService::Stream(
         error = absl::InvalidArgumentError("batch after goodbye");
         break;
       }
-      std::unique_lock<std::mutex> lock(ingestMutex);
-      error = ingest.addBatch(message.batch());
+      std::lock_guard<std::mutex> lock(ingestMutex);
+      error = ingest->addBatch(message.batch());
       if (!error.ok()) break;
-      SessionRows rows = ingest.takeRows();
-      lock.unlock();
-      if (!rows.empty()) {
-        m_writer.post([rows = std::move(rows)](Store& s) { return s.writeRows(rows); });
-      }
     } else if (message.has_plan_result()) {
       const v1::PlanResult& r = message.plan_result();
-      m_writer.post([sid = *sessionId, r](Store& s) {
+      m_writer.post([sid = sessionId, r](Store& s) {
         return s.setPlanResult(sid, static_cast<int64_t>(r.plan_id()), r.applied() ? 1 : 2,
                                r.message(), r.step());
       });
     } else if (message.has_goodbye()) {
       goodbye = message.goodbye();
+    } else if (message.has_ack_request()) {
+      // Nothing to do but the commit and acknowledgement below.
     } else if (message.has_handshake()) {
       error = absl::InvalidArgumentError("second handshake on one stream");
       break;
@@ -126,58 +348,62 @@ grpc::Status IngestService::Stream(
       error = absl::InvalidArgumentError("empty agent message");
       break;
     }
+    if (goodbye) continue;  // the end commits everything at once
+    if (checkpoints.collect(false)) {
+      if (!checkpoints.error().ok()) break;
+      if (checkpoints.due(ingest->nextBatchSeq() - 1)) checkpointNow();
+    }
+    if (const auto acked = checkpoints.takeAck(message.has_ack_request()); acked) {
+      v1::ServerMessage ack;
+      ack.mutable_ack()->set_batch_seq(*acked);
+      m_agents.write(stream, ack);
+    }
   }
 
-  m_agents.remove(*sessionId);  // no command nor snapshot once the stream winds down
-  SessionRows rows = ingest.finish();
-  SessionEnd end;
-  end.sessionId = *sessionId;
-  end.state = (goodbye && error.ok()) ? v1::SESSION_STATE_ENDED : v1::SESSION_STATE_ABORTED;
-  end.endTsNs = goodbye ? std::max(goodbye->end_ts_ns(), ingest.lastTsNs()) : ingest.lastTsNs();
-  if (goodbye) {
-    const v1::AgentCounters& c = goodbye->counters();
-    end.eventsSent = counterValue(c.events_sent());
-    end.eventsDropped =
-        counterValue({c.dropped_ring_full(), c.dropped_no_ring(), c.dropped_table_full(),
-                      c.dropped_spool_full(), c.dropped_disconnected(), c.dropped_buffer_full()});
-    auto agentStat = [&](const char* name, uint64_t v, const char* what,
-                         const char* severity = "data_loss") {
-      if (v != 0) end.stats.push_back({name, severity, counterValue(v), what});
-    };
-    agentStat("agent_dropped_ring_full", c.dropped_ring_full(), "agent: a thread's ring was full");
-    agentStat("agent_dropped_no_ring", c.dropped_no_ring(), "agent: no ring left for a thread");
-    agentStat("agent_dropped_table_full", c.dropped_table_full(),
-              "agent: the block table was full");
-    agentStat("agent_dropped_spool_full", c.dropped_spool_full(), "agent: the spool was full");
-    agentStat("agent_dropped_disconnected", c.dropped_disconnected(),
-              "agent: the stream broke mid-run");
-    agentStat("agent_dropped_buffer_full", c.dropped_buffer_full(),
-              "agent: its buffer (memory and file) was full while the stream could not take more");
-    agentStat("agent_degraded", c.degraded() ? 1 : 0,
-              "agent: a thread waited past the deadline for room; full rings dropped from then on");
-    agentStat("agent_lossy", c.lossy() ? 1 : 0,
-              "agent: lossy mode (TIDEMARK_LOSSY=1): full rings dropped instead of waiting",
-              "info");
-    agentStat("agent_ring_waits", c.ring_waits(),
-              "agent: times a thread waited for room in its full ring (nothing lost)", "info");
-    agentStat("agent_buffered_to_disk", c.events_buffered_to_disk(),
-              "agent: records that went through its buffer file (the stream was slower)", "info");
+  m_agents.remove(sessionId, stream);  // no command nor snapshot once the stream winds down
+  checkpoints.collect(true);
+  if (!checkpoints.error().ok()) {
+    // The store is at the last checkpoint that was committed; the agent resends the rest.
+    m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
+    return toGrpc(storeUnavailable(checkpoints.error()));
   }
+  if (error.ok() && !goodbye) {
+    // The stream broke (or the daemon is stopping): commit what came, wait for the agent.
+    checkpointNow();
+    checkpoints.collect(true);
+    m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
+    if (!checkpoints.error().ok()) return toGrpc(storeUnavailable(checkpoints.error()));
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    return grpc::Status::OK;
+  }
+
+  SessionRows rows = ingest->finish();
+  SessionEnd end;
+  end.sessionId = sessionId;
+  end.state = error.ok() ? v1::SESSION_STATE_ENDED : v1::SESSION_STATE_ABORTED;
+  end.endTsNs = goodbye ? std::max(goodbye->end_ts_ns(), ingest->lastTsNs()) : ingest->lastTsNs();
+  if (goodbye) addAgentCounters(*goodbye, &end);
   if (!error.ok()) {
     end.stats.push_back({"stream_error", "error", 1, std::string(error.message())});
   }
-  end.liveBlocksAtEnd = ingest.liveBlocksAtEnd();
-  for (StatRow& s : ingest.stats()) end.stats.push_back(std::move(s));
+  end.liveBlocksAtEnd = ingest->liveBlocksAtEnd();
+  for (StatRow& s : ingest->stats()) end.stats.push_back(std::move(s));
   absl::Status written = m_writer
                              .submit([rows = std::move(rows), end](Store& s) -> absl::Status {
                                if (auto st = s.writeRows(rows); !st.ok()) return st;
                                return s.endSession(end);
                              })
                              .get();
-  if (written.ok() && m_onEnded) m_onEnded(*sessionId);
+  if (!written.ok()) {
+    // Not ended: the session stays at its last checkpoint, for the agent to resume.
+    m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
+    return toGrpc(storeUnavailable(written));
+  }
+  m_sessions.release(sessionId, false, 0, "");
+  if (m_onEnded) m_onEnded(sessionId);
   if (!error.ok()) return toGrpc(error);
   if (context->IsCancelled()) return grpc::Status::CANCELLED;
-  return toGrpc(written);
+  return grpc::Status::OK;
 }
 
 }  // namespace tidemark::server

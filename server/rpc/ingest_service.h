@@ -1,8 +1,14 @@
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <thread>
 
 #include "server/rpc/live_agents.h"
+#include "server/rpc/resumable_sessions.h"
 #include "server/store/writer.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 
@@ -11,23 +17,42 @@ namespace tidemark::server {
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 
-// Ingest: one bidirectional stream per agent. Handshake → session row; batches → SessionIngest
-// → the single writer; end of stream → the rest, live blocks and the session's end, committed
-// before the stream's status goes back (so a finished job's data is queryable at once).
+// Ingest: one bidirectional stream per agent. Handshake → session row (or a resumed session
+// from its checkpoint); batches → SessionIngest; every few hundred milliseconds the rows
+// completed so far and the ingest state are committed in one transaction (a checkpoint) and
+// acknowledged to the agent, which forgets what was acknowledged and resends the rest after a
+// reconnect. A goodbye ends the session: the rest, live blocks and its end, committed before the
+// stream's status goes back (so a finished job's data is queryable at once). A stream that
+// breaks without one leaves the session resumable (ResumableSessions).
 class IngestService final : public v1::Ingest::Service {
  public:
   // onEnded(sessionId) is called once a session's end is committed.
-  IngestService(StoreWriter& writer, LiveAgents& agents, std::function<void(int64_t)> onEnded)
-      : m_writer(writer), m_agents(agents), m_onEnded(std::move(onEnded)) {}
+  IngestService(StoreWriter& writer, LiveAgents& agents, std::function<void(int64_t)> onEnded,
+                std::chrono::seconds resumeGrace);
+  ~IngestService() override;
+
+  // At start: the sessions left live by the previous run wait for their agents.
+  absl::Status detachLiveSessions();
+  // Stops closing expired sessions (before the writer stops). Idempotent.
+  void stop();
 
   grpc::Status Stream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override;
 
  private:
+  void closeExpiredSessions();
+  // Ends a detached session as aborted from its last checkpoint (open blocks as live).
+  absl::Status closeDetached(int64_t id);
+
   StoreWriter& m_writer;
   LiveAgents& m_agents;
   std::function<void(int64_t)> m_onEnded;
+  ResumableSessions m_sessions;
+  std::mutex m_sweepMutex;
+  std::condition_variable m_sweepWake;
+  bool m_stopping = false;
+  std::thread m_sweeper;
 };
 
 }  // namespace tidemark::server

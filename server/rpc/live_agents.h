@@ -28,9 +28,17 @@ class LiveAgents {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_streams[session] = {stream, std::move(openBlocks)};
   }
-  void remove(int64_t session) {
+  // Only if `stream` is still the session's (a resumed session registers its new stream
+  // before the old one's handler has wound down).
+  void remove(int64_t session, Stream* stream) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    m_streams.erase(session);
+    auto it = m_streams.find(session);
+    if (it != m_streams.end() && it->second.stream == stream) m_streams.erase(it);
+  }
+  // A write by the stream's own handler (acknowledgements), serialized with Control's.
+  bool write(Stream* stream, const v1::ServerMessage& message) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return stream->Write(message);
   }
   // FAILED_PRECONDITION when the session has no connected agent or the write fails.
   absl::Status send(int64_t session, const v1::ServerMessage& message) {

@@ -141,6 +141,17 @@ CREATE TABLE IF NOT EXISTS step (
   PRIMARY KEY (session_id, step)
 ) WITHOUT ROWID;
 
+-- The ingest state of a live session at its last commit (tidemark.v1.IngestCheckpoint: open
+-- blocks, open intervals, the next sequence numbers), written in the same transaction as the
+-- rows it accounts for: a restarted daemon continues the session from here when its agent
+-- resumes, and a session whose agent never comes back ends with these blocks as live. Removed
+-- when the session ends.
+CREATE TABLE IF NOT EXISTS ingest_checkpoint (
+  session_id INTEGER PRIMARY KEY,
+  batch_seq INTEGER NOT NULL,           -- every batch up to this one is committed
+  state BLOB NOT NULL
+);
+
 -- Counters of data problems and losses (perfetto-style stats): never an abort, always a count.
 CREATE TABLE IF NOT EXISTS stat (
   session_id INTEGER NOT NULL,

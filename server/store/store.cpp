@@ -281,6 +281,11 @@ absl::Status Store::endSession(const SessionEnd& e) {
   }
   m_endSession.bind(6, e.liveBlocksAtEnd);
   if (auto s = m_endSession.run(); !s.ok()) return s;
+  {
+    Statement del = m_db.prepare("DELETE FROM ingest_checkpoint WHERE session_id = ?1");
+    del.bind(1, e.sessionId);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
   for (const StatRow& st : e.stats) {
     m_upsertStat.bind(1, e.sessionId).bind(2, st.name).bind(3, st.severity).bind(4, st.value);
     m_upsertStat.bind(5, st.description);
@@ -289,8 +294,27 @@ absl::Status Store::endSession(const SessionEnd& e) {
   return absl::OkStatus();
 }
 
-absl::Status Store::abortStaleSessions() {
-  return m_db.exec("UPDATE session SET state = 3 WHERE state = 1");
+absl::Status Store::saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state) {
+  Statement st = m_db.prepare(
+      "INSERT OR REPLACE INTO ingest_checkpoint(session_id, batch_seq, state) VALUES (?1, ?2, ?3)");
+  if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
+  st.bind(1, sessionId).bind(2, s64(batchSeq)).bindBlob(3, state);
+  return st.run();
+}
+
+absl::StatusOr<std::vector<SessionRecord>> Store::liveSessions(const std::string& path) {
+  return readSessions(path, "WHERE state = 1", 0);
+}
+
+absl::StatusOr<std::optional<std::string>> Store::loadCheckpoint(const std::string& path,
+                                                                 int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare("SELECT state FROM ingest_checkpoint WHERE session_id = ?1");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  st.bind(1, id);
+  if (!st.step()) return std::optional<std::string>();
+  return std::optional<std::string>(std::string(st.columnBlob(0)));
 }
 
 absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,

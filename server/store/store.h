@@ -175,8 +175,9 @@ class Store {
   absl::StatusOr<int64_t> createAppliedPlan(const AppliedPlanRow& row);
   absl::Status setPlanResult(int64_t sessionId, int64_t planId, int state,
                              const std::string& message, int64_t fromStep);
-  // Marks sessions left live by a previous run of the daemon as aborted.
-  absl::Status abortStaleSessions();
+  // The ingest state of a live session at this commit (replacing the previous one); batchSeq:
+  // the last batch it accounts for.
+  absl::Status saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state);
   // Stores the analysis of an ended session (replacing any earlier one) and marks it analyzed.
   // blockIds[i] is the allocation.id of the analysis' i-th block (Recording::blocks[i].id).
   absl::Status writeAnalysis(int64_t sessionId, const core::Analysis& analysis,
@@ -184,6 +185,11 @@ class Store {
 
   // Reader side (a fresh read-only connection per call).
   static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path);
+  // Sessions still live (a daemon stopped or died while their agents streamed).
+  static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
+  // A live session's last checkpoint (state blob), or nullopt when none was committed yet.
+  static absl::StatusOr<std::optional<std::string>> loadCheckpoint(const std::string& path,
+                                                                   int64_t id);
   static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id);
   // withBlocks false: the intervals and tags only (cheap even for huge sessions).
   static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id,

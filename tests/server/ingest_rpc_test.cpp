@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include <filesystem>
 
@@ -23,9 +26,15 @@ class IngestRpcTest : public ::testing::Test {
             ("tidemark-rpc-" + std::to_string(getpid()) + "-" +
              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(m_dir);
+    startServer(std::chrono::seconds(600));
+  }
+  // A daemon on the test's store (the previous one stopped first, as SIGTERM does).
+  void startServer(std::chrono::seconds resumeGrace) {
+    if (m_server) m_server->shutdown();
     ServerOptions o;
     o.listen = "127.0.0.1:0";
     o.dbPath = (m_dir / "store.db").string();
+    o.resumeGrace = resumeGrace;
     m_server = std::make_unique<Server>(o);
     ASSERT_TRUE(m_server->start().ok());
     m_channel = grpc::CreateChannel(m_server->address(), grpc::InsecureChannelCredentials());
@@ -45,6 +54,41 @@ class IngestRpcTest : public ::testing::Test {
     h->set_pid(4242);
     h->set_command_line("test");
     return m;
+  }
+
+  static v1::AgentMessage event(uint64_t batchSeq, uint64_t seq, bool alloc, uint64_t address) {
+    v1::AgentMessage m;
+    auto* b = m.mutable_batch();
+    b->set_batch_seq(batchSeq);
+    auto* e = b->add_events();
+    e->set_seq(seq);
+    e->set_ts_ns(static_cast<int64_t>(seq) * 100);
+    if (alloc) {
+      e->mutable_alloc()->set_address(address);
+      e->mutable_alloc()->set_size_bytes(4096);
+    } else {
+      e->mutable_free()->set_address(address);
+    }
+    return m;
+  }
+
+  // Writes messages, then asks for acknowledgements until batch `through` is acknowledged
+  // (false after ten seconds without).
+  static bool sendAndAwaitAck(grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* s,
+                              const std::vector<v1::AgentMessage>& messages, uint64_t through) {
+    for (const auto& m : messages) {
+      if (!s->Write(m)) return false;
+    }
+    v1::AgentMessage ask;
+    ask.mutable_ack_request();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    v1::ServerMessage reply;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!s->Write(ask) || !s->Read(&reply)) return false;
+      if (reply.has_ack() && reply.ack().batch_seq() >= through) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
   }
 
   static v1::AgentMessage goodBatch(uint64_t batchSeq, uint64_t firstSeq) {
@@ -212,6 +256,103 @@ TEST_F(IngestRpcTest, CountersAndSizesPastTheLimitsNeverBecomeNegativeFigures) {
   ASSERT_TRUE(sessionInfo(session, &info).ok());
   EXPECT_EQ(info.events_sent(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
   EXPECT_EQ(info.events_dropped(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, ASessionResumesOnADaemonRestartedOnTheSameStore) {
+  uint64_t session = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    ASSERT_TRUE(stream->Write(hello()));
+    v1::ServerMessage reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    session = reply.handshake_reply().session_id();
+    EXPECT_EQ(reply.handshake_reply().next_batch_seq(), 1u);
+    // Two blocks allocated, acknowledged (committed), then one more batch that is not.
+    ASSERT_TRUE(
+        sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000), event(2, 2, true, 0x2000)}, 2));
+    ASSERT_TRUE(stream->Write(event(3, 3, false, 0x1000)));
+    // The daemon stops under the stream (SIGTERM) and starts again on the same store.
+    startServer(std::chrono::seconds(600));
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_LIVE);  // waiting for its agent
+
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  v1::AgentMessage resume = hello();
+  resume.mutable_handshake()->set_resume_session_id(session);
+  ASSERT_TRUE(stream->Write(resume));
+  v1::ServerMessage reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_EQ(reply.handshake_reply().session_id(), session);
+  // Batch 3 reached the first daemon before it stopped: it committed it, or asks for it again.
+  const uint64_t next = reply.handshake_reply().next_batch_seq();
+  ASSERT_TRUE(next == 3 || next == 4) << next;
+  // The agent resends from where it was told, and one batch more that was stored (skipped).
+  std::vector<v1::AgentMessage> rest;
+  if (next == 3) rest.push_back(event(3, 3, false, 0x1000));
+  rest.push_back(event(2, 2, true, 0x2000));
+  rest.push_back(event(4, 4, true, 0x3000));
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(4);
+  rest.push_back(bye);
+  for (const auto& m : rest) ASSERT_TRUE(stream->Write(m));
+  stream->WritesDone();
+  while (stream->Read(&reply)) {
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_received(), 4u);
+  EXPECT_EQ(info.events_stored(), 4u);
+  EXPECT_EQ(info.blocks(), 3u);
+  EXPECT_EQ(info.live_blocks_at_end(), 2u);
+  bool gap = false;
+  for (const auto& st : info.stats()) gap |= st.name() == "seq_gap";
+  EXPECT_FALSE(gap);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBlocks) {
+  startServer(std::chrono::seconds(0));  // no grace: closed at the next sweep
+  uint64_t session = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    ASSERT_TRUE(stream->Write(hello()));
+    v1::ServerMessage reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    session = reply.handshake_reply().session_id();
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+    ASSERT_TRUE(stream->Write(event(2, 2, true, 0x2000)));
+    stream->WritesDone();  // no goodbye: the process died
+    while (stream->Read(&reply)) {
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  v1::SessionInfo info;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
+    if (info.state() != v1::SESSION_STATE_LIVE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ABORTED);
+  // Both blocks, also the one after the last acknowledgement (the stream's end committed it).
+  EXPECT_EQ(info.blocks(), 2u);
+  EXPECT_EQ(info.live_blocks_at_end(), 2u);
+  bool lost = false;
+  for (const auto& st : info.stats()) lost |= st.name() == "stream_lost";
+  EXPECT_TRUE(lost);
+  // Too late to resume it now.
+  v1::AgentMessage resume = hello();
+  resume.mutable_handshake()->set_resume_session_id(session);
+  EXPECT_EQ(send({resume}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   expectHealthy();
 }
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace tidemark::server {
 namespace {
 
@@ -134,6 +136,111 @@ TEST(SessionIngestTest, ScopesPhasesAndStepsBecomeIntervals) {
   ASSERT_EQ(rows.steps.size(), 1u);
   EXPECT_EQ(rows.steps[0].endSeq, 8u);
   EXPECT_EQ(stat(in, "scope_end_unmatched"), 1);
+}
+
+// A session of blocks, nested scopes, phases and steps over several threads and batches, with
+// a batch that arrives out of order.
+std::vector<v1::EventBatch> mixedSession() {
+  std::vector<v1::Event> ev;
+  uint64_t seq = 0;
+  auto next = [&](uint32_t thread) -> v1::Event& {
+    ev.emplace_back();
+    ev.back().set_seq(++seq);
+    ev.back().set_ts_ns(static_cast<int64_t>(seq) * 10);
+    ev.back().set_thread_id(thread);
+    return ev.back();
+  };
+  for (int step = 1; step <= 3; ++step) {
+    next(1).mutable_step_begin()->set_step(step);
+    next(1).mutable_phase_begin()->set_phase(v1::PHASE_FORWARD);
+    for (uint32_t m = 1; m <= 3; ++m) {
+      next(1).mutable_scope_begin()->set_name_iid(m);
+      v1::Event& a = next(m % 2 + 1);
+      a.mutable_alloc()->set_address(0x1000 * m + static_cast<uint64_t>(step));
+      a.mutable_alloc()->set_size_bytes(64 * m);
+    }
+    for (uint32_t m = 3; m >= 1; --m) next(1).mutable_scope_end()->set_name_iid(m);
+    next(1).mutable_phase_end()->set_phase(v1::PHASE_FORWARD);
+    for (uint32_t m = 1; m <= 2; ++m) {
+      next(m % 2 + 1).mutable_free()->set_address(0x1000 * m + static_cast<uint64_t>(step));
+    }
+    next(1).mutable_step_end()->set_step(step);
+  }
+  std::vector<v1::EventBatch> batches;
+  for (size_t i = 0; i < ev.size(); i += 5) {
+    std::vector<v1::Event> part(ev.begin() + static_cast<long>(i),
+                                ev.begin() + static_cast<long>(std::min(ev.size(), i + 5)));
+    batches.push_back(batch(batches.size() + 1, part));
+  }
+  // Two batches' events swapped (the batch numbers stay in order): the reorder buffer holds
+  // events across a batch boundary.
+  std::swap(*batches[3].mutable_events(), *batches[4].mutable_events());
+  return batches;
+}
+
+void appendRows(SessionRows& to, SessionRows from) {
+  to.blocks.insert(to.blocks.end(), from.blocks.begin(), from.blocks.end());
+  to.scopes.insert(to.scopes.end(), from.scopes.begin(), from.scopes.end());
+  to.phases.insert(to.phases.end(), from.phases.begin(), from.phases.end());
+  to.steps.insert(to.steps.end(), from.steps.begin(), from.steps.end());
+  to.eventsReceived += from.eventsReceived;
+  to.eventsStored += from.eventsStored;
+}
+
+std::string describe(const SessionRows& r) {
+  std::string out;
+  for (const BlockRow& b : r.blocks) {
+    out += "block " + std::to_string(b.address) + " " + std::to_string(b.sizeBytes) + " " +
+           std::to_string(b.threadId) + " " + std::to_string(b.allocSeq) + " " +
+           std::to_string(b.freeSeq) + "\n";
+  }
+  for (const auto* list : {&r.scopes, &r.phases}) {
+    for (const IntervalRow& i : *list) {
+      out += "interval " + std::to_string(i.threadId) + " " + std::to_string(i.nameIid) + " " +
+             std::to_string(i.phase) + " " + std::to_string(i.depth) + " " +
+             std::to_string(i.beginSeq) + " " + std::to_string(i.endSeq) + "\n";
+    }
+  }
+  for (const StepRow& s : r.steps) {
+    out += "step " + std::to_string(s.step) + " " + std::to_string(s.beginSeq) + " " +
+           std::to_string(s.endSeq) + "\n";
+  }
+  out += "events " + std::to_string(r.eventsReceived) + " " + std::to_string(r.eventsStored);
+  return out;
+}
+
+TEST(SessionIngestTest, ACheckpointContinuesTheSessionAsIfNothingHappened) {
+  const std::vector<v1::EventBatch> batches = mixedSession();
+  SessionIngest whole(1);
+  for (const auto& b : batches) ASSERT_TRUE(whole.addBatch(b).ok());
+  const SessionRows expected = whole.finish();
+  ASSERT_GT(expected.blocks.size(), 3u);
+
+  // Cut after every batch in turn: the state goes through its serialized form into a new
+  // ingest (what a restarted daemon does), which takes the rest; the batches up to the cut are
+  // resent too (skipped, counted).
+  for (size_t cut = 1; cut < batches.size(); ++cut) {
+    SessionIngest first(1);
+    for (size_t i = 0; i < cut; ++i) ASSERT_TRUE(first.addBatch(batches[i]).ok());
+    SessionRows rows = first.takeRows();
+    const std::string blob = first.checkpoint().SerializeAsString();
+    v1::IngestCheckpoint parsed;
+    ASSERT_TRUE(parsed.ParseFromString(blob));
+    SessionIngest resumed(1);
+    ASSERT_TRUE(resumed.restore(parsed).ok());
+    EXPECT_EQ(resumed.nextBatchSeq(), cut + 1);
+    ASSERT_TRUE(resumed.addBatch(batches[cut - 1]).ok());  // a resent batch
+    for (size_t i = cut; i < batches.size(); ++i) ASSERT_TRUE(resumed.addBatch(batches[i]).ok());
+    appendRows(rows, resumed.finish());
+    EXPECT_EQ(describe(rows), describe(expected)) << "cut after batch " << cut;
+    EXPECT_EQ(stat(resumed, "batches_resent"), 1);
+    EXPECT_EQ(resumed.liveBlocksAtEnd(), whole.liveBlocksAtEnd());
+  }
+}
+
+TEST(SessionIngestTest, ADamagedCheckpointIsRefused) {
+  SessionIngest in(1);
+  EXPECT_EQ(in.restore(v1::IngestCheckpoint()).code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

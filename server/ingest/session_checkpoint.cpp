@@ -1,0 +1,121 @@
+// SessionIngest's state to and from the store's checkpoint (tidemark.v1.IngestCheckpoint).
+#include <algorithm>
+
+#include "server/ingest/session_ingest.h"
+
+namespace tidemark::server {
+
+namespace {
+void toProto(const IntervalRow& r, v1::CheckpointInterval* p) {
+  p->set_thread_id(r.threadId);
+  p->set_name_iid(r.nameIid);
+  p->set_phase(r.phase);
+  p->set_depth(r.depth);
+  p->set_kind(r.kind);
+  p->set_correlation_id(r.correlationId);
+  p->set_begin_seq(r.beginSeq);
+  p->set_begin_ts_ns(r.beginTsNs);
+}
+
+IntervalRow fromProto(const v1::CheckpointInterval& p) {
+  IntervalRow r;
+  r.threadId = p.thread_id();
+  r.nameIid = p.name_iid();
+  r.phase = p.phase();
+  r.depth = p.depth();
+  r.kind = p.kind();
+  r.correlationId = p.correlation_id();
+  r.beginSeq = p.begin_seq();
+  r.beginTsNs = p.begin_ts_ns();
+  return r;
+}
+
+template <typename Map>
+void stacksToProto(const Map& stacks,
+                   google::protobuf::RepeatedPtrField<v1::CheckpointStack>* out) {
+  for (const auto& [key, stack] : stacks) {
+    if (stack.empty()) continue;
+    v1::CheckpointStack* s = out->Add();
+    s->set_key(key);
+    for (const IntervalRow& r : stack) toProto(r, s->add_open());
+  }
+}
+}  // namespace
+
+v1::IngestCheckpoint SessionIngest::checkpoint() const {
+  v1::IngestCheckpoint c;
+  c.set_next_batch_seq(m_nextBatchSeq);
+  c.set_next_seq(m_nextSeq);
+  c.set_last_ts_ns(m_lastTs);
+  for (const auto& [seq, e] : m_pending) *c.add_pending() = e;
+  c.mutable_open_blocks()->Reserve(static_cast<int>(m_open.size()));
+  for (const auto& [key, b] : m_open) {
+    v1::CheckpointBlock* p = c.add_open_blocks();
+    p->set_address(b.address);
+    p->set_size_bytes(b.sizeBytes);
+    p->set_memory_kind(b.memoryKind);
+    p->set_device(b.device);
+    p->set_stream(b.stream);
+    p->set_thread_id(b.threadId);
+    p->set_alloc_seq(b.allocSeq);
+    p->set_alloc_ts_ns(b.allocTsNs);
+  }
+  stacksToProto(m_scopeStacks, c.mutable_scope_stacks());
+  stacksToProto(m_phaseStacks, c.mutable_phase_stacks());
+  for (const auto& [step, s] : m_openSteps) {
+    v1::CheckpointStep* p = c.add_open_steps();
+    p->set_step(s.step);
+    p->set_begin_seq(s.beginSeq);
+    p->set_begin_ts_ns(s.beginTsNs);
+  }
+  for (const auto& [name, value] : m_stats) (*c.mutable_stats())[name] = value;
+  return c;
+}
+
+absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c) {
+  if (c.next_batch_seq() == 0 || c.next_seq() == 0) {
+    return absl::DataLossError("the session's checkpoint is damaged (sequence number 0)");
+  }
+  m_nextBatchSeq = c.next_batch_seq();
+  m_nextSeq = c.next_seq();
+  m_lastTs = c.last_ts_ns();
+  m_pending.clear();
+  for (const v1::Event& e : c.pending()) m_pending.emplace(e.seq(), e);
+  m_open.clear();
+  m_open.reserve(static_cast<size_t>(c.open_blocks_size()));
+  for (const v1::CheckpointBlock& p : c.open_blocks()) {
+    BlockRow b;
+    b.address = p.address();
+    b.sizeBytes = p.size_bytes();
+    b.memoryKind = p.memory_kind();
+    b.device = p.device();
+    b.stream = p.stream();
+    b.threadId = p.thread_id();
+    b.allocSeq = p.alloc_seq();
+    b.allocTsNs = p.alloc_ts_ns();
+    m_open[OpenKey{b.memoryKind, b.device, b.address}] = b;
+  }
+  m_scopeStacks.clear();
+  for (const v1::CheckpointStack& s : c.scope_stacks()) {
+    auto& stack = m_scopeStacks[s.key()];
+    for (const v1::CheckpointInterval& r : s.open()) stack.push_back(fromProto(r));
+  }
+  m_phaseStacks.clear();
+  for (const v1::CheckpointStack& s : c.phase_stacks()) {
+    auto& stack = m_phaseStacks[static_cast<uint32_t>(s.key())];
+    for (const v1::CheckpointInterval& r : s.open()) stack.push_back(fromProto(r));
+  }
+  m_openSteps.clear();
+  for (const v1::CheckpointStep& p : c.open_steps()) {
+    StepRow s;
+    s.step = p.step();
+    s.beginSeq = p.begin_seq();
+    s.beginTsNs = p.begin_ts_ns();
+    m_openSteps[s.step] = s;
+  }
+  m_stats.clear();
+  for (const auto& [name, value] : c.stats()) m_stats[name] = value;
+  return absl::OkStatus();
+}
+
+}  // namespace tidemark::server

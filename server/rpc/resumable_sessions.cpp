@@ -1,0 +1,107 @@
+#include "server/rpc/resumable_sessions.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace tidemark::server {
+
+namespace {
+// A session's process is given this long to come back even when it looks gone (a pid check is
+// only a hint: another pid namespace shares the host name).
+constexpr auto kGoneProcessGrace = std::chrono::seconds(2);
+
+std::string thisHost() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+}  // namespace
+
+void ResumableSessions::hold(int64_t id, grpc::ServerContext* context) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_entries[id] = Entry{context, false, {}, false, 0, ""};
+}
+
+absl::Status ResumableSessions::holdForResume(int64_t id, grpc::ServerContext* context) {
+  std::unique_lock<std::mutex> lock(m_mutex);
+  auto it = m_entries.find(id);
+  if (it == m_entries.end()) {
+    return absl::NotFoundError("session " + std::to_string(id) +
+                               " is not a live session of this tidemarkd");
+  }
+  const auto closing = [&] {
+    return absl::FailedPreconditionError(
+        "session " + std::to_string(id) +
+        " has been closed: its agent did not come back within the resume grace period");
+  };
+  if (it->second.closing) return closing();
+  if (it->second.holder != nullptr) {
+    // The old stream of this agent has not noticed it is gone yet (a hung daemon resumed): end
+    // it; its handler commits what it received before releasing the session.
+    it->second.holder->TryCancel();
+    const bool released = m_released.wait_for(lock, std::chrono::seconds(10), [&] {
+      auto e = m_entries.find(id);
+      return e == m_entries.end() || e->second.holder == nullptr;
+    });
+    it = m_entries.find(id);
+    if (it != m_entries.end() && it->second.closing) return closing();
+    if (!released || it == m_entries.end()) {
+      return absl::FailedPreconditionError("session " + std::to_string(id) +
+                                           " is held by another stream or was closed meanwhile");
+    }
+  }
+  it->second.holder = context;
+  return absl::OkStatus();
+}
+
+void ResumableSessions::release(int64_t id, bool resumable, int32_t pid,
+                                const std::string& hostname) {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (!resumable) {
+      m_entries.erase(id);
+    } else {
+      m_entries[id] = Entry{nullptr, false, Clock::now(), true, pid, hostname};
+    }
+  }
+  m_released.notify_all();
+}
+
+void ResumableSessions::detachAtStart(int64_t id, int32_t pid, const std::string& hostname) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_entries[id] = Entry{nullptr, false, Clock::now(), false, pid, hostname};
+}
+
+bool ResumableSessions::processGone(const Entry& e) const {
+  if (e.pid <= 0 || e.hostname.empty() || e.hostname != thisHost()) return false;
+  return kill(e.pid, 0) != 0 && errno == ESRCH;
+}
+
+std::vector<int64_t> ResumableSessions::takeExpired() {
+  std::vector<int64_t> out;
+  std::lock_guard<std::mutex> lock(m_mutex);
+  const Clock::time_point now = Clock::now();
+  for (auto& [id, e] : m_entries) {
+    if (e.holder != nullptr || e.closing) continue;
+    const auto detached = now - e.since;
+    // Sessions found at start wait the full grace even when their process is gone: their
+    // agent may have written its spool for `tidemark upload`, which resumes them.
+    const bool gone = e.brokeWhileRunning && detached >= kGoneProcessGrace && processGone(e);
+    if (detached >= m_grace || gone) {
+      e.closing = true;
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
+size_t ResumableSessions::detachedCount() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  size_t n = 0;
+  for (const auto& [id, e] : m_entries) n += (e.holder == nullptr && !e.closing) ? 1 : 0;
+  return n;
+}
+
+}  // namespace tidemark::server
