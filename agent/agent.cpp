@@ -81,6 +81,7 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.flushIntervalMs = static_cast<int>(envNumber("TIDEMARK_FLUSH_MS", c.flushIntervalMs));
   c.exitTimeoutMs = static_cast<int>(envNumber("TIDEMARK_EXIT_TIMEOUT_MS", c.exitTimeoutMs));
   c.ackTimeoutMs = static_cast<int>(envNumber("TIDEMARK_ACK_TIMEOUT_MS", c.ackTimeoutMs));
+  c.windowBytes = envNumber("TIDEMARK_WINDOW_MAX_BYTES", c.windowBytes);
   c.quiet = envNumber("TIDEMARK_QUIET", 0) != 0;
   c.bufferMemoryBytes = envNumber("TIDEMARK_BUFFER_MAX_BYTES", c.bufferMemoryBytes);
   c.ringWaitMs = static_cast<int>(envNumber("TIDEMARK_RING_WAIT_MS", c.ringWaitMs));
@@ -179,6 +180,7 @@ bool Agent::start() {
   tc.bufferFileBytes = m_config.spoolCapBytes;
   tc.ringWaitDeadlineMs = m_config.ringWaitMs;
   tc.ackTimeoutMs = m_config.ackTimeoutMs;
+  tc.windowBytes = m_config.windowBytes;
   tc.exitTimeoutMs = m_config.exitTimeoutMs;
   tc.firstEventSeq = m_sessionFirstSeq;
   tc.quiet = m_config.quiet;

@@ -22,6 +22,7 @@ struct AgentConfig {
   int flushIntervalMs = 20;                              // TIDEMARK_FLUSH_MS
   int exitTimeoutMs = 5000;                              // TIDEMARK_EXIT_TIMEOUT_MS
   int ackTimeoutMs = 10000;  // TIDEMARK_ACK_TIMEOUT_MS: no acknowledgement this long = hung
+  uint64_t windowBytes = 48ull << 20;        // TIDEMARK_WINDOW_MAX_BYTES: sent, not acknowledged
   uint64_t bufferMemoryBytes = 64ull << 20;  // TIDEMARK_BUFFER_MAX_BYTES (then its file)
   int ringWaitMs = 2000;  // TIDEMARK_RING_WAIT_MS: the longest wait for room in a full ring
   bool lossy = false;     // TIDEMARK_LOSSY=1: full rings drop (counted) instead of waiting

@@ -185,6 +185,15 @@ void Transport::run() {
     }
     if (closeStream(deadline)) m_ending = Ending::kDelivered;
   }
+  if (m_ending == Ending::kRunning && m_link == LinkState::kLive) {
+    // Connected, but the exit's time ran out before everything was acknowledged.
+    m_context->TryCancel();
+    if (m_reader.joinable()) m_reader.join();
+    m_stream->Finish();
+    m_stream.reset();
+    m_link = LinkState::kDown;
+    m_linkError = "not everything was acknowledged within TIDEMARK_EXIT_TIMEOUT_MS";
+  }
   if (m_ending == Ending::kRunning) {
     if (m_link == LinkState::kRefused) {
       // Refused for good (another protocol, not a tidemarkd): what was not delivered is lost.
@@ -439,7 +448,8 @@ bool Transport::tryConnect() {
 
 void Transport::loseLink(const std::string& why) {
   if (m_link != LinkState::kLive) return;
-  m_context->TryCancel();
+  // The server's own status, when it ended the stream; else ours.
+  if (!m_readerDone) m_context->TryCancel();
   if (m_reader.joinable()) m_reader.join();
   const grpc::Status status = m_stream->Finish();
   m_stream.reset();
@@ -668,11 +678,10 @@ std::string Transport::summary() const {
                       m_config.spoolPath.c_str());
       } else {
         std::snprintf(line, sizeof line,
-                      "tidemark: connection to %s lost (%s); session %llu: %llu events stored, "
-                      "the last %llu spooled to %s (%llu dropped); complete the session with: "
-                      "tidemark upload %s",
-                      m_config.server.c_str(), m_linkError.c_str(), session,
-                      static_cast<unsigned long long>(c.events_sent() - c.events_spooled()),
+                      "tidemark: session %llu: the end of the run did not reach tidemarkd at %s "
+                      "(%s); %llu events spooled to %s (%llu dropped); complete the session "
+                      "with: tidemark upload %s",
+                      session, m_config.server.c_str(), m_linkError.c_str(),
                       static_cast<unsigned long long>(c.events_spooled()),
                       m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
                       m_config.spoolPath.c_str());

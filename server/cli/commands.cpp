@@ -204,8 +204,9 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   if (args.size() != 1 || args[0] == "-h" || args[0] == "--help") {
     std::fputs(
         "usage: tidemark upload SPOOL [--server ADDR] [--json]\n\n"
-        "Sends a spool file (written by the agent while no tidemarkd answered) as a new "
-        "session.\n",
+        "Sends a spool file (written by the agent at exit when no tidemarkd took the rest of\n"
+        "its run): the rest of the session it continues, or a new session. A session closed\n"
+        "meanwhile (its resume grace passed) gets the rest as a new session.\n",
         args.size() == 1 ? stdout : stderr);
     return args.size() == 1 ? kExitOk : kExitUsage;
   }
@@ -221,17 +222,36 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
     return kExitError;
   }
   auto stub = v1::Ingest::NewStub(channelFor(g));
-  grpc::ClientContext ctx;
-  auto stream = stub->Stream(&ctx);
+  std::unique_ptr<grpc::ClientContext> ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
   v1::ServerMessage reply;
-  if (!stream->Write(first) || !stream->Read(&reply) || !reply.has_handshake_reply()) {
-    return reportError(g, "upload", stream->Finish());
+  for (;;) {
+    ctx = std::make_unique<grpc::ClientContext>();
+    stream = stub->Stream(ctx.get());
+    if (stream->Write(first) && stream->Read(&reply) && reply.has_handshake_reply()) break;
+    const grpc::Status refused = stream->Finish();
+    const uint64_t resuming = first.handshake().resume_session_id();
+    if (resuming == 0 || (refused.error_code() != grpc::StatusCode::FAILED_PRECONDITION &&
+                          refused.error_code() != grpc::StatusCode::NOT_FOUND)) {
+      return reportError(g, "upload", refused);
+    }
+    std::fprintf(stderr,
+                 "tidemark upload: session %llu cannot be continued (%s); the spool becomes a "
+                 "new session\n",
+                 static_cast<unsigned long long>(resuming), refused.error_message().c_str());
+    first.mutable_handshake()->set_resume_session_id(0);
   }
+  // A resumed session may hold the first batches already (the daemon committed them before the
+  // agent gave up): they are not sent again.
+  const uint64_t next = reply.handshake_reply().next_batch_seq();
   const auto id = static_cast<unsigned long long>(reply.handshake_reply().session_id());
   v1::AgentMessage message;
   uint64_t events = 0;
   while (reader.next(&message)) {
-    if (message.has_batch()) events += message.batch().events_size();
+    if (message.has_batch()) {
+      if (message.batch().batch_seq() < next) continue;
+      events += message.batch().events_size();
+    }
     if (!stream->Write(message)) break;
   }
   stream->WritesDone();

@@ -30,7 +30,7 @@ commands:
   export SESSION [--format chrome] [-o FILE]
                                           a Chrome trace for Perfetto / chrome://tracing
   diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
-  upload SPOOL [--json]                   send a spool file (kept while no server ran) as a session
+  upload SPOOL [--json]                   send a spool file (the rest of a run no daemon took)
   import FILE [--name NAME] [--json]      a PyTorch memory snapshot or Kineto trace as a session
   plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--out FILE] [--json]
                                           a recompute plan for a memory budget, predicted

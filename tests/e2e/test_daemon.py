@@ -1,5 +1,6 @@
 """tidemarkd itself: the Unix socket, a clean stop on SIGTERM in the middle of a run with
-everything it received committed, while the job goes on unharmed; one daemon per store, and a
+everything it received committed and the session left resumable, while the job goes on unharmed
+(its rest spooled); a session nobody resumes closed as aborted; one daemon per store, and a
 daemon that cannot start touches nothing of another's."""
 import os
 import signal
@@ -44,7 +45,7 @@ class DaemonTest(unittest.TestCase):
         return subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.server, *args],
                               capture_output=True, text=True, timeout=300, **kw)
 
-    def test_sigterm_mid_run_commits_what_was_received(self):
+    def test_sigterm_mid_run_commits_what_was_received_and_waits_for_the_agent(self):
         job = subprocess.Popen([os.path.join(BIN, "tidemark"), "--server", self.server, "run",
                                 "--", PYTHON, "-c", LONG_JOB], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
@@ -66,17 +67,45 @@ class DaemonTest(unittest.TestCase):
         self.assertEqual(job.returncode, 4, jerr)  # the job's own exit code
         self.assertIn("done", out)
         self.assertIn("connection to %s lost" % self.server, jerr)
+        self.assertIn("complete the session with: tidemark upload", jerr)
 
         import sqlite3
         con = sqlite3.connect(self.db)
         state, received, stored = con.execute(
             "SELECT state, events_received, events_stored FROM session").fetchone()
         blocks = con.execute("SELECT COUNT(*) FROM allocation").fetchone()[0]
+        checkpoints = con.execute("SELECT COUNT(*) FROM ingest_checkpoint").fetchone()[0]
         con.close()
-        self.assertEqual(state, 3)  # aborted: the stream ended without a goodbye
+        # Still live: the session waits for its agent (or the spool's upload) to resume it; what
+        # was received is committed with the state to continue from.
+        self.assertEqual(state, 1)
         self.assertGreater(received, 0)
-        self.assertEqual(received, stored)
         self.assertGreater(blocks, 0)
+        self.assertEqual(checkpoints, 1)
+
+        # A daemon started with no grace closes it as aborted, its open blocks stored as live.
+        restarted = subprocess.Popen(
+            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--db",
+             self.db, "--resume-grace", "0"], stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                con = sqlite3.connect(self.db)
+                state, live = con.execute(
+                    "SELECT state, live_blocks_at_end FROM session").fetchone()
+                lost = con.execute("SELECT COUNT(*) FROM stat WHERE name = 'stream_lost'").fetchone()[0]
+                left = con.execute("SELECT COUNT(*) FROM ingest_checkpoint").fetchone()[0]
+                con.close()
+                if state != 1:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(state, 3)  # aborted
+            self.assertEqual(lost, 1)
+            self.assertEqual(left, 0)
+            self.assertGreater(live, 0)
+        finally:
+            restarted.terminate()
+            restarted.wait(timeout=30)
 
     def second_daemon(self, *args):
         return subprocess.run([os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", *args],

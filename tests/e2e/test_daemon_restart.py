@@ -1,0 +1,236 @@
+"""tidemarkd dies, hangs or is stopped in the middle of a checkpointed training and comes back on
+the same store: the job trains on unharmed, its agent keeps what was not acknowledged and resumes
+the session, and the store ends up with the very recording an uninterrupted run gives — one
+session, every event sent stored, nothing dropped, every step, the breakdown at the peak exact.
+
+The moments are drawn at random (the seed is printed) over the whole run, so over runs they fall
+mid-step, mid-forward, mid-backward and between batches."""
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import shutil
+import time
+import unittest
+
+from tidemark_env import BIN, PYTHON, SOURCE
+
+TRAIN = r"""
+import sys, time, torch
+sys.path.insert(0, sys.argv[1])
+from tiny_gpt import TinyGPT, make_batch
+torch.manual_seed(0)
+model = TinyGPT(vocab=128, d_model=64, n_heads=4, n_layers=4, seq_len=64, checkpointed=(1, 3))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+gen = torch.Generator().manual_seed(1)
+for step in range(int(sys.argv[2])):
+    x, y = make_batch(gen, 8, 64, 128)
+    loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    time.sleep(0.04)
+print("loss %.6f" % loss.item(), flush=True)
+"""
+STEPS = 40
+EXACT = ("WEIGHT", "GRADIENT", "OPTIMIZER_STATE")
+
+
+class Tidemarkd:
+    """A daemon on one store that can be killed, stopped and started again on the same port."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        self.db = os.path.join(directory, "store.db")
+        self.port = 0
+        self.proc = None
+        self.logs = 0
+
+    def start(self):
+        port_file = os.path.join(self.dir, "port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        self.logs += 1
+        log = open(os.path.join(self.dir, "tidemarkd-%d.log" % self.logs), "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:%d" % self.port, "--no-unix",
+             "--db", self.db, "--port-file", port_file], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.time() + 30
+        while not os.path.exists(port_file) or os.path.getsize(port_file) == 0:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise AssertionError("tidemarkd did not start")
+            time.sleep(0.02)
+        with open(port_file) as f:
+            self.port = int(f.read().strip())
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.port
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+    def cli_json(self, *args):
+        r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.address, *args,
+                            "--json"], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError("tidemark %s: %s" % (" ".join(args), r.stderr))
+        return json.loads(r.stdout)
+
+    def session_of(self, pid):
+        found = [s for s in self.cli_json("sessions")["sessions"] if s["pid"] == pid]
+        if len(found) != 1:
+            raise AssertionError("%d sessions for pid %d" % (len(found), pid))
+        return found[0]
+
+    def analyzed(self, pid, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            s = self.session_of(pid)
+            if s["analyzed"]:
+                return s
+            time.sleep(0.1)
+        raise AssertionError("the session of pid %d was not analyzed" % pid)
+
+
+class DaemonRestartTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.seed = int(os.environ.get("TIDEMARK_TEST_SEED", time.time()))
+        print("\nmoments drawn with TIDEMARK_TEST_SEED=%d" % cls.seed)
+        cls.rng = random.Random(cls.seed)
+        # The reference: the same training, nothing interrupted.
+        cls.dir = tempfile.mkdtemp(prefix="tidemark-restart-")
+        daemon = Tidemarkd(cls.dir)
+        daemon.start()
+        try:
+            job = cls.start_job(daemon)
+            out, err = job.communicate(timeout=300)
+            assert job.returncode == 0, err
+            cls.loss = out
+            session = daemon.analyzed(job.pid)
+            cls.reference = cls.peak(daemon, session["id"])
+            cls.reference_steps = session["steps"]
+            cls.duration = session["end_ts_ns"] - session["start_ts_ns"]
+        finally:
+            daemon.stop()
+        assert cls.reference_steps == STEPS, cls.reference_steps
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @staticmethod
+    def start_job(daemon, env=None):
+        return subprocess.Popen(
+            [os.path.join(BIN, "tidemark"), "--server", daemon.address, "run", "--", PYTHON, "-c",
+             TRAIN, os.path.join(SOURCE, "examples"), str(STEPS)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, **(env or {})))
+
+    @staticmethod
+    def peak(daemon, sid):
+        b = daemon.cli_json("breakdown", str(sid))
+        return {k: v["bytes"] for k, v in b["categories"].items()}
+
+    def interrupted_run(self, interrupt, env=None, expect_stat=None, after_job=None):
+        """Runs the training while `interrupt(daemon)` does its worst at a random moment, then
+        checks the session against the reference."""
+        directory = tempfile.mkdtemp(prefix="tidemark-restart-", dir=self.dir)
+        daemon = Tidemarkd(directory)
+        daemon.start()
+        try:
+            job = self.start_job(daemon, env)
+            # Wait for the session, then for a moment drawn over the run's length.
+            deadline = time.time() + 60
+            while not daemon.cli_json("sessions")["sessions"] and time.time() < deadline:
+                time.sleep(0.05)
+            delay = self.rng.uniform(0.1, 0.8) * self.duration / 1e9
+            time.sleep(delay)
+            self.assertIsNone(job.poll(), "the job ended before the interruption")
+            interrupt(daemon)
+            out, err = job.communicate(timeout=300)
+            self.assertEqual(job.returncode, 0, err)
+            self.assertEqual(out, self.loss, "the job's losses changed")
+            if after_job:
+                err = after_job(daemon, err)
+            session = daemon.analyzed(job.pid)
+            with self.subTest(delay=delay):
+                self.assertEqual(session["state"], "ended", err)
+                self.assertEqual(session["events_dropped"], 0, err)
+                self.assertEqual(session["events_sent"], session["events_received"], err)
+                self.assertEqual(session["events_sent"], session["events_stored"], err)
+                self.assertEqual(session["steps"], STEPS)
+                lost = [name for name, st in session["stats"].items()
+                        if st["severity"] == "data_loss"]
+                self.assertEqual(lost, [], err)
+                peak = self.peak(daemon, session["id"])
+                for category in EXACT:
+                    self.assertEqual(peak.get(category), self.reference.get(category), category)
+                self.assertIn("session %d" % session["id"], err)
+                if expect_stat:
+                    self.assertIn(expect_stat, session["stats"])
+            return err
+        finally:
+            daemon.stop(signal.SIGKILL)
+
+    def test_sigkill_and_restart_at_random_moments(self):
+        def kill_and_restart(daemon):
+            daemon.stop(signal.SIGKILL)
+            time.sleep(self.rng.uniform(0.2, 1.5))
+            daemon.start()
+        for _ in range(3):
+            err = self.interrupted_run(kill_and_restart)
+            self.assertIn("resumed", err)
+
+    def test_sigstop_hung_daemon_then_sigcont(self):
+        def hang(daemon):
+            daemon.proc.send_signal(signal.SIGSTOP)
+            time.sleep(2.5)
+            daemon.proc.send_signal(signal.SIGCONT)
+        # Acknowledgements stop for longer than the agent's bound: it says so and reconnects.
+        err = self.interrupted_run(hang, env={"TIDEMARK_ACK_TIMEOUT_MS": "1000"})
+        self.assertIn("no acknowledgement", err)
+
+    def test_sigterm_and_restart(self):
+        def restart(daemon):
+            daemon.stop(signal.SIGTERM)
+            daemon.start()
+        self.interrupted_run(restart)
+
+    def test_daemon_down_longer_than_the_agent_memory_buffer(self):
+        def outage(daemon):
+            daemon.stop(signal.SIGKILL)
+            time.sleep(2.0)
+            daemon.start()
+        # A 64 KiB buffer and a 2 MiB window: the outage's records go through the buffer's file.
+        self.interrupted_run(outage, env={"TIDEMARK_BUFFER_MAX_BYTES": "65536",
+                                          "TIDEMARK_WINDOW_MAX_BYTES": str(2 << 20)},
+                             expect_stat="agent_buffered_to_disk")
+
+    def test_daemon_down_at_the_end_then_the_spool_is_uploaded(self):
+        spool_dir = tempfile.mkdtemp(prefix="spool-", dir=self.dir)
+
+        def upload(daemon, err):
+            self.assertIn("complete the session with: tidemark upload", err)
+            spool = err.split("tidemark upload ")[-1].strip()
+            self.assertTrue(spool.startswith(spool_dir), err)
+            self.assertEqual(os.stat(spool).st_mode & 0o777, 0o600)
+            daemon.start()
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", daemon.address,
+                                "upload", spool], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return err + r.stdout
+        # Killed at a random moment and started again only after the job ended: the agent
+        # writes the rest to its spool, the upload completes the same session.
+        self.interrupted_run(lambda daemon: daemon.stop(signal.SIGKILL),
+                             env={"TIDEMARK_SPOOL_DIR": spool_dir}, after_job=upload)
+
+
+if __name__ == "__main__":
+    unittest.main()
