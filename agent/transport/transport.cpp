@@ -249,8 +249,9 @@ void Transport::pump() {
   sendOutbox();
   // Nothing new to send and batches waiting for their acknowledgement: ask for it.
   const auto now = std::chrono::steady_clock::now();
+  const bool full = m_windowBytes >= m_config.windowBytes;
   if (m_link == LinkState::kLive && !m_window.empty() &&
-      now - m_lastWrite >= std::chrono::milliseconds(100)) {
+      now - m_lastWrite >= std::chrono::milliseconds(full ? 20 : 100)) {
     v1::AgentMessage ask;
     ask.mutable_ack_request();
     if (!m_stream->Write(ask)) {
@@ -269,6 +270,14 @@ bool Transport::fillWindow() {
   for (;;) {
     records.clear();
     if (m_windowBytes < m_config.windowBytes) m_log.take(records, kMaxEventsPerBatch);
+    // Records older than the session (pushed while a re-attached agent was dormant) belong to
+    // none: the server would refuse them as already seen.
+    if (m_config.firstEventSeq > 1 && !records.empty()) {
+      records.erase(std::remove_if(records.begin(), records.end(),
+                                   [&](const Record& r) { return r.seq < m_config.firstEventSeq; }),
+                    records.end());
+      if (records.empty() && strings.empty() && !m_log.empty()) continue;
+    }
     if (records.empty() && strings.empty()) break;
     Unacked u;
     u.batchSeq = m_nextBatchSeq++;

@@ -108,8 +108,11 @@ class Checkpointer {
     }
     return true;
   }
-  bool due(uint64_t batchSeq) const {
-    return batchSeq > m_posted && Clock::now() - m_last >= m_interval;
+  // asked: the agent waits for an acknowledgement (its window is full, or it has nothing else
+  // to send): a quarter of the interval is enough.
+  bool due(uint64_t batchSeq, bool asked) const {
+    const auto since = Clock::now() - m_last;
+    return batchSeq > m_posted && (since >= m_interval || (asked && since >= m_interval / 4));
   }
   // Posts the rows and state (taken under the caller's lock) accounting for batches up to
   // batchSeq.
@@ -351,7 +354,7 @@ grpc::Status IngestService::Stream(
     if (goodbye) continue;  // the end commits everything at once
     if (checkpoints.collect(false)) {
       if (!checkpoints.error().ok()) break;
-      if (checkpoints.due(ingest->nextBatchSeq() - 1)) checkpointNow();
+      if (checkpoints.due(ingest->nextBatchSeq() - 1, message.has_ack_request())) checkpointNow();
     }
     if (const auto acked = checkpoints.takeAck(message.has_ack_request()); acked) {
       v1::ServerMessage ack;

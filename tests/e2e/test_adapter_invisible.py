@@ -4,6 +4,7 @@ mid-run and a subclassed optimizer train with the same losses and learning rates
 under `tidemark run` and under `tidemark attach` (schedulers created before the attach and stepped
 across it, created while attached, created after the detach) as without tidemark."""
 import os
+import re
 import subprocess
 import tempfile
 import unittest
@@ -65,14 +66,7 @@ class AdapterInvisibleTest(DaemonTestCase):
         self.assertEqual(s["steps"], before // 2 + attached)
 
     def wait_line(self, job, text):
-        while True:
-            line = job.proc.stdout.readline()
-            if not line:
-                raise AssertionError("the job ended before '%s': %s" % (text, job.proc.stderr.read()))
-            job.out.append(line)
-            if line.strip() == text:
-                return
-
+        job.wait_for(r"^%s$" % re.escape(text), "'%s'" % text)
 
 if __name__ == "__main__":
     unittest.main()

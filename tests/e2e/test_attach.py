@@ -38,15 +38,22 @@ class Job:
         return self.proc.pid
 
     def wait_for_step(self, n, timeout=300):
+        self.wait_for(r"^step %d " % n, "step %d" % n, timeout)
+
+    def wait_for(self, pattern, what, timeout=300):
+        """Reads the job's output until a line matches `pattern`. Straight from the pipe (no
+        buffered reader): what follows stays in the pipe for finish()'s communicate(), which
+        reads the descriptor itself."""
         deadline = time.time() + timeout
+        fd = self.proc.stdout.fileno()
         while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError("the job ended before step %d: %s" % (n, self.proc.stderr.read()))
-            self.out.append(line)
-            if line.startswith("step %d " % n):
+            chunk = os.read(fd, 65536).decode()
+            if not chunk:
+                raise AssertionError("the job ended before %s: %s" % (what, self.proc.stderr.read()))
+            self.out.append(chunk)
+            if re.search(pattern, "".join(self.out), re.M):
                 return
-        raise AssertionError("no step %d within %d s" % (n, timeout))
+        raise AssertionError("no %s within %d s" % (what, timeout))
 
     def finish(self, timeout=600):
         out, err = self.proc.communicate(timeout=timeout)
