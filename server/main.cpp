@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // A file size limit or a closed client makes a write fail (the store answers UNAVAILABLE and
+  // the agents keep their events) instead of killing the daemon.
+  signal(SIGXFSZ, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+
   Server server(options);
   if (absl::Status s = server.start(); !s.ok()) {
     std::fprintf(stderr, "tidemarkd: %s\n", std::string(s.message()).c_str());

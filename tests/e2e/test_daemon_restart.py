@@ -1,5 +1,5 @@
-"""tidemarkd dies, hangs or is stopped in the middle of a checkpointed training and comes back on
-the same store: the job trains on unharmed, its agent keeps what was not acknowledged and resumes
+"""tidemarkd dies, hangs, is stopped or cannot write its store in the middle of a checkpointed
+training and comes back on the same store: the job trains on unharmed, its agent keeps what was not acknowledged and resumes
 the session, and the store ends up with the very recording an uninterrupted run gives — one
 session, every event sent stored, nothing dropped, every step, the breakdown at the peak exact.
 
@@ -236,6 +236,22 @@ class DaemonRestartTest(unittest.TestCase):
         # writes the rest to its spool, the upload completes the same session.
         self.interrupted_run(lambda daemon: daemon.stop(signal.SIGKILL),
                              env={"TIDEMARK_SPOOL_DIR": spool_dir}, after_job=upload)
+
+    def test_store_that_cannot_be_written_for_a_while(self):
+        import resource
+
+        def fill(daemon):
+            # The store's files may not grow (a full disk for SQLite: its writes fail); the
+            # daemon stays up, answers UNAVAILABLE, the agent keeps its events and retries.
+            sizes = [os.path.getsize(os.path.join(daemon.dir, f)) for f in os.listdir(daemon.dir)
+                     if f.startswith("store.db")]
+            hard = resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE)[1]
+            resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (max(sizes) + 4096, hard))
+            time.sleep(1.5)
+            self.assertIsNone(daemon.proc.poll(), "the daemon died of a full store")
+            resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
+        err = self.interrupted_run(fill)
+        self.assertIn("the store cannot be written", err)
 
 
 if __name__ == "__main__":
