@@ -57,12 +57,19 @@ DaemonClient::DaemonClient(std::string address)
 DaemonClient::~DaemonClient() = default;
 
 absl::StatusOr<std::vector<SessionRow>> DaemonClient::sessions() {
-  grpc::ClientContext ctx;
-  deadline(ctx, 10);
-  v1::ListSessionsResponse resp;
-  if (auto s = fromGrpc(m_stubs->query->ListSessions(&ctx, {}, &resp)); !s.ok()) return s;
+  // Every page: a store holds any number of sessions.
+  std::vector<v1::SessionInfo> all;
+  v1::ListSessionsRequest req;
+  do {
+    grpc::ClientContext ctx;
+    deadline(ctx, 10);
+    v1::ListSessionsResponse resp;
+    if (auto s = fromGrpc(m_stubs->query->ListSessions(&ctx, req, &resp)); !s.ok()) return s;
+    for (v1::SessionInfo& si : *resp.mutable_sessions()) all.push_back(std::move(si));
+    req.set_page_token(resp.next_page_token());
+  } while (req.page_token() != 0);
   std::vector<SessionRow> out;
-  for (const v1::SessionInfo& si : resp.sessions()) {
+  for (const v1::SessionInfo& si : all) {
     SessionRow r;
     r.id = si.id();
     r.name = si.name();

@@ -151,6 +151,7 @@ int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   if (!parseArgs("attach", kAttachUsage, true, args, &a, &code)) return code;
   // The agent will talk to tidemarkd: make sure one answers before touching the process.
   v1::ListSessionsRequest req;
+  req.set_page_size(1);
   v1::ListSessionsResponse resp;
   if (int rc = callQuery(g, "attach", &v1::Query::Stub::ListSessions, req, &resp, 10);
       rc != kExitOk)

@@ -68,12 +68,18 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
     std::fprintf(stderr, "tidemark sessions: unexpected argument '%s'\n", a.c_str());
     return kExitUsage;
   }
+  // Every page, appended: a store holds any number of sessions.
   v1::ListSessionsResponse resp;
-  if (int code = callQuery(g, "sessions", &v1::Query::Stub::ListSessions, v1::ListSessionsRequest(),
-                           &resp, 30);
-      code != kExitOk) {
-    return code;
-  }
+  v1::ListSessionsRequest req;
+  do {
+    v1::ListSessionsResponse page;
+    if (int code = callQuery(g, "sessions", &v1::Query::Stub::ListSessions, req, &page, 30);
+        code != kExitOk) {
+      return code;
+    }
+    for (v1::SessionInfo& si : *page.mutable_sessions()) *resp.add_sessions() = std::move(si);
+    req.set_page_token(page.next_page_token());
+  } while (req.page_token() != 0);
   if (g.json) {
     std::string out = "{\"sessions\": [";
     for (int i = 0; i < resp.sessions_size(); ++i) {

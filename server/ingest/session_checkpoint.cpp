@@ -47,6 +47,7 @@ v1::IngestCheckpoint SessionIngest::checkpoint() const {
   c.set_next_batch_seq(m_nextBatchSeq);
   c.set_next_seq(m_nextSeq);
   c.set_last_ts_ns(m_lastTs);
+  c.set_string_bytes(m_stringBytes);
   for (const auto& [seq, e] : m_pending) *c.add_pending() = e;
   c.mutable_open_blocks()->Reserve(static_cast<int>(m_open.size()));
   for (const auto& [key, b] : m_open) {
@@ -79,6 +80,7 @@ absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c) {
   m_nextBatchSeq = c.next_batch_seq();
   m_nextSeq = c.next_seq();
   m_lastTs = c.last_ts_ns();
+  m_stringBytes = c.string_bytes();
   m_pending.clear();
   for (const v1::Event& e : c.pending()) m_pending.emplace(e.seq(), e);
   m_open.clear();

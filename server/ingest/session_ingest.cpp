@@ -35,8 +35,19 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
     return absl::InvalidArgumentError("batch_seq " + std::to_string(batch.batch_seq()) + " where " +
                                       std::to_string(m_nextBatchSeq) + " was expected");
   }
+  uint64_t stringBytes = 0;
   for (const v1::InternedString& s : batch.strings()) {
     if (s.iid() == 0) return absl::InvalidArgumentError("interned string with id 0");
+    if (s.value().size() > kMaxStringBytes) {
+      return absl::InvalidArgumentError("interned string " + std::to_string(s.iid()) + " of " +
+                                        std::to_string(s.value().size()) +
+                                        " bytes is over the limit of 65536");
+    }
+    stringBytes += s.value().size();
+  }
+  if (m_stringBytes + stringBytes > kMaxSessionStringBytes) {
+    return absl::InvalidArgumentError(
+        "the session's interned strings would pass the limit of 64 MiB");
   }
   std::vector<uint64_t> seqs;
   seqs.reserve(static_cast<size_t>(batch.events_size()));
@@ -64,6 +75,7 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   }
   // Validated as a whole: a refused batch leaves nothing half-applied.
   ++m_nextBatchSeq;
+  m_stringBytes += stringBytes;
   for (const v1::InternedString& s : batch.strings())
     m_rows.strings.emplace_back(s.iid(), s.value());
   m_rows.eventsReceived += batch.events_size();

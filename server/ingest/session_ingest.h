@@ -23,7 +23,13 @@ namespace tidemark::server {
 // without a begin) is counted in stats, never an error; only malformed batches are errors.
 class SessionIngest {
  public:
-  static constexpr size_t kMaxPendingEvents = 1u << 20;
+  // Events held out of order at most (about 6 MiB); past it the oldest is released early and
+  // the hole counted (`reorder_overflow`, `seq_gap`). The agent sends in order.
+  static constexpr size_t kMaxPendingEvents = 1u << 16;
+  // Interned strings (module paths, tensor names): one at most 64 KiB, a session's at most
+  // 64 MiB in all; past either the batch is malformed.
+  static constexpr size_t kMaxStringBytes = 64u << 10;
+  static constexpr uint64_t kMaxSessionStringBytes = 64ull << 20;
   // The largest block or tag size taken (256 TiB, beyond any device or host of today): a size
   // past it is a malformed event, so that no sum of sizes can overflow the int64 figures.
   static constexpr uint64_t kMaxSizeBytes = 1ull << 48;
@@ -31,7 +37,8 @@ class SessionIngest {
   explicit SessionIngest(int64_t sessionId) { m_rows.sessionId = sessionId; }
 
   // INVALID_ARGUMENT for a malformed batch: a batch_seq past the next one, an event without
-  // payload, a zero or repeated sequence number, a zero string id, a size over kMaxSizeBytes.
+  // payload, a zero or repeated sequence number, a zero string id, a size over kMaxSizeBytes,
+  // strings past kMaxStringBytes or kMaxSessionStringBytes.
   // A batch_seq before the next one is a batch resent after a reconnect: skipped, counted.
   absl::Status addBatch(const v1::EventBatch& batch);
   // Rows completed since the last call.
@@ -74,6 +81,7 @@ class SessionIngest {
   SessionRows m_rows;
   uint64_t m_nextBatchSeq = 1;
   uint64_t m_nextSeq = 1;
+  uint64_t m_stringBytes = 0;
   int64_t m_lastTs = 0;
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;

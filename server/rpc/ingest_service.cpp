@@ -22,6 +22,10 @@ using Clock = std::chrono::steady_clock;
 // handler's time however many blocks are open).
 constexpr auto kMinCheckpointInterval = std::chrono::milliseconds(200);
 
+// What a session's row keeps of the handshake's texts.
+constexpr size_t kMaxNameBytes = 256;
+constexpr size_t kMaxCommandLineBytes = 4096;
+
 absl::Status checkHandshake(const v1::Handshake& h) {
   if (h.magic() != kHandshakeMagic) {
     return absl::FailedPreconditionError("bad handshake magic: not a tidemark agent");
@@ -32,6 +36,15 @@ absl::Status checkHandshake(const v1::Handshake& h) {
         " is not supported; this tidemarkd speaks version " + std::to_string(kProtocolVersion));
   }
   return absl::OkStatus();
+}
+
+// A handshake's text as stored: at most `max` bytes, cut at a character boundary (the wire's
+// strings are UTF-8), so that no session's row or listing can grow without bound.
+std::string bounded(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
 }
 
 // A store that cannot be written is the agent's cue to keep its events and retry.
@@ -231,6 +244,15 @@ absl::Status IngestService::closeDetached(int64_t id) {
 grpc::Status IngestService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) {
+  struct Count {
+    std::atomic<int>& n;
+    ~Count() { --n; }
+  } count{m_streams};
+  if (++m_streams > kMaxIngestStreams) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "tidemarkd takes " + std::to_string(kMaxIngestStreams) +
+                            " agent streams at once; retry later");
+  }
   v1::AgentMessage message;
   if (!stream->Read(&message)) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "stream closed before handshake");
@@ -269,12 +291,12 @@ grpc::Status IngestService::Stream(
     }
   } else {
     SessionHeader header;
-    header.name = hello.session_name();
+    header.name = bounded(hello.session_name(), kMaxNameBytes);
     header.pid = hello.pid();
-    header.hostname = hello.hostname();
-    header.commandLine = hello.command_line();
+    header.hostname = bounded(hello.hostname(), kMaxNameBytes);
+    header.commandLine = bounded(hello.command_line(), kMaxCommandLineBytes);
     header.protocolVersion = hello.protocol_version();
-    header.agentVersion = hello.agent_version();
+    header.agentVersion = bounded(hello.agent_version(), kMaxNameBytes);
     header.startTsNs = hello.start_ts_ns();
     header.startWallNs = hello.start_wall_ns();
     auto created = std::make_shared<int64_t>(0);

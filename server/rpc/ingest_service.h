@@ -16,6 +16,9 @@ namespace tidemark::server {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
+// Ingest streams open at once, at most; past it a stream is refused (RESOURCE_EXHAUSTED) and
+// its agent retries later, keeping its events.
+inline constexpr int kMaxIngestStreams = 256;
 
 // Ingest: one bidirectional stream per agent. Handshake → session row (or a resumed session
 // from its checkpoint); batches → SessionIngest; every few hundred milliseconds the rows
@@ -49,6 +52,7 @@ class IngestService final : public v1::Ingest::Service {
   LiveAgents& m_agents;
   std::function<void(int64_t)> m_onEnded;
   ResumableSessions m_sessions;
+  std::atomic<int> m_streams{0};  // open Ingest streams (each holds one of gRPC's threads)
   std::mutex m_sweepMutex;
   std::condition_variable m_sweepWake;
   bool m_stopping = false;

@@ -44,11 +44,28 @@ void fillSession(const SessionRecord& r, v1::SessionInfo* out) {
 }
 }  // namespace
 
-grpc::Status QueryService::ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
+grpc::Status QueryService::ListSessions(grpc::ServerContext*,
+                                        const v1::ListSessionsRequest* request,
                                         v1::ListSessionsResponse* response) {
-  auto sessions = Store::listSessions(m_dbPath);
+  constexpr uint32_t kDefaultPage = 500;
+  constexpr uint32_t kMaxPage = 1000;
+  constexpr size_t kMaxPageBytes = 1u << 20;  // well under gRPC's 4 MiB message limit
+  const uint32_t size =
+      request->page_size() == 0 ? kDefaultPage : std::min(request->page_size(), kMaxPage);
+  auto sessions = Store::listSessions(m_dbPath, static_cast<int64_t>(request->page_token()),
+                                      static_cast<int64_t>(size) + 1);
   if (!sessions.ok()) return toGrpc(sessions.status());
-  for (const SessionRecord& r : *sessions) fillSession(r, response->add_sessions());
+  size_t bytes = 0;
+  for (size_t i = 0; i < sessions->size(); ++i) {
+    const SessionRecord& r = (*sessions)[i];
+    if (i == size || (i > 0 && bytes >= kMaxPageBytes)) {
+      response->set_next_page_token(static_cast<uint64_t>((*sessions)[i - 1].id));
+      break;
+    }
+    v1::SessionInfo* info = response->add_sessions();
+    fillSession(r, info);
+    bytes += info->ByteSizeLong();
+  }
   return grpc::Status::OK;
 }
 

@@ -47,7 +47,8 @@ void readSteps(Database& db, int64_t id, core::Recording* rec) {
 
 // Reads `session` rows with their counts; `where` selects them.
 absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
-                                                        const std::string& where, int64_t id) {
+                                                        const std::string& where, int64_t id,
+                                                        int64_t limit = -1) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare(
@@ -57,9 +58,9 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       "block_count, "
       "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed "
       "FROM session s " +
-      where + " ORDER BY id");
+      where + " ORDER BY id LIMIT " + std::to_string(limit));
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
-  if (id != 0) st.bind(1, id);
+  if (where.find("?1") != std::string::npos) st.bind(1, id);
   std::vector<SessionRecord> out;
   while (st.step()) {
     SessionRecord r;
@@ -624,8 +625,9 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
   return core::foldTimeline(core::samplesInRange(samples, fromTs, toTs), fromTs, toTs, buckets);
 }
 
-absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string& path) {
-  return readSessions(path, "", 0);
+absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string& path,
+                                                               int64_t afterId, int64_t limit) {
+  return readSessions(path, "WHERE id > ?1", afterId, limit);
 }
 
 absl::StatusOr<SessionRecord> Store::getSession(const std::string& path, int64_t id) {

@@ -184,7 +184,10 @@ class Store {
                              const std::vector<int64_t>& blockIds);
 
   // Reader side (a fresh read-only connection per call).
-  static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path);
+  // Sessions with an id over afterId, in id order, at most limit of them.
+  static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path,
+                                                                 int64_t afterId = 0,
+                                                                 int64_t limit = -1);
   // Sessions still live (a daemon stopped or died while their agents streamed).
   static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
   // A live session's last checkpoint (state blob), or nullopt when none was committed yet.

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 
+#include "server/ingest/session_ingest.h"
 #include "server/server.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
@@ -353,6 +354,79 @@ TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBloc
   v1::AgentMessage resume = hello();
   resume.mutable_handshake()->set_resume_session_id(session);
   EXPECT_EQ(send({resume}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, StringsPastTheirLimitsAreRefused) {
+  v1::AgentMessage big = goodBatch(1, 1);
+  auto* str = big.mutable_batch()->add_strings();
+  str->set_iid(1);
+  str->set_value(std::string(SessionIngest::kMaxStringBytes + 1, 'x'));
+  const grpc::Status s = send({hello(), big});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("over the limit"), std::string::npos);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, SessionsArePagedAndTheirNamesBounded) {
+  // A handshake with a 1.3 MB name and command line: stored cut to their bounds.
+  v1::AgentMessage huge = hello();
+  huge.mutable_handshake()->set_session_name(std::string(1300000, 'n'));
+  huge.mutable_handshake()->set_command_line(std::string(1300000, 'c'));
+  v1::AgentMessage bye;
+  bye.mutable_goodbye();
+  uint64_t first = 0;
+  ASSERT_TRUE(send({huge, goodBatch(1, 1), bye}, &first).ok());
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(send({hello(), goodBatch(1, 1), bye}).ok());
+  std::vector<uint64_t> ids;
+  v1::ListSessionsRequest req;
+  req.set_page_size(3);
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    v1::ListSessionsResponse page;
+    ASSERT_TRUE(m_query->ListSessions(&ctx, req, &page).ok());
+    ASSERT_LE(page.sessions_size(), 3);
+    for (const auto& si : page.sessions()) {
+      ids.push_back(si.id());
+      EXPECT_LE(si.name().size(), 256u);
+      EXPECT_LE(si.command_line().size(), 4096u);
+    }
+    req.set_page_token(page.next_page_token());
+    ++pages;
+  } while (req.page_token() != 0 && pages < 10);
+  ASSERT_EQ(ids.size(), 7u);
+  EXPECT_EQ(pages, 3);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], first + i);
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, StreamsPastTheCapAreRefusedAndTheRestServed) {
+  // Agents that connect and stay: up to the cap each gets its session, the next one is told to
+  // retry later.
+  struct Open {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
+  };
+  std::vector<std::unique_ptr<Open>> open;
+  for (int i = 0; i < kMaxIngestStreams; ++i) {
+    auto o = std::make_unique<Open>();
+    o->stream = m_ingest->Stream(&o->ctx);
+    ASSERT_TRUE(o->stream->Write(hello()));
+    v1::ServerMessage reply;
+    ASSERT_TRUE(o->stream->Read(&reply)) << i;
+    open.push_back(std::move(o));
+  }
+  const grpc::Status refused = send({hello()});
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (auto& o : open) {
+    o->stream->WritesDone();
+    v1::ServerMessage reply;
+    while (o->stream->Read(&reply)) {
+    }
+    o->stream->Finish();
+  }
+  open.clear();
   expectHealthy();
 }
 
