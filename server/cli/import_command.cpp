@@ -15,6 +15,7 @@
 #include "server/cli/commands.h"
 #include "server/cli/format.h"
 #include "server/rpc/ingest_service.h"
+#include "src/advisor/planner.h"
 #include "src/importers/kineto_trace.h"
 #include "src/importers/memory_snapshot.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
@@ -23,27 +24,33 @@ namespace tidemark::cli {
 
 namespace {
 
-constexpr size_t kMaxFileBytes = size_t{4} << 30;  // compressed or not
+// The most a file may hold, compressed or inflated, unless --max-size says otherwise.
+constexpr uint64_t kDefaultMaxBytes = uint64_t{1} << 30;
 constexpr int kEventsPerBatch = 10000;
 
-bool readAll(const std::string& path, std::string* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
+bool readAll(const std::string& path, uint64_t maxBytes, std::string* out, std::string* error) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     *error = "cannot read " + path;
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  if (out->size() > kMaxFileBytes) {
-    *error = path + " is larger than 4 GiB";
+  const std::streamoff size = in.tellg();
+  if (size < 0 || static_cast<uint64_t>(size) > maxBytes) {
+    *error = path + " is larger than " + humanBytes(static_cast<int64_t>(maxBytes)) +
+             " (raise the limit with --max-size)";
+    return false;
+  }
+  in.seekg(0);
+  out->resize(static_cast<size_t>(size));
+  if (!in.read(out->data(), size)) {
+    *error = "cannot read " + path;
     return false;
   }
   return true;
 }
 
 // Inflates gzip data; false with *error on anything that is not a complete gzip stream.
-bool gunzip(const std::string& in, std::string* out, std::string* error) {
+bool gunzip(const std::string& in, uint64_t maxBytes, std::string* out, std::string* error) {
   z_stream z{};
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
     *error = "zlib failed to start";
@@ -59,9 +66,10 @@ bool gunzip(const std::string& in, std::string* out, std::string* error) {
     rc = inflate(&z, Z_NO_FLUSH);
     if (rc != Z_OK && rc != Z_STREAM_END) break;
     out->append(buf, sizeof buf - z.avail_out);
-    if (out->size() > kMaxFileBytes) {
+    if (out->size() > maxBytes) {
       inflateEnd(&z);
-      *error = "the file inflates to more than 4 GiB";
+      *error = "the file inflates to more than " + humanBytes(static_cast<int64_t>(maxBytes)) +
+               " (raise the limit with --max-size)";
       return false;
     }
     if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
@@ -165,15 +173,18 @@ v1::Event toEvent(const core::ImportEvent& e, uint64_t seq,
 
 int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   static const char* kUsage =
-      "usage: tidemark import FILE [--name NAME] [--quiet] [--json]\n\n"
+      "usage: tidemark import FILE [--name NAME] [--max-size SIZE] [--quiet] [--json]\n\n"
       "Stores a recording made by another tool as a session:\n"
       "  a PyTorch CUDA memory snapshot (torch.cuda.memory._dump_snapshot / _snapshot(),\n"
       "  a pickle; read without running anything in it), or\n"
       "  a PyTorch profiler / Kineto trace (Chrome trace JSON, .json or .json.gz).\n"
       "The file is converted completely before anything is sent: a file that does not parse\n"
-      "stores nothing. Progress goes to stderr on a terminal (--quiet: none).\n";
+      "stores nothing. Progress goes to stderr on a terminal (--quiet: none).\n"
+      "--max-size: the most the file may hold, compressed or inflated (default 1GiB;\n"
+      "  e.g. 4GiB): a larger one is refused before it is read.\n";
   std::string path, name;
   bool quiet = false;
+  uint64_t maxBytes = kDefaultMaxBytes;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-h" || a == "--help") {
@@ -183,6 +194,14 @@ int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
       quiet = true;
     } else if (a == "--name" && i + 1 < args.size()) {
       name = args[++i];
+    } else if (a == "--max-size" && i + 1 < args.size()) {
+      const absl::StatusOr<core::BudgetSpec> size = core::parseBudget(args[++i]);
+      if (!size.ok() || size->bytes <= 0) {
+        std::fprintf(stderr, "tidemark import: bad --max-size '%s' (examples: 4GiB, 500MB)\n",
+                     args[i].c_str());
+        return kExitUsage;
+      }
+      maxBytes = static_cast<uint64_t>(size->bytes);
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "tidemark import: unknown option '%s'\n%s", a.c_str(), kUsage);
       return kExitUsage;
@@ -200,7 +219,7 @@ int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   Progress progress(quiet || g.json);
   std::string data, error;
   progress.say("reading " + path);
-  if (!readAll(path, &data, &error)) {
+  if (!readAll(path, maxBytes, &data, &error)) {
     progress.done();
     std::fprintf(stderr, "tidemark import: %s\n", error.c_str());
     return kExitUsage;
@@ -209,7 +228,7 @@ int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
       static_cast<uint8_t>(data[1]) == 0x8b) {
     progress.say("inflating " + path);
     std::string raw;
-    if (!gunzip(data, &raw, &error)) {
+    if (!gunzip(data, maxBytes, &raw, &error)) {
       progress.done();
       std::fprintf(stderr, "tidemark import: %s: %s\n", path.c_str(), error.c_str());
       return kExitError;

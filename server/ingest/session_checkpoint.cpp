@@ -42,25 +42,32 @@ void stacksToProto(const Map& stacks,
 }
 }  // namespace
 
-v1::IngestCheckpoint SessionIngest::checkpoint() const {
-  v1::IngestCheckpoint c;
+SessionIngest::Checkpoint SessionIngest::takeCheckpoint(bool full) {
+  Checkpoint out;
+  out.full = full;
+  v1::IngestCheckpoint& c = out.state;
   c.set_next_batch_seq(m_nextBatchSeq);
   c.set_next_seq(m_nextSeq);
   c.set_last_ts_ns(m_lastTs);
   c.set_string_bytes(m_stringBytes);
   for (const auto& [seq, e] : m_pending) *c.add_pending() = e;
-  c.mutable_open_blocks()->Reserve(static_cast<int>(m_open.size()));
-  for (const auto& [key, b] : m_open) {
-    v1::CheckpointBlock* p = c.add_open_blocks();
-    p->set_address(b.address);
-    p->set_size_bytes(b.sizeBytes);
-    p->set_memory_kind(b.memoryKind);
-    p->set_device(b.device);
-    p->set_stream(b.stream);
-    p->set_thread_id(b.threadId);
-    p->set_alloc_seq(b.allocSeq);
-    p->set_alloc_ts_ns(b.allocTsNs);
+  if (full) {
+    out.opened.reserve(m_open.size());
+    for (const auto& [k, b] : m_open) out.opened.push_back(b);
+  } else {
+    out.opened.reserve(m_openedSinceCheckpoint.size());
+    for (const OpenKey& k : m_openedSinceCheckpoint) out.opened.push_back(m_open.at(k));
+    out.closed.reserve(m_closedSinceCheckpoint.size());
+    for (const OpenKey& k : m_closedSinceCheckpoint) {
+      BlockRow b;
+      b.memoryKind = k.kind;
+      b.device = k.device;
+      b.address = k.address;
+      out.closed.push_back(b);
+    }
   }
+  m_openedSinceCheckpoint.clear();
+  m_closedSinceCheckpoint.clear();
   stacksToProto(m_scopeStacks, c.mutable_scope_stacks());
   stacksToProto(m_phaseStacks, c.mutable_phase_stacks());
   for (const auto& [step, s] : m_openSteps) {
@@ -70,10 +77,11 @@ v1::IngestCheckpoint SessionIngest::checkpoint() const {
     p->set_begin_ts_ns(s.beginTsNs);
   }
   for (const auto& [name, value] : m_stats) (*c.mutable_stats())[name] = value;
-  return c;
+  return out;
 }
 
-absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c) {
+absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c,
+                                    const std::vector<BlockRow>& open) {
   if (c.next_batch_seq() == 0 || c.next_seq() == 0) {
     return absl::DataLossError("the session's checkpoint is damaged (sequence number 0)");
   }
@@ -84,19 +92,10 @@ absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c) {
   m_pending.clear();
   for (const v1::Event& e : c.pending()) m_pending.emplace(e.seq(), e);
   m_open.clear();
-  m_open.reserve(static_cast<size_t>(c.open_blocks_size()));
-  for (const v1::CheckpointBlock& p : c.open_blocks()) {
-    BlockRow b;
-    b.address = p.address();
-    b.sizeBytes = p.size_bytes();
-    b.memoryKind = p.memory_kind();
-    b.device = p.device();
-    b.stream = p.stream();
-    b.threadId = p.thread_id();
-    b.allocSeq = p.alloc_seq();
-    b.allocTsNs = p.alloc_ts_ns();
-    m_open[OpenKey{b.memoryKind, b.device, b.address}] = b;
-  }
+  m_open.reserve(open.size());
+  for (const BlockRow& b : open) m_open[OpenKey{b.memoryKind, b.device, b.address}] = b;
+  m_openedSinceCheckpoint.clear();
+  m_closedSinceCheckpoint.clear();
   m_scopeStacks.clear();
   for (const v1::CheckpointStack& s : c.scope_stacks()) {
     auto& stack = m_scopeStacks[s.key()];

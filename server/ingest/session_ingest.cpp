@@ -121,14 +121,17 @@ void SessionIngest::release(const v1::Event& e) {
       b.threadId = e.thread_id();
       b.allocSeq = e.seq();
       b.allocTsNs = e.ts_ns();
-      auto [it, inserted] = m_open.try_emplace(OpenKey{b.memoryKind, b.device, b.address}, b);
+      const OpenKey key{b.memoryKind, b.device, b.address};
+      auto [it, inserted] = m_open.try_emplace(key, b);
       if (!inserted) {
         // The old block's free was never seen: keep it as live, start the new one.
         count("alloc_over_live");
         m_rows.blocks.push_back(it->second);
         m_rows.eventsStored += 1;
         it->second = b;
+        noteClosed(key);
       }
+      noteOpened(key);
       break;
     }
     case v1::Event::kFree: {
@@ -140,6 +143,7 @@ void SessionIngest::release(const v1::Event& e) {
         break;
       }
       BlockRow b = it->second;
+      noteClosed(it->first);
       m_open.erase(it);
       b.freeSeq = e.seq();
       b.freeTsNs = e.ts_ns();

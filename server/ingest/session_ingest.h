@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "server/store/store.h"
 #include "tidemark/v1/checkpoint.pb.h"
@@ -61,11 +62,22 @@ class SessionIngest {
   void setFirstEventSeq(uint64_t seq) { m_nextSeq = seq; }
   uint64_t nextBatchSeq() const { return m_nextBatchSeq; }
 
-  // The whole state between batches (open blocks and intervals, the next sequence numbers,
-  // the reorder buffer, the counts), for the store; rows not taken yet are not part of it.
-  v1::IngestCheckpoint checkpoint() const;
-  // Continues from a checkpoint: as if the batches it accounts for had just been added.
-  absl::Status restore(const v1::IngestCheckpoint& checkpoint);
+  // The state between batches, for the store, as of the rows taken so far: the small part
+  // whole (open intervals and steps, the next sequence numbers, the reorder buffer, the counts)
+  // and the open blocks as a change since the previous checkpoint (blocks opened and still open,
+  // blocks of the previous checkpoint closed since), so that a long-lived block is written once.
+  struct Checkpoint {
+    v1::IngestCheckpoint state;
+    bool full = false;             // opened holds every open block; closed is empty
+    std::vector<BlockRow> opened;  // to add (or replace, at the same key)
+    std::vector<BlockRow> closed;  // to remove (memoryKind, device, address are the key)
+  };
+  // full: every open block rather than the change (the store drops the changes before it).
+  Checkpoint takeCheckpoint(bool full);
+  size_t openBlockCount() const { return m_open.size(); }
+  // Continues from a checkpoint: its state and every open block the store holds for it, as if
+  // the batches it accounts for had just been added.
+  absl::Status restore(const v1::IngestCheckpoint& state, const std::vector<BlockRow>& open);
 
  private:
   void releaseReady();
@@ -98,6 +110,15 @@ class SessionIngest {
     }
   };
   absl::flat_hash_map<OpenKey, BlockRow> m_open;
+  // Changes to m_open since the last checkpoint: keys opened (not in the store yet, or replaced
+  // there) and keys of stored blocks closed since.
+  absl::flat_hash_set<OpenKey> m_openedSinceCheckpoint;
+  absl::flat_hash_set<OpenKey> m_closedSinceCheckpoint;
+  void noteOpened(const OpenKey& k) { m_openedSinceCheckpoint.insert(k); }
+  void noteClosed(const OpenKey& k) {
+    // Opened since the last checkpoint: the store never saw it.
+    if (m_openedSinceCheckpoint.erase(k) == 0) m_closedSinceCheckpoint.insert(k);
+  }
   // Open scopes per thread and kind (ops nest apart from modules).
   static uint64_t stackKey(uint32_t thread, int kind) {
     return (static_cast<uint64_t>(kind) << 32) | thread;

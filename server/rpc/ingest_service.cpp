@@ -95,6 +95,16 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
             "info");
 }
 
+// A session's ingest as of its last checkpoint in the store (as new when it has none).
+absl::Status restoreFromStore(const std::string& path, int64_t id, SessionIngest* ingest) {
+  auto stored = Store::loadCheckpoint(path, id);
+  if (!stored.ok()) return stored.status();
+  if (!*stored) return absl::OkStatus();
+  v1::IngestCheckpoint state;
+  if (!state.ParseFromString((*stored)->state)) return absl::DataLossError("damaged checkpoint");
+  return ingest->restore(state, (*stored)->openBlocks);
+}
+
 // Rows and the ingest state of one session, committed together; one in flight at a time, so
 // that a failed commit is never followed by a later one (the store stays at a checkpoint).
 class Checkpointer {
@@ -129,18 +139,34 @@ class Checkpointer {
   }
   // Posts the rows and state (taken under the caller's lock) accounting for batches up to
   // batchSeq.
-  void post(SessionRows rows, const v1::IngestCheckpoint& state, uint64_t batchSeq) {
+  void post(SessionRows rows, SessionIngest::Checkpoint checkpoint, uint64_t batchSeq,
+            Clock::duration takeCost) {
     const Clock::time_point t0 = Clock::now();
-    std::string blob = state.SerializeAsString();
-    m_interval = std::max<Clock::duration>(kMinCheckpointInterval, (Clock::now() - t0) * 10);
+    std::string blob = checkpoint.state.SerializeAsString();
+    m_interval =
+        std::max<Clock::duration>(kMinCheckpointInterval, (Clock::now() - t0 + takeCost) * 10);
     m_last = Clock::now();
     m_posted = batchSeq;
     m_inflightSeq = batchSeq;
-    m_inflight = m_writer.submit([rows = std::move(rows), blob = std::move(blob), sid = m_sessionId,
+    if (checkpoint.full) {
+      m_wroteFull = true;
+      m_changesSinceFull = 0;
+    } else {
+      m_changesSinceFull += checkpoint.opened.size() + checkpoint.closed.size();
+    }
+    m_inflight = m_writer.submit([rows = std::move(rows), blob = std::move(blob),
+                                  full = checkpoint.full, opened = std::move(checkpoint.opened),
+                                  closed = std::move(checkpoint.closed), sid = m_sessionId,
                                   batchSeq](Store& s) -> absl::Status {
       if (auto st = s.writeRows(rows); !st.ok()) return st;
-      return s.saveCheckpoint(sid, batchSeq, blob);
+      return s.saveCheckpoint(sid, batchSeq, blob, full, opened, closed);
     });
+  }
+  // Whether the next checkpoint writes every open block: the first one, and whenever the
+  // changes written since the last full list outweigh a new one (so the store's share for a
+  // session stays within about twice its open blocks, and a restore reads little).
+  bool nextFull(size_t openBlocks) const {
+    return !m_wroteFull || m_changesSinceFull >= std::max<uint64_t>(openBlocks, 65536);
   }
   // The batch to acknowledge, when there is something new or the agent asked (it always gets
   // an answer, 0 while nothing is committed).
@@ -159,6 +185,8 @@ class Checkpointer {
   uint64_t m_acked;
   std::future<absl::Status> m_inflight;
   uint64_t m_inflightSeq = 0;
+  bool m_wroteFull = false;
+  uint64_t m_changesSinceFull = 0;
   absl::Status m_error;
   Clock::time_point m_last = Clock::now();
   Clock::duration m_interval = kMinCheckpointInterval;
@@ -216,13 +244,7 @@ void IngestService::closeExpiredSessions() {
 
 absl::Status IngestService::closeDetached(int64_t id) {
   SessionIngest ingest(id);
-  auto blob = Store::loadCheckpoint(m_writer.path(), id);
-  if (!blob.ok()) return blob.status();
-  if (*blob) {
-    v1::IngestCheckpoint cp;
-    if (!cp.ParseFromString(**blob)) return absl::DataLossError("damaged checkpoint");
-    if (auto s = ingest.restore(cp); !s.ok()) return s;
-  }
+  if (auto s = restoreFromStore(m_writer.path(), id, &ingest); !s.ok()) return s;
   SessionRows rows = ingest.finish();
   SessionEnd end;
   end.sessionId = id;
@@ -276,14 +298,8 @@ grpc::Status IngestService::Stream(
     }
     if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) return toGrpc(s);
     ingest.emplace(sessionId);
-    auto blob = Store::loadCheckpoint(m_writer.path(), sessionId);
-    absl::Status restored = blob.status();
-    if (blob.ok() && *blob) {
-      v1::IngestCheckpoint cp;
-      restored = cp.ParseFromString(**blob) ? ingest->restore(cp)
-                                            : absl::DataLossError("damaged checkpoint");
-    }
-    if (!restored.ok()) {
+    if (absl::Status restored = restoreFromStore(m_writer.path(), sessionId, &*ingest);
+        !restored.ok()) {
       m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
       return toGrpc(absl::UnavailableError("cannot read the checkpoint of session " +
                                            std::to_string(sessionId) + ": " +
@@ -338,11 +354,14 @@ grpc::Status IngestService::Stream(
 
   Checkpointer checkpoints(m_writer, sessionId, ingest->nextBatchSeq() - 1);
   auto checkpointNow = [&] {
+    const Clock::time_point t0 = Clock::now();
     std::unique_lock<std::mutex> lock(ingestMutex);
     SessionRows rows = ingest->takeRows();
-    const v1::IngestCheckpoint state = ingest->checkpoint();
+    SessionIngest::Checkpoint checkpoint =
+        ingest->takeCheckpoint(checkpoints.nextFull(ingest->openBlockCount()));
     lock.unlock();
-    checkpoints.post(std::move(rows), state, ingest->nextBatchSeq() - 1);
+    checkpoints.post(std::move(rows), std::move(checkpoint), ingest->nextBatchSeq() - 1,
+                     Clock::now() - t0);
   };
 
   std::optional<v1::Goodbye> goodbye;

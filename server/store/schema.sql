@@ -149,8 +149,19 @@ CREATE TABLE IF NOT EXISTS step (
 CREATE TABLE IF NOT EXISTS ingest_checkpoint (
   session_id INTEGER PRIMARY KEY,
   batch_seq INTEGER NOT NULL,           -- every batch up to this one is committed
-  state BLOB NOT NULL
+  state BLOB NOT NULL,
+  open_blocks BLOB NOT NULL             -- the open blocks as of the last full write (packed)
 );
+-- The changes to a live session's open blocks since the last full write, in id order (blocks
+-- closed, then blocks opened, packed): a block is written when it opens and when it closes, and
+-- the full list again only once the changes outweigh it.
+CREATE TABLE IF NOT EXISTS ingest_block_delta (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  closed BLOB NOT NULL,
+  opened BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ingest_block_delta_by_session ON ingest_block_delta (session_id);
 
 -- Counters of data problems and losses (perfetto-style stats): never an abort, always a count.
 CREATE TABLE IF NOT EXISTS stat (

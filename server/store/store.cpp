@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "src/core/category.h"
@@ -283,9 +284,11 @@ absl::Status Store::endSession(const SessionEnd& e) {
   m_endSession.bind(6, e.liveBlocksAtEnd);
   if (auto s = m_endSession.run(); !s.ok()) return s;
   {
-    Statement del = m_db.prepare("DELETE FROM ingest_checkpoint WHERE session_id = ?1");
-    del.bind(1, e.sessionId);
-    if (auto s = del.run(); !s.ok()) return s;
+    for (const char* table : {"ingest_checkpoint", "ingest_block_delta"}) {
+      Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
+      del.bind(1, e.sessionId);
+      if (auto s = del.run(); !s.ok()) return s;
+    }
   }
   for (const StatRow& st : e.stats) {
     m_upsertStat.bind(1, e.sessionId).bind(2, st.name).bind(3, st.severity).bind(4, st.value);
@@ -295,27 +298,121 @@ absl::Status Store::endSession(const SessionEnd& e) {
   return absl::OkStatus();
 }
 
-absl::Status Store::saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state) {
+namespace {
+// Blocks packed as eight little-endian 64-bit fields each (a layout of its own, not the struct's,
+// so that a daemon of another build reads it).
+constexpr size_t kPackedBlockBytes = 64;
+
+std::string packBlocks(const std::vector<BlockRow>& blocks) {
+  std::string out(blocks.size() * kPackedBlockBytes, '\0');
+  char* p = out.data();
+  auto put = [&p](uint64_t v) {
+    for (int k = 0; k < 8; ++k) *p++ = static_cast<char>((v >> (8 * k)) & 0xff);
+  };
+  for (const BlockRow& b : blocks) {
+    put(static_cast<uint64_t>(static_cast<int64_t>(b.memoryKind)));
+    put(static_cast<uint64_t>(static_cast<int64_t>(b.device)));
+    put(b.address);
+    put(b.sizeBytes);
+    put(b.stream);
+    put(b.threadId);
+    put(b.allocSeq);
+    put(static_cast<uint64_t>(b.allocTsNs));
+  }
+  return out;
+}
+
+bool unpackBlocks(std::string_view data, std::vector<BlockRow>* out) {
+  if (data.size() % kPackedBlockBytes != 0) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  auto get = [&p] {
+    uint64_t v = 0;
+    for (int k = 0; k < 8; ++k) v |= static_cast<uint64_t>(*p++) << (8 * k);
+    return v;
+  };
+  for (size_t i = 0; i < data.size() / kPackedBlockBytes; ++i) {
+    BlockRow b;
+    b.memoryKind = static_cast<int>(static_cast<int64_t>(get()));
+    b.device = static_cast<int32_t>(static_cast<int64_t>(get()));
+    b.address = get();
+    b.sizeBytes = get();
+    b.stream = get();
+    b.threadId = static_cast<uint32_t>(get());
+    b.allocSeq = get();
+    b.allocTsNs = static_cast<int64_t>(get());
+    out->push_back(b);
+  }
+  return true;
+}
+}  // namespace
+
+absl::Status Store::saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state,
+                                   bool full, const std::vector<BlockRow>& opened,
+                                   const std::vector<BlockRow>& closed) {
+  if (full) {
+    Statement st = m_db.prepare(
+        "INSERT OR REPLACE INTO ingest_checkpoint(session_id, batch_seq, state, open_blocks) "
+        "VALUES (?1, ?2, ?3, ?4)");
+    if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
+    st.bind(1, sessionId).bind(2, s64(batchSeq)).bindBlob(3, state).bindBlob(4, packBlocks(opened));
+    if (auto s = st.run(); !s.ok()) return s;
+    Statement del = m_db.prepare("DELETE FROM ingest_block_delta WHERE session_id = ?1");
+    del.bind(1, sessionId);
+    return del.run();
+  }
   Statement st = m_db.prepare(
-      "INSERT OR REPLACE INTO ingest_checkpoint(session_id, batch_seq, state) VALUES (?1, ?2, ?3)");
+      "INSERT INTO ingest_checkpoint(session_id, batch_seq, state, open_blocks) "
+      "VALUES (?1, ?2, ?3, x'') ON CONFLICT(session_id) DO UPDATE SET "
+      "batch_seq = excluded.batch_seq, state = excluded.state");
   if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
   st.bind(1, sessionId).bind(2, s64(batchSeq)).bindBlob(3, state);
-  return st.run();
+  if (auto s = st.run(); !s.ok()) return s;
+  if (opened.empty() && closed.empty()) return absl::OkStatus();
+  Statement delta = m_db.prepare(
+      "INSERT INTO ingest_block_delta(session_id, closed, opened) VALUES (?1, ?2, ?3)");
+  if (auto s = checkPrepared(delta, m_db); !s.ok()) return s;
+  delta.bind(1, sessionId).bindBlob(2, packBlocks(closed)).bindBlob(3, packBlocks(opened));
+  return delta.run();
 }
 
 absl::StatusOr<std::vector<SessionRecord>> Store::liveSessions(const std::string& path) {
   return readSessions(path, "WHERE state = 1", 0);
 }
 
-absl::StatusOr<std::optional<std::string>> Store::loadCheckpoint(const std::string& path,
-                                                                 int64_t id) {
+absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
+    const std::string& path, int64_t id) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
-  Statement st = db.prepare("SELECT state FROM ingest_checkpoint WHERE session_id = ?1");
+  Statement st =
+      db.prepare("SELECT state, open_blocks FROM ingest_checkpoint WHERE session_id = ?1");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   st.bind(1, id);
-  if (!st.step()) return std::optional<std::string>();
-  return std::optional<std::string>(std::string(st.columnBlob(0)));
+  if (!st.step()) return std::optional<StoredCheckpoint>();
+  const auto damaged = [] { return absl::DataLossError("the checkpoint's blocks are damaged"); };
+  StoredCheckpoint out;
+  out.state = std::string(st.columnBlob(0));
+  std::vector<BlockRow> blocks;
+  if (!unpackBlocks(st.columnBlob(1), &blocks)) return damaged();
+  // The full list, then the changes after it in order.
+  using Key = std::tuple<int, int32_t, uint64_t>;
+  std::map<Key, BlockRow> open;
+  for (const BlockRow& b : blocks) open[Key{b.memoryKind, b.device, b.address}] = b;
+  Statement deltas =
+      db.prepare("SELECT closed, opened FROM ingest_block_delta WHERE session_id = ?1 ORDER BY id");
+  if (!deltas.ok()) return absl::InternalError("query failed: " + db.error());
+  deltas.bind(1, id);
+  while (deltas.step()) {
+    std::vector<BlockRow> closed, opened;
+    if (!unpackBlocks(deltas.columnBlob(0), &closed) ||
+        !unpackBlocks(deltas.columnBlob(1), &opened)) {
+      return damaged();
+    }
+    for (const BlockRow& b : closed) open.erase(Key{b.memoryKind, b.device, b.address});
+    for (const BlockRow& b : opened) open[Key{b.memoryKind, b.device, b.address}] = b;
+  }
+  out.openBlocks.reserve(open.size());
+  for (const auto& [key, b] : open) out.openBlocks.push_back(b);
+  return std::optional<StoredCheckpoint>(std::move(out));
 }
 
 absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,

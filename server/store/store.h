@@ -176,8 +176,12 @@ class Store {
   absl::Status setPlanResult(int64_t sessionId, int64_t planId, int state,
                              const std::string& message, int64_t fromStep);
   // The ingest state of a live session at this commit (replacing the previous one); batchSeq:
-  // the last batch it accounts for.
-  absl::Status saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state);
+  // the last batch it accounts for; its open blocks changed by `closed` (removed first, by
+  // memory kind, device and address) and `opened` (added, replacing).
+  // full: `opened` is every open block (the changes written before are dropped).
+  absl::Status saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state,
+                              bool full, const std::vector<BlockRow>& opened,
+                              const std::vector<BlockRow>& closed);
   // Stores the analysis of an ended session (replacing any earlier one) and marks it analyzed.
   // blockIds[i] is the allocation.id of the analysis' i-th block (Recording::blocks[i].id).
   absl::Status writeAnalysis(int64_t sessionId, const core::Analysis& analysis,
@@ -190,9 +194,13 @@ class Store {
                                                                  int64_t limit = -1);
   // Sessions still live (a daemon stopped or died while their agents streamed).
   static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
-  // A live session's last checkpoint (state blob), or nullopt when none was committed yet.
-  static absl::StatusOr<std::optional<std::string>> loadCheckpoint(const std::string& path,
-                                                                   int64_t id);
+  // A live session's last checkpoint, or nullopt when none was committed yet.
+  struct StoredCheckpoint {
+    std::string state;  // tidemark.v1.IngestCheckpoint
+    std::vector<BlockRow> openBlocks;
+  };
+  static absl::StatusOr<std::optional<StoredCheckpoint>> loadCheckpoint(const std::string& path,
+                                                                        int64_t id);
   static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id);
   // withBlocks false: the intervals and tags only (cheap even for huge sessions).
   static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id,
