@@ -37,6 +37,33 @@ Ptr make(PyValue::Kind k) {
   return v;
 }
 
+}  // namespace
+
+PyValue::~PyValue() {
+  if (items.empty() && dict.empty()) return;
+  // Children this value alone holds are emptied here, one at a time, before they are freed.
+  std::vector<std::shared_ptr<PyValue>> pending;
+  auto adopt = [&pending](PyValue& v) {
+    for (auto& c : v.items) {
+      if (c) pending.push_back(std::move(c));
+    }
+    for (auto& [k, val] : v.dict) {
+      if (k) pending.push_back(std::move(k));
+      if (val) pending.push_back(std::move(val));
+    }
+    v.items.clear();
+    v.dict.clear();
+  };
+  adopt(*this);
+  while (!pending.empty()) {
+    std::shared_ptr<PyValue> v = std::move(pending.back());
+    pending.pop_back();
+    if (v.use_count() == 1) adopt(*v);
+  }
+}
+
+namespace {
+
 bool isContainer(const PyValue& v) {
   return v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple ||
          v.kind == PyValue::Kind::kDict;
@@ -129,7 +156,29 @@ class Machine {
   }
 
   absl::Status push(Ptr v) {
+    if (m_stack.size() >= kMaxPickleStack) {
+      return fail(absl::StrCat("more than ", kMaxPickleStack, " values open at once"));
+    }
     m_stack.push_back(std::move(v));
+    return absl::OkStatus();
+  }
+  // Records that `parent` holds `child`: past kMaxPickleDepth levels the pickle is refused
+  // (nothing that reads it needs more than a few).
+  absl::Status nest(PyValue& parent, const PyValue& child) {
+    if (child.depth + 1 > parent.depth) parent.depth = child.depth + 1;
+    if (parent.depth > kMaxPickleDepth) {
+      return fail(absl::StrCat("containers nested deeper than ", kMaxPickleDepth, " levels"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status nestAll(PyValue& parent) {
+    for (const Ptr& c : parent.items) {
+      if (auto s = nest(parent, *c); !s.ok()) return s;
+    }
+    for (const auto& [k, v] : parent.dict) {
+      if (auto s = nest(parent, *k); !s.ok()) return s;
+      if (auto s = nest(parent, *v); !s.ok()) return s;
+    }
     return absl::OkStatus();
   }
   absl::StatusOr<Ptr> pop() {
@@ -199,6 +248,7 @@ class Machine {
     Ptr t = container(PyValue::Kind::kTuple);
     t->items.assign(m_stack.end() - static_cast<long>(n), m_stack.end());
     m_stack.resize(m_stack.size() - n);
+    if (auto s = nestAll(*t); !s.ok()) return s;
     return push(std::move(t));
   }
 
@@ -272,6 +322,7 @@ class Machine {
         if (!v.ok()) return v.status();
         auto list = top(PyValue::Kind::kList, "APPEND");
         if (!list.ok()) return list.status();
+        if (auto s = nest(**list, **v); !s.ok()) return s;
         (*list)->items.push_back(std::move(*v));
         return absl::OkStatus();
       }
@@ -280,7 +331,10 @@ class Machine {
         if (!items.ok()) return items.status();
         auto list = top(PyValue::Kind::kList, "APPENDS");
         if (!list.ok()) return list.status();
-        for (Ptr& v : *items) (*list)->items.push_back(std::move(v));
+        for (Ptr& v : *items) {
+          if (auto s = nest(**list, *v); !s.ok()) return s;
+          (*list)->items.push_back(std::move(v));
+        }
         return absl::OkStatus();
       }
       case 's': {
@@ -290,6 +344,8 @@ class Machine {
         if (!k.ok()) return k.status();
         auto dict = top(PyValue::Kind::kDict, "SETITEM");
         if (!dict.ok()) return dict.status();
+        if (auto s = nest(**dict, **k); !s.ok()) return s;
+        if (auto s = nest(**dict, **v); !s.ok()) return s;
         (*dict)->dict.emplace_back(std::move(*k), std::move(*v));
         return absl::OkStatus();
       }
@@ -299,8 +355,11 @@ class Machine {
         if (items->size() % 2 != 0) return fail("SETITEMS with an odd number of values");
         auto dict = top(PyValue::Kind::kDict, "SETITEMS");
         if (!dict.ok()) return dict.status();
-        for (size_t k = 0; k < items->size(); k += 2)
+        for (size_t k = 0; k < items->size(); k += 2) {
+          if (auto s = nest(**dict, *(*items)[k]); !s.ok()) return s;
+          if (auto s = nest(**dict, *(*items)[k + 1]); !s.ok()) return s;
           (*dict)->dict.emplace_back(std::move((*items)[k]), std::move((*items)[k + 1]));
+        }
         return absl::OkStatus();
       }
       case 't': {
@@ -308,6 +367,7 @@ class Machine {
         if (!items.ok()) return items.status();
         Ptr t = container(PyValue::Kind::kTuple);
         t->items = std::move(*items);
+        if (auto s = nestAll(*t); !s.ok()) return s;
         return push(std::move(t));
       }
       case 0x85:
@@ -368,6 +428,7 @@ class Machine {
 
   Ptr container(PyValue::Kind k) {
     Ptr v = make(k);
+    v->depth = 1;
     m_containers.push_back(v);
     return v;
   }

@@ -21,7 +21,17 @@ using PyDict = std::vector<std::pair<std::shared_ptr<PyValue>, std::shared_ptr<P
 
 struct PyValue {
   enum class Kind { kNone, kBool, kInt, kFloat, kString, kBytes, kList, kTuple, kDict };
+  PyValue() = default;
+  PyValue(const PyValue&) = default;
+  PyValue(PyValue&&) = default;
+  PyValue& operator=(const PyValue&) = default;
+  PyValue& operator=(PyValue&&) = default;
+  // Frees nested containers without recursion: a value nested a million deep is freed in a
+  // loop, not with a million stack frames.
+  ~PyValue();
+
   Kind kind = Kind::kNone;
+  uint32_t depth = 0;  // containers: 1 + the depth of the deepest value they hold (when added)
   bool b = false;
   int64_t i = 0;
   double f = 0;
@@ -39,8 +49,11 @@ struct PyValue {
 };
 
 // Reads a pickle (protocols 2 to 5) without running anything: an opcode that would look up a
-// global, call or build an object is an error naming it, as are truncation, stack or memo misuse
-// and lengths past the end of the data.
+// global, call or build an object is an error naming it, as are truncation, stack or memo misuse,
+// lengths past the end of the data, containers nested deeper than kMaxPickleDepth and more than
+// kMaxPickleStack values open at once.
+inline constexpr uint32_t kMaxPickleDepth = 10000;
+inline constexpr size_t kMaxPickleStack = 1000000;
 absl::StatusOr<std::shared_ptr<PyValue>> readPickle(std::string_view data);
 
 }  // namespace tidemark::core

@@ -193,6 +193,8 @@ class ImportBadInputTest(unittest.TestCase):
                     "absurd"),
                 "empty.json": (b"{\"traceEvents\": []}", "no memory or op events"),
                 "random.bin": (os.urandom(4096), "not a PyTorch memory snapshot"),
+                "deep.pickle": (b"\x80\x02" + b"]" * 300000 + b"a" * 299999 + b".",
+                                "nested deeper than 10000 levels"),
             }
             for name, (content, message) in cases.items():
                 with self.subTest(file=name):
@@ -202,6 +204,19 @@ class ImportBadInputTest(unittest.TestCase):
                     r = daemon.cli("import", path, check=False)
                     self.assertNotEqual(r.returncode, 0, r.stdout)
                     self.assertIn(message, r.stderr)
+            # A small gzip that inflates past --max-size; a file over it is not even read.
+            bomb = os.path.join(daemon.dir, "bomb.json.gz")
+            with open(bomb, "wb") as f:
+                f.write(gzip.compress(b" " * (8 << 20)))
+            r = daemon.cli("import", bomb, "--max-size", "4MiB", check=False)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("inflates to more than 4.00 MiB (raise the limit with --max-size)",
+                          r.stderr)
+            r = daemon.cli("import", bomb, "--max-size", "1KiB", check=False)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("is larger than 1.00 KiB", r.stderr)
+            r = daemon.cli("import", bomb, "--max-size", "lots", check=False)
+            self.assertEqual(r.returncode, 2, r.stderr)
             self.assertEqual(daemon.cli_json("sessions")["sessions"], [])
             r = daemon.cli("import", os.path.join(daemon.dir, "missing.pickle"), check=False)
             self.assertEqual(r.returncode, 2)

@@ -63,6 +63,36 @@ TEST(PickleReader, RefusesGlobalsAndTruncation) {
   EXPECT_NE(v.status().message().find("contains itself"), std::string::npos);
 }
 
+TEST(PickleReader, DepthIsBoundedAndDeepValuesAreFreedWithoutRecursion) {
+  // Lists nested n deep: n EMPTY_LISTs, then n-1 APPENDs.
+  auto nested = [](size_t n) {
+    return std::string("\x80\x02") + std::string(n, ']') + std::string(n - 1, 'a') + ".";
+  };
+  absl::StatusOr<std::shared_ptr<PyValue>> v = readPickle(nested(kMaxPickleDepth));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->depth, kMaxPickleDepth);
+  v = readPickle(nested(300000));
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("nested deeper than 10000"), std::string::npos);
+  // Ten million values open at once (NONE after NONE): refused at the bound, not held.
+  v = readPickle(std::string("\x80\x02") + std::string(10000000, 'N') + ".");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("values open at once"), std::string::npos);
+  // A chain built by hand, a million deep, is freed in a loop (recursion would overflow the
+  // stack long before).
+  auto root = std::make_shared<PyValue>();
+  root->kind = PyValue::Kind::kList;
+  PyValue* tail = root.get();
+  for (int i = 0; i < 1000000; ++i) {
+    auto next = std::make_shared<PyValue>();
+    next->kind = PyValue::Kind::kList;
+    tail->items.push_back(next);
+    tail = next.get();
+  }
+  root.reset();
+  SUCCEED();
+}
+
 TEST(MemorySnapshot, ReplaysTheTraceToTheDump) {
   absl::StatusOr<ImportedRecording> r = importMemorySnapshot(corpus("pickle/snapshot_p4.pickle"));
   ASSERT_TRUE(r.ok()) << r.status();
