@@ -92,6 +92,23 @@ class IngestRpcTest : public ::testing::Test {
     return false;
   }
 
+  using AgentStream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>;
+  // Writes the handshake (resuming `resume` when not 0); returns the reply.
+  static v1::HandshakeReply handshake(AgentStream* s, uint64_t resume = 0) {
+    v1::AgentMessage m = hello();
+    m.mutable_handshake()->set_resume_session_id(resume);
+    v1::ServerMessage reply;
+    EXPECT_TRUE(s->Write(m));
+    EXPECT_TRUE(s->Read(&reply));
+    return reply.handshake_reply();
+  }
+  static bool hasStat(const v1::SessionInfo& info, const std::string& name) {
+    for (const auto& st : info.stats()) {
+      if (st.name() == name) return true;
+    }
+    return false;
+  }
+
   static v1::AgentMessage goodBatch(uint64_t batchSeq, uint64_t firstSeq) {
     v1::AgentMessage m;
     auto* b = m.mutable_batch();
@@ -265,11 +282,9 @@ TEST_F(IngestRpcTest, ASessionResumesOnADaemonRestartedOnTheSameStore) {
   {
     grpc::ClientContext ctx;
     auto stream = m_ingest->Stream(&ctx);
-    ASSERT_TRUE(stream->Write(hello()));
-    v1::ServerMessage reply;
-    ASSERT_TRUE(stream->Read(&reply));
-    session = reply.handshake_reply().session_id();
-    EXPECT_EQ(reply.handshake_reply().next_batch_seq(), 1u);
+    const v1::HandshakeReply reply = handshake(stream.get());
+    session = reply.session_id();
+    EXPECT_EQ(reply.next_batch_seq(), 1u);
     // Two blocks allocated, acknowledged (committed), then one more batch that is not.
     ASSERT_TRUE(
         sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000), event(2, 2, true, 0x2000)}, 2));
@@ -285,14 +300,10 @@ TEST_F(IngestRpcTest, ASessionResumesOnADaemonRestartedOnTheSameStore) {
 
   grpc::ClientContext ctx;
   auto stream = m_ingest->Stream(&ctx);
-  v1::AgentMessage resume = hello();
-  resume.mutable_handshake()->set_resume_session_id(session);
-  ASSERT_TRUE(stream->Write(resume));
-  v1::ServerMessage reply;
-  ASSERT_TRUE(stream->Read(&reply));
-  EXPECT_EQ(reply.handshake_reply().session_id(), session);
+  const v1::HandshakeReply resumed = handshake(stream.get(), session);
+  EXPECT_EQ(resumed.session_id(), session);
   // Batch 3 reached the first daemon before it stopped: it committed it, or asks for it again.
-  const uint64_t next = reply.handshake_reply().next_batch_seq();
+  const uint64_t next = resumed.next_batch_seq();
   ASSERT_TRUE(next == 3 || next == 4) << next;
   // The agent resends from where it was told, and one batch more that was stored (skipped).
   std::vector<v1::AgentMessage> rest;
@@ -304,6 +315,7 @@ TEST_F(IngestRpcTest, ASessionResumesOnADaemonRestartedOnTheSameStore) {
   rest.push_back(bye);
   for (const auto& m : rest) ASSERT_TRUE(stream->Write(m));
   stream->WritesDone();
+  v1::ServerMessage reply;
   while (stream->Read(&reply)) {
   }
   ASSERT_TRUE(stream->Finish().ok());
@@ -314,9 +326,7 @@ TEST_F(IngestRpcTest, ASessionResumesOnADaemonRestartedOnTheSameStore) {
   EXPECT_EQ(info.events_stored(), 4u);
   EXPECT_EQ(info.blocks(), 3u);
   EXPECT_EQ(info.live_blocks_at_end(), 2u);
-  bool gap = false;
-  for (const auto& st : info.stats()) gap |= st.name() == "seq_gap";
-  EXPECT_FALSE(gap);
+  EXPECT_FALSE(hasStat(info, "seq_gap"));
   expectHealthy();
 }
 
@@ -326,13 +336,11 @@ TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBloc
   {
     grpc::ClientContext ctx;
     auto stream = m_ingest->Stream(&ctx);
-    ASSERT_TRUE(stream->Write(hello()));
-    v1::ServerMessage reply;
-    ASSERT_TRUE(stream->Read(&reply));
-    session = reply.handshake_reply().session_id();
+    session = handshake(stream.get()).session_id();
     ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
     ASSERT_TRUE(stream->Write(event(2, 2, true, 0x2000)));
     stream->WritesDone();  // no goodbye: the process died
+    v1::ServerMessage reply;
     while (stream->Read(&reply)) {
     }
     EXPECT_TRUE(stream->Finish().ok());
@@ -347,9 +355,7 @@ TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBloc
   // Both blocks, also the one after the last acknowledgement (the stream's end committed it).
   EXPECT_EQ(info.blocks(), 2u);
   EXPECT_EQ(info.live_blocks_at_end(), 2u);
-  bool lost = false;
-  for (const auto& st : info.stats()) lost |= st.name() == "stream_lost";
-  EXPECT_TRUE(lost);
+  EXPECT_TRUE(hasStat(info, "stream_lost"));
   // Too late to resume it now.
   v1::AgentMessage resume = hello();
   resume.mutable_handshake()->set_resume_session_id(session);
@@ -406,15 +412,13 @@ TEST_F(IngestRpcTest, StreamsPastTheCapAreRefusedAndTheRestServed) {
   // retry later.
   struct Open {
     grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
+    std::unique_ptr<AgentStream> stream;
   };
   std::vector<std::unique_ptr<Open>> open;
   for (int i = 0; i < kMaxIngestStreams; ++i) {
     auto o = std::make_unique<Open>();
     o->stream = m_ingest->Stream(&o->ctx);
-    ASSERT_TRUE(o->stream->Write(hello()));
-    v1::ServerMessage reply;
-    ASSERT_TRUE(o->stream->Read(&reply)) << i;
+    ASSERT_NE(handshake(o->stream.get()).session_id(), 0u) << i;
     open.push_back(std::move(o));
   }
   const grpc::Status refused = send({hello()});
