@@ -12,6 +12,12 @@
 namespace tidemark::agent {
 
 namespace {
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 constexpr size_t kMaxEventsPerBatch = 8192;
@@ -126,6 +132,13 @@ void Transport::collect() {
       std::lock_guard<std::mutex> lock(m_mutex);
       ++m_collectPasses;
     }
+    // The hung-daemon watchdog (the sender may be blocked in a write).
+    const int64_t since = m_waitingSinceNs.load(std::memory_order_acquire);
+    const int64_t bound = (static_cast<int64_t>(m_config.ackTimeoutMs) + 1000) * 1000000;
+    if (since != 0 && steadyNs() - since > bound && !m_watchdogFired.exchange(true)) {
+      std::lock_guard<std::mutex> lock(m_contextMutex);
+      if (m_context) m_context->TryCancel();
+    }
     m_progress.notify_all();
     if (last) break;
     m_recorder.awaitDrainRequest(m_config.flushIntervalMs);
@@ -161,9 +174,12 @@ void Transport::run() {
   // closing the stream. A broken link is retried while the exit's time allows; what no server
   // took then goes to the spool file.
   stopCollector();
+  // A daemon seen during the run may be restarting: retried while the exit's time allows. One
+  // never seen gets one more try (the job's exit is not held up for nothing).
   const auto now = std::chrono::steady_clock::now();
   const auto deadline =
-      now + std::chrono::milliseconds(std::max(500, m_config.exitTimeoutMs - 1500));
+      now + std::chrono::milliseconds(m_everConnected ? std::max(500, m_config.exitTimeoutMs - 1500)
+                                                      : 300);
   if (m_link == LinkState::kDown) m_nextConnect = now;
   while (m_link != LinkState::kRefused && m_ending == Ending::kRunning &&
          std::chrono::steady_clock::now() < deadline) {
@@ -245,6 +261,7 @@ void Transport::pump() {
   }
   fillWindow();
   if (m_link != LinkState::kLive) return;
+  noteWaiting();
   writeWindow();
   sendOutbox();
   // Nothing new to send and batches waiting for their acknowledgement: ask for it.
@@ -260,6 +277,7 @@ void Transport::pump() {
     }
     m_lastWrite = now;
   }
+  noteWaiting();
 }
 
 bool Transport::fillWindow() {
@@ -304,6 +322,15 @@ bool Transport::fillWindow() {
     if (records.empty()) break;
   }
   return added;
+}
+
+void Transport::noteWaiting() {
+  const bool waiting = m_link == LinkState::kLive && !m_window.empty() && m_window.front().written;
+  m_waitingSinceNs.store(waiting ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       m_window.front().writtenAt.time_since_epoch())
+                                       .count()
+                                 : 0,
+                         std::memory_order_release);
 }
 
 void Transport::writeWindow() {
@@ -379,7 +406,11 @@ bool Transport::tryConnect() {
     scheduleReconnect();
     return false;
   }
-  m_context = std::make_unique<grpc::ClientContext>();
+  {
+    std::lock_guard<std::mutex> lock(m_contextMutex);
+    m_context = std::make_unique<grpc::ClientContext>();
+  }
+  m_watchdogFired = false;
   m_stream = m_stub->Stream(m_context.get());
   {
     std::lock_guard<std::mutex> lock(m_replyMutex);
@@ -463,7 +494,11 @@ void Transport::loseLink(const std::string& why) {
   const grpc::Status status = m_stream->Finish();
   m_stream.reset();
   m_link = LinkState::kDown;
-  m_linkError = status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
+  m_waitingSinceNs = 0;
+  m_linkError = m_watchdogFired
+                    ? "no acknowledgement for " + std::to_string(m_config.ackTimeoutMs / 1000 + 1) +
+                          " s: the daemon is hung or overloaded"
+                : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
                     ? why
                     : status.error_message();
   for (Unacked& u : m_window) u.written = false;
@@ -597,7 +632,10 @@ void Transport::shutdown(int timeoutMs) {
     m_closedCleanly = false;
     // Give up: the stream is cancelled and the sender left to end on its own (it stops the
     // collector on its way out; meanwhile the rings keep being emptied).
-    if (m_context) m_context->TryCancel();
+    {
+      std::lock_guard<std::mutex> lock(m_contextMutex);
+      if (m_context) m_context->TryCancel();
+    }
     if (m_thread.joinable()) m_thread.detach();
   }
 }

@@ -93,6 +93,8 @@ class Transport {
   void pump();
   bool fillWindow();
   void writeWindow();
+  // Publishes since when the oldest written batch waits (for the collector's watchdog).
+  void noteWaiting();
   bool tryConnect();
   // The stream is gone: cancel it, say so once, reconnect later.
   void loseLink(const std::string& why);
@@ -135,7 +137,13 @@ class Transport {
   std::chrono::steady_clock::time_point m_lastWrite{};
   std::shared_ptr<grpc::Channel> m_channel;
   std::unique_ptr<v1::Ingest::Stub> m_stub;
-  std::unique_ptr<grpc::ClientContext> m_context;
+  std::unique_ptr<grpc::ClientContext> m_context;  // replaced by the sender under the mutex
+  std::mutex m_contextMutex;
+  // Since when the oldest written batch waits for its acknowledgement (steady ns, 0: none). The
+  // collector cancels the stream when that passes the bound: a sender blocked in a write to a
+  // hung daemon cannot notice it itself.
+  std::atomic<int64_t> m_waitingSinceNs{0};
+  std::atomic<bool> m_watchdogFired{false};
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> m_stream;
 
   // Written by the reader thread.

@@ -51,6 +51,10 @@ SessionIngest::Checkpoint SessionIngest::takeCheckpoint(bool full) {
   c.set_last_ts_ns(m_lastTs);
   c.set_string_bytes(m_stringBytes);
   for (const auto& [seq, e] : m_pending) *c.add_pending() = e;
+  for (const auto& [begin, end] : m_skippedGaps) {
+    c.add_skipped_gaps(begin);
+    c.add_skipped_gaps(end);
+  }
   if (full) {
     out.opened.reserve(m_open.size());
     for (const auto& [k, b] : m_open) out.opened.push_back(b);
@@ -91,6 +95,10 @@ absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c,
   m_stringBytes = c.string_bytes();
   m_pending.clear();
   for (const v1::Event& e : c.pending()) m_pending.emplace(e.seq(), e);
+  m_skippedGaps.clear();
+  for (int i = 0; i + 1 < c.skipped_gaps_size(); i += 2) {
+    m_skippedGaps[c.skipped_gaps(i)] = c.skipped_gaps(i + 1);
+  }
   m_open.clear();
   m_open.reserve(open.size());
   for (const BlockRow& b : open) m_open[OpenKey{b.memoryKind, b.device, b.address}] = b;

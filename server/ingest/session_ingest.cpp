@@ -21,6 +21,9 @@ constexpr StatInfo kStatInfo[] = {
     {"phase_end_unmatched", "error", "phase ends without a matching begin"},
     {"step_end_unmatched", "error", "step ends without a matching begin"},
     {"reorder_overflow", "data_loss", "events released early because the reorder buffer was full"},
+    {"released_late", "error",
+     "events that came after the reorder buffer had given up waiting for them (released out of "
+     "order; counted in seq_gap no longer)"},
     {"batches_resent", "info",
      "batches the agent sent again after a reconnect that were already stored (skipped)"},
 };
@@ -64,7 +67,7 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
                                         std::to_string(size) + " bytes is over the limit of " +
                                         std::to_string(kMaxSizeBytes) + " (256 TiB)");
     }
-    if (e.seq() < m_nextSeq || m_pending.count(e.seq()) != 0) {
+    if ((e.seq() < m_nextSeq && !inSkippedGap(e.seq())) || m_pending.count(e.seq()) != 0) {
       return absl::InvalidArgumentError("sequence number " + std::to_string(e.seq()) +
                                         " received twice");
     }
@@ -85,6 +88,13 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
     if (e.seq() == m_nextSeq && m_pending.empty()) {
       m_nextSeq = e.seq() + 1;
       release(e);
+    } else if (e.seq() < m_nextSeq) {
+      // Late: the reorder buffer gave up waiting for it (its gap was counted); released now,
+      // out of order, and no longer counted as lost.
+      takeFromSkippedGap(e.seq());
+      count("released_late");
+      count("seq_gap", -1);
+      release(e);
     } else {
       m_pending.emplace(e.seq(), e);
       releaseReady();
@@ -100,11 +110,33 @@ void SessionIngest::releaseReady() {
       if (m_pending.size() <= kMaxPendingEvents) break;
       count("reorder_overflow");
       count("seq_gap", static_cast<int64_t>(it->first - m_nextSeq));
+      // Remembered: an event of the gap that still comes is late, not a duplicate.
+      m_skippedGaps[m_nextSeq] = it->first;
+      while (m_skippedGaps.size() > kMaxSkippedGaps) m_skippedGaps.erase(m_skippedGaps.begin());
     }
     m_nextSeq = it->first + 1;
     release(it->second);
     m_pending.erase(it);
   }
+}
+
+bool SessionIngest::inSkippedGap(uint64_t seq) const {
+  auto it = m_skippedGaps.upper_bound(seq);
+  if (it == m_skippedGaps.begin()) return false;
+  --it;
+  return seq >= it->first && seq < it->second;
+}
+
+void SessionIngest::takeFromSkippedGap(uint64_t seq) {
+  auto it = m_skippedGaps.upper_bound(seq);
+  if (it == m_skippedGaps.begin()) return;
+  --it;
+  const uint64_t begin = it->first;
+  const uint64_t end = it->second;
+  if (seq < begin || seq >= end) return;
+  m_skippedGaps.erase(it);
+  if (begin < seq) m_skippedGaps[begin] = seq;
+  if (seq + 1 < end) m_skippedGaps[seq + 1] = end;
 }
 
 void SessionIngest::release(const v1::Event& e) {

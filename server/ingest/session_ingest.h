@@ -24,9 +24,12 @@ namespace tidemark::server {
 // without a begin) is counted in stats, never an error; only malformed batches are errors.
 class SessionIngest {
  public:
-  // Events held out of order at most (about 6 MiB); past it the oldest is released early and
-  // the hole counted (`reorder_overflow`, `seq_gap`). The agent sends in order.
-  static constexpr size_t kMaxPendingEvents = 1u << 16;
+  // Events held out of order at most (about 120 MiB); past it the oldest is released early and
+  // the hole counted (`reorder_overflow`, `seq_gap`). The agent sends each collector pass in
+  // order, but a thread descheduled between taking its sequence number and publishing its
+  // record shows up passes later: on a loaded 2-core machine 8 bursting threads reach well past
+  // 65,536 events of distance.
+  static constexpr size_t kMaxPendingEvents = 1u << 20;
   // Interned strings (module paths, tensor names): one at most 64 KiB, a session's at most
   // 64 MiB in all; past either the batch is malformed.
   static constexpr size_t kMaxStringBytes = 64u << 10;
@@ -97,6 +100,13 @@ class SessionIngest {
   int64_t m_lastTs = 0;
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;
+  // Sequence ranges [begin, end) the reorder buffer gave up waiting for (lossy or degraded
+  // agents drop events): an event of one that still comes is late, not a duplicate. The most
+  // recent kMaxSkippedGaps are kept.
+  static constexpr size_t kMaxSkippedGaps = 65536;
+  std::map<uint64_t, uint64_t> m_skippedGaps;
+  bool inSkippedGap(uint64_t seq) const;
+  void takeFromSkippedGap(uint64_t seq);
   // Live blocks by memory kind, device and address: a tensor starts at its segment's address,
   // and device addresses are per device.
   struct OpenKey {

@@ -262,6 +262,26 @@ TEST(SessionIngestTest, ACheckpointContinuesTheSessionAsIfNothingHappened) {
   }
 }
 
+TEST(SessionIngestTest, AnEventTheReorderBufferGaveUpOnIsLateNotADuplicate) {
+  // Event 1 is missing (a lossy agent dropped... or delayed it): the reorder buffer waits until
+  // it is full, then releases past the hole.
+  SessionIngest in(1);
+  std::vector<v1::Event> events;
+  const uint64_t n = SessionIngest::kMaxPendingEvents + 1;
+  for (uint64_t seq = 2; seq <= n + 1; ++seq) events.push_back(alloc(seq, 0x1000 * seq, 8));
+  ASSERT_TRUE(in.addBatch(batch(1, events)).ok());
+  EXPECT_EQ(stat(in, "reorder_overflow"), 1);
+  EXPECT_EQ(stat(in, "seq_gap"), 1);
+  // It comes after all: released late, no longer lost.
+  ASSERT_TRUE(in.addBatch(batch(2, {alloc(1, 0x10, 8)})).ok());
+  EXPECT_EQ(stat(in, "released_late"), 1);
+  EXPECT_EQ(stat(in, "seq_gap"), 0);
+  // A number that was released already is a duplicate: refused.
+  EXPECT_EQ(in.addBatch(batch(3, {alloc(1, 0x20, 8)})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(in.addBatch(batch(3, {alloc(2, 0x20, 8)})).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(in.finish().blocks.size(), n + 1);
+}
+
 TEST(SessionIngestTest, ADamagedCheckpointIsRefused) {
   SessionIngest in(1);
   EXPECT_EQ(in.restore(v1::IngestCheckpoint(), {}).code(), absl::StatusCode::kDataLoss);
