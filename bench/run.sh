@@ -9,6 +9,8 @@
 #      analysis of a session as large whose blocks are tensors in device segments (a GPU job's)
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
+#   6. a load run: 16 native burst jobs and 8 trainings against one fresh daemon at once, all
+#      lossless: sessions whole, the daemon's peak memory, query latency while ingesting
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -26,7 +28,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
-SECTIONS=" ${SECTIONS:-1 2 3 4 5} "
+SECTIONS=" ${SECTIONS:-1 2 3 4 5 6} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
@@ -192,4 +194,11 @@ print("repaint, zoomed to a tenth      %10.2f ms median, %.2f ms worst of 50 (/ 
       % (r["repaint_zoom_ms_median"], r["repaint_zoom_ms_max"], r["repaint_zoom_ms_median"] / 16))
 print("timeline fetch (full / zoomed)  %10.1f ms / %.1f ms" % (r["fetch_full_ms"], r["fetch_zoom_ms"]))
 PYEOF
+fi
+
+if want 6; then
+echo
+echo "== 6. load: 16 burst jobs (8 threads, bursts of 5,000) + 8 trainings of bench/train_step_time.py"
+echo "   against one fresh tidemarkd at once (bench/load_run.py)"
+$PY bench/load_run.py "$BIN" || echo "   (some session was not whole: see above)"
 fi

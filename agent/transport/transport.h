@@ -78,9 +78,10 @@ class Transport {
     uint64_t batchSeq = 0;
     uint64_t firstEventSeq = 0;
     uint64_t events = 0;
-    uint64_t cost = 0;  // its memory, estimated
-    v1::AgentMessage message;
-    bool written = false;  // on the current stream
+    uint64_t cost = 0;         // its memory, estimated
+    std::string bytes;         // the serialized AgentMessage
+    v1::AgentMessage message;  // only until its first write (then parsed again if needed)
+    bool written = false;      // on the current stream
     std::chrono::steady_clock::time_point writtenAt{};
   };
 

@@ -73,6 +73,9 @@ class Instrumenter:
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
         # `tidemark attach` turns them on again).
         self.enabled = True
+        # Whether every saved-tensor hooks context of every thread was entered after the adapter
+        # was installed (see _ensure_thread_hooks).
+        self.contexts_all_seen = True
 
     # ----- helpers -----------------------------------------------------------------------------
     def _depth(self):
@@ -132,14 +135,56 @@ class Instrumenter:
 
     def _ensure_thread_hooks(self):
         """The saved-tensor hooks and torch's memory reporter are per thread in torch: entered on
-        each training thread at its first root forward, for the life of the thread."""
-        if getattr(self.local, "saved_hooks", None) is None:
-            import torch
-            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-            hooks.__enter__()
-            self.local.saved_hooks = hooks
-            if self.tensor_memory is not None:
-                self.tensor_memory.install_here()
+        each training thread, for the life of the thread, at its first root forward or step end
+        where no other saved-tensor hooks are active on it.
+
+        torch keeps a thread's saved-tensor hooks on a stack, and a context's exit pops the top:
+        ours entered inside another context (a non-reentrant checkpoint's, `save_on_cpu`) would
+        take its tensors, and its exit would pop ours and leave it in place for good (the next
+        backward fails). `_track_saved_hooks_contexts` counts the contexts entered and left on
+        each thread since the adapter was installed."""
+        if getattr(self.local, "saved_hooks", None) is not None:
+            return
+        if getattr(self.local, "hooks_contexts", 0) != 0:
+            return  # inside someone else's: a later step boundary
+        import torch
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks._tidemark = True
+        hooks.__enter__()
+        self.local.saved_hooks = hooks
+        if self.tensor_memory is not None:
+            self.tensor_memory.install_here()
+
+    def _track_saved_hooks_contexts(self):
+        """Counts, per thread, the saved-tensor hooks contexts entered and not yet left (other
+        than the adapter's own), by wrapping the context class's __enter__/__exit__ in place. A
+        context entered before the adapter was installed (an attach in the middle of a
+        checkpointed forward) is seen leaving: the count goes below zero until a step boundary,
+        where it is known to be zero again."""
+        import functools
+        import torch
+        cls = torch.autograd.graph.saved_tensors_hooks
+        if getattr(cls.__enter__, "_tidemark_wrapped", False):
+            return
+        enter, leave = cls.__enter__, cls.__exit__
+        local = self.local
+
+        @functools.wraps(enter)
+        def tracked_enter(hooks, *args, **kwargs):
+            result = enter(hooks, *args, **kwargs)
+            if not getattr(hooks, "_tidemark", False):
+                local.hooks_contexts = getattr(local, "hooks_contexts", 0) + 1
+            return result
+
+        @functools.wraps(leave)
+        def tracked_exit(hooks, *args, **kwargs):
+            if not getattr(hooks, "_tidemark", False):
+                local.hooks_contexts = getattr(local, "hooks_contexts", 0) - 1
+            return leave(hooks, *args, **kwargs)
+
+        tracked_enter._tidemark_wrapped = True
+        cls.__enter__ = tracked_enter
+        cls.__exit__ = tracked_exit
 
     def _forward_pre(self, module, inputs):
         if not self.enabled:
@@ -154,7 +199,11 @@ class Instrumenter:
         elif name is None:
             name = type(module).__name__
         if depth == 0 and module in self.roots and not self._in_phase(A.BACKWARD):
-            self._ensure_thread_hooks()
+            # Only where every context of the thread was seen entering: everywhere when torch
+            # was imported under the adapter; after an attach, once the thread passed a step
+            # end (a forward under way at the attach may sit in a context not counted).
+            if self.contexts_all_seen or getattr(self.local, "passed_step_end", False):
+                self._ensure_thread_hooks()
             self._begin_step_if_needed()
             self._phase_begin(A.FORWARD)
             for t in _tensors_in(inputs):
@@ -296,6 +345,11 @@ class Instrumenter:
         # An exception inside a forward skips its post hooks: a step boundary resets the depth.
         self.local.depth = 0
         self.local.names = []
+        # Outside any forward: a count below zero was a context entered before the adapter.
+        if getattr(self.local, "hooks_contexts", 0) < 0:
+            self.local.hooks_contexts = 0
+        self.local.passed_step_end = True
+        self._ensure_thread_hooks()
         self._apply_pending_plan()
 
     # ----- recompute plans sent by the server ----------------------------------------------------
@@ -367,8 +421,11 @@ class Instrumenter:
             self.applied_plan = restore
 
     # ----- installation ------------------------------------------------------------------------
-    def install(self):
-        """Installs the global hooks and patches. Idempotent."""
+    def install(self, enter_hooks_here=True):
+        """Installs the global hooks and patches. Idempotent. enter_hooks_here: the installing
+        thread is known to be outside any saved-tensor hooks context (torch was just imported);
+        `tidemark attach` runs in the middle of whatever the job was doing, and leaves it to the
+        thread's next root forward or step end."""
         if self.installed:
             return
         self.installed = True
@@ -385,7 +442,10 @@ class Instrumenter:
         from .torch_memory import TensorMemory
         self.tensor_memory = TensorMemory()
         self.tensor_memory.make_way_for_profilers()
-        self._ensure_thread_hooks()
+        self._track_saved_hooks_contexts()
+        self.contexts_all_seen = enter_hooks_here
+        if enter_hooks_here:
+            self._ensure_thread_hooks()
 
         inst = self
         backward = torch.autograd.backward

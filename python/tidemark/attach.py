@@ -73,7 +73,7 @@ def start():
         sys.meta_path.insert(0, _TorchWatcher())
         return
     import torch
-    inst.install()
+    inst.install(enter_hooks_here=False)
     if inst.tensor_memory is not None:
         inst.tensor_memory.enable(True)
     roots, optimizers = _find_models_and_optimizers()
