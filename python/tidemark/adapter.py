@@ -74,8 +74,8 @@ class Instrumenter:
         # `tidemark attach` turns them on again).
         self.enabled = True
         # Whether every saved-tensor hooks context of every thread was entered after the adapter
-        # was installed (see _ensure_thread_hooks).
-        self.contexts_all_seen = True
+        # was installed (see _ensure_thread_hooks). Set by install(), before any hook exists.
+        self.contexts_all_seen = False
 
     # ----- helpers -----------------------------------------------------------------------------
     def _depth(self):
@@ -429,12 +429,16 @@ class Instrumenter:
         if self.installed:
             return
         self.installed = True
+        # Before the first hook is registered: the job's threads run them at once (an attach
+        # installs from another thread, and the interpreter switches threads at any bytecode).
+        self.contexts_all_seen = enter_hooks_here
         import torch
         import torch.autograd
         import torch.utils.checkpoint as ckpt
         import torch.utils.data.dataloader as dl
         from torch.nn.modules import module as nn_module
 
+        self._track_saved_hooks_contexts()
         nn_module.register_module_forward_pre_hook(self._forward_pre)
         nn_module.register_module_forward_hook(self._forward_post)
 
@@ -442,8 +446,6 @@ class Instrumenter:
         from .torch_memory import TensorMemory
         self.tensor_memory = TensorMemory()
         self.tensor_memory.make_way_for_profilers()
-        self._track_saved_hooks_contexts()
-        self.contexts_all_seen = enter_hooks_here
         if enter_hooks_here:
             self._ensure_thread_hooks()
 

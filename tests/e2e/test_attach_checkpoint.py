@@ -13,7 +13,7 @@ import unittest
 from tidemark_env import BIN, PYTHON, DaemonTestCase
 from test_attach import Job
 
-STEPS = 40
+STEPS = 80
 SCRIPT = r"""
 import sys, time, torch
 from torch.utils.checkpoint import checkpoint
@@ -72,8 +72,8 @@ class AttachCheckpointTest(DaemonTestCase):
                 r = subprocess.run([os.path.join(BIN, "tidemark"), "--server",
                                     self.daemon.address, "attach", str(job.pid), "--json"],
                                    capture_output=True, text=True, timeout=300)
-                self.assertEqual(r.returncode, 0, r.stderr)
                 rc, out, err = job.finish()
+                self.assertEqual(r.returncode, 0, r.stderr + "\njob: " + err)
             finally:
                 job.kill()
             with self.subTest(delay=delay):
