@@ -39,7 +39,7 @@ bool readAll(int fd, void* data, size_t bytes, off_t offset) {
 }  // namespace
 
 RecordLog::RecordLog(uint64_t memoryCapBytes, std::string spillDir, uint64_t spillCapBytes)
-    : m_memoryCapRecords(std::max<uint64_t>(memoryCapBytes / sizeof(Record), kChunkRecords)),
+    : m_memoryCapRecords(std::max<uint64_t>(memoryCapBytes / sizeof(Record), 1)),
       m_spillDir(std::move(spillDir)),
       m_spillCapRecords(spillCapBytes / sizeof(Record)) {}
 
@@ -70,7 +70,7 @@ size_t RecordLog::append(const Record* records, size_t n) {
     while (kept < n && m_memoryRecords < m_memoryCapRecords) {
       if (m_chunks.empty() || m_chunks.back().size() == kChunkRecords) {
         m_chunks.emplace_back();
-        m_chunks.back().reserve(kChunkRecords);
+        m_chunks.back().reserve(std::min<uint64_t>(kChunkRecords, m_memoryCapRecords));
       }
       std::vector<Record>& chunk = m_chunks.back();
       const size_t room =

@@ -445,6 +445,12 @@ bool Transport::tryConnect() {
     m_stream.reset();
     m_linkError = status.ok() ? "no answer to the handshake" : status.error_message();
     const grpc::StatusCode code = status.error_code();
+    if (resuming != 0 && m_goodbyeWritten && code == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The goodbye went out before the link broke and the server ended the session with it:
+      // everything was delivered, only the confirmation was lost.
+      m_ending = Ending::kDelivered;
+      return false;
+    }
     if (resuming != 0 &&
         (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::FAILED_PRECONDITION)) {
       // The session cannot be continued (closed meanwhile, or another store): the rest of the
@@ -561,6 +567,7 @@ bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
     loseLink("the stream broke at the goodbye");
     return false;
   }
+  m_goodbyeWritten = true;
   // The server closes the stream once everything is committed.
   while (!m_readerDone && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -133,6 +133,7 @@ class Transport {
   std::string m_linkError;
   bool m_everConnected = false;
   bool m_toldLost = false;
+  bool m_goodbyeWritten = false;  // a goodbye went out on some stream
   int m_backoffMs = 0;
   std::chrono::steady_clock::time_point m_nextConnect{};
   std::chrono::steady_clock::time_point m_lastWrite{};

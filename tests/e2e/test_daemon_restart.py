@@ -212,11 +212,11 @@ class DaemonRestartTest(unittest.TestCase):
             daemon.stop(signal.SIGKILL)
             time.sleep(2.0)
             daemon.start()
-        # A 64 KiB buffer and a 256 KiB window (about 10,000 events): the outage's records go
+        # A 4 KiB buffer and a 64 KiB window (about 2,500 events): the outage's records go
         # through the buffer's file (the small window slows the catching up: the exit may take
         # longer).
-        self.interrupted_run(outage, env={"TIDEMARK_BUFFER_MAX_BYTES": "65536",
-                                          "TIDEMARK_WINDOW_MAX_BYTES": str(256 << 10),
+        self.interrupted_run(outage, env={"TIDEMARK_BUFFER_MAX_BYTES": "4096",
+                                          "TIDEMARK_WINDOW_MAX_BYTES": str(64 << 10),
                                           "TIDEMARK_EXIT_TIMEOUT_MS": "30000"},
                              expect_stat="agent_buffered_to_disk")
 
