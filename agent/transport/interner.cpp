@@ -19,4 +19,12 @@ std::vector<std::pair<uint32_t, std::string>> Interner::takeNew() {
   return out;
 }
 
+std::vector<std::pair<uint32_t, std::string>> Interner::all() {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  std::vector<std::pair<uint32_t, std::string>> out;
+  out.reserve(m_ids.size());
+  for (const auto& [value, id] : m_ids) out.emplace_back(id, value);
+  return out;
+}
+
 }  // namespace tidemark::agent

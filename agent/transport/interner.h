@@ -17,6 +17,8 @@ class Interner {
   uint32_t intern(std::string_view value);
   // Strings interned since the last call, to be sent before any record that uses them.
   std::vector<std::pair<uint32_t, std::string>> takeNew();
+  // Every string interned so far (a new session needs them again).
+  std::vector<std::pair<uint32_t, std::string>> all();
 
  private:
   std::mutex m_mutex;

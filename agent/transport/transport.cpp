@@ -283,6 +283,11 @@ void Transport::pump() {
 bool Transport::fillWindow() {
   // Strings first: every string a record names was interned before the record was pushed.
   std::vector<std::pair<uint32_t, std::string>> strings = m_interner.takeNew();
+  if (!m_carriedStrings.empty()) {
+    strings.insert(strings.begin(), std::make_move_iterator(m_carriedStrings.begin()),
+                   std::make_move_iterator(m_carriedStrings.end()));
+    m_carriedStrings.clear();
+  }
   std::vector<Record> records;
   bool added = false;
   for (;;) {
@@ -439,7 +444,8 @@ bool Transport::tryConnect() {
     replied = m_gotReply;
   }
   if (!replied) {
-    m_context->TryCancel();
+    // The server's own status when it ended the stream (a refusal); else ours.
+    if (!m_readerDone) m_context->TryCancel();
     if (m_reader.joinable()) m_reader.join();
     const grpc::Status status = m_stream->Finish();
     m_stream.reset();
@@ -462,6 +468,7 @@ bool Transport::tryConnect() {
                      static_cast<unsigned long long>(resuming), m_linkError.c_str());
       }
       m_sessionId = 0;
+      m_resendStrings = true;
       m_nextConnect = std::chrono::steady_clock::now();
       return false;
     }
@@ -482,6 +489,27 @@ bool Transport::tryConnect() {
   }
   for (Unacked& u : m_window) u.written = false;
   m_nextBatchSeq = std::max(m_nextBatchSeq, next);
+  if (m_resendStrings) {
+    // A new session in place of one that could not be resumed: every string the records may
+    // name goes with its first batch.
+    m_resendStrings = false;
+    std::vector<std::pair<uint32_t, std::string>> strings = m_interner.all();
+    if (m_window.empty()) {
+      m_carriedStrings = std::move(strings);
+    } else {
+      Unacked& u = m_window.front();
+      if (!u.message.has_batch()) u.message.ParseFromString(u.bytes);
+      for (auto& [iid, value] : strings) {
+        auto* str = u.message.mutable_batch()->add_strings();
+        str->set_iid(iid);
+        str->set_value(std::move(value));
+      }
+      m_windowBytes -= u.cost;
+      u.bytes = u.message.SerializeAsString();
+      u.cost = 64 + u.bytes.size();
+      m_windowBytes += u.cost;
+    }
+  }
   if (m_everConnected) {
     ++m_reconnects;
     if (m_toldLost && !m_config.quiet && m_reconnects == 1) {

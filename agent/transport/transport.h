@@ -134,6 +134,9 @@ class Transport {
   bool m_everConnected = false;
   bool m_toldLost = false;
   bool m_goodbyeWritten = false;  // a goodbye went out on some stream
+  // A session could not be resumed: the new one gets every interned string again.
+  bool m_resendStrings = false;
+  std::vector<std::pair<uint32_t, std::string>> m_carriedStrings;
   int m_backoffMs = 0;
   std::chrono::steady_clock::time_point m_nextConnect{};
   std::chrono::steady_clock::time_point m_lastWrite{};

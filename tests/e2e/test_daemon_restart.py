@@ -254,6 +254,49 @@ class DaemonRestartTest(unittest.TestCase):
         err = self.interrupted_run(fill)
         self.assertIn("the store cannot be written", err)
 
+    def test_a_daemon_back_on_another_store_gets_the_rest_as_a_new_session(self):
+        # The session cannot be resumed there (unknown): the agent says so and records the rest
+        # of the run as a new session, whole in itself, every name it uses defined in it.
+        directory = tempfile.mkdtemp(prefix="tidemark-restart-", dir=self.dir)
+        daemon = Tidemarkd(directory)
+        daemon.start()
+        try:
+            job = self.start_job(daemon)
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                sessions = daemon.cli_json("sessions")["sessions"]
+                if sessions and sessions[0]["steps"] >= 5:
+                    break
+                time.sleep(0.02)
+            daemon.stop(signal.SIGKILL)
+            daemon.db = os.path.join(directory, "other.db")
+            daemon.start()
+            out, err = job.communicate(timeout=300)
+            self.assertEqual(job.returncode, 0, err)
+            self.assertEqual(out, self.loss)
+            self.assertIn("could not be resumed", err)
+            session = daemon.analyzed(job.pid)
+            self.assertEqual(session["state"], "ended", err)
+            self.assertEqual(session["events_dropped"], 0)
+            # Frees and ends of what the first session opened do not pair here (counted).
+            self.assertGreater(session["events_received"], 0)
+            self.assertGreater(session["steps"], 0)
+            self.assertNotIn("seq_gap", session["stats"])
+            import sqlite3
+            con = sqlite3.connect(daemon.db)
+            try:
+                unnamed = con.execute(
+                    "SELECT (SELECT COUNT(*) FROM scope WHERE name_id NOT IN "
+                    "(SELECT iid FROM string)) + (SELECT COUNT(*) FROM tag WHERE name_id != 0 "
+                    "AND name_id NOT IN (SELECT iid FROM string))").fetchone()[0]
+                scopes = con.execute("SELECT COUNT(*) FROM scope").fetchone()[0]
+            finally:
+                con.close()
+            self.assertGreater(scopes, 0)
+            self.assertEqual(unnamed, 0, "names used but not defined in the new session")
+        finally:
+            daemon.stop(signal.SIGKILL)
+
 
 if __name__ == "__main__":
     unittest.main()
