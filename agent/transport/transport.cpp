@@ -18,6 +18,13 @@ int64_t steadyNs() {
       .count();
 }
 
+// "2 s", "0.5 s": a duration in milliseconds for a message.
+std::string seconds(int ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, ms % 1000 == 0 ? "%.0f s" : "%.1f s", ms / 1000.0);
+  return text;
+}
+
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 constexpr size_t kMaxEventsPerBatch = 8192;
@@ -255,8 +262,8 @@ void Transport::pump() {
     } else if (!m_window.empty() && m_window.front().written &&
                now - m_window.front().writtenAt >
                    std::chrono::milliseconds(m_config.ackTimeoutMs)) {
-      loseLink("no acknowledgement for " + std::to_string(m_config.ackTimeoutMs / 1000) +
-               " s: the daemon is hung or overloaded");
+      loseLink("no acknowledgement for " + seconds(m_config.ackTimeoutMs) +
+               ": the daemon is hung or overloaded");
     }
   }
   fillWindow();
@@ -534,12 +541,11 @@ void Transport::loseLink(const std::string& why) {
   m_stream.reset();
   m_link = LinkState::kDown;
   m_waitingSinceNs = 0;
-  m_linkError = m_watchdogFired
-                    ? "no acknowledgement for " + std::to_string(m_config.ackTimeoutMs / 1000 + 1) +
-                          " s: the daemon is hung or overloaded"
-                : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
-                    ? why
-                    : status.error_message();
+  m_linkError =
+      m_watchdogFired ? "no acknowledgement for " + seconds(m_config.ackTimeoutMs + 1000) +
+                            ": the daemon is hung or overloaded"
+      : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? why
+                                                                          : status.error_message();
   for (Unacked& u : m_window) u.written = false;
   if (!m_toldLost && !m_config.quiet) {
     m_toldLost = true;

@@ -137,7 +137,8 @@ class DaemonRestartTest(unittest.TestCase):
         b = daemon.cli_json("breakdown", str(sid))
         return {k: v["bytes"] for k, v in b["categories"].items()}
 
-    def interrupted_run(self, interrupt, env=None, expect_stat=None, after_job=None):
+    def interrupted_run(self, interrupt, env=None, expect_stat=None, after_job=None,
+                        latest=STEPS - 12):
         """Runs the training while `interrupt(daemon)` does its worst at a random moment, then
         checks the session against the reference."""
         directory = tempfile.mkdtemp(prefix="tidemark-restart-", dir=self.dir)
@@ -147,7 +148,7 @@ class DaemonRestartTest(unittest.TestCase):
             job = self.start_job(daemon, env)
             # A moment drawn over the run: after a random step has been stored, and a random part
             # of a step later (mid-forward, mid-backward, mid-optimizer or between steps).
-            after = self.rng.randrange(2, STEPS - 12)
+            after = self.rng.randrange(2, latest)
             deadline = time.time() + 120
             while time.time() < deadline:
                 sessions = daemon.cli_json("sessions")["sessions"]
@@ -197,8 +198,10 @@ class DaemonRestartTest(unittest.TestCase):
             daemon.proc.send_signal(signal.SIGSTOP)
             time.sleep(2.5)
             daemon.proc.send_signal(signal.SIGCONT)
-        # Acknowledgements stop for longer than the agent's bound: it says so and reconnects.
-        err = self.interrupted_run(hang, env={"TIDEMARK_ACK_TIMEOUT_MS": "1000"})
+        # Acknowledgements stop for longer than the agent's bound: it says so and reconnects
+        # (early enough in the run that the job still records when the bound passes).
+        err = self.interrupted_run(hang, env={"TIDEMARK_ACK_TIMEOUT_MS": "500"},
+                                   latest=STEPS - 20)
         self.assertIn("no acknowledgement", err)
 
     def test_sigterm_and_restart(self):
