@@ -26,7 +26,6 @@ class SpoolWriter {
   void flush();
   const std::string& path() const { return m_path; }
   uint64_t bytes() const { return m_bytes; }
-  bool opened() const { return m_file != nullptr; }
 
  private:
   std::string m_path;

@@ -210,11 +210,7 @@ void Transport::run() {
   }
   if (m_ending == Ending::kRunning && m_link == LinkState::kLive) {
     // Connected, but the exit's time ran out before everything was acknowledged.
-    m_context->TryCancel();
-    if (m_reader.joinable()) m_reader.join();
-    m_stream->Finish();
-    m_stream.reset();
-    m_link = LinkState::kDown;
+    endStream();
     m_linkError = "not everything was acknowledged within TIDEMARK_EXIT_TIMEOUT_MS";
   }
   if (m_ending == Ending::kRunning) {
@@ -451,11 +447,7 @@ bool Transport::tryConnect() {
     replied = m_gotReply;
   }
   if (!replied) {
-    // The server's own status when it ended the stream (a refusal); else ours.
-    if (!m_readerDone) m_context->TryCancel();
-    if (m_reader.joinable()) m_reader.join();
-    const grpc::Status status = m_stream->Finish();
-    m_stream.reset();
+    const grpc::Status status = endStream();
     m_linkError = status.ok() ? "no answer to the handshake" : status.error_message();
     const grpc::StatusCode code = status.error_code();
     if (resuming != 0 && m_goodbyeWritten && code == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -534,19 +526,12 @@ bool Transport::tryConnect() {
 
 void Transport::loseLink(const std::string& why) {
   if (m_link != LinkState::kLive) return;
-  // The server's own status, when it ended the stream; else ours.
-  if (!m_readerDone) m_context->TryCancel();
-  if (m_reader.joinable()) m_reader.join();
-  const grpc::Status status = m_stream->Finish();
-  m_stream.reset();
-  m_link = LinkState::kDown;
-  m_waitingSinceNs = 0;
+  const grpc::Status status = endStream();
   m_linkError =
       m_watchdogFired ? "no acknowledgement for " + seconds(m_config.ackTimeoutMs + 1000) +
                             ": the daemon is hung or overloaded"
       : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? why
                                                                           : status.error_message();
-  for (Unacked& u : m_window) u.written = false;
   if (!m_toldLost && !m_config.quiet) {
     m_toldLost = true;
     std::fprintf(stderr,
@@ -606,21 +591,26 @@ bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
   while (!m_readerDone && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  if (!m_readerDone) {
-    // Not confirmed in time: the rest goes to the spool (the server skips what it committed).
-    m_closedCleanly = false;
-    m_context->TryCancel();
-  }
+  // Not confirmed in time: cancelled; a retry or the spool takes over (the server skips what
+  // it committed).
+  const bool confirmed = m_readerDone;
+  const grpc::Status status = endStream();
+  if (status.ok() && confirmed) return true;
+  m_linkError = !status.ok() ? status.error_message() : "the goodbye was not confirmed in time";
+  scheduleReconnect();
+  return false;
+}
+
+grpc::Status Transport::endStream() {
+  // The server's own status when it ended the stream (a refusal, a full store); else ours.
+  if (!m_readerDone) m_context->TryCancel();
   if (m_reader.joinable()) m_reader.join();
   const grpc::Status status = m_stream->Finish();
   m_stream.reset();
-  if (status.ok() && m_closedCleanly) return true;
   m_link = LinkState::kDown;
-  if (!status.ok()) m_linkError = status.error_message();
+  m_waitingSinceNs = 0;
   for (Unacked& u : m_window) u.written = false;
-  m_closedCleanly = true;  // the spool or a retry takes over; summary() says which
-  scheduleReconnect();
-  return false;
+  return status;
 }
 
 void Transport::spoolRest() {

@@ -101,6 +101,8 @@ class Transport {
   void loseLink(const std::string& why);
   void readCommands();
   bool closeStream(std::chrono::steady_clock::time_point deadline);
+  // Ends the current stream (cancelled unless the server ended it); the link is down after.
+  grpc::Status endStream();
   void spoolRest();
   void sendOutbox();
   void scheduleReconnect();
@@ -115,8 +117,8 @@ class Transport {
   uint64_t m_collectPasses = 0;  // under m_mutex
   RecordLog m_log;
   bool m_toldDegraded = false;
-  // False once the server did not close the stream after the goodbye in time (a hung daemon):
-  // what was written to it is not confirmed. Written by the sender, read by summary().
+  // False when shutdown() gave up waiting for the sender (its exit outran the exit timeout):
+  // what it wrote is not confirmed. Read by summary().
   std::atomic<bool> m_closedCleanly{true};
   std::thread m_reader;
   std::mutex m_mutex;

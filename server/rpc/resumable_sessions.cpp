@@ -97,11 +97,4 @@ std::vector<int64_t> ResumableSessions::takeExpired() {
   return out;
 }
 
-size_t ResumableSessions::detachedCount() const {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  size_t n = 0;
-  for (const auto& [id, e] : m_entries) n += (e.holder == nullptr && !e.closing) ? 1 : 0;
-  return n;
-}
-
 }  // namespace tidemark::server

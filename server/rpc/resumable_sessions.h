@@ -40,8 +40,6 @@ class ResumableSessions {
   void detachAtStart(int64_t id, int32_t pid, const std::string& hostname);
   // Detached sessions due to be closed, now held by the caller (release(id, false) after).
   std::vector<int64_t> takeExpired();
-  // Detached sessions (for tests and logs).
-  size_t detachedCount() const;
 
  private:
   struct Entry {
