@@ -1,6 +1,8 @@
 // tidemarkd: the daemon. Receives agents' event streams, stores them in SQLite, answers queries.
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,9 @@ options:
   --resume-grace S  how long a session whose stream broke waits for its agent to resume it
                     before it is closed as aborted (default 600 seconds; sooner when its
                     process is gone from this host)
+  --nice N          the daemon's scheduling niceness, 0 to 19 (default 10): on a busy machine
+                    the recorded jobs get the processors first, and the agents' buffers hold
+                    what the daemon has not taken yet (0 keeps the niceness it was started with)
   --version         print the version and exit
   -h, --help        this help
 
@@ -47,6 +52,7 @@ int main(int argc, char** argv) {
   options.dbPath = tidemark::server::defaultDbPath();
   options.unixSocket = tidemark::server::defaultUnixSocket();
   std::string portFile;
+  int niceness = 10;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -82,6 +88,13 @@ int main(int argc, char** argv) {
         return usageError("--resume-grace needs a number of seconds (0 to 2592000)");
       }
       options.resumeGrace = std::chrono::seconds(seconds);
+    } else if (arg == "--nice") {
+      const char* v = value("--nice");
+      char* end = nullptr;
+      const long n = v ? std::strtol(v, &end, 10) : -1;
+      if (!v || *end != '\0' || n < 0 || n > 19)
+        return usageError("--nice needs a number from 0 to 19");
+      niceness = static_cast<int>(n);
     } else if (arg == "--port-file") {
       const char* v = value("--port-file");
       if (!v) return usageError("--port-file needs a path");
@@ -102,6 +115,13 @@ int main(int argc, char** argv) {
   // the agents keep their events) instead of killing the daemon.
   signal(SIGXFSZ, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+
+  // Before any thread starts: threads inherit it. Never lowered below what it was started with.
+  if (niceness > 0) {
+    errno = 0;
+    const int current = getpriority(PRIO_PROCESS, 0);
+    if (errno == 0 && current < niceness) setpriority(PRIO_PROCESS, 0, niceness);
+  }
 
   Server server(options);
   if (absl::Status s = server.start(); !s.ok()) {

@@ -18,87 +18,112 @@ inline uint64_t mix(uint64_t x) noexcept {
 }
 }  // namespace
 
+namespace {
+constexpr unsigned kRegionShift = 26;  // 64 MiB: the heap size of malloc's per-thread arenas
+constexpr size_t kCrowded = 3;  // a home bucket with no more empty slots than this is crowded
+}  // namespace
+
 bool BlockTable::init(size_t bucketCount) noexcept {
   size_t n = 1;
   while (n < bucketCount) n <<= 1;
   const size_t slots = n * kSlotsPerBucket;
+  const size_t bytes = 2 * slots * sizeof(uint64_t) + n * sizeof(uint32_t);
   // MAP_NORESERVE: pages are committed only where slots get used.
-  void* keys = mmap(nullptr, slots * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (keys == MAP_FAILED) return false;
-  void* sizes = mmap(nullptr, slots * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (sizes == MAP_FAILED) {
-    munmap(keys, slots * sizeof(uint64_t));
-    return false;
-  }
-  m_keys = static_cast<std::atomic<uint64_t>*>(keys);
-  m_sizes = static_cast<uint64_t*>(sizes);
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) return false;
+  auto* words = static_cast<uint64_t*>(memory);
+  static_assert(kSlotsPerBucket == 8, "a bucket's keys fill one cache line");
+  // Bucket b: its 8 keys in words [16b, 16b+8), their sizes in the next cache line, which the
+  // processor fetches with the keys' line (the two make an aligned 128-byte pair).
+  m_keys = reinterpret_cast<std::atomic<uint64_t>*>(words);
+  m_sizes = words + kSlotsPerBucket;
+  m_spilled = reinterpret_cast<std::atomic<uint32_t>*>(words + 2 * slots);
   m_bucketCount = n;
   return true;
 }
 
 void BlockTable::clear() noexcept {
   if (m_keys == nullptr) return;
-  // Private anonymous pages read back as zeros (empty slots) once dropped.
-  madvise(m_keys, capacity() * sizeof(uint64_t), MADV_DONTNEED);
+  // Private anonymous pages read back as zeros (empty slots, nothing spilled) once dropped.
+  madvise(m_keys, 2 * capacity() * sizeof(uint64_t) + m_bucketCount * sizeof(uint32_t),
+          MADV_DONTNEED);
 }
 
-size_t BlockTable::bucketA(uint64_t address) const noexcept {
-  return mix(address >> 4) & (m_bucketCount - 1);
+size_t BlockTable::homeBucket(uint64_t address) const noexcept {
+  return ((address >> 6) + mix(address >> kRegionShift)) & (m_bucketCount - 1);
 }
-size_t BlockTable::bucketB(uint64_t address) const noexcept {
-  return mix((address >> 4) ^ 0x9e3779b97f4a7c15ULL) & (m_bucketCount - 1);
+size_t BlockTable::otherBucket(uint64_t address) const noexcept {
+  return mix(address >> 4) & (m_bucketCount - 1);
 }
 
 size_t BlockTable::emptySlots(size_t bucket) const noexcept {
   const size_t base = bucket * kSlotsPerBucket;
   size_t n = 0;
   for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-    n += m_keys[base + i].load(std::memory_order_relaxed) == 0 ? 1 : 0;
+    n += key(base + i).load(std::memory_order_relaxed) == 0 ? 1 : 0;
   }
   return n;
 }
 
-long BlockTable::find(uint64_t address) const noexcept {
-  for (size_t bucket : {bucketA(address), bucketB(address)}) {
-    const size_t base = bucket * kSlotsPerBucket;
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      if (m_keys[base + i].load(std::memory_order_acquire) == address) {
-        return static_cast<long>(base + i);
-      }
+long BlockTable::findIn(size_t bucket, uint64_t address) const noexcept {
+  const size_t base = bucket * kSlotsPerBucket;
+  for (size_t i = 0; i < kSlotsPerBucket; ++i) {
+    if (key(base + i).load(std::memory_order_acquire) == address) {
+      return static_cast<long>(base + i);
     }
   }
   return -1;
+}
+
+long BlockTable::find(uint64_t address) const noexcept {
+  const size_t home = homeBucket(address);
+  if (const long slot = findIn(home, address); slot >= 0) return slot;
+  // The count is raised before a key is placed elsewhere, and a block is looked up only after
+  // the hook that placed it returned (the program orders its free after its allocation).
+  if (m_spilled[home].load(std::memory_order_relaxed) == 0) return -1;
+  const size_t other = otherBucket(address);
+  return other == home ? -1 : findIn(other, address);
+}
+
+bool BlockTable::claim(size_t bucket, uint64_t address, uint64_t size) noexcept {
+  const size_t base = bucket * kSlotsPerBucket;
+  for (size_t i = 0; i < kSlotsPerBucket; ++i) {
+    uint64_t expected = 0;
+    if (key(base + i).load(std::memory_order_relaxed) != 0) continue;
+    if (key(base + i).compare_exchange_strong(expected, address, std::memory_order_acq_rel)) {
+      // Written after the claim: a free of this address can only come after the allocation
+      // hook has returned the block, and so after this store.
+      sizeAt(base + i) = size;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool BlockTable::insert(uint64_t address, uint64_t size) noexcept {
   if (m_keys == nullptr || address == 0) return false;
   // A stale entry (a free the table did not see) must not leave a second copy of the key.
   if (const long slot = find(address); slot >= 0) {
-    m_sizes[slot] = size;
+    sizeAt(static_cast<size_t>(slot)) = size;
     return true;
   }
-  // Two choices: the emptier bucket first. Filling the first bucket until it overflows (first
-  // fit) failed inserts from half of the slots on (and, in a large table, one in a few hundred
-  // thousand at a third); balanced, none up to seven tenths (tests/unit/block_table_test.cpp).
-  size_t first = bucketA(address);
-  size_t second = bucketB(address);
-  if (emptySlots(second) > emptySlots(first)) std::swap(first, second);
-  for (size_t bucket : {first, second}) {
-    const size_t base = bucket * kSlotsPerBucket;
-    for (size_t i = 0; i < kSlotsPerBucket; ++i) {
-      uint64_t expected = 0;
-      if (m_keys[base + i].load(std::memory_order_relaxed) != 0) continue;
-      if (m_keys[base + i].compare_exchange_strong(expected, address, std::memory_order_acq_rel)) {
-        // Written after the claim: a free of this address can only come after the allocation
-        // hook has returned the block, and so after this store.
-        m_sizes[base + i] = size;
-        return true;
-      }
-    }
-  }
-  return false;
+  const size_t home = homeBucket(address);
+  const size_t homeEmpty = emptySlots(home);
+  if (homeEmpty > kCrowded && claim(home, address, size)) return true;
+  // Home is crowded: the emptier of the two. Always the home first (first fit) failed inserts
+  // from half of the slots on where addresses hash alike; balanced, none up to seven tenths
+  // (tests/unit/block_table_test.cpp).
+  const size_t other = otherBucket(address);
+  const auto spill = [&]() noexcept {
+    if (other == home) return false;
+    m_spilled[home].fetch_add(1, std::memory_order_relaxed);
+    if (claim(other, address, size)) return true;
+    m_spilled[home].fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  };
+  if (emptySlots(other) > homeEmpty && spill()) return true;
+  return claim(home, address, size) || spill();
 }
 
 bool BlockTable::erase(uint64_t address, uint64_t* size) noexcept {
@@ -106,8 +131,14 @@ bool BlockTable::erase(uint64_t address, uint64_t* size) noexcept {
   const long slot = find(address);
   if (slot < 0) return false;
   uint64_t expected = address;
-  const uint64_t sz = m_sizes[slot];
-  if (!m_keys[slot].compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return false;
+  const uint64_t sz = sizeAt(static_cast<size_t>(slot));
+  if (!key(static_cast<size_t>(slot))
+           .compare_exchange_strong(expected, 0, std::memory_order_acq_rel))
+    return false;
+  const size_t home = homeBucket(address);
+  if (static_cast<size_t>(slot) / kSlotsPerBucket != home) {
+    m_spilled[home].fetch_sub(1, std::memory_order_relaxed);
+  }
   if (size != nullptr) *size = sz;
   return true;
 }
@@ -116,7 +147,7 @@ bool BlockTable::lookup(uint64_t address, uint64_t* size) const noexcept {
   if (m_keys == nullptr || address == 0) return false;
   const long slot = find(address);
   if (slot < 0) return false;
-  if (size != nullptr) *size = m_sizes[slot];
+  if (size != nullptr) *size = sizeAt(static_cast<size_t>(slot));
   return true;
 }
 

@@ -10,9 +10,15 @@ namespace tidemark::agent {
 // allocators returned (free is called for every malloc'd block of the process too).
 //
 // Lock-free and allocation-free after init: keys live in buckets of 8 slots (one cache line);
-// a key may sit in one of two buckets (two hash functions). Insert claims an empty slot with a
-// CAS; erase CASes the key back to empty. No tombstones, so a lookup of an absent key (the
-// common case: most frees are not ours) reads at most two cache lines.
+// a key may sit in one of two buckets. Its home bucket keeps the allocator's locality: blocks
+// next to each other in memory have home buckets next to each other (64 bytes of address space
+// per bucket, each 64 MiB region shifted by a hash of its number so that regions alike in layout,
+// as the per-thread arenas of malloc are, do not share buckets). A burst of allocations and its
+// frees then walk the table as they walk the heap, from cache, instead of missing it at random.
+// A key goes to its other bucket (a hash of the whole address) only when home is crowded; each
+// bucket counts the keys of its own that live elsewhere, so a lookup (most frees are not ours)
+// reads a second cache line only where some have spilled. Insert claims an empty slot with a
+// CAS; erase CASes the key back to empty. No tombstones.
 // Invariant: a live address is in at most one slot; 0 is never a key.
 class BlockTable {
  public:
@@ -33,13 +39,23 @@ class BlockTable {
   void clear() noexcept;
 
  private:
-  size_t bucketA(uint64_t address) const noexcept;
-  size_t bucketB(uint64_t address) const noexcept;
+  std::atomic<uint64_t>& key(size_t slot) const noexcept {
+    return m_keys[(slot & ~(kSlotsPerBucket - 1)) * 2 + (slot & (kSlotsPerBucket - 1))];
+  }
+  uint64_t& sizeAt(size_t slot) const noexcept {
+    return m_sizes[(slot & ~(kSlotsPerBucket - 1)) * 2 + (slot & (kSlotsPerBucket - 1))];
+  }
+  size_t homeBucket(uint64_t address) const noexcept;
+  size_t otherBucket(uint64_t address) const noexcept;
   long find(uint64_t address) const noexcept;
+  long findIn(size_t bucket, uint64_t address) const noexcept;
   size_t emptySlots(size_t bucket) const noexcept;
+  bool claim(size_t bucket, uint64_t address, uint64_t size) noexcept;
 
   std::atomic<uint64_t>* m_keys = nullptr;
   uint64_t* m_sizes = nullptr;
+  // Per bucket: how many keys whose home it is live in their other bucket.
+  std::atomic<uint32_t>* m_spilled = nullptr;
   size_t m_bucketCount = 0;  // power of two
 };
 

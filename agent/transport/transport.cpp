@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "agent/recorder/seq_order.h"
+#include "agent/transport/batch_encoder.h"
 #include "src/base/clock.h"
 
 namespace tidemark::agent {
@@ -29,64 +31,13 @@ constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 constexpr size_t kMaxEventsPerBatch = 8192;
 
-void toEvent(const Record& r, v1::Event* e) {
-  e->set_seq(r.seq);
-  e->set_ts_ns(r.tsNs);
-  e->set_thread_id(r.threadId);
-  switch (r.kind) {
-    case RecordKind::kAlloc: {
-      auto* a = e->mutable_alloc();
-      a->set_address(r.address);
-      a->set_size_bytes(r.sizeBytes);
-      a->set_kind(static_cast<v1::MemoryKind>(r.small));
-      a->set_device(r.device);
-      break;
-    }
-    case RecordKind::kFree: {
-      auto* f = e->mutable_free();
-      f->set_address(r.address);
-      f->set_kind(static_cast<v1::MemoryKind>(r.small));
-      f->set_device(r.device);
-      break;
-    }
-    case RecordKind::kScopeBegin:
-      e->mutable_scope_begin()->set_name_iid(r.nameIid);
-      e->mutable_scope_begin()->set_kind(static_cast<v1::ScopeKind>(r.small));
-      if (r.address != 0)
-        e->mutable_scope_begin()->set_correlation_id(static_cast<uint32_t>(r.address));
-      break;
-    case RecordKind::kLaunch:
-      e->mutable_launch()->set_correlation_id(static_cast<uint32_t>(r.address));
-      break;
-    case RecordKind::kScopeEnd:
-      e->mutable_scope_end()->set_name_iid(r.nameIid);
-      e->mutable_scope_end()->set_kind(static_cast<v1::ScopeKind>(r.small));
-      break;
-    case RecordKind::kPhaseBegin:
-      e->mutable_phase_begin()->set_phase(static_cast<v1::Phase>(r.small));
-      break;
-    case RecordKind::kPhaseEnd:
-      e->mutable_phase_end()->set_phase(static_cast<v1::Phase>(r.small));
-      break;
-    case RecordKind::kStepBegin:
-      e->mutable_step_begin()->set_step(static_cast<int64_t>(r.address));
-      break;
-    case RecordKind::kStepEnd:
-      e->mutable_step_end()->set_step(static_cast<int64_t>(r.address));
-      break;
-    case RecordKind::kCounter:
-      e->mutable_counter()->set_name_iid(r.nameIid);
-      e->mutable_counter()->set_value(static_cast<int64_t>(r.sizeBytes));
-      break;
-    case RecordKind::kTag: {
-      auto* t = e->mutable_tag();
-      t->set_address(r.address);
-      t->set_size_bytes(r.sizeBytes);
-      t->set_category(static_cast<v1::Category>(r.small));
-      t->set_name_iid(r.nameIid);
-      break;
-    }
-  }
+// The Ingest stream's method, written with AgentMessages already serialized (the agent encodes
+// its batches itself: batch_encoder.h).
+const grpc::internal::RpcMethod& streamMethod(const std::shared_ptr<grpc::Channel>& channel) {
+  static const std::string name = std::string("/") + v1::Ingest::service_full_name() + "/Stream";
+  static const grpc::internal::RpcMethod method(name.c_str(),
+                                                grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  return method;
 }
 }  // namespace
 
@@ -125,13 +76,13 @@ void Transport::spawnThreads() {
 void Transport::collect() {
   t_recursionGuard = true;
   std::vector<Record> records;
+  std::vector<Record> scratch;
   for (;;) {
     const bool last = m_collectorStop.load(std::memory_order_acquire);
     records.clear();
     m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
     if (!records.empty()) {
-      std::sort(records.begin(), records.end(),
-                [](const Record& a, const Record& b) { return a.seq < b.seq; });
+      orderBySeq(records, scratch);
       m_log.append(records.data(), records.size());
     }
     m_recorder.notifyDrained();
@@ -274,7 +225,7 @@ void Transport::pump() {
       now - m_lastWrite >= std::chrono::milliseconds(full ? 20 : 100)) {
     v1::AgentMessage ask;
     ask.mutable_ack_request();
-    if (!m_stream->Write(ask)) {
+    if (!write(ask)) {
       loseLink("the stream broke");
       return;
     }
@@ -308,21 +259,12 @@ bool Transport::fillWindow() {
     Unacked u;
     u.batchSeq = m_nextBatchSeq++;
     u.firstEventSeq = m_nextEventSeq;
-    v1::EventBatch* batch = u.message.mutable_batch();
-    batch->set_batch_seq(u.batchSeq);
-    for (auto& [iid, value] : strings) {
-      auto* s = batch->add_strings();
-      s->set_iid(iid);
-      s->set_value(std::move(value));
-    }
+    // Kept serialized (about 20 bytes an event, an eighth of a parsed message): the window holds
+    // more events in flight for its memory, and they are written as they are.
+    u.bytes = encodeBatchMessage(u.batchSeq, strings, records);
     strings.clear();
-    for (const Record& r : records) toEvent(r, batch->add_events());
     if (!records.empty()) m_nextEventSeq = records.back().seq + 1;
     u.events = records.size();
-    // Kept serialized (about 20 bytes an event, an eighth of the parsed message): the window
-    // holds more events in flight for its memory. The message itself lives only until written.
-    u.bytes = u.message.SerializeAsString();
-    if (m_link != LinkState::kLive) u.message = v1::AgentMessage();
     u.cost = 64 + u.bytes.size();
     m_windowBytes += u.cost;
     m_eventsSent += u.events;
@@ -345,11 +287,7 @@ void Transport::noteWaiting() {
 void Transport::writeWindow() {
   for (Unacked& u : m_window) {
     if (u.written) continue;
-    // Written again after a reconnect: from its bytes.
-    if (!u.message.has_batch() && !u.message.ParseFromString(u.bytes)) continue;
-    const bool wrote = m_stream->Write(u.message);
-    u.message = v1::AgentMessage();
-    if (!wrote) {
+    if (!write(u.bytes)) {
       loseLink("the stream broke");
       return;
     }
@@ -365,7 +303,7 @@ void Transport::sendOutbox() {
     out.swap(m_outbox);
   }
   for (size_t i = 0; i < out.size(); ++i) {
-    if (m_link != LinkState::kLive || !m_stream->Write(out[i])) {
+    if (m_link != LinkState::kLive || !write(out[i])) {
       // Kept for the next stream.
       std::lock_guard<std::mutex> lock(m_controlMutex);
       m_outbox.insert(m_outbox.begin(), out.begin() + static_cast<long>(i), out.end());
@@ -412,7 +350,6 @@ void Transport::scheduleReconnect() {
 bool Transport::tryConnect() {
   if (!m_channel) {
     m_channel = grpc::CreateChannel(m_config.server, grpc::InsecureChannelCredentials());
-    m_stub = v1::Ingest::NewStub(m_channel);
   }
   if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(200))) {
@@ -424,7 +361,9 @@ bool Transport::tryConnect() {
     m_context = std::make_unique<grpc::ClientContext>();
   }
   m_watchdogFired = false;
-  m_stream = m_stub->Stream(m_context.get());
+  m_stream.reset(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, v1::ServerMessage>::Create(
+          m_channel.get(), streamMethod(m_channel), m_context.get()));
   {
     std::lock_guard<std::mutex> lock(m_replyMutex);
     m_gotReply = false;
@@ -439,7 +378,7 @@ bool Transport::tryConnect() {
   const uint64_t resuming = m_sessionId.load();
   h->set_resume_session_id(resuming);
   bool replied = false;
-  if (m_stream->Write(hello)) {
+  if (write(hello)) {
     // A hung daemon may take the connection and never answer: the wait is bounded.
     std::unique_lock<std::mutex> lock(m_replyMutex);
     m_replyCv.wait_for(lock, std::chrono::milliseconds(std::min(3000, m_config.ackTimeoutMs)),
@@ -497,14 +436,15 @@ bool Transport::tryConnect() {
       m_carriedStrings = std::move(strings);
     } else {
       Unacked& u = m_window.front();
-      if (!u.message.has_batch()) u.message.ParseFromString(u.bytes);
+      v1::AgentMessage message;
+      message.ParseFromString(u.bytes);
       for (auto& [iid, value] : strings) {
-        auto* str = u.message.mutable_batch()->add_strings();
+        auto* str = message.mutable_batch()->add_strings();
         str->set_iid(iid);
         str->set_value(std::move(value));
       }
       m_windowBytes -= u.cost;
-      u.bytes = u.message.SerializeAsString();
+      u.bytes = message.SerializeAsString();
       u.cost = 64 + u.bytes.size();
       m_windowBytes += u.cost;
     }
@@ -577,12 +517,22 @@ void Transport::readCommands() {
   m_replyCv.notify_all();
 }
 
+bool Transport::write(const std::string& bytes) {
+  grpc::Slice slice(bytes.data(), bytes.size());
+  grpc::ByteBuffer buffer(&slice, 1);
+  return m_stream->Write(buffer);
+}
+
+bool Transport::write(const v1::AgentMessage& message) {
+  return write(message.SerializeAsString());
+}
+
 bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
   v1::AgentMessage bye;
   *bye.mutable_goodbye()->mutable_counters() = counters();
   bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
   bye.mutable_goodbye()->set_exit_code(-1);
-  if (!m_stream->Write(bye) || !m_stream->WritesDone()) {
+  if (!write(bye) || !m_stream->WritesDone()) {
     loseLink("the stream broke at the goodbye");
     return false;
   }

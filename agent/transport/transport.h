@@ -78,10 +78,9 @@ class Transport {
     uint64_t batchSeq = 0;
     uint64_t firstEventSeq = 0;
     uint64_t events = 0;
-    uint64_t cost = 0;         // its memory, estimated
-    std::string bytes;         // the serialized AgentMessage
-    v1::AgentMessage message;  // only until its first write (then parsed again if needed)
-    bool written = false;      // on the current stream
+    uint64_t cost = 0;     // its memory, estimated
+    std::string bytes;     // the serialized AgentMessage, written as it is
+    bool written = false;  // on the current stream
     std::chrono::steady_clock::time_point writtenAt{};
   };
 
@@ -103,6 +102,9 @@ class Transport {
   bool closeStream(std::chrono::steady_clock::time_point deadline);
   // Ends the current stream (cancelled unless the server ended it); the link is down after.
   grpc::Status endStream();
+  // One AgentMessage on the stream, from its bytes or serialized here. False if the stream broke.
+  bool write(const std::string& bytes);
+  bool write(const v1::AgentMessage& message);
   void spoolRest();
   void sendOutbox();
   void scheduleReconnect();
@@ -143,7 +145,6 @@ class Transport {
   std::chrono::steady_clock::time_point m_nextConnect{};
   std::chrono::steady_clock::time_point m_lastWrite{};
   std::shared_ptr<grpc::Channel> m_channel;
-  std::unique_ptr<v1::Ingest::Stub> m_stub;
   std::unique_ptr<grpc::ClientContext> m_context;  // replaced by the sender under the mutex
   std::mutex m_contextMutex;
   // Since when the oldest written batch waits for its acknowledgement (steady ns, 0: none). The
@@ -151,7 +152,8 @@ class Transport {
   // hung daemon cannot notice it itself.
   std::atomic<int64_t> m_waitingSinceNs{0};
   std::atomic<bool> m_watchdogFired{false};
-  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> m_stream;
+  // Writes serialized AgentMessages (write()), reads ServerMessages.
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, v1::ServerMessage>> m_stream;
 
   // Written by the reader thread.
   std::mutex m_replyMutex;

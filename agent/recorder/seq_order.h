@@ -1,0 +1,15 @@
+#pragma once
+
+#include <vector>
+
+#include "agent/recorder/record.h"
+
+namespace tidemark::agent {
+
+// Puts a drain's records in sequence order. Each ring yields its records in increasing seq and
+// the seqs of one drain are nearly dense, so each record goes straight to its place (seq minus
+// the lowest) in scratch: linear time where a sort of a burst's hundreds of thousands of records
+// took most of the collector's time. Seqs far from dense (or repeated) are sorted instead.
+void orderBySeq(std::vector<Record>& records, std::vector<Record>& scratch);
+
+}  // namespace tidemark::agent

@@ -1,0 +1,166 @@
+#include "agent/transport/batch_encoder.h"
+
+#include <cstddef>
+
+namespace tidemark::agent {
+
+namespace {
+
+// Field numbers of proto/tidemark/v1/events.proto and ingest.proto.
+constexpr uint32_t kAgentMessageBatch = 2;
+constexpr uint32_t kBatchSeq = 1, kBatchStrings = 2, kBatchEvents = 3;
+constexpr uint32_t kStringIid = 1, kStringValue = 2;
+constexpr uint32_t kEventSeq = 1, kEventTs = 2, kEventThread = 3;
+constexpr uint32_t kEventAlloc = 10, kEventFree = 11, kEventScopeBegin = 12, kEventScopeEnd = 13,
+                   kEventPhaseBegin = 14, kEventPhaseEnd = 15, kEventStepBegin = 16,
+                   kEventStepEnd = 17, kEventTag = 18, kEventCounter = 19, kEventLaunch = 20;
+
+constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
+
+// A fixed buffer for one event: the largest (an Alloc with a negative device) takes 62 bytes.
+struct Buffer {
+  uint8_t bytes[96];
+  size_t size = 0;
+
+  void varint(uint64_t v) noexcept {
+    while (v >= 0x80) {
+      bytes[size++] = static_cast<uint8_t>(v | 0x80);
+      v >>= 7;
+    }
+    bytes[size++] = static_cast<uint8_t>(v);
+  }
+  void key(uint32_t field, uint32_t wireType) noexcept { varint((field << 3) | wireType); }
+  // proto3 scalars: zero is not written. Signed values are sign-extended to 64 bits.
+  void field(uint32_t number, uint64_t v) noexcept {
+    if (v == 0) return;
+    key(number, kVarint);
+    varint(v);
+  }
+  void signedField(uint32_t number, int64_t v) noexcept { field(number, static_cast<uint64_t>(v)); }
+  void message(uint32_t number, const Buffer& inner) noexcept {
+    key(number, kLengthDelimited);
+    varint(inner.size);
+    for (size_t i = 0; i < inner.size; ++i) bytes[size++] = inner.bytes[i];
+  }
+};
+
+size_t varintSize(uint64_t v) noexcept {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+
+void append(std::string& out, const Buffer& b) {
+  out.append(reinterpret_cast<const char*>(b.bytes), b.size);
+}
+
+void appendMessage(std::string& out, uint32_t number, const Buffer& inner) {
+  Buffer head;
+  head.key(number, kLengthDelimited);
+  head.varint(inner.size);
+  append(out, head);
+  append(out, inner);
+}
+
+// The Event message's payload (the oneof member) of a record: its field number and body.
+uint32_t encodePayload(const Record& r, Buffer& p) noexcept {
+  switch (r.kind) {
+    case RecordKind::kAlloc:
+      p.field(1, r.address);
+      p.field(2, r.sizeBytes);
+      p.field(3, r.small);
+      p.signedField(4, r.device);
+      return kEventAlloc;
+    case RecordKind::kFree:
+      p.field(1, r.address);
+      p.field(2, r.small);
+      p.signedField(3, r.device);
+      return kEventFree;
+    case RecordKind::kScopeBegin:
+      p.field(1, r.nameIid);
+      p.field(2, r.small);
+      p.field(3, static_cast<uint32_t>(r.address));
+      return kEventScopeBegin;
+    case RecordKind::kScopeEnd:
+      p.field(1, r.nameIid);
+      p.field(2, r.small);
+      return kEventScopeEnd;
+    case RecordKind::kLaunch:
+      p.field(1, static_cast<uint32_t>(r.address));
+      return kEventLaunch;
+    case RecordKind::kPhaseBegin:
+      p.field(1, r.small);
+      return kEventPhaseBegin;
+    case RecordKind::kPhaseEnd:
+      p.field(1, r.small);
+      return kEventPhaseEnd;
+    case RecordKind::kStepBegin:
+      p.signedField(1, static_cast<int64_t>(r.address));
+      return kEventStepBegin;
+    case RecordKind::kStepEnd:
+      p.signedField(1, static_cast<int64_t>(r.address));
+      return kEventStepEnd;
+    case RecordKind::kCounter:
+      p.field(1, r.nameIid);
+      p.signedField(2, static_cast<int64_t>(r.sizeBytes));
+      return kEventCounter;
+    case RecordKind::kTag:
+      p.field(1, r.address);
+      p.field(2, r.sizeBytes);
+      p.field(3, r.small);
+      p.field(4, r.nameIid);
+      return kEventTag;
+  }
+  return 0;  // a kind this build does not know: an event without payload
+}
+
+}  // namespace
+
+std::string encodeBatchMessage(uint64_t batchSeq,
+                               const std::vector<std::pair<uint32_t, std::string>>& strings,
+                               const std::vector<Record>& records) {
+  std::string body;
+  size_t stringBytes = 0;
+  for (const auto& s : strings) stringBytes += s.second.size() + 16;
+  body.reserve(16 + stringBytes + records.size() * 40);
+  {
+    Buffer seq;
+    seq.field(kBatchSeq, batchSeq);
+    append(body, seq);
+  }
+  for (const auto& [iid, value] : strings) {
+    Buffer head;  // the InternedString's key and length, its iid, and its value's key and length
+    Buffer iidField;
+    iidField.field(kStringIid, iid);
+    const size_t valueHead = value.empty() ? 0 : 1 + varintSize(value.size());
+    head.key(kBatchStrings, kLengthDelimited);
+    head.varint(iidField.size + valueHead + value.size());
+    for (size_t i = 0; i < iidField.size; ++i) head.bytes[head.size++] = iidField.bytes[i];
+    if (!value.empty()) {
+      head.key(kStringValue, kLengthDelimited);
+      head.varint(value.size());
+    }
+    append(body, head);
+    body.append(value);
+  }
+  for (const Record& r : records) {
+    Buffer payload;
+    const uint32_t number = encodePayload(r, payload);
+    Buffer event;
+    event.field(kEventSeq, r.seq);
+    event.signedField(kEventTs, r.tsNs);
+    event.field(kEventThread, r.threadId);
+    if (number != 0) event.message(number, payload);
+    appendMessage(body, kBatchEvents, event);
+  }
+  std::string out;
+  out.reserve(body.size() + 8);
+  Buffer head;
+  head.key(kAgentMessageBatch, kLengthDelimited);
+  head.varint(body.size());
+  append(out, head);
+  out.append(body);
+  return out;
+}
+
+}  // namespace tidemark::agent

@@ -1,0 +1,142 @@
+#include "agent/transport/batch_encoder.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+
+#include "tidemark/v1/ingest.pb.h"
+
+namespace tidemark::agent {
+namespace {
+
+// The same batch built the slow way: protobuf's message objects, field by field.
+v1::AgentMessage reference(uint64_t batchSeq,
+                           const std::vector<std::pair<uint32_t, std::string>>& strings,
+                           const std::vector<Record>& records) {
+  v1::AgentMessage m;
+  v1::EventBatch* b = m.mutable_batch();
+  b->set_batch_seq(batchSeq);
+  for (const auto& [iid, value] : strings) {
+    auto* s = b->add_strings();
+    s->set_iid(iid);
+    s->set_value(value);
+  }
+  for (const Record& r : records) {
+    v1::Event* e = b->add_events();
+    e->set_seq(r.seq);
+    e->set_ts_ns(r.tsNs);
+    e->set_thread_id(r.threadId);
+    switch (r.kind) {
+      case RecordKind::kAlloc: {
+        auto* a = e->mutable_alloc();
+        a->set_address(r.address);
+        a->set_size_bytes(r.sizeBytes);
+        a->set_kind(static_cast<v1::MemoryKind>(r.small));
+        a->set_device(r.device);
+        break;
+      }
+      case RecordKind::kFree: {
+        auto* f = e->mutable_free();
+        f->set_address(r.address);
+        f->set_kind(static_cast<v1::MemoryKind>(r.small));
+        f->set_device(r.device);
+        break;
+      }
+      case RecordKind::kScopeBegin: {
+        auto* s = e->mutable_scope_begin();
+        s->set_name_iid(r.nameIid);
+        s->set_kind(static_cast<v1::ScopeKind>(r.small));
+        s->set_correlation_id(static_cast<uint32_t>(r.address));
+        break;
+      }
+      case RecordKind::kScopeEnd:
+        e->mutable_scope_end()->set_name_iid(r.nameIid);
+        e->mutable_scope_end()->set_kind(static_cast<v1::ScopeKind>(r.small));
+        break;
+      case RecordKind::kLaunch:
+        e->mutable_launch()->set_correlation_id(static_cast<uint32_t>(r.address));
+        break;
+      case RecordKind::kPhaseBegin:
+        e->mutable_phase_begin()->set_phase(static_cast<v1::Phase>(r.small));
+        break;
+      case RecordKind::kPhaseEnd:
+        e->mutable_phase_end()->set_phase(static_cast<v1::Phase>(r.small));
+        break;
+      case RecordKind::kStepBegin:
+        e->mutable_step_begin()->set_step(static_cast<int64_t>(r.address));
+        break;
+      case RecordKind::kStepEnd:
+        e->mutable_step_end()->set_step(static_cast<int64_t>(r.address));
+        break;
+      case RecordKind::kCounter:
+        e->mutable_counter()->set_name_iid(r.nameIid);
+        e->mutable_counter()->set_value(static_cast<int64_t>(r.sizeBytes));
+        break;
+      case RecordKind::kTag: {
+        auto* t = e->mutable_tag();
+        t->set_address(r.address);
+        t->set_size_bytes(r.sizeBytes);
+        t->set_category(static_cast<v1::Category>(r.small));
+        t->set_name_iid(r.nameIid);
+        break;
+      }
+    }
+  }
+  return m;
+}
+
+Record record(RecordKind kind, uint64_t seq) {
+  Record r{};
+  r.kind = kind;
+  r.seq = seq;
+  return r;
+}
+
+TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
+  std::vector<Record> records;
+  uint64_t seq = 1;
+  // Every kind with all fields zero (an empty payload must still select the oneof member) ...
+  for (uint8_t k = 1; k <= 11; ++k) records.push_back(record(static_cast<RecordKind>(k), seq++));
+  // ... with the largest and the negative values each field can hold ...
+  for (uint8_t k = 1; k <= 11; ++k) {
+    Record r = record(static_cast<RecordKind>(k), std::numeric_limits<uint64_t>::max() - k);
+    r.small = 3;
+    r.threadId = std::numeric_limits<uint32_t>::max();
+    r.tsNs = std::numeric_limits<int64_t>::min();
+    r.address = std::numeric_limits<uint64_t>::max();  // a step of -1, a correlation id cut
+    r.sizeBytes = static_cast<uint64_t>(-5);           // a negative counter
+    r.nameIid = std::numeric_limits<uint32_t>::max();
+    r.device = -1;
+    records.push_back(r);
+  }
+  // ... and at random.
+  std::mt19937_64 random(11);
+  for (int i = 0; i < 2000; ++i) {
+    Record r = record(static_cast<RecordKind>(1 + random() % 11), random() >> (random() % 64));
+    r.small = static_cast<uint8_t>(random() % 4);
+    r.threadId = static_cast<uint32_t>(random() >> (random() % 64));
+    r.tsNs = static_cast<int64_t>(random() >> (random() % 64));
+    r.address = random() >> (random() % 64);
+    r.sizeBytes = random() >> (random() % 64);
+    r.nameIid = static_cast<uint32_t>(random() >> (random() % 64));
+    r.device = static_cast<int32_t>(random() % 9) - 1;
+    records.push_back(r);
+  }
+  const std::vector<std::pair<uint32_t, std::string>> strings = {
+      {1, "model.blocks.0.attn"}, {2, ""}, {0xffffffffu, std::string(300, 'x')}, {7, "a\0b"}};
+  for (uint64_t batchSeq : {uint64_t{0}, uint64_t{1}, std::numeric_limits<uint64_t>::max()}) {
+    const std::string ours = encodeBatchMessage(batchSeq, strings, records);
+    EXPECT_EQ(ours, reference(batchSeq, strings, records).SerializeAsString());
+    v1::AgentMessage parsed;
+    ASSERT_TRUE(parsed.ParseFromString(ours));
+    ASSERT_EQ(parsed.batch().events_size(), static_cast<int>(records.size()));
+    EXPECT_EQ(parsed.batch().events(0).payload_case(), v1::Event::kAlloc);
+    EXPECT_EQ(parsed.batch().events(12).free().device(), -1);  // the extreme Free
+  }
+  // Nothing at all: an AgentMessage whose batch is present and empty.
+  EXPECT_EQ(encodeBatchMessage(0, {}, {}), reference(0, {}, {}).SerializeAsString());
+}
+
+}  // namespace
+}  // namespace tidemark::agent
