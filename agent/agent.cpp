@@ -13,6 +13,8 @@
 
 #include "agent/hooks/allocator_hooks.h"
 #include "src/base/clock.h"
+#include "src/base/daemon_address.h"
+#include "src/base/private_dir.h"
 
 namespace tidemark::agent {
 
@@ -72,9 +74,9 @@ Agent* g_agent = nullptr;
 
 AgentConfig AgentConfig::fromEnvironment() {
   AgentConfig c;
-  c.server = envOr("TIDEMARK_SERVER", c.server.c_str());
+  c.server = envOr("TIDEMARK_SERVER", base::defaultDaemonAddress().c_str());
   c.sessionName = envOr("TIDEMARK_SESSION_NAME", "");
-  c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", envOr("XDG_RUNTIME_DIR", "/tmp"));
+  c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", base::defaultSpoolDirectory().c_str());
   c.spoolCapBytes = envNumber("TIDEMARK_SPOOL_MAX_BYTES", c.spoolCapBytes);
   c.ringRecords = static_cast<uint32_t>(envNumber("TIDEMARK_RING_RECORDS", c.ringRecords));
   c.tableBuckets = envNumber("TIDEMARK_TABLE_BUCKETS", c.tableBuckets);

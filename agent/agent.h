@@ -13,7 +13,7 @@ namespace tidemark::agent {
 
 // What the agent reads from its environment (set by `tidemark run`).
 struct AgentConfig {
-  std::string server = "127.0.0.1:7531";  // TIDEMARK_SERVER
+  std::string server;  // TIDEMARK_SERVER, else the user's own daemon (base::defaultDaemonAddress)
   std::string sessionName;                // TIDEMARK_SESSION_NAME
   std::string spoolDir;                   // TIDEMARK_SPOOL_DIR (default $XDG_RUNTIME_DIR or /tmp)
   uint64_t spoolCapBytes = 256ull << 20;  // TIDEMARK_SPOOL_MAX_BYTES

@@ -10,6 +10,7 @@
 
 #include "gui/client/daemon_client.h"
 #include "gui/widgets/main_window.h"
+#include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
 
 int main(int argc, char** argv) {
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   parser.addVersionOption();
   const QCommandLineOption server(QStringLiteral("server"),
                                   QStringLiteral("tidemarkd's address (default $TIDEMARK_SERVER, "
-                                                 "else 127.0.0.1:7531)."),
+                                                 "else your own daemon's Unix socket)."),
                                   QStringLiteral("addr"));
   // Not --session: QGuiApplication keeps that for X11 session management.
   const QCommandLineOption session(QStringLiteral("open"),
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("TIDEMARK_SERVER");
   const std::string address = parser.isSet(server) ? parser.value(server).toStdString()
                               : (env && *env)      ? std::string(env)
-                                                   : std::string("127.0.0.1:7531");
+                                                   : tidemark::base::defaultDaemonAddress();
   tidemark::gui::MainWindow window(std::make_shared<tidemark::gui::DaemonClient>(address));
   window.setBudgetPercent(budgetPercent);
   window.setDevice(deviceName == "all" ? std::string() : deviceName);

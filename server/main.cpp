@@ -1,6 +1,8 @@
 // tidemarkd: the daemon. Receives agents' event streams, stores them in SQLite, answers queries.
+#include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <chrono>
@@ -20,9 +22,12 @@ constexpr const char* kUsage = R"(usage: tidemarkd [options]
 The tidemark daemon: stores what agents record and answers queries (gRPC).
 
 options:
-  --listen ADDR     TCP address to listen on (default 127.0.0.1:7531; port 0 picks a free one)
-  --unix PATH       also listen on this Unix socket (default $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock)
+  --unix PATH       the Unix socket to listen on (default $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock,
+                    or ~/.cache/tidemark/tidemarkd.sock); its directory must be private (0700)
   --no-unix         do not listen on a Unix socket
+  --listen ADDR     also listen on TCP (none by default): a loopback address only, e.g.
+                    127.0.0.1:7531 (port 0 picks a free one); callers are told apart by uid
+  --allow-group G   members of group G (a name or gid) see and steer every user's sessions
   --db PATH         the SQLite store (default $XDG_DATA_HOME/tidemark/tidemark.db)
   --port-file FILE  write the TCP port to FILE once listening (for scripts and tests)
   --resume-grace S  how long a session whose stream broke waits for its agent to resume it
@@ -34,6 +39,8 @@ options:
   --version         print the version and exit
   -h, --help        this help
 
+Each session belongs to the user whose job it recorded: only that user, root and --allow-group
+see it, plan for it or apply plans to it (docs/security.md). Files are made private (umask 077).
 SIGINT or SIGTERM stops it cleanly: everything received is committed first.
 exit codes: 0 stopped cleanly, 1 could not start, 2 bad usage
 )";
@@ -88,6 +95,19 @@ int main(int argc, char** argv) {
         return usageError("--resume-grace needs a number of seconds (0 to 2592000)");
       }
       options.resumeGrace = std::chrono::seconds(seconds);
+    } else if (arg == "--allow-group") {
+      const char* v = value("--allow-group");
+      if (!v) return usageError("--allow-group needs a group name or gid");
+      const group* g = getgrnam(v);
+      char* end = nullptr;
+      const long gid = std::strtol(v, &end, 10);
+      if (g != nullptr) {
+        options.allowGroup = g->gr_gid;
+      } else if (*v != '\0' && *end == '\0' && gid >= 0) {
+        options.allowGroup = static_cast<gid_t>(gid);
+      } else {
+        return usageError(std::string("--allow-group: no group '") + v + "'");
+      }
     } else if (arg == "--nice") {
       const char* v = value("--nice");
       char* end = nullptr;
@@ -115,6 +135,9 @@ int main(int argc, char** argv) {
   // the agents keep their events) instead of killing the daemon.
   signal(SIGXFSZ, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+
+  // Nothing tidemarkd creates (store, journal, socket, directories) is open to other users.
+  umask(077);
 
   // Before any thread starts: threads inherit it. Never lowered below what it was started with.
   if (niceness > 0) {

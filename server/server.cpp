@@ -1,14 +1,20 @@
 #include "server/server.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
 #include "server/unix_socket_path.h"
+#include "src/base/daemon_address.h"
+#include "src/base/private_dir.h"
 
 namespace tidemark::server {
 
@@ -19,10 +25,11 @@ std::string defaultDbPath() {
   return std::string(home ? home : ".") + "/.local/share/tidemark/tidemark.db";
 }
 
-std::string defaultUnixSocket() {
-  const char* run = std::getenv("XDG_RUNTIME_DIR");
-  if (run != nullptr && *run != '\0') return std::string(run) + "/tidemark/tidemarkd.sock";
-  return "/tmp/tidemark-" + std::to_string(getuid()) + "/tidemarkd.sock";
+std::string defaultUnixSocket() { return base::defaultUnixSocket(); }
+
+absl::Status makePrivateDirectory(const std::string& dir) {
+  const std::string why = base::makePrivateDirectory(dir);
+  return why.empty() ? absl::OkStatus() : absl::FailedPreconditionError(why);
 }
 
 Server::~Server() { shutdown(); }
@@ -33,53 +40,60 @@ absl::Status Server::start() {
   if (!lock.ok()) return lock.status();
   m_storeLock = std::make_unique<StoreLock>(std::move(*lock));
   if (!m_options.unixSocket.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(m_options.unixSocket).parent_path(),
-                                        ec);
+    const std::string dir = std::filesystem::path(m_options.unixSocket).parent_path().string();
+    if (auto s = makePrivateDirectory(dir.empty() ? "." : dir); !s.ok()) {
+      return absl::FailedPreconditionError("--unix " + m_options.unixSocket + ": " +
+                                           std::string(s.message()));
+    }
     if (auto s = claimUnixSocketPath(m_options.unixSocket); !s.ok()) return s;
   }
+  if (m_options.listen.empty() && m_options.unixSocket.empty()) {
+    return absl::InvalidArgumentError("nothing to listen on: give --listen or --unix");
+  }
+  if (!m_options.listen.empty()) {
+    if (auto s = m_listeners.listenTcp(m_options.listen); !s.ok()) return s;
+    m_port = m_listeners.tcpPort();
+  }
+  if (!m_options.unixSocket.empty()) {
+    if (auto s = m_listeners.listenUnix(m_options.unixSocket); !s.ok()) return s;
+  }
+  m_access = std::make_unique<Access>(m_peers, m_options.dbPath, ::geteuid(), m_options.allowGroup);
   auto store = Store::open(m_options.dbPath);
   if (!store.ok()) return store.status();
   m_writer = std::make_unique<StoreWriter>(std::move(*store));
   m_analysis = std::make_unique<AnalysisRunner>(*m_writer);
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
-      *m_writer, m_agents, [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); },
-      m_options.resumeGrace);
+      *m_writer, m_agents, *m_access,
+      [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); }, m_options.resumeGrace);
   // Sessions left live by the previous run wait for their agents to resume them.
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;
-  m_control = std::make_unique<ControlService>(*m_writer, m_agents);
-  m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents);
-  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents);
+  m_control = std::make_unique<ControlService>(*m_writer, m_agents, *m_access);
+  m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents, *m_access);
+  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents, *m_access);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // No listening port of gRPC's own: Listeners accepts the connections, learns who is at the
+  // other end, and hands them over.
   grpc::ServerBuilder builder;
-  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would silently share the
-  // agents with the first. Refuse instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(m_options.listen, grpc::InsecureServerCredentials(), &m_port);
-  if (!m_options.unixSocket.empty()) {
-    builder.AddListeningPort("unix:" + m_options.unixSocket, grpc::InsecureServerCredentials());
-  }
   builder.RegisterService(m_ingest.get());
   builder.RegisterService(m_query.get());
   builder.RegisterService(m_advisor.get());
   builder.RegisterService(m_control.get());
   m_server = builder.BuildAndStart();
-  if (!m_server || m_port == 0) {
-    m_server.reset();
-    return absl::UnavailableError("cannot listen on " + m_options.listen +
-                                  " (in use, or not a local address?)");
-  }
+  if (!m_server) return absl::InternalError("the gRPC server did not start");
+  m_listeners.start(m_server.get(), &m_peers);
   return absl::OkStatus();
 }
 
 std::string Server::address() const {
+  if (m_options.listen.empty()) return "unix:" + m_options.unixSocket;
   const std::string host = m_options.listen.substr(0, m_options.listen.rfind(':'));
   return host + ":" + std::to_string(m_port);
 }
 
 void Server::shutdown() {
+  m_listeners.stop();
   if (m_server) {
     // Streams still open get two seconds to end, then are cancelled; each handler commits
     // what it received before returning.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,9 @@
 
 #include "absl/status/status.h"
 #include "server/analysis/analysis_runner.h"
+#include "server/net/listeners.h"
+#include "server/net/peer_registry.h"
+#include "server/rpc/access.h"
 #include "server/rpc/advisor_service.h"
 #include "server/rpc/control_service.h"
 #include "server/rpc/ingest_service.h"
@@ -18,11 +22,11 @@
 
 namespace tidemark::server {
 
-inline constexpr int kDefaultPort = 7531;
-
 struct ServerOptions {
-  std::string listen = "127.0.0.1:7531";  // TCP address; port 0 picks a free one
-  std::string unixSocket;                 // "" for none
+  std::string listen;      // TCP address (loopback only), "" for none; port 0 picks a free one
+  std::string unixSocket;  // "" for none
+  // Members of this group see and steer every user's sessions, as root does (--allow-group).
+  std::optional<gid_t> allowGroup;
   std::string dbPath;
   // How long a session whose stream broke waits for its agent to resume it (tidemarkd
   // --resume-grace); sooner closed when its process is gone from this host.
@@ -48,6 +52,9 @@ class Server {
  private:
   ServerOptions m_options;
   std::unique_ptr<StoreLock> m_storeLock;  // held for the daemon's life (one daemon per store)
+  PeerRegistry m_peers;
+  Listeners m_listeners;
+  std::unique_ptr<Access> m_access;
   std::unique_ptr<StoreWriter> m_writer;
   std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;
@@ -61,7 +68,11 @@ class Server {
 
 // $XDG_DATA_HOME/tidemark/tidemark.db, or ~/.local/share/tidemark/tidemark.db.
 std::string defaultDbPath();
-// $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock, or /tmp/tidemark-<uid>/tidemarkd.sock.
+// $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock, or ~/.cache/tidemark/tidemarkd.sock
+// (base::defaultUnixSocket).
 std::string defaultUnixSocket();
+// Makes dir (and its parents) if missing; refuses one that is not a directory of this user's
+// that only this user can enter (mode 0700 or stricter), so no one else can reach what is in it.
+absl::Status makePrivateDirectory(const std::string& dir);
 
 }  // namespace tidemark::server

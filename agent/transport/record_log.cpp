@@ -1,5 +1,7 @@
 #include "agent/transport/record_log.h"
 
+#include "agent/transport/spool.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,6 +52,10 @@ RecordLog::~RecordLog() {
 bool RecordLog::openSpill() {
   if (m_spillFd >= 0) return true;
   if (m_spillFailed) return false;
+  if (!prepareSpoolDirectory(m_spillDir).empty()) {
+    m_spillFailed = true;
+    return false;
+  }
   // Unnamed: O_TMPFILE where the file system has it, else a name made unique by mkstemp
   // (O_EXCL) and removed at once.
   m_spillFd = ::open(m_spillDir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);

@@ -5,11 +5,21 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+
+#include "src/base/private_dir.h"
 
 namespace tidemark::agent {
 
 namespace {
 constexpr uint32_t kMaxMessageBytes = 256u << 20;
+}
+
+std::string prepareSpoolDirectory(const std::string& dir) {
+  if (dir == base::defaultSpoolDirectory()) return base::makePrivateDirectory(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  return "";
 }
 
 SpoolWriter::~SpoolWriter() {
@@ -24,10 +34,16 @@ bool SpoolWriter::appendSerialized(const std::string& bytes) {
   if (m_failed) return false;
   if (m_bytes + bytes.size() + 4 > m_cap) return false;
   if (m_file == nullptr) {
+    m_failure = prepareSpoolDirectory(std::filesystem::path(m_path).parent_path().string());
+    if (!m_failure.empty()) {
+      m_failed = true;
+      return false;
+    }
     const int fd =
         ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     m_file = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
     if (m_file == nullptr) {
+      m_failure = "cannot create " + m_path + ": " + std::strerror(errno);
       if (fd >= 0) ::close(fd);
       m_failed = true;
       return false;

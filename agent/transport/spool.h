@@ -8,6 +8,13 @@
 
 namespace tidemark::agent {
 
+// Makes the directory spool and overflow files go to, when missing. The default one
+// (base::defaultSpoolDirectory) must be private to this user (0700, its own); false (nothing is
+// written there) when it is not. One given by TIDEMARK_SPOOL_DIR is the user's choice: made if
+// missing, not checked (the files themselves are 0600 and never follow a link). Returns "" when
+// it may be written to, else why not.
+std::string prepareSpoolDirectory(const std::string& dir);
+
 // A bounded file of AgentMessages (each a little-endian u32 length, then the message), written
 // at exit when no server took the rest of the run. It starts with the handshake (resuming the
 // session when there is one), so `tidemark upload FILE` can send it later. Created with
@@ -26,8 +33,11 @@ class SpoolWriter {
   void flush();
   const std::string& path() const { return m_path; }
   uint64_t bytes() const { return m_bytes; }
+  // Why the file could not be made ("" if it was, or was not needed yet).
+  const std::string& failure() const { return m_failure; }
 
  private:
+  std::string m_failure;
   std::string m_path;
   uint64_t m_cap;
   uint64_t m_bytes = 0;

@@ -10,6 +10,7 @@
 #include "agent/recorder/seq_order.h"
 #include "agent/transport/batch_encoder.h"
 #include "src/base/clock.h"
+#include "src/base/daemon_address.h"
 
 namespace tidemark::agent {
 
@@ -356,6 +357,21 @@ bool Transport::tryConnect() {
     scheduleReconnect();
     return false;
   }
+  // Someone answers: sent nothing unless it runs as this user or root (checked at every
+  // connection: whoever listens there may change).
+  m_untrusted = base::untrustedDaemon(m_config.server);
+  if (!m_untrusted.empty()) {
+    m_linkError = m_untrusted;
+    if (!m_toldUntrusted && !m_config.quiet) {
+      m_toldUntrusted = true;
+      std::fprintf(stderr,
+                   "tidemark: not sending anything to the daemon at %s: %s; the agent keeps the "
+                   "events\n",
+                   m_config.server.c_str(), m_untrusted.c_str());
+    }
+    scheduleReconnect();
+    return false;
+  }
   {
     std::lock_guard<std::mutex> lock(m_contextMutex);
     m_context = std::make_unique<grpc::ClientContext>();
@@ -594,6 +610,7 @@ void Transport::spoolRest() {
   bye.mutable_goodbye()->set_exit_code(-1);
   ok = ok && spool.append(bye);
   spool.flush();
+  m_spoolFailure = spool.failure();
   m_ending = Ending::kSpooled;
 }
 
@@ -702,7 +719,22 @@ std::string Transport::summary() const {
       break;
     }
     case Ending::kSpooled:
-      if (session == 0) {
+      if (!m_spoolFailure.empty()) {
+        std::snprintf(line, sizeof line,
+                      "tidemark: the rest of the run did not reach tidemarkd at %s (%s) and could "
+                      "not be spooled (%s); %llu events dropped",
+                      m_config.server.c_str(),
+                      m_linkError.empty() ? "no answer" : m_linkError.c_str(),
+                      m_spoolFailure.c_str(), static_cast<unsigned long long>(dropped));
+      } else if (session == 0 && !m_untrusted.empty()) {
+        std::snprintf(line, sizeof line,
+                      "tidemark: not sent to the daemon at %s (%s); %llu events spooled to %s "
+                      "(%llu dropped); load them into your own with: tidemark upload %s",
+                      m_config.server.c_str(), m_untrusted.c_str(),
+                      static_cast<unsigned long long>(c.events_spooled()),
+                      m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
+                      m_config.spoolPath.c_str());
+      } else if (session == 0) {
         std::snprintf(line, sizeof line,
                       "tidemark: no tidemarkd answered at %s; %llu events spooled to %s "
                       "(%llu dropped); load them with: tidemark upload %s",

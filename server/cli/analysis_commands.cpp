@@ -328,7 +328,10 @@ int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
     std::fputs(kUsageText, stderr);
     return kExitUsage;
   }
-  auto stub = v1::Query::NewStub(channelFor(g));
+  int refused = kExitOk;
+  const std::shared_ptr<grpc::Channel> channel = channelFor(g, &refused);
+  if (!channel) return refused;
+  auto stub = v1::Query::NewStub(channel);
   grpc::ClientContext ctx;
   withDeadline(ctx, 600);
   auto reader = stub->Export(&ctx, req);

@@ -1,6 +1,8 @@
 // What every client command shares: the channel, deadlines, error reporting, argument parsing.
 #include "server/cli/client.h"
 
+#include "server/cli/own_daemon.h"
+#include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
 
 #include <cstdio>
@@ -10,7 +12,17 @@
 
 namespace tidemark::cli {
 
-std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g) {
+std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode) {
+  if (const std::string why = base::untrustedDaemon(g.server); !why.empty()) {
+    std::fprintf(stderr, "tidemark: not talking to the daemon at %s: %s\n", g.server.c_str(),
+                 why.c_str());
+    *exitCode = kExitRefused;
+    return nullptr;
+  }
+  if (!ensureOwnDaemon(g.server)) {
+    *exitCode = kExitUnreachable;
+    return nullptr;
+  }
   return grpc::CreateChannel(g.server, grpc::InsecureChannelCredentials());
 }
 
@@ -23,6 +35,14 @@ int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s)
                  "pass --server)\n",
                  what, g.server.c_str());
     return kExitUnreachable;
+  }
+  if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+      s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    std::fprintf(stderr, "tidemark %s: refused (%s): %s\n", what,
+                 s.error_code() == grpc::StatusCode::PERMISSION_DENIED ? "permission denied"
+                                                                       : "unauthenticated",
+                 s.error_message().c_str());
+    return kExitRefused;
   }
   std::fprintf(stderr, "tidemark %s: %s\n", what, s.error_message().c_str());
   return kExitError;

@@ -12,7 +12,11 @@
 
 namespace tidemark::cli {
 
-std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g);
+// A channel to g.server (the user's own daemon started first if it is the default and none
+// answers). nullptr, after saying why, with *exitCode set: kExitRefused when the daemon there is
+// not run by this user or root (base::untrustedDaemon: nothing is sent to it), kExitUnreachable
+// when the user's own daemon could not be started.
+std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode);
 // Prints a failed call's status and returns the exit code: kExitUnreachable when nobody answered
 // at the address, kExitError otherwise.
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s);
@@ -24,7 +28,10 @@ template <typename Service, typename Stub, typename Request, typename Response>
 int callRpc(const GlobalOptions& g, const char* what,
             grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
             const Request& request, Response* response, int deadlineSeconds = 120) {
-  auto stub = Service::NewStub(channelFor(g));
+  int refused = kExitOk;
+  const std::shared_ptr<grpc::Channel> channel = channelFor(g, &refused);
+  if (!channel) return refused;
+  auto stub = Service::NewStub(channel);
   grpc::ClientContext ctx;
   withDeadline(ctx, deadlineSeconds);
   const grpc::Status s = ((*stub).*method)(&ctx, request, response);

@@ -227,7 +227,10 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
                  reader.error().empty() ? "" : ": ", reader.error().c_str());
     return kExitError;
   }
-  auto stub = v1::Ingest::NewStub(channelFor(g));
+  int refused = kExitOk;
+  const std::shared_ptr<grpc::Channel> channel = channelFor(g, &refused);
+  if (!channel) return refused;
+  auto stub = v1::Ingest::NewStub(channel);
   std::unique_ptr<grpc::ClientContext> ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
   v1::ServerMessage reply;

@@ -11,9 +11,12 @@ inline constexpr int kExitError = 1;        // the server answered with an error
 inline constexpr int kExitUsage = 2;        // bad arguments
 inline constexpr int kExitUnreachable = 3;  // no tidemarkd at the address
 inline constexpr int kExitInfeasible = 4;   // no recompute plan fits the budget
+// The daemon refused the caller: another user's session, or a caller it cannot identify
+// (PERMISSION_DENIED, UNAUTHENTICATED), or a daemon not run by this user or root.
+inline constexpr int kExitRefused = 5;
 
 struct GlobalOptions {
-  std::string server;  // --server, else $TIDEMARK_SERVER, else 127.0.0.1:7531
+  std::string server;  // --server, else $TIDEMARK_SERVER, else base::defaultDaemonAddress()
   bool json = false;
 };
 

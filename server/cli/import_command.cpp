@@ -265,7 +265,10 @@ int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
     return kExitError;
   }
 
-  auto stub = v1::Ingest::NewStub(channelFor(g));
+  int refused = kExitOk;
+  const std::shared_ptr<grpc::Channel> channel = channelFor(g, &refused);
+  if (!channel) return refused;
+  auto stub = v1::Ingest::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->Stream(&ctx);
   v1::AgentMessage hello;

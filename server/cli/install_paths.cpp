@@ -33,6 +33,13 @@ std::string findAgent() {
   return {};
 }
 
+std::string findDaemon() {
+  if (const char* e = std::getenv("TIDEMARK_DAEMON"); e != nullptr && *e != '\0') return e;
+  std::error_code ec;
+  const fs::path beside = selfDir() / "tidemarkd";
+  return fs::exists(beside, ec) ? beside.string() : std::string();
+}
+
 std::string findPythonDir() {
   if (const char* e = std::getenv("TIDEMARK_PYTHON_DIR"); e != nullptr && *e != '\0') return e;
   const fs::path dir = selfDir();

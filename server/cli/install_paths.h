@@ -8,5 +8,7 @@ namespace tidemark::cli {
 // else beside the tidemark binary (build tree or installation). "" when not found.
 std::string findAgent();
 std::string findPythonDir();
+// tidemarkd: $TIDEMARK_DAEMON, else beside the tidemark binary. "" when not found.
+std::string findDaemon();
 
 }  // namespace tidemark::cli

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/cli/commands.h"
+#include "src/base/daemon_address.h"
 
 namespace {
 
@@ -43,14 +44,16 @@ commands:
 D (--device): all (host and devices, the default), cpu, cuda (every GPU) or cuda:N
 
 options (every command):
-  --server ADDR   tidemarkd's address (default $TIDEMARK_SERVER, else 127.0.0.1:7531;
-                  unix:/path for a Unix socket)
+  --server ADDR   tidemarkd's address: unix:/path or HOST:PORT (default $TIDEMARK_SERVER, else
+                  your own daemon's socket, unix:$XDG_RUNTIME_DIR/tidemark/tidemarkd.sock or
+                  unix:~/.cache/tidemark/tidemarkd.sock, started on demand); only a daemon run
+                  by you or root is sent anything
   --json          machine-readable output
   -h, --help      this help (or: tidemark COMMAND --help)
   --version       print the version
 
 exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemarkd reachable,
-4 no plan fits the budget;
+4 no plan fits the budget, 5 refused (another user's session, or a daemon not run by you or root);
 `run` exits with the job's own exit code.
 )";
 
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
   setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   GlobalOptions g;
   const char* env = std::getenv("TIDEMARK_SERVER");
-  g.server = (env != nullptr && *env != '\0') ? env : "127.0.0.1:7531";
+  g.server = (env != nullptr && *env != '\0') ? env : tidemark::base::defaultDaemonAddress();
 
   std::string command;
   std::vector<std::string> args;

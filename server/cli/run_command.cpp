@@ -12,6 +12,7 @@
 
 #include "server/cli/commands.h"
 #include "server/cli/install_paths.h"
+#include "server/cli/own_daemon.h"
 #include "src/inject/elf_file.h"
 
 namespace tidemark::cli {
@@ -91,6 +92,9 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   }
   const std::string python = findPythonDir();
   prependEnv("LD_PRELOAD", agent, ':');
+  // The user's own daemon is started if none runs; the job runs either way (without a daemon
+  // the agent spools what it recorded).
+  ensureOwnDaemon(g.server);
   setenv("TIDEMARK_SERVER", g.server.c_str(), 1);
   setenv("TIDEMARK_AGENT", agent.c_str(), 1);
   // CUDA's injection: the driver calls the agent's InitializeInjection when the job initializes

@@ -32,9 +32,13 @@ absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSele
   return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks());
 }
 
-grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext*,
+grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,
                                              const v1::ChainProfileRequest* request,
                                              v1::ChainProfileResponse* response) {
+  if (grpc::Status denied = m_access.check(
+          *ctx, static_cast<int64_t>(request->chain().session_id()), "GetChainProfile");
+      !denied.ok())
+    return denied;
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
   response->set_profile_json(core::chainProfileToJson(chain->profile));
@@ -47,8 +51,12 @@ grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status AdvisorService::Plan(grpc::ServerContext*, const v1::PlanRequest* request,
+grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* request,
                                   v1::PlanResponse* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->chain().session_id()), "Plan");
+      !denied.ok())
+    return denied;
   auto budget = core::parseBudget(request->budget());
   if (!budget.ok()) return toGrpc(budget.status());
   auto strategy =
@@ -91,8 +99,12 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext*, const v1::PlanRequest* r
   return grpc::Status::OK;
 }
 
-grpc::Status AdvisorService::Pareto(grpc::ServerContext*, const v1::ParetoRequest* request,
+grpc::Status AdvisorService::Pareto(grpc::ServerContext* ctx, const v1::ParetoRequest* request,
                                     v1::ParetoResponse* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->chain().session_id()), "Pareto");
+      !denied.ok())
+    return denied;
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
   const core::OptimalChainSolver solver(chain->profile);
@@ -142,8 +154,13 @@ void measure(const std::vector<StepFigures>& steps, int64_t from, int64_t to, in
 
 }  // namespace
 
-grpc::Status AdvisorService::PlanCheck(grpc::ServerContext*, const v1::PlanCheckRequest* request,
+grpc::Status AdvisorService::PlanCheck(grpc::ServerContext* ctx,
+                                       const v1::PlanCheckRequest* request,
                                        v1::PlanCheckResponse* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "PlanCheck");
+      !denied.ok())
+    return denied;
   const auto id = static_cast<int64_t>(request->session_id());
   auto plans = Store::appliedPlans(m_dbPath, id);
   if (!plans.ok()) return toGrpc(plans.status());

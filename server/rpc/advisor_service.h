@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/rpc/access.h"
 #include "server/rpc/live_agents.h"
 #include "server/store/writer.h"
 #include "src/advisor/chain_from_recording.h"
@@ -16,8 +17,8 @@ namespace tidemark::server {
 // only gets when they are freed or the session ends.
 class AdvisorService final : public v1::Advisor::Service {
  public:
-  AdvisorService(std::string dbPath, StoreWriter& writer, LiveAgents& agents)
-      : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents) {}
+  AdvisorService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access)
+      : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents), m_access(access) {}
 
   grpc::Status GetChainProfile(grpc::ServerContext*, const v1::ChainProfileRequest* request,
                                v1::ChainProfileResponse* response) override;
@@ -35,6 +36,7 @@ class AdvisorService final : public v1::Advisor::Service {
   std::string m_dbPath;
   StoreWriter& m_writer;
   LiveAgents& m_agents;
+  const Access& m_access;
 };
 
 }  // namespace tidemark::server

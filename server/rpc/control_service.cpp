@@ -8,8 +8,13 @@
 
 namespace tidemark::server {
 
-grpc::Status ControlService::ApplyPlan(grpc::ServerContext*, const v1::ApplyPlanRequest* request,
+grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
+                                       const v1::ApplyPlanRequest* request,
                                        v1::ApplyPlanResponse* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "ApplyPlan");
+      !denied.ok())
+    return denied;
   absl::StatusOr<core::PlanDocument> doc = core::parsePlanDocument(request->plan_json());
   if (!doc.ok())
     return toGrpc(absl::InvalidArgumentError("not a plan: " + std::string(doc.status().message())));

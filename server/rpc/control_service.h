@@ -1,5 +1,6 @@
 #pragma once
 
+#include "server/rpc/access.h"
 #include "server/rpc/live_agents.h"
 #include "server/store/writer.h"
 #include "tidemark/v1/control.grpc.pb.h"
@@ -10,7 +11,8 @@ namespace tidemark::server {
 // the session's agent stream.
 class ControlService final : public v1::Control::Service {
  public:
-  ControlService(StoreWriter& writer, LiveAgents& agents) : m_writer(writer), m_agents(agents) {}
+  ControlService(StoreWriter& writer, LiveAgents& agents, const Access& access)
+      : m_writer(writer), m_agents(agents), m_access(access) {}
 
   grpc::Status ApplyPlan(grpc::ServerContext*, const v1::ApplyPlanRequest* request,
                          v1::ApplyPlanResponse* response) override;
@@ -18,6 +20,7 @@ class ControlService final : public v1::Control::Service {
  private:
   StoreWriter& m_writer;
   LiveAgents& m_agents;
+  const Access& m_access;
 };
 
 }  // namespace tidemark::server

@@ -193,9 +193,13 @@ class Checkpointer {
 };
 }  // namespace
 
-IngestService::IngestService(StoreWriter& writer, LiveAgents& agents,
+IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
                              std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace)
-    : m_writer(writer), m_agents(agents), m_onEnded(std::move(onEnded)), m_sessions(resumeGrace) {
+    : m_writer(writer),
+      m_access(access),
+      m_agents(agents),
+      m_onEnded(std::move(onEnded)),
+      m_sessions(resumeGrace) {
   m_sweeper = std::thread([this] {
     std::unique_lock<std::mutex> lock(m_sweepMutex);
     while (!m_stopping) {
@@ -275,6 +279,8 @@ grpc::Status IngestService::Stream(
                         "tidemarkd takes " + std::to_string(kMaxIngestStreams) +
                             " agent streams at once; retry later");
   }
+  const absl::StatusOr<uid_t> owner = m_access.caller(*context, "Ingest");
+  if (!owner.ok()) return toGrpc(owner.status());
   v1::AgentMessage message;
   if (!stream->Read(&message)) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "stream closed before handshake");
@@ -290,6 +296,10 @@ grpc::Status IngestService::Stream(
   std::optional<SessionIngest> ingest;
   if (hello.resume_session_id() != 0) {
     sessionId = static_cast<int64_t>(hello.resume_session_id());
+    if (grpc::Status denied = m_access.check(*context, sessionId, "resuming a session");
+        !denied.ok()) {
+      return denied;
+    }
     auto known = Store::getSession(m_writer.path(), sessionId);
     if (!known.ok()) return toGrpc(known.status());
     if (known->state != v1::SESSION_STATE_LIVE) {
@@ -315,6 +325,7 @@ grpc::Status IngestService::Stream(
     header.agentVersion = bounded(hello.agent_version(), kMaxNameBytes);
     header.startTsNs = hello.start_ts_ns();
     header.startWallNs = hello.start_wall_ns();
+    header.ownerUid = *owner;
     auto created = std::make_shared<int64_t>(0);
     absl::Status s = m_writer
                          .submit([header, created](Store& store) -> absl::Status {

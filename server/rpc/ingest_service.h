@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/rpc/access.h"
 #include "server/rpc/live_agents.h"
 #include "server/rpc/resumable_sessions.h"
 #include "server/store/writer.h"
@@ -30,8 +31,10 @@ inline constexpr int kMaxIngestStreams = 256;
 class IngestService final : public v1::Ingest::Service {
  public:
   // onEnded(sessionId) is called once a session's end is committed.
-  IngestService(StoreWriter& writer, LiveAgents& agents, std::function<void(int64_t)> onEnded,
-                std::chrono::seconds resumeGrace);
+  // A session belongs to the uid of the agent that opened it; only that uid (or one Access
+  // lets see every session) may resume it.
+  IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
+                std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace);
   ~IngestService() override;
 
   // At start: the sessions left live by the previous run wait for their agents.
@@ -49,6 +52,7 @@ class IngestService final : public v1::Ingest::Service {
   absl::Status closeDetached(int64_t id);
 
   StoreWriter& m_writer;
+  const Access& m_access;
   LiveAgents& m_agents;
   std::function<void(int64_t)> m_onEnded;
   ResumableSessions m_sessions;

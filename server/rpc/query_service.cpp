@@ -16,7 +16,7 @@
 namespace tidemark::server {
 
 namespace {
-void fillSession(const SessionRecord& r, v1::SessionInfo* out) {
+void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out) {
   out->set_id(static_cast<uint64_t>(r.id));
   out->set_name(r.header.name);
   out->set_pid(r.header.pid);
@@ -34,6 +34,7 @@ void fillSession(const SessionRecord& r, v1::SessionInfo* out) {
   out->set_live_blocks_at_end(static_cast<uint64_t>(r.liveBlocksAtEnd));
   out->set_steps(r.steps);
   out->set_analyzed(r.analyzed);
+  out->set_owner_uid(static_cast<uint32_t>(r.header.ownerUid.value_or(storeOwner)));
   for (const StatRow& s : r.stats) {
     v1::Stat* st = out->add_stats();
     st->set_name(s.name);
@@ -44,16 +45,22 @@ void fillSession(const SessionRecord& r, v1::SessionInfo* out) {
 }
 }  // namespace
 
-grpc::Status QueryService::ListSessions(grpc::ServerContext*,
+grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
                                         const v1::ListSessionsRequest* request,
                                         v1::ListSessionsResponse* response) {
+  auto caller = m_access.caller(*ctx, "ListSessions");
+  if (!caller.ok()) return toGrpc(caller.status());
+  // Only the caller's own sessions, unless it may see every one.
+  std::optional<int64_t> owner;
+  if (!m_access.seesAll(*caller)) owner = *caller;
   constexpr uint32_t kDefaultPage = 500;
   constexpr uint32_t kMaxPage = 1000;
   constexpr size_t kMaxPageBytes = 1u << 20;  // well under gRPC's 4 MiB message limit
   const uint32_t size =
       request->page_size() == 0 ? kDefaultPage : std::min(request->page_size(), kMaxPage);
   auto sessions = Store::listSessions(m_dbPath, static_cast<int64_t>(request->page_token()),
-                                      static_cast<int64_t>(size) + 1);
+                                      static_cast<int64_t>(size) + 1, owner,
+                                      static_cast<int64_t>(m_access.storeOwner()));
   if (!sessions.ok()) return toGrpc(sessions.status());
   size_t bytes = 0;
   for (size_t i = 0; i < sessions->size(); ++i) {
@@ -63,17 +70,22 @@ grpc::Status QueryService::ListSessions(grpc::ServerContext*,
       break;
     }
     v1::SessionInfo* info = response->add_sessions();
-    fillSession(r, info);
+    fillSession(r, m_access.storeOwner(), info);
     bytes += info->ByteSizeLong();
   }
   return grpc::Status::OK;
 }
 
-grpc::Status QueryService::GetSession(grpc::ServerContext*, const v1::GetSessionRequest* request,
+grpc::Status QueryService::GetSession(grpc::ServerContext* ctx,
+                                      const v1::GetSessionRequest* request,
                                       v1::SessionInfo* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSession");
+      !denied.ok())
+    return denied;
   auto session = Store::getSession(m_dbPath, static_cast<int64_t>(request->session_id()));
   if (!session.ok()) return toGrpc(session.status());
-  fillSession(*session, response);
+  fillSession(*session, m_access.storeOwner(), response);
   return grpc::Status::OK;
 }
 
@@ -155,8 +167,12 @@ absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
   return core::computePeaks(*rec, cats, core::LivenessReplay(*rec, cats));
 }
 
-grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest* request,
+grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsRequest* request,
                                     v1::Steps* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSteps");
+      !denied.ok())
+    return denied;
   const auto id = static_cast<int64_t>(request->session_id());
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());
@@ -187,6 +203,10 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext*, const v1::StepsRequest
 grpc::Status QueryService::GetBreakdown(grpc::ServerContext* ctx,
                                         const v1::BreakdownRequest* request,
                                         v1::Breakdown* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetBreakdown");
+      !denied.ok())
+    return denied;
   grpc::Status s = breakdown(request, response);
   if (!s.ok()) return s;
   // What the caching allocator reserved: a device figure, not given for host memory alone.
@@ -247,6 +267,10 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
 
 grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakRequest* request,
                                    v1::Peak* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetPeak");
+      !denied.ok())
+    return denied;
   v1::BreakdownRequest breq;
   breq.set_session_id(request->session_id());
   breq.set_has_step(request->has_step());
@@ -273,8 +297,12 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
   return grpc::Status::OK;
 }
 
-grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineRequest* request,
+grpc::Status QueryService::GetTimeline(grpc::ServerContext* ctx, const v1::TimelineRequest* request,
                                        v1::Timeline* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetTimeline");
+      !denied.ok())
+    return denied;
   const auto id = static_cast<int64_t>(request->session_id());
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());
@@ -340,8 +368,12 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext*, const v1::TimelineR
   return grpc::Status::OK;
 }
 
-grpc::Status QueryService::Export(grpc::ServerContext*, const v1::ExportRequest* request,
+grpc::Status QueryService::Export(grpc::ServerContext* ctx, const v1::ExportRequest* request,
                                   grpc::ServerWriter<v1::ExportChunk>* writer) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "Export");
+      !denied.ok())
+    return denied;
   if (request->format() != "chrome") {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "unknown export format '" + request->format() + "' (known: chrome)");
@@ -364,8 +396,12 @@ grpc::Status QueryService::Export(grpc::ServerContext*, const v1::ExportRequest*
   return ok ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
 }
 
-grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* request,
+grpc::Status QueryService::GetOps(grpc::ServerContext* ctx, const v1::OpsRequest* request,
                                   v1::Ops* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetOps");
+      !denied.ok())
+    return denied;
   const auto id = static_cast<int64_t>(request->session_id());
   if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
   auto rec = Store::loadRecording(m_dbPath, id, /*withBlocks=*/false);
@@ -385,8 +421,12 @@ grpc::Status QueryService::GetOps(grpc::ServerContext*, const v1::OpsRequest* re
   return grpc::Status::OK;
 }
 
-grpc::Status QueryService::GetScopes(grpc::ServerContext*, const v1::ScopesRequest* request,
+grpc::Status QueryService::GetScopes(grpc::ServerContext* ctx, const v1::ScopesRequest* request,
                                      v1::Scopes* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetScopes");
+      !denied.ok())
+    return denied;
   const auto id = static_cast<int64_t>(request->session_id());
   if (auto s = Store::getSession(m_dbPath, id); !s.ok()) return toGrpc(s.status());
   auto rec = Store::loadRecording(m_dbPath, id, /*withBlocks=*/false);

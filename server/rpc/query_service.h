@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/rpc/access.h"
 #include "server/rpc/recording_loader.h"
 #include "src/core/device_filter.h"
 #include "src/core/peak.h"
@@ -14,8 +15,8 @@ namespace tidemark::server {
 // so queries run beside the writer under WAL).
 class QueryService final : public v1::Query::Service {
  public:
-  QueryService(std::string dbPath, StoreWriter& writer, LiveAgents& agents)
-      : m_dbPath(dbPath), m_loader(std::move(dbPath), writer, agents) {}
+  QueryService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access)
+      : m_dbPath(dbPath), m_loader(std::move(dbPath), writer, agents), m_access(access) {}
 
   grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
                             v1::ListSessionsResponse* response) override;
@@ -52,6 +53,7 @@ class QueryService final : public v1::Query::Service {
 
   std::string m_dbPath;
   RecordingLoader m_loader;  // live sessions include their blocks not freed yet
+  const Access& m_access;
 };
 
 }  // namespace tidemark::server

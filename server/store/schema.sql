@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS session (
   block_count INTEGER NOT NULL DEFAULT 0,  -- allocation rows of the session
   first_block_id INTEGER,               -- allocation.id range holding the session's blocks
   last_block_id INTEGER,
-  analyzed INTEGER NOT NULL DEFAULT 0   -- 1 once the analysis tables below hold its results
+  analyzed INTEGER NOT NULL DEFAULT 0,  -- 1 once the analysis tables below hold its results
+  owner_uid INTEGER                     -- the agent's uid (NULL: stored before version 2, the
+                                        -- store owner's)
 );
 
 -- Interned names (module paths, tensor names), per session.

@@ -57,7 +57,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
       "events_sent, events_dropped, live_blocks_at_end, "
       "block_count, "
-      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed "
+      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed, owner_uid "
       "FROM session s " +
       where + " ORDER BY id LIMIT " + std::to_string(limit));
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
@@ -84,6 +84,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     r.blocks = st.columnInt(16);
     r.steps = st.columnInt(17);
     r.analyzed = st.columnInt(18) != 0;
+    if (!st.columnNull(19)) r.header.ownerUid = st.columnInt(19);
     out.push_back(std::move(r));
   }
   Statement stats = db.prepare(
@@ -119,10 +120,21 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path) {
   Statement version = store->m_db.prepare("SELECT value FROM meta WHERE key = 'schema_version'");
   if (version.step()) {
     const int found = std::stoi(version.columnText(0));
+    version = Statement();
     if (found > kSchemaVersion) {
       return absl::FailedPreconditionError(path + " has schema version " + std::to_string(found) +
                                            ", newer than this tidemarkd's " +
                                            std::to_string(kSchemaVersion));
+    }
+    if (found < 2) {
+      // 2: sessions record their owner; older ones are the store owner's (left NULL).
+      if (auto s =
+              store->m_db.exec("BEGIN IMMEDIATE; ALTER TABLE session ADD COLUMN owner_uid INTEGER; "
+                               "UPDATE meta SET value = '2' WHERE key = 'schema_version'; COMMIT;");
+          !s.ok()) {
+        return absl::FailedPreconditionError("cannot migrate " + path +
+                                             " to schema version 2: " + std::string(s.message()));
+      }
     }
   } else {
     if (auto s = store->m_db.exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
@@ -138,7 +150,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path) {
 absl::Status Store::prepareStatements() {
   m_insertSession = m_db.prepare(
       "INSERT INTO session(name, pid, hostname, command_line, protocol_version, agent_version, "
-      "start_ts_ns, start_wall_ns, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)");
+      "start_ts_ns, start_wall_ns, state, owner_uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, "
+      "?9)");
   m_insertString =
       m_db.prepare("INSERT OR REPLACE INTO string(session_id, iid, value) VALUES (?1, ?2, ?3)");
   m_insertBlock = m_db.prepare(
@@ -185,6 +198,11 @@ absl::StatusOr<int64_t> Store::createSession(const SessionHeader& h) {
   m_insertSession.bind(1, h.name).bind(2, h.pid).bind(3, h.hostname).bind(4, h.commandLine);
   m_insertSession.bind(5, h.protocolVersion).bind(6, h.agentVersion).bind(7, h.startTsNs);
   m_insertSession.bind(8, h.startWallNs);
+  if (h.ownerUid) {
+    m_insertSession.bind(9, *h.ownerUid);
+  } else {
+    m_insertSession.bindNull(9);
+  }
   if (auto s = m_insertSession.run(); !s.ok()) return s;
   return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
 }
@@ -723,8 +741,26 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
 }
 
 absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string& path,
-                                                               int64_t afterId, int64_t limit) {
-  return readSessions(path, "WHERE id > ?1", afterId, limit);
+                                                               int64_t afterId, int64_t limit,
+                                                               std::optional<int64_t> owner,
+                                                               int64_t storeOwner) {
+  if (!owner) return readSessions(path, "WHERE id > ?1", afterId, limit);
+  const std::string uid = std::to_string(*owner);
+  return readSessions(path,
+                      "WHERE id > ?1 AND (owner_uid = " + uid +
+                          (*owner == storeOwner ? " OR owner_uid IS NULL)" : ")"),
+                      afterId, limit);
+}
+
+absl::StatusOr<std::optional<int64_t>> Store::sessionOwner(const std::string& path, int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare("SELECT owner_uid FROM session WHERE id = ?1");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  st.bind(1, id);
+  if (!st.step()) return absl::NotFoundError("no session " + std::to_string(id));
+  if (st.columnNull(0)) return std::optional<int64_t>();
+  return std::optional<int64_t>(st.columnInt(0));
 }
 
 absl::StatusOr<SessionRecord> Store::getSession(const std::string& path, int64_t id) {

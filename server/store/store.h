@@ -14,7 +14,7 @@
 
 namespace tidemark::server {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;  // 2: session.owner_uid
 
 struct SessionHeader {
   std::string name;
@@ -25,6 +25,7 @@ struct SessionHeader {
   std::string agentVersion;
   int64_t startTsNs = 0;
   int64_t startWallNs = 0;
+  std::optional<int64_t> ownerUid;  // the agent's uid; none for sessions stored before owners
 };
 
 struct BlockRow {
@@ -189,9 +190,12 @@ class Store {
 
   // Reader side (a fresh read-only connection per call).
   // Sessions with an id over afterId, in id order, at most limit of them.
-  static absl::StatusOr<std::vector<SessionRecord>> listSessions(const std::string& path,
-                                                                 int64_t afterId = 0,
-                                                                 int64_t limit = -1);
+  // The uid a session belongs to (nullopt inside: stored without one); NOT_FOUND if none.
+  static absl::StatusOr<std::optional<int64_t>> sessionOwner(const std::string& path, int64_t id);
+  // With owner: only that uid's sessions (and, when it is storeOwner, those stored without one).
+  static absl::StatusOr<std::vector<SessionRecord>> listSessions(
+      const std::string& path, int64_t afterId = 0, int64_t limit = -1,
+      std::optional<int64_t> owner = std::nullopt, int64_t storeOwner = -1);
   // Sessions still live (a daemon stopped or died while their agents streamed).
   static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
   // A live session's last checkpoint, or nullopt when none was committed yet.

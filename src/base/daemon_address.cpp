@@ -1,0 +1,88 @@
+#include "src/base/daemon_address.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "src/base/socket_owner.h"
+
+namespace tidemark::base {
+
+std::string defaultUnixSocket() {
+  const char* run = std::getenv("XDG_RUNTIME_DIR");
+  if (run != nullptr && *run != '\0') return std::string(run) + "/tidemark/tidemarkd.sock";
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr && *home != '\0' ? home : ".") +
+         "/.cache/tidemark/tidemarkd.sock";
+}
+
+std::string defaultDaemonAddress() { return "unix:" + defaultUnixSocket(); }
+
+namespace {
+std::string ownerText(uid_t uid) {
+  return "uid " + std::to_string(uid) + ", not this user (uid " + std::to_string(::geteuid()) +
+         ") or root";
+}
+}  // namespace
+
+std::string untrustedDaemon(const std::string& target) {
+  const uid_t self = ::geteuid();
+  if (target.rfind("unix:", 0) == 0) {
+    std::string path = target.substr(5);
+    if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) return "";
+      return "cannot reach " + path + ": " + std::strerror(errno);
+    }
+    if (!S_ISSOCK(st.st_mode)) return path + " is not a socket";
+    if (st.st_uid != self && st.st_uid != 0)
+      return "the socket " + path + " belongs to " + ownerText(st.st_uid);
+    return "";
+  }
+  if (target.rfind("unix-abstract:", 0) == 0) return "abstract Unix sockets have no owner to check";
+  std::string hostPort = target;
+  if (hostPort.rfind("dns:", 0) == 0) hostPort = hostPort.substr(4);
+  if (hostPort.rfind("ipv4:", 0) == 0 || hostPort.rfind("ipv6:", 0) == 0) {
+    hostPort = hostPort.substr(5);
+  }
+  const size_t colon = hostPort.rfind(':');
+  if (colon == std::string::npos) return target + ": expected HOST:PORT or unix:PATH";
+  std::string host = hostPort.substr(0, colon);
+  const std::string port = hostPort.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return target + ": the address cannot be resolved";
+  }
+  bool loopback = true;
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    sockaddr_storage a{};
+    std::memcpy(&a, ai->ai_addr, ai->ai_addrlen);
+    loopback = loopback && isLoopback(a);
+  }
+  ::freeaddrinfo(found);
+  if (!loopback) {
+    return target +
+           " is off this host: who runs a daemon there cannot be told (no TLS in this "
+           "version); use a daemon on this host";
+  }
+  const long number = std::strtol(port.c_str(), nullptr, 10);
+  const std::optional<uid_t> owner = tcpListenerOwner(static_cast<uint16_t>(number));
+  if (owner && *owner != self && *owner != 0) {
+    return "port " + port + " is listened on by " + ownerText(*owner);
+  }
+  return "";
+}
+
+}  // namespace tidemark::base

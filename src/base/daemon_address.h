@@ -1,0 +1,21 @@
+#pragma once
+
+#include <string>
+
+namespace tidemark::base {
+
+// Where a user's own tidemarkd listens: $XDG_RUNTIME_DIR/tidemark/tidemarkd.sock, or
+// ~/.cache/tidemark/tidemarkd.sock where there is no runtime directory.
+std::string defaultUnixSocket();
+// The same as a gRPC target: "unix:" and the path. What the agent, the CLI and the GUI use when
+// neither --server nor TIDEMARK_SERVER says otherwise.
+std::string defaultDaemonAddress();
+
+// Empty when the daemon at target (a gRPC target: "unix:PATH" or "HOST:PORT") runs as this
+// user or as root; otherwise why it may not be sent anything: a socket or port of another user,
+// a path that is not a socket, or an address off this host (who runs a daemon there cannot be
+// told without TLS, which this version does not have). A daemon not running at all is trusted
+// (there is nothing to send to; a later check catches whoever takes its place).
+std::string untrustedDaemon(const std::string& target);
+
+}  // namespace tidemark::base
