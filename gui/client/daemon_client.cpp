@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "src/advisor/plan_json.h"
+#include "src/base/daemon_address.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
 #include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
@@ -56,7 +57,15 @@ DaemonClient::DaemonClient(std::string address)
 
 DaemonClient::~DaemonClient() = default;
 
+absl::Status DaemonClient::trusted() const {
+  // Nothing goes to (and nothing is shown from) a daemon not run by this user or root.
+  const std::string why = base::untrustedDaemon(m_address);
+  if (why.empty()) return absl::OkStatus();
+  return absl::PermissionDeniedError("not talking to the daemon at " + m_address + ": " + why);
+}
+
 absl::StatusOr<std::vector<SessionRow>> DaemonClient::sessions() {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   // Every page: a store holds any number of sessions.
   std::vector<v1::SessionInfo> all;
   v1::ListSessionsRequest req;
@@ -85,6 +94,7 @@ absl::StatusOr<std::vector<SessionRow>> DaemonClient::sessions() {
 
 absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fromNs, int64_t toNs,
                                                     int buckets, const std::string& device) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::TimelineRequest req;
@@ -112,6 +122,7 @@ absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fr
 }
 
 absl::StatusOr<Moment> DaemonClient::peak(uint64_t session, const std::string& device) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::PeakRequest req;
@@ -128,6 +139,7 @@ absl::StatusOr<Moment> DaemonClient::peak(uint64_t session, const std::string& d
 }
 
 absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs, const std::string& device) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::BreakdownRequest req;
@@ -141,6 +153,7 @@ absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs, const st
 
 absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,
                                                          const std::string& device) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::StepsRequest req;
@@ -156,6 +169,7 @@ absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,
 
 absl::StatusOr<std::vector<LaneSpan>> DaemonClient::scopes(uint64_t session, int64_t fromNs,
                                                            int64_t toNs, int64_t minNs) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::ScopesRequest req;
@@ -182,6 +196,7 @@ absl::StatusOr<std::vector<LaneSpan>> DaemonClient::scopes(uint64_t session, int
 }
 
 absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::string& budget) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 60);
   v1::PlanRequest req;
@@ -212,6 +227,7 @@ absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::stri
 }
 
 absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 60);
   v1::ParetoRequest req;
@@ -227,6 +243,7 @@ absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session) {
 }
 
 absl::StatusOr<std::vector<PlanOutcome>> DaemonClient::planCheck(uint64_t session) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 60);
   v1::PlanCheckRequest req;
@@ -252,6 +269,7 @@ absl::StatusOr<std::vector<PlanOutcome>> DaemonClient::planCheck(uint64_t sessio
 }
 
 absl::StatusOr<uint64_t> DaemonClient::apply(uint64_t session, const std::string& planJson) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 30);
   v1::ApplyPlanRequest req;

@@ -100,6 +100,8 @@ class DaemonClient {
   absl::StatusOr<std::vector<PlanOutcome>> planCheck(uint64_t session);
 
  private:
+  // PERMISSION_DENIED when the daemon at the address is not run by this user or root.
+  absl::Status trusted() const;
   struct Stubs;
   std::string m_address;
   std::unique_ptr<Stubs> m_stubs;

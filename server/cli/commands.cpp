@@ -46,7 +46,8 @@ void printSessionJson(const v1::SessionInfo& s, std::string& out) {
          ", \"blocks\": " + std::to_string(s.blocks()) +
          ", \"live_blocks_at_end\": " + std::to_string(s.live_blocks_at_end()) +
          ", \"steps\": " + std::to_string(s.steps()) +
-         ", \"analyzed\": " + (s.analyzed() ? "true" : "false") + ", \"stats\": {";
+         ", \"analyzed\": " + (s.analyzed() ? "true" : "false") +
+         ", \"owner_uid\": " + std::to_string(s.owner_uid()) + ", \"stats\": {";
   for (int i = 0; i < s.stats_size(); ++i) {
     const v1::Stat& st = s.stats(i);
     if (i) out += ", ";

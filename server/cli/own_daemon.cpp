@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,12 @@ pid_t spawn(const std::string& daemon, const std::string& log) {
     ::dup2(null, 0);
     ::dup2(null, 1);
     ::dup2(err >= 0 ? err : null, 2);
+    // Never the agent in the daemon (a `tidemark` run inside a recorded job has it preloaded).
+    if (const char* preload = std::getenv("LD_PRELOAD");
+        preload != nullptr && std::strstr(preload, "libtidemark_agent") != nullptr) {
+      ::unsetenv("LD_PRELOAD");
+    }
+    ::unsetenv("CUDA_INJECTION64_PATH");
     ::execl(daemon.c_str(), "tidemarkd", static_cast<char*>(nullptr));
     _exit(127);
   }

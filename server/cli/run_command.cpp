@@ -91,10 +91,11 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitError;
   }
   const std::string python = findPythonDir();
-  prependEnv("LD_PRELOAD", agent, ':');
-  // The user's own daemon is started if none runs; the job runs either way (without a daemon
-  // the agent spools what it recorded).
+  // The user's own daemon is started if none runs (before the agent goes into this process's
+  // environment: the daemon must not load it); the job runs either way (without a daemon the
+  // agent spools what it recorded).
   ensureOwnDaemon(g.server);
+  prependEnv("LD_PRELOAD", agent, ':');
   setenv("TIDEMARK_SERVER", g.server.c_str(), 1);
   setenv("TIDEMARK_AGENT", agent.c_str(), 1);
   // CUDA's injection: the driver calls the agent's InitializeInjection when the job initializes

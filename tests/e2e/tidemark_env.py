@@ -1,7 +1,9 @@
 """Shared helpers for the end-to-end tests: start a real tidemarkd on a free loopback port with its
 own SQLite file, run the real CLI, and read the store directly for ground-truth joins."""
+import atexit
 import json
 import os
+import signal
 import shutil
 import sqlite3
 import subprocess
@@ -13,6 +15,36 @@ import unittest
 BIN = os.environ.get("TIDEMARK_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SOURCE = os.environ.get("TIDEMARK_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, with Debian's torch
+
+# Nothing the tests run writes into the user's own directories: a daemon started on demand, its
+# store and the agent's spool files go under this run's directory, removed (and such a daemon
+# stopped) at exit.
+PRIVATE_DIRS = tempfile.mkdtemp(prefix="tidemark-e2e-xdg-")
+for _var in ("XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+    os.environ[_var] = os.path.join(PRIVATE_DIRS, _var.lower())
+
+
+def stop_daemon_of_store(db):
+    """Stops the tidemarkd holding the store db (its pid is in the store's lock file)."""
+    try:
+        with open(db + ".lock") as f:
+            pid = int(f.read().split()[0])
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError, IndexError):
+        return
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
+@atexit.register
+def _remove_private_dirs():
+    stop_daemon_of_store(os.path.join(os.environ["XDG_DATA_HOME"], "tidemark", "tidemark.db"))
+    shutil.rmtree(PRIVATE_DIRS, ignore_errors=True)
 
 
 class Daemon:

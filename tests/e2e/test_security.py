@@ -1,0 +1,279 @@
+"""Only a job's owner sees and steers it (docs/security.md), tried as root with a second uid
+(65534) made by setpriv: the per-user daemon started on demand with private files; another uid
+can neither list, read, plan nor apply on a root job, each refusal exit code 5 with the owner
+named and logged, while the job finishes with its own losses; a job sends nothing to a daemon of
+another uid (its events spooled, uploaded later to the user's own); the spool never goes through
+a planted link or file."""
+import json
+import os
+import re
+import shutil
+import sqlite3
+import stat
+import subprocess
+import tempfile
+import time
+import unittest
+
+from tidemark_env import BIN, Daemon, DaemonTestCase, PYTHON, stop_daemon_of_store
+
+NOBODY = 65534
+AS_NOBODY = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
+TIDEMARK = os.path.join(BIN, "tidemark")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_target_train.py")
+ARGS = ("--steps", "40", "--sleep", "0.15")
+ALLOC_JOB = [PYTHON, "-c", "import torch; xs = [torch.ones(1 << 16) for _ in range(20)]; print('ok')"]
+
+
+def losses(text):
+    return re.findall(r"^step \d+ loss (\S+)$", text, re.M)
+
+
+def mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def nobody_dir():
+    """A directory the second uid owns (mode 0700), for its HOME and files."""
+    d = tempfile.mkdtemp(prefix="tidemark-nobody-")
+    os.chown(d, NOBODY, NOBODY)
+    os.chmod(d, 0o700)
+    return d
+
+
+def home_env(home):
+    """The environment of a user whose HOME is home and who has no XDG directories set."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("XDG_") and k != "TIDEMARK_SERVER"}
+    env["HOME"] = home
+    return env
+
+
+class PerUserDaemonTest(unittest.TestCase):
+    def test_commands_start_the_users_own_daemon_and_keep_its_files_private(self):
+        home = tempfile.mkdtemp(prefix="tidemark-home-")
+        env = home_env(home)
+        db = os.path.join(home, ".local", "share", "tidemark", "tidemark.db")
+        try:
+            r = subprocess.run([TIDEMARK, "run", "--", *ALLOC_JOB], capture_output=True,
+                               text=True, timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("started your tidemarkd", r.stderr)
+            r = subprocess.run([TIDEMARK, "sessions", "--json"], capture_output=True, text=True,
+                               timeout=60, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("started", r.stderr, "the running daemon is used, not a second one")
+            sessions = json.loads(r.stdout)["sessions"]
+            self.assertEqual(len(sessions), 1)
+            self.assertEqual(sessions[0]["owner_uid"], os.geteuid())
+            self.assertGreater(sessions[0]["events_stored"], 0)
+            sock = os.path.join(home, ".cache", "tidemark", "tidemarkd.sock")
+            self.assertTrue(stat.S_ISSOCK(os.lstat(sock).st_mode))
+            self.assertEqual(mode(sock), 0o600)
+            self.assertEqual(mode(os.path.dirname(sock)), 0o700)
+            self.assertEqual(mode(os.path.dirname(db)), 0o700)
+            for f in os.listdir(os.path.dirname(db)):  # the store, its journal, its lock
+                self.assertEqual(mode(os.path.join(os.path.dirname(db), f)) & 0o077, 0, f)
+            # Another uid cannot even reach the socket.
+            r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", "unix:" + sock, "sessions"],
+                               capture_output=True, text=True, timeout=60, env=home_env("/"))
+            self.assertEqual(r.returncode, 5, r.stderr)
+            self.assertIn("Permission denied", r.stderr)
+        finally:
+            stop_daemon_of_store(db)
+            shutil.rmtree(home, ignore_errors=True)
+
+    def test_a_socket_directory_that_is_not_private_is_refused(self):
+        d = tempfile.mkdtemp(prefix="tidemark-sockdir-")
+        try:
+            for owner, perm, why in [(0, 0o755, "can be entered by other users (mode 0755)"),
+                                     (NOBODY, 0o700, "belongs to uid %d" % NOBODY)]:
+                run_dir = os.path.join(d, "run%d" % owner)
+                os.mkdir(run_dir)
+                os.chown(run_dir, owner, owner)
+                os.chmod(run_dir, perm)
+                r = subprocess.run([os.path.join(BIN, "tidemarkd"), "--unix",
+                                    os.path.join(run_dir, "d.sock"), "--db",
+                                    os.path.join(d, "s%d.db" % owner)],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(why, r.stderr)
+                self.assertEqual(os.listdir(run_dir), [], "nothing made in it")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_listening_off_this_host_is_refused(self):
+        d = tempfile.mkdtemp(prefix="tidemark-listen-")
+        try:
+            r = subprocess.run([os.path.join(BIN, "tidemarkd"), "--no-unix", "--listen",
+                                "0.0.0.0:0", "--db", os.path.join(d, "s.db")],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("can be reached from other machines", r.stderr)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class AnotherUserTest(DaemonTestCase):
+    """A daemon shared on this host (loopback TCP): each uid sees its own sessions only."""
+
+    def nobody(self, *args, home):
+        return subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, *args],
+                              capture_output=True, text=True, timeout=300, env=home_env(home))
+
+    def test_another_uid_can_neither_read_nor_steer_a_running_job(self):
+        plain = subprocess.run([PYTHON, SCRIPT, *ARGS], capture_output=True, text=True,
+                               timeout=300)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        home = nobody_dir()
+        plan = os.path.join(home, "plan.json")
+        with open(plan, "w") as f:
+            json.dump({"format": "tidemark-plan", "version": 1, "strategy": "optimal",
+                       "budget_bytes": 1, "feasible": True,
+                       "predicted": {"peak_bytes": 1, "extra_ns": 0, "step_ns": 0,
+                                     "overhead": 0, "peak_at": {"phase": "forward"}},
+                       "baseline": {"peak_bytes": 1, "step_ns": 0}, "lower_bound_extra_ns": 0,
+                       "min_feasible_budget_bytes": 1,
+                       "chain": {"name": "x", "stages": 1, "static_bytes": 0},
+                       "segments": [{"mode": "recompute", "modules": ["Net.blocks.0"]}]}, f)
+        os.chown(plan, NOBODY, NOBODY)
+        job = subprocess.Popen([TIDEMARK, "--server", self.daemon.address, "run", "--", PYTHON,
+                                SCRIPT, *ARGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            sid = self.wait_live(2)
+            s = str(sid)
+            r = self.nobody("sessions", "--json", home=home)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["sessions"], [], "root's job is not listed")
+            for args in [("breakdown", s), ("peak", s), ("timeline", s), ("steps", s),
+                         ("ops", s), ("diff", s, s), ("export", s, "-o",
+                                                       os.path.join(home, "t.json")),
+                         ("chain", s), ("pareto", s), ("plan", s, "--budget", "50%"),
+                         ("plan-check", s), ("apply", s, plan, "--no-wait")]:
+                r = self.nobody(*args, home=home)
+                self.assertEqual(r.returncode, 5, "%s: %s%s" % (args[0], r.stdout, r.stderr))
+                self.assertIn("refused (permission denied)", r.stderr, args[0])
+                self.assertIn("session %d belongs to uid 0, not to uid %d" % (sid, NOBODY),
+                              r.stderr, args[0])
+            self.assertFalse(os.path.exists(os.path.join(home, "t.json")))
+            # Its own job on the same daemon is its own to see.
+            r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, "run",
+                                            "--", *ALLOC_JOB], capture_output=True, text=True,
+                               timeout=300, env=home_env(home))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            mine = json.loads(self.nobody("sessions", "--json", home=home).stdout)["sessions"]
+            self.assertEqual([x["owner_uid"] for x in mine], [NOBODY])
+            self.assertEqual(self.nobody("breakdown", str(mine[0]["id"]), home=home).returncode,
+                             0)
+            out, err = job.communicate(timeout=300)
+        finally:
+            if job.poll() is None:
+                job.kill()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertEqual(losses(out), losses(plain.stdout), "the job trained as if alone")
+        # Root sees both; the owner reads its own; nothing was applied.
+        owners = sorted(x["owner_uid"] for x in self.daemon.cli_json("sessions")["sessions"])
+        self.assertEqual(owners, [0, NOBODY])
+        self.assertEqual(self.daemon.cli("breakdown", s).returncode, 0)
+        self.assertEqual(self.daemon.cli_json("plan-check", s)["plans"], [])
+        self.assertIn("refused (127.0.0.1:", self.daemon.read_log())
+
+    def wait_live(self, steps, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            live = [x for x in self.daemon.cli_json("sessions")["sessions"]
+                    if x["state"] == "live" and x["steps"] >= steps]
+            if live:
+                return live[-1]["id"]
+            time.sleep(0.1)
+        raise AssertionError("no live session reached %d steps" % steps)
+
+
+class AnotherUsersDaemonTest(unittest.TestCase):
+    def test_a_job_sends_nothing_to_a_daemon_of_another_uid(self):
+        rogue = nobody_dir()
+        port_file = os.path.join(rogue, "port")
+        proc = subprocess.Popen(AS_NOBODY + [os.path.join(BIN, "tidemarkd"), "--listen",
+                                             "127.0.0.1:0", "--port-file", port_file, "--unix",
+                                             os.path.join(rogue, "run", "d.sock"), "--db",
+                                             os.path.join(rogue, "s.db")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=home_env(rogue))
+        spool = tempfile.mkdtemp(prefix="tidemark-spool-")
+        own = None
+        try:
+            deadline = time.time() + 30
+            while not os.path.exists(port_file) and time.time() < deadline:
+                time.sleep(0.05)
+            with open(port_file) as f:
+                address = "127.0.0.1:" + f.read().strip()
+            r = subprocess.run([TIDEMARK, "--server", address, "run", "--", *ALLOC_JOB],
+                               capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, TIDEMARK_SPOOL_DIR=spool))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("not sending anything to the daemon at %s: port" % address, r.stderr)
+            self.assertIn("listened on by uid %d" % NOBODY, r.stderr)
+            con = sqlite3.connect("file:%s?mode=ro" % os.path.join(rogue, "s.db"), uri=True)
+            self.assertEqual(con.execute("SELECT COUNT(*) FROM session").fetchone()[0], 0)
+            con.close()
+            for target in (address, "unix:" + os.path.join(rogue, "run", "d.sock")):
+                r = subprocess.run([TIDEMARK, "--server", target, "sessions"],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 5, r.stderr)
+                self.assertIn("not talking to the daemon", r.stderr)
+            # What it recorded waits in the spool for the user's own daemon.
+            files = os.listdir(spool)
+            self.assertEqual(len(files), 1)
+            self.assertEqual(mode(os.path.join(spool, files[0])), 0o600)
+            own = Daemon()
+            up = own.cli("upload", os.path.join(spool, files[0]), "--json")
+            self.assertEqual(up.returncode, 0, up.stderr)
+            stored = own.cli_json("sessions")["sessions"]
+            self.assertEqual(len(stored), 1)
+            self.assertGreater(stored[0]["events_stored"], 0)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            if own:
+                own.cleanup()
+            shutil.rmtree(rogue, ignore_errors=True)
+            shutil.rmtree(spool, ignore_errors=True)
+
+
+class SpoolDirectoryTest(unittest.TestCase):
+    def test_the_default_spool_is_private_and_never_goes_through_a_plant(self):
+        home = tempfile.mkdtemp(prefix="tidemark-home-")
+        env = home_env(home)
+        env["TIDEMARK_SERVER"] = "127.0.0.1:1"  # nobody answers: the run is spooled
+        spool = os.path.join(home, ".local", "state", "tidemark", "spool")
+        elsewhere = tempfile.mkdtemp(prefix="tidemark-elsewhere-")
+        try:
+            r = subprocess.run([TIDEMARK, "run", "--", *ALLOC_JOB], capture_output=True,
+                               text=True, timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(mode(spool), 0o700)
+            files = os.listdir(spool)
+            self.assertEqual(len(files), 1, r.stderr)
+            self.assertEqual(mode(os.path.join(spool, files[0])), 0o600)
+            self.assertIn(os.path.join(spool, files[0]), r.stderr)
+            shutil.rmtree(spool)
+            for plant in ("link", "file"):
+                if plant == "link":
+                    os.symlink(elsewhere, spool)
+                else:
+                    open(spool, "w").close()
+                r = subprocess.run([TIDEMARK, "run", "--", *ALLOC_JOB], capture_output=True,
+                                   text=True, timeout=300, env=env)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("ok", r.stdout)
+                self.assertIn("could not be spooled (%s is not a directory)" % spool, r.stderr)
+                self.assertEqual(os.listdir(elsewhere), [], plant)
+                os.unlink(spool)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
