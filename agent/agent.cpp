@@ -75,6 +75,7 @@ Agent* g_agent = nullptr;
 AgentConfig AgentConfig::fromEnvironment() {
   AgentConfig c;
   c.server = envOr("TIDEMARK_SERVER", base::defaultDaemonAddress().c_str());
+  c.token = base::readToken(envOr("TIDEMARK_TOKEN", ""), envOr("TIDEMARK_TOKEN_FILE", ""));
   c.sessionName = envOr("TIDEMARK_SESSION_NAME", "");
   c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", base::defaultSpoolDirectory().c_str());
   c.spoolCapBytes = envNumber("TIDEMARK_SPOOL_MAX_BYTES", c.spoolCapBytes);
@@ -175,6 +176,7 @@ bool Agent::start() {
   RecursionGuard guard;
   TransportConfig tc;
   tc.server = m_config.server;
+  tc.token = m_config.token;
   tc.flushIntervalMs = m_config.flushIntervalMs;
   tc.spoolCapBytes = m_config.spoolCapBytes;
   tc.bufferDir = m_config.spoolDir;

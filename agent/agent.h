@@ -14,6 +14,7 @@ namespace tidemark::agent {
 // What the agent reads from its environment (set by `tidemark run`).
 struct AgentConfig {
   std::string server;  // TIDEMARK_SERVER, else the user's own daemon (base::defaultDaemonAddress)
+  std::string token;   // TIDEMARK_TOKEN, or the contents of TIDEMARK_TOKEN_FILE (docs/security.md)
   std::string sessionName;                // TIDEMARK_SESSION_NAME
   std::string spoolDir;                   // TIDEMARK_SPOOL_DIR (default $XDG_RUNTIME_DIR or /tmp)
   uint64_t spoolCapBytes = 256ull << 20;  // TIDEMARK_SPOOL_MAX_BYTES

@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config git clang-format clang libclang-rt-14-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libssl-dev openssl
   libsqlite3-dev sqlite3 nlohmann-json3-dev zlib1g-dev
   qt6-base-dev libgl-dev
   libgtest-dev

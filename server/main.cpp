@@ -28,6 +28,8 @@ options:
   --listen ADDR     also listen on TCP (none by default): a loopback address only, e.g.
                     127.0.0.1:7531 (port 0 picks a free one); callers are told apart by uid
   --allow-group G   members of group G (a name or gid) see and steer every user's sessions
+  --require-token   every call must present a token (TIDEMARK_TOKEN; made by this daemon's
+                    user or root with `tidemark token create`), even from this host
   --db PATH         the SQLite store (default $XDG_DATA_HOME/tidemark/tidemark.db)
   --port-file FILE  write the TCP port to FILE once listening (for scripts and tests)
   --resume-grace S  how long a session whose stream broke waits for its agent to resume it
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
       } else {
         return usageError(std::string("--allow-group: no group '") + v + "'");
       }
+    } else if (arg == "--require-token") {
+      options.requireToken = true;
     } else if (arg == "--nice") {
       const char* v = value("--nice");
       char* end = nullptr;

@@ -57,10 +57,14 @@ absl::Status Server::start() {
   if (!m_options.unixSocket.empty()) {
     if (auto s = m_listeners.listenUnix(m_options.unixSocket); !s.ok()) return s;
   }
-  m_access = std::make_unique<Access>(m_peers, m_options.dbPath, ::geteuid(), m_options.allowGroup);
   auto store = Store::open(m_options.dbPath);
   if (!store.ok()) return store.status();
   m_writer = std::make_unique<StoreWriter>(std::move(*store));
+  m_tokens = std::make_unique<TokenBook>(*m_writer, m_options.dbPath);
+  if (auto s = m_tokens->load(); !s.ok()) return s;
+  m_access = std::make_unique<Access>(m_peers, *m_tokens, m_options.dbPath, ::geteuid(),
+                                      m_options.allowGroup, m_options.requireToken);
+  m_admin = std::make_unique<AdminService>(*m_tokens, *m_access);
   m_analysis = std::make_unique<AnalysisRunner>(*m_writer);
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
@@ -80,6 +84,7 @@ absl::Status Server::start() {
   builder.RegisterService(m_query.get());
   builder.RegisterService(m_advisor.get());
   builder.RegisterService(m_control.get());
+  builder.RegisterService(m_admin.get());
   m_server = builder.BuildAndStart();
   if (!m_server) return absl::InternalError("the gRPC server did not start");
   m_listeners.start(m_server.get(), &m_peers);

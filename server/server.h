@@ -13,6 +13,7 @@
 #include "server/net/listeners.h"
 #include "server/net/peer_registry.h"
 #include "server/rpc/access.h"
+#include "server/rpc/admin_service.h"
 #include "server/rpc/advisor_service.h"
 #include "server/rpc/control_service.h"
 #include "server/rpc/ingest_service.h"
@@ -27,6 +28,9 @@ struct ServerOptions {
   std::string unixSocket;  // "" for none
   // Members of this group see and steer every user's sessions, as root does (--allow-group).
   std::optional<gid_t> allowGroup;
+  // Every call must present a token (tidemarkd --require-token), but token management by the
+  // daemon's own user or root.
+  bool requireToken = false;
   std::string dbPath;
   // How long a session whose stream broke waits for its agent to resume it (tidemarkd
   // --resume-grace); sooner closed when its process is gone from this host.
@@ -54,7 +58,9 @@ class Server {
   std::unique_ptr<StoreLock> m_storeLock;  // held for the daemon's life (one daemon per store)
   PeerRegistry m_peers;
   Listeners m_listeners;
+  std::unique_ptr<TokenBook> m_tokens;
   std::unique_ptr<Access> m_access;
+  std::unique_ptr<AdminService> m_admin;
   std::unique_ptr<StoreWriter> m_writer;
   std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;

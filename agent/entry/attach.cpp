@@ -183,6 +183,7 @@ void* attachThread(void*) {
   const std::string config(g_config);
   AgentConfig c = AgentConfig::fromEnvironment();
   if (std::string v = configValue(config, "server"); !v.empty()) c.server = v;
+  if (std::string v = configValue(config, "token"); !v.empty()) c.token = v;
   c.sessionName = configValue(config, "name");
   c.quiet = configValue(config, "quiet") == "1";
   Agent& agent = Agent::instance();

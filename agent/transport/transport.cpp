@@ -9,6 +9,7 @@
 
 #include "agent/recorder/seq_order.h"
 #include "agent/transport/batch_encoder.h"
+#include "client/channel.h"
 #include "src/base/clock.h"
 #include "src/base/daemon_address.h"
 
@@ -350,7 +351,7 @@ void Transport::scheduleReconnect() {
 
 bool Transport::tryConnect() {
   if (!m_channel) {
-    m_channel = grpc::CreateChannel(m_config.server, grpc::InsecureChannelCredentials());
+    m_channel = client::makeChannel({m_config.server, m_config.token});
   }
   if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(200))) {

@@ -21,7 +21,8 @@
 namespace tidemark::agent {
 
 struct TransportConfig {
-  std::string server;             // gRPC target, e.g. "127.0.0.1:7531" or "unix:/path"
+  std::string server;             // gRPC target, e.g. "unix:/path" or "127.0.0.1:7531"
+  std::string token;              // presented on the stream when not empty
   int flushIntervalMs = 20;       // how often the drain thread empties the rings
   int ringWaitDeadlineMs = 2000;  // for the degraded-mode message (the recorder enforces it)
   int ackTimeoutMs = 10000;       // a daemon that acknowledges nothing for this long is hung

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 
+#include "client/channel.h"
 #include "src/advisor/plan_json.h"
 #include "src/base/daemon_address.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
@@ -49,7 +51,10 @@ Moment fromBreakdown(const v1::Breakdown& b) {
 
 DaemonClient::DaemonClient(std::string address)
     : m_address(std::move(address)), m_stubs(std::make_unique<Stubs>()) {
-  m_stubs->channel = grpc::CreateChannel(m_address, grpc::InsecureChannelCredentials());
+  const char* token = std::getenv("TIDEMARK_TOKEN");
+  const char* tokenFile = std::getenv("TIDEMARK_TOKEN_FILE");
+  m_stubs->channel = client::makeChannel(
+      {m_address, base::readToken(token ? token : "", tokenFile ? tokenFile : "")});
   m_stubs->query = v1::Query::NewStub(m_stubs->channel);
   m_stubs->advisor = v1::Advisor::NewStub(m_stubs->channel);
   m_stubs->control = v1::Control::NewStub(m_stubs->channel);

@@ -160,6 +160,7 @@ int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   o.agentPath = a.agent;
   o.pythonDir = a.adapter ? findPythonDir() : "";
   o.server = g.server;
+  o.token = g.token;
   o.sessionName = a.name;
   o.adapter = a.adapter;
   o.timeoutMs = a.timeoutS * 1000;

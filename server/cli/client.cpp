@@ -1,6 +1,7 @@
 // What every client command shares: the channel, deadlines, error reporting, argument parsing.
 #include "server/cli/client.h"
 
+#include "client/channel.h"
 #include "server/cli/own_daemon.h"
 #include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
@@ -23,7 +24,7 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode)
     *exitCode = kExitUnreachable;
     return nullptr;
   }
-  return grpc::CreateChannel(g.server, grpc::InsecureChannelCredentials());
+  return client::makeChannel({g.server, g.token});
 }
 
 // Prints a failed call's status; UNAVAILABLE means nobody answered at the address.

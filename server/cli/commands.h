@@ -18,6 +18,7 @@ inline constexpr int kExitRefused = 5;
 struct GlobalOptions {
   std::string server;  // --server, else $TIDEMARK_SERVER, else base::defaultDaemonAddress()
   bool json = false;
+  std::string token;   // --token-file, else $TIDEMARK_TOKEN or $TIDEMARK_TOKEN_FILE ("": none)
 };
 
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);
@@ -38,5 +39,6 @@ int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& arg
 int importCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int detachCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int tokenCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 
 }  // namespace tidemark::cli

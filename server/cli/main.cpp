@@ -40,6 +40,7 @@ commands:
                                           least recomputation for every budget (optimal plans)
   apply SESSION PLAN [--no-wait]          apply a plan to the running job at its next step
   plan-check SESSION [--json]             applied plans: predicted against measured
+  token create|list|revoke                the daemon's tokens (its own user or root)
 
 D (--device): all (host and devices, the default), cpu, cuda (every GPU) or cuda:N
 
@@ -48,6 +49,8 @@ options (every command):
                   your own daemon's socket, unix:$XDG_RUNTIME_DIR/tidemark/tidemarkd.sock or
                   unix:~/.cache/tidemark/tidemarkd.sock, started on demand); only a daemon run
                   by you or root is sent anything
+  --token-file F  present the token in file F (default $TIDEMARK_TOKEN, or the file named by
+                  $TIDEMARK_TOKEN_FILE): for a daemon that requires one (docs/security.md)
   --json          machine-readable output
   -h, --help      this help (or: tidemark COMMAND --help)
   --version       print the version
@@ -66,6 +69,9 @@ int main(int argc, char** argv) {
   GlobalOptions g;
   const char* env = std::getenv("TIDEMARK_SERVER");
   g.server = (env != nullptr && *env != '\0') ? env : tidemark::base::defaultDaemonAddress();
+  const char* token = std::getenv("TIDEMARK_TOKEN");
+  const char* tokenFile = std::getenv("TIDEMARK_TOKEN_FILE");
+  g.token = tidemark::base::readToken(token ? token : "", tokenFile ? tokenFile : "");
 
   std::string command;
   std::vector<std::string> args;
@@ -87,6 +93,16 @@ int main(int argc, char** argv) {
       g.server = argv[++i];
     } else if (a.rfind("--server=", 0) == 0) {
       g.server = a.substr(9);
+    } else if (a == "--token-file") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tidemark: --token-file needs a file\n");
+        return kExitUsage;
+      }
+      g.token = tidemark::base::readToken("", argv[++i]);
+      if (g.token.empty()) {
+        std::fprintf(stderr, "tidemark: --token-file %s: no token in it\n", argv[i]);
+        return kExitUsage;
+      }
     } else if (a == "--json") {
       g.json = true;
     } else if (a == "--version") {
@@ -123,6 +139,7 @@ int main(int argc, char** argv) {
   if (command == "import") return importCommand(g, args);
   if (command == "attach") return attachCommand(g, args);
   if (command == "detach") return detachCommand(g, args);
+  if (command == "token") return tokenCommand(g, args);
   std::fprintf(stderr, "tidemark: unknown command '%s' (see tidemark --help)\n", command.c_str());
   return kExitUsage;
 }

@@ -97,6 +97,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   ensureOwnDaemon(g.server);
   prependEnv("LD_PRELOAD", agent, ':');
   setenv("TIDEMARK_SERVER", g.server.c_str(), 1);
+  if (!g.token.empty()) setenv("TIDEMARK_TOKEN", g.token.c_str(), 1);
   setenv("TIDEMARK_AGENT", agent.c_str(), 1);
   // CUDA's injection: the driver calls the agent's InitializeInjection when the job initializes
   // CUDA (GPU capture); a job that never does is not affected. Only an agent built with CUPTI

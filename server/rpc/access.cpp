@@ -7,27 +7,124 @@
 #include <cstdio>
 #include <vector>
 
+#include "server/rpc/grpc_status.h"
 #include "server/store/store.h"
 
 namespace tidemark::server {
 
-Access::Access(const PeerRegistry& peers, std::string dbPath, uid_t storeOwner,
-               std::optional<gid_t> allowGroup)
+namespace {
+
+const char* roleName(v1::TokenRole role) {
+  switch (role) {
+    case v1::TOKEN_ROLE_INGEST:
+      return "ingest";
+    case v1::TOKEN_ROLE_READ:
+      return "read";
+    case v1::TOKEN_ROLE_CONTROL:
+      return "control";
+    default:
+      return "no";
+  }
+}
+
+unsigned rolesOf(v1::TokenRole role) {
+  switch (role) {
+    case v1::TOKEN_ROLE_INGEST:
+      return kIngest;
+    case v1::TOKEN_ROLE_READ:
+      return kRead;
+    case v1::TOKEN_ROLE_CONTROL:
+      return kRead | kControl;
+    default:
+      return 0;
+  }
+}
+
+const char* neededRole(unsigned need) {
+  return (need & kControl) != 0 ? "control" : (need & kRead) != 0 ? "read" : "ingest";
+}
+
+// The secret of an "authorization: Bearer <secret>" header, if the call has one.
+std::optional<std::string> presentedToken(const grpc::ServerContext& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) return std::nullopt;
+  std::string value(it->second.data(), it->second.size());
+  const std::string prefix = "Bearer ";
+  if (value.rfind(prefix, 0) == 0) value = value.substr(prefix.size());
+  return value;
+}
+
+}  // namespace
+
+Access::Access(const PeerRegistry& peers, const TokenBook& tokens, std::string dbPath,
+               uid_t storeOwner, std::optional<gid_t> allowGroup, bool requireToken)
     : m_peers(peers),
+      m_tokens(tokens),
       m_dbPath(std::move(dbPath)),
       m_storeOwner(storeOwner),
-      m_allowGroup(allowGroup) {}
+      m_allowGroup(allowGroup),
+      m_requireToken(requireToken) {}
 
-absl::StatusOr<uid_t> Access::caller(const grpc::ServerContext& ctx, const char* what) const {
+absl::StatusOr<Caller> Access::caller(const grpc::ServerContext& ctx, const char* what,
+                                      unsigned need) const {
+  Caller c;
+  if (const std::optional<std::string> secret = presentedToken(ctx)) {
+    const std::optional<TokenGrant> grant = m_tokens.find(*secret);
+    if (!grant) {
+      return refuse(ctx, absl::UnauthenticatedError(
+                             std::string(what) +
+                             ": the token is not one of this daemon's (revoked, mistyped, or "
+                             "made by another tidemarkd)"));
+    }
+    c.uid = grant->uid;
+    c.roles = rolesOf(grant->role);
+    c.tokenId = grant->id;
+    if ((c.roles & need) != need) {
+      return refuse(ctx, absl::PermissionDeniedError(
+                             std::string(what) + " needs a token with the " + neededRole(need) +
+                             " role; token " + std::to_string(grant->id) + " has the " +
+                             roleName(grant->role) + " role"));
+    }
+    return c;
+  }
+  if (m_requireToken) {
+    return refuse(ctx, absl::UnauthenticatedError(
+                           std::string(what) +
+                           ": this tidemarkd requires a token (set TIDEMARK_TOKEN or pass "
+                           "--token-file; its owner makes them with `tidemark token create`)"));
+  }
   const std::optional<Peer> peer = m_peers.of(ctx);
-  if (peer && peer->uid) return *peer->uid;
-  const std::string why =
-      std::string(what) + ": who is calling cannot be told (" +
-      (peer ? "TCP client " + peer->address + " not found in the kernel's socket table"
-            : "a connection tidemarkd did not accept itself") +
-      "); connect through the Unix socket or a loopback address of this host";
-  logRefusal(ctx, why);
-  return absl::UnauthenticatedError(why);
+  if (!peer || !peer->uid) {
+    return refuse(
+        ctx, absl::UnauthenticatedError(
+                 std::string(what) + ": who is calling cannot be told (" +
+                 (peer ? "TCP client " + peer->address + " not found in the kernel's socket table"
+                       : "a connection tidemarkd did not accept itself") +
+                 "); connect through the Unix socket or a loopback address of this "
+                 "host, or present a token"));
+  }
+  c.uid = *peer->uid;
+  c.roles = kIngest | kRead | kControl;
+  return c;
+}
+
+absl::StatusOr<uid_t> Access::administrator(const grpc::ServerContext& ctx,
+                                            const char* what) const {
+  const std::optional<Peer> peer = m_peers.of(ctx);
+  if (!peer || !peer->uid) {
+    return refuse(ctx, absl::UnauthenticatedError(
+                           std::string(what) +
+                           ": token management is open only to callers on this host (the Unix "
+                           "socket or a loopback address)"));
+  }
+  if (*peer->uid != m_storeOwner && *peer->uid != 0) {
+    return refuse(ctx, absl::PermissionDeniedError(
+                           std::string(what) + ": only the daemon's own user (uid " +
+                           std::to_string(m_storeOwner) + ") or root manage its tokens, not uid " +
+                           std::to_string(*peer->uid)));
+  }
+  return *peer->uid;
 }
 
 bool Access::seesAll(uid_t uid) const {
@@ -66,27 +163,27 @@ std::optional<uid_t> Access::ownerOf(int64_t session) const {
   return uid;
 }
 
-grpc::Status Access::check(const grpc::ServerContext& ctx, int64_t session,
-                           const char* what) const {
-  auto uid = caller(ctx, what);
-  if (!uid.ok()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(uid.status().message()));
-  }
+grpc::Status Access::check(const grpc::ServerContext& ctx, int64_t session, const char* what,
+                           unsigned need) const {
+  auto c = caller(ctx, what, need);
+  if (!c.ok()) return toGrpc(c.status());
   const std::optional<uid_t> owner = ownerOf(session);
-  if (!owner || *owner == *uid || seesAll(*uid)) return grpc::Status::OK;
-  const std::string why = std::string(what) + ": session " + std::to_string(session) +
-                          " belongs to uid " + std::to_string(*owner) + ", not to uid " +
-                          std::to_string(*uid) +
-                          " (its owner, root or a member of tidemarkd's --allow-group may use it)";
-  logRefusal(ctx, why);
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
+  if (!owner || *owner == c->uid || seesAll(c->uid)) return grpc::Status::OK;
+  return toGrpc(refuse(
+      ctx, absl::PermissionDeniedError(
+               std::string(what) + ": session " + std::to_string(session) + " belongs to uid " +
+               std::to_string(*owner) + ", not to uid " + std::to_string(c->uid) +
+               " (its owner, root or a member of tidemarkd's --allow-group may use it)")));
 }
 
-void Access::logRefusal(const grpc::ServerContext& ctx, const std::string& why) const {
+absl::Status Access::refuse(const grpc::ServerContext& ctx, absl::Status why) const {
   const std::optional<Peer> peer = m_peers.of(ctx);
   std::string who = peer ? peer->address : ctx.peer();
   if (peer && peer->pid > 0) who += ", pid " + std::to_string(peer->pid);
-  std::fprintf(stderr, "tidemarkd: refused (%s): %s\n", who.c_str(), why.c_str());
+  if (peer && peer->uid) who += ", uid " + std::to_string(*peer->uid);
+  std::fprintf(stderr, "tidemarkd: refused (%s): %s\n", who.c_str(),
+               std::string(why.message()).c_str());
+  return why;
 }
 
 }  // namespace tidemark::server

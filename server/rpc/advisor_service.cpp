@@ -36,7 +36,7 @@ grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,
                                              const v1::ChainProfileRequest* request,
                                              v1::ChainProfileResponse* response) {
   if (grpc::Status denied = m_access.check(
-          *ctx, static_cast<int64_t>(request->chain().session_id()), "GetChainProfile");
+          *ctx, static_cast<int64_t>(request->chain().session_id()), "GetChainProfile", kRead);
       !denied.ok())
     return denied;
   auto chain = chainFor(request->chain());
@@ -54,7 +54,7 @@ grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,
 grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* request,
                                   v1::PlanResponse* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->chain().session_id()), "Plan");
+          m_access.check(*ctx, static_cast<int64_t>(request->chain().session_id()), "Plan", kRead);
       !denied.ok())
     return denied;
   auto budget = core::parseBudget(request->budget());
@@ -101,8 +101,8 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
 
 grpc::Status AdvisorService::Pareto(grpc::ServerContext* ctx, const v1::ParetoRequest* request,
                                     v1::ParetoResponse* response) {
-  if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->chain().session_id()), "Pareto");
+  if (grpc::Status denied = m_access.check(
+          *ctx, static_cast<int64_t>(request->chain().session_id()), "Pareto", kRead);
       !denied.ok())
     return denied;
   auto chain = chainFor(request->chain());
@@ -158,7 +158,7 @@ grpc::Status AdvisorService::PlanCheck(grpc::ServerContext* ctx,
                                        const v1::PlanCheckRequest* request,
                                        v1::PlanCheckResponse* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "PlanCheck");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "PlanCheck", kRead);
       !denied.ok())
     return denied;
   const auto id = static_cast<int64_t>(request->session_id());

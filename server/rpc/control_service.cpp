@@ -12,7 +12,7 @@ grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
                                        const v1::ApplyPlanRequest* request,
                                        v1::ApplyPlanResponse* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "ApplyPlan");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "ApplyPlan", kControl);
       !denied.ok())
     return denied;
   absl::StatusOr<core::PlanDocument> doc = core::parsePlanDocument(request->plan_json());

@@ -279,7 +279,7 @@ grpc::Status IngestService::Stream(
                         "tidemarkd takes " + std::to_string(kMaxIngestStreams) +
                             " agent streams at once; retry later");
   }
-  const absl::StatusOr<uid_t> owner = m_access.caller(*context, "Ingest");
+  const absl::StatusOr<Caller> owner = m_access.caller(*context, "Ingest", kIngest);
   if (!owner.ok()) return toGrpc(owner.status());
   v1::AgentMessage message;
   if (!stream->Read(&message)) {
@@ -296,7 +296,7 @@ grpc::Status IngestService::Stream(
   std::optional<SessionIngest> ingest;
   if (hello.resume_session_id() != 0) {
     sessionId = static_cast<int64_t>(hello.resume_session_id());
-    if (grpc::Status denied = m_access.check(*context, sessionId, "resuming a session");
+    if (grpc::Status denied = m_access.check(*context, sessionId, "resuming a session", kIngest);
         !denied.ok()) {
       return denied;
     }
@@ -325,7 +325,7 @@ grpc::Status IngestService::Stream(
     header.agentVersion = bounded(hello.agent_version(), kMaxNameBytes);
     header.startTsNs = hello.start_ts_ns();
     header.startWallNs = hello.start_wall_ns();
-    header.ownerUid = *owner;
+    header.ownerUid = owner->uid;
     auto created = std::make_shared<int64_t>(0);
     absl::Status s = m_writer
                          .submit([header, created](Store& store) -> absl::Status {

@@ -48,11 +48,11 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
 grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
                                         const v1::ListSessionsRequest* request,
                                         v1::ListSessionsResponse* response) {
-  auto caller = m_access.caller(*ctx, "ListSessions");
+  auto caller = m_access.caller(*ctx, "ListSessions", kRead);
   if (!caller.ok()) return toGrpc(caller.status());
   // Only the caller's own sessions, unless it may see every one.
   std::optional<int64_t> owner;
-  if (!m_access.seesAll(*caller)) owner = *caller;
+  if (!m_access.seesAll(caller->uid)) owner = caller->uid;
   constexpr uint32_t kDefaultPage = 500;
   constexpr uint32_t kMaxPage = 1000;
   constexpr size_t kMaxPageBytes = 1u << 20;  // well under gRPC's 4 MiB message limit
@@ -80,7 +80,7 @@ grpc::Status QueryService::GetSession(grpc::ServerContext* ctx,
                                       const v1::GetSessionRequest* request,
                                       v1::SessionInfo* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSession");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSession", kRead);
       !denied.ok())
     return denied;
   auto session = Store::getSession(m_dbPath, static_cast<int64_t>(request->session_id()));
@@ -170,7 +170,7 @@ absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
 grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsRequest* request,
                                     v1::Steps* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSteps");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSteps", kRead);
       !denied.ok())
     return denied;
   const auto id = static_cast<int64_t>(request->session_id());
@@ -204,7 +204,7 @@ grpc::Status QueryService::GetBreakdown(grpc::ServerContext* ctx,
                                         const v1::BreakdownRequest* request,
                                         v1::Breakdown* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetBreakdown");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetBreakdown", kRead);
       !denied.ok())
     return denied;
   grpc::Status s = breakdown(request, response);
@@ -268,7 +268,7 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
 grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakRequest* request,
                                    v1::Peak* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetPeak");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetPeak", kRead);
       !denied.ok())
     return denied;
   v1::BreakdownRequest breq;
@@ -300,7 +300,7 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
 grpc::Status QueryService::GetTimeline(grpc::ServerContext* ctx, const v1::TimelineRequest* request,
                                        v1::Timeline* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetTimeline");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetTimeline", kRead);
       !denied.ok())
     return denied;
   const auto id = static_cast<int64_t>(request->session_id());
@@ -371,7 +371,7 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext* ctx, const v1::Timel
 grpc::Status QueryService::Export(grpc::ServerContext* ctx, const v1::ExportRequest* request,
                                   grpc::ServerWriter<v1::ExportChunk>* writer) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "Export");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "Export", kRead);
       !denied.ok())
     return denied;
   if (request->format() != "chrome") {
@@ -399,7 +399,7 @@ grpc::Status QueryService::Export(grpc::ServerContext* ctx, const v1::ExportRequ
 grpc::Status QueryService::GetOps(grpc::ServerContext* ctx, const v1::OpsRequest* request,
                                   v1::Ops* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetOps");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetOps", kRead);
       !denied.ok())
     return denied;
   const auto id = static_cast<int64_t>(request->session_id());
@@ -424,7 +424,7 @@ grpc::Status QueryService::GetOps(grpc::ServerContext* ctx, const v1::OpsRequest
 grpc::Status QueryService::GetScopes(grpc::ServerContext* ctx, const v1::ScopesRequest* request,
                                      v1::Scopes* response) {
   if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetScopes");
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetScopes", kRead);
       !denied.ok())
     return denied;
   const auto id = static_cast<int64_t>(request->session_id());

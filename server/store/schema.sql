@@ -254,3 +254,15 @@ CREATE TABLE IF NOT EXISTS applied_plan (
   from_step INTEGER NOT NULL DEFAULT 0  -- the first step that ran with the plan
 );
 CREATE INDEX IF NOT EXISTS applied_plan_by_session ON applied_plan (session_id, id);
+
+-- Tokens for callers the daemon cannot identify by uid (tidemark token create): only a
+-- SHA-256 hash of each is kept.
+CREATE TABLE IF NOT EXISTS token (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  role INTEGER NOT NULL,                -- tidemark.v1.TokenRole
+  uid INTEGER NOT NULL,                 -- whose sessions it acts on
+  hash BLOB NOT NULL UNIQUE,
+  created_wall_ns INTEGER NOT NULL,
+  revoked INTEGER NOT NULL DEFAULT 0
+);

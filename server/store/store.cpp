@@ -752,6 +752,47 @@ absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string
                       afterId, limit);
 }
 
+absl::StatusOr<int64_t> Store::insertToken(const TokenRow& t) {
+  Statement st = m_db.prepare(
+      "INSERT INTO token(name, role, uid, hash, created_wall_ns) VALUES (?1, ?2, ?3, ?4, ?5)");
+  if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
+  st.bind(1, t.name).bind(2, t.role).bind(3, t.uid).bindBlob(4, t.hash).bind(5, t.createdWallNs);
+  if (auto s = st.run(); !s.ok()) return s;
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+}
+
+absl::Status Store::revokeToken(int64_t id) {
+  Statement st = m_db.prepare("UPDATE token SET revoked = 1 WHERE id = ?1");
+  if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
+  st.bind(1, id);
+  if (auto s = st.run(); !s.ok()) return s;
+  if (sqlite3_changes(m_db.handle()) == 0) {
+    return absl::NotFoundError("no token " + std::to_string(id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TokenRow>> Store::readTokens(const std::string& path) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st =
+      db.prepare("SELECT id, name, role, uid, hash, created_wall_ns, revoked FROM token ORDER BY id");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  std::vector<TokenRow> out;
+  while (st.step()) {
+    TokenRow t;
+    t.id = st.columnInt(0);
+    t.name = st.columnText(1);
+    t.role = static_cast<int>(st.columnInt(2));
+    t.uid = st.columnInt(3);
+    t.hash = std::string(st.columnBlob(4));
+    t.createdWallNs = st.columnInt(5);
+    t.revoked = st.columnInt(6) != 0;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 absl::StatusOr<std::optional<int64_t>> Store::sessionOwner(const std::string& path, int64_t id) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;

@@ -122,6 +122,16 @@ struct SessionEnd {
   std::vector<StatRow> stats;
 };
 
+struct TokenRow {
+  int64_t id = 0;
+  std::string name;
+  int role = 0;  // tidemark.v1.TokenRole
+  int64_t uid = 0;
+  std::string hash;  // SHA-256 of the secret, 32 bytes
+  int64_t createdWallNs = 0;
+  bool revoked = false;
+};
+
 struct SessionRecord {
   int64_t id = 0;
   SessionHeader header;
@@ -170,6 +180,9 @@ class Store {
   absl::Status rollback();
   absl::Status exec(std::string_view sql) { return m_db.exec(sql); }
   absl::StatusOr<int64_t> createSession(const SessionHeader& header);
+  // Tokens (only their hashes): a new one's id; revoking one not there is NOT_FOUND.
+  absl::StatusOr<int64_t> insertToken(const TokenRow& token);
+  absl::Status revokeToken(int64_t id);
   absl::Status writeRows(const SessionRows& rows);
   absl::Status endSession(const SessionEnd& end);
   // A plan about to be sent to a session's agent; returns its id.
@@ -192,6 +205,7 @@ class Store {
   // Sessions with an id over afterId, in id order, at most limit of them.
   // The uid a session belongs to (nullopt inside: stored without one); NOT_FOUND if none.
   static absl::StatusOr<std::optional<int64_t>> sessionOwner(const std::string& path, int64_t id);
+  static absl::StatusOr<std::vector<TokenRow>> readTokens(const std::string& path);
   // With owner: only that uid's sessions (and, when it is storeOwner, those stored without one).
   static absl::StatusOr<std::vector<SessionRecord>> listSessions(
       const std::string& path, int64_t afterId = 0, int64_t limit = -1,

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "src/base/socket_owner.h"
 
@@ -83,6 +84,18 @@ std::string untrustedDaemon(const std::string& target) {
     return "port " + port + " is listened on by " + ownerText(*owner);
   }
   return "";
+}
+
+std::string readToken(const std::string& value, const std::string& file) {
+  std::string token = value;
+  if (token.empty() && !file.empty()) {
+    std::ifstream in(file);
+    std::getline(in, token);
+  }
+  const size_t begin = token.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  const size_t end = token.find_last_not_of(" \t\r\n");
+  return token.substr(begin, end - begin + 1);
 }
 
 }  // namespace tidemark::base

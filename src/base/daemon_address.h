@@ -18,4 +18,8 @@ std::string defaultDaemonAddress();
 // (there is nothing to send to; a later check catches whoever takes its place).
 std::string untrustedDaemon(const std::string& target);
 
+// The token a client presents: `value` when not empty, else the first line of `file` (when
+// named), else "". Surrounding white space is dropped.
+std::string readToken(const std::string& value, const std::string& file);
+
 }  // namespace tidemark::base

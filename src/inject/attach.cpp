@@ -165,9 +165,9 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
   }
   auto entry = remoteSymbol(pid, t.maps(), options.agentPath, "tidemark_attach");
   if (!entry.ok()) return entry.status();
-  const std::string config =
-      absl::StrCat("server=", options.server, "\nname=", options.sessionName,
-                   "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0", "\n");
+  const std::string config = absl::StrCat(
+      "server=", options.server, "\ntoken=", options.token, "\nname=", options.sessionName,
+      "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0", "\n");
   auto configAt = t.pushData(config);
   if (!configAt.ok()) return configAt.status();
   auto statusAt = remoteSymbol(pid, t.maps(), options.agentPath, "tidemark_attach_status");

@@ -13,6 +13,7 @@ struct AttachOptions {
   std::string agentPath;  // libtidemark_agent.so (absolute)
   std::string pythonDir;  // the directory holding the tidemark package ("" : no adapter)
   std::string server;     // tidemarkd's address, for the agent
+  std::string token;      // the token the agent presents there ("" : none)
   std::string sessionName;
   bool adapter = true;
   int timeoutMs = 60000;  // for the agent to report (the adapter waits for the GIL)
