@@ -1,9 +1,15 @@
 #include "client/channel.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <utility>
 #include <vector>
 
 #include <grpcpp/support/client_interceptor.h>
+
+#include "src/base/daemon_address.h"
 
 namespace tidemark::client {
 
@@ -39,8 +45,40 @@ class TokenInterceptorFactory final : public grpc::experimental::ClientIntercept
 
 }  // namespace
 
+ChannelOptions ChannelOptions::fromEnvironment(std::string target) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  ChannelOptions o;
+  o.target = std::move(target);
+  o.token = base::readToken(env("TIDEMARK_TOKEN"), env("TIDEMARK_TOKEN_FILE"));
+  o.tlsCa = env("TIDEMARK_TLS_CA");
+  o.tlsCert = env("TIDEMARK_TLS_CERT");
+  o.tlsKey = env("TIDEMARK_TLS_KEY");
+  return o;
+}
+
+std::string readPemFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    std::fprintf(stderr, "tidemark: cannot read %s\n", path.c_str());
+    return "";
+  }
+  return text.str();
+}
+
 std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
-  const std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tlsCa.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = readPemFile(options.tlsCa);
+    if (!options.tlsCert.empty()) ssl.pem_cert_chain = readPemFile(options.tlsCert);
+    if (!options.tlsKey.empty()) ssl.pem_private_key = readPemFile(options.tlsKey);
+    credentials = grpc::SslCredentials(ssl);
+  }
   if (options.token.empty()) return grpc::CreateChannel(options.target, credentials);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
   factories.push_back(std::make_unique<TokenInterceptorFactory>(options.token));

@@ -11,9 +11,21 @@ namespace tidemark::client {
 struct ChannelOptions {
   std::string target;  // "unix:PATH" or "HOST:PORT"
   std::string token;   // presented on every call as "authorization: Bearer <token>" ("": none)
+  // TLS, when tlsCa is set: the PEM files of the CA that signed the daemon's certificate and,
+  // for a daemon that asks for one (tidemarkd --tls-client-ca), this client's certificate and key.
+  std::string tlsCa;
+  std::string tlsCert;
+  std::string tlsKey;
+
+  // TIDEMARK_TOKEN / TIDEMARK_TOKEN_FILE and TIDEMARK_TLS_CA / _CERT / _KEY for target.
+  static ChannelOptions fromEnvironment(std::string target);
 };
 
-// A channel to the daemon; every call on it carries the token (docs/security.md).
+// The contents of a PEM file, or "" after saying on stderr that it cannot be read.
+std::string readPemFile(const std::string& path);
+
+// A channel to the daemon: TLS when tlsCa is set (the daemon's certificate verified against it),
+// else plain (a Unix socket or loopback); every call on it carries the token (docs/security.md).
 std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options);
 
 }  // namespace tidemark::client

@@ -28,6 +28,10 @@ options:
   --listen ADDR     also listen on TCP (none by default): a loopback address only, e.g.
                     127.0.0.1:7531 (port 0 picks a free one); callers are told apart by uid
   --allow-group G   members of group G (a name or gid) see and steer every user's sessions
+  --tls-cert F --tls-key K
+                    TLS on the --listen address, with this certificate and key (PEM); then
+                    --listen may be any address, and callers from elsewhere need a token
+  --tls-client-ca C also require clients' certificates, signed by the CA in C (mutual TLS)
   --require-token   every call must present a token (TIDEMARK_TOKEN; made by this daemon's
                     user or root with `tidemark token create`), even from this host
   --db PATH         the SQLite store (default $XDG_DATA_HOME/tidemark/tidemark.db)
@@ -110,6 +114,11 @@ int main(int argc, char** argv) {
       } else {
         return usageError(std::string("--allow-group: no group '") + v + "'");
       }
+    } else if (arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-client-ca") {
+      const char* v = value(arg.c_str());
+      if (!v) return usageError(arg + " needs a PEM file");
+      (arg == "--tls-cert" ? options.tlsCert
+                           : arg == "--tls-key" ? options.tlsKey : options.tlsClientCa) = v;
     } else if (arg == "--require-token") {
       options.requireToken = true;
     } else if (arg == "--nice") {
@@ -126,6 +135,13 @@ int main(int argc, char** argv) {
     } else {
       return usageError("unknown argument '" + arg + "'");
     }
+  }
+
+  if (options.tlsCert.empty() != options.tlsKey.empty()) {
+    return usageError("--tls-cert and --tls-key go together");
+  }
+  if (!options.tlsClientCa.empty() && options.tlsCert.empty()) {
+    return usageError("--tls-client-ca needs --tls-cert and --tls-key");
   }
 
   // Signals are taken by one thread with sigwait, so that shutdown runs outside a handler.

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 
@@ -32,6 +34,18 @@ absl::Status makePrivateDirectory(const std::string& dir) {
   return why.empty() ? absl::OkStatus() : absl::FailedPreconditionError(why);
 }
 
+namespace {
+absl::StatusOr<std::string> readFile(const std::string& path, const char* option) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return absl::InvalidArgumentError(std::string(option) + " " + path + ": cannot be read");
+  }
+  return text.str();
+}
+}  // namespace
+
 Server::~Server() { shutdown(); }
 
 absl::Status Server::start() {
@@ -50,9 +64,30 @@ absl::Status Server::start() {
   if (m_options.listen.empty() && m_options.unixSocket.empty()) {
     return absl::InvalidArgumentError("nothing to listen on: give --listen or --unix");
   }
-  if (!m_options.listen.empty()) {
+  const bool tls = !m_options.tlsCert.empty();
+  if (!m_options.listen.empty() && !tls) {
     if (auto s = m_listeners.listenTcp(m_options.listen); !s.ok()) return s;
     m_port = m_listeners.tcpPort();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  if (tls) {
+    if (m_options.listen.empty()) {
+      return absl::InvalidArgumentError("--tls-cert is for the TCP address: give --listen");
+    }
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    auto cert = readFile(m_options.tlsCert, "--tls-cert");
+    if (!cert.ok()) return cert.status();
+    auto key = readFile(m_options.tlsKey, "--tls-key");
+    if (!key.ok()) return key.status();
+    pair.cert_chain = *cert;
+    pair.private_key = *key;
+    ssl.pem_key_cert_pairs.push_back(pair);
+    if (!m_options.tlsClientCa.empty()) {
+      auto ca = readFile(m_options.tlsClientCa, "--tls-client-ca");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
   }
   if (!m_options.unixSocket.empty()) {
     if (auto s = m_listeners.listenUnix(m_options.unixSocket); !s.ok()) return s;
@@ -77,16 +112,28 @@ absl::Status Server::start() {
   m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents, *m_access);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  // No listening port of gRPC's own: Listeners accepts the connections, learns who is at the
-  // other end, and hands them over.
+  // Listeners accepts the plain connections, learns who is at the other end, and hands them over;
+  // the TLS port is gRPC's own (PeerRegistry tells its loopback callers' uid by their address).
   grpc::ServerBuilder builder;
+  if (tls) {
+    // gRPC sets SO_REUSEPORT by default: a second daemon on the port would share the agents.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.AddListeningPort(m_options.listen, grpc::SslServerCredentials(ssl), &m_port);
+  }
   builder.RegisterService(m_ingest.get());
   builder.RegisterService(m_query.get());
   builder.RegisterService(m_advisor.get());
   builder.RegisterService(m_control.get());
   builder.RegisterService(m_admin.get());
   m_server = builder.BuildAndStart();
-  if (!m_server) return absl::InternalError("the gRPC server did not start");
+  if (!m_server || (tls && m_port == 0)) {
+    m_server.reset();
+    return absl::UnavailableError(tls ? "cannot listen on " + m_options.listen +
+                                            " with TLS (in use, not a local address, or a "
+                                            "certificate and key that do not go together?)"
+                                      : std::string("the gRPC server did not start"));
+  }
+  if (tls) m_peers.setTlsPort(m_port);
   m_listeners.start(m_server.get(), &m_peers);
   return absl::OkStatus();
 }

@@ -31,6 +31,11 @@ struct ServerOptions {
   // Every call must present a token (tidemarkd --require-token), but token management by the
   // daemon's own user or root.
   bool requireToken = false;
+  // TLS on the TCP address (PEM files): the daemon's certificate and key, and the CA its clients'
+  // certificates must be signed by ("": none asked). With TLS, --listen may be any address.
+  std::string tlsCert;
+  std::string tlsKey;
+  std::string tlsClientCa;
   std::string dbPath;
   // How long a session whose stream broke waits for its agent to resume it (tidemarkd
   // --resume-grace); sooner closed when its process is gone from this host.

@@ -351,7 +351,9 @@ void Transport::scheduleReconnect() {
 
 bool Transport::tryConnect() {
   if (!m_channel) {
-    m_channel = client::makeChannel({m_config.server, m_config.token});
+    client::ChannelOptions o = client::ChannelOptions::fromEnvironment(m_config.server);
+    o.token = m_config.token;
+    m_channel = client::makeChannel(o);
   }
   if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(200))) {
@@ -360,7 +362,7 @@ bool Transport::tryConnect() {
   }
   // Someone answers: sent nothing unless it runs as this user or root (checked at every
   // connection: whoever listens there may change).
-  m_untrusted = base::untrustedDaemon(m_config.server);
+  m_untrusted = base::untrustedDaemon(m_config.server, !std::string(base::env("TIDEMARK_TLS_CA")).empty());
   if (!m_untrusted.empty()) {
     m_linkError = m_untrusted;
     if (!m_toldUntrusted && !m_config.quiet) {

@@ -51,10 +51,7 @@ Moment fromBreakdown(const v1::Breakdown& b) {
 
 DaemonClient::DaemonClient(std::string address)
     : m_address(std::move(address)), m_stubs(std::make_unique<Stubs>()) {
-  const char* token = std::getenv("TIDEMARK_TOKEN");
-  const char* tokenFile = std::getenv("TIDEMARK_TOKEN_FILE");
-  m_stubs->channel = client::makeChannel(
-      {m_address, base::readToken(token ? token : "", tokenFile ? tokenFile : "")});
+  m_stubs->channel = client::makeChannel(client::ChannelOptions::fromEnvironment(m_address));
   m_stubs->query = v1::Query::NewStub(m_stubs->channel);
   m_stubs->advisor = v1::Advisor::NewStub(m_stubs->channel);
   m_stubs->control = v1::Control::NewStub(m_stubs->channel);
@@ -64,7 +61,8 @@ DaemonClient::~DaemonClient() = default;
 
 absl::Status DaemonClient::trusted() const {
   // Nothing goes to (and nothing is shown from) a daemon not run by this user or root.
-  const std::string why = base::untrustedDaemon(m_address);
+  const std::string why =
+      base::untrustedDaemon(m_address, !std::string(base::env("TIDEMARK_TLS_CA")).empty());
   if (why.empty()) return absl::OkStatus();
   return absl::PermissionDeniedError("not talking to the daemon at " + m_address + ": " + why);
 }

@@ -14,7 +14,8 @@
 namespace tidemark::cli {
 
 std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode) {
-  if (const std::string why = base::untrustedDaemon(g.server); !why.empty()) {
+  const bool tls = !g.tlsCa.empty() || !std::string(base::env("TIDEMARK_TLS_CA")).empty();
+  if (const std::string why = base::untrustedDaemon(g.server, tls); !why.empty()) {
     std::fprintf(stderr, "tidemark: not talking to the daemon at %s: %s\n", g.server.c_str(),
                  why.c_str());
     *exitCode = kExitRefused;
@@ -24,17 +25,42 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode)
     *exitCode = kExitUnreachable;
     return nullptr;
   }
-  return client::makeChannel({g.server, g.token});
+  client::ChannelOptions o = client::ChannelOptions::fromEnvironment(g.server);
+  o.token = g.token;
+  if (!g.tlsCa.empty()) o.tlsCa = g.tlsCa;
+  if (!g.tlsCert.empty()) o.tlsCert = g.tlsCert;
+  if (!g.tlsKey.empty()) o.tlsKey = g.tlsKey;
+  return client::makeChannel(o);
 }
 
 // Prints a failed call's status; UNAVAILABLE means nobody answered at the address.
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    const std::string& m = s.error_message();
+    if (m.find("CERTIFICATE_VERIFY_FAILED") != std::string::npos ||
+        m.find("certificate verify failed") != std::string::npos) {
+      std::fprintf(stderr,
+                   "tidemark %s: the TLS handshake with %s failed: its certificate is not signed "
+                   "by the CA given (--tls-ca or TIDEMARK_TLS_CA) or does not name that address "
+                   "(gRPC: %s)\n",
+                   what, g.server.c_str(), m.c_str());
+      return kExitUnreachable;
+    }
+    const bool tls = !g.tlsCa.empty() || *base::env("TIDEMARK_TLS_CA") != '\0';
+    if (m.find("andshake") != std::string::npos || m.find("SSL") != std::string::npos ||
+        (tls && m.find("Socket closed") != std::string::npos)) {
+      std::fprintf(stderr,
+                   "tidemark %s: the TLS handshake with %s failed (gRPC: %s); does the daemon "
+                   "use TLS, and ask for a client certificate (--tls-cert, --tls-key)?\n",
+                   what, g.server.c_str(), m.c_str());
+      return kExitUnreachable;
+    }
     std::fprintf(stderr,
                  "tidemark %s: no tidemarkd reachable at %s (start it with `tidemarkd`, or "
-                 "pass --server)\n",
-                 what, g.server.c_str());
+                 "pass --server; a daemon with TLS needs --tls-ca)%s%s%s\n",
+                 what, g.server.c_str(), m.empty() ? "" : " (gRPC: ", m.c_str(),
+                 m.empty() ? "" : ")");
     return kExitUnreachable;
   }
   if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||

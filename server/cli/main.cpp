@@ -51,6 +51,9 @@ options (every command):
                   by you or root is sent anything
   --token-file F  present the token in file F (default $TIDEMARK_TOKEN, or the file named by
                   $TIDEMARK_TOKEN_FILE): for a daemon that requires one (docs/security.md)
+  --tls-ca F      talk TLS to the daemon, its certificate checked against the CA in PEM file F
+                  (default $TIDEMARK_TLS_CA); --tls-cert F and --tls-key F: this client's own,
+                  for a daemon that asks (default $TIDEMARK_TLS_CERT, $TIDEMARK_TLS_KEY)
   --json          machine-readable output
   -h, --help      this help (or: tidemark COMMAND --help)
   --version       print the version
@@ -103,6 +106,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tidemark: --token-file %s: no token in it\n", argv[i]);
         return kExitUsage;
       }
+    } else if (a == "--tls-ca" || a == "--tls-cert" || a == "--tls-key") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tidemark: %s needs a PEM file\n", a.c_str());
+        return kExitUsage;
+      }
+      std::string& field = a == "--tls-ca" ? g.tlsCa : a == "--tls-cert" ? g.tlsCert : g.tlsKey;
+      field = argv[++i];
+      // The agent of `tidemark run` reads them from its environment.
+      setenv(a == "--tls-ca" ? "TIDEMARK_TLS_CA" : a == "--tls-cert" ? "TIDEMARK_TLS_CERT"
+                                                                     : "TIDEMARK_TLS_KEY",
+             field.c_str(), 1);
     } else if (a == "--json") {
       g.json = true;
     } else if (a == "--version") {

@@ -53,9 +53,8 @@ absl::Status Listeners::listenTcp(const std::string& address) {
     if (!base::isLoopback(where)) {
       status = absl::InvalidArgumentError(
           "--listen " + address + ": " + base::describe(where) +
-          " can be reached from other machines, and tidemarkd cannot tell who calls from there "
-          "(no TLS or tokens in this version); listen on a loopback address (127.0.0.1, ::1) or "
-          "use the Unix socket");
+          " can be reached from other machines: give it TLS (--tls-cert, --tls-key; callers from "
+          "there then need a token), or listen on a loopback address (127.0.0.1, ::1)");
       break;
     }
     // Every address of a name listens on the same port (the first one's, when 0 was asked).

@@ -29,6 +29,15 @@ void PeerRegistry::add(int fd, Peer peer) {
 
 std::optional<Peer> PeerRegistry::of(const grpc::ServerContext& ctx) const {
   const std::string name = ctx.peer();
+  sockaddr_storage client{};
+  if (m_tlsPort != 0 && base::parsePeerName(name, &client)) {
+    Peer peer;
+    peer.address = base::describe(client) + " (TLS)";
+    if (base::isLoopback(client)) {
+      peer.uid = base::tcpClientOwner(client, static_cast<uint16_t>(m_tlsPort));
+    }
+    return peer;
+  }
   if (name.rfind("fd:", 0) != 0) return std::nullopt;
   char* end = nullptr;
   const long fd = std::strtol(name.c_str() + 3, &end, 10);

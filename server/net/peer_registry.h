@@ -24,12 +24,16 @@ struct Peer {
 class PeerRegistry {
  public:
   void add(int fd, Peer peer);
-  // The peer of a call; nullopt for a call on a connection the daemon did not accept itself.
+  // The peer of a call: of a connection the daemon accepted itself, or of one gRPC accepted on
+  // the TLS port (its uid known when it comes from this host's loopback); nullopt otherwise.
   std::optional<Peer> of(const grpc::ServerContext& ctx) const;
+  // The port of the listener gRPC owns (TLS), 0 for none.
+  void setTlsPort(int port) { m_tlsPort = port; }
 
  private:
   mutable std::mutex m_mutex;
   std::unordered_map<int, Peer> m_peers;
+  int m_tlsPort = 0;
 };
 
 // The peer at the other end of the connected socket fd (Unix or TCP).

@@ -99,10 +99,11 @@ absl::StatusOr<Caller> Access::caller(const grpc::ServerContext& ctx, const char
     return refuse(
         ctx, absl::UnauthenticatedError(
                  std::string(what) + ": who is calling cannot be told (" +
-                 (peer ? "TCP client " + peer->address + " not found in the kernel's socket table"
+                 (peer ? "client " + peer->address +
+                             " is not on this host's loopback, or not in the kernel's socket table"
                        : "a connection tidemarkd did not accept itself") +
-                 "); connect through the Unix socket or a loopback address of this "
-                 "host, or present a token"));
+                 "); present a token (TIDEMARK_TOKEN or --token-file; made by the daemon's "
+                 "owner with `tidemark token create`)"));
   }
   c.uid = *peer->uid;
   c.roles = kIngest | kRead | kControl;

@@ -31,7 +31,12 @@ std::string ownerText(uid_t uid) {
 }
 }  // namespace
 
-std::string untrustedDaemon(const std::string& target) {
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+std::string untrustedDaemon(const std::string& target, bool tlsVerified) {
   const uid_t self = ::geteuid();
   if (target.rfind("unix:", 0) == 0) {
     std::string path = target.substr(5);
@@ -54,6 +59,7 @@ std::string untrustedDaemon(const std::string& target) {
   }
   const size_t colon = hostPort.rfind(':');
   if (colon == std::string::npos) return target + ": expected HOST:PORT or unix:PATH";
+  if (tlsVerified) return "";
   std::string host = hostPort.substr(0, colon);
   const std::string port = hostPort.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -75,8 +81,8 @@ std::string untrustedDaemon(const std::string& target) {
   ::freeaddrinfo(found);
   if (!loopback) {
     return target +
-           " is off this host: who runs a daemon there cannot be told (no TLS in this "
-           "version); use a daemon on this host";
+           " is off this host: who runs a daemon there can only be told by its certificate; "
+           "talk TLS to it (--tls-ca or TIDEMARK_TLS_CA)";
   }
   const long number = std::strtol(port.c_str(), nullptr, 10);
   const std::optional<uid_t> owner = tcpListenerOwner(static_cast<uint16_t>(number));

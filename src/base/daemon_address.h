@@ -13,10 +13,15 @@ std::string defaultDaemonAddress();
 
 // Empty when the daemon at target (a gRPC target: "unix:PATH" or "HOST:PORT") runs as this
 // user or as root; otherwise why it may not be sent anything: a socket or port of another user,
-// a path that is not a socket, or an address off this host (who runs a daemon there cannot be
-// told without TLS, which this version does not have). A daemon not running at all is trusted
-// (there is nothing to send to; a later check catches whoever takes its place).
-std::string untrustedDaemon(const std::string& target);
+// a path that is not a socket, or an address off this host without TLS (who runs a daemon there
+// can only be told by its certificate). A daemon not running at all is trusted
+// (there is nothing to send to; a later check catches whoever takes its place). With
+// tlsVerified (the client checks the daemon's certificate against its CA), a TCP address
+// anywhere is trusted: the certificate says who runs the daemon.
+std::string untrustedDaemon(const std::string& target, bool tlsVerified = false);
+
+// The environment variable's value, "" when unset.
+const char* env(const char* name);
 
 // The token a client presents: `value` when not empty, else the first line of `file` (when
 // named), else "". Surrounding white space is dropped.

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -104,6 +105,52 @@ std::optional<uid_t> tcpSocketOwner(const sockaddr_storage& local, const sockadd
     if (owner) break;
   }
   return owner;
+}
+
+std::optional<uid_t> tcpClientOwner(const sockaddr_storage& client, uint16_t serverPort) {
+  const Forms c = forms(client);
+  char suffix[6];
+  std::snprintf(suffix, sizeof suffix, ":%04X", serverPort);
+  std::optional<uid_t> owner;
+  for (bool v6 : {false, true}) {
+    const std::string& ct = v6 ? c.v6 : c.v4;
+    if (ct.empty()) continue;
+    scan(v6, [&](const std::string& local, const std::string& remote, const std::string&,
+                 uid_t uid) {
+      if (local != ct || remote.size() < 5 || remote.compare(remote.size() - 5, 5, suffix) != 0) {
+        return false;
+      }
+      owner = uid;
+      return true;
+    });
+    if (owner) break;
+  }
+  return owner;
+}
+
+bool parsePeerName(const std::string& name, sockaddr_storage* out) {
+  *out = sockaddr_storage{};
+  const bool v4 = name.rfind("ipv4:", 0) == 0;
+  if (!v4 && name.rfind("ipv6:", 0) != 0) return false;
+  const std::string rest = name.substr(5);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = rest.substr(0, colon);
+  const long port = std::strtol(rest.c_str() + colon + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) return false;
+  if (v4) {
+    auto& in = reinterpret_cast<sockaddr_in&>(*out);
+    in.sin_family = AF_INET;
+    in.sin_port = htons(static_cast<uint16_t>(port));
+    return inet_pton(AF_INET, host.c_str(), &in.sin_addr) == 1;
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  auto& in6 = reinterpret_cast<sockaddr_in6&>(*out);
+  in6.sin6_family = AF_INET6;
+  in6.sin6_port = htons(static_cast<uint16_t>(port));
+  return inet_pton(AF_INET6, host.c_str(), &in6.sin6_addr) == 1;
 }
 
 std::optional<uid_t> tcpListenerOwner(uint16_t hostOrderPort) {

@@ -22,6 +22,13 @@ bool isLoopback(const sockaddr_storage& address);
 // namespace).
 std::optional<uid_t> tcpSocketOwner(const sockaddr_storage& local, const sockaddr_storage& remote);
 
+// The uid of the client socket `client` connected to this host's port serverPort (whichever
+// local address it reached), or nullopt.
+std::optional<uid_t> tcpClientOwner(const sockaddr_storage& client, uint16_t serverPort);
+
+// Parses gRPC's peer names "ipv4:127.0.0.1:5000" and "ipv6:[::1]:5000". False otherwise.
+bool parsePeerName(const std::string& name, sockaddr_storage* out);
+
 // The uid of the socket listening on TCP `port` on a loopback or wildcard address, or nullopt.
 std::optional<uid_t> tcpListenerOwner(uint16_t port);
 
