@@ -117,8 +117,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-client-ca") {
       const char* v = value(arg.c_str());
       if (!v) return usageError(arg + " needs a PEM file");
-      (arg == "--tls-cert" ? options.tlsCert
-                           : arg == "--tls-key" ? options.tlsKey : options.tlsClientCa) = v;
+      (arg == "--tls-cert"  ? options.tlsCert
+       : arg == "--tls-key" ? options.tlsKey
+                            : options.tlsClientCa) = v;
     } else if (arg == "--require-token") {
       options.requireToken = true;
     } else if (arg == "--nice") {

@@ -114,8 +114,9 @@ int main(int argc, char** argv) {
       std::string& field = a == "--tls-ca" ? g.tlsCa : a == "--tls-cert" ? g.tlsCert : g.tlsKey;
       field = argv[++i];
       // The agent of `tidemark run` reads them from its environment.
-      setenv(a == "--tls-ca" ? "TIDEMARK_TLS_CA" : a == "--tls-cert" ? "TIDEMARK_TLS_CERT"
-                                                                     : "TIDEMARK_TLS_KEY",
+      setenv(a == "--tls-ca"     ? "TIDEMARK_TLS_CA"
+             : a == "--tls-cert" ? "TIDEMARK_TLS_CERT"
+                                 : "TIDEMARK_TLS_KEY",
              field.c_str(), 1);
     } else if (a == "--json") {
       g.json = true;

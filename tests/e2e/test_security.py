@@ -3,7 +3,9 @@
 can neither list, read, plan nor apply on a root job, each refusal exit code 5 with the owner
 named and logged, while the job finishes with its own losses; a job sends nothing to a daemon of
 another uid (its events spooled, uploaded later to the user's own); the spool never goes through
-a planted link or file."""
+a planted link or file; tokens' roles (ingest, read, control) enforced, only their hashes kept;
+TLS with certificates made here by openssl, mutual TLS, a wrong CA named as such, callers from
+another address of this machine needing a token, and a rogue TLS daemon getting nothing."""
 import json
 import os
 import re
@@ -273,6 +275,249 @@ class SpoolDirectoryTest(unittest.TestCase):
         finally:
             shutil.rmtree(home, ignore_errors=True)
             shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+class OwnDaemon:
+    """A tidemarkd of the test's with extra options, on a free loopback (or given) port."""
+
+    def __init__(self, *options, listen="127.0.0.1:0", as_nobody=False, directory=None):
+        self.dir = directory or tempfile.mkdtemp(prefix="tidemark-e2e-")
+        port_file = os.path.join(self.dir, "port")
+        self.db = os.path.join(self.dir, "s.db")
+        self.log_path = os.path.join(self.dir, "tidemarkd.log")
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                (AS_NOBODY if as_nobody else []) +
+                [os.path.join(BIN, "tidemarkd"), "--no-unix", "--listen", listen, "--port-file",
+                 port_file, "--db", self.db, *options], stdout=log, stderr=subprocess.STDOUT,
+                env=home_env(self.dir))
+        deadline = time.time() + 30
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("tidemarkd did not start: " + self.log())
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        self.address = "127.0.0.1:%d" % self.port
+
+    def cli(self, *args, server=None, nobody=False, env=None):
+        full = dict(os.environ)
+        full.pop("TIDEMARK_TOKEN", None)
+        full.update(env or {})
+        if nobody:
+            full["HOME"] = self.dir
+        return subprocess.run((AS_NOBODY if nobody else []) +
+                              [TIDEMARK, "--server", server or self.address, *args],
+                              capture_output=True, text=True, timeout=300, env=full)
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def applicable_plan(path):
+    with open(path, "w") as f:
+        json.dump({"format": "tidemark-plan", "version": 1, "strategy": "optimal",
+                   "budget_bytes": 1, "feasible": True,
+                   "predicted": {"peak_bytes": 1, "extra_ns": 0, "step_ns": 0, "overhead": 0,
+                                 "peak_at": {"phase": "forward"}},
+                   "baseline": {"peak_bytes": 1, "step_ns": 0}, "lower_bound_extra_ns": 0,
+                   "min_feasible_budget_bytes": 1,
+                   "chain": {"name": "x", "stages": 1, "static_bytes": 0},
+                   "segments": [{"mode": "recompute", "modules": ["Net.blocks.0"]}]}, f)
+    os.chmod(path, 0o644)
+
+
+class TokenTest(unittest.TestCase):
+    """A daemon shared on this host that requires a token of every call: roles enforced."""
+
+    def test_roles_of_tokens_are_enforced_and_only_hashes_are_kept(self):
+        d = OwnDaemon("--require-token")
+        os.chmod(d.dir, 0o755)  # the second uid reads the plan file there
+        try:
+            r = d.cli("sessions")
+            self.assertEqual(r.returncode, 5)
+            self.assertIn("refused (unauthenticated)", r.stderr)
+            self.assertIn("requires a token", r.stderr)
+            tokens = {}
+            for role in ("ingest", "read", "control"):
+                r = d.cli("token", "create", "--role", role, "--uid", str(NOBODY), "--name",
+                          "for nobody", "--json")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                tokens[role] = json.loads(r.stdout)["token"]
+            with_token = lambda role: {"TIDEMARK_TOKEN": tokens[role]}
+            # Only hashes in the store.
+            for f in os.listdir(d.dir):
+                if f.startswith("s.db"):
+                    with open(os.path.join(d.dir, f), "rb") as fh:
+                        data = fh.read()
+                    for t in tokens.values():
+                        self.assertNotIn(t.encode(), data, f)
+            # ingest: streams a job, nothing else.
+            r = d.cli("run", "--", *ALLOC_JOB, nobody=True, env=with_token("ingest"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("events sent to", r.stderr)
+            r = d.cli("sessions", nobody=True, env=with_token("ingest"))
+            self.assertEqual(r.returncode, 5)
+            self.assertIn("needs a token with the read role; token 1 has the ingest role",
+                          r.stderr)
+            # read: the uid's sessions, no plans.
+            r = d.cli("sessions", "--json", nobody=True, env=with_token("read"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sessions = json.loads(r.stdout)["sessions"]
+            self.assertEqual([s["owner_uid"] for s in sessions], [NOBODY])
+            sid = str(sessions[0]["id"])
+            self.assertEqual(d.cli("breakdown", sid, nobody=True,
+                                   env=with_token("read")).returncode, 0)
+            plan = os.path.join(d.dir, "plan.json")
+            applicable_plan(plan)
+            r = d.cli("apply", sid, plan, "--no-wait", nobody=True, env=with_token("read"))
+            self.assertEqual(r.returncode, 5, r.stderr)
+            self.assertIn("needs a token with the control role", r.stderr)
+            # control: past the role check (the job has ended: the daemon says so).
+            r = d.cli("apply", sid, plan, "--no-wait", nobody=True, env=with_token("control"))
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertNotIn("refused", r.stderr)
+            # Tokens are managed by the daemon's own user or root only, by the kernel's word.
+            r = d.cli("token", "create", "--role", "read", nobody=True,
+                      env=with_token("control"))
+            self.assertEqual(r.returncode, 5)
+            self.assertIn("only the daemon's own user (uid 0) or root manage its tokens", r.stderr)
+            # Revoked, or made up: refused.
+            self.assertEqual(d.cli("token", "revoke", "2").returncode, 0)
+            for token in (tokens["read"], "tdm_" + "0" * 64):
+                r = d.cli("sessions", nobody=True, env={"TIDEMARK_TOKEN": token})
+                self.assertEqual(r.returncode, 5)
+                self.assertIn("the token is not one of this daemon's", r.stderr)
+            listed = json.loads(d.cli("token", "list", "--json").stdout)["tokens"]
+            self.assertEqual([(t["role"], t["revoked"]) for t in listed],
+                             [("ingest", False), ("read", True), ("control", False)])
+            self.assertIn("refused (127.0.0.1:", d.log())
+        finally:
+            d.stop()
+
+
+class TlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = tempfile.mkdtemp(prefix="tidemark-pki-")
+        os.chmod(cls.pki, 0o755)
+        ext = os.path.join(cls.pki, "san.ext")
+        ips = ["127.0.0.1"] + [a for a in subprocess.run(["hostname", "-I"], capture_output=True,
+                                                          text=True).stdout.split()
+                               if ":" not in a]
+        with open(ext, "w") as f:
+            f.write("subjectAltName=" + ",".join("IP:" + a for a in ips) + ",DNS:localhost\n")
+        cls.other_ip = ips[1] if len(ips) > 1 else None
+
+        def ssl(*args):
+            subprocess.run(["openssl", *args], cwd=cls.pki, check=True, capture_output=True)
+        for ca in ("ca", "other"):
+            ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca + ".key", "-out",
+                ca + ".pem", "-days", "2", "-subj", "/CN=tidemark test " + ca)
+        for name, extra in (("server", ["-extfile", ext]), ("client", [])):
+            ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out",
+                name + ".csr", "-subj", "/CN=" + name)
+            ssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", name + ".pem", "-days", "2", *extra)
+        ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "rogue.key", "-out",
+            "rogue.pem", "-days", "2", "-subj", "/CN=localhost", "-addext",
+            "subjectAltName=IP:127.0.0.1")
+        for f in os.listdir(cls.pki):
+            os.chmod(os.path.join(cls.pki, f), 0o644)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.pki, ignore_errors=True)
+
+    def pem(self, name):
+        return os.path.join(self.pki, name + ".pem")
+
+    def server_tls(self):
+        return ("--tls-cert", self.pem("server"), "--tls-key",
+                os.path.join(self.pki, "server.key"))
+
+    def test_agent_and_cli_over_tls_and_a_wrong_ca_fails_clearly(self):
+        d = OwnDaemon(*self.server_tls())
+        try:
+            ca = ("--tls-ca", self.pem("ca"))
+            r = d.cli(*ca, "run", "--", *ALLOC_JOB)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("events sent to %s" % d.address, r.stderr)
+            listed = json.loads(d.cli(*ca, "sessions", "--json").stdout)["sessions"]
+            self.assertEqual(len(listed), 1)
+            self.assertEqual(listed[0]["owner_uid"], 0, "a loopback TLS caller is known by uid")
+            self.assertGreater(listed[0]["events_stored"], 0)
+            r = d.cli("--tls-ca", self.pem("other"), "sessions")
+            self.assertEqual(r.returncode, 3)
+            self.assertIn("the TLS handshake with %s failed: its certificate is not signed by "
+                          "the CA given" % d.address, r.stderr)
+            r = d.cli("sessions")
+            self.assertEqual(r.returncode, 3)
+            self.assertIn("a daemon with TLS needs --tls-ca", r.stderr)
+        finally:
+            d.stop()
+
+    def test_mutual_tls_and_callers_from_elsewhere_need_a_token(self):
+        listen = "0.0.0.0:0" if self.other_ip else "127.0.0.1:0"
+        d = OwnDaemon(*self.server_tls(), "--tls-client-ca", self.pem("ca"), listen=listen)
+        try:
+            ca = ("--tls-ca", self.pem("ca"))
+            mine = ("--tls-cert", self.pem("client"), "--tls-key",
+                    os.path.join(self.pki, "client.key"))
+            r = d.cli(*ca, "sessions")
+            self.assertEqual(r.returncode, 3, "no client certificate, no connection")
+            self.assertIn("TLS handshake", r.stderr)
+            r = d.cli(*ca, *mine, "run", "--", *ALLOC_JOB)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("events sent to", r.stderr)
+            self.assertEqual(d.cli(*ca, *mine, "sessions").returncode, 0)
+            if not self.other_ip:
+                return  # no address but loopback on this machine: the rest needs one
+            remote = "%s:%d" % (self.other_ip, d.port)
+            r = d.cli(*ca, *mine, "sessions", server=remote)
+            self.assertEqual(r.returncode, 5)
+            self.assertIn("refused (unauthenticated)", r.stderr)
+            self.assertIn("present a token", r.stderr)
+            token = json.loads(d.cli(*ca, *mine, "token", "create", "--role", "read",
+                                     "--json").stdout)["token"]
+            r = d.cli(*ca, *mine, "sessions", "--json", server=remote,
+                      env={"TIDEMARK_TOKEN": token})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(json.loads(r.stdout)["sessions"]), 1)
+            r = d.cli(*ca, *mine, "token", "list", server=remote, env={"TIDEMARK_TOKEN": token})
+            self.assertEqual(r.returncode, 5, "tokens are managed from this host only")
+        finally:
+            d.stop()
+
+    def test_a_rogue_daemon_gets_nothing_from_a_job_that_checks_the_certificate(self):
+        rogue_dir = nobody_dir()
+        for f in ("rogue.pem", "rogue.key"):
+            shutil.copy(os.path.join(self.pki, f), rogue_dir)
+            os.chown(os.path.join(rogue_dir, f), NOBODY, NOBODY)
+        rogue = OwnDaemon("--tls-cert", os.path.join(rogue_dir, "rogue.pem"), "--tls-key",
+                          os.path.join(rogue_dir, "rogue.key"), as_nobody=True,
+                          directory=rogue_dir)
+        spool = tempfile.mkdtemp(prefix="tidemark-spool-")
+        try:
+            r = rogue.cli("--tls-ca", self.pem("ca"), "run", "--", *ALLOC_JOB,
+                          env={"TIDEMARK_SPOOL_DIR": spool, "TIDEMARK_TOKEN": "tdm_" + "1" * 64})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("events spooled to", r.stderr)
+            con = sqlite3.connect("file:%s?mode=ro" % rogue.db, uri=True)
+            self.assertEqual(con.execute("SELECT COUNT(*) FROM session").fetchone()[0], 0)
+            con.close()
+            self.assertNotIn("tdm_111", rogue.log())
+            self.assertEqual(len(os.listdir(spool)), 1)
+        finally:
+            rogue.stop()
+            shutil.rmtree(spool, ignore_errors=True)
 
 
 if __name__ == "__main__":
