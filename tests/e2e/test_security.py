@@ -219,14 +219,20 @@ class AnotherUsersDaemonTest(unittest.TestCase):
             con = sqlite3.connect("file:%s?mode=ro" % os.path.join(rogue, "s.db"), uri=True)
             self.assertEqual(con.execute("SELECT COUNT(*) FROM session").fetchone()[0], 0)
             con.close()
+            r = subprocess.run([TIDEMARK, "--server", "unix:" + os.path.join(rogue, "run", "d.sock"),
+                                "run", "--", *ALLOC_JOB], capture_output=True, text=True,
+                               timeout=300, env=dict(os.environ, TIDEMARK_SPOOL_DIR=spool))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("the socket %s belongs to uid %d" % (
+                os.path.join(rogue, "run", "d.sock"), NOBODY), r.stderr)
             for target in (address, "unix:" + os.path.join(rogue, "run", "d.sock")):
                 r = subprocess.run([TIDEMARK, "--server", target, "sessions"],
                                    capture_output=True, text=True, timeout=60)
                 self.assertEqual(r.returncode, 5, r.stderr)
                 self.assertIn("not talking to the daemon", r.stderr)
-            # What it recorded waits in the spool for the user's own daemon.
-            files = os.listdir(spool)
-            self.assertEqual(len(files), 1)
+            # What the first job recorded waits in the spool for the user's own daemon.
+            files = sorted(os.listdir(spool), key=lambda f: os.path.getmtime(os.path.join(spool, f)))
+            self.assertEqual(len(files), 2)
             self.assertEqual(mode(os.path.join(spool, files[0])), 0o600)
             own = Daemon()
             up = own.cli("upload", os.path.join(spool, files[0]), "--json")
@@ -399,6 +405,20 @@ class TokenTest(unittest.TestCase):
             self.assertEqual([(t["role"], t["revoked"]) for t in listed],
                              [("ingest", False), ("read", True), ("control", False)])
             self.assertIn("refused (127.0.0.1:", d.log())
+        finally:
+            d.stop()
+
+
+class AllowGroupTest(unittest.TestCase):
+    def test_members_of_the_allowed_group_see_every_session(self):
+        d = OwnDaemon("--allow-group", str(NOBODY))  # the second uid's own group (nogroup)
+        try:
+            self.assertEqual(d.cli("run", "--", *ALLOC_JOB).returncode, 0)
+            r = d.cli("sessions", "--json", nobody=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sessions = json.loads(r.stdout)["sessions"]
+            self.assertEqual([s["owner_uid"] for s in sessions], [0])
+            self.assertEqual(d.cli("breakdown", str(sessions[0]["id"]), nobody=True).returncode, 0)
         finally:
             d.stop()
 
