@@ -362,7 +362,8 @@ bool Transport::tryConnect() {
   }
   // Someone answers: sent nothing unless it runs as this user or root (checked at every
   // connection: whoever listens there may change).
-  m_untrusted = base::untrustedDaemon(m_config.server, !std::string(base::env("TIDEMARK_TLS_CA")).empty());
+  m_untrusted =
+      base::untrustedDaemon(m_config.server, !std::string(base::env("TIDEMARK_TLS_CA")).empty());
   if (!m_untrusted.empty()) {
     m_linkError = m_untrusted;
     if (!m_toldUntrusted && !m_config.quiet) {

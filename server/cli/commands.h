@@ -18,7 +18,7 @@ inline constexpr int kExitRefused = 5;
 struct GlobalOptions {
   std::string server;  // --server, else $TIDEMARK_SERVER, else base::defaultDaemonAddress()
   bool json = false;
-  std::string token;   // --token-file, else $TIDEMARK_TOKEN or $TIDEMARK_TOKEN_FILE ("": none)
+  std::string token;  // --token-file, else $TIDEMARK_TOKEN or $TIDEMARK_TOKEN_FILE ("": none)
   // --tls-ca / --tls-cert / --tls-key (else $TIDEMARK_TLS_CA, ...): PEM files for TLS.
   std::string tlsCa;
   std::string tlsCert;

@@ -775,8 +775,8 @@ absl::Status Store::revokeToken(int64_t id) {
 absl::StatusOr<std::vector<TokenRow>> Store::readTokens(const std::string& path) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
-  Statement st =
-      db.prepare("SELECT id, name, role, uid, hash, created_wall_ns, revoked FROM token ORDER BY id");
+  Statement st = db.prepare(
+      "SELECT id, name, role, uid, hash, created_wall_ns, revoked FROM token ORDER BY id");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   std::vector<TokenRow> out;
   while (st.step()) {
