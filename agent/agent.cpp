@@ -76,6 +76,9 @@ AgentConfig AgentConfig::fromEnvironment() {
   AgentConfig c;
   c.server = envOr("TIDEMARK_SERVER", base::defaultDaemonAddress().c_str());
   c.token = base::readToken(envOr("TIDEMARK_TOKEN", ""), envOr("TIDEMARK_TOKEN_FILE", ""));
+  c.tlsCa = envOr("TIDEMARK_TLS_CA", "");
+  c.tlsCert = envOr("TIDEMARK_TLS_CERT", "");
+  c.tlsKey = envOr("TIDEMARK_TLS_KEY", "");
   c.sessionName = envOr("TIDEMARK_SESSION_NAME", "");
   c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", base::defaultSpoolDirectory().c_str());
   c.spoolCapBytes = envNumber("TIDEMARK_SPOOL_MAX_BYTES", c.spoolCapBytes);
@@ -177,6 +180,9 @@ bool Agent::start() {
   TransportConfig tc;
   tc.server = m_config.server;
   tc.token = m_config.token;
+  tc.tlsCa = m_config.tlsCa;
+  tc.tlsCert = m_config.tlsCert;
+  tc.tlsKey = m_config.tlsKey;
   tc.flushIntervalMs = m_config.flushIntervalMs;
   tc.spoolCapBytes = m_config.spoolCapBytes;
   tc.bufferDir = m_config.spoolDir;

@@ -13,8 +13,11 @@ namespace tidemark::agent {
 
 // What the agent reads from its environment (set by `tidemark run`).
 struct AgentConfig {
-  std::string server;  // TIDEMARK_SERVER, else the user's own daemon (base::defaultDaemonAddress)
-  std::string token;   // TIDEMARK_TOKEN, or the contents of TIDEMARK_TOKEN_FILE (docs/security.md)
+  std::string server;   // TIDEMARK_SERVER, else the user's own daemon (base::defaultDaemonAddress)
+  std::string token;    // TIDEMARK_TOKEN, or the contents of TIDEMARK_TOKEN_FILE (docs/security.md)
+  std::string tlsCa;    // TIDEMARK_TLS_CA: TLS to the daemon, its certificate checked against it
+  std::string tlsCert;  // TIDEMARK_TLS_CERT, TIDEMARK_TLS_KEY: the agent's own, when asked for
+  std::string tlsKey;
   std::string sessionName;                // TIDEMARK_SESSION_NAME
   std::string spoolDir;                   // TIDEMARK_SPOOL_DIR (default $XDG_RUNTIME_DIR or /tmp)
   uint64_t spoolCapBytes = 256ull << 20;  // TIDEMARK_SPOOL_MAX_BYTES

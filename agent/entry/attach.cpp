@@ -184,6 +184,9 @@ void* attachThread(void*) {
   AgentConfig c = AgentConfig::fromEnvironment();
   if (std::string v = configValue(config, "server"); !v.empty()) c.server = v;
   if (std::string v = configValue(config, "token"); !v.empty()) c.token = v;
+  if (std::string v = configValue(config, "tls_ca"); !v.empty()) c.tlsCa = v;
+  if (std::string v = configValue(config, "tls_cert"); !v.empty()) c.tlsCert = v;
+  if (std::string v = configValue(config, "tls_key"); !v.empty()) c.tlsKey = v;
   c.sessionName = configValue(config, "name");
   c.quiet = configValue(config, "quiet") == "1";
   Agent& agent = Agent::instance();

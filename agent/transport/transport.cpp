@@ -351,8 +351,12 @@ void Transport::scheduleReconnect() {
 
 bool Transport::tryConnect() {
   if (!m_channel) {
-    client::ChannelOptions o = client::ChannelOptions::fromEnvironment(m_config.server);
+    client::ChannelOptions o;
+    o.target = m_config.server;
     o.token = m_config.token;
+    o.tlsCa = m_config.tlsCa;
+    o.tlsCert = m_config.tlsCert;
+    o.tlsKey = m_config.tlsKey;
     m_channel = client::makeChannel(o);
   }
   if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -362,8 +366,7 @@ bool Transport::tryConnect() {
   }
   // Someone answers: sent nothing unless it runs as this user or root (checked at every
   // connection: whoever listens there may change).
-  m_untrusted =
-      base::untrustedDaemon(m_config.server, !std::string(base::env("TIDEMARK_TLS_CA")).empty());
+  m_untrusted = base::untrustedDaemon(m_config.server, !m_config.tlsCa.empty());
   if (!m_untrusted.empty()) {
     m_linkError = m_untrusted;
     if (!m_toldUntrusted && !m_config.quiet) {

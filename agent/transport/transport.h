@@ -21,12 +21,13 @@
 namespace tidemark::agent {
 
 struct TransportConfig {
-  std::string server;             // gRPC target, e.g. "unix:/path" or "127.0.0.1:7531"
-  std::string token;              // presented on the stream when not empty
-  int flushIntervalMs = 20;       // how often the drain thread empties the rings
-  int ringWaitDeadlineMs = 2000;  // for the degraded-mode message (the recorder enforces it)
-  int ackTimeoutMs = 10000;       // a daemon that acknowledges nothing for this long is hung
-  int exitTimeoutMs = 5000;       // the most the exit may take (reconnecting, then the spool)
+  std::string server;                  // gRPC target, e.g. "unix:/path" or "127.0.0.1:7531"
+  std::string token;                   // presented on the stream when not empty
+  std::string tlsCa, tlsCert, tlsKey;  // PEM files: TLS when tlsCa is set (client::ChannelOptions)
+  int flushIntervalMs = 20;            // how often the drain thread empties the rings
+  int ringWaitDeadlineMs = 2000;       // for the degraded-mode message (the recorder enforces it)
+  int ackTimeoutMs = 10000;            // a daemon that acknowledges nothing for this long is hung
+  int exitTimeoutMs = 5000;            // the most the exit may take (reconnecting, then the spool)
   bool quiet = false;
   std::string spoolPath;  // where the rest goes at exit when no server takes it
   uint64_t spoolCapBytes = 256ull << 20;

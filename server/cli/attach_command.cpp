@@ -11,6 +11,7 @@
 #include "server/cli/client.h"
 #include "server/cli/commands.h"
 #include "server/cli/install_paths.h"
+#include "src/base/daemon_address.h"
 #include "src/inject/attach.h"
 
 namespace tidemark::cli {
@@ -149,18 +150,38 @@ int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   Args a;
   int code = kExitOk;
   if (!parseArgs("attach", kAttachUsage, true, args, &a, &code)) return code;
-  // The agent will talk to tidemarkd: make sure one answers before touching the process.
-  v1::ListSessionsRequest req;
-  req.set_page_size(1);
-  v1::ListSessionsResponse resp;
-  if (int rc = callQuery(g, "attach", &v1::Query::Stub::ListSessions, req, &resp, 10);
-      rc != kExitOk)
-    return rc;
+  // The agent will talk to tidemarkd: make sure one answers before touching the process (a
+  // token that may only ingest is told it may not list: that is an answer too).
+  {
+    int refused = kExitOk;
+    const std::shared_ptr<grpc::Channel> channel = channelFor(g, &refused);
+    if (!channel) return refused;
+    v1::ListSessionsRequest req;
+    req.set_page_size(1);
+    v1::ListSessionsResponse resp;
+    grpc::ClientContext ctx;
+    withDeadline(ctx, 10);
+    const grpc::Status s = v1::Query::NewStub(channel)->ListSessions(&ctx, req, &resp);
+    if (!s.ok() && s.error_code() != grpc::StatusCode::PERMISSION_DENIED) {
+      return reportError(g, "attach", s);
+    }
+  }
   inject::AttachOptions o;
   o.agentPath = a.agent;
   o.pythonDir = a.adapter ? findPythonDir() : "";
   o.server = g.server;
   o.token = g.token;
+  // TLS settings as the CLI has them (flags, else its environment): the attached process's own
+  // environment may have none.
+  // Absolute: the process's working directory is not this one.
+  auto pem = [](const std::string& flag, const char* env) {
+    const std::string path = !flag.empty() ? flag : base::env(env);
+    std::error_code ec;
+    return path.empty() ? path : std::filesystem::absolute(path, ec).string();
+  };
+  o.tlsCa = pem(g.tlsCa, "TIDEMARK_TLS_CA");
+  o.tlsCert = pem(g.tlsCert, "TIDEMARK_TLS_CERT");
+  o.tlsKey = pem(g.tlsKey, "TIDEMARK_TLS_KEY");
   o.sessionName = a.name;
   o.adapter = a.adapter;
   o.timeoutMs = a.timeoutS * 1000;

@@ -166,7 +166,8 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
   auto entry = remoteSymbol(pid, t.maps(), options.agentPath, "tidemark_attach");
   if (!entry.ok()) return entry.status();
   const std::string config = absl::StrCat(
-      "server=", options.server, "\ntoken=", options.token, "\nname=", options.sessionName,
+      "server=", options.server, "\ntoken=", options.token, "\ntls_ca=", options.tlsCa,
+      "\ntls_cert=", options.tlsCert, "\ntls_key=", options.tlsKey, "\nname=", options.sessionName,
       "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0", "\n");
   auto configAt = t.pushData(config);
   if (!configAt.ok()) return configAt.status();

@@ -14,6 +14,7 @@ struct AttachOptions {
   std::string pythonDir;  // the directory holding the tidemark package ("" : no adapter)
   std::string server;     // tidemarkd's address, for the agent
   std::string token;      // the token the agent presents there ("" : none)
+  std::string tlsCa, tlsCert, tlsKey;  // TLS to the daemon: PEM files ("" : none)
   std::string sessionName;
   bool adapter = true;
   int timeoutMs = 60000;  // for the agent to report (the adapter waits for the GIL)

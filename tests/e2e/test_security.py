@@ -484,6 +484,32 @@ class TlsTest(unittest.TestCase):
         finally:
             d.stop()
 
+    def test_an_attached_agent_gets_the_tls_settings_and_token(self):
+        d = OwnDaemon(*self.server_tls(), "--require-token")
+        job = subprocess.Popen([PYTHON, "-u", SCRIPT, "--steps", "60", "--sleep", "0.1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            ca = ("--tls-ca", os.path.relpath(self.pem("ca")))  # made absolute for the process
+            token = json.loads(d.cli(*ca, "token", "create", "--role", "ingest",
+                                     "--json").stdout)["token"]
+            env = {"TIDEMARK_TOKEN": token}
+            self.assertTrue(job.stdout.readline().startswith("step "))
+            r = d.cli(*ca, "attach", str(job.pid), "--json", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertGreater(json.loads(r.stdout)["session"], 0, "the daemon answered it")
+            out, err = job.communicate(timeout=300)
+            self.assertEqual(job.returncode, 0, err)
+            reader = json.loads(d.cli(*ca, "token", "create", "--role", "read",
+                                      "--json").stdout)["token"]
+            listed = json.loads(d.cli(*ca, "sessions", "--json",
+                                      env={"TIDEMARK_TOKEN": reader}).stdout)["sessions"]
+            self.assertEqual([s["pid"] for s in listed], [job.pid])
+            self.assertGreater(listed[0]["events_stored"], 0)
+        finally:
+            if job.poll() is None:
+                job.kill()
+            d.stop()
+
     def test_mutual_tls_and_callers_from_elsewhere_need_a_token(self):
         listen = "0.0.0.0:0" if self.other_ip else "127.0.0.1:0"
         d = OwnDaemon(*self.server_tls(), "--tls-client-ca", self.pem("ca"), listen=listen)
