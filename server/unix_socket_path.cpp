@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "src/base/unix_address.h"
+
 namespace tidemark::server {
 
 absl::Status claimUnixSocketPath(const std::string& path) {
@@ -21,11 +23,9 @@ absl::Status claimUnixSocketPath(const std::string& path) {
                                          ": exists and is not a socket; not touching it");
   }
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) {
+  if (!base::unixAddress(path, &addr)) {
     return absl::InvalidArgumentError("--unix " + path + ": path too long for a Unix socket");
   }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(std::string("socket: ") + std::strerror(errno));
   const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);

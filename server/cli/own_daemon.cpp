@@ -18,6 +18,7 @@
 
 #include "server/cli/install_paths.h"
 #include "src/base/daemon_address.h"
+#include "src/base/unix_address.h"
 
 namespace tidemark::cli {
 
@@ -25,9 +26,7 @@ namespace {
 
 bool answers(const std::string& path) {
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return false;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (!base::unixAddress(path, &addr)) return false;
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;

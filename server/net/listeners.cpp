@@ -18,6 +18,7 @@
 #include <grpcpp/server_posix.h>
 
 #include "src/base/socket_owner.h"
+#include "src/base/unix_address.h"
 
 namespace tidemark::server {
 
@@ -87,11 +88,9 @@ absl::Status Listeners::listenTcp(const std::string& address) {
 
 absl::Status Listeners::listenUnix(const std::string& path) {
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) {
+  if (!base::unixAddress(path, &addr)) {
     return absl::InvalidArgumentError("--unix " + path + ": path too long for a Unix socket");
   }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError("socket: " + lastError());
   // Created 0600 (the umask is set before the bind, so the socket is never open to others).
