@@ -1,6 +1,7 @@
 #include "agent/agent.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -120,6 +121,11 @@ void Agent::load(const AgentConfig& config) {
 void Agent::installProcessHandlers() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // OpenSSL, first set up by the agent's TLS connection (after this handler is registered),
+    // would register its own exit handler then, which runs before ours and frees what the
+    // transport still uses while our exit handler delivers the rest of the run: the job died of
+    // SIGSEGV at exit (torch 2, a daemon failing the TLS handshake). Set up here, without one.
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
     pthread_atfork(&atForkPrepare, &atForkParent, &atForkChild);
     std::atexit(&atExit);
   });

@@ -14,7 +14,9 @@ import unittest
 
 BIN = os.environ.get("TIDEMARK_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 SOURCE = os.environ.get("TIDEMARK_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
-PYTHON = "/usr/bin/python3"  # Debian's interpreter, with Debian's torch
+# The interpreter of the jobs: Debian's, with Debian's torch 1.13, or (TIDEMARK_TORCH_PYTHON) the
+# virtual environment's with torch 2.x (scripts/install-deps.sh).
+PYTHON = os.environ.get("TIDEMARK_TORCH_PYTHON") or "/usr/bin/python3"
 
 # Nothing the tests run writes into the user's own directories: a daemon started on demand, its
 # store and the agent's spool files go under this run's directory, removed (and such a daemon
