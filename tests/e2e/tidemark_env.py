@@ -17,6 +17,9 @@ SOURCE = os.environ.get("TIDEMARK_SOURCE", os.path.join(os.path.dirname(__file__
 # The interpreter of the jobs: Debian's, with Debian's torch 1.13, or (TIDEMARK_TORCH_PYTHON) the
 # virtual environment's with torch 2.x (scripts/install-deps.sh).
 PYTHON = os.environ.get("TIDEMARK_TORCH_PYTHON") or "/usr/bin/python3"
+if not os.access(PYTHON, os.X_OK):
+    raise RuntimeError("TIDEMARK_TORCH_PYTHON=%s is not there: scripts/install-deps.sh makes the "
+                       "torch 2 environment" % PYTHON)
 
 # Nothing the tests run writes into the user's own directories: a daemon started on demand, its
 # store and the agent's spool files go under this run's directory, removed (and such a daemon
