@@ -47,11 +47,11 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
   // Nothing left once the trend is gone (below a millionth of the signal): no period.
   if (var <= 1e-12 * scale * scale * dn) return steps;
 
-  // Autocorrelation, normalised by the overlap; lags for 2 to n/3 repetitions... a period must
-  // repeat at least twice to be seen.
-  size_t bestLag = 0;
-  double best = minCorrelation;
-  for (size_t lag = n / 64 + 1; lag <= n / 2; ++lag) {
+  // Autocorrelation, normalised by the overlap, for 2 to 64 repetitions (a period must repeat
+  // at least twice to be seen).
+  const size_t firstLag = n / 64 + 1;
+  std::vector<double> r;  // r[k]: lag firstLag + k
+  for (size_t lag = firstLag; lag <= n / 2; ++lag) {
     double c = 0;
     double a2 = 0;
     double b2 = 0;
@@ -60,11 +60,21 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
       a2 += x[i] * x[i];
       b2 += x[i + lag] * x[i + lag];
     }
-    const double r = c / std::sqrt(a2 * b2 + 1e-300);
-    // Prefer the shortest period among near-equal peaks (multiples of the period correlate too).
-    if (r > best + 0.02) {
-      best = r;
-      bestLag = lag;
+    r.push_back(c / std::sqrt(a2 * b2 + 1e-300));
+  }
+  // A period is a peak of the autocorrelation, past its first fall: at short lags any smooth
+  // series correlates with itself (torch 2's per-layer ups and downs, under a slow swell, made 63
+  // "steps" of 5 there). Among the peaks, prefer the shortest of near-equal ones (multiples of
+  // the period correlate too).
+  size_t k = 1;
+  while (k < r.size() && r[k] <= r[k - 1]) ++k;  // the first fall ends at a minimum
+  size_t bestLag = 0;
+  double best = minCorrelation;
+  for (; k + 1 < r.size(); ++k) {
+    const bool peak = r[k] >= r[k - 1] && r[k] >= r[k + 1];
+    if (peak && r[k] > best + 0.02) {
+      best = r[k];
+      bestLag = firstLag + k;
     }
   }
   if (bestLag == 0) return steps;

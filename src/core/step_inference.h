@@ -8,10 +8,11 @@
 namespace tidemark::core {
 
 // Steps for a recording that has no step marks (no adapter): training repeats itself, so the
-// tracked total, taken event by event, is periodic. The period is the lag with the highest
-// autocorrelation (between 3 and recording/2 periods' worth), and each step ends at the lowest
+// tracked total, taken event by event, is periodic. The period is the shortest of the highest
+// peaks of the autocorrelation (2 to 64 periods' worth; a peak past its first fall, not the
+// self-similarity of a smooth series at short lags), and each step ends at the lowest
 // point of memory near the end of its period (after the optimizer, before the next forward).
 // Returns no steps when nothing repeats (the best correlation is below minCorrelation).
-std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation = 0.5);
+std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation = 0.4);
 
 }  // namespace tidemark::core
