@@ -1,4 +1,4 @@
-// libtidemark_torch.so: torch's tensor-level memory, handed to the agent as it happens.
+// libtidemark_torch-<version>.so: torch's tensor-level memory, handed to the agent as it happens.
 //
 // torch's allocators report every block they hand out and take back to the profiler state in the
 // calling thread's debug info (c10::ThreadLocalDebugInfo, kind PROFILER_STATE): the CUDA caching

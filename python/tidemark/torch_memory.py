@@ -1,5 +1,6 @@
 """torch's tensor-level memory: every block torch's CUDA caching allocator hands out or takes back,
-reported to the agent as it happens (``libtidemark_torch.so``, agent/torch/memory_reporter.cpp).
+reported to the agent as it happens (``libtidemark_torch-<torch version>.so``,
+agent/torch/memory_reporter.cpp).
 
 The agent's CUPTI callbacks see the device memory the caching allocator reserves (its segments);
 this sees the tensors inside them, so the server can count each tensor to its category and the
@@ -15,11 +16,15 @@ import os
 import sys
 import threading
 
-LIBRARY = "libtidemark_torch.so"
+def library_name(version):
+    """The reporter built for torch `version` (one per torch: agent/CMakeLists.txt)."""
+    return "libtidemark_torch-%s.so" % version
 
 
-def find_library():
-    """$TIDEMARK_TORCH_REPORTER, else the library beside the agent loaded in this process."""
+def find_library(version):
+    """$TIDEMARK_TORCH_REPORTER, else the library for torch `version` beside the agent loaded in
+    this process. A library built for another torch is never loaded: it would bring that torch's
+    own libraries into the process."""
     path = os.environ.get("TIDEMARK_TORCH_REPORTER")
     if path:
         return path
@@ -28,7 +33,8 @@ def find_library():
             for line in maps:
                 fields = line.split(None, 5)
                 if len(fields) == 6 and fields[5].rstrip().endswith("/libtidemark_agent.so"):
-                    candidate = os.path.join(os.path.dirname(fields[5].rstrip()), LIBRARY)
+                    candidate = os.path.join(os.path.dirname(fields[5].rstrip()),
+                                             library_name(version))
                     return candidate if os.path.exists(candidate) else None
     except OSError:
         pass
@@ -49,10 +55,10 @@ class TensorMemory:
         if self.mode == "auto" and not torch.cuda.is_available():
             self.status = "no CUDA"
             return
-        path = find_library()
+        path = find_library(torch.__version__)
         if path is None:
-            self._unavailable("%s was not built (no torch C++ headers where tidemark was built)"
-                              % LIBRARY)
+            self._unavailable("%s was not built (no headers of this torch where tidemark was "
+                              "built)" % library_name(torch.__version__))
             return
         try:
             lib = ctypes.CDLL(path)
@@ -63,7 +69,7 @@ class TensorMemory:
             return
         if built_for != torch.__version__:
             self._unavailable("%s was built for torch %s, this job runs torch %s"
-                              % (LIBRARY, built_for, torch.__version__))
+                              % (path, built_for, torch.__version__))
             return
         lib.tidemark_torch_reporter_install.argtypes = [ctypes.c_int]
         lib.tidemark_torch_reporter_install.restype = ctypes.c_int

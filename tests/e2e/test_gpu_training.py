@@ -5,7 +5,8 @@ reports) against torch.cuda.max_memory_allocated, torch's reserved count against
 max_memory_reserved, the device memory CUPTI saw, the model's and optimizer's bytes, kernels.
 
 The training runs under $TIDEMARK_GPU_PYTHON (default: python3 on PATH), whose torch must be the
-one libtidemark_torch.so was built for (cmake -DTIDEMARK_TORCH_PYTHON=...)."""
+one a libtidemark_torch-<version>.so was built for (cmake -DTIDEMARK_TORCH_PYTHON=... or
+-DTIDEMARK_TORCH2_PYTHON=...)."""
 import os
 import re
 import shutil

@@ -1,4 +1,4 @@
-"""torch's tensor-level memory (libtidemark_torch.so, python/tidemark/torch_memory.py), on the CPU.
+"""torch's tensor-level memory (libtidemark_torch-<version>.so, python/tidemark/torch_memory.py), on the CPU.
 
 On a GPU the reporter sees the blocks torch's CUDA caching allocator hands out inside the segments
 the CUPTI callbacks see (test_gpu_capture.py plays that part). Here, with
@@ -7,6 +7,7 @@ tensor block lies in a host block the allocator hooks saw, so the two views of o
 must reconcile — the same categories and totals as a run without the tensor view, no byte counted
 twice, no negative slack."""
 import os
+import subprocess
 import time
 import unittest
 
@@ -14,7 +15,11 @@ from tidemark_env import BIN, PYTHON, SOURCE, DaemonTestCase
 
 TRAIN = [os.path.join(SOURCE, "examples", "train.py"), "--steps", "3", "--seed", "5", "--layers",
          "4"]
-REPORTER = os.path.abspath(os.path.join(BIN, "..", "lib", "libtidemark_torch.so"))
+# The reporter built for the jobs' torch (one per torch: agent/CMakeLists.txt).
+TORCH_VERSION = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+REPORTER = os.path.abspath(os.path.join(BIN, "..", "lib",
+                                        "libtidemark_torch-%s.so" % TORCH_VERSION))
 
 
 class TorchTensorViewTest(DaemonTestCase):
@@ -22,8 +27,8 @@ class TorchTensorViewTest(DaemonTestCase):
     def setUpClass(cls):
         super().setUpClass()
         if not os.path.exists(REPORTER):
-            raise AssertionError("%s was not built: install libtorch-dev (scripts/install-deps.sh)"
-                                 % REPORTER)
+            raise AssertionError("%s was not built: install libtorch-dev, or make the torch 2 "
+                                 "environment (scripts/install-deps.sh)" % REPORTER)
         cls.plain = cls.train(TIDEMARK_TORCH_MEMORY="off")
         cls.viewed = cls.train(TIDEMARK_TORCH_MEMORY="all")
 
