@@ -214,13 +214,12 @@ TEST(OpsTest, SelfTimeIsTotalMinusDirectChildren) {
 namespace tidemark::core {
 namespace {
 
-// `steps` training-like steps: a persistent block, then per step 20 activations allocated and
-// freed in reverse, then a temporary, all at one event per 10 ns.
-Recording periodic(int steps) {
+// A recording written event by event, one event per 10 ns, each block at an address of its own.
+struct RecordingWriter {
   Recording rec;
   uint64_t seq = 1;
   uint64_t addr = 0x100000;
-  auto alloc = [&](uint64_t size) {
+  size_t alloc(uint64_t size) {
     Block b;
     b.address = addr;
     addr += 0x1000;
@@ -230,12 +229,21 @@ Recording periodic(int steps) {
     ++seq;
     rec.blocks.push_back(b);
     return rec.blocks.size() - 1;
-  };
-  auto release = [&](size_t i) {
+  }
+  void release(size_t i) {
     rec.blocks[i].freeSeq = seq;
     rec.blocks[i].freeTsNs = static_cast<int64_t>(seq) * 10;
     ++seq;
-  };
+  }
+};
+
+// `steps` training-like steps: a persistent block, then per step 20 activations allocated and
+// freed in reverse, then a temporary, all at one event per 10 ns.
+Recording periodic(int steps) {
+  RecordingWriter w;
+  auto alloc = [&](uint64_t size) { return w.alloc(size); };
+  auto release = [&](size_t i) { w.release(i); };
+  Recording& rec = w.rec;
   alloc(1000);
   for (int s = 0; s < steps; ++s) {
     std::vector<size_t> acts;
@@ -270,25 +278,10 @@ TEST(StepInferenceTest, StepsAreFoundUnderTheirLayersUpsAndDowns) {
   // As torch 2 records a small model: a start-up, then steps whose 12 layers each add an
   // activation and wiggle with temporaries: a smooth swell per step, which at short lags
   // correlates with itself better than a step with the next (63 "steps" of 5 were found so).
-  Recording rec;
-  uint64_t seq = 1;
-  uint64_t addr = 0x100000;
-  auto alloc = [&](uint64_t size) {
-    Block b;
-    b.address = addr;
-    addr += 0x1000;
-    b.sizeBytes = size;
-    b.allocSeq = seq;
-    b.allocTsNs = static_cast<int64_t>(seq) * 10;
-    ++seq;
-    rec.blocks.push_back(b);
-    return rec.blocks.size() - 1;
-  };
-  auto release = [&](size_t i) {
-    rec.blocks[i].freeSeq = seq;
-    rec.blocks[i].freeTsNs = static_cast<int64_t>(seq) * 10;
-    ++seq;
-  };
+  RecordingWriter w;
+  auto alloc = [&](uint64_t size) { return w.alloc(size); };
+  auto release = [&](size_t i) { w.release(i); };
+  Recording& rec = w.rec;
   for (int i = 0; i < 120; ++i) alloc(40 + static_cast<uint64_t>(i % 7) * 3);  // start-up
   constexpr int kSteps = 6;
   constexpr int kLayers = 12;
