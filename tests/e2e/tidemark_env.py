@@ -156,6 +156,8 @@ class DaemonTestCase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.daemon = Daemon()
+        # Also when a subclass's setUpClass fails after this (tearDownClass is not run then).
+        cls.addClassCleanup(cls.daemon.cleanup)
 
     @classmethod
     def tearDownClass(cls):
