@@ -59,24 +59,31 @@ ChannelOptions ChannelOptions::fromEnvironment(std::string target) {
   return o;
 }
 
-std::string readPemFile(const std::string& path) {
+namespace {
+// The contents of a PEM file; false when it cannot be read or is empty.
+bool readPemFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in || text.str().empty()) {
-    std::fprintf(stderr, "tidemark: cannot read %s\n", path.c_str());
-    return "";
-  }
-  return text.str();
+  *out = text.str();
+  return static_cast<bool>(in) && !out->empty();
 }
+}  // namespace
 
-std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
+std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options, std::string* error) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tlsCa.empty()) {
+    // A file that cannot be read is an error, never an empty field: gRPC would take an empty CA
+    // for "the system's roots" and trust any daemon with a public certificate.
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = readPemFile(options.tlsCa);
-    if (!options.tlsCert.empty()) ssl.pem_cert_chain = readPemFile(options.tlsCert);
-    if (!options.tlsKey.empty()) ssl.pem_private_key = readPemFile(options.tlsKey);
+    for (auto [path, field] : {std::pair{&options.tlsCa, &ssl.pem_root_certs},
+                               std::pair{&options.tlsCert, &ssl.pem_cert_chain},
+                               std::pair{&options.tlsKey, &ssl.pem_private_key}}) {
+      if (!path->empty() && !readPemFile(*path, field)) {
+        *error = "cannot read the PEM file " + *path;
+        return nullptr;
+      }
+    }
     credentials = grpc::SslCredentials(ssl);
   }
   if (options.token.empty()) return grpc::CreateChannel(options.target, credentials);

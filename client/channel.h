@@ -21,11 +21,9 @@ struct ChannelOptions {
   static ChannelOptions fromEnvironment(std::string target);
 };
 
-// The contents of a PEM file, or "" after saying on stderr that it cannot be read.
-std::string readPemFile(const std::string& path);
-
 // A channel to the daemon: TLS when tlsCa is set (the daemon's certificate verified against it),
 // else plain (a Unix socket or loopback); every call on it carries the token (docs/security.md).
-std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options);
+// nullptr, with *error saying why, when a PEM file named cannot be read.
+std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options, std::string* error);
 
 }  // namespace tidemark::client

@@ -357,7 +357,18 @@ bool Transport::tryConnect() {
     o.tlsCa = m_config.tlsCa;
     o.tlsCert = m_config.tlsCert;
     o.tlsKey = m_config.tlsKey;
-    m_channel = client::makeChannel(o);
+    m_channel = client::makeChannel(o, &m_untrusted);
+    if (!m_channel) {
+      // Nothing is sent (tried again later: the file may appear); the exit spools the run.
+      m_linkError = m_untrusted;
+      if (!m_toldUntrusted && !m_config.quiet) {
+        m_toldUntrusted = true;
+        std::fprintf(stderr, "tidemark: not connecting to %s: %s; the agent keeps the events\n",
+                     m_config.server.c_str(), m_untrusted.c_str());
+      }
+      scheduleReconnect();
+      return false;
+    }
   }
   if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(200))) {

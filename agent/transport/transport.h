@@ -156,7 +156,9 @@ class Transport {
   std::atomic<bool> m_watchdogFired{false};
   // Writes serialized AgentMessages (write()), reads ServerMessages.
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, v1::ServerMessage>> m_stream;
-  std::string m_untrusted;  // why the daemon that answered is not sent anything ("": it is)
+  // Why nothing is sent to the daemon: not run by this user or root, or TLS files that cannot
+  // be read ("": it is sent to).
+  std::string m_untrusted;
   bool m_toldUntrusted = false;
   std::string m_spoolFailure;  // why the exit spool could not be written ("": it was)
 

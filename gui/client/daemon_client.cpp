@@ -51,7 +51,9 @@ Moment fromBreakdown(const v1::Breakdown& b) {
 
 DaemonClient::DaemonClient(std::string address)
     : m_address(std::move(address)), m_stubs(std::make_unique<Stubs>()) {
-  m_stubs->channel = client::makeChannel(client::ChannelOptions::fromEnvironment(m_address));
+  m_stubs->channel =
+      client::makeChannel(client::ChannelOptions::fromEnvironment(m_address), &m_channelError);
+  if (!m_stubs->channel) return;  // trusted() says why at every call
   m_stubs->query = v1::Query::NewStub(m_stubs->channel);
   m_stubs->advisor = v1::Advisor::NewStub(m_stubs->channel);
   m_stubs->control = v1::Control::NewStub(m_stubs->channel);
@@ -60,6 +62,7 @@ DaemonClient::DaemonClient(std::string address)
 DaemonClient::~DaemonClient() = default;
 
 absl::Status DaemonClient::trusted() const {
+  if (!m_channelError.empty()) return absl::FailedPreconditionError(m_channelError);
   // Nothing goes to (and nothing is shown from) a daemon not run by this user or root.
   const std::string why =
       base::untrustedDaemon(m_address, !std::string(base::env("TIDEMARK_TLS_CA")).empty());

@@ -104,6 +104,7 @@ class DaemonClient {
   absl::Status trusted() const;
   struct Stubs;
   std::string m_address;
+  std::string m_channelError;  // why no channel could be made ("": it was)
   std::unique_ptr<Stubs> m_stubs;
 };
 

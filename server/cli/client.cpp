@@ -30,7 +30,13 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode)
   if (!g.tlsCa.empty()) o.tlsCa = g.tlsCa;
   if (!g.tlsCert.empty()) o.tlsCert = g.tlsCert;
   if (!g.tlsKey.empty()) o.tlsKey = g.tlsKey;
-  return client::makeChannel(o);
+  std::string why;
+  std::shared_ptr<grpc::Channel> channel = client::makeChannel(o, &why);
+  if (!channel) {
+    std::fprintf(stderr, "tidemark: %s\n", why.c_str());
+    *exitCode = kExitUsage;
+  }
+  return channel;
 }
 
 // Prints a failed call's status; UNAVAILABLE means nobody answered at the address.

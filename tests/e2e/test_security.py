@@ -484,6 +484,26 @@ class TlsTest(unittest.TestCase):
         finally:
             d.stop()
 
+    def test_an_unreadable_ca_never_falls_back_to_the_system_roots(self):
+        d = OwnDaemon(*self.server_tls())
+        spool = tempfile.mkdtemp(prefix="tidemark-spool-")
+        try:
+            missing = os.path.join(self.pki, "missing.pem")
+            r = d.cli("--tls-ca", missing, "sessions")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("cannot read the PEM file %s" % missing, r.stderr)
+            r = d.cli("run", "--", *ALLOC_JOB,
+                      env={"TIDEMARK_TLS_CA": missing, "TIDEMARK_SPOOL_DIR": spool})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("not connecting to %s: cannot read the PEM file" % d.address, r.stderr)
+            self.assertIn("events spooled to", r.stderr)
+            self.assertEqual(len(os.listdir(spool)), 1, "the run is kept for an upload")
+            self.assertEqual(json.loads(d.cli("--tls-ca", self.pem("ca"), "sessions",
+                                              "--json").stdout)["sessions"], [])
+        finally:
+            d.stop()
+            shutil.rmtree(spool, ignore_errors=True)
+
     def test_an_attached_agent_gets_the_tls_settings_and_token(self):
         d = OwnDaemon(*self.server_tls(), "--require-token")
         job = subprocess.Popen([PYTHON, "-u", SCRIPT, "--steps", "60", "--sleep", "0.1"],
