@@ -29,14 +29,9 @@ std::string lastError() { return std::strerror(errno); }
 Listeners::~Listeners() { stop(); }
 
 absl::Status Listeners::listenTcp(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
+  std::string host, port;
+  if (!base::splitHostPort(address, &host, &port)) {
     return absl::InvalidArgumentError("--listen " + address + ": expected HOST:PORT");
-  }
-  std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

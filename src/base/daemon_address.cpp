@@ -57,14 +57,9 @@ std::string untrustedDaemon(const std::string& target, bool tlsVerified) {
   if (hostPort.rfind("ipv4:", 0) == 0 || hostPort.rfind("ipv6:", 0) == 0) {
     hostPort = hostPort.substr(5);
   }
-  const size_t colon = hostPort.rfind(':');
-  if (colon == std::string::npos) return target + ": expected HOST:PORT or unix:PATH";
+  std::string host, port;
+  if (!splitHostPort(hostPort, &host, &port)) return target + ": expected HOST:PORT or unix:PATH";
   if (tlsVerified) return "";
-  std::string host = hostPort.substr(0, colon);
-  const std::string port = hostPort.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;

@@ -128,24 +128,30 @@ std::optional<uid_t> tcpClientOwner(const sockaddr_storage& client, uint16_t ser
   return owner;
 }
 
+bool splitHostPort(const std::string& address, std::string* host, std::string* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return true;
+}
+
 bool parsePeerName(const std::string& name, sockaddr_storage* out) {
   *out = sockaddr_storage{};
   const bool v4 = name.rfind("ipv4:", 0) == 0;
   if (!v4 && name.rfind("ipv6:", 0) != 0) return false;
-  const std::string rest = name.substr(5);
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string host = rest.substr(0, colon);
-  const long port = std::strtol(rest.c_str() + colon + 1, nullptr, 10);
+  std::string host, portText;
+  if (!splitHostPort(name.substr(5), &host, &portText)) return false;
+  const long port = std::strtol(portText.c_str(), nullptr, 10);
   if (port <= 0 || port > 65535) return false;
   if (v4) {
     auto& in = reinterpret_cast<sockaddr_in&>(*out);
     in.sin_family = AF_INET;
     in.sin_port = htons(static_cast<uint16_t>(port));
     return inet_pton(AF_INET, host.c_str(), &in.sin_addr) == 1;
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
   }
   auto& in6 = reinterpret_cast<sockaddr_in6&>(*out);
   in6.sin6_family = AF_INET6;

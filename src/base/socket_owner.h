@@ -26,6 +26,9 @@ std::optional<uid_t> tcpSocketOwner(const sockaddr_storage& local, const sockadd
 // local address it reached), or nullopt.
 std::optional<uid_t> tcpClientOwner(const sockaddr_storage& client, uint16_t serverPort);
 
+// "host:5000", "[::1]:5000" into host ("::1", brackets dropped) and port. False without a colon.
+bool splitHostPort(const std::string& address, std::string* host, std::string* port);
+
 // Parses gRPC's peer names "ipv4:127.0.0.1:5000" and "ipv6:[::1]:5000". False otherwise.
 bool parsePeerName(const std::string& name, sockaddr_storage* out);
 
