@@ -3,15 +3,27 @@
 It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globally:
 
 * global module forward hooks give module scopes, find the root models (a module called while no
-  other module runs, owning parameters) and the forward phase;
-* ``torch.autograd.backward`` is wrapped for the backward phase;
+  other module runs, owning parameters) and the forward phase. A root model some optimizer
+  trains (or, before any optimizer holds it, one called with gradients on) is a training model;
+  one that no optimizer trains (an EMA copy, a teacher, a reference model) is a frozen model,
+  found also when it is never called (every module made is noted, and looked at at the next
+  step's start): its weights are WEIGHT under the name "<Class> [frozen]";
+* a root model's pass with gradients off (``torch.no_grad``, ``inference_mode``), and any pass of
+  a frozen model, is the eval phase: never a step, nor part of one's forward;
+* ``torch.autograd.backward`` is wrapped for the backward phase (a backward run inside it, by a
+  reentrant checkpoint, is part of it);
 * ``torch.optim.Optimizer`` construction is wrapped, so every optimizer's ``step`` gives the
-  optimizer phase, the step boundary, and the gradient and optimizer-state tags;
+  optimizer phase and the gradient and optimizer-state tags; a step (a training iteration) ends
+  once every optimizer has stepped in it (see ``_optimizer_end``);
+* ``torch.nn.utils.clip_grad_norm_`` and its kin run in the optimizer phase;
 * a default ``saved_tensors_hooks`` pair tags every tensor saved for backward (ACTIVATION, or
-  RECOMPUTED during a checkpoint's recomputation) and returns it unchanged;
+  RECOMPUTED during a checkpoint's recomputation) and returns it unchanged; a tensor saved outside
+  a model's forward that no differentiable computation made (a loss's target built in the step)
+  is INPUT;
 * ``torch.utils.checkpoint.checkpoint`` is wrapped: its tensor inputs are CHECKPOINT_INPUT and its
   second run (inside backward) is the recompute phase;
-* batches coming out of a DataLoader, and a root model's tensor inputs, are INPUT.
+* batches coming out of a DataLoader, and a root model's tensor inputs that are not the output of
+  another computation of the step (a generator's output handed to a discriminator), are INPUT.
 
 A tag names the storage's first byte, which is the address of the block the allocator returned,
 so the server joins tags and allocations on the address.
@@ -36,6 +48,13 @@ def _storage_of(t):
     return s.data_ptr(), nbytes
 
 
+def _storage_address(t):
+    try:
+        return _storage_of(t)[0]
+    except Exception:  # sparse, meta, or otherwise storage-less tensors
+        return 0
+
+
 def _tensors_in(obj, depth=0):
     import torch
     if isinstance(obj, torch.Tensor):
@@ -56,7 +75,16 @@ class Instrumenter:
         self.installed = False
         self.module_names = weakref.WeakKeyDictionary()
         self.param_names = {}          # id(param) -> qualified name
-        self.roots = weakref.WeakSet()  # models (root modules with parameters)
+        self.roots = weakref.WeakSet()  # training models (root modules an optimizer trains)
+        self.frozen = weakref.WeakSet()  # root modules with parameters no optimizer trains
+        self.new_modules = weakref.WeakSet()  # modules made since the last look for frozen ones
+        # Optimizers that stepped in the open step, and those that missed a whole step (left out
+        # of "every optimizer has stepped").
+        self.stepped = weakref.WeakSet()
+        self.idle_optimizers = weakref.WeakSet()
+        # Storages saved for backward in the open step: a root's input among them is another
+        # model's output (the generator's images, even detached), not the batch.
+        self.saved_this_step = set()
         self.optimizers = weakref.WeakSet()
         self.stepping = weakref.WeakSet()  # optimizers inside their step now
         self.wrapped_classes = weakref.WeakSet()  # torch 1.13: optimizer classes whose step is wrapped
@@ -109,9 +137,17 @@ class Instrumenter:
         if not self.step_open:
             self.step += 1
             self.step_open = True
+            self.stepped = weakref.WeakSet()
+            self.saved_this_step = set()
             self.agent.step_begin(self.step)
-            for root in list(self.roots):
+            self._find_frozen_models()
+            for root in list(self.roots) + list(self.frozen):
                 self._tag_model_state(root)
+
+    def _end_step(self):
+        if self.step_open:
+            self.agent.step_end(self.step)
+            self.step_open = False
 
     def _tag_model_state(self, root):
         prefix = self.module_names.get(root, type(root).__name__)
@@ -121,17 +157,90 @@ class Instrumenter:
             self.tag_tensor(b, A.WEIGHT, prefix + "." + name)
 
     # ----- models ------------------------------------------------------------------------------
+    def _name_model(self, model, prefix):
+        for sub, m in model.named_modules():
+            self.module_names.setdefault(m, prefix + ("." + sub if sub else ""))
+        for pname, p in model.named_parameters():
+            self.param_names.setdefault(id(p), prefix + "." + pname)
+
     def register_model(self, model, name=None):
         if model in self.roots:
             return
         prefix = name or type(model).__name__
-        for sub, m in model.named_modules():
-            self.module_names.setdefault(m, prefix + ("." + sub if sub else ""))
-        for pname, p in model.named_parameters():
-            self.param_names[id(p)] = prefix + "." + pname
+        if model in self.frozen:  # an optimizer took it on after all: named as a training model
+            self.frozen.discard(model)
+            for sub, m in model.named_modules():
+                self.module_names[m] = prefix + ("." + sub if sub else "")
+            for pname, p in model.named_parameters():
+                self.param_names[id(p)] = prefix + "." + pname
+        self._name_model(model, prefix)
         self.roots.add(model)
         if self.step_open:
             self._tag_model_state(model)
+
+    def register_frozen(self, model, tag=True):
+        """A model no optimizer trains: its weights are WEIGHT named "<Class> [frozen]" (tagged
+        now unless tag is False: an attach seeds the blocks first)."""
+        if model in self.frozen or model in self.roots:
+            return
+        base = type(model).__name__ + " [frozen"
+        taken = {self.module_names.get(m) for m in self.frozen}
+        n = 1
+        while (base + ("]" if n == 1 else " %d]" % n)) in taken:
+            n += 1
+        self._name_model(model, base + ("]" if n == 1 else " %d]" % n))
+        self.frozen.add(model)
+        if tag:
+            self._tag_model_state(model)
+
+    def _trained_parameters(self):
+        ids = set()
+        for opt in list(self.optimizers):
+            for group in opt.param_groups:
+                ids.update(id(p) for p in group["params"])
+        return ids
+
+    def _is_training_model(self, module):
+        """Whether a root module is a training model: an optimizer holds one of its parameters,
+        or (no optimizer holding it yet) it is called with gradients on and has parameters that
+        want them."""
+        import torch
+        trained = self._trained_parameters()
+        params = list(module.parameters())
+        if any(id(p) in trained for p in params):
+            return True
+        return torch.is_grad_enabled() and any(p.requires_grad for p in params)
+
+    def _note_new_module(self, module):
+        try:
+            self.new_modules.add(module)
+        except TypeError:
+            pass
+
+    def _find_frozen_models(self):
+        """Among the modules made since the last look: the outermost ones with parameters that
+        are no training model's part and that no optimizer trains (an EMA copy made with
+        copy.deepcopy, a teacher loaded for distillation) become frozen models, their weights
+        tagged from now on, whether or not they are ever called."""
+        if not self.enabled or not len(self.new_modules):
+            return
+        new = list(self.new_modules)
+        self.new_modules = weakref.WeakSet()
+        inner = set()
+        for m in new:
+            inner.update(id(c) for c in m.children())
+        candidates = [m for m in new if id(m) not in inner and m not in self.roots and
+                      m not in self.frozen and next(m.parameters(), None) is not None]
+        if not candidates:
+            return
+        known = set()
+        for root in list(self.roots) + list(self.frozen):
+            known.update(id(m) for m in root.modules())
+        trained = self._trained_parameters()
+        for m in candidates:
+            if id(m) in known or any(id(p) in trained for p in m.parameters()):
+                continue
+            self.register_frozen(m)
 
     def _ensure_thread_hooks(self):
         """The saved-tensor hooks and torch's memory reporter are per thread in torch: entered on
@@ -194,20 +303,32 @@ class Instrumenter:
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
             has_params = next(module.parameters(), None) is not None
             if has_params:
-                self.register_model(module)
+                if self._is_training_model(module):
+                    self.register_model(module)
+                else:
+                    self.register_frozen(module)
             name = self.module_names.get(module, type(module).__name__)
         elif name is None:
             name = type(module).__name__
-        if depth == 0 and module in self.roots and not self._in_phase(A.BACKWARD):
+        if depth == 0 and not self._in_phase(A.BACKWARD) and (module in self.roots or
+                                                               module in self.frozen):
             # Only where every context of the thread was seen entering: everywhere when torch
             # was imported under the adapter; after an attach, once the thread passed a step
             # end (a forward under way at the attach may sit in a context not counted).
             if self.contexts_all_seen or getattr(self.local, "passed_step_end", False):
                 self._ensure_thread_hooks()
-            self._begin_step_if_needed()
-            self._phase_begin(A.FORWARD)
+            import torch
+            if module in self.frozen or not torch.is_grad_enabled():
+                self._phase_begin(A.EVAL)  # evaluation: no step, not a step's forward
+            else:
+                self._begin_step_if_needed()
+                self._phase_begin(A.FORWARD)
+            saved = self.saved_this_step
             for t in _tensors_in(inputs):
-                self.tag_tensor(t, A.INPUT, "input")
+                # The batch, not another model's output (made by a differentiable computation,
+                # or saved for backward in this step: a generator's images, even detached).
+                if t.grad_fn is None and _storage_address(t) not in saved:
+                    self.tag_tensor(t, A.INPUT, "input")
         self.agent.scope_begin(self.agent.intern(name))
         self.local.depth = depth + 1
         stack = getattr(self.local, "names", None)
@@ -225,8 +346,9 @@ class Instrumenter:
             stack.pop()
         name = self.module_names.get(module, type(module).__name__)
         self.agent.scope_end(self.agent.intern(name))
-        if depth == 0 and module in self.roots and self.phases and self.phases[-1] == A.FORWARD:
-            self._phase_end(A.FORWARD)
+        if depth == 0 and self.phases and self.phases[-1] in (A.FORWARD, A.EVAL) and (
+                module in self.roots or module in self.frozen):
+            self._phase_end(self.phases[-1])
 
     # ----- backward and saved tensors ------------------------------------------------------------
     # A saved tensor remembers the module that saved it. When backward unpacks it, that module's
@@ -240,19 +362,48 @@ class Instrumenter:
         try:
             import torch
             if not isinstance(t, torch.nn.Parameter):
-                category = A.RECOMPUTED if self._in_phase(A.RECOMPUTE) else A.ACTIVATION
-                self.tag_tensor(t, category, module + ":saved")
+                address, nbytes = _storage_of(t)
+                if not address:
+                    pass
+                elif self._in_phase(A.RECOMPUTE):
+                    self.agent.tag(address, nbytes, A.RECOMPUTED,
+                                   self.agent.intern(module + ":saved"))
+                elif (t.grad_fn is None and not t.requires_grad and
+                      not self._in_phase(A.FORWARD) and not self._in_phase(A.EVAL)):
+                    # Saved outside a model's forward (by the loss, a module or a function) and
+                    # made by no differentiable computation: a target built in the step (labels
+                    # of ones, shifted tokens).
+                    self.agent.tag(address, nbytes, A.INPUT, self.agent.intern("target"))
+                else:
+                    saved = self.saved_this_step
+                    if len(saved) > 1000000:  # steps that never end: bounded all the same
+                        saved.clear()
+                    saved.add(address)
+                    self.agent.tag(address, nbytes, A.ACTIVATION,
+                                   self.agent.intern(module + ":saved"))
         except Exception:
             pass
         return (t, module)
 
     def _unpack(self, packed):
         t, module = packed
-        if module and module != self.backward_module and self._in_phase(A.BACKWARD):
+        # (A recomputation reading what selective checkpointing kept is not backward moving on:
+        # its module scopes are open above the backward one.)
+        if (module and module != self.backward_module and self._in_phase(A.BACKWARD) and
+                not self._in_phase(A.RECOMPUTE)):
             self._end_backward_scope()
             self.agent.scope_begin(self.agent.intern(module + " [backward]"))
             self.backward_module = module
         return t
+
+    def _own_hooks_on_top(self, ckpt):
+        """Whether the saved-tensor hooks a tensor saved now would go through (checkpoints' own
+        left aside) are the adapter's."""
+        try:
+            hooks = ckpt._current_user_saved_tensors_hooks()
+        except Exception:
+            return False
+        return hooks is not None and getattr(hooks[0], "__func__", None) is Instrumenter._pack
 
     def _end_backward_scope(self):
         if self.backward_module:
@@ -265,6 +416,11 @@ class Instrumenter:
             return
         self.optimizers.add(opt)
         inst = self
+        if len(self.frozen):  # a model taken for frozen that this optimizer trains after all
+            trained = {id(p) for group in opt.param_groups for p in group["params"]}
+            for m in list(self.frozen):
+                if any(id(p) in trained for p in m.parameters()):
+                    self.register_model(m)
 
         if hasattr(opt, "register_step_pre_hook"):  # torch 2
             opt.register_step_pre_hook(lambda o, args, kwargs: inst._optimizer_begin(o))
@@ -320,6 +476,15 @@ class Instrumenter:
     def _optimizer_begin(self, opt):
         if not self.enabled:
             return
+        if self.step_open and opt in self.stepped:
+            # It steps a second time in this step: an optimizer that never stepped in it is idle
+            # (left out of "every optimizer" until it steps again), and this step ended with
+            # the last optimizer step.
+            for o in list(self.optimizers):
+                if o not in self.stepped:
+                    self.idle_optimizers.add(o)
+            self._step_boundary()
+        self.idle_optimizers.discard(opt)
         self._begin_step_if_needed()
         i = 0
         for group in opt.param_groups:
@@ -339,9 +504,17 @@ class Instrumenter:
             for key, value in state.items():
                 if isinstance(value, torch.Tensor):
                     self.tag_tensor(value, A.OPTIMIZER_STATE, base + "." + str(key))
-        if self.step_open:
-            self.agent.step_end(self.step)
-            self.step_open = False
+        # A step is a training iteration: it ends once every optimizer (but the idle ones) has
+        # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
+        self.stepped.add(opt)
+        if any(o not in self.stepped and o not in self.idle_optimizers
+               for o in list(self.optimizers)):
+            return
+        self._step_boundary()
+
+    def _step_boundary(self):
+        """The step ends here; between steps, the thread's state is reset and a plan applied."""
+        self._end_step()
         # An exception inside a forward skips its post hooks: a step boundary resets the depth.
         self.local.depth = 0
         self.local.names = []
@@ -453,7 +626,10 @@ class Instrumenter:
         backward = torch.autograd.backward
 
         def tidemark_backward(*args, **kwargs):
-            if not inst.enabled:
+            if not inst.enabled or inst._in_phase(A.BACKWARD):
+                # Inside backward (a reentrant checkpoint's own): one backward phase, so what it
+                # hands back to the outer one (the gradient of the segment's input) is born and
+                # dies in it.
                 return backward(*args, **kwargs)
             inst._phase_begin(A.BACKWARD)
             try:
@@ -463,12 +639,28 @@ class Instrumenter:
                 inst._phase_end(A.BACKWARD)
 
         torch.autograd.backward = tidemark_backward
+        self._wrap_gradient_clipping(torch)
+        self._note_modules_made(torch)
 
         checkpoint = ckpt.checkpoint
+        import inspect
+        try:
+            sac_hooks_choice = "respect_saved_tensors_hooks" in inspect.signature(
+                checkpoint).parameters
+        except (TypeError, ValueError):
+            sac_hooks_choice = False
 
         def tidemark_checkpoint(function, *args, **kwargs):
             if not inst.enabled:
                 return checkpoint(function, *args, **kwargs)
+            if (sac_hooks_choice and kwargs.get("context_fn") is not None and
+                    kwargs.get("use_reentrant") is False and
+                    "respect_saved_tensors_hooks" not in kwargs and inst._own_hooks_on_top(ckpt)):
+                # Selective checkpointing keeps the tensors its policy saves outside autograd,
+                # and asks whether they should go through the saved-tensor hooks in scope: the
+                # adapter's are the only ones, so yes (they keep each tensor as it is, and tag it
+                # ACTIVATION). Left unsaid, torch would warn, in a job that never asked for hooks.
+                kwargs["respect_saved_tensors_hooks"] = True
             for t in _tensors_in(args):
                 inst.tag_tensor(t, A.CHECKPOINT_INPUT, "checkpoint_input")
 
@@ -508,6 +700,57 @@ class Instrumenter:
             return batch
 
         dl._BaseDataLoaderIter.__next__ = tidemark_next
+
+
+    def _wrap_gradient_clipping(self, torch):
+        """Gradient clipping works on the gradients for the optimizer: its scratch (a norm per
+        gradient, |g| for the inf norm) belongs to the optimizer phase."""
+        import torch.nn.utils as nn_utils
+        import torch.nn.utils.clip_grad as clip_grad
+        inst = self
+        for name in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_",
+                     "clip_grads_with_norm_", "get_total_norm"):
+            original = getattr(clip_grad, name, None)
+            if original is None or getattr(original, "_tidemark_wrapped", False):
+                continue
+
+            def clipping(*args, __original=original, **kwargs):
+                if not inst.enabled or inst._in_phase(A.OPTIMIZER):
+                    return __original(*args, **kwargs)
+                inst._phase_begin(A.OPTIMIZER)
+                try:
+                    return __original(*args, **kwargs)
+                finally:
+                    inst._phase_end(A.OPTIMIZER)
+
+            functools.update_wrapper(clipping, original)
+            clipping._tidemark_wrapped = True
+            setattr(clip_grad, name, clipping)
+            if getattr(nn_utils, name, None) is original:
+                setattr(nn_utils, name, clipping)
+
+    def _note_modules_made(self, torch):
+        """Every module made from now on (constructed, or copied: copy.deepcopy and torch.load
+        restore a module's state with __setstate__) is noted for _find_frozen_models."""
+        module_cls = torch.nn.Module
+        if getattr(module_cls.__init__, "_tidemark_wrapped", False):
+            return
+        init, setstate = module_cls.__init__, module_cls.__setstate__
+        inst = self
+
+        @functools.wraps(init)
+        def noting_init(module, *args, **kwargs):
+            init(module, *args, **kwargs)
+            inst._note_new_module(module)
+
+        @functools.wraps(setstate)
+        def noting_setstate(module, state):
+            setstate(module, state)
+            inst._note_new_module(module)
+
+        noting_init._tidemark_wrapped = True
+        module_cls.__init__ = noting_init
+        module_cls.__setstate__ = noting_setstate
 
 
 _instance = None

@@ -2,10 +2,10 @@
 
 ``start()`` turns the adapter on in a process that is already training: it installs the hooks
 (or turns them back on after a detach), finds the models (root ``nn.Module`` objects holding
-parameters) and optimizers among the live objects, and seeds what they already hold, so that the
-breakdown is complete from the first step after the attach: each parameter and buffer (WEIGHT),
-gradient (GRADIENT) and optimizer state tensor (OPTIMIZER_STATE) is recorded as allocated at the
-attach, then tagged. ``stop()`` (``tidemark detach``) turns every hook off.
+parameters; those no optimizer trains are frozen models) and optimizers among the live objects,
+and seeds what they already hold, so that the breakdown is complete from the first step after the
+attach: each parameter and buffer (WEIGHT), gradient (GRADIENT) and optimizer state tensor
+(OPTIMIZER_STATE) is recorded as allocated at the attach, then tagged. ``stop()`` (``tidemark detach``) turns every hook off.
 """
 import gc
 import sys
@@ -77,10 +77,15 @@ def start():
     if inst.tensor_memory is not None:
         inst.tensor_memory.enable(True)
     roots, optimizers = _find_models_and_optimizers()
-    for m in roots:
-        inst.register_model(m)
     for o in optimizers:
         inst.register_optimizer(o)
+    trained = inst._trained_parameters()
+    for m in roots:
+        # A model some optimizer trains, else a frozen one (an EMA copy, a teacher).
+        if any(id(p) in trained for p in m.parameters()) or not optimizers:
+            inst.register_model(m)
+        else:
+            inst.register_frozen(m, tag=False)
     seen = set()
     with torch.no_grad():
         for m in roots:
@@ -98,7 +103,8 @@ def start():
                     if isinstance(value, torch.Tensor):
                         _seed(inst, value, A.OPTIMIZER_STATE, base + "." + str(key), seen)
     sys.stderr.write("tidemark: attached; %d model(s), %d optimizer(s), %d tensors already "
-                     "allocated recorded\n" % (len(roots), len(optimizers), len(seen)))
+                     "allocated recorded\n" % (len(roots) - len(inst.frozen), len(optimizers),
+                                               len(seen)))
 
 
 def stop():

@@ -82,12 +82,14 @@ std::string_view phaseName(Phase p) {
       return "recompute";
     case Phase::kOptimizer:
       return "optimizer";
+    case Phase::kEval:
+      return "eval";
   }
   return "";
 }
 
 std::optional<Phase> phaseFromWire(int value) {
-  if (value < 1 || value > 4) return std::nullopt;
+  if (value < 1 || value > 5) return std::nullopt;
   return static_cast<Phase>(value);
 }
 

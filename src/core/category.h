@@ -47,6 +47,7 @@ enum class Phase : uint8_t {
   kBackward = 2,
   kRecompute = 3,
   kOptimizer = 4,
+  kEval = 5,  // an evaluation pass (no_grad, or a model no optimizer trains)
 };
 std::string_view phaseName(Phase p);
 std::optional<Phase> phaseFromWire(int value);

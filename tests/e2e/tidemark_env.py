@@ -21,6 +21,15 @@ if not os.access(PYTHON, os.X_OK):
     raise RuntimeError("TIDEMARK_TORCH_PYTHON=%s is not there: scripts/install-deps.sh makes the "
                        "torch 2 environment" % PYTHON)
 
+
+
+def torch_version():
+    """(major, minor) of the jobs' torch."""
+    out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True, check=True).stdout
+    return tuple(int(x) for x in out.strip().split("+")[0].split(".")[:2])
+
+
 # Nothing the tests run writes into the user's own directories: a daemon started on demand, its
 # store and the agent's spool files go under this run's directory, removed (and such a daemon
 # stopped) at exit.
@@ -163,3 +172,30 @@ class DaemonTestCase(unittest.TestCase):
     def tearDownClass(cls):
         if cls.daemon:
             cls.daemon.cleanup()
+
+
+# tidemark.v1.Category, by number.
+CATEGORY_NAMES = {1: "WEIGHT", 2: "GRADIENT", 3: "OPTIMIZER_STATE", 4: "ACTIVATION",
+                  5: "CHECKPOINT_INPUT", 6: "RECOMPUTED", 7: "INPUT", 8: "TEMPORARY",
+                  9: "WORKSPACE", 10: "ALLOCATOR_SLACK", 11: "UNKNOWN"}
+
+
+def block_categories(daemon, session):
+    """{allocation id: category name} as the session's stored analysis decided them (the
+    block_category table: a byte a block, in allocation id order, category in the low 4 bits)."""
+    ids = [r[0] for r in daemon.sql("SELECT id FROM allocation WHERE session_id = ? ORDER BY id",
+                                    session)]
+    codes = b"".join(r[0] for r in daemon.sql("SELECT codes FROM block_category WHERE "
+                                               "session_id = ? ORDER BY chunk", session))
+    assert len(codes) == len(ids), "%d categories for %d blocks" % (len(codes), len(ids))
+    return {i: CATEGORY_NAMES[c & 0xF] for i, c in zip(ids, codes)}
+
+
+def blocks_of(daemon, session, snapshot):
+    """[(allocation id, bytes)] of the blocks that held the snapshot's addresses at its moment."""
+    out = []
+    for addr in snapshot["storages"]:
+        out += daemon.sql("SELECT id, size_bytes FROM allocation WHERE session_id = ? AND "
+                          "address = ? AND alloc_ts_ns <= ? AND (free_ts_ns IS NULL OR "
+                          "free_ts_ns > ?)", session, int(addr), snapshot["ts"], snapshot["ts"])
+    return out

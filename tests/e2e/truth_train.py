@@ -8,6 +8,11 @@ For every step it records the storages (address -> bytes) of:
   saved       the tensors saved for backward, read from the autograd graph after forward
               (excluding parameters, the batch and the checkpoint inputs)
   ckpt_inputs the inputs of the checkpointed blocks
+The GPT's checkpointed blocks run under reentrant checkpoints (--checkpoint reentrant), or on
+torch 2 non-reentrant ones (nonreentrant), or selective activation checkpointing with a policy
+saving the matrix products (sac). Inside a non-reentrant region autograd keeps the checkpoint's
+holders, not tensors: the walk leaves out the nodes made there (known by their sequence numbers)
+and counts what the SAC policy saved instead (the outputs it was asked about).
 Each set carries the CLOCK_MONOTONIC time it was taken at (the agent's clock): the test finds the
 block that held each address at that time, then asks whether that block was live at the peak.
 """
@@ -65,8 +70,61 @@ class ConvNet(nn.Module):
         return list(self.stages)[:-1]
 
 
-def saved_storages(loss):
-    """Storages saved for backward, found by walking the autograd graph from the loss."""
+def next_sequence_nr():
+    """The sequence number the next autograd node made on this thread gets."""
+    with torch.enable_grad():
+        return torch.zeros(1, requires_grad=True).sum().grad_fn._sequence_nr() + 1
+
+
+class CheckpointedGPT(TinyGPT):
+    """The GPT with its checkpointed blocks run under the given checkpoint form; records the
+    sequence numbers of the nodes made inside non-reentrant regions, and what SAC saved."""
+
+    def __init__(self, form, **kwargs):
+        super().__init__(**kwargs)
+        self.form = form
+        self.regions = []     # [first, last) sequence numbers of non-reentrant regions' nodes
+        self.sac_saved = {}   # address -> bytes of the outputs the SAC policy saved
+
+    def sac_policy(self, ctx, op, *args, **kwargs):
+        from torch.utils.checkpoint import CheckpointPolicy
+        save = op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                      torch.ops.aten.bmm.default)
+        if save and not ctx.is_recompute:
+            for t in (ctx.op_output if isinstance(ctx.op_output, (tuple, list))
+                      else [ctx.op_output]):
+                if isinstance(t, torch.Tensor):
+                    ptr, n = storage(t)
+                    self.sac_saved[ptr] = n
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def forward(self, idx, targets):
+        import functools
+        from torch.utils.checkpoint import checkpoint
+        t = idx.size(1)
+        x = self.tok(idx) + self.pos(torch.arange(t))
+        for i, block in enumerate(self.blocks):
+            if i not in self.checkpointed or not self.training:
+                x = block(x)
+            elif self.form == "reentrant":
+                x = checkpoint(block, x, use_reentrant=True)
+            else:
+                kwargs = {}
+                if self.form == "sac":
+                    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+                    kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts,
+                                                             self.sac_policy)
+                first = next_sequence_nr()
+                x = checkpoint(block, x, use_reentrant=False, **kwargs)
+                self.regions.append((first, next_sequence_nr() - 1))
+        logits = self.head(self.ln_f(x))
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)),
+                                                 targets.view(-1))
+
+
+def saved_storages(loss, regions=()):
+    """Storages saved for backward, found by walking the autograd graph from the loss (leaving
+    out the nodes of non-reentrant checkpoint regions: their saved values are the checkpoint's)."""
     out = {}
     seen = set()
     stack = [loss.grad_fn]
@@ -75,7 +133,9 @@ def saved_storages(loss):
         if fn is None or fn in seen:
             continue
         seen.add(fn)
-        if "CheckpointFunction" not in type(fn).__name__:
+        nr = fn._sequence_nr() if hasattr(fn, "_sequence_nr") else -1
+        inside = any(first <= nr < last for first, last in regions)
+        if "CheckpointFunction" not in type(fn).__name__ and not inside:
             for attr in dir(fn):
                 if not attr.startswith("_saved_"):
                     continue
@@ -97,6 +157,8 @@ def saved_storages(loss):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["gpt", "convnet"], default="gpt")
+    p.add_argument("--checkpoint", choices=["reentrant", "nonreentrant", "sac"],
+                   default="reentrant", help="the GPT's checkpoint form")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -104,7 +166,8 @@ def main():
     torch.set_num_threads(1)
 
     if args.model == "gpt":
-        model = TinyGPT(d_model=64, n_layers=4, seq_len=64, checkpointed=(1, 3))
+        model = CheckpointedGPT(args.checkpoint, d_model=64, n_layers=4, seq_len=64,
+                                checkpointed=(1, 3))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         gen = torch.Generator().manual_seed(0)
         batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
@@ -136,10 +199,16 @@ def main():
     for x, y in batches:
         opt.zero_grad()
         collecting["on"], collecting["inputs"] = True, {}
+        regions = getattr(model, "regions", [])
+        sac_saved = getattr(model, "sac_saved", {})
+        regions.clear()
+        sac_saved.clear()
         loss = model(x, y)
         collecting["on"] = False
         batch = dict(storage(t) for t in (x, y))
-        saved = snapshot({ptr: n for ptr, n in saved_storages(loss).items()
+        found = saved_storages(loss, regions)
+        found.update(sac_saved)
+        saved = snapshot({ptr: n for ptr, n in found.items()
                           if ptr not in params["storages"] and ptr not in batch and
                           ptr not in collecting["inputs"]})
         loss.backward()

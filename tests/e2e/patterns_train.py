@@ -1,0 +1,149 @@
+"""Trainings written the way users write them, each computing its own ground truth, independently
+of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports tidemark).
+
+  ema   a checkpointed GPT (reentrant) with an EMA copy of the model made by copy.deepcopy,
+        gradients clipped by their inf norm before AdamW's step, and an evaluation pass of the
+        model and of the EMA copy between steps and after the last one;
+  gan   a generator and a discriminator with an optimizer each, the generator's images handed
+        to the discriminator (detached for its step), targets of ones and zeros built in the step.
+
+The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
+clock), and the time windows of the passes: the test finds the blocks and their categories.
+"""
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+from tiny_gpt import TinyGPT, make_batch  # noqa: E402
+
+
+def storage(t):
+    try:
+        s = t.untyped_storage()
+    except AttributeError:
+        s = t.storage()
+    try:
+        n = s.nbytes()
+    except AttributeError:
+        n = s.size() * s.element_size()
+    return s.data_ptr(), n
+
+
+def now():
+    return time.monotonic_ns()
+
+
+def snapshot(tensors):
+    return {"ts": now(), "storages": dict(storage(t) for t in tensors)}
+
+
+def ema_run(steps):
+    # A wide vocabulary: the head's gradient (512 KiB) stands out among the step's blocks, and so
+    # does its |g| copy when the inf norm is taken.
+    model = TinyGPT(vocab=2048, d_model=64, n_layers=4, seq_len=64, checkpointed=(1,))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ema = copy.deepcopy(model).requires_grad_(False)
+    gen = torch.Generator().manual_seed(0)
+    batches = [make_batch(gen, 4, 64, 2048) for _ in range(steps)]
+    val = make_batch(gen, 4, 64, 2048)
+    truth = {"params": snapshot(model.parameters()),
+             "ema": snapshot(list(ema.parameters()) + list(ema.buffers())),
+             "steps": [], "evals": []}
+
+    def evaluate():
+        model.eval()
+        ema.eval()
+        losses = []
+        with torch.no_grad():
+            for m in (model, ema):
+                begin = now()
+                losses.append(m(*val).item())
+                truth["evals"].append([begin, now()])
+        model.train()
+        return losses
+
+    for i, (x, y) in enumerate(batches):
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        backward_begin = now()
+        loss.backward()
+        backward_end = now()
+        grads = snapshot(p.grad for p in model.parameters())
+        clip_begin = now()
+        # The norm it returns is kept (to the next step): what is born and dies here is scratch.
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, norm_type=float("inf"))
+        clip_end = now()
+        opt.step()
+        with torch.no_grad():
+            for e, p in zip(ema.parameters(), model.parameters()):
+                e.mul_(0.9).add_(p, alpha=0.1)
+        truth["steps"].append({"loss": loss.item(), "grads": grads, "norm": norm.item(),
+                               "backward": [backward_begin, backward_end],
+                               "clip": [clip_begin, clip_end],
+                               "largest_grad": max(g for g in grads["storages"].values())})
+        evaluate()  # between steps, and after the last one
+    return truth
+
+
+class Generator(nn.Sequential):
+    def __init__(self):
+        super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
+
+
+class Discriminator(nn.Sequential):
+    def __init__(self):
+        super().__init__(nn.Linear(784, 256), nn.LeakyReLU(0.2), nn.Linear(256, 1))
+
+
+def gan_run(steps):
+    g, d = Generator(), Discriminator()
+    opt_g = torch.optim.Adam(g.parameters(), lr=2e-4)
+    opt_d = torch.optim.Adam(d.parameters(), lr=2e-4)
+    criterion = nn.BCEWithLogitsLoss()
+    reals = [torch.randn(32, 784) for _ in range(steps)]
+    truth = {"steps": []}
+    for real in reals:
+        noise = torch.randn(32, 16)
+        fake = g(noise)
+        ones, zeros = torch.ones(32, 1), torch.zeros(32, 1)
+        # The discriminator's step: real images against the generator's, detached.
+        loss_d = criterion(d(real), ones) + criterion(d(fake.detach()), zeros)
+        opt_d.zero_grad()
+        loss_d.backward()
+        opt_d.step()
+        # The generator's step, through the discriminator (a functional loss this time).
+        loss_g = F.binary_cross_entropy_with_logits(d(fake), ones)
+        opt_g.zero_grad()
+        loss_g.backward()
+        targets = snapshot([ones, zeros])
+        opt_g.step()
+        truth["steps"].append({"loss_d": loss_d.item(), "loss_g": loss_g.item(),
+                               "fake": snapshot([fake]), "real": snapshot([real, noise]),
+                               "targets": targets})
+    return truth
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--pattern", choices=["ema", "gan"], required=True)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    truth = ema_run(args.steps) if args.pattern == "ema" else gan_run(args.steps)
+    with open(args.out, "w") as f:
+        json.dump(truth, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
+evaluation passes and clipped gradients; a GAN), under `tidemark run`, their memory checked block
+by block against the truth each run computed itself."""
+import json
+import os
+
+from tidemark_env import PYTHON, DaemonTestCase, block_categories, blocks_of
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EVAL_PHASE = 5  # tidemark.v1.Phase
+
+
+class PatternsTest(DaemonTestCase):
+    runs = {}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.runs = {}
+        for pattern in ("ema", "gan"):
+            out = os.path.join(cls.daemon.dir, pattern + ".json")
+            r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
+                               pattern, "--steps", "3", "--out", out)
+            if r.returncode != 0:
+                raise AssertionError("training failed: %s\n%s" % (r.stdout, r.stderr))
+            with open(out) as f:
+                truth = json.load(f)
+            sid = cls.daemon.newest_session()["id"]
+            session = cls.daemon.wait_analyzed(sid)
+            cls.runs[pattern] = {"truth": truth, "session": session,
+                                 "categories": block_categories(cls.daemon, sid)}
+
+    def categories_of(self, pattern, snap):
+        run = self.runs[pattern]
+        blocks = blocks_of(self.daemon, run["session"]["id"], snap)
+        self.assertEqual(len(blocks), len(snap["storages"]), "a storage without its block")
+        return {run["categories"][i] for i, _ in blocks}, sum(n for _, n in blocks)
+
+    # ----- an EMA copy, evaluation passes, clipped gradients --------------------------------------
+    def test_steps_are_training_iterations_and_evaluations_their_own_phase(self):
+        run = self.runs["ema"]
+        sid, truth = run["session"]["id"], run["truth"]
+        # Three training steps; the evaluation after the last one is no fourth.
+        self.assertEqual(run["session"]["steps"], len(truth["steps"]))
+        evals = self.daemon.sql("SELECT begin_ts_ns, end_ts_ns FROM phase WHERE session_id = ? "
+                                "AND phase = ? ORDER BY begin_ts_ns", sid, EVAL_PHASE)
+        self.assertEqual(len(evals), len(truth["evals"]))
+        for (begin, end), (t0, t1) in zip(evals, truth["evals"]):
+            self.assertTrue(t0 <= begin <= end <= t1, (begin, end, t0, t1))
+        steps = self.daemon.cli_json("steps", str(sid))["steps"]
+        for s in steps:
+            for begin, end in evals:
+                self.assertTrue(end < s["begin_ts_ns"] or begin > s["end_ts_ns"],
+                                "an evaluation inside step %d" % s["step"])
+
+    def test_the_ema_copy_is_a_named_frozen_weight_from_the_start(self):
+        run = self.runs["ema"]
+        sid, truth = run["session"]["id"], run["truth"]
+        cats, ema_bytes = self.categories_of("ema", truth["ema"])
+        self.assertEqual(cats, {"WEIGHT"})
+        cats, param_bytes = self.categories_of("ema", truth["params"])
+        self.assertEqual(cats, {"WEIGHT"})
+        names = dict(self.daemon.sql(
+            "SELECT t.address, s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
+            "AND s.iid = t.name_id WHERE t.session_id = ? AND t.category = 1", sid))
+        for addr in truth["ema"]["storages"]:
+            self.assertTrue(names[int(addr)].startswith("TinyGPT [frozen]."), names[int(addr)])
+        for addr in truth["params"]["storages"]:
+            self.assertTrue(names[int(addr)].startswith("TinyGPT."), names[int(addr)])
+        # At every step's peak, before the copy is first evaluated too: both models' weights.
+        for step in range(1, len(truth["steps"]) + 1):
+            b = self.daemon.cli_json("breakdown", str(sid), "--step", str(step))
+            self.assertEqual(b["categories"]["WEIGHT"]["bytes"], param_bytes + ema_bytes)
+
+    def test_gradient_clipping_scratch_is_temporary(self):
+        """Scratch of clip_grad_norm_ (on torch 1.13 with the inf norm, a |g| copy of each
+        gradient; on torch 2 a norm per gradient) belongs to the optimizer phase."""
+        run = self.runs["ema"]
+        sid = run["session"]["id"]
+        seen = 0
+        for st in run["truth"]["steps"]:
+            w = st["clip"]
+            for i, n in self.daemon.sql(
+                    "SELECT id, size_bytes FROM allocation WHERE session_id = ? AND "
+                    "alloc_ts_ns > ? AND free_ts_ns < ?", sid, w[0], w[1]):
+                seen += 1
+                self.assertEqual(run["categories"][i], "TEMPORARY", "%d bytes" % n)
+        self.assertGreater(seen, 0, "clipping allocated nothing")
+
+    def test_nothing_born_and_dead_in_backward_is_unknown(self):
+        """The gradient a (reentrant) checkpointed block hands back for its input is born in the
+        backward it runs itself, and dies in the outer one. (What torch makes once, at the first
+        backward, for the rest of the process is not asked about.)"""
+        run = self.runs["ema"]
+        sid = run["session"]["id"]
+        for st in run["truth"]["steps"]:
+            w = st["backward"]
+            blocks = self.daemon.sql(
+                "SELECT id, size_bytes FROM allocation WHERE session_id = ? AND alloc_ts_ns > ? "
+                "AND free_ts_ns < ? AND size_bytes >= 1024", sid, w[0], w[1])
+            # The gradient of the checkpointed block's input (4 x 64 x 64 floats) among them.
+            self.assertIn(4 * 64 * 64 * 4, [n for _, n in blocks])
+            unknown = [n for i, n in blocks if run["categories"][i] == "UNKNOWN"]
+            self.assertEqual(unknown, [])
+
+    # ----- a GAN --------------------------------------------------------------------------------
+    def test_gan_iteration_is_one_step(self):
+        run = self.runs["gan"]
+        self.assertEqual(run["session"]["steps"], len(run["truth"]["steps"]))
+
+    def test_generator_output_is_an_activation_and_targets_are_inputs(self):
+        for step, st in enumerate(self.runs["gan"]["truth"]["steps"], start=1):
+            with self.subTest(step=step):
+                self.assertEqual(self.categories_of("gan", st["fake"])[0], {"ACTIVATION"})
+                self.assertEqual(self.categories_of("gan", st["real"])[0], {"INPUT"})
+                self.assertEqual(self.categories_of("gan", st["targets"])[0], {"INPUT"})
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
