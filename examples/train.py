@@ -1,10 +1,13 @@
-"""Trains a small model for a few steps (on the CPU, or --device cuda): the GPT of tiny_gpt.py with AdamW (some blocks
-under activation checkpointing) or the residual convnet of tiny_convnet.py with SGD + momentum.
+"""Trains a small model for a few steps (on the CPU, or --device cuda): the GPT of tiny_gpt.py with
+AdamW (some blocks under activation checkpointing), the residual convnet of tiny_convnet.py with
+SGD + momentum, or (torch 2, with the `transformers` library) a GPT-2 of the `transformers`
+library built from a small config, with AdamW and its own activation-checkpointing switch.
 Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
 would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
 
     tidemark run -- python3 examples/train.py --steps 4
     tidemark run -- python3 examples/train.py --model convnet --checkpoint '' --plan plan.json
+    tidemark run -- python examples/train.py --model gpt2 --checkpoint all
 """
 import argparse
 import os
@@ -16,47 +19,75 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+def build_gpt2(args):
+    """A GPT-2 of the `transformers` library, from a config (nothing downloaded)."""
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit("--model gpt2 needs the transformers library (scripts/install-deps.sh "
+                         "puts it in the torch 2 environment)")
+    config = transformers.GPT2Config(vocab_size=256, n_positions=args.seq_len, n_embd=args.d_model,
+                                     n_layer=args.layers, n_head=4, bos_token_id=0,
+                                     eos_token_id=0, use_cache=False)
+    model = transformers.GPT2LMHeadModel(config)
+    model.loss_type = "ForCausalLM"  # what it falls back to anyway, without a warning
+    if args.checkpoint:  # its own switch: every layer checkpointed (non-reentrant by default)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
+    return model
+
+
 def build(args):
-    """(model, optimizer, make_batch(gen) -> (inputs, targets))."""
+    """(model, optimizer, make_batch(gen) -> (inputs, targets), loss(model, inputs, targets))."""
+    if args.model == "gpt2":
+        model = build_gpt2(args)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        import tiny_gpt
+        # The model shifts the labels itself: the inputs are the labels.
+        return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
+                lambda m, x, y: m(input_ids=x, labels=x).loss)
     ckpt = tuple(int(i) for i in args.checkpoint.split(",") if i != "")
     if args.model == "gpt":
         import tiny_gpt
         model = tiny_gpt.TinyGPT(d_model=args.d_model, n_layers=args.layers, seq_len=args.seq_len,
                                  checkpointed=ckpt)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        return model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256)
+        return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
+                lambda m, x, y: m(x, y))
     import tiny_convnet
     if ckpt:
-        raise SystemExit("--checkpoint applies to the gpt model only")
+        raise SystemExit("--checkpoint applies to the gpt models only")
     model = tiny_convnet.TinyConvNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    return model, opt, lambda g: tiny_convnet.make_batch(g, args.batch)
+    return (model, opt, lambda g: tiny_convnet.make_batch(g, args.batch),
+            lambda m, x, y: m(x, y))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", choices=("gpt", "convnet"), default="gpt")
+    p.add_argument("--model", choices=("gpt", "convnet", "gpt2"), default="gpt")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet 16)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--checkpoint", default="1,3,5",
-                   help="gpt: comma-separated block indices to checkpoint ('' for none)")
+                   help="gpt: comma-separated block indices to checkpoint ('' for none); "
+                        "gpt2: anything but '' checkpoints every layer (its own switch)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan", help="apply this tidemark recompute plan (plan.json) before training")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--torch-profiler", action="store_true",
                    help="run the steps under torch.profiler and print its count of GPU kernels")
     args = p.parse_args(argv)
-    if args.model == "convnet" and args.checkpoint == "1,3,5":
+    if args.model != "gpt" and args.checkpoint == "1,3,5":
         args.checkpoint = ""  # the default belongs to the gpt
     if args.batch is None:
-        args.batch = 8 if args.model == "gpt" else 16
+        args.batch = 16 if args.model == "convnet" else 8
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    model, opt, make_batch = build(args)
+    model, opt, make_batch, compute_loss = build(args)
     device = torch.device(args.device)
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
@@ -83,7 +114,7 @@ def main(argv=None):
         inputs, targets = (t.to(device) for t in make_batch(gen))
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = model(inputs, targets)
+        loss = compute_loss(model, inputs, targets)
         loss.backward()
         opt.step()
         print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),

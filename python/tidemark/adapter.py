@@ -55,6 +55,27 @@ def _storage_address(t):
         return 0
 
 
+def _keyword_arguments_of_call():
+    """The keyword arguments of the module call whose global forward pre-hook is running (read
+    from torch's Module._call_impl frame; {} where that is not the caller)."""
+    import sys
+    try:
+        # _keyword_arguments_of_call <- _forward_pre <- _call_impl (torch 1.13), or <- inner, a
+        # closure of _call_impl's that sees its kwargs (torch 2).
+        frame = sys._getframe(2)
+        for _ in range(2):
+            if frame is None:
+                break
+            if frame.f_code.co_name in ("_call_impl", "inner"):
+                kwargs = frame.f_locals.get("kwargs")
+                if isinstance(kwargs, dict):
+                    return kwargs
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - only ever a missed tag
+        pass
+    return {}
+
+
 def _tensors_in(obj, depth=0):
     import torch
     if isinstance(obj, torch.Tensor):
@@ -78,6 +99,7 @@ class Instrumenter:
         self.roots = weakref.WeakSet()  # training models (root modules an optimizer trains)
         self.frozen = weakref.WeakSet()  # root modules with parameters no optimizer trains
         self.new_modules = weakref.WeakSet()  # modules made since the last look for frozen ones
+        self.keyword_watched = weakref.WeakSet()  # models with the keyword-inputs pre-hook
         # Optimizers that stepped in the open step, and those that missed a whole step (left out
         # of "every optimizer has stepped").
         self.stepped = weakref.WeakSet()
@@ -175,6 +197,7 @@ class Instrumenter:
                 self.param_names[id(p)] = prefix + "." + pname
         self._name_model(model, prefix)
         self.roots.add(model)
+        self._watch_keyword_inputs(model)
         if self.step_open:
             self._tag_model_state(model)
 
@@ -190,6 +213,7 @@ class Instrumenter:
             n += 1
         self._name_model(model, base + ("]" if n == 1 else " %d]" % n))
         self.frozen.add(model)
+        self._watch_keyword_inputs(model)
         if tag:
             self._tag_model_state(model)
 
@@ -300,9 +324,11 @@ class Instrumenter:
             return
         depth = self._depth()
         name = self.module_names.get(module)
+        first_call = False
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
             has_params = next(module.parameters(), None) is not None
             if has_params:
+                first_call = True
                 if self._is_training_model(module):
                     self.register_model(module)
                 else:
@@ -323,18 +349,42 @@ class Instrumenter:
             else:
                 self._begin_step_if_needed()
                 self._phase_begin(A.FORWARD)
-            saved = self.saved_this_step
-            for t in _tensors_in(inputs):
-                # The batch, not another model's output (made by a differentiable computation,
-                # or saved for backward in this step: a generator's images, even detached).
-                if t.grad_fn is None and _storage_address(t) not in saved:
-                    self.tag_tensor(t, A.INPUT, "input")
+            self._tag_inputs(inputs)
+            if first_call:
+                # Its keyword pre-hook, registered just now, runs from its next call on.
+                self._tag_inputs(_keyword_arguments_of_call())
         self.agent.scope_begin(self.agent.intern(name))
         self.local.depth = depth + 1
         stack = getattr(self.local, "names", None)
         if stack is None:
             stack = self.local.names = []
         stack.append(name)
+
+    def _tag_inputs(self, inputs):
+        saved = self.saved_this_step
+        for t in _tensors_in(inputs):
+            # The batch, not another model's output (made by a differentiable computation, or
+            # saved for backward in this step: a generator's images, even detached).
+            if t.grad_fn is None and _storage_address(t) not in saved:
+                self.tag_tensor(t, A.INPUT, "input")
+
+    def _watch_keyword_inputs(self, model):
+        """A model called with keywords (`model(input_ids=x, labels=y)`, as `transformers` models
+        are): the global pre-hook sees the positional arguments only; a pre-hook of the model's
+        own, with keywords (torch 2), tags those too."""
+        if model in self.keyword_watched:
+            return
+        self.keyword_watched.add(model)
+        inst = self
+
+        def keyword_inputs(module, args, kwargs):
+            if inst.enabled and kwargs and inst._depth() == 1:  # its own root call
+                inst._tag_inputs(kwargs)
+
+        try:
+            model.register_forward_pre_hook(keyword_inputs, with_kwargs=True)
+        except TypeError:  # torch 1.13: no keywords for hooks
+            pass
 
     def _forward_post(self, module, inputs, output):
         if not self.enabled:

@@ -7,9 +7,10 @@
 
 A ``recompute`` segment of one module runs that module under
 ``torch.utils.checkpoint.checkpoint(use_reentrant=False)`` (RNG state preserved). A segment of
-several modules (blocks called one after another, each on the previous one's output) runs all of
-them inside one checkpoint from the first module's call; the later modules then return the
-outputs computed there. A ``selective`` segment checkpoints the child modules the plan names.
+several modules (blocks called one after another, each on the previous one's output and the same
+other arguments, as a transformer's layers get the attention mask) runs all of them inside one
+checkpoint from the first module's call; the later modules then return the outputs computed
+there. A ``selective`` segment checkpoints the child modules the plan names.
 ``store`` segments are left alone. A plan that does not fit the model by its names (an unknown
 module, a segment whose modules are not siblings, a module twice) is refused with ``PlanError``
 before anything changes; one that fails when it runs (a segment that is not a chain, a block that
@@ -101,6 +102,21 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state_all(cuda)
 
 
+def _seen(args, kwargs):
+    """Arguments as they are now: each object with its version counter."""
+    return ([(a, _version(a)) for a in args],
+            {k: (v, _version(v)) for k, v in kwargs.items()})
+
+
+def _same(args, kwargs, seen):
+    """Whether the arguments are the very objects seen, none changed in place since."""
+    seen_args, seen_kwargs = seen
+    return (len(args) == len(seen_args) and kwargs.keys() == seen_kwargs.keys() and
+            all(a is b and _version(a) == v for a, (b, v) in zip(args, seen_args)) and
+            all(kwargs[k] is b and _version(kwargs[k]) == v
+                for k, (b, v) in seen_kwargs.items()))
+
+
 class AppliedPlan:
     """The wrapped modules of one applied plan; ``remove()`` restores them.
 
@@ -108,9 +124,10 @@ class AppliedPlan:
     the random number generators are put back, the plan turns itself off (``failed`` says why)
     and the module's own forward runs instead, so the step goes on as without the plan (an error
     of the job's own is raised again by its own forward). A segment of several modules returns
-    each module's true output, computed inside one checkpoint; a later module called with anything
-    but its predecessor's output (the model is not a chain there) runs its own forward, so the
-    values are always the model's own. What a failure in the recomputation during backward does
+    each module's true output, computed inside one checkpoint, each later module called there
+    with its predecessor's output and the first module's other arguments; a later module called
+    with anything else (the model is not a chain there) runs its own forward, so the values are
+    always the model's own. What a failure in the recomputation during backward does
     cannot be undone: the wrappers' forward runs first, and is where a plan that does not fit
     fails."""
 
@@ -178,7 +195,8 @@ class AppliedPlan:
         inners = [m.forward for m in modules]
         # Computed ahead for the later modules: pending[i] = (the input module i must be called
         # with, that input's version counter when it was computed, module i's output, the RNG
-        # state right after module i ran). A later module called with anything else — another
+        # state right after module i ran, the other arguments it must be called with: the first
+        # module's, the very same objects). A later module called with anything else — another
         # object, or that one changed in place since — runs its own forward. The RNG is wound
         # back to where each module would leave it, so the draws of the job are those of a run
         # without plan, whichever way the modules turn out to be called.
@@ -189,7 +207,7 @@ class AppliedPlan:
             ys = [inners[0](*args, **kwargs)]
             ran[:] = [_rng_state()]
             for inner in inners[1:]:
-                ys.append(inner(ys[-1]))
+                ys.append(inner(ys[-1], *args[1:], **kwargs))
                 ran.append(_rng_state())
             return tuple(ys)
 
@@ -197,14 +215,19 @@ class AppliedPlan:
             pending.clear()
             if self.failed is not None or not torch.is_grad_enabled():
                 return inners[0](*args, **kwargs)
+            if not args:
+                self._fail("%s was called without a positional input: the segment %s..%s cannot "
+                           "be a chain; the plan was turned off" % (names[0], names[0], names[-1]))
+                return inners[0](*args, **kwargs)
             del ran[:]
+            others = _seen(args[1:], kwargs)
             ys = self._attempt(
                 names[0] + ".." + names[-1],
                 lambda: _checkpoint()(run, *args, use_reentrant=False, **kwargs),
                 lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
             if len(ys) == len(inners) and len(ran) == len(inners):
                 for i in range(1, len(ys)):
-                    pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i], ran[i])
+                    pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i], ran[i], others)
                 _set_rng_state(ran[0])
             del ran[:]
             return ys[0]
@@ -212,16 +235,16 @@ class AppliedPlan:
         def later(index):
             def forward(*args, **kwargs):
                 ahead = pending.pop(index, None)
-                if (ahead is not None and len(args) == 1 and not kwargs and args[0] is ahead[0]
-                        and _version(args[0]) == ahead[1]):
+                if (ahead is not None and args and args[0] is ahead[0] and
+                        _version(args[0]) == ahead[1] and _same(args[1:], kwargs, ahead[4])):
                     _set_rng_state(ahead[3])
                     return ahead[2]
                 if ahead is not None:
                     pending.clear()
-                    self._fail("%s was called with something other than %s's output (or with "
-                               "it changed in place): the segment %s..%s is not a chain in this "
-                               "model; the plan was turned off" % (names[index], names[index - 1], names[0],
-                                               names[-1]))
+                    self._fail("%s was called with something other than %s's output and %s's "
+                               "other arguments (or with them changed in place): the segment "
+                               "%s..%s is not a chain in this model; the plan was turned off"
+                               % (names[index], names[index - 1], names[0], names[0], names[-1]))
                 return inners[index](*args, **kwargs)
             return forward
 

@@ -1,4 +1,5 @@
-"""End to end: the recompute advisor on real trainings. A store-all run of each example model is
+"""End to end: the recompute advisor on real trainings (the GPT, the convnet and, on torch 2, the
+`transformers` GPT-2 of examples/train.py). A store-all run of each example model is
 recorded; the advisor plans it for budgets at 50, 70 and 90 % of the store-all peak above the
 static memory; each plan is applied to the same training (tidemark.apply_plan, same seed) under
 `tidemark run`. The measured peak must be within 5 % of the prediction and within the budget, and
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import unittest
 
-from tidemark_env import BIN, Daemon, DaemonTestCase, PYTHON, SOURCE
+from tidemark_env import BIN, Daemon, DaemonTestCase, PYTHON, SOURCE, torch_version
 
 TRAIN = os.path.join(SOURCE, "examples", "train.py")
 STEPS = 4
@@ -79,6 +80,13 @@ class AdvisorLiveTest(DaemonTestCase):
 
     def test_convnet(self):
         self.check_model("convnet")
+
+    def test_transformers_gpt2(self):
+        """A GPT-2 of the `transformers` library: layers called with the attention mask and
+        position ids beside their input, under the plans' checkpoints."""
+        if torch_version() < (2, 0):
+            self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
+        self.check_model("gpt2")
 
 
 class AdvisorApplyLiveTest(unittest.TestCase):

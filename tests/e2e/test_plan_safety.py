@@ -1,9 +1,9 @@
 """Plans can never stop the job: plans that are valid JSON but wrong, applied with `tidemark
-apply` to a running training whose model breaks the chain's assumptions (two-argument blocks,
-sibling children that are not a chain, a layer that cannot run under a checkpoint), are refused
-before anything changes or turned off after the first step they ran in, with the module's own
-forward run instead; the job exits 0 with the losses of an unplanned run, digit for digit, and
-plan-check shows each refusal with its reason."""
+apply` to a running training whose model breaks the chain's assumptions (sibling children that
+are not a chain, a layer that cannot run under a checkpoint), are refused before anything changes
+or turned off after the first step they ran in, with the module's own forward run instead; a
+segment of its two-argument blocks is applied; the job exits 0 with the losses of an unplanned
+run, digit for digit, and plan-check shows each refusal with its reason."""
 import json
 import os
 import re
@@ -20,8 +20,6 @@ ARGS = ("--steps", "70", "--sleep", "0.15")
 WRONG_PLANS = [
     ([{"mode": "recompute", "modules": ["Net.blocks.1.first", "Net.blocks.1.second"]}],
      "is not a chain in this model"),
-    ([{"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1"]}],
-     "Net.blocks.0..Net.blocks.1 failed under the plan (TypeError"),
     ([{"mode": "recompute", "modules": ["Net.blocks.7"]}], "no module Net.blocks.7"),
     ([{"mode": "recompute", "modules": ["TinyGPT.blocks.1"]}], "no module TinyGPT.blocks.1"),
     ([{"mode": "recompute", "modules": ["Net.fussy"]}],
@@ -61,6 +59,14 @@ class PlanSafetyTest(DaemonTestCase):
                 r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
                 self.assertEqual(r.returncode, 1, "plan %d: %s%s" % (i, r.stdout, r.stderr))
                 self.assertIn(reason, r.stderr, "plan %d" % i)
+            # Two-argument blocks (x, mask), each given the same mask: a chain all the same,
+            # whose segment is applied and stays on to the end, the losses unchanged.
+            path = os.path.join(self.daemon.dir, "right.json")
+            with open(path, "w") as f:
+                json.dump(plan_doc([{"mode": "recompute",
+                                     "modules": ["Net.blocks.0", "Net.blocks.1"]}]), f)
+            r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             out, err = job.communicate(timeout=300)
         finally:
             if job.poll() is None:
@@ -68,15 +74,16 @@ class PlanSafetyTest(DaemonTestCase):
         self.assertEqual(job.returncode, 0, err)
         self.assertEqual(losses(out), expected)  # exactly: every step, every digit
         check = self.daemon.cli_json("plan-check", str(sid))["plans"]
-        self.assertEqual([p["state"] for p in check], ["refused"] * len(WRONG_PLANS))
+        self.assertEqual([p["state"] for p in check], ["refused"] * len(WRONG_PLANS) + ["applied"])
         for p, (_, reason) in zip(check, WRONG_PLANS):
             self.assertIn(reason, p["message"])
 
     def test_chain_values_are_the_models_own_in_process(self):
         """tidemark.apply_plan without the daemon: a two-block segment over a model that changes
-        the first block's output in place before the second block, or passes a mask along, keeps
-        the losses of the unplanned model to the digit (the plan turns itself off and says why);
-        a model that is a chain keeps them with the plan on."""
+        the first block's output in place before the second block, or passes the second a mask
+        the first did not get, keeps the losses of the unplanned model to the digit (the plan
+        turns itself off and says why); a model that is a chain, also one whose blocks all get
+        the same mask beside their input (a transformer's layers), keeps them with the plan on."""
         code = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
@@ -97,10 +104,10 @@ class Net(torch.nn.Module):
         self.blocks = torch.nn.ModuleList([Block() for _ in range(3)])
         self.how = how
     def forward(self, x):
-        h = self.blocks[0](x)
+        mask = (x > -1).float() if self.how in ("mask", "shared") else None
+        h = self.blocks[0](x, mask) if self.how == "shared" else self.blocks[0](x)
         if self.how == "inplace":
             h.mul_(0.5)
-        mask = torch.ones_like(x) if self.how == "mask" else None
         for b in self.blocks[1:]:
             h = b(h, mask) if mask is not None else b(h)
         return h.pow(2).mean()
@@ -121,17 +128,18 @@ def train(how, plan):
 
 plan = {"format": "tidemark-plan", "version": 1, "segments": [
     {"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1"]}]}
-for how in ("chain", "inplace", "mask"):
+for how in ("chain", "inplace", "mask", "shared"):
     plain, _ = train(how, None)
     planned, failed = train(how, plan)
     assert planned == plain, (how, plain, planned)
-    assert (failed is None) == (how == "chain"), (how, failed)
+    assert (failed is None) == (how in ("chain", "shared")), (how, failed)
     print(how, failed)
 """
         r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("chain None", r.stdout)
+        self.assertIn("shared None", r.stdout)
         self.assertIn("changed in place", r.stdout)
 
     def wait_live_steps(self, steps, timeout=120):

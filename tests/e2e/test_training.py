@@ -2,7 +2,8 @@
 tidemarkd, queried through the real CLI, checked against ground truth the run computed itself.
 The GPT's blocks are checkpointed reentrantly, the convnet's stages by checkpoint_sequential; on
 torch 2 the GPT runs twice more, with non-reentrant checkpoints and with selective activation
-checkpointing (a policy saving the matrix products)."""
+checkpointing (a policy saving the matrix products), and a GPT-2 of the `transformers` library,
+called with keywords, trains with its own activation-checkpointing switch."""
 import json
 import os
 import unittest
@@ -25,6 +26,7 @@ class TrainingBreakdownTest(unittest.TestCase):
         if torch_version() >= (2, 0):
             jobs += [("gpt-" + form, ["--model", "gpt", "--checkpoint", form])
                      for form in ("nonreentrant", "sac")]
+            jobs.append(("gpt2", ["--model", "gpt2"]))
         for name, args in jobs:
             out = os.path.join(cls.daemon.dir, name + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "truth_train.py"), *args,
@@ -45,6 +47,7 @@ class TrainingBreakdownTest(unittest.TestCase):
     def check_step_peaks(self, model):
         run = self.runs.get(model) or self.forms[model]
         truth, sid = run["truth"], run["session"]["id"]
+        batch_bytes = sum(sum(st["batch"].values()) for st in truth["steps"])
         self.assertEqual(run["session"]["steps"], len(truth["steps"]))
         weight_truth = sum(truth["params"]["storages"].values())
         for step, st in enumerate(truth["steps"], start=1):
@@ -70,6 +73,9 @@ class TrainingBreakdownTest(unittest.TestCase):
                                      "ACTIVATION %d vs saved-for-backward %d" %
                                      (cats["ACTIVATION"], saved))
                 self.assertEqual(sum(cats.values()), b["tracked_bytes"])
+                # The batches (all made before the first step), the inputs the model took
+                # (the GPT-2 takes the same tensor as input_ids and labels).
+                self.assertEqual(cats["INPUT"], batch_bytes if model != "gpt2" else batch_bytes // 2)
 
     def test_gpt_step_peaks_match_ground_truth(self):
         self.check_step_peaks("gpt")

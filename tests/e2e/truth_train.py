@@ -8,6 +8,8 @@ For every step it records the storages (address -> bytes) of:
   saved       the tensors saved for backward, read from the autograd graph after forward
               (excluding parameters, the batch and the checkpoint inputs)
   ckpt_inputs the inputs of the checkpointed blocks
+--model gpt2: a GPT-2 of the `transformers` library (torch 2), every layer checkpointed by its own
+switch (non-reentrant): the regions are marked around each layer's checkpoint function.
 The GPT's checkpointed blocks run under reentrant checkpoints (--checkpoint reentrant), or on
 torch 2 non-reentrant ones (nonreentrant), or selective activation checkpointing with a policy
 saving the matrix products (sac). Inside a non-reentrant region autograd keeps the checkpoint's
@@ -122,6 +124,16 @@ class CheckpointedGPT(TinyGPT):
                                                  targets.view(-1))
 
 
+def marked_region(checkpoint_fn, regions):
+    """checkpoint_fn, recording the sequence numbers of the nodes made inside its region."""
+    def run(*args, **kwargs):
+        first = next_sequence_nr()
+        out = checkpoint_fn(*args, **kwargs)
+        regions.append((first, next_sequence_nr() - 1))
+        return out
+    return run
+
+
 def saved_storages(loss, regions=()):
     """Storages saved for backward, found by walking the autograd graph from the loss (leaving
     out the nodes of non-reentrant checkpoint regions: their saved values are the checkpoint's)."""
@@ -156,7 +168,7 @@ def saved_storages(loss, regions=()):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["gpt", "convnet"], default="gpt")
+    p.add_argument("--model", choices=["gpt", "convnet", "gpt2"], default="gpt")
     p.add_argument("--checkpoint", choices=["reentrant", "nonreentrant", "sac"],
                    default="reentrant", help="the GPT's checkpoint form")
     p.add_argument("--steps", type=int, default=3)
@@ -172,6 +184,18 @@ def main():
         gen = torch.Generator().manual_seed(0)
         batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
         ckpt_modules = [model.blocks[i] for i in sorted(model.checkpointed)]
+    elif args.model == "gpt2":
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+        from train import build_gpt2
+        model = build_gpt2(argparse.Namespace(seq_len=64, d_model=64, layers=4, checkpoint="all"))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        gen = torch.Generator().manual_seed(0)
+        batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
+        ckpt_modules = list(model.transformer.h)
+        model.regions, model.sac_saved = [], {}
+        for layer in ckpt_modules:
+            layer._gradient_checkpointing_func = marked_region(
+                layer._gradient_checkpointing_func, model.regions)
     else:
         model = ConvNet()
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -203,7 +227,7 @@ def main():
         sac_saved = getattr(model, "sac_saved", {})
         regions.clear()
         sac_saved.clear()
-        loss = model(x, y)
+        loss = model(input_ids=x, labels=x).loss if args.model == "gpt2" else model(x, y)
         collecting["on"] = False
         batch = dict(storage(t) for t in (x, y))
         found = saved_storages(loss, regions)
