@@ -55,6 +55,36 @@ def _storage_address(t):
         return 0
 
 
+def _compile_probe():
+    try:
+        from torch.compiler import is_compiling  # torch >= 2.3
+        return is_compiling
+    except ImportError:
+        pass
+    try:
+        from torch._dynamo import is_compiling  # torch 2.0 - 2.2
+        return is_compiling
+    except ImportError:
+        return lambda: False  # torch 1.13: nothing compiles
+
+
+_compiling = None  # torch.compiler.is_compiling, once torch is imported (install)
+
+
+def _original_module(module):
+    """The module torch.compile(module) wrapped (an OptimizedModule's _orig_mod), else module:
+    the model is the module the user wrote, named by its class."""
+    return getattr(module, "_orig_mod", module) if type(module).__name__ == "OptimizedModule" \
+        else module
+
+
+def _qualified(prefix, path):
+    """prefix.path, without the `_orig_mod` steps torch.compile(module) puts in (a compiled
+    block is named as the block it compiles)."""
+    parts = [p for p in path.split(".") if p and p != "_orig_mod"] if path else []
+    return ".".join([prefix] + parts)
+
+
 def _keyword_arguments_of_call():
     """The keyword arguments of the module call whose global forward pre-hook is running (read
     from torch's Module._call_impl frame; {} where that is not the caller)."""
@@ -174,16 +204,16 @@ class Instrumenter:
     def _tag_model_state(self, root):
         prefix = self.module_names.get(root, type(root).__name__)
         for name, p in root.named_parameters():
-            self.tag_tensor(p, A.WEIGHT, prefix + "." + name)
+            self.tag_tensor(p, A.WEIGHT, _qualified(prefix, name))
         for name, b in root.named_buffers():
-            self.tag_tensor(b, A.WEIGHT, prefix + "." + name)
+            self.tag_tensor(b, A.WEIGHT, _qualified(prefix, name))
 
     # ----- models ------------------------------------------------------------------------------
     def _name_model(self, model, prefix):
         for sub, m in model.named_modules():
-            self.module_names.setdefault(m, prefix + ("." + sub if sub else ""))
+            self.module_names.setdefault(m, _qualified(prefix, sub))
         for pname, p in model.named_parameters():
-            self.param_names.setdefault(id(p), prefix + "." + pname)
+            self.param_names.setdefault(id(p), _qualified(prefix, pname))
 
     def register_model(self, model, name=None):
         if model in self.roots:
@@ -192,9 +222,9 @@ class Instrumenter:
         if model in self.frozen:  # an optimizer took it on after all: named as a training model
             self.frozen.discard(model)
             for sub, m in model.named_modules():
-                self.module_names[m] = prefix + ("." + sub if sub else "")
+                self.module_names[m] = _qualified(prefix, sub)
             for pname, p in model.named_parameters():
-                self.param_names[id(p)] = prefix + "." + pname
+                self.param_names[id(p)] = _qualified(prefix, pname)
         self._name_model(model, prefix)
         self.roots.add(model)
         self._watch_keyword_inputs(model)
@@ -320,8 +350,11 @@ class Instrumenter:
         cls.__exit__ = tracked_exit
 
     def _forward_pre(self, module, inputs):
-        if not self.enabled:
+        # Inside torch.compile's tracing every hook does nothing (what dynamo traces must have no
+        # side effects outside torch): a compiled region has no module scopes of its own.
+        if not self.enabled or _compiling():
             return
+        module = _original_module(module)
         depth = self._depth()
         name = self.module_names.get(module)
         first_call = False
@@ -378,6 +411,8 @@ class Instrumenter:
         inst = self
 
         def keyword_inputs(module, args, kwargs):
+            if _compiling():
+                return
             if inst.enabled and kwargs and inst._depth() == 1:  # its own root call
                 inst._tag_inputs(kwargs)
 
@@ -387,8 +422,9 @@ class Instrumenter:
             pass
 
     def _forward_post(self, module, inputs, output):
-        if not self.enabled:
+        if not self.enabled or _compiling():
             return
+        module = _original_module(module)
         depth = max(0, self._depth() - 1)
         self.local.depth = depth
         stack = getattr(self.local, "names", None)
@@ -405,7 +441,7 @@ class Instrumenter:
     # backward is running: the adapter reports it as a scope "<module> [backward]", which lasts
     # until backward moves on to another module's saved tensors (or the backward phase ends).
     def _pack(self, t):
-        if not self.enabled:
+        if not self.enabled or _compiling():
             return (t, "")
         stack = getattr(self.local, "names", None)
         module = stack[-1] if stack else ""
@@ -437,6 +473,8 @@ class Instrumenter:
 
     def _unpack(self, packed):
         t, module = packed
+        if _compiling():
+            return t
         # (A recomputation reading what selective checkpointing kept is not backward moving on:
         # its module scopes are open above the backward one.)
         if (module and module != self.backward_module and self._in_phase(A.BACKWARD) and
@@ -524,7 +562,7 @@ class Instrumenter:
         return self.param_names.get(id(p), fallback)
 
     def _optimizer_begin(self, opt):
-        if not self.enabled:
+        if not self.enabled or _compiling():
             return
         if self.step_open and opt in self.stepped:
             # It steps a second time in this step: an optimizer that never stepped in it is idle
@@ -545,7 +583,7 @@ class Instrumenter:
         self._phase_begin(A.OPTIMIZER)
 
     def _optimizer_end(self, opt):
-        if not self.enabled:
+        if not self.enabled or _compiling():
             return
         self._phase_end(A.OPTIMIZER)
         import torch
@@ -656,6 +694,13 @@ class Instrumenter:
         # installs from another thread, and the interpreter switches threads at any bytecode).
         self.contexts_all_seen = enter_hooks_here
         import torch
+        global _compiling
+        _compiling = _compile_probe()
+        import warnings
+        # torch.compile(model) warns that global module hooks fire once more for the wrapper it
+        # makes: the adapter's are the only ones, and it looks through the wrapper.
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there "
+                                r"are global hooks on modules")
         import torch.autograd
         import torch.utils.checkpoint as ckpt
         import torch.utils.data.dataloader as dl
@@ -701,7 +746,7 @@ class Instrumenter:
             sac_hooks_choice = False
 
         def tidemark_checkpoint(function, *args, **kwargs):
-            if not inst.enabled:
+            if not inst.enabled or _compiling():
                 return checkpoint(function, *args, **kwargs)
             if (sac_hooks_choice and kwargs.get("context_fn") is not None and
                     kwargs.get("use_reentrant") is False and
@@ -765,7 +810,7 @@ class Instrumenter:
                 continue
 
             def clipping(*args, __original=original, **kwargs):
-                if not inst.enabled or inst._in_phase(A.OPTIMIZER):
+                if not inst.enabled or _compiling() or inst._in_phase(A.OPTIMIZER):
                     return __original(*args, **kwargs)
                 inst._phase_begin(A.OPTIMIZER)
                 try:
@@ -791,12 +836,14 @@ class Instrumenter:
         @functools.wraps(init)
         def noting_init(module, *args, **kwargs):
             init(module, *args, **kwargs)
-            inst._note_new_module(module)
+            if not _compiling():
+                inst._note_new_module(module)
 
         @functools.wraps(setstate)
         def noting_setstate(module, state):
             setstate(module, state)
-            inst._note_new_module(module)
+            if not _compiling():
+                inst._note_new_module(module)
 
         noting_init._tidemark_wrapped = True
         module_cls.__init__ = noting_init

@@ -3,9 +3,12 @@ tidemarkd, queried through the real CLI, checked against ground truth the run co
 The GPT's blocks are checkpointed reentrantly, the convnet's stages by checkpoint_sequential; on
 torch 2 the GPT runs twice more, with non-reentrant checkpoints and with selective activation
 checkpointing (a policy saving the matrix products), and a GPT-2 of the `transformers` library,
-called with keywords, trains with its own activation-checkpointing switch."""
+called with keywords, trains with its own activation-checkpointing switch, and the GPT (without
+checkpoints) trains under torch.compile (inductor), whole and per block: the categories are as
+exact there (docs/architecture.md says what a compiled region does not show)."""
 import json
 import os
+import re
 import unittest
 
 from tidemark_env import PYTHON, Daemon, live_bytes_at, torch_version
@@ -27,6 +30,8 @@ class TrainingBreakdownTest(unittest.TestCase):
             jobs += [("gpt-" + form, ["--model", "gpt", "--checkpoint", form])
                      for form in ("nonreentrant", "sac")]
             jobs.append(("gpt2", ["--model", "gpt2"]))
+            jobs += [("gpt-compiled-" + how, ["--model", "gpt", "--compile", how])
+                     for how in ("whole", "blocks")]
         for name, args in jobs:
             out = os.path.join(cls.daemon.dir, name + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "truth_train.py"), *args,
@@ -95,9 +100,24 @@ class TrainingBreakdownTest(unittest.TestCase):
                 self.assertEqual(s["stats"], {})  # e.g. no scope ended that was not open
                 # Nothing in the job's output but the agent's line: no warning the adapter caused
                 # (SAC warns when saved-tensor hooks are in scope and it was not told what to do).
-                lines = [l for l in run["stderr"].splitlines() if l.strip()]
+                # (torch's inductor says where it looked for CUDA, with tidemark or without.)
+                lines = [l for l in run["stderr"].splitlines()
+                         if l.strip() and "No CUDA runtime is found" not in l]
                 self.assertEqual(len(lines), 1, run["stderr"])
                 self.assertTrue(lines[0].startswith("tidemark: session"), run["stderr"])
+        for how in ("whole", "blocks"):
+            # Inside a compiled region there are no module scopes: the compiled model's (or
+            # block's) own is the innermost, where its saved tensors are tagged.
+            sid = self.forms["gpt-compiled-" + how]["session"]["id"]
+            p = self.daemon.cli_json("peak", str(sid))
+            names = {t["name"] for t in p["tensors"] if t["category"] == "ACTIVATION"}
+            self.assertTrue(names)
+            if how == "whole":
+                self.assertEqual(names, {"CheckpointedGPT:saved"})
+            else:
+                self.assertFalse([n for n in names if re.search(r"blocks\.\d+\.", n)], names)
+                self.assertTrue(names & {"CheckpointedGPT.blocks.%d:saved" % i for i in range(4)},
+                                names)
 
     def test_categories_add_up_at_every_sample(self):
         for model, run in self.runs.items():

@@ -148,8 +148,10 @@ def saved_storages(loss, regions=()):
         nr = fn._sequence_nr() if hasattr(fn, "_sequence_nr") else -1
         inside = any(first <= nr < last for first, last in regions)
         if "CheckpointFunction" not in type(fn).__name__ and not inside:
+            # Built-in nodes keep them as _saved_<name>; an autograd.Function's node (a compiled
+            # graph's, under torch.compile) as saved_tensors.
             for attr in dir(fn):
-                if not attr.startswith("_saved_"):
+                if not attr.startswith("_saved_") and attr != "saved_tensors":
                     continue
                 try:
                     value = getattr(fn, attr)
@@ -171,6 +173,8 @@ def main():
     p.add_argument("--model", choices=["gpt", "convnet", "gpt2"], default="gpt")
     p.add_argument("--checkpoint", choices=["reentrant", "nonreentrant", "sac"],
                    default="reentrant", help="the GPT's checkpoint form")
+    p.add_argument("--compile", choices=["none", "whole", "blocks"], default="none",
+                   help="the GPT (no checkpoints then) under torch.compile, whole or per block")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -179,7 +183,7 @@ def main():
 
     if args.model == "gpt":
         model = CheckpointedGPT(args.checkpoint, d_model=64, n_layers=4, seq_len=64,
-                                checkpointed=(1, 3))
+                                checkpointed=(1, 3) if args.compile == "none" else ())
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         gen = torch.Generator().manual_seed(0)
         batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
@@ -218,6 +222,12 @@ def main():
     def snapshot(storages):
         return {"ts": time.monotonic_ns(), "storages": storages}
 
+    forward = model
+    if args.compile == "whole":
+        forward = torch.compile(model)
+    elif args.compile == "blocks":
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(block)
     params = snapshot(dict(storage(prm) for prm in model.parameters()))
     steps = []
     for x, y in batches:
@@ -227,7 +237,7 @@ def main():
         sac_saved = getattr(model, "sac_saved", {})
         regions.clear()
         sac_saved.clear()
-        loss = model(input_ids=x, labels=x).loss if args.model == "gpt2" else model(x, y)
+        loss = model(input_ids=x, labels=x).loss if args.model == "gpt2" else forward(x, y)
         collecting["on"] = False
         batch = dict(storage(t) for t in (x, y))
         found = saved_storages(loss, regions)
