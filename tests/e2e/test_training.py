@@ -2,7 +2,8 @@
 tidemarkd, queried through the real CLI, checked against ground truth the run computed itself.
 The GPT's blocks are checkpointed reentrantly, the convnet's stages by checkpoint_sequential; on
 torch 2 the GPT runs twice more, with non-reentrant checkpoints and with selective activation
-checkpointing (a policy saving the matrix products), and a GPT-2 of the `transformers` library,
+checkpointing (a policy saving the matrix products), with AdamW for-each (gradients kept, zeroed)
+and fused, and a GPT-2 of the `transformers` library,
 called with keywords, trains with its own activation-checkpointing switch, and the GPT (without
 checkpoints) trains under torch.compile (inductor), whole and per block: the categories are as
 exact there (docs/architecture.md says what a compiled region does not show)."""
@@ -29,6 +30,9 @@ class TrainingBreakdownTest(unittest.TestCase):
         if torch_version() >= (2, 0):
             jobs += [("gpt-" + form, ["--model", "gpt", "--checkpoint", form])
                      for form in ("nonreentrant", "sac")]
+            jobs += [("gpt-foreach-keep-grads", ["--model", "gpt", "--optimizer", "foreach",
+                                                 "--keep-grads"]),
+                     ("gpt-fused", ["--model", "gpt", "--optimizer", "fused"])]
             jobs.append(("gpt2", ["--model", "gpt2"]))
             jobs += [("gpt-compiled-" + how, ["--model", "gpt", "--compile", how])
                      for how in ("whole", "blocks")]

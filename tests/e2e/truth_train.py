@@ -175,16 +175,21 @@ def main():
                    default="reentrant", help="the GPT's checkpoint form")
     p.add_argument("--compile", choices=["none", "whole", "blocks"], default="none",
                    help="the GPT (no checkpoints then) under torch.compile, whole or per block")
+    p.add_argument("--optimizer", choices=["default", "foreach", "fused"], default="default",
+                   help="AdamW's implementation (torch 2: for-each over the tensor lists, or fused)")
+    p.add_argument("--keep-grads", action="store_true",
+                   help="zero_grad(set_to_none=False): the gradients live on, zeroed")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
+    optimizer_kwargs = {} if args.optimizer == "default" else {args.optimizer: True}
     if args.model == "gpt":
         model = CheckpointedGPT(args.checkpoint, d_model=64, n_layers=4, seq_len=64,
                                 checkpointed=(1, 3) if args.compile == "none" else ())
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs)
         gen = torch.Generator().manual_seed(0)
         batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
         ckpt_modules = [model.blocks[i] for i in sorted(model.checkpointed)]
@@ -192,7 +197,7 @@ def main():
         sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
         from train import build_gpt2
         model = build_gpt2(argparse.Namespace(seq_len=64, d_model=64, layers=4, checkpoint="all"))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs)
         gen = torch.Generator().manual_seed(0)
         batches = [make_batch(gen, 4, 64, 256) for _ in range(args.steps)]
         ckpt_modules = list(model.transformer.h)
@@ -231,7 +236,7 @@ def main():
     params = snapshot(dict(storage(prm) for prm in model.parameters()))
     steps = []
     for x, y in batches:
-        opt.zero_grad()
+        opt.zero_grad(**({"set_to_none": False} if args.keep_grads else {}))
         collecting["on"], collecting["inputs"] = True, {}
         regions = getattr(model, "regions", [])
         sac_saved = getattr(model, "sac_saved", {})
