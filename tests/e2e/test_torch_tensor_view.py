@@ -78,20 +78,24 @@ class TorchTensorViewTest(DaemonTestCase):
 
     def test_the_advisor_plans_the_tensors(self):
         # With the tensor view the advisor models the tensors alone (a GPU job's, here the CPU
-        # allocator's): the same chain as from the hooks' blocks, less the few host blocks that
-        # are no tensor (the interpreter's own).
+        # allocator's): the same chain as from the hooks' blocks, less the host blocks that are
+        # no tensor (the interpreter's and torch's own: ~30 KiB under torch 1.13, ~380 KiB
+        # under torch 2), which the view leaves UNKNOWN.
         plain = self.daemon.cli_json("chain", str(self.plain[0]))
         viewed = self.daemon.cli_json("chain", str(self.viewed[0]))
+        tl = self.daemon.cli_json("timeline", str(self.viewed[0]), "--buckets", "400")
+        unknown = tl["series"].index("UNKNOWN")
+        no_tensor = max(b["max"][unknown] for b in tl["buckets"] if not b["empty"])
+        self.assertLess(no_tensor, 1 << 20)
         self.assertEqual(viewed["end_outside_bytes"], plain["end_outside_bytes"])
         for key in ("static_bytes", "floor_bytes"):
-            # Less by the host blocks that hold no tensor (the UNKNOWN ones), a few KiB.
             self.assertLess(viewed[key], plain[key], key)
-            self.assertLess(plain[key] - viewed[key], 64 * 1024, key)
+            self.assertLessEqual(plain[key] - viewed[key], no_tensor, key)
         stages = [(s["saved_bytes"], s["output_bytes"]) for s in viewed["stages"]]
         self.assertEqual(stages, [(s["saved_bytes"], s["output_bytes"]) for s in plain["stages"]])
         base = [self.daemon.cli_json("plan", str(sid), "--budget", "70%")["baseline"]["peak_bytes"]
                 for sid in (self.plain[0], self.viewed[0])]
-        self.assertLess(abs(base[0] - base[1]), 64 * 1024, base)
+        self.assertLessEqual(abs(base[0] - base[1]), no_tensor, base)
 
     def test_slack_is_never_negative(self):
         tl = self.daemon.cli_json("timeline", str(self.viewed[0]), "--buckets", "400")
