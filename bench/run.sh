@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run and reported as ratios (never run by the tests):
-#   1. the agent's overhead on the example's training step, beside torch.profiler(profile_memory)
+#   1. the agent's overhead on the example's training step (torch 1.13 and torch 2; with op scopes
+#      on torch 2), beside torch.profiler(profile_memory, record_shapes) and memray (native)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's; then
 #      bursts from 8 threads (tests/agent/burst_program.cpp) plain, under tidemark lossless and
 #      --lossy, and under heaptrack (lossless too): wall time and what was lost
@@ -35,30 +36,47 @@ field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().spl
 
 if want 1; then
 echo "== 1. training step of examples/tiny_gpt.py: the fastest steady step of 6 interleaved runs"
-echo "   each, wall time and the process's CPU time (all threads, the agent's collector and sender included)"
+echo "   each, wall time and the process's CPU time (all threads, the agent's collector and sender"
+echo "   included); under Debian's torch 1.13 and the torch 2 environment's"
 export OPENBLAS_NUM_THREADS=1
-plain=""; agent=""; prof=""; plaincpu=""; agentcpu=""; profcpu=""
-for _ in 1 2 3 4 5 6; do
-  out=$($PY bench/train_step_time.py 2>/dev/null)
-  plain=$(minof "$plain" "$(echo "$out" | field min_step_s)")
-  plaincpu=$(minof "$plaincpu" "$(echo "$out" | field min_step_cpu_s)")
-  out=$("$BIN/tidemark" --server "$SERVER" run --quiet -- $PY bench/train_step_time.py 2>/dev/null)
-  agent=$(minof "$agent" "$(echo "$out" | field min_step_s)")
-  agentcpu=$(minof "$agentcpu" "$(echo "$out" | field min_step_cpu_s)")
-  out=$($PY bench/train_step_time.py --profiler 2>/dev/null)
-  prof=$(minof "$prof" "$(echo "$out" | field min_step_s)")
-  profcpu=$(minof "$profcpu" "$(echo "$out" | field min_step_cpu_s)")
-done
-$PY - "$plain" "$agent" "$prof" "$plaincpu" "$agentcpu" "$profcpu" <<'PYEOF'
+TORCH2=${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python
+for TPY in $PY $TORCH2; do
+  [ -x "$TPY" ] || { echo "($TPY missing: scripts/install-deps.sh makes it)"; continue; }
+  TV=$($TPY -c "import torch; print(torch.__version__)")
+  HAS_MEMRAY=$($TPY -c "import memray" 2>/dev/null && echo 1 || echo 0)
+  echo "-- torch $TV ($TPY)"
+  # label|command, each run 6 times, interleaved; the step script prints its JSON last.
+  CONFIGS=("plain|$TPY bench/train_step_time.py"
+           "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TPY bench/train_step_time.py")
+  if [ "${TV%%.*}" -ge 2 ]; then
+    CONFIGS+=("tidemark run --ops (op scopes)|$BIN/tidemark --server $SERVER run --quiet --ops -- $TPY bench/train_step_time.py")
+  fi
+  CONFIGS+=("torch.profiler(profile_memory, shapes)|$TPY bench/train_step_time.py --profiler")
+  if [ "$HAS_MEMRAY" = 1 ]; then
+    CONFIGS+=("memray run --native|$TPY -m memray run --native -q -f -o $WORK/memray.bin bench/train_step_time.py")
+  fi
+  declare -A WALL=() CPU=()
+  for _ in 1 2 3 4 5 6; do
+    for c in "${CONFIGS[@]}"; do
+      label=${c%%|*}; cmd=${c#*|}
+      out=$($cmd 2>/dev/null | grep '^{' | tail -1)
+      WALL[$label]=$(minof "${WALL[$label]:-}" "$(echo "$out" | field min_step_s)")
+      CPU[$label]=$(minof "${CPU[$label]:-}" "$(echo "$out" | field min_step_cpu_s)")
+    done
+  done
+  rows=()
+  for c in "${CONFIGS[@]}"; do label=${c%%|*}; rows+=("$label|${WALL[$label]}|${CPU[$label]}"); done
+  $PY - "${rows[@]}" <<'PYEOF'
 import sys
-plain, agent, prof, pc, ac, fc = map(float, sys.argv[1:])
+rows = [r.split("|") for r in sys.argv[1:]]
+base_w, base_c = float(rows[0][1]), float(rows[0][2])
 print("%-40s %10s %8s %10s %8s" % ("", "wall (ms)", "ratio", "cpu (ms)", "ratio"))
-print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("plain", plain * 1e3, 1.0, pc * 1e3, 1.0))
-print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("tidemark run (agent + adapter)", agent * 1e3,
-                                          agent / plain, ac * 1e3, ac / pc))
-print("%-40s %10.1f %8.3f %10.1f %8.3f" % ("torch.profiler(profile_memory=True)", prof * 1e3,
-                                          prof / plain, fc * 1e3, fc / pc))
+for label, w, c in rows:
+    w, c = float(w), float(c)
+    print("%-40s %10.1f %8.3f %10.1f %8.3f" % (label, w * 1e3, w / base_w, c * 1e3, c / base_c))
 PYEOF
+  unset WALL CPU
+done
 
 echo
 fi

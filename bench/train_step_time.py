@@ -1,5 +1,6 @@
 """Training-step time of the example GPT, for bench/run.sh. With --profiler the steps run
-under torch.profiler.profile(profile_memory=True), the tool tidemark is compared with."""
+under torch.profiler.profile(profile_memory=True, record_shapes=True), one of the tools tidemark
+is compared with."""
 import argparse
 import json
 import os
@@ -38,7 +39,7 @@ def main():
 
     if args.profiler:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                    profile_memory=True):
+                                    profile_memory=True, record_shapes=True):
             run()
     else:
         run()

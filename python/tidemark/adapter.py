@@ -150,6 +150,7 @@ class Instrumenter:
         self.plan_on_trial = None  # (plan id, first step) of a plan whose first step is running
         self.plan_ids = {}  # id(AppliedPlan) -> plan id, for plans reported applied
         self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
+        self.torch_ops = None  # torch's ops as op scopes (torch_ops.TorchOps)
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
         # `tidemark attach` turns them on again).
         self.enabled = True
@@ -714,6 +715,9 @@ class Instrumenter:
         from .torch_memory import TensorMemory
         self.tensor_memory = TensorMemory()
         self.tensor_memory.make_way_for_profilers()
+        from .torch_ops import TorchOps
+        self.torch_ops = TorchOps()
+        self.torch_ops.enable(True)
         if enter_hooks_here:
             self._ensure_thread_hooks()
 

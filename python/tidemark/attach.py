@@ -76,6 +76,8 @@ def start():
     inst.install(enter_hooks_here=False)
     if inst.tensor_memory is not None:
         inst.tensor_memory.enable(True)
+    if inst.torch_ops is not None:
+        inst.torch_ops.enable(True)
     roots, optimizers = _find_models_and_optimizers()
     for o in optimizers:
         inst.register_optimizer(o)
@@ -112,6 +114,8 @@ def stop():
     inst.enabled = False
     if inst.tensor_memory is not None:
         inst.tensor_memory.enable(False)
+    if inst.torch_ops is not None:
+        inst.torch_ops.enable(False)
     # A step left open ends with the session.
     inst.step_open = False
     inst.phases = []

@@ -41,6 +41,24 @@ def find_library(version):
     return None
 
 
+def load_library(torch):
+    """(the library built for the running torch, loaded, None) or (None, why not)."""
+    path = find_library(torch.__version__)
+    if path is None:
+        return None, ("%s was not built (no headers of this torch where tidemark was built)"
+                      % library_name(torch.__version__))
+    try:
+        lib = ctypes.CDLL(path)
+        lib.tidemark_torch_built_for.restype = ctypes.c_char_p
+        built_for = lib.tidemark_torch_built_for().decode()
+    except (OSError, AttributeError) as exc:
+        return None, "cannot load %s: %s" % (path, exc)
+    if built_for != torch.__version__:
+        return None, ("%s was built for torch %s, this job runs torch %s"
+                      % (path, built_for, torch.__version__))
+    return lib, None
+
+
 class TensorMemory:
     """The reporter of one process; every method is a no-op when it is not available."""
 
@@ -55,21 +73,9 @@ class TensorMemory:
         if self.mode == "auto" and not torch.cuda.is_available():
             self.status = "no CUDA"
             return
-        path = find_library(torch.__version__)
-        if path is None:
-            self._unavailable("%s was not built (no headers of this torch where tidemark was "
-                              "built)" % library_name(torch.__version__))
-            return
-        try:
-            lib = ctypes.CDLL(path)
-            lib.tidemark_torch_built_for.restype = ctypes.c_char_p
-            built_for = lib.tidemark_torch_built_for().decode()
-        except (OSError, AttributeError) as exc:
-            self._unavailable("cannot load %s: %s" % (path, exc))
-            return
-        if built_for != torch.__version__:
-            self._unavailable("%s was built for torch %s, this job runs torch %s"
-                              % (path, built_for, torch.__version__))
+        lib, why = load_library(torch)
+        if lib is None:
+            self._unavailable(why)
             return
         lib.tidemark_torch_reporter_install.argtypes = [ctypes.c_int]
         lib.tidemark_torch_reporter_install.restype = ctypes.c_int

@@ -370,7 +370,8 @@ int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
 int opsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   constexpr const char* kUsageText =
       "usage: tidemark ops SESSION [--server ADDR] [--json]\n\n"
-      "Time per module (CPU time from its scopes, forward and recompute): calls, total, self.\n";
+      "Time per module (CPU time from its scopes, forward and recompute), per op (torch 2 jobs\n"
+      "run with `tidemark run --ops`, imported traces) and per GPU kernel: calls, total, self.\n";
   uint64_t id = 0;
   if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
   v1::OpsRequest req;

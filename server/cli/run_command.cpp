@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRunUsage =
-    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] [--lossy] -- CMD [ARGS...]
+    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] [--lossy] [--ops] -- CMD [ARGS...]
 
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
 (models, optimizers, phases, steps, tensor categories) without any change to the script.
@@ -33,6 +33,8 @@ they are spooled to a file that `tidemark upload` sends later.
   --quiet       no summary line from the agent at exit
   --lossy       a thread whose buffer is full drops the event (counted in the session's stats)
                 instead of waiting for the agent to make room; the default loses nothing
+  --ops         torch 2: every aten op as an op scope (tidemark ops, the peak's memory by op);
+                costs a CPU training step ~10 % more, so not on by default
   --no-adapter  allocations only: do not start the Python adapter (no scopes, phases, steps or
                 tags; categories then come from rules, steps from the recording's periodicity)
 environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
@@ -53,6 +55,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   bool quiet = false;
   bool adapter = true;
   bool lossy = false;
+  bool ops = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -70,6 +73,8 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       adapter = false;
     } else if (a == "--lossy") {
       lossy = true;
+    } else if (a == "--ops") {
+      ops = true;
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "tidemark run: unknown option '%s'\n", a.c_str());
       return kExitUsage;
@@ -107,6 +112,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (lossy) setenv("TIDEMARK_LOSSY", "1", 1);
+  if (ops) setenv("TIDEMARK_OPS", "1", 1);
   if (!python.empty()) {
     // tidemark_boot holds the sitecustomize that starts the agent (and, unless --no-adapter, the
     // adapter) once the interpreter is up; the package sits beside it.

@@ -36,10 +36,15 @@ class TrainingBreakdownTest(unittest.TestCase):
             jobs.append(("gpt2", ["--model", "gpt2"]))
             jobs += [("gpt-compiled-" + how, ["--model", "gpt", "--compile", how])
                      for how in ("whole", "blocks")]
+            # Op scopes (tidemark run --ops) beside each checkpoint form and a compiled model.
+            jobs += [(name + "+ops", args) for name, args in list(jobs)
+                     if name in ("gpt-nonreentrant", "gpt-sac", "gpt2", "gpt-compiled-whole")]
+            jobs.append(("gpt+ops", ["--model", "gpt"]))
         for name, args in jobs:
             out = os.path.join(cls.daemon.dir, name + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "truth_train.py"), *args,
-                               "--steps", "3", "--out", out)
+                               "--steps", "3", "--out", out,
+                               env={"TIDEMARK_OPS": "1" if name.endswith("+ops") else "0"})
             if r.returncode != 0:
                 raise AssertionError("training failed: %s\n%s" % (r.stdout, r.stderr))
             with open(out) as f:
@@ -84,7 +89,8 @@ class TrainingBreakdownTest(unittest.TestCase):
                 self.assertEqual(sum(cats.values()), b["tracked_bytes"])
                 # The batches (all made before the first step), the inputs the model took
                 # (the GPT-2 takes the same tensor as input_ids and labels).
-                self.assertEqual(cats["INPUT"], batch_bytes if model != "gpt2" else batch_bytes // 2)
+                self.assertEqual(cats["INPUT"],
+                                 batch_bytes // 2 if model.startswith("gpt2") else batch_bytes)
 
     def test_gpt_step_peaks_match_ground_truth(self):
         self.check_step_peaks("gpt")
@@ -109,6 +115,33 @@ class TrainingBreakdownTest(unittest.TestCase):
                          if l.strip() and "No CUDA runtime is found" not in l]
                 self.assertEqual(len(lines), 1, run["stderr"])
                 self.assertTrue(lines[0].startswith("tidemark: session"), run["stderr"])
+        for name, run in self.forms.items():
+            if not name.endswith("+ops"):
+                continue
+            with self.subTest(ops=name):
+                sid = run["session"]["id"]
+                ops = {o["name"]: o for o in self.daemon.cli_json("ops", str(sid))["ops"]
+                       if o["kind"] == "op"}
+                # The matrix products of the model (linear layers: addmm; GPT-2's Conv1D: addmm
+                # too), in forward and backward, at least once a step each.
+                self.assertGreaterEqual(ops["aten::addmm"]["calls"], 3)
+                self.assertGreaterEqual(ops["aten::mm"]["calls"], 3)
+                # The peak's memory by op: the activations (or their recomputations) counted to
+                # the ops that made them (aten::addmm, aten::gelu, ...: never the allocation
+                # helper aten::empty such an op calls); a compiled graph's to the graph, one op
+                # (its kernels are inductor's, not the dispatcher's).
+                peak_ops = self.daemon.cli_json("peak", str(sid))["ops"]
+                made = {o["name"] for o in peak_ops
+                        if o["category"] in ("ACTIVATION", "RECOMPUTED")}
+                if "compiled" in name:
+                    self.assertIn("CompiledFunction", made)
+                else:
+                    self.assertTrue({n for n in made if n.startswith("aten::")}, peak_ops)
+                self.assertNotIn("aten::empty", made)
+                # Without the op scopes: none.
+                plain = self.forms.get(name[:-len("+ops")]) or self.runs[name[:-len("+ops")]]
+                self.assertFalse([o for o in self.daemon.cli_json(
+                    "ops", str(plain["session"]["id"]))["ops"] if o["kind"] == "op"])
         for how in ("whole", "blocks"):
             # Inside a compiled region there are no module scopes: the compiled model's (or
             # block's) own is the innermost, where its saved tensors are tagged.
