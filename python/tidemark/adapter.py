@@ -48,6 +48,9 @@ def _storage_of(t):
     return s.data_ptr(), nbytes
 
 
+_LOW_PRECISION = ()  # torch.bfloat16, torch.float16 (install)
+
+
 def _storage_address(t):
     try:
         return _storage_of(t)[0]
@@ -466,11 +469,35 @@ class Instrumenter:
                     if len(saved) > 1000000:  # steps that never end: bounded all the same
                         saved.clear()
                     saved.add(address)
-                    self.agent.tag(address, nbytes, A.ACTIVATION,
-                                   self.agent.intern(module + ":saved"))
+                    cast_of = self._weight_cast_of(t, torch) if t.dtype in _LOW_PRECISION else None
+                    # An autocast copy of a weight is kept for backward like an activation (and
+                    # like one it is made again when its block is recomputed): ACTIVATION, named
+                    # after the weight it copies.
+                    self.agent.tag(address, nbytes, A.ACTIVATION, self.agent.intern(
+                        module + ":saved" if cast_of is None else
+                        "%s (%s cast)" % (cast_of, str(t.dtype).replace("torch.", ""))))
         except Exception:
             pass
         return (t, module)
+
+    def _weight_cast_of(self, t, torch):
+        """The name of the parameter t is an autocast copy of (through a view or two: addmm
+        keeps the transposed copy), or None."""
+        fn = t.grad_fn
+        for _ in range(3):
+            if fn is None:
+                return None
+            if type(fn).__name__.startswith("ToCopyBackward"):
+                for nxt, _ in fn.next_functions:
+                    variable = getattr(nxt, "variable", None)
+                    if isinstance(variable, torch.nn.Parameter):
+                        return self._param_name(variable, "param")
+                return None
+            nexts = [n for n, _ in fn.next_functions if n is not None]
+            if len(nexts) != 1:
+                return None
+            fn = nexts[0]
+        return None
 
     def _unpack(self, packed):
         t, module = packed
@@ -695,8 +722,9 @@ class Instrumenter:
         # installs from another thread, and the interpreter switches threads at any bytecode).
         self.contexts_all_seen = enter_hooks_here
         import torch
-        global _compiling
+        global _compiling, _LOW_PRECISION
         _compiling = _compile_probe()
+        _LOW_PRECISION = (torch.bfloat16, torch.float16)
         import warnings
         # torch.compile(model) warns that global module hooks fire once more for the wrapper it
         # makes: the adapter's are the only ones, and it looks through the wrapper.

@@ -5,7 +5,9 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         gradients clipped by their inf norm before AdamW's step, and an evaluation pass of the
         model and of the EMA copy between steps and after the last one;
   gan   a generator and a discriminator with an optimizer each, the generator's images handed
-        to the discriminator (detached for its step), targets of ones and zeros built in the step.
+        to the discriminator (detached for its step), targets of ones and zeros built in the step;
+  autocast  the GPT under torch.autocast (bfloat16 on the CPU): the copies of the weights it
+        casts and keeps for backward, found in the autograd graph.
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -94,6 +96,56 @@ def ema_run(steps):
     return truth
 
 
+def weight_casts(loss, params):
+    """{address: [bytes, parameter name]} of the saved tensors that are casts of parameters (a
+    saved tensor whose node leads, through views, to a ToCopyBackward of a parameter)."""
+    names = {id(p): n for n, p in params}
+    out, seen, stack = {}, set(), [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        for attr in dir(fn):
+            if attr.startswith("_saved_"):
+                try:
+                    v = getattr(fn, attr)
+                except Exception:
+                    continue
+                if isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16 and v.grad_fn:
+                    g = v.grad_fn
+                    for _ in range(3):
+                        if g is None or type(g).__name__.startswith("ToCopyBackward"):
+                            break
+                        g = g.next_functions[0][0] if len(g.next_functions) == 1 else None
+                    if g is not None and type(g).__name__.startswith("ToCopyBackward"):
+                        var = getattr(g.next_functions[0][0], "variable", None)
+                        if var is not None and id(var) in names:
+                            ptr, n = storage(v)
+                            out[ptr] = [n, names[id(var)]]
+        stack.extend(n for n, _ in fn.next_functions)
+    return out
+
+
+def autocast_run(steps):
+    model = TinyGPT(vocab=256, d_model=64, n_layers=2, seq_len=32, checkpointed=())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    truth = {"params": snapshot(model.parameters()), "steps": []}
+    for _ in range(steps):
+        x, y = make_batch(gen, 4, 32, 256)
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x, y)
+        casts = weight_casts(loss, model.named_parameters())
+        truth["steps"].append({"casts": {"ts": now(), "storages": {a: c[0] for a, c in
+                                                                   casts.items()},
+                                         "names": {a: c[1] for a, c in casts.items()}}})
+        loss.backward()
+        opt.step()
+    return truth
+
+
 class Generator(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
@@ -134,13 +186,13 @@ def gan_run(steps):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--pattern", choices=["ema", "gan"], required=True)
+    p.add_argument("--pattern", choices=["ema", "gan", "autocast"], required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    truth = ema_run(args.steps) if args.pattern == "ema" else gan_run(args.steps)
+    truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

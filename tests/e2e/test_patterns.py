@@ -1,5 +1,5 @@
 """End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
-evaluation passes and clipped gradients; a GAN), under `tidemark run`, their memory checked block
+evaluation passes and clipped gradients; a GAN; autocast), under `tidemark run`, their memory checked block
 by block against the truth each run computed itself."""
 import json
 import os
@@ -17,7 +17,7 @@ class PatternsTest(DaemonTestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.runs = {}
-        for pattern in ("ema", "gan"):
+        for pattern in ("ema", "gan", "autocast"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -114,6 +114,24 @@ class PatternsTest(DaemonTestCase):
                 self.assertEqual(self.categories_of("gan", st["fake"])[0], {"ACTIVATION"})
                 self.assertEqual(self.categories_of("gan", st["real"])[0], {"INPUT"})
                 self.assertEqual(self.categories_of("gan", st["targets"])[0], {"INPUT"})
+
+    # ----- autocast ---------------------------------------------------------------------------
+    def test_autocast_weight_copies_are_named_after_their_weights(self):
+        """The bfloat16 copies of the weights autocast keeps for backward are activations (made
+        again when their block is recomputed), named after the weight they copy."""
+        run = self.runs["autocast"]
+        sid = run["session"]["id"]
+        for step, st in enumerate(run["truth"]["steps"], start=1):
+            casts = st["casts"]
+            self.assertGreaterEqual(len(casts["storages"]), 4)  # every Linear's weight
+            with self.subTest(step=step):
+                self.assertEqual(self.categories_of("autocast", casts)[0], {"ACTIVATION"})
+                for addr, param in casts["names"].items():
+                    names = [r[0] for r in self.daemon.sql(
+                        "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
+                        "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
+                        "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr), casts["ts"])]
+                    self.assertEqual(names, ["TinyGPT.%s (bfloat16 cast)" % param])
 
 
 if __name__ == "__main__":
