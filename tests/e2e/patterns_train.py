@@ -26,18 +26,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 from tiny_gpt import TinyGPT, make_batch  # noqa: E402
-
-
-def storage(t):
-    try:
-        s = t.untyped_storage()
-    except AttributeError:
-        s = t.storage()
-    try:
-        n = s.nbytes()
-    except AttributeError:
-        n = s.size() * s.element_size()
-    return s.data_ptr(), n
+from truth_train import storage  # noqa: E402
 
 
 def now():
