@@ -6,6 +6,9 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         model and of the EMA copy between steps and after the last one;
   gan   a generator and a discriminator with an optimizer each, the generator's images handed
         to the discriminator (detached for its step), targets of ones and zeros built in the step;
+  zoo   a model with what real ones have: tied input and output embeddings, BatchNorm (its
+        running statistics are buffers), a frozen layer, two parameter groups, gradients
+        accumulated over two micro-batches per optimizer step;
   autocast  the GPT under torch.autocast (bfloat16 on the CPU): the copies of the weights it
         casts and keeps for backward, found in the autograd graph.
 
@@ -135,6 +138,50 @@ def autocast_run(steps):
     return truth
 
 
+class Zoo(nn.Module):
+    def __init__(self, vocab=512, d=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.frozen = nn.Linear(d, d)
+        self.frozen.requires_grad_(False)
+        self.body = nn.Sequential(nn.Linear(d, 2 * d), nn.BatchNorm1d(2 * d), nn.ReLU(),
+                                  nn.Linear(2 * d, d))
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.embed.weight  # tied
+
+    def forward(self, tokens, targets):
+        h = self.body(self.frozen(self.embed(tokens)))
+        return F.cross_entropy(self.head(h), targets)
+
+
+def state_storages(opt):
+    return [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+
+
+def zoo_run(steps):
+    model = Zoo()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() > 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": [p for p in trainable if p.dim() <= 1],
+                              "weight_decay": 0.0}], lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    truth = {"weights": snapshot(list(model.parameters()) + list(model.buffers())), "steps": []}
+    for _ in range(steps):
+        for _ in range(2):  # micro-batches
+            tokens = torch.randint(0, 512, (32,), generator=gen)
+            loss = model(tokens, tokens.roll(1)) / 2
+            loss.backward()
+        opt.step()
+        # Right after the optimizer: every gradient and state tensor, and the step ends here.
+        truth["steps"].append({"grads": snapshot(p.grad for p in trainable),
+                               "optimizer": snapshot(state_storages(opt)),
+                               "frozen_grads": [p.grad is None for p in
+                                                model.frozen.parameters()]})
+        opt.zero_grad(set_to_none=True)
+    return truth
+
+
 class Generator(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
@@ -175,13 +222,14 @@ def gan_run(steps):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--pattern", choices=["ema", "gan", "autocast"], required=True)
+    p.add_argument("--pattern", choices=["ema", "gan", "autocast", "zoo"], required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run}[args.pattern](args.steps)
+    truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
+             "zoo": zoo_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

@@ -1,5 +1,6 @@
 """End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
-evaluation passes and clipped gradients; a GAN; autocast), under `tidemark run`, their memory checked block
+evaluation passes and clipped gradients; a GAN; autocast; tied embeddings, BatchNorm, a frozen
+layer, two parameter groups and gradient accumulation), under `tidemark run`, their memory checked block
 by block against the truth each run computed itself."""
 import json
 import os
@@ -17,7 +18,7 @@ class PatternsTest(DaemonTestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.runs = {}
-        for pattern in ("ema", "gan", "autocast"):
+        for pattern in ("ema", "gan", "autocast", "zoo"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -114,6 +115,25 @@ class PatternsTest(DaemonTestCase):
                 self.assertEqual(self.categories_of("gan", st["fake"])[0], {"ACTIVATION"})
                 self.assertEqual(self.categories_of("gan", st["real"])[0], {"INPUT"})
                 self.assertEqual(self.categories_of("gan", st["targets"])[0], {"INPUT"})
+
+    # ----- tied embeddings, BatchNorm, a frozen layer, parameter groups, accumulation --------
+    def test_model_state_is_exact_at_every_step_end(self):
+        run = self.runs["zoo"]
+        sid, truth = run["session"]["id"], run["truth"]
+        # Two micro-batches an optimizer step: one step.
+        self.assertEqual(run["session"]["steps"], len(truth["steps"]))
+        weights = sum(truth["weights"]["storages"].values())  # the tied weight once
+        steps = self.daemon.cli_json("steps", str(sid))["steps"]
+        for s, st in zip(steps, truth["steps"]):
+            with self.subTest(step=s["step"]):
+                self.assertTrue(all(st["frozen_grads"]))
+                b = self.daemon.cli_json("breakdown", str(sid), "--at", str(s["end_ts_ns"]))
+                cats = {k: v["bytes"] for k, v in b["categories"].items()}
+                self.assertEqual(cats["WEIGHT"], weights)  # parameters and BatchNorm's buffers
+                self.assertEqual(cats["GRADIENT"], sum(st["grads"]["storages"].values()))
+                self.assertEqual(cats["OPTIMIZER_STATE"],
+                                 sum(st["optimizer"]["storages"].values()))
+                self.assertEqual(self.categories_of("zoo", st["grads"])[0], {"GRADIENT"})
 
     # ----- autocast ---------------------------------------------------------------------------
     def test_autocast_weight_copies_are_named_after_their_weights(self):
