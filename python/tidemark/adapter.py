@@ -154,9 +154,6 @@ class Instrumenter:
         self.plan_ids = {}  # id(AppliedPlan) -> plan id, for plans reported applied
         self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
         self.torch_ops = None  # torch's ops as op scopes (torch_ops.TorchOps)
-        # Step boundaries left at which the gradients and optimizer state are seeded before
-        # they are tagged (after an attach; see _seed_if_attached).
-        self.reseed_steps = 0
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
         # `tidemark attach` turns them on again).
         self.enabled = True
@@ -609,7 +606,6 @@ class Instrumenter:
         for group in opt.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._seed_if_attached(p.grad)
                     self.tag_tensor(p.grad, A.GRADIENT, self._param_name(p, "param%d" % i) + ".grad")
                 i += 1
         self._phase_begin(A.OPTIMIZER)
@@ -623,7 +619,6 @@ class Instrumenter:
             base = self._param_name(p, "param")
             for key, value in state.items():
                 if isinstance(value, torch.Tensor):
-                    self._seed_if_attached(value)
                     self.tag_tensor(value, A.OPTIMIZER_STATE, base + "." + str(key))
         # A step is a training iteration: it ends once every optimizer (but the idle ones) has
         # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
@@ -633,21 +628,8 @@ class Instrumenter:
             return
         self._step_boundary()
 
-    def _seed_if_attached(self, t):
-        """In the first steps after an attach: a CPU tensor's block is recorded if the hooks have
-        not seen it (the agent ignores a block it tracks). A gradient the autograd engine
-        allocated while the attach patched the allocator, and handed to its parameter after the
-        attach had seeded the gradients there were, is known to nobody else."""
-        if self.reseed_steps <= 0 or t.is_cuda:
-            return
-        address = _storage_address(t)
-        if address:
-            self.agent.seed_block(address, _storage_of(t)[1])
-
     def _step_boundary(self):
         """The step ends here; between steps, the thread's state is reset and a plan applied."""
-        if self.reseed_steps > 0:
-            self.reseed_steps -= 1
         self._end_step()
         # An exception inside a forward skips its post hooks: a step boundary resets the depth.
         self.local.depth = 0

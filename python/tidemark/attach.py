@@ -78,7 +78,6 @@ def start():
         inst.tensor_memory.enable(True)
     if inst.torch_ops is not None:
         inst.torch_ops.enable(True)
-    inst.reseed_steps = 2
     roots, optimizers = _find_models_and_optimizers()
     for o in optimizers:
         inst.register_optimizer(o)
