@@ -209,9 +209,11 @@ void* attachThread(void*) {
   message += "; " + startGpuCaptureOnAttach(agent);
 #endif
   const std::string pythonDir = configValue(config, "python");
-  const int py = pythonDir.empty() || configValue(config, "adapter") == "0"
-                     ? -1
-                     : runAdapter(pythonDir, "start()", /*scan=*/true);
+  const int py =
+      pythonDir.empty() || configValue(config, "adapter") == "0"
+          ? -1
+          : runAdapter(pythonDir, configValue(config, "ops") == "1" ? "start(ops=True)" : "start()",
+                       /*scan=*/true);
   tidemark_attach_status.python = py == 0 ? 1 : 0;
   if (py > 0 || py < -1) message += "; the Python adapter did not start (see the job's stderr)";
   if (py == 0) message += "; the Python adapter started";

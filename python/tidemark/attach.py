@@ -8,6 +8,7 @@ attach: each parameter and buffer (WEIGHT), gradient (GRADIENT) and optimizer st
 (OPTIMIZER_STATE) is recorded as allocated at the attach, then tagged. ``stop()`` (``tidemark detach``) turns every hook off.
 """
 import gc
+import os
 import sys
 
 from . import _agent as A
@@ -62,13 +63,16 @@ def _seed(inst, tensor, category, name, seen):
     inst.tag_tensor(tensor, category, name)
 
 
-def start():
+def start(ops=False):
+    """ops: turn torch's op scopes on too (`tidemark attach --ops`)."""
     inst = instance()
     if not inst.agent.present:
         raise RuntimeError("the tidemark agent is not loaded in this process")
     inst.enabled = True
     if "torch" not in sys.modules:
-        # Not using torch yet: instrument it when it is imported.
+        # Not using torch yet: instrument it when it is imported (op scopes too, if asked).
+        if ops:
+            os.environ["TIDEMARK_OPS"] = "1"
         from .autostart import _TorchWatcher
         sys.meta_path.insert(0, _TorchWatcher())
         return
@@ -76,8 +80,11 @@ def start():
     inst.install(enter_hooks_here=False)
     if inst.tensor_memory is not None:
         inst.tensor_memory.enable(True)
+    if ops and (inst.torch_ops is None or inst.torch_ops.lib is None):
+        from .torch_ops import TorchOps
+        inst.torch_ops = TorchOps(wanted=True)
     if inst.torch_ops is not None:
-        inst.torch_ops.enable(True)
+        inst.torch_ops.enable(ops)  # this attach's choice, whatever an earlier one chose
     roots, optimizers = _find_models_and_optimizers()
     for o in optimizers:
         inst.register_optimizer(o)

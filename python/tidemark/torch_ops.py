@@ -15,10 +15,14 @@ from .torch_memory import load_library
 class TorchOps:
     """The op scopes of one process; every method is a no-op when they are off."""
 
-    def __init__(self):
+    def __init__(self, wanted=None):
+        """wanted: True or False, else $TIDEMARK_OPS decides (`tidemark attach --ops` says
+        True: the job's environment was made without tidemark)."""
         self.lib = None
         self.status = "off"
-        if os.environ.get("TIDEMARK_OPS", "0").lower() not in ("1", "on", "yes"):
+        if wanted is None:
+            wanted = os.environ.get("TIDEMARK_OPS", "0").lower() in ("1", "on", "yes")
+        if not wanted:
             return
         import torch
         if int(torch.__version__.split(".")[0]) < 2:

@@ -19,7 +19,8 @@ namespace tidemark::cli {
 namespace {
 
 constexpr const char* kAttachUsage =
-    R"(usage: tidemark attach PID [--name NAME] [--no-adapter] [--agent LIB] [--timeout S] [--json]
+    R"(usage: tidemark attach PID [--name NAME] [--no-adapter] [--ops] [--agent LIB] [--timeout S]
+                       [--json]
 
 Records a running process that was started without tidemark. The process is stopped briefly
 (one thread, under ptrace), loads libtidemark_agent.so and starts it, and goes on exactly where
@@ -29,6 +30,7 @@ tensors they already hold. `tidemark detach PID` stops recording; a later attach
 
   --name NAME     the session's name
   --no-adapter    allocations only (no Python adapter)
+  --ops           torch 2: every aten op as an op scope too (as `tidemark run --ops`)
   --agent LIB     the agent library (default: beside tidemark, or $TIDEMARK_AGENT)
   --timeout S     how long to wait for the agent to report (default 60)
 
@@ -78,6 +80,7 @@ struct Args {
   long pid = 0;
   std::string name, agent;
   bool adapter = true;
+  bool ops = false;
   int timeoutS = 60;
 };
 
@@ -114,6 +117,8 @@ bool parseArgs(const char* command, const char* usage, bool attach,
       if (!value(&out->name)) return bad("--name needs a name");
     } else if (attach && a == "--no-adapter") {
       out->adapter = false;
+    } else if (attach && a == "--ops") {
+      out->ops = true;
     } else if (a.rfind("-", 0) == 0) {
       return bad("unknown option '" + a + "'");
     } else if (!havePid) {
@@ -184,6 +189,7 @@ int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   o.tlsKey = pem(g.tlsKey, "TIDEMARK_TLS_KEY");
   o.sessionName = a.name;
   o.adapter = a.adapter;
+  o.ops = a.ops;
   o.timeoutMs = a.timeoutS * 1000;
   if (!g.json) std::fprintf(stderr, "tidemark attach: attaching to process %ld…\n", a.pid);
   absl::StatusOr<inject::AttachReport> r = inject::attachAgent(static_cast<pid_t>(a.pid), o);

@@ -168,7 +168,8 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
   const std::string config = absl::StrCat(
       "server=", options.server, "\ntoken=", options.token, "\ntls_ca=", options.tlsCa,
       "\ntls_cert=", options.tlsCert, "\ntls_key=", options.tlsKey, "\nname=", options.sessionName,
-      "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0", "\n");
+      "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0",
+      "\nops=", options.ops ? "1" : "0", "\n");
   auto configAt = t.pushData(config);
   if (!configAt.ok()) return configAt.status();
   auto statusAt = remoteSymbol(pid, t.maps(), options.agentPath, "tidemark_attach_status");

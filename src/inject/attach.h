@@ -17,6 +17,7 @@ struct AttachOptions {
   std::string tlsCa, tlsCert, tlsKey;  // TLS to the daemon: PEM files ("" : none)
   std::string sessionName;
   bool adapter = true;
+  bool ops = false;       // torch 2: op scopes (the adapter turns torch's op callback on)
   int timeoutMs = 60000;  // for the agent to report (the adapter waits for the GIL)
 };
 

@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE
+from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE, torch_version
 
 TRAIN = os.path.join(SOURCE, "examples", "train.py")
 LIB = os.path.join(BIN, "..", "lib")
@@ -133,6 +133,32 @@ class AttachTest(DaemonTestCase):
             end = {k: v["bytes"] for k, v in b["categories"].items()}
             self.assertEqual((end["WEIGHT"], end["GRADIENT"], end["OPTIMIZER_STATE"]),
                              (params, params, state), "end of step %d" % s["step"])
+
+    def test_attach_with_op_scopes(self):
+        """`tidemark attach --ops`: torch 2's ops become op scopes from the attach on (the job's
+        losses unchanged); torch 1.13 says it cannot and records the rest."""
+        args = ("--steps", "12", "--seed", "3", "--layers", "2")
+        ref_losses, _, _ = self.reference(*args)
+        job = Job(*args)
+        try:
+            job.wait_for_step(2)
+            rc, a, err = self.cli("attach", str(job.pid), "--ops")
+            self.assertEqual(rc, 0, err)
+            rc, out, err = job.finish()
+        finally:
+            job.kill()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(parse_run(out)[0], ref_losses)
+        sid = a["session"]
+        self.wait_ended(sid)
+        self.daemon.wait_analyzed(sid)
+        ops = {o["name"]: o["calls"] for o in self.daemon.cli_json("ops", str(sid))["ops"]
+               if o["kind"] == "op"}
+        if torch_version() >= (2, 0):
+            self.assertGreater(ops.get("aten::addmm", 0), 0, ops)
+        else:
+            self.assertEqual(ops, {})
+            self.assertIn("tidemark: op scopes are off: op scopes need torch 2", err)
 
     def test_detach_and_attach_again_twenty_times(self):
         args = ("--steps", "3000", "--seed", "2", "--layers", "2", "--d-model", "32",
