@@ -5,23 +5,28 @@
 
 namespace tidemark::core {
 
-std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation) {
-  struct Point {
-    uint64_t seq;
-    int64_t ts;
-    double total;
-  };
-  std::vector<Point> events;
-  replay.forEachState([&](const MemoryState& s) {
-    events.push_back({s.seq, s.tsNs, static_cast<double>(s.trackedBytes)});
-  });
-  std::vector<StepInterval> steps;
-  if (events.size() < 64) return steps;
+namespace {
 
+struct Point {
+  uint64_t seq;
+  int64_t ts;
+  double total;
+};
+
+struct Period {
+  double events = 0;  // the period, in events (0: none)
+  double correlation = 0;
+};
+
+// The period of events[from, end), if they repeat (see the header).
+Period findPeriod(const std::vector<Point>& all, size_t from, double minCorrelation) {
+  Period found;
+  const size_t count = all.size() - from;
+  if (count < 64) return found;
   // The series resampled to at most 4096 points by event index.
-  const size_t n = std::min<size_t>(4096, events.size());
+  const size_t n = std::min<size_t>(4096, count);
   std::vector<double> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = events[i * events.size() / n].total;
+  for (size_t i = 0; i < n; ++i) x[i] = all[from + i * count / n].total;
   // Remove the linear trend: memory that only grows (or a slow leak) is not a repetition.
   double sumI = 0;
   double sumX = 0;
@@ -45,7 +50,7 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
     var += x[i] * x[i];
   }
   // Nothing left once the trend is gone (below a millionth of the signal): no period.
-  if (var <= 1e-12 * scale * scale * dn) return steps;
+  if (var <= 1e-12 * scale * scale * dn) return found;
 
   // Autocorrelation, normalised by the overlap, for 2 to 64 repetitions (a period must repeat
   // at least twice to be seen).
@@ -77,18 +82,24 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
       bestLag = firstLag + k;
     }
   }
-  if (bestLag == 0) return steps;
+  if (bestLag == 0) return found;
+  found.events = static_cast<double>(bestLag) * static_cast<double>(count) / dn;
+  found.correlation = best;
+  return found;
+}
 
+// The steps of events[from, end), given their period.
+std::vector<StepInterval> stepsOf(const std::vector<Point>& all, size_t from, double period) {
+  std::vector<StepInterval> steps;
   // Where in the period memory is lowest (the moment between two steps): fold the series on the
   // period, leaving out the first period (start-up and the first step differ from the rest).
-  const double period =
-      static_cast<double>(bestLag) * static_cast<double>(events.size()) / static_cast<double>(n);
   const size_t p = static_cast<size_t>(period);
+  if (p == 0) return steps;
   std::vector<double> folded(p, 0.0);
   std::vector<int> counts(p, 0);
-  for (size_t i = p; i < events.size(); ++i) {
-    folded[i % p] += events[i].total;
-    counts[i % p] += 1;
+  for (size_t i = from + p; i < all.size(); ++i) {
+    folded[(i - from) % p] += all[i].total;
+    counts[(i - from) % p] += 1;
   }
   size_t phase = 0;
   for (size_t k = 0; k < p; ++k) {
@@ -98,33 +109,84 @@ std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCor
     }
   }
   // Boundaries near phase + k * period, each the lowest point within a quarter period of it.
-  auto lowestIn = [&](double from, double to) {
-    const size_t a = static_cast<size_t>(std::max(0.0, from));
-    const size_t b = std::min(events.size(), static_cast<size_t>(std::max(0.0, to)));
+  auto lowestIn = [&](double lo, double hi) {
+    const size_t a = static_cast<size_t>(std::max(static_cast<double>(from), lo));
+    const size_t b = std::min(all.size(), static_cast<size_t>(std::max(0.0, hi)));
     size_t at = a;
     for (size_t i = a; i < b; ++i) {
-      if (events[i].total < events[at].total) at = i;
+      if (all[i].total < all[at].total) at = i;
     }
     return at;
   };
   std::vector<size_t> bounds;
-  for (double c = static_cast<double>(phase); c - period / 4 < static_cast<double>(events.size());
-       c += period) {
+  for (double c = static_cast<double>(from + phase);
+       c - period / 4 < static_cast<double>(all.size()); c += period) {
     const size_t at = lowestIn(c - period / 4, c + period / 4);
-    if (at >= events.size()) break;
+    if (at >= all.size()) break;
     if (!bounds.empty() && static_cast<double>(at - bounds.back()) < period / 2) continue;
     bounds.push_back(at);
   }
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     StepInterval s;
     s.step = static_cast<int64_t>(i) + 1;
-    s.beginSeq = events[bounds[i]].seq + 1;
-    s.beginTsNs = events[bounds[i]].ts;
-    s.endSeq = events[bounds[i + 1]].seq + 1;
-    s.endTsNs = events[bounds[i + 1]].ts;
+    s.beginSeq = all[bounds[i]].seq + 1;
+    s.beginTsNs = all[bounds[i]].ts;
+    s.endSeq = all[bounds[i + 1]].seq + 1;
+    s.endTsNs = all[bounds[i + 1]].ts;
     steps.push_back(s);
   }
   return steps;
+}
+
+// Where the repetition found in events[from, end) begins: from, moved back a period at a time
+// while the period before it has the shape of the one after it (Pearson correlation of the
+// totals at least 0.8).
+size_t earliestRepetition(const std::vector<Point>& all, size_t from, double period) {
+  const size_t p = static_cast<size_t>(period);
+  if (p < 2) return from;
+  auto similar = [&](size_t a, size_t b) {  // events [a, a + p) against [b, b + p)
+    double ma = 0;
+    double mb = 0;
+    for (size_t i = 0; i < p; ++i) {
+      ma += all[a + i].total;
+      mb += all[b + i].total;
+    }
+    ma /= static_cast<double>(p);
+    mb /= static_cast<double>(p);
+    double c = 0;
+    double va = 0;
+    double vb = 0;
+    for (size_t i = 0; i < p; ++i) {
+      const double da = all[a + i].total - ma;
+      const double db = all[b + i].total - mb;
+      c += da * db;
+      va += da * da;
+      vb += db * db;
+    }
+    return va > 0 && vb > 0 && c / std::sqrt(va * vb) >= 0.8;
+  };
+  size_t start = from;
+  while (start >= p && start + p <= all.size() && similar(start - p, start)) start -= p;
+  return start;
+}
+
+}  // namespace
+
+std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation) {
+  std::vector<Point> events;
+  replay.forEachState([&](const MemoryState& s) {
+    events.push_back({s.seq, s.tsNs, static_cast<double>(s.trackedBytes)});
+  });
+  // The whole recording, then its second half, its last quarter, ...: a start-up (imports,
+  // building the model, loading data) can make most of a short job's events and hide the steps'
+  // repetition. The longest tail that repeats gives the steps (before, the full recording's
+  // alone was asked; a shorter tail than needed can repeat at a finer grain: a model's layers).
+  for (size_t tail = events.size(); tail >= 64; tail /= 2) {
+    const size_t from = events.size() - tail;
+    const Period p = findPeriod(events, from, minCorrelation);
+    if (p.events > 0) return stepsOf(events, earliestRepetition(events, from, p.events), p.events);
+  }
+  return {};
 }
 
 }  // namespace tidemark::core

@@ -12,7 +12,10 @@ namespace tidemark::core {
 // peaks of the autocorrelation (2 to 64 periods' worth; a peak past its first fall, not the
 // self-similarity of a smooth series at short lags), and each step ends at the lowest
 // point of memory near the end of its period (after the optimizer, before the next forward).
-// Returns no steps when nothing repeats (the best correlation is below minCorrelation).
+// Returns no steps when nothing repeats (the best correlation is below minCorrelation). When the
+// whole recording does not repeat, its second half is tried, then its last quarter, and so on
+// (a start-up longer than the steps hides them): the steps are those of the longest tail that
+// repeats, reaching back a period at a time while the period before has the same shape.
 std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation = 0.4);
 
 }  // namespace tidemark::core
