@@ -284,6 +284,12 @@ class Instrumenter:
             return
         new = list(self.new_modules)
         self.new_modules = weakref.WeakSet()
+        try:
+            self._register_frozen_among(new)
+        except Exception:  # noqa: BLE001 - a module that cannot be walked: only a missed tag
+            pass
+
+    def _register_frozen_among(self, new):
         inner = set()
         for m in new:
             inner.update(id(c) for c in m.children())
@@ -366,7 +372,11 @@ class Instrumenter:
             has_params = next(module.parameters(), None) is not None
             if has_params:
                 first_call = True
-                if self._is_training_model(module):
+                try:
+                    training = self._is_training_model(module)
+                except Exception:  # noqa: BLE001 - cannot tell: as before frozen models existed
+                    training = True
+                if training:
                     self.register_model(module)
                 else:
                     self.register_frozen(module)
@@ -422,7 +432,7 @@ class Instrumenter:
 
         try:
             model.register_forward_pre_hook(keyword_inputs, with_kwargs=True)
-        except TypeError:  # torch 1.13: no keywords for hooks
+        except Exception:  # noqa: BLE001 - torch 1.13: no keywords for hooks (a TypeError)
             pass
 
     def _forward_post(self, module, inputs, output):
