@@ -71,7 +71,8 @@ def _compile_probe():
         return lambda: False  # torch 1.13: nothing compiles
 
 
-_compiling = None  # torch.compiler.is_compiling, once torch is imported (install)
+def _compiling():  # torch.compiler.is_compiling, once torch is imported (install)
+    return False
 
 
 def _original_module(module):
@@ -132,7 +133,6 @@ class Instrumenter:
         self.roots = weakref.WeakSet()  # training models (root modules an optimizer trains)
         self.frozen = weakref.WeakSet()  # root modules with parameters no optimizer trains
         self.new_modules = weakref.WeakSet()  # modules made since the last look for frozen ones
-        self.keyword_watched = weakref.WeakSet()  # models with the keyword-inputs pre-hook
         # Optimizers that stepped in the open step, and those that missed a whole step (left out
         # of "every optimizer has stepped").
         self.stepped = weakref.WeakSet()
@@ -213,25 +213,23 @@ class Instrumenter:
             self.tag_tensor(b, A.WEIGHT, _qualified(prefix, name))
 
     # ----- models ------------------------------------------------------------------------------
-    def _name_model(self, model, prefix):
+    def _name_model(self, model, prefix, rename=False):
+        """Names the model's modules and parameters prefix.<path>; names given before stay
+        unless rename (a frozen model an optimizer took on: named as a training model)."""
         for sub, m in model.named_modules():
-            self.module_names.setdefault(m, _qualified(prefix, sub))
+            if rename or m not in self.module_names:
+                self.module_names[m] = _qualified(prefix, sub)
         for pname, p in model.named_parameters():
-            self.param_names.setdefault(id(p), _qualified(prefix, pname))
+            if rename or id(p) not in self.param_names:
+                self.param_names[id(p)] = _qualified(prefix, pname)
 
     def register_model(self, model, name=None):
         if model in self.roots:
             return
-        prefix = name or type(model).__name__
-        if model in self.frozen:  # an optimizer took it on after all: named as a training model
-            self.frozen.discard(model)
-            for sub, m in model.named_modules():
-                self.module_names[m] = _qualified(prefix, sub)
-            for pname, p in model.named_parameters():
-                self.param_names[id(p)] = _qualified(prefix, pname)
-        self._name_model(model, prefix)
+        rename = model in self.frozen  # an optimizer took it on after all
+        self.frozen.discard(model)
+        self._name_model(model, name or type(model).__name__, rename)
         self.roots.add(model)
-        self._watch_keyword_inputs(model)
         if self.step_open:
             self._tag_model_state(model)
 
@@ -240,14 +238,13 @@ class Instrumenter:
         now unless tag is False: an attach seeds the blocks first)."""
         if model in self.frozen or model in self.roots:
             return
-        base = type(model).__name__ + " [frozen"
         taken = {self.module_names.get(m) for m in self.frozen}
-        n = 1
-        while (base + ("]" if n == 1 else " %d]" % n)) in taken:
+        prefix, n = type(model).__name__ + " [frozen]", 1
+        while prefix in taken:
             n += 1
-        self._name_model(model, base + ("]" if n == 1 else " %d]" % n))
+            prefix = "%s [frozen %d]" % (type(model).__name__, n)
+        self._name_model(model, prefix)
         self.frozen.add(model)
-        self._watch_keyword_inputs(model)
         if tag:
             self._tag_model_state(model)
 
@@ -367,11 +364,9 @@ class Instrumenter:
         module = _original_module(module)
         depth = self._depth()
         name = self.module_names.get(module)
-        first_call = False
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
             has_params = next(module.parameters(), None) is not None
             if has_params:
-                first_call = True
                 try:
                     training = self._is_training_model(module)
                 except Exception:  # noqa: BLE001 - cannot tell: as before frozen models existed
@@ -397,9 +392,9 @@ class Instrumenter:
                 self._begin_step_if_needed()
                 self._phase_begin(A.FORWARD)
             self._tag_inputs(inputs)
-            if first_call:
-                # Its keyword pre-hook, registered just now, runs from its next call on.
-                self._tag_inputs(_keyword_arguments_of_call())
+            # Keyword arguments too (`model(input_ids=x, labels=y)`, as `transformers` models
+            # are called): global pre-hooks are given the positional ones only.
+            self._tag_inputs(_keyword_arguments_of_call())
         self.agent.scope_begin(self.agent.intern(name))
         self.local.depth = depth + 1
         stack = getattr(self.local, "names", None)
@@ -408,32 +403,12 @@ class Instrumenter:
         stack.append(name)
 
     def _tag_inputs(self, inputs):
-        saved = self.saved_this_step
         for t in _tensors_in(inputs):
             # The batch, not another model's output (made by a differentiable computation, or
             # saved for backward in this step: a generator's images, even detached).
-            if t.grad_fn is None and _storage_address(t) not in saved:
-                self.tag_tensor(t, A.INPUT, "input")
-
-    def _watch_keyword_inputs(self, model):
-        """A model called with keywords (`model(input_ids=x, labels=y)`, as `transformers` models
-        are): the global pre-hook sees the positional arguments only; a pre-hook of the model's
-        own, with keywords (torch 2), tags those too."""
-        if model in self.keyword_watched:
-            return
-        self.keyword_watched.add(model)
-        inst = self
-
-        def keyword_inputs(module, args, kwargs):
-            if _compiling():
-                return
-            if inst.enabled and kwargs and inst._depth() == 1:  # its own root call
-                inst._tag_inputs(kwargs)
-
-        try:
-            model.register_forward_pre_hook(keyword_inputs, with_kwargs=True)
-        except Exception:  # noqa: BLE001 - torch 1.13: no keywords for hooks (a TypeError)
-            pass
+            address = _storage_address(t) if t.grad_fn is None else 0
+            if address and address not in self.saved_this_step:
+                self.agent.tag(address, _storage_of(t)[1], A.INPUT, self.agent.intern("input"))
 
     def _forward_post(self, module, inputs, output):
         if not self.enabled or _compiling():
@@ -776,7 +751,7 @@ class Instrumenter:
                 inst._phase_end(A.BACKWARD)
 
         torch.autograd.backward = tidemark_backward
-        self._wrap_gradient_clipping(torch)
+        self._wrap_gradient_clipping()
         self._note_modules_made(torch)
 
         checkpoint = ckpt.checkpoint
@@ -838,8 +813,7 @@ class Instrumenter:
 
         dl._BaseDataLoaderIter.__next__ = tidemark_next
 
-
-    def _wrap_gradient_clipping(self, torch):
+    def _wrap_gradient_clipping(self):
         """Gradient clipping works on the gradients for the optimizer: its scratch (a norm per
         gradient, |g| for the inf norm) belongs to the optimizer phase."""
         import torch.nn.utils as nn_utils
@@ -851,20 +825,27 @@ class Instrumenter:
             if original is None or getattr(original, "_tidemark_wrapped", False):
                 continue
 
-            def clipping(*args, __original=original, **kwargs):
-                if not inst.enabled or _compiling() or inst._in_phase(A.OPTIMIZER):
-                    return __original(*args, **kwargs)
-                inst._phase_begin(A.OPTIMIZER)
-                try:
-                    return __original(*args, **kwargs)
-                finally:
-                    inst._phase_end(A.OPTIMIZER)
-
-            functools.update_wrapper(clipping, original)
-            clipping._tidemark_wrapped = True
+            clipping = self._in_optimizer_phase(original)
             setattr(clip_grad, name, clipping)
             if getattr(nn_utils, name, None) is original:
                 setattr(nn_utils, name, clipping)
+
+    def _in_optimizer_phase(self, function):
+        """function, run inside the optimizer phase (unless it is already open)."""
+        inst = self
+
+        @functools.wraps(function)
+        def in_phase(*args, **kwargs):
+            if not inst.enabled or _compiling() or inst._in_phase(A.OPTIMIZER):
+                return function(*args, **kwargs)
+            inst._phase_begin(A.OPTIMIZER)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inst._phase_end(A.OPTIMIZER)
+
+        in_phase._tidemark_wrapped = True
+        return in_phase
 
     def _note_modules_made(self, torch):
         """Every module made from now on (constructed, or copied: copy.deepcopy and torch.load

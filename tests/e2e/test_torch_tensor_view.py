@@ -7,19 +7,16 @@ tensor block lies in a host block the allocator hooks saw, so the two views of o
 must reconcile — the same categories and totals as a run without the tensor view, no byte counted
 twice, no negative slack."""
 import os
-import subprocess
 import time
 import unittest
 
-from tidemark_env import BIN, PYTHON, SOURCE, DaemonTestCase
+from tidemark_env import BIN, PYTHON, SOURCE, DaemonTestCase, torch_version_string
 
 TRAIN = [os.path.join(SOURCE, "examples", "train.py"), "--steps", "3", "--seed", "5", "--layers",
          "4"]
 # The reporter built for the jobs' torch (one per torch: agent/CMakeLists.txt).
-TORCH_VERSION = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
-                               capture_output=True, text=True, check=True).stdout.strip()
 REPORTER = os.path.abspath(os.path.join(BIN, "..", "lib",
-                                        "libtidemark_torch-%s.so" % TORCH_VERSION))
+                                        "libtidemark_torch-%s.so" % torch_version_string()))
 
 
 class TorchTensorViewTest(DaemonTestCase):

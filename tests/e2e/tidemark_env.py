@@ -1,6 +1,7 @@
 """Shared helpers for the end-to-end tests: start a real tidemarkd on a free loopback port with its
 own SQLite file, run the real CLI, and read the store directly for ground-truth joins."""
 import atexit
+import functools
 import json
 import os
 import signal
@@ -23,11 +24,16 @@ if not os.access(PYTHON, os.X_OK):
 
 
 
+@functools.lru_cache(maxsize=None)
+def torch_version_string():
+    """torch.__version__ of the jobs' torch (asked once: importing torch takes seconds)."""
+    return subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def torch_version():
     """(major, minor) of the jobs' torch."""
-    out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
-                         capture_output=True, text=True, check=True).stdout
-    return tuple(int(x) for x in out.strip().split("+")[0].split(".")[:2])
+    return tuple(int(x) for x in torch_version_string().split("+")[0].split(".")[:2])
 
 
 # Nothing the tests run writes into the user's own directories: a daemon started on demand, its
