@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <ATen/record_function.h>
@@ -33,28 +35,18 @@ std::atomic<OpFn> g_end{nullptr};
 std::atomic<bool> g_on{false};
 std::atomic<at::CallbackHandle> g_handle{at::INVALID_CALLBACK_HANDLE};
 
-struct CachedName {
-  const char* text;
-  uint32_t id;
-};
-
 uint32_t nameId(const char* name) {
   if (name == nullptr) return 0;
-  // A pointer seen before, with the same text (a name freed and another allocated at its address
-  // is re-interned).
-  thread_local std::unordered_map<const char*, CachedName> cache;
+  // name's pointer -> (its text when seen, its id): a pointer seen before with the same text (a
+  // name freed and another made at its address is interned again).
+  thread_local std::unordered_map<const char*, std::pair<std::string, uint32_t>> cache;
   auto it = cache.find(name);
-  if (it != cache.end() && std::strcmp(it->second.text, name) == 0) return it->second.id;
+  if (it != cache.end() && it->second.first == name) return it->second.second;
   const InternFn intern = g_intern.load(std::memory_order_acquire);
   const uint32_t id = intern != nullptr ? intern(name) : 0;
   if (id == 0) return 0;
   if (cache.size() > 65536) cache.clear();  // names made on the fly: bounded all the same
-  // The text is kept by the agent's interner; the cache keeps its own copy to compare against.
-  char* copy = static_cast<char*>(std::malloc(std::strlen(name) + 1));
-  if (copy == nullptr) return id;
-  std::strcpy(copy, name);
-  if (it != cache.end()) std::free(const_cast<char*>(it->second.text));
-  cache[name] = CachedName{copy, id};
+  cache[name] = {std::string(name), id};
   return id;
 }
 
