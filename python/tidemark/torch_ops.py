@@ -3,7 +3,8 @@ every aten op the dispatcher runs, with its name, thread and time, so that ``tid
 peak's memory by op and the advisor see the ops of a job on the CPU too.
 
 ``TIDEMARK_OPS``: ``0`` (the default: op scopes cost a training step more than the 3 % tidemark
-allows itself, bench/run.sh section 1) or ``1`` (``tidemark run --ops``). torch 2 only.
+allows itself, bench/run.sh section 1) or ``1`` (``tidemark run --ops``; ``tidemark attach --ops``
+asks for them through ``attach.start(ops=True)``). torch 2 only.
 """
 import ctypes
 import os
