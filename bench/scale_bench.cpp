@@ -234,6 +234,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_scale: no tidemarkd at %s\n", server.c_str());
     return 1;
   }
+  // Taken now: the reads below replace `reply` with the daemon's acknowledgements.
+  const uint64_t session = reply.handshake_reply().session_id();
   for (const auto& m : batches) {
     if (!stream->Write(m)) break;
   }
@@ -249,7 +251,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_scale: %s\n", status.error_message().c_str());
     return 1;
   }
-  const uint64_t session = reply.handshake_reply().session_id();
 
   // 2. analysis
   auto query = v1::Query::NewStub(channel);
@@ -259,7 +260,11 @@ int main(int argc, char** argv) {
     grpc::ClientContext c;
     v1::GetSessionRequest r;
     r.set_session_id(session);
-    if (!query->GetSession(&c, r, &info).ok()) return 1;
+    const grpc::Status got = query->GetSession(&c, r, &info);
+    if (!got.ok()) {
+      std::fprintf(stderr, "bench_scale: GetSession: %s\n", got.error_message().c_str());
+      return 1;
+    }
     if (info.analyzed()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -74,17 +74,6 @@ class ScopeSweep {
   size_t m_next = 0;
 };
 
-struct GroupSum {
-  int64_t bytes = 0;
-  int64_t blocks = 0;
-  std::array<int64_t, kCategoryCount> byCategory{};
-  void add(int64_t size, Category c) {
-    bytes += size;
-    blocks += 1;
-    byCategory[categoryIndex(c)] += size;
-  }
-};
-
 bool larger(const PeakItem& a, const PeakItem& b) {
   return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
 }
@@ -106,21 +95,10 @@ std::vector<PeakItem> topGroups(const std::map<std::string, GroupSum>& groups, s
   return out;
 }
 
-std::string blockName(const Recording& rec, const BlockCategory& cat, const Block& b) {
-  if (cat.tagIndex >= 0 && !rec.tags[static_cast<size_t>(cat.tagIndex)].name.empty()) {
-    return rec.tags[static_cast<size_t>(cat.tagIndex)].name;
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "block@0x%llx", static_cast<unsigned long long>(b.address));
-  return buf;
-}
-
 void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, PeakReport& report,
                size_t topItems) {
   const uint64_t seq = report.state.seq;
-  std::map<std::string, GroupSum> modules;
-  std::map<std::string, GroupSum> ops;
-  std::vector<PeakItem> tensors;
+  PeakItemsBuilder items(!rec.ops.empty());
   ScopeSweep moduleSweep(rec.scopes);
   ScopeSweep opSweep(rec.ops);
   auto liveAt = [seq](const Block& b) { return b.allocSeq <= seq && seq < b.freeSeq; };
@@ -140,26 +118,48 @@ void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, Pea
     const ScopeInterval* op = opSweep.innermostAt(b.threadId, b.allocSeq);
     const std::string& tagName =
         cats[i].tagIndex >= 0 ? rec.tags[static_cast<size_t>(cats[i].tagIndex)].name : kNoName;
-    modules[module ? module->name : ownerModule(tagName)].add(size, cats[i].category);
-    if (!rec.ops.empty()) ops[op ? op->name : std::string("(no op)")].add(size, cats[i].category);
-    PeakItem t;
-    t.name = blockName(rec, cats[i], b);
-    t.category = cats[i].category;
-    t.rule = cats[i].rule;
-    t.bytes = size;
-    t.blocks = 1;
-    tensors.push_back(std::move(t));
+    items.add(module ? &module->name : nullptr, op ? &op->name : nullptr, tagName, b.address, size,
+              cats[i].category, cats[i].rule);
   }
-  const size_t nt = std::min(topItems, tensors.size());
-  std::partial_sort(tensors.begin(), tensors.begin() + static_cast<long>(nt), tensors.end(),
-                    larger);
-  tensors.resize(nt);
-  report.tensors = std::move(tensors);
-  report.modules = topGroups(modules, topItems);
-  report.ops = topGroups(ops, topItems);
+  items.finish(report, topItems);
 }
 
 }  // namespace
+
+void PeakItemsBuilder::add(const std::string* moduleScope, const std::string* opScope,
+                           const std::string& tagName, uint64_t address, int64_t size, Category c,
+                           CategoryRule rule) {
+  m_modules[moduleScope ? *moduleScope : ownerModule(tagName)].add(size, c);
+  if (m_withOps) m_ops[opScope ? *opScope : std::string("(no op)")].add(size, c);
+  PeakItem t;
+  if (!tagName.empty()) {
+    t.name = tagName;
+  } else {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "block@0x%llx", static_cast<unsigned long long>(address));
+    t.name = buf;
+  }
+  t.category = c;
+  t.rule = rule;
+  t.bytes = size;
+  t.blocks = 1;
+  m_tensors.push_back(std::move(t));
+  // Only the largest are reported: keep the list short as it grows.
+  if (m_tensors.size() >= 2 * kKeepTensors) {
+    std::nth_element(m_tensors.begin(), m_tensors.begin() + kKeepTensors, m_tensors.end(), larger);
+    m_tensors.resize(kKeepTensors);
+  }
+}
+
+void PeakItemsBuilder::finish(PeakReport& report, size_t topItems) {
+  const size_t nt = std::min(topItems, m_tensors.size());
+  std::partial_sort(m_tensors.begin(), m_tensors.begin() + static_cast<long>(nt), m_tensors.end(),
+                    larger);
+  m_tensors.resize(nt);
+  report.tensors = std::move(m_tensors);
+  report.modules = topGroups(m_modules, topItems);
+  report.ops = topGroups(m_ops, topItems);
+}
 
 std::vector<PeakReport> computePeaks(const Recording& rec, const std::vector<BlockCategory>& cats,
                                      const LivenessReplay& replay, size_t topItems) {

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,38 @@ struct PeakReport {
   std::vector<PeakItem> modules;  // largest first
   std::vector<PeakItem> ops;      // largest first: the op scope open at allocation (if recorded)
   std::vector<PeakItem> tensors;  // largest first
+};
+
+struct GroupSum {  // what a module or op holds at a peak
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+  std::array<int64_t, kCategoryCount> byCategory{};
+  void add(int64_t size, Category c) {
+    bytes += size;
+    blocks += 1;
+    byCategory[categoryIndex(c)] += size;
+  }
+};
+
+// Gathers the blocks live at a peak, one at a time, into a report's modules, ops and tensors.
+class PeakItemsBuilder {
+ public:
+  explicit PeakItemsBuilder(bool withOps) : m_withOps(withOps) {}
+  // moduleScope / opScope: the innermost scope of that kind open on the allocating thread at the
+  // block's allocation, or nullptr (a block outside every module goes to the module its tag
+  // names). tagName: the deciding tag's name, "" if none. size: what the block holds (a segment:
+  // less its live tensors).
+  void add(const std::string* moduleScope, const std::string* opScope, const std::string& tagName,
+           uint64_t address, int64_t size, Category c, CategoryRule rule);
+  // The largest topItems of each kind (topItems at most kKeepTensors).
+  void finish(PeakReport& report, size_t topItems);
+  static constexpr size_t kKeepTensors = 1024;
+
+ private:
+  bool m_withOps;
+  std::map<std::string, GroupSum> m_modules;
+  std::map<std::string, GroupSum> m_ops;
+  std::vector<PeakItem> m_tensors;
 };
 
 // The peak of the whole recording, with the largest `topItems` modules and tensors live at it,

@@ -7,19 +7,13 @@ namespace tidemark::core {
 
 namespace {
 
-struct Point {
-  uint64_t seq;
-  int64_t ts;
-  double total;
-};
-
 struct Period {
   double events = 0;  // the period, in events (0: none)
   double correlation = 0;
 };
 
 // The period of events[from, end), if they repeat (see the header).
-Period findPeriod(const std::vector<Point>& all, size_t from, double minCorrelation) {
+Period findPeriod(const std::vector<TotalPoint>& all, size_t from, double minCorrelation) {
   Period found;
   const size_t count = all.size() - from;
   if (count < 64) return found;
@@ -89,7 +83,7 @@ Period findPeriod(const std::vector<Point>& all, size_t from, double minCorrelat
 }
 
 // The steps of events[from, end), given their period.
-std::vector<StepInterval> stepsOf(const std::vector<Point>& all, size_t from, double period) {
+std::vector<StepInterval> stepsOf(const std::vector<TotalPoint>& all, size_t from, double period) {
   std::vector<StepInterval> steps;
   // Where in the period memory is lowest (the moment between two steps): fold the series on the
   // period, leaving out the first period (start-up and the first step differ from the rest).
@@ -141,7 +135,7 @@ std::vector<StepInterval> stepsOf(const std::vector<Point>& all, size_t from, do
 // Where the repetition found in events[from, end) begins: from, moved back a period at a time
 // while the period before it has the shape of the one after it (Pearson correlation of the
 // totals at least 0.8).
-size_t earliestRepetition(const std::vector<Point>& all, size_t from, double period) {
+size_t earliestRepetition(const std::vector<TotalPoint>& all, size_t from, double period) {
   const size_t p = static_cast<size_t>(period);
   if (p < 2) return from;
   auto similar = [&](size_t a, size_t b) {  // events [a, a + p) against [b, b + p)
@@ -173,10 +167,14 @@ size_t earliestRepetition(const std::vector<Point>& all, size_t from, double per
 }  // namespace
 
 std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation) {
-  std::vector<Point> events;
+  std::vector<TotalPoint> events;
   replay.forEachState([&](const MemoryState& s) {
     events.push_back({s.seq, s.tsNs, static_cast<double>(s.trackedBytes)});
   });
+  return inferSteps(events, minCorrelation);
+}
+
+std::vector<StepInterval> inferSteps(const std::vector<TotalPoint>& events, double minCorrelation) {
   // The whole recording, then its second half, its last quarter, ...: a start-up (imports,
   // building the model, loading data) can make most of a short job's events and hide the steps'
   // repetition. The longest tail that repeats gives the steps (before, the full recording's

@@ -18,4 +18,15 @@ namespace tidemark::core {
 // repeats, reaching back a period at a time while the period before has the same shape.
 std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation = 0.4);
 
+// The tracked total after one event.
+struct TotalPoint {
+  uint64_t seq;
+  int64_t ts;
+  double total;
+};
+// The same from the totals after each event, in sequence order (a streaming analysis keeps them
+// as it replays, or only the last of them: the steps are then found in that tail).
+std::vector<StepInterval> inferSteps(const std::vector<TotalPoint>& events,
+                                     double minCorrelation = 0.4);
+
 }  // namespace tidemark::core

@@ -1,6 +1,7 @@
 #include "src/core/timeline.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace tidemark::core {
 
@@ -23,49 +24,97 @@ SeriesValues seriesOf(const MemoryState& s) {
 }
 }  // namespace
 
+TimelineBuilder::TimelineBuilder(size_t samplesPerChunk, ChunkFn onChunk)
+    : m_perChunk(samplesPerChunk), m_onChunk(std::move(onChunk)) {}
+
+bool TimelineBuilder::add(const MemoryState& s) {
+  if (!m_ok) return false;
+  const SeriesValues v = seriesOf(s);
+  if (m_inSample == 0) {
+    m_current = TimelineSample{};
+    m_current.firstTsNs = s.tsNs;
+    m_current.firstSeq = s.seq;
+    m_current.min = v;
+    m_current.max = v;
+  } else {
+    for (int i = 0; i < kSeriesCount; ++i) {
+      m_current.min[i] = std::min(m_current.min[i], v[i]);
+      m_current.max[i] = std::max(m_current.max[i], v[i]);
+    }
+  }
+  m_current.lastTsNs = s.tsNs;
+  m_current.lastSeq = s.seq;
+  m_current.last = v;
+  if (++m_inSample == Timeline::kFinestEvents) {
+    m_inSample = 0;
+    return emit(0, m_current);
+  }
+  return true;
+}
+
+bool TimelineBuilder::emit(size_t level, const TimelineSample& sample) {
+  while (m_levels.size() < level + 2) m_levels.emplace_back();
+  m_levels[level].buffer.push_back(sample);
+  ++m_levels[level].emitted;
+  if (m_levels[level].buffer.size() == m_perChunk && !flush(level)) return false;
+  Level& up = m_levels[level + 1];
+  if (up.pendingCount == 0)
+    up.pending = sample;
+  else
+    up.pending.absorb(sample);
+  if (++up.pendingCount < Timeline::kLevelFactor) return true;
+  up.pendingCount = 0;
+  const TimelineSample merged = up.pending;  // emit may move the levels
+  return emit(level + 1, merged);
+}
+
+bool TimelineBuilder::flush(size_t level) {
+  Level& l = m_levels[level];
+  if (l.buffer.empty()) return true;
+  m_ok = m_onChunk(static_cast<int>(level), l.chunk, l.buffer);
+  ++l.chunk;
+  l.buffer.clear();
+  return m_ok;
+}
+
+bool TimelineBuilder::finish() {
+  if (!m_ok) return false;
+  if (m_inSample > 0 && !emit(0, m_current)) return false;
+  m_inSample = 0;
+  if (m_levels.empty()) m_levels.emplace_back();
+  // Each level is whole once the one below is: its last sample merges what the one below left.
+  for (size_t level = 0; level < m_levels.size(); ++level) {
+    Level& l = m_levels[level];
+    if (level > 0 && l.pendingCount > 0) {
+      l.pendingCount = 0;
+      if (!emit(level, TimelineSample(l.pending))) return false;
+    }
+    if (!flush(level)) return false;
+    if (m_levels[level].emitted <= 1) {  // the top: one sample (or none)
+      m_levelCount = static_cast<int>(level) + 1;
+      break;
+    }
+  }
+  m_levels.clear();
+  return true;
+}
+
 Timeline buildTimeline(const LivenessReplay& replay) {
   Timeline t;
-  TimelineLevel finest;
-  finest.eventsPerSample = Timeline::kFinestEvents;
-  TimelineSample current;
-  int inSample = 0;
-  replay.forEachState([&](const MemoryState& s) {
-    const SeriesValues v = seriesOf(s);
-    if (inSample == 0) {
-      current = TimelineSample{};
-      current.firstTsNs = s.tsNs;
-      current.firstSeq = s.seq;
-      current.min = v;
-      current.max = v;
-    } else {
-      for (int i = 0; i < kSeriesCount; ++i) {
-        current.min[i] = std::min(current.min[i], v[i]);
-        current.max[i] = std::max(current.max[i], v[i]);
-      }
+  TimelineBuilder builder(SIZE_MAX, [&t](int level, int64_t, const std::vector<TimelineSample>& s) {
+    while (t.levels.size() <= static_cast<size_t>(level)) {
+      TimelineLevel l;
+      l.eventsPerSample = Timeline::kFinestEvents;
+      for (size_t i = 0; i < t.levels.size(); ++i) l.eventsPerSample *= Timeline::kLevelFactor;
+      t.levels.push_back(std::move(l));
     }
-    current.lastTsNs = s.tsNs;
-    current.lastSeq = s.seq;
-    current.last = v;
-    if (++inSample == Timeline::kFinestEvents) {
-      finest.samples.push_back(current);
-      inSample = 0;
-    }
+    auto& samples = t.levels[static_cast<size_t>(level)].samples;
+    samples.insert(samples.end(), s.begin(), s.end());
+    return true;
   });
-  if (inSample > 0) finest.samples.push_back(current);
-  t.levels.push_back(std::move(finest));
-  // Coarser levels until one has a single sample.
-  while (t.levels.back().samples.size() > 1) {
-    const TimelineLevel& below = t.levels.back();
-    TimelineLevel up;
-    up.eventsPerSample = below.eventsPerSample * Timeline::kLevelFactor;
-    for (size_t i = 0; i < below.samples.size(); i += Timeline::kLevelFactor) {
-      TimelineSample merged = below.samples[i];
-      const size_t end = std::min(below.samples.size(), i + Timeline::kLevelFactor);
-      for (size_t j = i + 1; j < end; ++j) merged.absorb(below.samples[j]);
-      up.samples.push_back(merged);
-    }
-    t.levels.push_back(std::move(up));
-  }
+  replay.forEachState([&](const MemoryState& s) { builder.add(s); });
+  builder.finish();
+  if (t.levels.empty()) t.levels.push_back({Timeline::kFinestEvents, {}});
   return t;
 }
 

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "src/core/breakdown.h"
@@ -39,6 +40,40 @@ struct Timeline {
 };
 
 Timeline buildTimeline(const LivenessReplay& replay);
+
+// Builds the pyramid one memory state at a time, handing each level's samples on in chunks of
+// `samplesPerChunk` as they complete: memory stays at a chunk per level whatever the number of
+// states. The levels handed on are exactly buildTimeline's (a level above one that holds a single
+// sample is never handed on).
+class TimelineBuilder {
+ public:
+  // level, the chunk's index in that level (samplesPerChunk samples a chunk, the last may hold
+  // fewer), its samples. Returning false stops the builder (add and finish return false).
+  using ChunkFn =
+      std::function<bool(int level, int64_t chunk, const std::vector<TimelineSample>& samples)>;
+  TimelineBuilder(size_t samplesPerChunk, ChunkFn onChunk);
+  bool add(const MemoryState& state);
+  bool finish();
+  int levelCount() const { return m_levelCount; }
+
+ private:
+  struct Level {
+    int64_t emitted = 0;
+    int64_t chunk = 0;
+    std::vector<TimelineSample> buffer;  // samples of the chunk being filled
+    TimelineSample pending;              // merging the level below's samples into one
+    int pendingCount = 0;
+  };
+  bool emit(size_t level, const TimelineSample& sample);
+  bool flush(size_t level);
+  size_t m_perChunk;
+  ChunkFn m_onChunk;
+  std::vector<Level> m_levels;
+  TimelineSample m_current;  // the finest sample being filled
+  int m_inSample = 0;
+  int m_levelCount = 0;
+  bool m_ok = true;
+};
 
 // A bucket of a timeline query. `empty` when no sample fell in it (values then carry over).
 struct TimelineBucket {
