@@ -1,9 +1,12 @@
 // A session at scale, end to end against a running tidemarkd:
 //  1. ingest: streams a synthetic session of N events through the real Ingest API (gRPC over
 //     loopback) and times it until the stream's status is back (the daemon returns it only once
-//     everything is committed). Beside it, the raw SQLite rate: the same number of events
-//     inserted one plain row per event, WAL, one prepared statement, one transaction.
-//  2. analysis: how long until the daemon has stored the session's analysis.
+//     everything is committed). The events are made while they are sent (a thread of their own,
+//     16 batches ahead), so the client's memory does not grow with N. Beside it, the raw SQLite
+//     rate: up to 10M events inserted one plain row per event, WAL, one prepared statement, one
+//     transaction.
+//  2. analysis: how long until the daemon has stored the session's analysis; then the stored
+//     peak, checked against the generator's own (exit 1 if they differ), and its query time.
 //  3. timeline queries (2000 buckets) over the full range and over a zoomed range (the middle
 //     tenth), each repeated; the median and the worst in milliseconds.
 //
@@ -12,14 +15,18 @@
 // analysis also ties every tensor to its segment and counts the segments' slack.
 //
 //   bench_scale --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db [--tensors]
+//               [--progress]   (every 50M events sent, on stderr)
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -33,7 +40,8 @@ namespace v1 = tidemark::v1;
 namespace {
 
 // A training-like stream: blocks allocated and freed LIFO-ish around a set of long-lived ones,
-// with a tag now and then. Deterministic.
+// with a tag now and then. Deterministic. It knows its own truth: the tracked bytes at their
+// highest (without --tensors, where every block counts), to check the daemon's figure against.
 class Generator {
  public:
   Generator(uint64_t seed, bool tensors) : m_rng(seed), m_tensors(tensors) {}
@@ -68,20 +76,27 @@ class Generator {
           f->set_kind(v1::MEMORY_KIND_TENSOR);
           f->set_device(0);
         }
+        m_liveBytes -= m_sizes[k];
         m_live.erase(m_live.begin() + static_cast<long>(k));
+        m_sizes.erase(m_sizes.begin() + static_cast<long>(k));
       } else {
         const uint64_t addr = kBase + (m_next++ << 12);
         auto* a = e->mutable_alloc();
         a->set_address(addr);
-        a->set_size_bytes(m_tensors ? 64 + (m_rng() % 4032) : 64 + (m_rng() % 65536));
+        const uint64_t size = m_tensors ? 64 + (m_rng() % 4032) : 64 + (m_rng() % 65536);
+        a->set_size_bytes(size);
         if (m_tensors) {
           a->set_kind(v1::MEMORY_KIND_TENSOR);
           a->set_device(0);
         }
         m_live.push_back(addr);
+        m_sizes.push_back(size);
+        m_liveBytes += size;
+        m_peakBytes = std::max(m_peakBytes, m_liveBytes);
       }
     }
   }
+  uint64_t peakBytes() const { return m_peakBytes; }
 
  private:
   static constexpr uint64_t kBase = 0x7f0000000000ull;
@@ -93,6 +108,9 @@ class Generator {
   int64_t m_ts = 1'000'000'000;
   uint64_t m_next = 1;
   std::vector<uint64_t> m_live;
+  std::vector<uint64_t> m_sizes;
+  uint64_t m_liveBytes = 0;
+  uint64_t m_peakBytes = 0;
 };
 
 double seconds(std::chrono::steady_clock::time_point t0) {
@@ -188,10 +206,13 @@ int main(int argc, char** argv) {
   long events = 10'000'000;
   uint64_t queriesOnly = 0;  // --queries-only SESSION: skip ingest and analysis, time queries
   bool tensors = false;
+  bool progress = false;
   for (int i = 1; i < argc; ++i) {
     const bool value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--tensors")) {
       tensors = true;
+    } else if (!std::strcmp(argv[i], "--progress")) {
+      progress = true;
     } else if (value && !std::strcmp(argv[i], "--server")) {
       server = argv[++i];
     } else if (value && !std::strcmp(argv[i], "--events")) {
@@ -207,17 +228,29 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   if (queriesOnly != 0) return timeTimelines(channel, queriesOnly, nullptr);
 
-  // Batches are generated before the clock starts: this measures the daemon, not the generator.
+  // Batches are made by a thread of their own while the stream sends them, a few at a time, so
+  // that a session of any length costs the client the same memory.
   Generator gen(42, tensors);
-  std::vector<v1::AgentMessage> batches;
-  for (long done = 0, n = 1; done < events; ++n) {
-    v1::AgentMessage m;
-    const size_t count = static_cast<size_t>(std::min<long>(kBatch, events - done));
-    m.mutable_batch()->set_batch_seq(static_cast<uint64_t>(n));
-    gen.fill(m.mutable_batch(), count);
-    done += static_cast<long>(count);
-    batches.push_back(std::move(m));
-  }
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<v1::AgentMessage> ready;
+  bool generated = false;
+  std::thread producer([&] {
+    for (long done = 0, n = 1; done < events; ++n) {
+      v1::AgentMessage m;
+      const size_t count = static_cast<size_t>(std::min<long>(kBatch, events - done));
+      m.mutable_batch()->set_batch_seq(static_cast<uint64_t>(n));
+      gen.fill(m.mutable_batch(), count);
+      done += static_cast<long>(count);
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [&] { return ready.size() < 16; });
+      ready.push_back(std::move(m));
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    generated = true;
+    cv.notify_all();
+  });
 
   auto stub = v1::Ingest::NewStub(channel);
   grpc::ClientContext ctx;
@@ -232,19 +265,42 @@ int main(int argc, char** argv) {
   v1::ServerMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply)) {
     std::fprintf(stderr, "bench_scale: no tidemarkd at %s\n", server.c_str());
-    return 1;
+    std::exit(1);
   }
   // Taken now: the reads below replace `reply` with the daemon's acknowledgements.
   const uint64_t session = reply.handshake_reply().session_id();
-  for (const auto& m : batches) {
+  // Acknowledgements are read as they come (an agent does), or they would fill the stream.
+  std::thread acks([&] {
+    v1::ServerMessage ack;
+    while (stream->Read(&ack)) {
+    }
+  });
+  long sentBatches = 0;
+  long lastProgress = 0;
+  for (;;) {
+    v1::AgentMessage m;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [&] { return !ready.empty() || generated; });
+      if (ready.empty()) break;
+      m = std::move(ready.front());
+      ready.pop_front();
+      cv.notify_all();
+    }
     if (!stream->Write(m)) break;
+    ++sentBatches;
+    if (progress && sentBatches * static_cast<long>(kBatch) - lastProgress >= 50'000'000) {
+      lastProgress = sentBatches * static_cast<long>(kBatch);
+      std::fprintf(stderr, "bench_scale: %ld M events sent, %.0f s\n", lastProgress / 1'000'000,
+                   seconds(t0));
+    }
   }
+  producer.join();
   v1::AgentMessage bye;
   bye.mutable_goodbye()->mutable_counters()->set_events_sent(static_cast<uint64_t>(events));
   stream->Write(bye);
   stream->WritesDone();
-  while (stream->Read(&reply)) {
-  }
+  acks.join();
   const grpc::Status status = stream->Finish();
   const double ingestS = seconds(t0);
   if (!status.ok()) {
@@ -270,10 +326,39 @@ int main(int argc, char** argv) {
   }
   const double analysisS = seconds(a0);
 
-  const double raw = rawSqliteRate(scratch, events);
+  // The stored peak against the generator's own (every block counts without --tensors), and how
+  // long the peak query takes.
+  int64_t storedPeak = -1;
+  std::vector<double> peakMs;
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext c;
+    v1::PeakRequest r;
+    r.set_session_id(session);
+    v1::Peak peak;
+    const auto q0 = std::chrono::steady_clock::now();
+    const grpc::Status got = query->GetPeak(&c, r, &peak);
+    peakMs.push_back(seconds(q0) * 1e3);
+    if (!got.ok()) {
+      std::fprintf(stderr, "bench_scale: GetPeak: %s\n", got.error_message().c_str());
+      return 1;
+    }
+    storedPeak = peak.breakdown().tracked_bytes();
+  }
+  std::sort(peakMs.begin(), peakMs.end());
+  if (!tensors && storedPeak != static_cast<int64_t>(gen.peakBytes())) {
+    std::fprintf(stderr, "bench_scale: the stored peak is %lld bytes, the generator's %llu\n",
+                 static_cast<long long>(storedPeak),
+                 static_cast<unsigned long long>(gen.peakBytes()));
+    return 1;
+  }
+
+  // The raw rate from at most 10M rows: it is a rate, and a billion would take the disk.
+  const double raw = rawSqliteRate(scratch, std::min<long>(events, 10'000'000));
   std::printf(
       "{\"events\": %ld, \"ingest_s\": %.3f, \"ingest_events_per_s\": %.0f, "
-      "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, ",
-      events, ingestS, events / ingestS, raw, analysisS);
+      "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, \"peak_bytes\": %lld, "
+      "\"peak_ms_median\": %.2f, \"peak_ms_max\": %.2f, ",
+      events, ingestS, events / ingestS, raw, analysisS, static_cast<long long>(storedPeak),
+      peakMs[peakMs.size() / 2], peakMs.back());
   return timeTimelines(channel, session, &info);
 }

@@ -1,12 +1,94 @@
 #include "server/analysis/analysis_runner.h"
 
-#include <cstdio>
+#include <malloc.h>
 
-#include "src/core/analysis.h"
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <memory>
+
+#include "server/store/recording_stream.h"
+#include "src/core/streaming_analysis.h"
 
 namespace tidemark::server {
 
-AnalysisRunner::AnalysisRunner(StoreWriter& writer) : m_writer(writer) {
+namespace {
+
+// Hands the streaming analysis' chunks to the writer a few MiB at a time, with at most one
+// write in flight: memory stays bounded however fast the analysis goes.
+class WriterSink : public core::AnalysisSink {
+ public:
+  WriterSink(StoreWriter& writer, int64_t sessionId) : m_writer(writer), m_id(sessionId) {}
+
+  bool blockCodes(int64_t chunk, const std::string& codes) override {
+    m_pending->codes.emplace_back(chunk, codes);
+    m_pendingBytes += codes.size();
+    return maybeFlush();
+  }
+  bool timelineChunk(int level, int64_t chunk,
+                     const std::vector<core::TimelineSample>& samples) override {
+    m_pending->timeline.push_back({level, chunk, samples});
+    m_pendingBytes += samples.size() * sizeof(core::TimelineSample);
+    return maybeFlush();
+  }
+  // Writes what is buffered and waits for every write.
+  absl::Status flush() {
+    submit();
+    return waitInFlight();
+  }
+
+ private:
+  struct Part {
+    std::vector<std::pair<int64_t, std::string>> codes;
+    struct Chunk {
+      int level;
+      int64_t index;
+      std::vector<core::TimelineSample> samples;
+    };
+    std::vector<Chunk> timeline;
+  };
+  static constexpr size_t kFlushBytes = 4u << 20;
+
+  bool maybeFlush() {
+    if (m_pendingBytes < kFlushBytes) return true;
+    submit();
+    return m_status.ok();
+  }
+  absl::Status waitInFlight() {
+    if (m_inFlight.valid()) {
+      const absl::Status s = m_inFlight.get();
+      if (m_status.ok() && !s.ok()) m_status = s;
+    }
+    return m_status;
+  }
+  void submit() {
+    if (!waitInFlight().ok()) return;
+    if (m_pendingBytes == 0) return;
+    std::shared_ptr<Part> part = std::move(m_pending);
+    m_pending = std::make_shared<Part>();
+    m_pendingBytes = 0;
+    const int64_t id = m_id;
+    m_inFlight = m_writer.submit([part, id](Store& store) {
+      for (const auto& [chunk, codes] : part->codes)
+        if (auto s = store.writeBlockCodes(id, chunk, codes); !s.ok()) return s;
+      for (const auto& c : part->timeline)
+        if (auto s = store.writeTimelineChunk(id, c.level, c.index, c.samples); !s.ok()) return s;
+      return absl::OkStatus();
+    });
+  }
+
+  StoreWriter& m_writer;
+  int64_t m_id;
+  std::shared_ptr<Part> m_pending = std::make_shared<Part>();
+  size_t m_pendingBytes = 0;
+  std::future<absl::Status> m_inFlight;
+  absl::Status m_status;
+};
+
+}  // namespace
+
+AnalysisRunner::AnalysisRunner(StoreWriter& writer, size_t memoryBytes)
+    : m_writer(writer), m_memoryBytes(memoryBytes) {
   m_thread = std::thread([this] { run(); });
 }
 
@@ -41,6 +123,31 @@ void AnalysisRunner::stop() {
   if (m_thread.joinable()) m_thread.join();
 }
 
+absl::Status AnalysisRunner::analyze(int64_t id) {
+  auto in = StoredRecordingStream::open(m_writer.path(), id);
+  if (!in.ok()) return in.status();
+  if (auto s = m_writer.submit([id](Store& store) { return store.clearAnalysis(id); }).get();
+      !s.ok())
+    return s;
+  WriterSink sink(m_writer, id);
+  core::StreamingOptions options;
+  // The sorts' runs lie beside the store (a private directory, the same disk).
+  const std::filesystem::path dir = std::filesystem::path(m_writer.path()).parent_path();
+  options.tempDir = dir.empty() ? "." : dir.string();
+  options.memoryBytes = m_memoryBytes;
+  options.maxInferencePoints = std::max<size_t>(1u << 16, m_memoryBytes / 4 / sizeof(double) / 3);
+  core::StreamingResult result = core::analyzeStream(**in, sink, options);
+  const absl::Status written = sink.flush();
+  if (!result.error.empty()) return absl::InternalError(result.error);
+  if (!written.ok()) return written;
+  auto shared = std::make_shared<core::StreamingResult>(std::move(result));
+  return m_writer
+      .submit([id, shared](Store& store) {
+        return store.finishAnalysis(id, shared->peaks, shared->stats, shared->inferredSteps);
+      })
+      .get();
+}
+
 void AnalysisRunner::run() {
   for (;;) {
     int64_t id = 0;
@@ -54,25 +161,12 @@ void AnalysisRunner::run() {
       m_queue.pop_front();
       m_busy = true;
     }
-    auto rec = Store::loadRecording(m_writer.path(), id);
-    if (!rec.ok()) {
+    if (const absl::Status s = analyze(id); !s.ok()) {
       std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s\n", static_cast<long long>(id),
-                   rec.status().ToString().c_str());
-      continue;
+                   s.ToString().c_str());
     }
-    auto analysis = std::make_shared<core::Analysis>(core::analyze(*rec));
-    auto blockIds = std::make_shared<std::vector<int64_t>>();
-    blockIds->reserve(rec->blocks.size());
-    for (const core::Block& b : rec->blocks) blockIds->push_back(b.id);
-    const absl::Status s = m_writer
-                               .submit([id, analysis, blockIds](Store& store) {
-                                 return store.writeAnalysis(id, *analysis, *blockIds);
-                               })
-                               .get();
-    if (!s.ok()) {
-      std::fprintf(stderr, "tidemarkd: storing the analysis of session %lld: %s\n",
-                   static_cast<long long>(id), s.ToString().c_str());
-    }
+    // What the pass took goes back to the system, not to the allocator's free lists.
+    malloc_trim(0);
   }
 }
 

@@ -10,12 +10,14 @@
 
 namespace tidemark::server {
 
-// Runs the analysis pass (src/core/analysis.h) of ended sessions on its own thread and stores the
-// results through the writer. Queries never wait for it: until a session is analyzed they compute
-// what they need themselves.
+// Runs the analysis pass of ended sessions on its own thread, streaming (src/core/
+// streaming_analysis.h: memory bounded by memoryBytes plus what is live at a moment, whatever the
+// session's length), and stores the results through the writer as they come. Queries never wait
+// for it: until a session is analyzed they compute what they need themselves.
 class AnalysisRunner {
  public:
-  explicit AnalysisRunner(StoreWriter& writer);
+  static constexpr size_t kDefaultMemoryBytes = 96u << 20;
+  explicit AnalysisRunner(StoreWriter& writer, size_t memoryBytes = kDefaultMemoryBytes);
   ~AnalysisRunner();  // abandons queued work (it is redone at the next start)
 
   void enqueue(int64_t sessionId);
@@ -27,8 +29,10 @@ class AnalysisRunner {
 
  private:
   void run();
+  absl::Status analyze(int64_t sessionId);
 
   StoreWriter& m_writer;
+  size_t m_memoryBytes;
   std::mutex m_mutex;
   std::condition_variable m_cv;
   std::condition_variable m_idle;

@@ -433,11 +433,7 @@ absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
   return std::optional<StoredCheckpoint>(std::move(out));
 }
 
-absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
-                                  const std::vector<int64_t>& blockIds) {
-  if (blockIds.size() != a.categories.size()) {
-    return absl::InvalidArgumentError("analysis and block ids differ in length");
-  }
+absl::Status Store::clearAnalysis(int64_t sid) {
   {
     Statement del = m_db.prepare("DELETE FROM step WHERE session_id = ?1 AND inferred = 1");
     del.bind(1, sid);
@@ -449,41 +445,34 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
     del.bind(1, sid);
     if (auto s = del.run(); !s.ok()) return s;
   }
-  // The analysis holds the blocks in allocation order; the table in allocation.id order.
-  std::vector<std::pair<int64_t, char>> byId;
-  byId.reserve(a.categories.size());
-  for (size_t i = 0; i < a.categories.size(); ++i) {
-    byId.emplace_back(blockIds[i],
-                      static_cast<char>(static_cast<int>(a.categories[i].category) |
-                                        (static_cast<int>(a.categories[i].rule) << 4)));
-  }
-  std::sort(byId.begin(), byId.end());
-  constexpr size_t kBlocksPerChunk = 65536;
-  Statement cats =
+  Statement mark = m_db.prepare("UPDATE session SET analyzed = 0 WHERE id = ?1");
+  mark.bind(1, sid);
+  return mark.run();
+}
+
+absl::Status Store::writeBlockCodes(int64_t sid, int64_t chunk, const std::string& codes) {
+  Statement st =
       m_db.prepare("INSERT INTO block_category(session_id, chunk, codes) VALUES (?1, ?2, ?3)");
-  for (size_t first = 0; first < byId.size(); first += kBlocksPerChunk) {
-    std::string codes;
-    const size_t end = std::min(byId.size(), first + kBlocksPerChunk);
-    for (size_t i = first; i < end; ++i) codes.push_back(byId[i].second);
-    cats.bind(1, sid).bind(2, static_cast<int64_t>(first / kBlocksPerChunk)).bindBlob(3, codes);
-    if (auto s = cats.run(); !s.ok()) return s;
-  }
-  constexpr size_t kSamplesPerChunk = 1024;
-  Statement chunk = m_db.prepare(
+  st.bind(1, sid).bind(2, chunk).bindBlob(3, codes);
+  return st.run();
+}
+
+absl::Status Store::writeTimelineChunk(int64_t sid, int level, int64_t chunk,
+                                       const std::vector<core::TimelineSample>& samples) {
+  if (samples.empty()) return absl::OkStatus();
+  Statement st = m_db.prepare(
       "INSERT INTO timeline_chunk(session_id, level, chunk, first_ts_ns, last_ts_ns, "
       "sample_count, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
-  for (size_t level = 0; level < a.timeline.levels.size(); ++level) {
-    const auto& samples = a.timeline.levels[level].samples;
-    for (size_t first = 0; first < samples.size(); first += kSamplesPerChunk) {
-      const size_t n = std::min(kSamplesPerChunk, samples.size() - first);
-      chunk.bind(1, sid).bind(2, static_cast<int64_t>(level));
-      chunk.bind(3, static_cast<int64_t>(first / kSamplesPerChunk));
-      chunk.bind(4, samples[first].firstTsNs).bind(5, samples[first + n - 1].lastTsNs);
-      chunk.bind(6, static_cast<int64_t>(n));
-      chunk.bindBlob(7, core::encodeSamples(&samples[first], n));
-      if (auto s = chunk.run(); !s.ok()) return s;
-    }
-  }
+  st.bind(1, sid).bind(2, level).bind(3, chunk);
+  st.bind(4, samples.front().firstTsNs).bind(5, samples.back().lastTsNs);
+  st.bind(6, static_cast<int64_t>(samples.size()));
+  st.bindBlob(7, core::encodeSamples(samples.data(), samples.size()));
+  return st.run();
+}
+
+absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakReport>& peaks,
+                                   const core::CategorizeStats& stats,
+                                   const std::vector<core::StepInterval>& inferredSteps) {
   Statement peak = m_db.prepare(
       "INSERT INTO peak(session_id, step, seq, ts_ns, tracked_bytes, phase, scope) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
@@ -493,7 +482,7 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
   Statement item = m_db.prepare(
       "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks, rule) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
-  for (const core::PeakReport& p : a.peaks) {
+  for (const core::PeakReport& p : peaks) {
     peak.bind(1, sid).bind(2, p.step).bind(3, s64(p.state.seq)).bind(4, p.state.tsNs);
     peak.bind(5, p.state.trackedBytes).bind(6, p.phase).bind(7, p.scope);
     if (auto s = peak.run(); !s.ok()) return s;
@@ -514,17 +503,17 @@ absl::Status Store::writeAnalysis(int64_t sid, const core::Analysis& a,
       }
     }
   }
-  if (a.stats.tagsUnmatched > 0) {
+  if (stats.tagsUnmatched > 0) {
     m_upsertStat.bind(1, sid).bind(2, "tag_unmatched").bind(3, "info");
-    m_upsertStat.bind(4, a.stats.tagsUnmatched);
+    m_upsertStat.bind(4, stats.tagsUnmatched);
     m_upsertStat.bind(5, "framework tags naming no tracked block (memory from another allocator)");
     if (auto s = m_upsertStat.run(); !s.ok()) return s;
   }
-  if (!a.inferredSteps.empty()) {
+  if (!inferredSteps.empty()) {
     Statement step = m_db.prepare(
         "INSERT OR REPLACE INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, "
         "end_ts_ns, inferred) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)");
-    for (const core::StepInterval& st : a.inferredSteps) {
+    for (const core::StepInterval& st : inferredSteps) {
       step.bind(1, sid).bind(2, st.step).bind(3, s64(st.beginSeq)).bind(4, st.beginTsNs);
       step.bind(5, s64(st.endSeq)).bind(6, st.endTsNs);
       if (auto s = step.run(); !s.ok()) return s;

@@ -196,10 +196,17 @@ class Store {
   absl::Status saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const std::string& state,
                               bool full, const std::vector<BlockRow>& opened,
                               const std::vector<BlockRow>& closed);
-  // Stores the analysis of an ended session (replacing any earlier one) and marks it analyzed.
-  // blockIds[i] is the allocation.id of the analysis' i-th block (Recording::blocks[i].id).
-  absl::Status writeAnalysis(int64_t sessionId, const core::Analysis& analysis,
-                             const std::vector<int64_t>& blockIds);
+  // The analysis of an ended session, written in parts (src/core/streaming_analysis.h): first
+  // clearAnalysis (drops any earlier results, marks it not analyzed), then the blocks'
+  // categories and the timeline's chunks as they come, then finishAnalysis (the peaks, the
+  // inferred steps; marks it analyzed). Queries read the results only once it is marked.
+  absl::Status clearAnalysis(int64_t sessionId);
+  absl::Status writeBlockCodes(int64_t sessionId, int64_t chunk, const std::string& codes);
+  absl::Status writeTimelineChunk(int64_t sessionId, int level, int64_t chunk,
+                                  const std::vector<core::TimelineSample>& samples);
+  absl::Status finishAnalysis(int64_t sessionId, const std::vector<core::PeakReport>& peaks,
+                              const core::CategorizeStats& stats,
+                              const std::vector<core::StepInterval>& inferredSteps);
 
   // Reader side (a fresh read-only connection per call).
   // Sessions with an id over afterId, in id order, at most limit of them.

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "server/store/sqlite.h"
+#include "src/core/streaming_analysis.h"
+
+namespace tidemark::server {
+
+// A stored session read as a stream for the streaming analysis: each cursor is one SQL query on
+// its own read-only connection (no memory map, a small page cache), stepping row by row, so
+// reading costs the same memory for a session of a thousand events as for one of a billion.
+// Only the session's interned names are held (bounded by ingest, 64 MiB at most).
+class StoredRecordingStream : public core::RecordingStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<StoredRecordingStream>> open(const std::string& path,
+                                                                     int64_t sessionId);
+
+  std::unique_ptr<core::Cursor<core::Block>> blocks() override;
+  std::unique_ptr<core::Cursor<core::TagRef>> tags() override;
+  std::unique_ptr<core::Cursor<core::PhaseInterval>> phases() override;
+  std::unique_ptr<core::Cursor<core::ScopeRef>> scopes(bool ops) override;
+  std::vector<core::StepInterval> steps() override;  // the marked ones (not earlier inferences)
+  std::string name(uint32_t id) override;
+  std::string error() const override { return m_error; }
+
+  // A cursor's statement ended in an error: the analysis is incomplete.
+  void noteError(const std::string& what) {
+    if (m_error.empty()) m_error = what;
+  }
+
+ private:
+  StoredRecordingStream(int64_t id) : m_id(id) {}
+  Database m_db;
+  int64_t m_id;
+  std::unordered_map<uint32_t, std::string> m_names;
+  std::string m_error;
+};
+
+}  // namespace tidemark::server
