@@ -16,6 +16,7 @@
 //
 //   bench_scale --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db [--tensors]
 //               [--progress]   (every 50M events sent, on stderr)
+//               [--no-raw]     (no raw SQLite rate: 0 in the JSON)
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
@@ -207,12 +208,15 @@ int main(int argc, char** argv) {
   uint64_t queriesOnly = 0;  // --queries-only SESSION: skip ingest and analysis, time queries
   bool tensors = false;
   bool progress = false;
+  bool raw = true;
   for (int i = 1; i < argc; ++i) {
     const bool value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--tensors")) {
       tensors = true;
     } else if (!std::strcmp(argv[i], "--progress")) {
       progress = true;
+    } else if (!std::strcmp(argv[i], "--no-raw")) {
+      raw = false;
     } else if (value && !std::strcmp(argv[i], "--server")) {
       server = argv[++i];
     } else if (value && !std::strcmp(argv[i], "--events")) {
@@ -353,12 +357,12 @@ int main(int argc, char** argv) {
   }
 
   // The raw rate from at most 10M rows: it is a rate, and a billion would take the disk.
-  const double raw = rawSqliteRate(scratch, std::min<long>(events, 10'000'000));
+  const double rawRate = raw ? rawSqliteRate(scratch, std::min<long>(events, 10'000'000)) : 0;
   std::printf(
       "{\"events\": %ld, \"ingest_s\": %.3f, \"ingest_events_per_s\": %.0f, "
       "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, \"peak_bytes\": %lld, "
       "\"peak_ms_median\": %.2f, \"peak_ms_max\": %.2f, ",
-      events, ingestS, events / ingestS, raw, analysisS, static_cast<long long>(storedPeak),
+      events, ingestS, events / ingestS, rawRate, analysisS, static_cast<long long>(storedPeak),
       peakMs[peakMs.size() / 2], peakMs.back());
   return timeTimelines(channel, session, &info);
 }

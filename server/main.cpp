@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "server/server.h"
+#include "src/advisor/planner.h"
 
 namespace {
 
@@ -42,6 +43,11 @@ options:
   --nice N          the daemon's scheduling niceness, 0 to 19 (default 10): on a busy machine
                     the recorded jobs get the processors first, and the agents' buffers hold
                     what the daemon has not taken yet (0 keeps the niceness it was started with)
+  --memory-budget B what the daemon's work may hold in memory, e.g. 256MiB (default 1GiB, at
+                    least 64MiB): the store's page cache, the analysis pass's sorts (more
+                    spills to disk beside the store) and the rows each recording session holds
+                    before its stream waits for the store; sessions of any length fit in it
+                    (docs/scaling.md)
   --version         print the version and exit
   -h, --help        this help
 
@@ -129,6 +135,15 @@ int main(int argc, char** argv) {
       if (!v || *end != '\0' || n < 0 || n > 19)
         return usageError("--nice needs a number from 0 to 19");
       niceness = static_cast<int>(n);
+    } else if (arg == "--memory-budget") {
+      const char* v = value("--memory-budget");
+      const auto spec = v ? tidemark::core::parseBudget(v)
+                          : absl::InvalidArgumentError("--memory-budget needs a size");
+      if (!spec.ok() || spec->bytes < 0)
+        return usageError("--memory-budget needs a size such as 256MiB or 2GiB");
+      if (spec->bytes < tidemark::server::kMinMemoryBudgetBytes)
+        return usageError("--memory-budget must be at least 64MiB");
+      options.memoryBudgetBytes = spec->bytes;
     } else if (arg == "--port-file") {
       const char* v = value("--port-file");
       if (!v) return usageError("--port-file needs a path");

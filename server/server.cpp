@@ -46,6 +46,15 @@ absl::StatusOr<std::string> readFile(const std::string& path, const char* option
 }
 }  // namespace
 
+MemoryShares MemoryShares::of(int64_t budgetBytes) {
+  const int64_t b = std::max<int64_t>(budgetBytes, kMinMemoryBudgetBytes);
+  MemoryShares s;
+  s.storeCacheBytes = b / 8;                        // 128 MiB of the default 1 GiB
+  s.analysisBytes = static_cast<size_t>(b / 4);     // 256 MiB
+  s.sessionRowBytes = static_cast<size_t>(b / 16);  // 64 MiB a session, twice at most
+  return s;
+}
+
 Server::~Server() { shutdown(); }
 
 absl::Status Server::start() {
@@ -92,7 +101,8 @@ absl::Status Server::start() {
   if (!m_options.unixSocket.empty()) {
     if (auto s = m_listeners.listenUnix(m_options.unixSocket); !s.ok()) return s;
   }
-  auto store = Store::open(m_options.dbPath);
+  const MemoryShares shares = MemoryShares::of(m_options.memoryBudgetBytes);
+  auto store = Store::open(m_options.dbPath, shares.storeCacheBytes);
   if (!store.ok()) return store.status();
   m_writer = std::make_unique<StoreWriter>(std::move(*store));
   m_tokens = std::make_unique<TokenBook>(*m_writer, m_options.dbPath);
@@ -100,11 +110,12 @@ absl::Status Server::start() {
   m_access = std::make_unique<Access>(m_peers, *m_tokens, m_options.dbPath, ::geteuid(),
                                       m_options.allowGroup, m_options.requireToken);
   m_admin = std::make_unique<AdminService>(*m_tokens, *m_access);
-  m_analysis = std::make_unique<AnalysisRunner>(*m_writer);
+  m_analysis = std::make_unique<AnalysisRunner>(*m_writer, shares.analysisBytes);
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
       *m_writer, m_agents, *m_access,
-      [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); }, m_options.resumeGrace);
+      [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); }, m_options.resumeGrace,
+      shares.sessionRowBytes);
   // Sessions left live by the previous run wait for their agents to resume them.
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;
   m_control = std::make_unique<ControlService>(*m_writer, m_agents, *m_access);

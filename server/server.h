@@ -40,6 +40,19 @@ struct ServerOptions {
   // How long a session whose stream broke waits for its agent to resume it (tidemarkd
   // --resume-grace); sooner closed when its process is gone from this host.
   std::chrono::seconds resumeGrace{600};
+  // What the daemon's own work may hold in memory (tidemarkd --memory-budget), shared out by
+  // MemoryShares below; the resident size stays under it plus a constant (docs/scaling.md).
+  int64_t memoryBudgetBytes = int64_t{1} << 30;
+};
+
+// How the memory budget is shared: the store's page cache, the analysis pass's sorts, and the
+// rows each recording session may hold before its stream waits for the store.
+inline constexpr int64_t kMinMemoryBudgetBytes = int64_t{64} << 20;
+struct MemoryShares {
+  int64_t storeCacheBytes;
+  size_t analysisBytes;
+  size_t sessionRowBytes;
+  static MemoryShares of(int64_t budgetBytes);
 };
 
 // tidemarkd's parts wired together: the store's writer, the services, the gRPC server.

@@ -61,6 +61,13 @@ class SessionIngest {
     return out;
   }
   int64_t lastTsNs() const { return m_lastTs; }
+  // About how much memory the rows not taken yet hold.
+  size_t pendingRowBytes() const {
+    return m_rows.blocks.size() * sizeof(BlockRow) + m_rows.tags.size() * sizeof(TagRow) +
+           m_rows.counters.size() * sizeof(CounterRow) +
+           m_rows.launches.size() * sizeof(LaunchRow) +
+           (m_rows.scopes.size() + m_rows.phases.size()) * sizeof(IntervalRow);
+  }
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
   void setFirstEventSeq(uint64_t seq) { m_nextSeq = seq; }
   uint64_t nextBatchSeq() const { return m_nextBatchSeq; }

@@ -194,12 +194,14 @@ class Checkpointer {
 }  // namespace
 
 IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
-                             std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace)
+                             std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace,
+                             size_t maxPendingRowBytes)
     : m_writer(writer),
       m_access(access),
       m_agents(agents),
       m_onEnded(std::move(onEnded)),
-      m_sessions(resumeGrace) {
+      m_sessions(resumeGrace),
+      m_maxPendingRowBytes(maxPendingRowBytes) {
   m_sweeper = std::thread([this] {
     std::unique_lock<std::mutex> lock(m_sweepMutex);
     while (!m_stopping) {
@@ -404,7 +406,16 @@ grpc::Status IngestService::Stream(
       break;
     }
     if (goodbye) continue;  // the end commits everything at once
-    if (checkpoints.collect(false)) {
+    bool full = false;
+    {
+      std::lock_guard<std::mutex> lock(ingestMutex);
+      full = ingest->pendingRowBytes() >= m_maxPendingRowBytes;
+    }
+    if (full) {  // read no more until the rows held are on their way to the store
+      checkpoints.collect(true);
+      if (!checkpoints.error().ok()) break;
+      checkpointNow();
+    } else if (checkpoints.collect(false)) {
       if (!checkpoints.error().ok()) break;
       if (checkpoints.due(ingest->nextBatchSeq() - 1, message.has_ack_request())) checkpointNow();
     }

@@ -34,7 +34,12 @@ class IngestService final : public v1::Ingest::Service {
   // A session belongs to the uid of the agent that opened it; only that uid (or one Access
   // lets see every session) may resume it.
   IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
-                std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace);
+                std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace,
+                size_t maxPendingRowBytes = kDefaultMaxPendingRowBytes);
+  // The rows one session may hold before its stream waits for them to be committed (the
+  // stream's flow control then holds the agent back, which keeps what it sent): memory bounded
+  // whatever the rate. Without it the rows would pile up while the writer commits the last ones.
+  static constexpr size_t kDefaultMaxPendingRowBytes = 64u << 20;
   ~IngestService() override;
 
   // At start: the sessions left live by the previous run wait for their agents.
@@ -56,6 +61,7 @@ class IngestService final : public v1::Ingest::Service {
   LiveAgents& m_agents;
   std::function<void(int64_t)> m_onEnded;
   ResumableSessions m_sessions;
+  size_t m_maxPendingRowBytes;
   std::atomic<int> m_streams{0};  // open Ingest streams (each holds one of gRPC's threads)
   std::mutex m_sweepMutex;
   std::condition_variable m_sweepWake;

@@ -101,14 +101,15 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
 }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int64_t cacheBytes) {
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::unique_ptr<Store> store(new Store(path));
   if (auto s = Database::open(path, false, &store->m_db); !s.ok()) return s;
-  if (auto s = store->m_db.exec(
-          "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-131072;");
+  if (auto s = store->m_db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                                "PRAGMA cache_size=-" +
+                                std::to_string(std::max<int64_t>(1024, cacheBytes / 1024)) + ";");
       !s.ok()) {
     return absl::UnavailableError(path + " is not a usable SQLite database: " + s.ToString());
   }

@@ -169,8 +169,9 @@ struct AppliedPlanRow {
 class Store {
  public:
   // Creates the file (and its directory) if needed, sets WAL, applies the schema, checks the
-  // schema version.
-  static absl::StatusOr<std::unique_ptr<Store>> open(const std::string& path);
+  // schema version. cacheBytes: the write connection's page cache.
+  static absl::StatusOr<std::unique_ptr<Store>> open(const std::string& path,
+                                                     int64_t cacheBytes = int64_t{128} << 20);
 
   const std::string& path() const { return m_path; }
 

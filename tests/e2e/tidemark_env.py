@@ -70,14 +70,15 @@ def _remove_private_dirs():
 class Daemon:
     """A tidemarkd process for one test class."""
 
-    def __init__(self):
+    def __init__(self, *extra_args):
         self.dir = tempfile.mkdtemp(prefix="tidemark-e2e-")
         self.db = os.path.join(self.dir, "store.db")
         port_file = os.path.join(self.dir, "port")
         self.log = open(os.path.join(self.dir, "tidemarkd.log"), "w")
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--db",
-             self.db, "--port-file", port_file], stdout=self.log, stderr=subprocess.STDOUT)
+             self.db, "--port-file", port_file, *extra_args], stdout=self.log,
+            stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
             if self.proc.poll() is not None or time.time() > deadline:
