@@ -7,7 +7,10 @@
 #      --lossy, and under heaptrack (lossless too): wall time and what was lost
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed); then the
-#      analysis of a session as large whose blocks are tensors in device segments (a GPU job's)
+#      analysis of a session as large whose blocks are tensors in device segments (a GPU job's);
+#      then sessions of SCALE_SIZES events (default 10M 100M 300M), each into a fresh daemon:
+#      ingest rate, the daemon's peak memory, analysis time, query latency, store bytes per event,
+#      and the ratios of the largest to the smallest
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 #   6. a load run: 16 native burst jobs and 8 trainings against one fresh daemon at once, all
@@ -20,6 +23,7 @@ BIN=$PWD/${BUILD_DIR:-build}/bin
 LIB=$PWD/${BUILD_DIR:-build}/lib/libtidemark_agent.so
 ROUNDS=${1:-2000000}
 EVENTS=${2:-10000000}
+SCALE_SIZES=${SCALE_SIZES:-10000000 100000000 300000000}
 WORK=$(mktemp -d -t tidemark-bench-XXXXXX)
 PY=/usr/bin/python3
 
@@ -178,6 +182,46 @@ $PY - "$WORK/scale.json" "$WORK/scale-tensors.json" <<'PYEOF'
 import json, sys
 host, gpu = (json.load(open(p)) for p in sys.argv[1:3])
 print("analysis, tensors in segments   %10.2f s  (ratio to host blocks %.2f)" % (gpu["analysis_s"], gpu["analysis_s"] / host["analysis_s"]))
+PYEOF
+
+# Sessions of growing length, each into a fresh daemon of its own (default memory budget), so
+# that its peak memory (VmHWM) is the session's: cost against length, as ratios to the first.
+echo
+echo "   sessions of $SCALE_SIZES events, each in a fresh tidemarkd (--memory-budget 1GiB)"
+for n in $SCALE_SIZES; do
+  d="$WORK/scale-$n"
+  mkdir -p "$d"
+  "$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$d/store.db" --port-file "$d/port" \
+    2>"$d/tidemarkd.log" &
+  pid=$!
+  for _ in $(seq 100); do [ -f "$d/port" ] && break; sleep 0.1; done
+  "$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" --events "$n" --no-raw --progress \
+    > "$d/scale.json"
+  hwm=$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$pid/status")
+  kill "$pid"; wait "$pid" || true
+  store=$(du -cb "$d"/store.db* | tail -1 | cut -f1)
+  echo "$hwm $store" > "$d/memory"
+  rm -f "$d"/store.db*
+done
+$PY - "$WORK" $SCALE_SIZES <<'PYEOF'
+import json, sys
+work, sizes = sys.argv[1], sys.argv[2:]
+rows = []
+for n in sizes:
+    r = json.load(open("%s/scale-%s/scale.json" % (work, n)))
+    hwm, store = map(int, open("%s/scale-%s/memory" % (work, n)).read().split())
+    rows.append((int(n), r["ingest_events_per_s"], hwm / 2**20, r["analysis_s"],
+                 r["timeline_full_ms_median"], r["timeline_zoom_ms_median"], r["peak_ms_median"],
+                 store / int(n)))
+head = ("events", "ingest ev/s", "peak RSS MiB", "analysis s", "timeline ms", "zoomed ms",
+        "peak ms", "store B/ev")
+print("%12s %12s %12s %11s %12s %10s %8s %11s" % head)
+for row in rows:
+    print("%12d %12.0f %12.1f %11.1f %12.1f %10.1f %8.2f %11.1f" % row)
+first, last = rows[0], rows[-1]
+print("%12s %12.2f %12.2f %11.2f %12.2f %10.2f %8.2f %11.2f   (targets: ingest >= 0.9, memory and "
+      "queries <= 1.2)" % (("ratio %dM/%dM" % (last[0] // 10**6, first[0] // 10**6),) +
+                           tuple(l / f for l, f in zip(last[1:], first[1:]))))
 PYEOF
 
 echo

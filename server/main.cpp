@@ -48,6 +48,11 @@ options:
                     spills to disk beside the store) and the rows each recording session holds
                     before its stream waits for the store; sessions of any length fit in it
                     (docs/scaling.md)
+  --retain D        drop the raw events of sessions that ended more than D ago (30d, 12h,
+                    90m, 45s); their summaries stay: the session, its steps, peaks and timeline
+  --max-store S     keep the store under S (e.g. 50GB): the raw events of the oldest ended
+                    sessions go first, then the oldest whole sessions; live ones never
+                    (docs/scaling.md; none by default)
   --version         print the version and exit
   -h, --help        this help
 
@@ -144,6 +149,19 @@ int main(int argc, char** argv) {
       if (spec->bytes < tidemark::server::kMinMemoryBudgetBytes)
         return usageError("--memory-budget must be at least 64MiB");
       options.memoryBudgetBytes = spec->bytes;
+    } else if (arg == "--retain") {
+      const char* v = value("--retain");
+      const auto d = v ? tidemark::server::parseDuration(v)
+                       : absl::InvalidArgumentError("--retain needs a duration");
+      if (!d.ok()) return usageError("--retain: " + std::string(d.status().message()));
+      options.retention.retain = *d;
+    } else if (arg == "--max-store") {
+      const char* v = value("--max-store");
+      const auto spec = v ? tidemark::core::parseBudget(v)
+                          : absl::InvalidArgumentError("--max-store needs a size");
+      if (!spec.ok() || spec->bytes <= 0)
+        return usageError("--max-store needs a size such as 50GB or 500MiB");
+      options.retention.maxStoreBytes = spec->bytes;
     } else if (arg == "--port-file") {
       const char* v = value("--port-file");
       if (!v) return usageError("--port-file needs a path");

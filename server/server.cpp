@@ -110,7 +110,9 @@ absl::Status Server::start() {
   m_access = std::make_unique<Access>(m_peers, *m_tokens, m_options.dbPath, ::geteuid(),
                                       m_options.allowGroup, m_options.requireToken);
   m_admin = std::make_unique<AdminService>(*m_tokens, *m_access);
-  m_analysis = std::make_unique<AnalysisRunner>(*m_writer, shares.analysisBytes);
+  m_retention = std::make_unique<RetentionKeeper>(*m_writer, m_options.retention);
+  m_analysis = std::make_unique<AnalysisRunner>(
+      *m_writer, shares.analysisBytes, [keeper = m_retention.get()](int64_t) { keeper->poke(); });
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
       *m_writer, m_agents, *m_access,
@@ -168,6 +170,10 @@ void Server::shutdown() {
   if (m_analysis) {
     m_analysis->stop();  // an analysis cut short is redone at the next start
     m_analysis.reset();
+  }
+  if (m_retention) {
+    m_retention->stop();
+    m_retention.reset();
   }
   if (m_writer) {
     m_writer->stop();

@@ -18,6 +18,7 @@
 #include "server/rpc/control_service.h"
 #include "server/rpc/ingest_service.h"
 #include "server/rpc/query_service.h"
+#include "server/store/retention.h"
 #include "server/store/store_lock.h"
 #include "server/store/writer.h"
 
@@ -43,6 +44,8 @@ struct ServerOptions {
   // What the daemon's own work may hold in memory (tidemarkd --memory-budget), shared out by
   // MemoryShares below; the resident size stays under it plus a constant (docs/scaling.md).
   int64_t memoryBudgetBytes = int64_t{1} << 30;
+  // tidemarkd --retain / --max-store (server/store/retention.h); none by default.
+  RetentionLimits retention;
 };
 
 // How the memory budget is shared: the store's page cache, the analysis pass's sorts, and the
@@ -68,6 +71,7 @@ class Server {
 
   int port() const { return m_port; }
   AnalysisRunner* analysis() { return m_analysis.get(); }
+  RetentionKeeper* retention() { return m_retention.get(); }
   std::string address() const;
   const ServerOptions& options() const { return m_options; }
 
@@ -80,6 +84,7 @@ class Server {
   std::unique_ptr<Access> m_access;
   std::unique_ptr<AdminService> m_admin;
   std::unique_ptr<StoreWriter> m_writer;
+  std::unique_ptr<RetentionKeeper> m_retention;
   std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;
   std::unique_ptr<QueryService> m_query;

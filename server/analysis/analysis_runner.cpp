@@ -87,8 +87,9 @@ class WriterSink : public core::AnalysisSink {
 
 }  // namespace
 
-AnalysisRunner::AnalysisRunner(StoreWriter& writer, size_t memoryBytes)
-    : m_writer(writer), m_memoryBytes(memoryBytes) {
+AnalysisRunner::AnalysisRunner(StoreWriter& writer, size_t memoryBytes,
+                               std::function<void(int64_t)> onAnalyzed)
+    : m_writer(writer), m_memoryBytes(memoryBytes), m_onAnalyzed(std::move(onAnalyzed)) {
   m_thread = std::thread([this] { run(); });
 }
 
@@ -118,6 +119,7 @@ void AnalysisRunner::stop() {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_stopping = true;
   }
+  m_cancel = true;
   m_cv.notify_all();
   m_idle.notify_all();
   if (m_thread.joinable()) m_thread.join();
@@ -135,6 +137,7 @@ absl::Status AnalysisRunner::analyze(int64_t id) {
   const std::filesystem::path dir = std::filesystem::path(m_writer.path()).parent_path();
   options.tempDir = dir.empty() ? "." : dir.string();
   options.memoryBytes = m_memoryBytes;
+  options.cancel = &m_cancel;
   options.maxInferencePoints = std::max<size_t>(1u << 16, m_memoryBytes / 4 / sizeof(double) / 3);
   core::StreamingResult result = core::analyzeStream(**in, sink, options);
   const absl::Status written = sink.flush();
@@ -162,8 +165,11 @@ void AnalysisRunner::run() {
       m_busy = true;
     }
     if (const absl::Status s = analyze(id); !s.ok()) {
-      std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s\n", static_cast<long long>(id),
-                   s.ToString().c_str());
+      if (!m_cancel)
+        std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s\n",
+                     static_cast<long long>(id), s.ToString().c_str());
+    } else if (m_onAnalyzed) {
+      m_onAnalyzed(id);
     }
     // What the pass took goes back to the system, not to the allocator's free lists.
     malloc_trim(0);

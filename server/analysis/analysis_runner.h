@@ -1,7 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,8 +19,10 @@ namespace tidemark::server {
 class AnalysisRunner {
  public:
   static constexpr size_t kDefaultMemoryBytes = 96u << 20;
-  explicit AnalysisRunner(StoreWriter& writer, size_t memoryBytes = kDefaultMemoryBytes);
-  ~AnalysisRunner();  // abandons queued work (it is redone at the next start)
+  // onAnalyzed: called on the runner's thread after each session's analysis is stored.
+  explicit AnalysisRunner(StoreWriter& writer, size_t memoryBytes = kDefaultMemoryBytes,
+                          std::function<void(int64_t)> onAnalyzed = nullptr);
+  ~AnalysisRunner();  // abandons queued and running work (it is redone at the next start)
 
   void enqueue(int64_t sessionId);
   // Queues every ended session that has no stored analysis (after a restart).
@@ -39,6 +43,8 @@ class AnalysisRunner {
   std::deque<int64_t> m_queue;
   bool m_busy = false;
   bool m_stopping = false;
+  std::atomic<bool> m_cancel{false};  // stops the running analysis
+  std::function<void(int64_t)> m_onAnalyzed;
   std::thread m_thread;
 };
 

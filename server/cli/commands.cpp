@@ -11,6 +11,7 @@
 #include "server/cli/client.h"
 #include "server/cli/format.h"
 #include "server/cli/render.h"
+#include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -47,7 +48,8 @@ void printSessionJson(const v1::SessionInfo& s, std::string& out) {
          ", \"live_blocks_at_end\": " + std::to_string(s.live_blocks_at_end()) +
          ", \"steps\": " + std::to_string(s.steps()) +
          ", \"analyzed\": " + (s.analyzed() ? "true" : "false") +
-         ", \"owner_uid\": " + std::to_string(s.owner_uid()) + ", \"stats\": {";
+         ", \"owner_uid\": " + std::to_string(s.owner_uid()) +
+         ", \"raw_pruned_wall_ns\": " + std::to_string(s.raw_pruned_wall_ns()) + ", \"stats\": {";
   for (int i = 0; i < s.stats_size(); ++i) {
     const v1::Stat& st = s.stats(i);
     if (i) out += ", ";
@@ -100,13 +102,38 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
   for (const v1::SessionInfo& si : resp.sessions()) {
     std::string cmd = si.command_line();
     if (cmd.size() > 60) cmd = cmd.substr(0, 57) + "...";
+    // A session whose raw events retention dropped: "pruned" (its summaries remain).
+    const char* state = si.raw_pruned_wall_ns() != 0 ? "pruned" : stateName(si.state());
     std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s\n",
-                static_cast<unsigned long long>(si.id()), stateName(si.state()), si.pid(),
+                static_cast<unsigned long long>(si.id()), state, si.pid(),
                 wallTime(si.start_wall_ns()).c_str(), static_cast<unsigned long long>(si.blocks()),
                 static_cast<long long>(si.steps()),
                 static_cast<unsigned long long>(si.events_stored()),
                 static_cast<unsigned long long>(si.events_dropped()), cmd.c_str());
   }
+  return kExitOk;
+}
+
+int deleteCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+  static const char* kUsage =
+      "usage: tidemark delete SESSION [--json]\n\n"
+      "Deletes an ended session and everything stored about it; the store's file shrinks.\n"
+      "A live session (its job still records) is refused. Only the session's owner, root and\n"
+      "the daemon's --allow-group may delete it.\n";
+  uint64_t session = 0;
+  int code = kExitOk;
+  if (!parseSessionArgs(args, 1, kUsage, &session, &code)) return code;
+  v1::DeleteSessionRequest req;
+  req.set_session_id(session);
+  v1::DeleteSessionResponse resp;
+  if (int rc =
+          callRpc<v1::Control>(g, "delete", &v1::Control::Stub::DeleteSession, req, &resp, 600);
+      rc != kExitOk)
+    return rc;
+  if (g.json)
+    std::printf("{\"deleted\": %llu}\n", static_cast<unsigned long long>(session));
+  else
+    std::printf("session %llu deleted\n", static_cast<unsigned long long>(session));
   return kExitOk;
 }
 

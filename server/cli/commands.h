@@ -27,6 +27,7 @@ struct GlobalOptions {
 
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int deleteCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args);

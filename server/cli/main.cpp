@@ -20,6 +20,7 @@ commands:
   attach PID [--name NAME] [--no-adapter] record a running process started without tidemark
   detach PID                              stop recording it (the agent stays, dormant)
   sessions [--json]                       list recorded sessions
+  delete SESSION [--json]                 delete an ended session and all stored about it
   breakdown SESSION [--step N] [--at peak|TIME] [--device D] [--json]
                                           memory by category at a moment (default: the peak)
   peak SESSION [--step N] [--top K] [--device D] [--json]
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
   if (command == "pareto") return paretoCommand(g, args);
   if (command == "chain") return chainCommand(g, args);
   if (command == "apply") return applyCommand(g, args);
+  if (command == "delete") return deleteCommand(g, args);
   if (command == "plan-check") return planCheckCommand(g, args);
   if (command == "import") return importCommand(g, args);
   if (command == "attach") return attachCommand(g, args);

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "server/rpc/grpc_status.h"
+#include "server/store/retention.h"
 #include "src/advisor/plan_json.h"
 
 namespace tidemark::server {
@@ -52,6 +53,26 @@ grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
     return toGrpc(sent);
   }
   response->set_plan_id(static_cast<uint64_t>(*id));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::DeleteSession(grpc::ServerContext* ctx,
+                                           const v1::DeleteSessionRequest* request,
+                                           v1::DeleteSessionResponse*) {
+  const auto session = static_cast<int64_t>(request->session_id());
+  if (grpc::Status denied = m_access.check(*ctx, session, "DeleteSession", kControl); !denied.ok())
+    return denied;
+  auto record = Store::getSession(m_writer.path(), session);
+  if (!record.ok()) return toGrpc(record.status());
+  if (record->state == 1)
+    return toGrpc(absl::FailedPreconditionError(
+        "session " + std::to_string(session) +
+        " is live (its job still records): delete it once it has ended"));
+  if (absl::Status s =
+          m_writer.submit([session](Store& store) { return store.deleteSession(session); }).get();
+      !s.ok())
+    return toGrpc(s);
+  releaseFreePages(m_writer);
   return grpc::Status::OK;
 }
 

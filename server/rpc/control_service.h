@@ -7,8 +7,8 @@
 
 namespace tidemark::server {
 
-// Control: actions on live jobs. ApplyPlan records the plan (with its prediction) and sends it on
-// the session's agent stream.
+// Control: actions on live jobs and on the store. ApplyPlan records the plan (with its prediction)
+// and sends it on the session's agent stream; DeleteSession removes an ended session.
 class ControlService final : public v1::Control::Service {
  public:
   ControlService(StoreWriter& writer, LiveAgents& agents, const Access& access)
@@ -16,6 +16,8 @@ class ControlService final : public v1::Control::Service {
 
   grpc::Status ApplyPlan(grpc::ServerContext*, const v1::ApplyPlanRequest* request,
                          v1::ApplyPlanResponse* response) override;
+  grpc::Status DeleteSession(grpc::ServerContext*, const v1::DeleteSessionRequest* request,
+                             v1::DeleteSessionResponse* response) override;
 
  private:
   StoreWriter& m_writer;

@@ -34,6 +34,7 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
   out->set_live_blocks_at_end(static_cast<uint64_t>(r.liveBlocksAtEnd));
   out->set_steps(r.steps);
   out->set_analyzed(r.analyzed);
+  if (r.rawPrunedWallNs) out->set_raw_pruned_wall_ns(*r.rawPrunedWallNs);
   out->set_owner_uid(static_cast<uint32_t>(r.header.ownerUid.value_or(storeOwner)));
   for (const StatRow& s : r.stats) {
     v1::Stat* st = out->add_stats();

@@ -30,8 +30,11 @@ CREATE TABLE IF NOT EXISTS session (
   first_block_id INTEGER,               -- allocation.id range holding the session's blocks
   last_block_id INTEGER,
   analyzed INTEGER NOT NULL DEFAULT 0,  -- 1 once the analysis tables below hold its results
-  owner_uid INTEGER                     -- the agent's uid (NULL: stored before version 2, the
+  owner_uid INTEGER,                    -- the agent's uid (NULL: stored before version 2, the
                                         -- store owner's)
+  raw_pruned_wall_ns INTEGER,           -- when retention dropped its raw events (NULL: kept);
+                                        -- its summaries (steps, peaks, timeline) remain
+  end_wall_ns INTEGER                   -- when it ended, on the daemon's realtime clock
 );
 
 -- Interned names (module paths, tensor names), per session.

@@ -1,6 +1,8 @@
 #include "server/store/store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -57,7 +59,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
       "events_sent, events_dropped, live_blocks_at_end, "
       "block_count, "
-      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed, owner_uid "
+      "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed, owner_uid, "
+      "raw_pruned_wall_ns, end_wall_ns "
       "FROM session s " +
       where + " ORDER BY id LIMIT " + std::to_string(limit));
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
@@ -85,6 +88,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     r.steps = st.columnInt(17);
     r.analyzed = st.columnInt(18) != 0;
     if (!st.columnNull(19)) r.header.ownerUid = st.columnInt(19);
+    if (!st.columnNull(20)) r.rawPrunedWallNs = st.columnInt(20);
+    if (!st.columnNull(21)) r.endWallNs = st.columnInt(21);
     out.push_back(std::move(r));
   }
   Statement stats = db.prepare(
@@ -107,9 +112,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::unique_ptr<Store> store(new Store(path));
   if (auto s = Database::open(path, false, &store->m_db); !s.ok()) return s;
-  if (auto s = store->m_db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                                "PRAGMA cache_size=-" +
-                                std::to_string(std::max<int64_t>(1024, cacheBytes / 1024)) + ";");
+  // auto_vacuum before the first table: a new store gives the pages of deleted sessions back to
+  // the file system (releaseFreePages). On an existing store it changes nothing.
+  if (auto s = store->m_db.exec(
+          "PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+          "PRAGMA cache_size=-" +
+          std::to_string(std::max<int64_t>(1024, cacheBytes / 1024)) + ";");
       !s.ok()) {
     return absl::UnavailableError(path + " is not a usable SQLite database: " + s.ToString());
   }
@@ -135,6 +143,17 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
           !s.ok()) {
         return absl::FailedPreconditionError("cannot migrate " + path +
                                              " to schema version 2: " + std::string(s.message()));
+      }
+    }
+    if (found < 3) {
+      // 3: sessions whose raw events retention dropped say so; the daemon's clock at the end.
+      if (auto s = store->m_db.exec(
+              "BEGIN IMMEDIATE; ALTER TABLE session ADD COLUMN raw_pruned_wall_ns INTEGER; "
+              "ALTER TABLE session ADD COLUMN end_wall_ns INTEGER; "
+              "UPDATE meta SET value = '3' WHERE key = 'schema_version'; COMMIT;");
+          !s.ok()) {
+        return absl::FailedPreconditionError("cannot migrate " + path +
+                                             " to schema version 3: " + std::string(s.message()));
       }
     }
   } else {
@@ -178,7 +197,7 @@ absl::Status Store::prepareStatements() {
       "last_block_id = COALESCE(?5, last_block_id) WHERE id = ?1");
   m_endSession = m_db.prepare(
       "UPDATE session SET state = ?2, end_ts_ns = ?3, events_sent = ?4, events_dropped = ?5, "
-      "live_blocks_at_end = ?6 WHERE id = ?1");
+      "live_blocks_at_end = ?6, end_wall_ns = ?7 WHERE id = ?1");
   m_upsertStat = m_db.prepare(
       "INSERT INTO stat(session_id, name, severity, value, description) "
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(session_id, name) DO UPDATE SET "
@@ -301,6 +320,9 @@ absl::Status Store::endSession(const SessionEnd& e) {
     m_endSession.bindNull(5);
   }
   m_endSession.bind(6, e.liveBlocksAtEnd);
+  m_endSession.bind(7, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
   if (auto s = m_endSession.run(); !s.ok()) return s;
   {
     for (const char* table : {"ingest_checkpoint", "ingest_block_delta"}) {
@@ -523,6 +545,93 @@ absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakRepo
   Statement mark = m_db.prepare("UPDATE session SET analyzed = 1 WHERE id = ?1");
   mark.bind(1, sid);
   return mark.run();
+}
+
+absl::Status rawEventsPruned(int64_t id, int64_t wallNs) {
+  char when[64] = "";
+  const time_t t = static_cast<time_t>(wallNs / 1000000000);
+  struct tm tm {};
+  if (gmtime_r(&t, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return absl::FailedPreconditionError(
+      "the raw events of session " + std::to_string(id) + " were dropped by retention on " + when +
+      " (tidemarkd --retain / --max-store); its summaries remain: tidemark sessions, steps, "
+      "peak, timeline");
+}
+
+namespace {
+// The tables holding a session's raw events (what retention drops first).
+constexpr const char* kRawTables[] = {
+    "tag",   "counter", "launch",         "kernel_launch",     "scope",
+    "phase", "string",  "block_category", "ingest_checkpoint", "ingest_block_delta"};
+// What remains of a pruned session, dropped with it.
+constexpr const char* kSummaryTables[] = {"step",          "stat",      "timeline_chunk", "peak",
+                                          "peak_category", "peak_item", "applied_plan"};
+}  // namespace
+
+absl::Status Store::pruneRawEvents(int64_t sid, int64_t wallNs) {
+  {
+    // The session's blocks lie in its id range (the table has no index on session_id).
+    Statement del = m_db.prepare(
+        "DELETE FROM allocation WHERE id BETWEEN (SELECT first_block_id FROM session WHERE id = "
+        "?1) AND (SELECT last_block_id FROM session WHERE id = ?1) AND session_id = ?1");
+    del.bind(1, sid);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
+  for (const char* table : kRawTables) {
+    Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
+    del.bind(1, sid);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
+  {
+    // The timeline's fine levels are as large as the raw events were (a sample per 64 events):
+    // the levels of up to 64 chunks remain, enough for a whole-session view.
+    Statement del = m_db.prepare(
+        "DELETE FROM timeline_chunk WHERE session_id = ?1 AND level IN (SELECT level FROM "
+        "timeline_chunk WHERE session_id = ?1 GROUP BY level HAVING COUNT(*) > 64)");
+    del.bind(1, sid);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
+  Statement mark = m_db.prepare("UPDATE session SET raw_pruned_wall_ns = ?2 WHERE id = ?1");
+  mark.bind(1, sid).bind(2, wallNs);
+  return mark.run();
+}
+
+absl::Status Store::deleteSession(int64_t sid) {
+  {
+    Statement find = m_db.prepare("SELECT 1 FROM session WHERE id = ?1");
+    find.bind(1, sid);
+    if (!find.step()) return absl::NotFoundError("no session " + std::to_string(sid));
+  }
+  if (auto s = pruneRawEvents(sid, 0); !s.ok()) return s;
+  for (const char* table : kSummaryTables) {
+    Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
+    del.bind(1, sid);
+    if (auto s = del.run(); !s.ok()) return s;
+  }
+  Statement del = m_db.prepare("DELETE FROM session WHERE id = ?1");
+  del.bind(1, sid);
+  return del.run();
+}
+
+absl::StatusOr<int64_t> Store::bytesInUse() {
+  int64_t v[3] = {0, 0, 0};
+  const char* pragmas[] = {"PRAGMA page_count", "PRAGMA freelist_count", "PRAGMA page_size"};
+  for (int i = 0; i < 3; ++i) {
+    Statement st = m_db.prepare(pragmas[i]);
+    if (!st.step()) return absl::InternalError(std::string(pragmas[i]) + " failed");
+    v[i] = st.columnInt(0);
+  }
+  return (v[0] - v[1]) * v[2];
+}
+
+absl::StatusOr<int64_t> Store::freePageCount() {
+  Statement st = m_db.prepare("PRAGMA freelist_count");
+  if (!st.step()) return absl::InternalError("PRAGMA freelist_count failed");
+  return st.columnInt(0);
+}
+
+absl::Status Store::releaseFreePages(int64_t maxPages) {
+  return m_db.exec("PRAGMA incremental_vacuum(" + std::to_string(maxPages) + ")");
 }
 
 absl::StatusOr<core::Recording> Store::loadSteps(const std::string& path, int64_t id) {
@@ -805,6 +914,11 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
                                                      bool withBlocks) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  {
+    Statement pruned = db.prepare("SELECT raw_pruned_wall_ns FROM session WHERE id = ?1");
+    pruned.bind(1, id);
+    if (pruned.step() && !pruned.columnNull(0)) return rawEventsPruned(id, pruned.columnInt(0));
+  }
   core::Recording rec;
   std::unordered_map<int64_t, std::string> names;
   {

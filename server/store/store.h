@@ -14,7 +14,7 @@
 
 namespace tidemark::server {
 
-inline constexpr int kSchemaVersion = 2;  // 2: session.owner_uid
+inline constexpr int kSchemaVersion = 3;  // 2: session.owner_uid; 3: raw_pruned_wall_ns
 
 struct SessionHeader {
   std::string name;
@@ -145,7 +145,14 @@ struct SessionRecord {
   int64_t blocks = 0;
   int64_t steps = 0;
   bool analyzed = false;
+  std::optional<int64_t> rawPrunedWallNs;  // when retention dropped its raw events
+  // When it ended, on the daemon's realtime clock (none: live, or ended before schema 3).
+  std::optional<int64_t> endWallNs;
   std::vector<StatRow> stats;
+  // When it ended: endWallNs, else its start on the agent's realtime clock plus its length.
+  int64_t endedWallNs() const {
+    return endWallNs ? *endWallNs : header.startWallNs + (endTsNs - header.startTsNs);
+  }
 };
 
 // The SQLite store. One Store object owns the write connection and must be used from one
@@ -165,6 +172,9 @@ struct AppliedPlanRow {
   std::string message;
   int64_t fromStep = 0;
 };
+
+// FAILED_PRECONDITION saying that retention dropped the session's raw events at wallNs.
+absl::Status rawEventsPruned(int64_t sessionId, int64_t wallNs);
 
 class Store {
  public:
@@ -208,6 +218,18 @@ class Store {
   absl::Status finishAnalysis(int64_t sessionId, const std::vector<core::PeakReport>& peaks,
                               const core::CategorizeStats& stats,
                               const std::vector<core::StepInterval>& inferredSteps);
+
+  // Retention. Every row of a session, gone (NOT_FOUND if there is no such session).
+  absl::Status deleteSession(int64_t sessionId);
+  // Its raw events (blocks, tags, scopes, phases, counters, launches, names, categories) gone;
+  // its session row, steps, stats, stored peaks and timeline kept, marked pruned at wallNs.
+  absl::Status pruneRawEvents(int64_t sessionId, int64_t wallNs);
+  // The bytes of the pages in use (the file less its free pages).
+  absl::StatusOr<int64_t> bytesInUse();
+  // Gives up to maxPages free pages back to the file system (the store's file shrinks; stores
+  // made before schema version 3 without incremental auto-vacuum only reuse them).
+  absl::Status releaseFreePages(int64_t maxPages);
+  absl::StatusOr<int64_t> freePageCount();
 
   // Reader side (a fresh read-only connection per call).
   // Sessions with an id over afterId, in id order, at most limit of them.

@@ -14,6 +14,11 @@ namespace tidemark::core {
 
 namespace {
 
+constexpr const char* kCancelled = "cancelled";
+bool cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
 struct ByAllocSeq {
   bool operator()(const Block& a, const Block& b) const { return a.allocSeq < b.allocSeq; }
 };
@@ -152,8 +157,9 @@ struct OpenBlock {
 class Categorizer {
  public:
   Categorizer(RecordingStream& in, const std::set<int32_t>& tensorDevices, DecidedSorter& decided,
-              CodeSorter& codes)
-      : m_in(in),
+              CodeSorter& codes, const std::atomic<bool>* cancel)
+      : m_cancel(cancel),
+        m_in(in),
         m_tensorDevices(tensorDevices),
         m_decided(decided),
         m_codes(codes),
@@ -166,7 +172,11 @@ class Categorizer {
     auto reader = blocks.read();
     Block next;
     bool haveBlock = reader.next(next);
-    for (;;) {
+    for (uint64_t n = 0;; ++n) {
+      if ((n & 0xffff) == 0 && cancelled(m_cancel)) {
+        error = kCancelled;
+        return false;
+      }
       // In sequence order; at one seq, frees before allocations before tags.
       const uint64_t allocSeq = haveBlock ? next.allocSeq : kOpenSeq;
       const uint64_t tagSeq = m_haveTag ? m_tag.seq : kOpenSeq;
@@ -298,6 +308,7 @@ class Categorizer {
     return m_decided.add(d) && m_codes.add({b.id, code});
   }
 
+  const std::atomic<bool>* m_cancel;
   RecordingStream& m_in;
   const std::set<int32_t>& m_tensorDevices;
   DecidedSorter& m_decided;
@@ -318,7 +329,8 @@ class Categorizer {
 // Replays the decided blocks in sequence order (LivenessReplay's edges, without holding them):
 // fn(state) after every event, before(seq, state) just before it. False on a read error.
 template <typename Before, typename After>
-bool replay(const DecidedSorter& decided, Before&& before, After&& after, std::string& error) {
+bool replay(const DecidedSorter& decided, const std::atomic<bool>* cancel, Before&& before,
+            After&& after, std::string& error) {
   struct Free {
     uint64_t seq;
     int64_t tsNs;
@@ -345,7 +357,11 @@ bool replay(const DecidedSorter& decided, Before&& before, After&& after, std::s
   auto reader = decided.read();
   DecidedBlock b;
   bool have = reader.next(b);
-  while (have || !frees.empty()) {
+  for (uint64_t n = 0; have || !frees.empty(); ++n) {
+    if ((n & 0xffff) == 0 && cancelled(cancel)) {
+      error = kCancelled;
+      return false;
+    }
     if (!frees.empty() && (!have || frees.top().seq < b.allocSeq)) {
       const Free f = frees.top();
       frees.pop();
@@ -397,14 +413,14 @@ class RangePeaks {
   size_t m_r = 0;
 };
 
-std::vector<MemoryState> stepPeaks(const DecidedSorter& decided,
+std::vector<MemoryState> stepPeaks(const DecidedSorter& decided, const std::atomic<bool>* cancel,
                                    const std::vector<StepInterval>& steps, std::string& error) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const StepInterval& s : steps) ranges.emplace_back(s.beginSeq, s.endSeq);
   RangePeaks peaks(ranges);
   MemoryState last;
   replay(
-      decided, [&](uint64_t seq, const MemoryState& s) { peaks.before(seq, s); },
+      decided, cancel, [&](uint64_t seq, const MemoryState& s) { peaks.before(seq, s); },
       [&](const MemoryState& s) {
         peaks.after(s);
         last = s;
@@ -472,6 +488,10 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
     auto cursor = in.blocks();
     Block b;
     while (cursor->next(b)) {
+      if ((result.blocks & 0xffff) == 0 && cancelled(options.cancel)) {
+        result.error = kCancelled;
+        return result;
+      }
       if (b.kind == MemoryKind::kTensor) tensorDevices.insert(b.device);
       if (!blocks.add(b)) {
         result.error = blocks.error();
@@ -489,7 +509,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
   DecidedSorter decided(options.tempDir, share);
   {
     CodeSorter codes(options.tempDir, share);
-    Categorizer categorizer(in, tensorDevices, decided, codes);
+    Categorizer categorizer(in, tensorDevices, decided, codes, options.cancel);
     if (!categorizer.run(blocks, result.stats, result.error)) return result;
     if (!decided.finish() || !codes.finish()) {
       result.error = decided.error().empty() ? codes.error() : decided.error();
@@ -526,7 +546,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
   RangePeaks peaks(ranges);
   bool sinkOk = true;
   const bool replayed = replay(
-      decided,
+      decided, options.cancel,
       [&](uint64_t seq, const MemoryState& s) {
         if (!haveBest) {  // the state before the first event is a candidate too
           best = s;
@@ -556,7 +576,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
     totals.clear();
     steps = result.inferredSteps;
     if (!steps.empty()) {  // their peaks need a second replay
-      stepStates = stepPeaks(decided, steps, result.error);
+      stepStates = stepPeaks(decided, options.cancel, steps, result.error);
       if (!result.error.empty()) return result;
     }
   }

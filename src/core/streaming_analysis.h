@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,6 +77,8 @@ struct StreamingOptions {
   size_t memoryBytes = 64u << 20;        // for the sorts' buffers, in all
   size_t maxInferencePoints = 1u << 22;  // the last totals kept for step inference
   size_t topItems = 20;
+  // Set from another thread to stop the analysis soon (its result's error then says so).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct StreamingResult {

@@ -1,0 +1,175 @@
+#include "server/store/retention.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+namespace tidemark::server {
+
+absl::StatusOr<std::chrono::seconds> parseDuration(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  double scale = 0;
+  if (unit.empty() || unit == "s") scale = 1;
+  if (unit == "m") scale = 60;
+  if (unit == "h") scale = 3600;
+  if (unit == "d") scale = 86400;
+  if (text.empty() || end == text.c_str() || scale == 0 || !(value > 0) || value * scale > 3e9)
+    return absl::InvalidArgumentError("bad duration '" + text + "' (examples: 30d, 12h, 90m, 45s)");
+  return std::chrono::seconds(static_cast<int64_t>(value * scale + 0.5));
+}
+
+void releaseFreePages(StoreWriter& writer) {
+  // In parts, so that ingest waits for none of them long; until no page is left free, or none
+  // went (a store made before incremental auto-vacuum only reuses its free pages).
+  for (int64_t before = -1;;) {
+    auto left = std::make_shared<int64_t>(0);
+    const absl::Status s = writer
+                               .submit([left](Store& store) -> absl::Status {
+                                 if (auto r = store.releaseFreePages(16384); !r.ok()) return r;
+                                 auto free = store.freePageCount();
+                                 if (!free.ok()) return free.status();
+                                 *left = *free;
+                                 return absl::OkStatus();
+                               })
+                               .get();
+    if (!s.ok() || *left == 0 || *left == before) return;
+    before = *left;
+  }
+}
+
+RetentionKeeper::RetentionKeeper(StoreWriter& writer, RetentionLimits limits)
+    : m_writer(writer), m_limits(limits) {
+  if (m_limits.any()) m_thread = std::thread([this] { run(); });
+}
+
+RetentionKeeper::~RetentionKeeper() { stop(); }
+
+void RetentionKeeper::poke() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_poked = true;
+  }
+  m_cv.notify_all();
+}
+
+void RetentionKeeper::stop() {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stopping = true;
+  }
+  m_cv.notify_all();
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void RetentionKeeper::run() {
+  std::unique_lock<std::mutex> lock(m_mutex);
+  while (!m_stopping) {
+    // Every minute, or sooner for a short --retain (a quarter of it, at least a second).
+    const auto every = std::clamp<std::chrono::seconds>(
+        m_limits.retain / 4, std::chrono::seconds(1), std::chrono::seconds(60));
+    m_cv.wait_for(lock, m_limits.retain.count() > 0 ? every : std::chrono::seconds(60),
+                  [this] { return m_stopping || m_poked; });
+    if (m_stopping) return;
+    m_poked = false;
+    lock.unlock();
+    runOnce();
+    lock.lock();
+  }
+}
+
+namespace {
+int64_t nowWallNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+RetentionKeeper::Pass RetentionKeeper::runOnce() {
+  Pass pass;
+  auto sessions = Store::listSessions(m_writer.path());
+  if (!sessions.ok()) {
+    std::fprintf(stderr, "tidemarkd: retention: %s\n", sessions.status().ToString().c_str());
+    return pass;
+  }
+  auto write = [this](StoreWriter::Operation op, const char* what, int64_t id) {
+    const absl::Status s = m_writer.submit(std::move(op)).get();
+    if (!s.ok())
+      std::fprintf(stderr, "tidemarkd: retention: %s session %lld: %s\n", what,
+                   static_cast<long long>(id), s.ToString().c_str());
+    return s.ok();
+  };
+  const int64_t now = nowWallNs();
+  auto prunable = [](const SessionRecord& r) {
+    return r.state != 1 && r.analyzed && !r.rawPrunedWallNs;  // ended, summaries stored
+  };
+  bool changed = false;
+  if (m_limits.retain.count() > 0) {
+    const int64_t before =
+        now - std::chrono::duration_cast<std::chrono::nanoseconds>(m_limits.retain).count();
+    for (SessionRecord& r : *sessions) {
+      if (!prunable(r) || r.endedWallNs() >= before) continue;
+      const int64_t id = r.id;
+      if (write([id, now](Store& s) { return s.pruneRawEvents(id, now); }, "pruning", id)) {
+        r.rawPrunedWallNs = now;
+        ++pass.rawPruned;
+        changed = true;
+      }
+    }
+  }
+  if (changed) releaseFreePages(m_writer);
+  if (m_limits.maxStoreBytes > 0) {
+    for (;;) {
+      auto used = std::make_shared<int64_t>(0);
+      if (!m_writer
+               .submit([used](Store& s) -> absl::Status {
+                 auto b = s.bytesInUse();
+                 if (!b.ok()) return b.status();
+                 *used = *b;
+                 return absl::OkStatus();
+               })
+               .get()
+               .ok() ||
+          *used <= m_limits.maxStoreBytes)
+        break;
+      SessionRecord* victim = nullptr;
+      for (SessionRecord& r : *sessions)  // oldest first: raw events of an analyzed one
+        if (prunable(r)) {
+          victim = &r;
+          break;
+        }
+      if (victim != nullptr) {
+        const int64_t id = victim->id;
+        if (!write([id, now](Store& s) { return s.pruneRawEvents(id, now); }, "pruning", id)) break;
+        victim->rawPrunedWallNs = now;
+        ++pass.rawPruned;
+      } else {
+        for (SessionRecord& r : *sessions)  // then a whole ended session
+          if (r.state != 1 && r.id > 0) {
+            victim = &r;
+            break;
+          }
+        if (victim == nullptr) {
+          if (!m_saidOverLimit)
+            std::fprintf(stderr,
+                         "tidemarkd: retention: the store holds %lld bytes, over --max-store, "
+                         "and only live sessions are left\n",
+                         static_cast<long long>(*used));
+          m_saidOverLimit = true;
+          break;
+        }
+        const int64_t id = victim->id;
+        if (!write([id](Store& s) { return s.deleteSession(id); }, "deleting", id)) break;
+        victim->id = -1;  // gone
+        ++pass.sessionsDeleted;
+      }
+      releaseFreePages(m_writer);
+    }
+  }
+  return pass;
+}
+
+}  // namespace tidemark::server
