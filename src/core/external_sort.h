@@ -58,6 +58,14 @@ class ExternalSorter {
     std::vector<T>().swap(m_buffer);
     return true;
   }
+  // Drops every record and the temporary file (its disk space goes back at once).
+  void release() {
+    if (m_fd >= 0) ::close(m_fd);
+    m_fd = -1;
+    std::vector<T>().swap(m_buffer);
+    m_runs.clear();
+    m_written = 0;
+  }
   uint64_t size() const { return m_size; }
   uint64_t spilledRuns() const { return m_runs.size(); }
   const std::string& error() const { return m_error; }

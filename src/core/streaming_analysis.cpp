@@ -511,6 +511,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
     CodeSorter codes(options.tempDir, share);
     Categorizer categorizer(in, tensorDevices, decided, codes, options.cancel);
     if (!categorizer.run(blocks, result.stats, result.error)) return result;
+    blocks.release();  // its disk space, before the next sorts' runs take theirs
     if (!decided.finish() || !codes.finish()) {
       result.error = decided.error().empty() ? codes.error() : decided.error();
       return result;
