@@ -49,9 +49,10 @@ absl::StatusOr<std::string> readFile(const std::string& path, const char* option
 MemoryShares MemoryShares::of(int64_t budgetBytes) {
   const int64_t b = std::max<int64_t>(budgetBytes, kMinMemoryBudgetBytes);
   MemoryShares s;
-  s.storeCacheBytes = b / 8;                        // 128 MiB of the default 1 GiB
-  s.analysisBytes = static_cast<size_t>(b / 4);     // 256 MiB
-  s.sessionRowBytes = static_cast<size_t>(b / 16);  // 64 MiB a session, twice at most
+  s.storeCacheBytes = b / 8;                                // 128 MiB of the default 1 GiB
+  s.analysisBytes = static_cast<size_t>(b / 4);             // 256 MiB
+  s.sessionRowBytes = static_cast<size_t>(b / 16);          // 64 MiB a session, twice at most
+  s.queryBlocks = b / 2 / RecordingLoader::kBytesPerBlock;  // 2.7M blocks
   return s;
 }
 
@@ -121,8 +122,10 @@ absl::Status Server::start() {
   // Sessions left live by the previous run wait for their agents to resume them.
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;
   m_control = std::make_unique<ControlService>(*m_writer, m_agents, *m_access);
-  m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents, *m_access);
-  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents, *m_access);
+  m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents, *m_access,
+                                           shares.queryBlocks);
+  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents, *m_access,
+                                               shares.queryBlocks);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // Listeners accepts the plain connections, learns who is at the other end, and hands them over;

@@ -55,6 +55,8 @@ struct MemoryShares {
   int64_t storeCacheBytes;
   size_t analysisBytes;
   size_t sessionRowBytes;
+  // The blocks a query may load whole (a live session's, a breakdown at a moment, a plan).
+  int64_t queryBlocks;
   static MemoryShares of(int64_t budgetBytes);
 };
 

@@ -19,7 +19,7 @@
 namespace tidemark::server {
 
 absl::StatusOr<core::Recording> AdvisorService::loadRecording(int64_t session) {
-  auto rec = RecordingLoader(m_dbPath, m_writer, m_agents).load(session);
+  auto rec = RecordingLoader(m_dbPath, m_writer, m_agents, m_maxLoadedBlocks).load(session);
   // A GPU job's: its tensors (core::keepTensorLevel), which recomputation changes.
   if (rec.ok()) core::keepTensorLevel(*rec);
   return rec;

@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "server/rpc/access.h"
 #include "server/rpc/live_agents.h"
+#include "server/rpc/recording_loader.h"
 #include "server/store/writer.h"
 #include "src/advisor/chain_from_recording.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
@@ -17,8 +18,13 @@ namespace tidemark::server {
 // only gets when they are freed or the session ends.
 class AdvisorService final : public v1::Advisor::Service {
  public:
-  AdvisorService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access)
-      : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents), m_access(access) {}
+  AdvisorService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access,
+                 int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
+      : m_dbPath(std::move(dbPath)),
+        m_writer(writer),
+        m_agents(agents),
+        m_access(access),
+        m_maxLoadedBlocks(maxLoadedBlocks) {}
 
   grpc::Status GetChainProfile(grpc::ServerContext*, const v1::ChainProfileRequest* request,
                                v1::ChainProfileResponse* response) override;
@@ -37,6 +43,7 @@ class AdvisorService final : public v1::Advisor::Service {
   StoreWriter& m_writer;
   LiveAgents& m_agents;
   const Access& m_access;
+  int64_t m_maxLoadedBlocks;
 };
 
 }  // namespace tidemark::server

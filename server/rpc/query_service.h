@@ -15,8 +15,11 @@ namespace tidemark::server {
 // so queries run beside the writer under WAL).
 class QueryService final : public v1::Query::Service {
  public:
-  QueryService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access)
-      : m_dbPath(dbPath), m_loader(std::move(dbPath), writer, agents), m_access(access) {}
+  QueryService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access,
+               int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
+      : m_dbPath(dbPath),
+        m_loader(std::move(dbPath), writer, agents, maxLoadedBlocks),
+        m_access(access) {}
 
   grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
                             v1::ListSessionsResponse* response) override;

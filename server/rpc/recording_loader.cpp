@@ -2,12 +2,24 @@
 
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace tidemark::server {
 
 absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
   const std::optional<std::vector<BlockRow>> open = m_agents.openBlocks(session);
+  auto info = Store::getSession(m_dbPath, session);
+  if (!info.ok()) return info.status();
+  const int64_t blocks = info->blocks + (open ? static_cast<int64_t>(open->size()) : 0);
+  if (blocks > m_maxBlocks) {
+    return absl::ResourceExhaustedError(
+        "session " + std::to_string(session) + " holds " + std::to_string(blocks) +
+        " blocks, more than this daemon loads whole for one query (" + std::to_string(m_maxBlocks) +
+        " within its --memory-budget; a larger budget raises it). Its stored analysis still "
+        "answers: peak, steps, timeline, breakdown at the peak" +
+        (info->analyzed ? "" : " (once analyzed: see tidemark sessions)"));
+  }
   // Rows the ingest handed to the writer before the snapshot are committed before the read.
   if (open) m_writer.submit([](Store&) { return absl::OkStatus(); }).get().IgnoreError();
   auto rec = Store::loadRecording(m_dbPath, session);

@@ -12,10 +12,18 @@ namespace tidemark::server {
 // Loads a session's recording for a query. For a live session it also commits what the ingest
 // handed to the writer and adds the blocks not freed yet (the store gets a block's row only when
 // it is freed or the session ends), so live answers include what is allocated now.
+//
+// The whole recording is held in memory: a session with more than maxBlocks blocks (the daemon's
+// memory budget decides) is refused with RESOURCE_EXHAUSTED, saying what still answers, instead
+// of a query taking the daemon's memory.
 class RecordingLoader {
  public:
-  RecordingLoader(std::string dbPath, StoreWriter& writer, LiveAgents& agents)
-      : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents) {}
+  // About what a loaded block costs a query (the block, its category, its replay edges).
+  static constexpr int64_t kBytesPerBlock = 200;
+  static constexpr int64_t kDefaultMaxBlocks = (int64_t{512} << 20) / kBytesPerBlock;
+  RecordingLoader(std::string dbPath, StoreWriter& writer, LiveAgents& agents,
+                  int64_t maxBlocks = kDefaultMaxBlocks)
+      : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents), m_maxBlocks(maxBlocks) {}
 
   absl::StatusOr<core::Recording> load(int64_t session) const;
 
@@ -23,6 +31,7 @@ class RecordingLoader {
   std::string m_dbPath;
   StoreWriter& m_writer;
   LiveAgents& m_agents;
+  int64_t m_maxBlocks;
 };
 
 }  // namespace tidemark::server

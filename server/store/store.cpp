@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "src/core/category.h"
+#include "src/core/streaming_analysis.h"
 #include "src/core/timeline_codec.h"
 
 namespace tidemark::server {
@@ -807,29 +808,62 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   // Choose the level from the chunks' extents: the coarsest with at least `buckets` samples in
-  // the range, counting a partly covered chunk in proportion.
-  Statement meta = db.prepare(
-      "SELECT level, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
-      "WHERE session_id = ?1 AND last_ts_ns >= ?2 AND first_ts_ns <= ?3");
-  meta.bind(1, id).bind(2, fromTs).bind(3, toTs);
-  std::map<int64_t, double> inRange;
-  while (meta.step()) {
-    const int64_t first = meta.columnInt(1);
-    const int64_t last = meta.columnInt(2);
+  // the range, counting a partly covered chunk in proportion. Per level, the first and the last
+  // chunk of the range come from the indexes on their extents (the chunks between hold
+  // kSamplesPerChunk samples each), so the choice reads two rows a level, not the session's.
+  int64_t maxLevel = -1;
+  {
+    Statement top = db.prepare("SELECT MAX(level) FROM timeline_chunk WHERE session_id = ?1");
+    top.bind(1, id);
+    if (top.step() && !top.columnNull(0)) maxLevel = top.columnInt(0);
+  }
+  Statement firstChunk = db.prepare(
+      "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
+      "INDEXED BY timeline_chunk_by_last_ts WHERE session_id = ?1 AND level = ?2 AND "
+      "last_ts_ns >= ?3 ORDER BY last_ts_ns LIMIT 1");
+  Statement lastChunk = db.prepare(
+      "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
+      "INDEXED BY timeline_chunk_by_first_ts WHERE session_id = ?1 AND level = ?2 AND "
+      "first_ts_ns <= ?3 ORDER BY first_ts_ns DESC LIMIT 1");
+  auto covered = [&](const Statement& st) {
+    const int64_t first = st.columnInt(1);
+    const int64_t last = st.columnInt(2);
     const double span = static_cast<double>(std::max<int64_t>(last - first, 1));
-    const double covered = static_cast<double>(std::min(last, toTs) - std::max(first, fromTs));
-    inRange[meta.columnInt(0)] +=
-        static_cast<double>(meta.columnInt(3)) * std::clamp(covered / span, 0.0, 1.0);
+    const double part = static_cast<double>(std::min(last, toTs) - std::max(first, fromTs));
+    return static_cast<double>(st.columnInt(3)) * std::clamp(part / span, 0.0, 1.0);
+  };
+  struct Range {
+    int64_t firstChunk = 0;
+    int64_t lastChunk = -1;
+  };
+  std::map<int64_t, Range> ranges;
+  int64_t level = -1;
+  for (int64_t l = 0; l <= maxLevel; ++l) {
+    firstChunk.bind(1, id).bind(2, l).bind(3, fromTs);
+    lastChunk.bind(1, id).bind(2, l).bind(3, toTs);
+    if (firstChunk.step() && lastChunk.step()) {
+      Range r{firstChunk.columnInt(0), lastChunk.columnInt(0)};
+      if (r.firstChunk <= r.lastChunk) {
+        double n = covered(firstChunk);
+        if (r.lastChunk > r.firstChunk) {
+          n += covered(lastChunk) + static_cast<double>(r.lastChunk - r.firstChunk - 1) *
+                                        static_cast<double>(core::AnalysisSink::kSamplesPerChunk);
+        }
+        ranges[l] = r;
+        if (level < 0 || n >= buckets) level = l;
+      }
+    }
+    firstChunk.reset();
+    lastChunk.reset();
   }
-  if (inRange.empty()) return absl::NotFoundError("no stored timeline in that range");
-  int64_t level = inRange.begin()->first;
-  for (const auto& [l, n] : inRange) {
-    if (n >= buckets) level = l;
-  }
+  if (level < 0) return absl::NotFoundError("no stored timeline in that range");
   Statement rows = db.prepare(
       "SELECT samples FROM timeline_chunk WHERE session_id = ?1 AND level = ?2 AND "
-      "last_ts_ns >= ?3 AND first_ts_ns <= ?4 ORDER BY chunk");
-  rows.bind(1, id).bind(2, level).bind(3, fromTs).bind(4, toTs);
+      "chunk BETWEEN ?3 AND ?4 ORDER BY chunk");
+  rows.bind(1, id)
+      .bind(2, level)
+      .bind(3, ranges[level].firstChunk)
+      .bind(4, ranges[level].lastChunk);
   core::TimelineLevel samples;
   while (rows.step()) {
     if (!core::decodeSamples(rows.columnBlob(0), &samples.samples)) {

@@ -1,7 +1,8 @@
 """A long session at bounded cost: a 20M-event session streamed through the real Ingest API into a
-tidemarkd run with --memory-budget 256MiB. The daemon's peak resident memory (VmHWM, from /proc)
-stays under the budget plus a stated constant, and the stored analysis is exact: bench_scale's
-generator knows its own peak and fails when the daemon's differs."""
+tidemarkd run with --memory-budget 256MiB. The daemon's peak resident memory (VmHWM, from /proc,
+after the queries too) stays under the budget plus a stated constant, and the stored analysis is
+exact: bench_scale's generator knows its own peak and fails when the daemon's differs. Queries
+that would load the whole session are refused, saying so."""
 import json
 import os
 import subprocess
@@ -36,6 +37,17 @@ class MemoryBudgetTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr + self.daemon.read_log())
         result = json.loads(r.stdout)
         self.assertEqual(result["events"], EVENTS)
+        sid = str(result["session"])
+        # The stored analysis answers; what would load the whole session into memory is
+        # refused, saying so, instead of taking the daemon's memory.
+        self.assertEqual(self.daemon.cli_json("peak", sid)["breakdown"]["tracked_bytes"],
+                         result["peak_bytes"])
+        self.assertEqual(len(self.daemon.cli_json("timeline", sid, "--buckets", "100")["buckets"]),
+                         100)
+        for args in (("breakdown", sid, "--at", "+0.5s"), ("plan", sid, "--budget", "1GiB")):
+            q = self.daemon.cli(*args, check=False)
+            self.assertEqual(q.returncode, 1, args)
+            self.assertIn("more than this daemon loads whole", q.stderr, args)
         hwm = peak_rss_bytes(self.daemon.proc.pid)
         print("\n%d events: daemon peak RSS %.1f MiB (budget 256 MiB + %d MiB); ingest %.0f "
               "events/s, analysis %.1f s" % (EVENTS, hwm / 2**20, CONSTANT >> 20,
