@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "server/store/recording_stream.h"
+#include "src/core/step_inference.h"
 #include "src/core/streaming_analysis.h"
 
 namespace tidemark::server {
@@ -136,9 +137,11 @@ absl::Status AnalysisRunner::analyze(int64_t id) {
   // The sorts' runs lie beside the store (a private directory, the same disk).
   const std::filesystem::path dir = std::filesystem::path(m_writer.path()).parent_path();
   options.tempDir = dir.empty() ? "." : dir.string();
-  options.memoryBytes = m_memoryBytes;
+  // Three quarters to the sorts, a quarter to the totals kept for step inference.
+  options.memoryBytes = m_memoryBytes / 4 * 3;
+  options.maxInferencePoints =
+      std::max<size_t>(1u << 16, m_memoryBytes / 4 / sizeof(core::TotalPoint));
   options.cancel = &m_cancel;
-  options.maxInferencePoints = std::max<size_t>(1u << 16, m_memoryBytes / 4 / sizeof(double) / 3);
   core::StreamingResult result = core::analyzeStream(**in, sink, options);
   const absl::Status written = sink.flush();
   if (!result.error.empty()) return absl::InternalError(result.error);

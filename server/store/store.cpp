@@ -8,6 +8,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "server/store/recording_stream.h"
 #include "src/core/category.h"
 #include "src/core/streaming_analysis.h"
 #include "src/core/timeline_codec.h"
@@ -953,70 +954,28 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
     pruned.bind(1, id);
     if (pruned.step() && !pruned.columnNull(0)) return rawEventsPruned(id, pruned.columnInt(0));
   }
+  // Blocks, tags and phases as the streaming analysis reads them (recording_stream.h).
+  auto stream = StoredRecordingStream::open(path, id);
+  if (!stream.ok()) return stream.status();
   core::Recording rec;
-  std::unordered_map<int64_t, std::string> names;
-  {
-    Statement st = db.prepare("SELECT iid, value FROM string WHERE session_id = ?1");
-    st.bind(1, id);
-    while (st.step()) names[st.columnInt(0)] = st.columnText(1);
+  if (withBlocks) {
+    auto blocks = (*stream)->blocks();
+    for (core::Block b; blocks->next(b);) rec.blocks.push_back(b);
   }
+  {
+    auto tags = (*stream)->tags();
+    for (core::TagRef t; tags->next(t);)
+      rec.tags.push_back(
+          {t.seq, t.tsNs, t.address, t.sizeBytes, t.category, (*stream)->name(t.nameId)});
+  }
+  {
+    auto phases = (*stream)->phases();
+    for (core::PhaseInterval p; phases->next(p);) rec.phases.push_back(p);
+  }
+  if (!(*stream)->error().empty()) return absl::InternalError((*stream)->error());
   auto endSeq = [](const Statement& st, int i) {
     return st.columnNull(i) ? core::kOpenSeq : u64(st.columnInt(i));
   };
-  if (withBlocks) {
-    Statement st = db.prepare(
-        "SELECT a.id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
-        "free_ts_ns, memory_kind FROM session s JOIN allocation a ON a.id BETWEEN s.first_block_id "
-        "AND "
-        "s.last_block_id AND a.session_id = s.id WHERE s.id = ?1");
-    st.bind(1, id);
-    while (st.step()) {
-      core::Block b;
-      b.id = st.columnInt(0);
-      b.address = u64(st.columnInt(1));
-      b.sizeBytes = u64(st.columnInt(2));
-      b.device = static_cast<int32_t>(st.columnInt(3));
-      b.threadId = static_cast<uint32_t>(st.columnInt(4));
-      b.allocSeq = u64(st.columnInt(5));
-      b.allocTsNs = st.columnInt(6);
-      b.freeSeq = endSeq(st, 7);
-      b.freeTsNs = st.columnInt(8);
-      b.kind = core::memoryKindFromWire(st.columnInt(9));
-      rec.blocks.push_back(b);
-    }
-  }
-  {
-    Statement st = db.prepare(
-        "SELECT seq, ts_ns, address, size_bytes, category, name_id FROM tag WHERE session_id = ?1");
-    st.bind(1, id);
-    while (st.step()) {
-      core::Tag t;
-      t.seq = u64(st.columnInt(0));
-      t.tsNs = st.columnInt(1);
-      t.address = u64(st.columnInt(2));
-      t.sizeBytes = u64(st.columnInt(3));
-      t.category = core::categoryFromWire(static_cast<int>(st.columnInt(4)))
-                       .value_or(core::Category::kUnknown);
-      t.name = names[st.columnInt(5)];
-      rec.tags.push_back(std::move(t));
-    }
-  }
-  {
-    Statement st = db.prepare(
-        "SELECT thread_id, phase, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM phase "
-        "WHERE session_id = ?1");
-    st.bind(1, id);
-    while (st.step()) {
-      core::PhaseInterval p;
-      p.threadId = static_cast<uint32_t>(st.columnInt(0));
-      p.phase = core::phaseFromWire(static_cast<int>(st.columnInt(1))).value_or(core::Phase::kNone);
-      p.beginSeq = u64(st.columnInt(2));
-      p.beginTsNs = st.columnInt(3);
-      p.endSeq = endSeq(st, 4);
-      p.endTsNs = st.columnInt(5);
-      rec.phases.push_back(p);
-    }
-  }
   readSteps(db, id, &rec);
   {
     Statement st = db.prepare(
@@ -1026,7 +985,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
     while (st.step()) {
       core::ScopeInterval s;
       s.threadId = static_cast<uint32_t>(st.columnInt(0));
-      s.name = names[st.columnInt(1)];
+      s.name = (*stream)->name(static_cast<uint32_t>(st.columnInt(1)));
       s.depth = static_cast<int>(st.columnInt(2));
       s.beginSeq = u64(st.columnInt(3));
       s.beginTsNs = st.columnInt(4);
