@@ -59,11 +59,17 @@ def load_plan(plan):
 
 
 def _module_table(model, root_name):
-    """Qualified name -> module, with the names the recording used ("TinyGPT.blocks.3")."""
+    """Qualified name -> module, with the names the recording used ("TinyGPT.blocks.3"). A module
+    under torch.compile is named as the module it compiles (the recording leaves out the
+    `_orig_mod` steps): the compiled wrapper, met first, is the one the plan wraps, since the
+    model's calls go through it."""
+    if type(model).__name__ == "OptimizedModule":
+        model = getattr(model, "_orig_mod", model)
     prefix = root_name or type(model).__name__
     table = {}
     for sub, m in model.named_modules():
-        table[prefix + ("." + sub if sub else "")] = m
+        parts = [p for p in sub.split(".") if p and p != "_orig_mod"]
+        table.setdefault(".".join([prefix] + parts), m)
     return table
 
 

@@ -249,6 +249,54 @@ print("ok")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("ok", r.stdout)
 
+    def test_plans_apply_to_compiled_models(self):
+        """torch.compile, per block or whole: a plan names modules as the recording does (without
+        `_orig_mod`), inner modules of a compiled block too, and takes effect (torch recompiles):
+        the bytes saved for backward fall, the loss is the same."""
+        if torch_version() < (2, 0):
+            self.skipTest("torch.compile needs torch 2 (this job's torch is %s)"
+                          % ".".join(map(str, torch_version())))
+        code = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import tidemark, tiny_gpt
+def saved_bytes(mode, names):
+    torch.manual_seed(0)
+    model = tiny_gpt.TinyGPT(n_layers=2, checkpointed=())
+    if mode == "blocks":
+        for i, b in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(b)
+        call = model
+    else:
+        call = torch.compile(model)
+    if names:
+        tidemark.apply_plan(call, {"format": "tidemark-plan", "version": 1, "strategy": "optimal",
+                                   "segments": [{"mode": "recompute", "modules": names}]})
+    idx, targets = tiny_gpt.make_batch(torch.Generator().manual_seed(1), 4, 128, 256)
+    total = [0]
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = call(idx, targets)
+    loss.backward()
+    return total[0], loss.item()
+for mode, names, most in [("blocks", ["TinyGPT.blocks.0", "TinyGPT.blocks.1"], 0.3),
+                          ("blocks", ["TinyGPT.blocks.0.attn"], 0.95),
+                          ("whole", ["TinyGPT.blocks.0", "TinyGPT.blocks.1"], 0.3)]:
+    plain, loss = saved_bytes(mode, None)
+    planned, loss_planned = saved_bytes(mode, names)
+    print(mode, names, plain, planned)
+    assert planned < most * plain, (mode, names, plain, planned)
+    assert abs(loss - loss_planned) < 1e-4 * abs(loss), (loss, loss_planned)
+print("ok")
+"""
+        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python"),
+                            os.path.join(SOURCE, "examples")], capture_output=True, text=True,
+                           timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("ok", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
