@@ -68,11 +68,7 @@ grpc::Status ControlService::DeleteSession(grpc::ServerContext* ctx,
     return toGrpc(absl::FailedPreconditionError(
         "session " + std::to_string(session) +
         " is live (its job still records): delete it once it has ended"));
-  if (absl::Status s =
-          m_writer.submit([session](Store& store) { return store.deleteSession(session); }).get();
-      !s.ok())
-    return toGrpc(s);
-  releaseFreePages(m_writer);
+  if (absl::Status s = deleteSession(m_writer, session); !s.ok()) return toGrpc(s);
   return grpc::Status::OK;
 }
 

@@ -40,6 +40,38 @@ void releaseFreePages(StoreWriter& writer) {
   }
 }
 
+absl::Status pruneRawEvents(StoreWriter& writer, int64_t sessionId, int64_t wallNs) {
+  if (wallNs != 0) {
+    if (auto s =
+            writer.submit([=](Store& st) { return st.markRawPruned(sessionId, wallNs); }).get();
+        !s.ok())
+      return s;
+  }
+  for (;;) {
+    auto deleted = std::make_shared<int64_t>(0);
+    const absl::Status s = writer
+                               .submit([sessionId, deleted](Store& st) -> absl::Status {
+                                 auto n = st.deleteRawSlice(sessionId, 200000);
+                                 if (!n.ok()) return n.status();
+                                 *deleted = *n;
+                                 return absl::OkStatus();
+                               })
+                               .get();
+    if (!s.ok()) return s;
+    if (*deleted == 0) return absl::OkStatus();
+  }
+}
+
+absl::Status deleteSession(StoreWriter& writer, int64_t sessionId) {
+  // NOT_FOUND first, before anything is touched.
+  if (auto s = Store::getSession(writer.path(), sessionId); !s.ok()) return s.status();
+  if (auto s = pruneRawEvents(writer, sessionId, 0); !s.ok()) return s;
+  if (auto s = writer.submit([=](Store& st) { return st.deleteSession(sessionId); }).get(); !s.ok())
+    return s;
+  releaseFreePages(writer);
+  return absl::OkStatus();
+}
+
 RetentionKeeper::RetentionKeeper(StoreWriter& writer, RetentionLimits limits)
     : m_writer(writer), m_limits(limits) {
   if (m_limits.any()) m_thread = std::thread([this] { run(); });
@@ -95,14 +127,18 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
     std::fprintf(stderr, "tidemarkd: retention: %s\n", sessions.status().ToString().c_str());
     return pass;
   }
-  auto write = [this](StoreWriter::Operation op, const char* what, int64_t id) {
-    const absl::Status s = m_writer.submit(std::move(op)).get();
+  auto say = [](const absl::Status& s, const char* what, int64_t id) {
     if (!s.ok())
       std::fprintf(stderr, "tidemarkd: retention: %s session %lld: %s\n", what,
                    static_cast<long long>(id), s.ToString().c_str());
     return s.ok();
   };
   const int64_t now = nowWallNs();
+  if (m_firstPass) {  // a prune a stopped daemon left half done goes on
+    m_firstPass = false;
+    for (const SessionRecord& r : *sessions)
+      if (r.rawPrunedWallNs) say(pruneRawEvents(m_writer, r.id, 0), "pruning", r.id);
+  }
   auto prunable = [](const SessionRecord& r) {
     return r.state != 1 && r.analyzed && !r.rawPrunedWallNs;  // ended, summaries stored
   };
@@ -113,7 +149,7 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
     for (SessionRecord& r : *sessions) {
       if (!prunable(r) || r.endedWallNs() >= before) continue;
       const int64_t id = r.id;
-      if (write([id, now](Store& s) { return s.pruneRawEvents(id, now); }, "pruning", id)) {
+      if (say(pruneRawEvents(m_writer, id, now), "pruning", id)) {
         r.rawPrunedWallNs = now;
         ++pass.rawPruned;
         changed = true;
@@ -143,7 +179,7 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
         }
       if (victim != nullptr) {
         const int64_t id = victim->id;
-        if (!write([id, now](Store& s) { return s.pruneRawEvents(id, now); }, "pruning", id)) break;
+        if (!say(pruneRawEvents(m_writer, id, now), "pruning", id)) break;
         victim->rawPrunedWallNs = now;
         ++pass.rawPruned;
       } else {
@@ -162,7 +198,7 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
           break;
         }
         const int64_t id = victim->id;
-        if (!write([id](Store& s) { return s.deleteSession(id); }, "deleting", id)) break;
+        if (!say(deleteSession(m_writer, id), "deleting", id)) break;
         victim->id = -1;  // gone
         ++pass.sessionsDeleted;
       }

@@ -27,6 +27,10 @@ absl::StatusOr<std::chrono::seconds> parseDuration(const std::string& text);
 
 // Gives the store's free pages back to the file system, 64 MiB a transaction.
 void releaseFreePages(StoreWriter& writer);
+// Drops a session's raw events a slice at a time (Store::markRawPruned, deleteRawSlice).
+absl::Status pruneRawEvents(StoreWriter& writer, int64_t sessionId, int64_t wallNs);
+// Deletes a session whole: its raw events in slices, then the rest; the pages back.
+absl::Status deleteSession(StoreWriter& writer, int64_t sessionId);
 
 class RetentionKeeper {
  public:
@@ -51,6 +55,7 @@ class RetentionKeeper {
   bool m_poked = true;  // a pass at start
   bool m_stopping = false;
   bool m_saidOverLimit = false;
+  bool m_firstPass = true;  // finishes prunes a stopped daemon left half done
   std::thread m_thread;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -561,41 +562,64 @@ absl::Status rawEventsPruned(int64_t id, int64_t wallNs) {
 }
 
 namespace {
-// The tables holding a session's raw events (what retention drops first).
-constexpr const char* kRawTables[] = {
-    "tag",   "counter", "launch",         "kernel_launch",     "scope",
-    "phase", "string",  "block_category", "ingest_checkpoint", "ingest_block_delta"};
+// The tables holding a session's raw events besides its blocks (what retention drops first):
+// large ones, deleted a slice at a time by rowid, and small ones.
+constexpr const char* kRawRowTables[] = {
+    "tag", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
+constexpr const char* kRawSmallTables[] = {"string", "block_category", "ingest_checkpoint"};
 // What remains of a pruned session, dropped with it.
 constexpr const char* kSummaryTables[] = {"step",          "stat",      "timeline_chunk", "peak",
                                           "peak_category", "peak_item", "applied_plan"};
 }  // namespace
 
-absl::Status Store::pruneRawEvents(int64_t sid, int64_t wallNs) {
+absl::Status Store::markRawPruned(int64_t sid, int64_t wallNs) {
+  Statement mark = m_db.prepare("UPDATE session SET raw_pruned_wall_ns = ?2 WHERE id = ?1");
+  mark.bind(1, sid).bind(2, wallNs);
+  if (auto s = mark.run(); !s.ok()) return s;
+  if (sqlite3_changes(m_db.handle()) == 0)
+    return absl::NotFoundError("no session " + std::to_string(sid));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Store::deleteRawSlice(int64_t sid, int64_t maxRows) {
+  int64_t deleted = 0;
+  auto run = [&](Statement& del) -> absl::Status {
+    del.bind(1, sid).bind(2, maxRows - deleted);
+    if (auto s = del.run(); !s.ok()) return s;
+    deleted += sqlite3_changes(m_db.handle());
+    return absl::OkStatus();
+  };
   {
     // The session's blocks lie in its id range (the table has no index on session_id).
     Statement del = m_db.prepare(
-        "DELETE FROM allocation WHERE id BETWEEN (SELECT first_block_id FROM session WHERE id = "
-        "?1) AND (SELECT last_block_id FROM session WHERE id = ?1) AND session_id = ?1");
-    del.bind(1, sid);
-    if (auto s = del.run(); !s.ok()) return s;
+        "DELETE FROM allocation WHERE id IN (SELECT id FROM allocation WHERE id BETWEEN "
+        "(SELECT first_block_id FROM session WHERE id = ?1) AND (SELECT last_block_id FROM "
+        "session WHERE id = ?1) AND session_id = ?1 LIMIT ?2)");
+    if (auto s = run(del); !s.ok()) return s;
   }
-  for (const char* table : kRawTables) {
-    Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
-    del.bind(1, sid);
-    if (auto s = del.run(); !s.ok()) return s;
+  for (const char* table : kRawRowTables) {
+    if (deleted >= maxRows) break;
+    Statement del =
+        m_db.prepare(std::string("DELETE FROM ") + table + " WHERE rowid IN (SELECT rowid FROM " +
+                     table + " WHERE session_id = ?1 LIMIT ?2)");
+    if (auto s = run(del); !s.ok()) return s;
   }
-  {
-    // The timeline's fine levels are as large as the raw events were (a sample per 64 events):
-    // the levels of up to 64 chunks remain, enough for a whole-session view.
+  if (deleted < maxRows) {
+    // What is left is small: names, categories (a byte a block), the ingest state, and the
+    // timeline's fine levels (as large as the raw events were, a sample per 64 events: the levels
+    // of up to 64 chunks remain, enough for a whole-session view).
+    for (const char* table : kRawSmallTables) {
+      Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
+      del.bind(1, sid);
+      if (auto s = del.run(); !s.ok()) return s;
+    }
     Statement del = m_db.prepare(
         "DELETE FROM timeline_chunk WHERE session_id = ?1 AND level IN (SELECT level FROM "
         "timeline_chunk WHERE session_id = ?1 GROUP BY level HAVING COUNT(*) > 64)");
     del.bind(1, sid);
     if (auto s = del.run(); !s.ok()) return s;
   }
-  Statement mark = m_db.prepare("UPDATE session SET raw_pruned_wall_ns = ?2 WHERE id = ?1");
-  mark.bind(1, sid).bind(2, wallNs);
-  return mark.run();
+  return deleted;
 }
 
 absl::Status Store::deleteSession(int64_t sid) {
@@ -604,7 +628,8 @@ absl::Status Store::deleteSession(int64_t sid) {
     find.bind(1, sid);
     if (!find.step()) return absl::NotFoundError("no session " + std::to_string(sid));
   }
-  if (auto s = pruneRawEvents(sid, 0); !s.ok()) return s;
+  // Whatever raw events are left (none when deleteRawSlice ran to the end before).
+  if (auto s = deleteRawSlice(sid, std::numeric_limits<int64_t>::max()); !s.ok()) return s.status();
   for (const char* table : kSummaryTables) {
     Statement del = m_db.prepare(std::string("DELETE FROM ") + table + " WHERE session_id = ?1");
     del.bind(1, sid);

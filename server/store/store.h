@@ -219,11 +219,17 @@ class Store {
                               const core::CategorizeStats& stats,
                               const std::vector<core::StepInterval>& inferredSteps);
 
-  // Retention. Every row of a session, gone (NOT_FOUND if there is no such session).
+  // Retention. A session's raw events go in slices, each its own short transaction, so that
+  // ingest never waits long: markRawPruned first (queries then say the raw events are gone, not
+  // answer from half of them), then deleteRawSlice until it deletes nothing (blocks, tags,
+  // scopes, phases, counters, launches; with the last slice names, categories and the timeline's
+  // fine levels). What stays: the session row, steps, stats, stored peaks, coarse timeline levels.
+  absl::Status markRawPruned(int64_t sessionId, int64_t wallNs);
+  // Up to maxRows rows; returns how many it deleted.
+  absl::StatusOr<int64_t> deleteRawSlice(int64_t sessionId, int64_t maxRows);
+  // Every row of a session, gone (NOT_FOUND if there is no such session). Run deleteRawSlice to
+  // the end first for a large one.
   absl::Status deleteSession(int64_t sessionId);
-  // Its raw events (blocks, tags, scopes, phases, counters, launches, names, categories) gone;
-  // its session row, steps, stats, stored peaks and timeline kept, marked pruned at wallNs.
-  absl::Status pruneRawEvents(int64_t sessionId, int64_t wallNs);
   // The bytes of the pages in use (the file less its free pages).
   absl::StatusOr<int64_t> bytesInUse();
   // Gives up to maxPages free pages back to the file system (the store's file shrinks; stores

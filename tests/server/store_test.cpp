@@ -58,6 +58,65 @@ TEST(StoreTest, RowsWrittenAreReadBackAsARecording) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StoreTest, RawEventsGoInSlicesAndTheSessionSaysSo) {
+  const auto dir = tempPath("slices");
+  const std::string db = (dir / "store.db").string();
+  auto store = Store::open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  ASSERT_TRUE(st.begin().ok());
+  SessionHeader h;
+  h.pid = 1;
+  auto id = st.createSession(h);
+  ASSERT_TRUE(id.ok());
+  SessionRows rows;
+  rows.sessionId = *id;
+  rows.strings = {{1, "model.fc"}};
+  for (uint64_t i = 0; i < 1000; ++i) {
+    BlockRow b;
+    b.address = 0x1000 + i * 64;
+    b.sizeBytes = 64;
+    b.allocSeq = 3 * i + 1;
+    b.freeSeq = 3 * i + 3;
+    rows.blocks.push_back(b);
+    TagRow t;
+    t.seq = 3 * i + 2;
+    t.address = b.address;
+    t.category = 1;
+    t.nameIid = 1;
+    rows.tags.push_back(t);
+  }
+  ASSERT_TRUE(st.writeRows(rows).ok());
+  ASSERT_TRUE(st.commit().ok());
+
+  ASSERT_TRUE(st.markRawPruned(*id, 1'700'000'000'000'000'000).ok());
+  EXPECT_EQ(st.markRawPruned(*id + 1, 1).code(), absl::StatusCode::kNotFound);
+  // Queries say the raw events are gone from the moment the prune starts.
+  auto rec = Store::loadRecording(db, *id);
+  ASSERT_EQ(rec.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(rec.status().message().find("dropped by retention on 2023-11-14"), std::string::npos)
+      << rec.status();
+  int slices = 0;
+  int64_t total = 0;
+  for (;;) {
+    auto n = st.deleteRawSlice(*id, 300);
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_LE(*n, 300);
+    if (*n == 0) break;
+    total += *n;
+    ++slices;
+  }
+  EXPECT_EQ(total, 2000);  // 1000 blocks and 1000 tags
+  EXPECT_EQ(slices, 7);
+  auto info = Store::getSession(db, *id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->rawPrunedWallNs, 1'700'000'000'000'000'000);
+  ASSERT_TRUE(st.deleteSession(*id).ok());
+  EXPECT_EQ(Store::getSession(db, *id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.deleteSession(*id).code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StoreTest, AStoreFromANewerTidemarkIsRefused) {
   const auto dir = tempPath("newer");
   const std::string db = (dir / "store.db").string();
