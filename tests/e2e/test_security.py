@@ -163,7 +163,7 @@ class AnotherUserTest(DaemonTestCase):
                          ("ops", s), ("diff", s, s), ("export", s, "-o",
                                                        os.path.join(home, "t.json")),
                          ("chain", s), ("pareto", s), ("plan", s, "--budget", "50%"),
-                         ("plan-check", s), ("apply", s, plan, "--no-wait")]:
+                         ("plan-check", s), ("apply", s, plan, "--no-wait"), ("delete", s)]:
                 r = self.nobody(*args, home=home)
                 self.assertEqual(r.returncode, 5, "%s: %s%s" % (args[0], r.stdout, r.stderr))
                 self.assertIn("refused (permission denied)", r.stderr, args[0])
