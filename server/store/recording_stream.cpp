@@ -124,12 +124,13 @@ std::unique_ptr<core::Cursor<core::ScopeRef>> StoredRecordingStream::scopes(bool
       });
 }
 
-std::vector<core::StepInterval> StoredRecordingStream::steps() {
+absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64_t sessionId,
+                                                             bool markedOnly) {
   std::vector<core::StepInterval> out;
-  Statement st = m_db.prepare(
-      "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step "
-      "WHERE session_id = ?1 AND inferred = 0 ORDER BY begin_seq");
-  st.bind(1, m_id);
+  Statement st = db.prepare(std::string("SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns "
+                                        "FROM step WHERE session_id = ?1") +
+                            (markedOnly ? " AND inferred = 0" : "") + " ORDER BY begin_seq");
+  st.bind(1, sessionId);
   while (st.step()) {
     core::StepInterval s;
     s.step = st.columnInt(0);
@@ -139,8 +140,17 @@ std::vector<core::StepInterval> StoredRecordingStream::steps() {
     s.endTsNs = st.columnInt(4);
     out.push_back(s);
   }
-  if (st.lastError() != SQLITE_DONE) noteError("reading the session's steps failed");
+  if (st.lastError() != SQLITE_DONE) return absl::InternalError("reading the steps failed");
   return out;
+}
+
+std::vector<core::StepInterval> StoredRecordingStream::steps() {
+  auto steps = readStepRows(m_db, m_id, /*markedOnly=*/true);
+  if (!steps.ok()) {
+    noteError(std::string(steps.status().message()));
+    return {};
+  }
+  return std::move(*steps);
 }
 
 std::string StoredRecordingStream::name(uint32_t id) {

@@ -15,6 +15,10 @@ namespace tidemark::server {
 // its own read-only connection (no memory map, a small page cache), stepping row by row, so
 // reading costs the same memory for a session of a thousand events as for one of a billion.
 // Only the session's interned names are held (bounded by ingest, 64 MiB at most).
+// A session's steps in begin order; markedOnly: the adapter's marks, not earlier inferences.
+absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64_t sessionId,
+                                                             bool markedOnly);
+
 class StoredRecordingStream : public core::RecordingStream {
  public:
   static absl::StatusOr<std::unique_ptr<StoredRecordingStream>> open(const std::string& path,

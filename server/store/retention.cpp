@@ -183,8 +183,9 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
         victim->rawPrunedWallNs = now;
         ++pass.rawPruned;
       } else {
-        for (SessionRecord& r : *sessions)  // then a whole ended session
-          if (r.state != 1 && r.id > 0) {
+        // Then a whole ended session (analysed: one just ended waits for its analysis).
+        for (SessionRecord& r : *sessions)
+          if (r.state != 1 && r.id > 0 && (r.analyzed || r.rawPrunedWallNs)) {
             victim = &r;
             break;
           }
@@ -192,7 +193,7 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
           if (!m_saidOverLimit)
             std::fprintf(stderr,
                          "tidemarkd: retention: the store holds %lld bytes, over --max-store, "
-                         "and only live sessions are left\n",
+                         "and only live sessions (or ones not analysed yet) are left\n",
                          static_cast<long long>(*used));
           m_saidOverLimit = true;
           break;

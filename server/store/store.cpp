@@ -37,18 +37,8 @@ absl::Status checkPrepared(const Statement& st, const Database& db) {
 }
 
 void readSteps(Database& db, int64_t id, core::Recording* rec) {
-  Statement st = db.prepare(
-      "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1");
-  st.bind(1, id);
-  while (st.step()) {
-    core::StepInterval s;
-    s.step = st.columnInt(0);
-    s.beginSeq = u64(st.columnInt(1));
-    s.beginTsNs = st.columnInt(2);
-    s.endSeq = st.columnNull(3) ? core::kOpenSeq : u64(st.columnInt(3));
-    s.endTsNs = st.columnInt(4);
-    rec->steps.push_back(s);
-  }
+  auto steps = readStepRows(db, id, /*markedOnly=*/false);
+  if (steps.ok()) rec->steps = std::move(*steps);
 }
 
 // Reads `session` rows with their counts; `where` selects them.
