@@ -1,14 +1,17 @@
 """A long session at bounded cost: a 20M-event session streamed through the real Ingest API into a
 tidemarkd run with --memory-budget 256MiB. The daemon's peak resident memory (VmHWM, from /proc,
 after the queries too) stays under the budget plus a stated constant, and the stored analysis is
-exact: bench_scale's generator knows its own peak and fails when the daemon's differs. Queries
-that would load the whole session are refused, saying so."""
+exact: bench_scale's generator knows its own peak and fails when the daemon's differs, and a small
+real training recorded by the same daemon keeps its exact figures. Queries that would load the
+whole session are refused, saying so."""
 import json
 import os
 import subprocess
 import unittest
 
-from tidemark_env import BIN, Daemon
+from tidemark_env import BIN, PYTHON, Daemon
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 EVENTS = int(os.environ.get("TIDEMARK_SCALE_EVENTS", "20000000"))
 BUDGET = 256 << 20
@@ -31,6 +34,13 @@ class MemoryBudgetTest(unittest.TestCase):
         self.addCleanup(self.daemon.cleanup)
 
     def test_a_long_session_fits_in_the_budget(self):
+        # A small real training first: its figures, checked against its own ground truth after
+        # the long session went through the same daemon, are those of a daemon without a budget.
+        out = os.path.join(self.daemon.dir, "truth.json")
+        t = self.daemon.run(PYTHON, os.path.join(HERE, "truth_train.py"), "--model", "gpt",
+                            "--steps", "3", "--out", out)
+        self.assertEqual(t.returncode, 0, t.stderr)
+        small = self.daemon.wait_analyzed(self.daemon.newest_session()["id"])["id"]
         r = subprocess.run([os.path.join(BIN, "bench_scale"), "--server", self.daemon.address,
                             "--events", str(EVENTS), "--no-raw"],
                            capture_output=True, text=True, timeout=1200)
@@ -53,6 +63,16 @@ class MemoryBudgetTest(unittest.TestCase):
               "events/s, analysis %.1f s" % (EVENTS, hwm / 2**20, CONSTANT >> 20,
                                             result["ingest_events_per_s"], result["analysis_s"]))
         self.assertLess(hwm, BUDGET + CONSTANT)
+        with open(out) as f:
+            truth = json.load(f)
+        weights = sum(truth["params"]["storages"].values())
+        for step, st in enumerate(truth["steps"], start=1):
+            b = self.daemon.cli_json("breakdown", str(small), "--step", str(step))
+            cats = {k: v["bytes"] for k, v in b["categories"].items()}
+            self.assertEqual(cats["WEIGHT"], weights)
+            if step > 1:
+                self.assertEqual(cats["OPTIMIZER_STATE"], sum(st["optimizer"]["storages"].values()))
+            self.assertEqual(sum(cats.values()), b["tracked_bytes"])
         # Every event is stored (events_stored counts what became part of a row).
         info = [s for s in self.daemon.cli_json("sessions")["sessions"]
                 if s["id"] == result["session"]][0]
