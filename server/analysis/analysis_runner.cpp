@@ -143,9 +143,10 @@ absl::Status AnalysisRunner::analyze(int64_t id) {
       std::max<size_t>(1u << 16, m_memoryBytes / 4 / sizeof(core::TotalPoint));
   options.cancel = &m_cancel;
   core::StreamingResult result = core::analyzeStream(**in, sink, options);
+  // The writer's own error first: the analysis only knows that its sink refused.
   const absl::Status written = sink.flush();
-  if (!result.error.empty()) return absl::InternalError(result.error);
   if (!written.ok()) return written;
+  if (!result.error.empty()) return absl::InternalError(result.error);
   auto shared = std::make_shared<core::StreamingResult>(std::move(result));
   return m_writer
       .submit([id, shared](Store& store) {
