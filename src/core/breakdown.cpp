@@ -41,29 +41,15 @@ MemoryState LivenessReplay::peak(uint64_t fromSeq, uint64_t toSeq) const {
 
 std::vector<MemoryState> LivenessReplay::peaks(
     const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
-  std::vector<MemoryState> best(ranges.size());
-  std::vector<bool> entered(ranges.size(), false);
+  RangePeakTracker tracker(ranges);
   MemoryState s;
-  size_t r = 0;
-  auto enter = [&](size_t i, uint64_t fromSeq) {
-    best[i] = s;
-    best[i].seq = fromSeq;
-    entered[i] = true;
-  };
   for (const Edge& e : m_edges) {
-    while (r < ranges.size() && e.seq >= ranges[r].second) {
-      if (!entered[r]) enter(r, ranges[r].first);
-      ++r;
-    }
-    if (r == ranges.size()) break;
-    if (e.seq >= ranges[r].first && !entered[r]) enter(r, ranges[r].first);
+    tracker.before(e.seq, s);
+    if (tracker.done()) break;
     apply(s, e);
-    if (entered[r] && s.trackedBytes > best[r].trackedBytes) best[r] = s;
+    tracker.after(s);
   }
-  for (; r < ranges.size(); ++r) {
-    if (!entered[r]) enter(r, ranges[r].first);
-  }
-  return best;
+  return tracker.finish(s);
 }
 
 MemoryState LivenessReplay::at(int64_t tsNs) const {

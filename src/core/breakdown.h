@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "src/core/categorize.h"
@@ -17,6 +18,60 @@ struct MemoryState {
   int64_t trackedBytes = 0;
   std::array<int64_t, kCategoryCount> bytes{};  // indexed by categoryIndex()
   std::array<int64_t, kCategoryCount> blocks{};
+};
+
+// One event of a replay applied to a state: a block of category index ci allocated (delta > 0)
+// or freed (delta < 0); fromSlack: a tensor in a segment, whose bytes move from or to the
+// segment's slack, leaving the tracked total as it is.
+inline void applyBlockEdge(MemoryState& s, uint64_t seq, int64_t tsNs, int64_t delta, int ci,
+                           bool fromSlack) {
+  constexpr int kSlack = categoryIndex(Category::kAllocatorSlack);
+  s.seq = seq;
+  s.tsNs = tsNs;
+  s.bytes[ci] += delta;
+  if (fromSlack)
+    s.bytes[kSlack] -= delta;
+  else
+    s.trackedBytes += delta;
+  s.blocks[ci] += delta > 0 ? 1 : -1;
+}
+
+// The highest state of each range of sequence numbers (sorted, disjoint), fed one event at a
+// time: before(seq, state) just before the event, after(state) just after it, finish(state) with
+// the last state. The state on entering a range is a candidate too (a range that only frees
+// peaks at its start); a range no event falls in holds the state then, at its first seq.
+class RangePeakTracker {
+ public:
+  explicit RangePeakTracker(std::vector<std::pair<uint64_t, uint64_t>> ranges)
+      : m_ranges(std::move(ranges)), m_best(m_ranges.size()), m_entered(m_ranges.size(), false) {}
+  void before(uint64_t seq, const MemoryState& s) {
+    while (m_r < m_ranges.size() && seq >= m_ranges[m_r].second) {
+      if (!m_entered[m_r]) enter(m_r, s);
+      ++m_r;
+    }
+    if (m_r < m_ranges.size() && seq >= m_ranges[m_r].first && !m_entered[m_r]) enter(m_r, s);
+  }
+  void after(const MemoryState& s) {
+    if (m_r < m_ranges.size() && m_entered[m_r] && s.trackedBytes > m_best[m_r].trackedBytes)
+      m_best[m_r] = s;
+  }
+  bool done() const { return m_r == m_ranges.size(); }
+  std::vector<MemoryState> finish(const MemoryState& last) {
+    for (; m_r < m_ranges.size(); ++m_r)
+      if (!m_entered[m_r]) enter(m_r, last);
+    return m_best;
+  }
+
+ private:
+  void enter(size_t i, const MemoryState& s) {
+    m_best[i] = s;
+    m_best[i].seq = m_ranges[i].first;
+    m_entered[i] = true;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> m_ranges;
+  std::vector<MemoryState> m_best;
+  std::vector<bool> m_entered;
+  size_t m_r = 0;
 };
 
 // Replays a session's blocks in sequence order (allocs and frees interleaved) with their
@@ -59,16 +114,8 @@ class LivenessReplay {
     bool fromSlack;
   };
   static void apply(MemoryState& s, const Edge& e) {
-    s.seq = e.seq;
-    s.tsNs = e.tsNs;
-    s.bytes[e.categoryIndex] += e.delta;
-    if (e.fromSlack)
-      s.bytes[kSlackIndex] -= e.delta;
-    else
-      s.trackedBytes += e.delta;
-    s.blocks[e.categoryIndex] += e.delta > 0 ? 1 : -1;
+    applyBlockEdge(s, e.seq, e.tsNs, e.delta, e.categoryIndex, e.fromSlack);
   }
-  static constexpr int kSlackIndex = categoryIndex(Category::kAllocatorSlack);
 
   static_assert(sizeof(Edge) == 32, "edges are the analysis's largest array: keep them small");
   std::vector<Edge> m_edges;  // sorted by seq

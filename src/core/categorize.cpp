@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 namespace tidemark::core {
@@ -68,6 +69,17 @@ std::set<int32_t> findSegments(const Recording& rec, std::vector<BlockCategory>&
 
 }  // namespace
 
+std::pair<Category, CategoryRule> decideCategory(const BlockFacts& f) {
+  if (f.isSegment) return {Category::kAllocatorSlack, CategoryRule::kAllocatorSegment};
+  if (f.tagCount > 0) return {f.tagCategory, CategoryRule::kTag};
+  if (f.workspaceCandidate) return {Category::kWorkspace, CategoryRule::kOutsideFramework};
+  if (f.phase != nullptr && f.freeSeq != kOpenSeq && f.freeSeq < f.phase->endSeq)
+    return {Category::kTemporary, CategoryRule::kWithinPhase};
+  if (f.phase != nullptr && f.phase->phase == Phase::kRecompute)
+    return {Category::kRecomputed, CategoryRule::kBornInRecompute};
+  return {Category::kUnknown, CategoryRule::kUntagged};
+}
+
 std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* stats) {
   std::vector<BlockCategory> out(rec.blocks.size());
 
@@ -116,28 +128,14 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
   for (size_t i = 0; i < rec.blocks.size(); ++i) {
     BlockCategory& bc = out[i];
     const Block& b = rec.blocks[i];
-    if (isSegment[i]) {
-      bc.category = Category::kAllocatorSlack;
-      bc.rule = CategoryRule::kAllocatorSegment;
-      continue;
-    }
-    if (bc.tagCount > 0) continue;
-    if (b.kind == MemoryKind::kDevice && tensorDevices.count(b.device) > 0) {
-      bc.category = Category::kWorkspace;
-      bc.rule = CategoryRule::kOutsideFramework;
-      continue;
-    }
-    const PhaseInterval* phase = rec.phaseAt(b.allocSeq);
-    if (phase != nullptr && b.freeSeq != kOpenSeq && b.freeSeq < phase->endSeq) {
-      bc.category = Category::kTemporary;
-      bc.rule = CategoryRule::kWithinPhase;
-    } else if (phase != nullptr && phase->phase == Phase::kRecompute) {
-      bc.category = Category::kRecomputed;
-      bc.rule = CategoryRule::kBornInRecompute;
-    } else {
-      bc.category = Category::kUnknown;
-      bc.rule = CategoryRule::kUntagged;
-    }
+    BlockFacts facts;
+    facts.isSegment = isSegment[i];
+    facts.tagCount = bc.tagCount;
+    facts.tagCategory = bc.category;
+    facts.workspaceCandidate = b.kind == MemoryKind::kDevice && tensorDevices.count(b.device) > 0;
+    facts.phase = rec.phaseAt(b.allocSeq);
+    facts.freeSeq = b.freeSeq;
+    std::tie(bc.category, bc.rule) = decideCategory(facts);
   }
   if (stats != nullptr) *stats = local;
   return out;

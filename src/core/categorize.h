@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "src/core/recording.h"
@@ -37,6 +38,19 @@ struct CategorizeStats {
   int64_t tagsMatched = 0;
   int64_t tagsUnmatched = 0;  // no block was live at the tag's address at its moment
 };
+
+// What the rules look at for one block, once its tags, the tensors in it and its free are known.
+struct BlockFacts {
+  bool isSegment = false;                     // a tensor lies in it
+  int tagCount = 0;                           // tags that matched it
+  Category tagCategory = Category::kUnknown;  // the highest-priority one's
+  bool workspaceCandidate = false;            // device memory on a device whose tensors are seen
+  const PhaseInterval* phase = nullptr;       // the innermost phase open at its allocation
+  uint64_t freeSeq = kOpenSeq;
+};
+// The category and the rule that decides it: a segment's slack, then a tag, then workspace,
+// then the lifetime and phase rules. categorize() and the streaming analysis both decide here.
+std::pair<Category, CategoryRule> decideCategory(const BlockFacts& facts);
 
 // One entry per block of recording.blocks (same order). Expects recording.sortBySeq().
 // Reconciliation (GPU): a tensor block lies in a segment; the segment is ALLOCATOR_SLACK less its

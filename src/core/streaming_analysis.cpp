@@ -146,8 +146,7 @@ struct OpenBlock {
   uint32_t tagName = 0;
   int tagCount = 0;
   bool hasPhase = false;
-  Phase phase = Phase::kNone;
-  uint64_t phaseEnd = kOpenSeq;
+  PhaseInterval phase;  // the innermost open at its allocation (when hasPhase)
   int64_t segmentId = -1;
   bool isSegment = false;
 };
@@ -219,8 +218,7 @@ class Categorizer {
     o.block = b;
     if (const PhaseInterval* p = m_phases.at(b.allocSeq)) {
       o.hasPhase = true;
-      o.phase = p->phase;
-      o.phaseEnd = p->endSeq;
+      o.phase = *p;
     }
     m_byAddress[b.address] = b.id;
     if (b.kind != MemoryKind::kTensor) {
@@ -274,24 +272,14 @@ class Categorizer {
 
   bool decide(const OpenBlock& o) {
     const Block& b = o.block;
-    Category c = Category::kUnknown;
-    CategoryRule rule = CategoryRule::kUntagged;
-    if (o.isSegment) {
-      c = Category::kAllocatorSlack;
-      rule = CategoryRule::kAllocatorSegment;
-    } else if (o.tagCount > 0) {
-      c = o.tagCategory;
-      rule = CategoryRule::kTag;
-    } else if (b.kind == MemoryKind::kDevice && m_tensorDevices.count(b.device) > 0) {
-      c = Category::kWorkspace;
-      rule = CategoryRule::kOutsideFramework;
-    } else if (o.hasPhase && !b.live() && b.freeSeq < o.phaseEnd) {
-      c = Category::kTemporary;
-      rule = CategoryRule::kWithinPhase;
-    } else if (o.hasPhase && o.phase == Phase::kRecompute) {
-      c = Category::kRecomputed;
-      rule = CategoryRule::kBornInRecompute;
-    }
+    BlockFacts facts;
+    facts.isSegment = o.isSegment;
+    facts.tagCount = o.tagCount;
+    facts.tagCategory = o.tagCategory;
+    facts.workspaceCandidate = b.kind == MemoryKind::kDevice && m_tensorDevices.count(b.device) > 0;
+    facts.phase = o.hasPhase ? &o.phase : nullptr;
+    facts.freeSeq = b.freeSeq;
+    const auto [c, rule] = decideCategory(facts);
     DecidedBlock d{b.id,
                    b.address,
                    b.sizeBytes,
@@ -341,17 +329,9 @@ bool replay(const DecidedSorter& decided, const std::atomic<bool>* cancel, Befor
   };
   std::priority_queue<Free, std::vector<Free>, std::greater<>> frees;
   MemoryState s;
-  constexpr int kSlack = categoryIndex(Category::kAllocatorSlack);
   auto apply = [&](uint64_t seq, int64_t ts, int64_t delta, int ci, bool fromSlack) {
     before(seq, static_cast<const MemoryState&>(s));
-    s.seq = seq;
-    s.tsNs = ts;
-    s.bytes[ci] += delta;
-    if (fromSlack)
-      s.bytes[kSlack] -= delta;
-    else
-      s.trackedBytes += delta;
-    s.blocks[ci] += delta > 0 ? 1 : -1;
+    applyBlockEdge(s, seq, ts, delta, ci, fromSlack);
     after(static_cast<const MemoryState&>(s));
   };
   auto reader = decided.read();
@@ -379,45 +359,11 @@ bool replay(const DecidedSorter& decided, const std::atomic<bool>* cancel, Befor
   return error.empty();
 }
 
-// The peak of each range (sorted, disjoint), as LivenessReplay::peaks, one event at a time.
-class RangePeaks {
- public:
-  explicit RangePeaks(std::vector<std::pair<uint64_t, uint64_t>> ranges)
-      : m_ranges(std::move(ranges)), m_best(m_ranges.size()), m_entered(m_ranges.size(), false) {}
-  void before(uint64_t seq, const MemoryState& s) {
-    while (m_r < m_ranges.size() && seq >= m_ranges[m_r].second) {
-      if (!m_entered[m_r]) enter(m_r, s);
-      ++m_r;
-    }
-    if (m_r < m_ranges.size() && seq >= m_ranges[m_r].first && !m_entered[m_r]) enter(m_r, s);
-  }
-  void after(const MemoryState& s) {
-    if (m_r < m_ranges.size() && m_entered[m_r] && s.trackedBytes > m_best[m_r].trackedBytes)
-      m_best[m_r] = s;
-  }
-  std::vector<MemoryState> finish(const MemoryState& last) {
-    for (; m_r < m_ranges.size(); ++m_r)
-      if (!m_entered[m_r]) enter(m_r, last);
-    return m_best;
-  }
-
- private:
-  void enter(size_t i, const MemoryState& s) {
-    m_best[i] = s;
-    m_best[i].seq = m_ranges[i].first;
-    m_entered[i] = true;
-  }
-  std::vector<std::pair<uint64_t, uint64_t>> m_ranges;
-  std::vector<MemoryState> m_best;
-  std::vector<bool> m_entered;
-  size_t m_r = 0;
-};
-
 std::vector<MemoryState> stepPeaks(const DecidedSorter& decided, const std::atomic<bool>* cancel,
                                    const std::vector<StepInterval>& steps, std::string& error) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const StepInterval& s : steps) ranges.emplace_back(s.beginSeq, s.endSeq);
-  RangePeaks peaks(ranges);
+  RangePeakTracker peaks(ranges);
   MemoryState last;
   replay(
       decided, cancel, [&](uint64_t seq, const MemoryState& s) { peaks.before(seq, s); },
@@ -538,25 +484,21 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
                            [&out](int level, int64_t chunk, const std::vector<TimelineSample>& s) {
                              return out.timelineChunk(level, chunk, s);
                            });
-  MemoryState best;
-  bool haveBest = false;
+  RangePeakTracker whole({{0, kOpenSeq}});  // as LivenessReplay::peak()
   MemoryState last;
   std::deque<TotalPoint> totals;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const StepInterval& s : steps) ranges.emplace_back(s.beginSeq, s.endSeq);
-  RangePeaks peaks(ranges);
+  RangePeakTracker peaks(ranges);
   bool sinkOk = true;
   const bool replayed = replay(
       decided, options.cancel,
       [&](uint64_t seq, const MemoryState& s) {
-        if (!haveBest) {  // the state before the first event is a candidate too
-          best = s;
-          haveBest = true;
-        }
+        whole.before(seq, s);
         peaks.before(seq, s);
       },
       [&](const MemoryState& s) {
-        if (s.trackedBytes > best.trackedBytes) best = s;
+        whole.after(s);
         peaks.after(s);
         last = s;
         sinkOk = sinkOk && timeline.add(s);
@@ -569,7 +511,6 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
   if (!replayed) return result;
   if (!sinkOk || !timeline.finish()) return result.error = "the sink failed", result;
   result.timelineLevels = timeline.levelCount();
-  if (!haveBest) best = last;
 
   std::vector<MemoryState> stepStates = peaks.finish(last);
   if (steps.empty()) {
@@ -581,9 +522,9 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
       if (!result.error.empty()) return result;
     }
   }
-  PeakReport whole;
-  whole.state = best;
-  result.peaks.push_back(whole);
+  PeakReport wholePeak;
+  wholePeak.state = whole.finish(last).front();
+  result.peaks.push_back(wholePeak);
   for (size_t i = 0; i < steps.size(); ++i) {
     PeakReport r;
     r.step = steps[i].step;
