@@ -380,6 +380,8 @@ grpc::Status IngestService::Stream(
   std::optional<v1::Goodbye> goodbye;
   absl::Status error;
   while (stream->Read(&message)) {
+    // The rows held past the session's share: read no more until they are on their way.
+    bool full = false;
     if (message.has_batch()) {
       if (goodbye) {
         error = absl::InvalidArgumentError("batch after goodbye");
@@ -388,6 +390,7 @@ grpc::Status IngestService::Stream(
       std::lock_guard<std::mutex> lock(ingestMutex);
       error = ingest->addBatch(message.batch());
       if (!error.ok()) break;
+      full = ingest->pendingRowBytes() >= m_maxPendingRowBytes;
     } else if (message.has_plan_result()) {
       const v1::PlanResult& r = message.plan_result();
       m_writer.post([sid = sessionId, r](Store& s) {
@@ -406,12 +409,7 @@ grpc::Status IngestService::Stream(
       break;
     }
     if (goodbye) continue;  // the end commits everything at once
-    bool full = false;
-    {
-      std::lock_guard<std::mutex> lock(ingestMutex);
-      full = ingest->pendingRowBytes() >= m_maxPendingRowBytes;
-    }
-    if (full) {  // read no more until the rows held are on their way to the store
+    if (full) {
       checkpoints.collect(true);
       if (!checkpoints.error().ok()) break;
       checkpointNow();
