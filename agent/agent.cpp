@@ -93,7 +93,20 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.bufferMemoryBytes = envNumber("TIDEMARK_BUFFER_MAX_BYTES", c.bufferMemoryBytes);
   c.ringWaitMs = static_cast<int>(envNumber("TIDEMARK_RING_WAIT_MS", c.ringWaitMs));
   c.lossy = envNumber("TIDEMARK_LOSSY", 0) != 0;
+  c.setSchedule(envOr("TIDEMARK_CAPTURE_STEPS", ""), envOr("TIDEMARK_CAPTURE_EVERY", ""),
+                envOr("TIDEMARK_CAPTURE_WINDOW", ""));
   return c;
+}
+
+void AgentConfig::setSchedule(const std::string& steps, const std::string& every,
+                              const std::string& window) {
+  std::string error;
+  schedule = core::CaptureSchedule::fromSettings(steps, every, window, &error);
+  if (!error.empty()) {
+    // The job runs on: recorded in full detail rather than not at all.
+    std::fprintf(stderr, "tidemark: capture schedule ignored (%s); every step in full detail\n",
+                 error.c_str());
+  }
 }
 
 Agent& Agent::instance() {
@@ -200,6 +213,7 @@ bool Agent::start() {
   tc.exitTimeoutMs = m_config.exitTimeoutMs;
   tc.firstEventSeq = m_sessionFirstSeq;
   tc.quiet = m_config.quiet;
+  tc.schedule = m_config.schedule;
   tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + std::to_string(m_ownerPid) + "-" +
                  std::to_string(base::wallNs() / 1000000) + ".bin";
   tc.handshake.set_pid(m_ownerPid);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct AgentConfig {
   int ringWaitMs = 2000;  // TIDEMARK_RING_WAIT_MS: the longest wait for room in a full ring
   bool lossy = false;     // TIDEMARK_LOSSY=1: full rings drop (counted) instead of waiting
   bool quiet = false;     // TIDEMARK_QUIET=1: no summary line at exit
+  // TIDEMARK_CAPTURE_STEPS ("3-4,10") or TIDEMARK_CAPTURE_EVERY/_WINDOW: full detail only in
+  // those steps, a summary for the others (agent/capture). None: every step in full detail.
+  std::optional<core::CaptureSchedule> schedule;
+  // Sets schedule from the settings; a bad one is said on stderr and ignored (full detail).
+  void setSchedule(const std::string& steps, const std::string& every, const std::string& window);
 
   static AgentConfig fromEnvironment();
 };

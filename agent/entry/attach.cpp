@@ -189,6 +189,8 @@ void* attachThread(void*) {
   if (std::string v = configValue(config, "tls_key"); !v.empty()) c.tlsKey = v;
   c.sessionName = configValue(config, "name");
   c.quiet = configValue(config, "quiet") == "1";
+  c.setSchedule(configValue(config, "capture_steps"), configValue(config, "capture_every"),
+                configValue(config, "capture_window"));
   Agent& agent = Agent::instance();
   if (!agent.attach(c)) {
     setMessage("the agent could not map its buffers");

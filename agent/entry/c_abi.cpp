@@ -8,7 +8,9 @@
 #include "agent/agent.h"
 
 using tidemark::agent::Agent;
+using tidemark::agent::CaptureFilter;
 using tidemark::agent::Record;
+using tidemark::agent::Recorder;
 using tidemark::agent::RecordKind;
 using tidemark::agent::RecursionGuard;
 using tidemark::agent::Transport;
@@ -95,7 +97,23 @@ TIDEMARK_EXPORT void tidemark_phase_end(int phase) {
   pushSimple(RecordKind::kPhaseEnd, static_cast<uint8_t>(phase), 0, 0, 0);
 }
 TIDEMARK_EXPORT void tidemark_step_begin(int64_t step) {
-  pushSimple(RecordKind::kStepBegin, 0, static_cast<uint64_t>(step), 0, 0);
+  // A capture schedule's full detail begins with this step: the live blocks the daemon has not
+  // seen are sent when the collector takes the mark, under numbers the mark reserves right after
+  // its own (sizeBytes of them), so that they come before anything of the step.
+  Transport* t = recordingHere() ? Agent::instance().transport() : nullptr;
+  const CaptureFilter* filter = t != nullptr ? t->captureFilter() : nullptr;
+  if (filter == nullptr || !filter->startsDetail(step)) {
+    pushSimple(RecordKind::kStepBegin, 0, static_cast<uint64_t>(step), 0, 0);
+    return;
+  }
+  RecursionGuard guard;
+  Recorder& recorder = Agent::instance().recorder();
+  Record r{};
+  r.kind = RecordKind::kStepBegin;
+  r.address = static_cast<uint64_t>(step);
+  r.sizeBytes = filter->restateBound(recorder.recordedCount());
+  r.device = -1;
+  recorder.push(r, r.sizeBytes);
 }
 TIDEMARK_EXPORT void tidemark_step_end(int64_t step) {
   pushSimple(RecordKind::kStepEnd, 0, static_cast<uint64_t>(step), 0, 0);

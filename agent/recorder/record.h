@@ -18,13 +18,20 @@ enum class RecordKind : uint8_t {
   kTag = 9,
   kCounter = 10,  // nameIid, the value in sizeBytes (as int64)
   kLaunch = 11,   // the CUDA call launching GPU work: its correlation id in address
+  // Made by the capture filter (agent/capture), never by a hook:
+  kSummarized = 12,   // the records seq..address were summarized, not sent (small 1: the
+                      // numbers were reserved and not used)
+  kStepSummary = 13,  // one figure of a summarized step: the step in address, the figure in
+                      // small, its category in reserved, the value in sizeBytes (as int64)
 };
+// kAlloc's reserved: sent again when full detail began (v1.Alloc.restated).
+inline constexpr uint16_t kAllocRestated = 1;
 
 struct Record {
   RecordKind kind;
-  uint8_t small;  // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree),
-                  // scope kind (kScope*: 0 module, 1 op, 2 kernel)
-  uint16_t reserved;
+  uint8_t small;      // category (kTag), phase (kPhase*), memory kind (kAlloc/kFree),
+                      // scope kind (kScope*: 0 module, 1 op, 2 kernel)
+  uint16_t reserved;  // kAlloc: kAllocRestated; kStepSummary: the category
   uint32_t threadId;
   uint64_t seq;
   int64_t tsNs;

@@ -160,17 +160,17 @@ void Recorder::notifyDrained() noexcept {
   if (m_waiters.load(std::memory_order_acquire) != 0) futexWakeAll(m_drainEpoch);
 }
 
-void Recorder::commit(Ring* ring, Record& record) noexcept {
-  record.seq = m_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
+void Recorder::commit(Ring* ring, Record& record, uint64_t extraSeqs) noexcept {
+  record.seq = m_seq.fetch_add(1 + extraSeqs, std::memory_order_acq_rel) + 1;
   ring->push(record);
 }
 
-bool Recorder::push(Record& record) noexcept {
+bool Recorder::push(Record& record, uint64_t extraSeqs) noexcept {
   Ring* ring = ringWithRoom();
   if (ring == nullptr) return false;
   record.threadId = ring->threadId;
   record.tsNs = base::monotonicNs();
-  commit(ring, record);
+  commit(ring, record, extraSeqs);
   return true;
 }
 

@@ -85,7 +85,9 @@ class Recorder {
   bool onFree(void* address) noexcept;
 
   // For the C ABI: fills seq, ts and thread id, then pushes. False if the record was dropped.
-  bool push(Record& record) noexcept;
+  // extraSeqs: the numbers right after the record's are taken too (for records made later
+  // that must come right after this one: a capture schedule's).
+  bool push(Record& record, uint64_t extraSeqs = 0) noexcept;
   // For sources with their own times and lanes (GPU activity, on the calling thread's ring):
   // keeps record.tsNs and record.threadId, fills seq. False if dropped.
   bool pushAt(Record& record) noexcept;
@@ -109,6 +111,11 @@ class Recorder {
     return n;
   }
 
+  // Takes n sequence numbers for records made outside a hook (a capture schedule's); the first.
+  uint64_t reserveSeqs(uint64_t n) noexcept {
+    return m_seq.fetch_add(n, std::memory_order_acq_rel) + 1;
+  }
+
   // Records pushed so far (the sequence numbers taken).
   uint64_t recordedCount() const noexcept { return m_seq.load(std::memory_order_acquire); }
   const DropCounters& drops() const noexcept { return m_drops; }
@@ -124,8 +131,8 @@ class Recorder {
   Ring* threadRing() noexcept;
   // The calling thread's ring if it has room for a record; else counts the drop, nullptr.
   Ring* ringWithRoom() noexcept;
-  // Takes the next sequence number and copies the record in.
-  void commit(Ring* ring, Record& record) noexcept;
+  // Takes the next sequence number (and extraSeqs more) and copies the record in.
+  void commit(Ring* ring, Record& record, uint64_t extraSeqs = 0) noexcept;
   Ring* claimRing() noexcept;
   // Lossless mode's slow path: true once the ring has room, false (drop) if the process is or
   // becomes degraded, or no collector runs.

@@ -13,11 +13,13 @@ constexpr uint32_t kStringIid = 1, kStringValue = 2;
 constexpr uint32_t kEventSeq = 1, kEventTs = 2, kEventThread = 3;
 constexpr uint32_t kEventAlloc = 10, kEventFree = 11, kEventScopeBegin = 12, kEventScopeEnd = 13,
                    kEventPhaseBegin = 14, kEventPhaseEnd = 15, kEventStepBegin = 16,
-                   kEventStepEnd = 17, kEventTag = 18, kEventCounter = 19, kEventLaunch = 20;
+                   kEventStepEnd = 17, kEventTag = 18, kEventCounter = 19, kEventLaunch = 20,
+                   kEventSummarized = 21, kEventStepFigure = 22;
 
 constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
 
-// A fixed buffer for one event: the largest (an Alloc with a negative device) takes 62 bytes.
+// A fixed buffer for one event: the largest (a restated Alloc with a negative device) takes 64
+// bytes.
 struct Buffer {
   uint8_t bytes[96];
   size_t size = 0;
@@ -70,6 +72,7 @@ uint32_t encodePayload(const Record& r, Buffer& p) noexcept {
       p.field(2, r.sizeBytes);
       p.field(3, r.small);
       p.signedField(4, r.device);
+      p.field(6, (r.reserved & kAllocRestated) != 0 ? 1 : 0);
       return kEventAlloc;
     case RecordKind::kFree:
       p.field(1, r.address);
@@ -110,6 +113,17 @@ uint32_t encodePayload(const Record& r, Buffer& p) noexcept {
       p.field(3, r.small);
       p.field(4, r.nameIid);
       return kEventTag;
+    case RecordKind::kSummarized:
+      p.field(1, r.address);
+      p.field(2, r.small != 0 ? 1 : 0);
+      return kEventSummarized;
+    case RecordKind::kStepSummary:
+      p.signedField(1, static_cast<int64_t>(r.address));
+      p.signedField(2, r.device);
+      p.field(3, r.small);
+      p.field(4, r.reserved);
+      p.signedField(5, static_cast<int64_t>(r.sizeBytes));
+      return kEventStepFigure;
   }
   return 0;  // a kind this build does not know: an event without payload
 }

@@ -51,6 +51,11 @@ Transport::Transport(Recorder& recorder, Interner& interner, TransportConfig con
   m_config.handshake.set_magic(kHandshakeMagic);
   m_config.handshake.set_protocol_version(kProtocolVersion);
   m_nextEventSeq = std::max<uint64_t>(1, m_config.firstEventSeq);
+  if (m_config.schedule) {
+    m_filter = std::make_unique<CaptureFilter>(
+        *m_config.schedule, [this](uint64_t n) { return m_recorder.reserveSeqs(n); },
+        m_interner.intern("reserved_bytes"));
+  }
 }
 
 Transport::~Transport() = default;
@@ -79,13 +84,20 @@ void Transport::collect() {
   t_recursionGuard = true;
   std::vector<Record> records;
   std::vector<Record> scratch;
+  std::vector<Record> kept;
   for (;;) {
     const bool last = m_collectorStop.load(std::memory_order_acquire);
     records.clear();
     m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
     if (!records.empty()) {
       orderBySeq(records, scratch);
-      m_log.append(records.data(), records.size());
+      if (m_filter) {
+        kept.clear();
+        m_filter->process(records, kept);
+        m_log.append(kept.data(), kept.size());
+      } else {
+        m_log.append(records.data(), records.size());
+      }
     }
     m_recorder.notifyDrained();
     {
@@ -699,6 +711,10 @@ v1::AgentCounters Transport::counters() const {
   c.set_lossy(m_recorder.lossy());
   c.set_events_buffered_to_disk(m_log.spilledTotal());
   c.set_reconnects(m_reconnects.load());
+  if (m_filter) {
+    c.set_events_summarized(m_filter->summarized());
+    c.set_blocks_restated(m_filter->restated());
+  }
   return c;
 }
 

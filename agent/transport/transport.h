@@ -6,12 +6,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
+#include "agent/capture/capture_filter.h"
 #include "agent/recorder/recorder.h"
 #include "agent/transport/interner.h"
 #include "agent/transport/record_log.h"
@@ -37,6 +39,8 @@ struct TransportConfig {
   uint64_t windowBytes = 48ull << 20;        // batches sent and not acknowledged yet, at most
   uint64_t firstEventSeq = 1;                // the session's first event (process-wide numbers)
   v1::Handshake handshake;  // pid, command line, ... (protocol fields are filled in here)
+  // Full detail only in these steps, summaries elsewhere (agent/capture); none: every step.
+  std::optional<core::CaptureSchedule> schedule;
 };
 
 // The agent's two threads. The collector empties the rings into the buffer (RecordLog) whenever
@@ -59,6 +63,8 @@ class Transport {
   void shutdown(int timeoutMs);
   // Waits (at most timeoutMs) until every record pushed before the call has been sent.
   bool flush(int timeoutMs);
+  // The capture schedule's filter (nullptr: every step in full detail).
+  const CaptureFilter* captureFilter() const { return m_filter.get(); }
 
   uint64_t sessionId() const { return m_sessionId.load(); }
 
@@ -120,6 +126,7 @@ class Transport {
   std::atomic<bool> m_collectorStop{false};
   uint64_t m_collectPasses = 0;  // under m_mutex
   RecordLog m_log;
+  std::unique_ptr<CaptureFilter> m_filter;  // the collector's
   bool m_toldDegraded = false;
   // False when shutdown() gave up waiting for the sender (its exit outran the exit timeout):
   // what it wrote is not confirmed. Read by summary().

@@ -245,7 +245,9 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
   constexpr const char* kUsageText =
       "usage: tidemark steps SESSION [--device D] [--server ADDR] [--json]\n\n"
       "Every step: its duration and its peak, in total and by category, with the change from\n"
-      "the step before. --device: the peaks of cpu, cuda or cuda:N memory only (default all).\n";
+      "the step before. --device: the peaks of cpu, cuda or cuda:N memory only (default all).\n"
+      "Steps a capture schedule summarized (tidemark run --steps) are marked: their peak is the\n"
+      "agent's measure, by the tags' categories only (UNKNOWN: what no tag named).\n";
   v1::StepsRequest req;
   std::vector<std::string> args = argsIn;
   if (int code = kExitOk; !takeDeviceOption("steps", &args, req.mutable_device(), &code))
@@ -264,6 +266,8 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
       out += std::string(i ? ",\n  " : "\n  ") + "{\"step\": " + std::to_string(st.step()) +
              ", \"begin_ts_ns\": " + std::to_string(st.begin_ts_ns()) +
              ", \"end_ts_ns\": " + std::to_string(st.end_ts_ns()) +
+             ", \"summarized\": " + (st.summarized() ? "true" : "false") +
+             ", \"events_summarized\": " + std::to_string(st.events_summarized()) +
              ", \"peak\": " + breakdownJson(st.peak()) + "}";
     }
     std::printf("%s]}\n", out.c_str());
@@ -283,7 +287,10 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
       }
     }
   }
+  bool anySummarized = false;
+  for (const v1::StepSummary& st : steps.steps()) anySummarized = anySummarized || st.summarized();
   std::printf("%5s %10s %12s %13s", "STEP", "TIME (ms)", "PEAK", "CHANGE");
+  if (anySummarized) std::printf(" %-8s", "DETAIL");
   for (int c : shown) {
     std::string n = steps.steps(0).peak().categories(c).name();
     std::printf(" %12s", n.substr(0, 12).c_str());
@@ -294,7 +301,9 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
     const int64_t peak = st.peak().tracked_bytes();
     std::printf("%5lld %10.1f %12s %13s", static_cast<long long>(st.step()),
                 st.end_ts_ns() ? static_cast<double>(st.end_ts_ns() - st.begin_ts_ns()) / 1e6 : 0.0,
-                humanBytes(peak).c_str(), previous < 0 ? "" : signedBytes(peak - previous).c_str());
+                peak < 0 ? "?" : humanBytes(peak).c_str(),
+                previous < 0 || peak < 0 ? "" : signedBytes(peak - previous).c_str());
+    if (anySummarized) std::printf(" %-8s", st.summarized() ? "summary" : "full");
     for (int c : shown) std::printf(" %12s", humanBytes(st.peak().categories(c).bytes()).c_str());
     std::printf("\n");
     previous = peak;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kAttachUsage =
     R"(usage: tidemark attach PID [--name NAME] [--no-adapter] [--ops] [--agent LIB] [--timeout S]
-                       [--json]
+                       [--steps A-B[,C-D] | --every N [--window W]] [--json]
 
 Records a running process that was started without tidemark. The process is stopped briefly
 (one thread, under ptrace), loads libtidemark_agent.so and starts it, and goes on exactly where
@@ -31,6 +31,9 @@ tensors they already hold. `tidemark detach PID` stops recording; a later attach
   --name NAME     the session's name
   --no-adapter    allocations only (no Python adapter)
   --ops           torch 2: every aten op as an op scope too (as `tidemark run --ops`)
+  --steps A-B     full detail only in these steps, summaries for the others (as `tidemark run
+                  --steps`; steps are counted from the attach, the first is 1)
+  --every N       full detail in a window of W steps (--window, default 1) every N steps
   --agent LIB     the agent library (default: beside tidemark, or $TIDEMARK_AGENT)
   --timeout S     how long to wait for the agent to report (default 60)
 
@@ -82,6 +85,7 @@ struct Args {
   bool adapter = true;
   bool ops = false;
   int timeoutS = 60;
+  std::string steps, every, window;  // a capture schedule
 };
 
 // Parses PID and the options; false with *exitCode set when the command should end here.
@@ -119,6 +123,11 @@ bool parseArgs(const char* command, const char* usage, bool attach,
       out->adapter = false;
     } else if (attach && a == "--ops") {
       out->ops = true;
+    } else if (attach && (a == "--steps" || a == "--every" || a == "--window")) {
+      std::string* into = a == "--steps"   ? &out->steps
+                          : a == "--every" ? &out->every
+                                           : &out->window;
+      if (!value(into)) return bad(a + " needs a value");
     } else if (a.rfind("-", 0) == 0) {
       return bad("unknown option '" + a + "'");
     } else if (!havePid) {
@@ -132,6 +141,10 @@ bool parseArgs(const char* command, const char* usage, bool attach,
     }
   }
   if (!havePid) return bad("no PID given");
+  if (attach && !checkCaptureOptions(command, out->steps, out->every, out->window)) {
+    *exitCode = kExitUsage;
+    return false;
+  }
   if (out->agent.empty()) out->agent = findAgent();
   if (out->agent.empty()) {
     std::fprintf(stderr, "tidemark %s: libtidemark_agent.so not found; set TIDEMARK_AGENT\n",
@@ -190,6 +203,9 @@ int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   o.sessionName = a.name;
   o.adapter = a.adapter;
   o.ops = a.ops;
+  o.captureSteps = a.steps;
+  o.captureEvery = a.every;
+  o.captureWindow = a.window;
   o.timeoutMs = a.timeoutS * 1000;
   if (!g.json) std::fprintf(stderr, "tidemark attach: attaching to process %ld…\n", a.pid);
   absl::StatusOr<inject::AttachReport> r = inject::attachAgent(static_cast<pid_t>(a.pid), o);

@@ -26,6 +26,10 @@ struct GlobalOptions {
 };
 
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+// A capture schedule's options (--steps, or --every with --window): true when they make one or
+// none; else says why on stderr, as `tidemark COMMAND: ...`.
+bool checkCaptureOptions(const char* command, const std::string& steps, const std::string& every,
+                         const std::string& window);
 int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int deleteCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args);

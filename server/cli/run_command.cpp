@@ -13,6 +13,7 @@
 #include "server/cli/commands.h"
 #include "server/cli/install_paths.h"
 #include "server/cli/own_daemon.h"
+#include "src/core/capture_schedule.h"
 #include "src/inject/elf_file.h"
 
 namespace tidemark::cli {
@@ -22,7 +23,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRunUsage =
-    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] [--lossy] [--ops] -- CMD [ARGS...]
+    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] [--lossy] [--ops]
+                    [--steps A-B[,C-D] | --every N [--window W]] -- CMD [ARGS...]
 
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
 (models, optimizers, phases, steps, tensor categories) without any change to the script.
@@ -35,6 +37,11 @@ they are spooled to a file that `tidemark upload` sends later.
                 instead of waiting for the agent to make room; the default loses nothing
   --ops         torch 2: every aten op as an op scope (tidemark ops, the peak's memory by op);
                 costs a CPU training step ~10 % more, so not on by default
+  --steps A-B   full detail only in these steps (3-4, or 3-4,10,20-25; the first step is 1);
+                every other step is recorded as a summary (its peak, the bytes by tag at the
+                peak, reserved, step time), at a cost that does not grow with its allocations
+  --every N     full detail in a window of W steps (--window, default 1) every N steps:
+                steps 1..W, N+1..N+W, ...; summaries between
   --no-adapter  allocations only: do not start the Python adapter (no scopes, phases, steps or
                 tags; categories then come from rules, steps from the recording's periodicity)
 environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
@@ -49,6 +56,18 @@ void prependEnv(const char* name, const std::string& value, char sep) {
 
 }  // namespace
 
+bool checkCaptureOptions(const char* command, const std::string& steps, const std::string& every,
+                         const std::string& window) {
+  if (!window.empty() && every.empty()) {
+    std::fprintf(stderr, "tidemark %s: --window goes with --every\n", command);
+    return false;
+  }
+  std::string error;
+  core::CaptureSchedule::fromSettings(steps, every, window, &error);
+  if (!error.empty()) std::fprintf(stderr, "tidemark %s: %s\n", command, error.c_str());
+  return error.empty();
+}
+
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   std::vector<std::string> cmd;
   std::string name;
@@ -56,6 +75,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   bool adapter = true;
   bool lossy = false;
   bool ops = false;
+  std::string steps, every, window;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -75,6 +95,12 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       lossy = true;
     } else if (a == "--ops") {
       ops = true;
+    } else if (a == "--steps" && i + 1 < args.size()) {
+      steps = args[++i];
+    } else if (a == "--every" && i + 1 < args.size()) {
+      every = args[++i];
+    } else if (a == "--window" && i + 1 < args.size()) {
+      window = args[++i];
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "tidemark run: unknown option '%s'\n", a.c_str());
       return kExitUsage;
@@ -83,6 +109,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     }
   }
   for (; i < args.size(); ++i) cmd.push_back(args[i]);
+  if (!checkCaptureOptions("run", steps, every, window)) return kExitUsage;
   if (cmd.empty()) {
     std::fputs("tidemark run: no command given\n", stderr);
     std::fputs(kRunUsage, stderr);
@@ -113,6 +140,10 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (lossy) setenv("TIDEMARK_LOSSY", "1", 1);
   if (ops) setenv("TIDEMARK_OPS", "1", 1);
+  // The job's environment may carry a schedule of its own: the options (or none) decide.
+  setenv("TIDEMARK_CAPTURE_STEPS", steps.c_str(), 1);
+  setenv("TIDEMARK_CAPTURE_EVERY", every.c_str(), 1);
+  setenv("TIDEMARK_CAPTURE_WINDOW", window.c_str(), 1);
   if (!python.empty()) {
     // tidemark_boot holds the sitecustomize that starts the agent (and, unless --no-adapter, the
     // adapter) once the interpreter is up; the package sits beside it.

@@ -24,6 +24,15 @@ constexpr StatInfo kStatInfo[] = {
     {"released_late", "error",
      "events that came after the reorder buffer had given up waiting for them (released out of "
      "order; counted in seq_gap no longer)"},
+    {"events_summarized", "info",
+     "events a capture schedule measured into step summaries in the agent and did not send "
+     "(tidemark run --steps / --every): not lost"},
+    {"blocks_restated", "info",
+     "blocks allocated while the agent summarized and sent when full detail began (their "
+     "allocation time is that moment)"},
+    {"summarized_overlap", "error",
+     "events that came with sequence numbers the agent had said it summarized (released as "
+     "they came)"},
     {"batches_resent", "info",
      "batches the agent sent again after a reconnect that were already stored (skipped)"},
 };
@@ -67,6 +76,10 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
                                         std::to_string(size) + " bytes is over the limit of " +
                                         std::to_string(kMaxSizeBytes) + " (256 TiB)");
     }
+    if (e.has_summarized() && e.summarized().last_seq() < e.seq()) {
+      return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) +
+                                        ": a summarized range ending before it begins");
+    }
     if ((e.seq() < m_nextSeq && !inSkippedGap(e.seq())) || m_pending.count(e.seq()) != 0) {
       return absl::InvalidArgumentError("sequence number " + std::to_string(e.seq()) +
                                         " received twice");
@@ -86,7 +99,7 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
     // The common case: the agent sends events in order, so the next one is released at once
     // without a trip through the reorder buffer.
     if (e.seq() == m_nextSeq && m_pending.empty()) {
-      m_nextSeq = e.seq() + 1;
+      m_nextSeq = seqAfter(e);
       release(e);
     } else if (e.seq() < m_nextSeq) {
       // Late: the reorder buffer gave up waiting for it (its gap was counted); released now,
@@ -106,6 +119,13 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
 void SessionIngest::releaseReady() {
   while (!m_pending.empty()) {
     auto it = m_pending.begin();
+    if (it->first < m_nextSeq) {
+      // Inside a range the agent said it summarized: released as it came, counted.
+      count("summarized_overlap");
+      release(it->second);
+      m_pending.erase(it);
+      continue;
+    }
     if (it->first != m_nextSeq) {
       if (m_pending.size() <= kMaxPendingEvents) break;
       count("reorder_overflow");
@@ -114,7 +134,7 @@ void SessionIngest::releaseReady() {
       m_skippedGaps[m_nextSeq] = it->first;
       while (m_skippedGaps.size() > kMaxSkippedGaps) m_skippedGaps.erase(m_skippedGaps.begin());
     }
-    m_nextSeq = it->first + 1;
+    m_nextSeq = seqAfter(it->second);
     release(it->second);
     m_pending.erase(it);
   }
@@ -153,6 +173,7 @@ void SessionIngest::release(const v1::Event& e) {
       b.threadId = e.thread_id();
       b.allocSeq = e.seq();
       b.allocTsNs = e.ts_ns();
+      if (a.restated()) count("blocks_restated");
       const OpenKey key{b.memoryKind, b.device, b.address};
       auto [it, inserted] = m_open.try_emplace(key, b);
       if (!inserted) {
@@ -272,6 +293,24 @@ void SessionIngest::release(const v1::Event& e) {
       m_rows.eventsStored += 1;
       break;
     }
+    case v1::Event::kSummarized:
+      if (!e.summarized().unused()) {
+        count("events_summarized", static_cast<int64_t>(e.summarized().last_seq() - e.seq() + 1));
+      }
+      break;
+    case v1::Event::kStepFigure: {
+      const v1::StepFigure& f = e.step_figure();
+      StepFigureRow row;
+      row.step = f.step();
+      row.device = f.device();
+      row.figure = f.figure();
+      row.category = f.category();
+      row.tsNs = e.ts_ns();
+      row.value = f.value();
+      m_rows.stepFigures.push_back(row);
+      m_rows.eventsStored += 1;
+      break;
+    }
     case v1::Event::PAYLOAD_NOT_SET:
       break;
   }
@@ -314,8 +353,9 @@ SessionRows SessionIngest::finish() {
   // Whatever is left is released in order; the holes are lost events.
   while (!m_pending.empty()) {
     auto it = m_pending.begin();
-    if (it->first != m_nextSeq) count("seq_gap", static_cast<int64_t>(it->first - m_nextSeq));
-    m_nextSeq = it->first + 1;
+    if (it->first > m_nextSeq) count("seq_gap", static_cast<int64_t>(it->first - m_nextSeq));
+    if (it->first < m_nextSeq) count("summarized_overlap");
+    m_nextSeq = std::max(m_nextSeq, seqAfter(it->second));
     release(it->second);
     m_pending.erase(it);
   }

@@ -91,6 +91,10 @@ class SessionIngest {
 
  private:
   void releaseReady();
+  // The sequence number after an event: after the range it stands for, for a Summarized one.
+  static uint64_t seqAfter(const v1::Event& e) {
+    return (e.has_summarized() ? e.summarized().last_seq() : e.seq()) + 1;
+  }
   void release(const v1::Event& e);
   void count(const std::string& name, int64_t n = 1) { m_stats[name] += n; }
   static void openInterval(std::vector<IntervalRow>& stack, IntervalRow row, const v1::Event& e);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/step_figures.h"
 #include "server/store/store.h"
 #include "src/core/breakdown.h"
 #include "src/core/categorize.h"
@@ -186,14 +187,24 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   if (!peaks.ok()) return toGrpc(peaks.status());
   std::map<int64_t, const core::PeakReport*> byStep;
   for (const core::PeakReport& p : *peaks) byStep[p.step] = &p;
+  // Steps a capture schedule summarized: the agent's figures, not the replay of what was sent.
+  auto figures = Store::loadStepFigures(m_dbPath, id);
+  if (!figures.ok()) return toGrpc(figures.status());
+  std::map<int64_t, std::vector<StepFigureRow>> figuresByStep;
+  for (const StepFigureRow& f : *figures) figuresByStep[f.step].push_back(f);
   response->set_session_id(static_cast<uint64_t>(id));
   for (const core::StepInterval& s : steps->steps) {
+    auto summarized = figuresByStep.find(s.step);
     auto it = byStep.find(s.step);
-    if (it == byStep.end()) continue;
+    if (it == byStep.end() && summarized == figuresByStep.end()) continue;
     v1::StepSummary* out = response->add_steps();
     out->set_step(s.step);
     out->set_begin_ts_ns(s.beginTsNs);
     out->set_end_ts_ns(s.endSeq == core::kOpenSeq ? 0 : s.endTsNs);
+    if (summarized != figuresByStep.end()) {
+      fillSummarizedStep(summarized->second, *device, id, startTs, out);
+      continue;
+    }
     fillBreakdown(id, it->second->state, s.step, it->second->phase, it->second->scope, true,
                   out->mutable_peak());
     out->mutable_peak()->set_offset_ns(it->second->state.tsNs - startTs);

@@ -146,6 +146,20 @@ CREATE TABLE IF NOT EXISTS step (
   PRIMARY KEY (session_id, step)
 ) WITHOUT ROWID;
 
+-- Steps a capture schedule summarized (`tidemark run --steps 3-4`): the figures the agent
+-- measured of each (tidemark.v1.StepFigure), in place of their events. A summary: retention
+-- keeps it with the steps.
+CREATE TABLE IF NOT EXISTS step_figure (
+  session_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  device INTEGER NOT NULL,    -- -1 host, N cuda:N, -2 all memory together
+  figure INTEGER NOT NULL,    -- tidemark.v1.SummaryFigure
+  category INTEGER NOT NULL,  -- tidemark.v1.Category (bytes at the peak), else 0
+  ts_ns INTEGER NOT NULL,
+  value INTEGER NOT NULL,
+  PRIMARY KEY (session_id, step, device, figure, category)
+) WITHOUT ROWID;
+
 -- The ingest state of a live session at its last commit (tidemark.v1.IngestCheckpoint: open
 -- blocks, open intervals, the next sequence numbers), written in the same transaction as the
 -- rows it accounts for: a restarted daemon continues the session from here when its agent

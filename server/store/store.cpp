@@ -183,6 +183,9 @@ absl::Status Store::prepareStatements() {
   m_insertStep = m_db.prepare(
       "INSERT OR REPLACE INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, end_ts_ns) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  m_insertStepFigure = m_db.prepare(
+      "INSERT OR REPLACE INTO step_figure(session_id, step, device, figure, category, ts_ns, "
+      "value) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   m_addCounts = m_db.prepare(
       "UPDATE session SET events_received = events_received + ?2, "
       "events_stored = events_stored + ?3, block_count = block_count + ?6, "
@@ -195,9 +198,9 @@ absl::Status Store::prepareStatements() {
       "INSERT INTO stat(session_id, name, severity, value, description) "
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(session_id, name) DO UPDATE SET "
       "value = value + excluded.value");
-  for (const Statement* st :
-       {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag, &m_insertScope,
-        &m_insertPhase, &m_insertStep, &m_addCounts, &m_endSession, &m_upsertStat}) {
+  for (const Statement* st : {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag,
+                              &m_insertScope, &m_insertPhase, &m_insertStep, &m_insertStepFigure,
+                              &m_addCounts, &m_endSession, &m_upsertStat}) {
     if (auto s = checkPrepared(*st, m_db); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -286,6 +289,11 @@ absl::Status Store::writeRows(const SessionRows& r) {
     m_insertStep.bind(1, sid).bind(2, st.step).bind(3, s64(st.beginSeq)).bind(4, st.beginTsNs);
     bindEnd(m_insertStep, 5, st.endSeq, st.endTsNs);
     if (auto s = m_insertStep.run(); !s.ok()) return s;
+  }
+  for (const StepFigureRow& f : r.stepFigures) {
+    m_insertStepFigure.bind(1, sid).bind(2, f.step).bind(3, f.device).bind(4, f.figure);
+    m_insertStepFigure.bind(5, f.category).bind(6, f.tsNs).bind(7, f.value);
+    if (auto s = m_insertStepFigure.run(); !s.ok()) return s;
   }
   if (r.eventsReceived != 0 || r.eventsStored != 0 || firstBlock != 0) {
     m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
@@ -558,8 +566,8 @@ constexpr const char* kRawRowTables[] = {
     "tag", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
 constexpr const char* kRawSmallTables[] = {"string", "block_category", "ingest_checkpoint"};
 // What remains of a pruned session, dropped with it.
-constexpr const char* kSummaryTables[] = {"step",          "stat",      "timeline_chunk", "peak",
-                                          "peak_category", "peak_item", "applied_plan"};
+constexpr const char* kSummaryTables[] = {"step", "step_figure",   "stat",      "timeline_chunk",
+                                          "peak", "peak_category", "peak_item", "applied_plan"};
 }  // namespace
 
 absl::Status Store::markRawPruned(int64_t sid, int64_t wallNs) {
@@ -649,6 +657,28 @@ absl::StatusOr<int64_t> Store::freePageCount() {
 
 absl::Status Store::releaseFreePages(int64_t maxPages) {
   return m_db.exec("PRAGMA incremental_vacuum(" + std::to_string(maxPages) + ")");
+}
+
+absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(const std::string& path,
+                                                                  int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT step, device, figure, category, ts_ns, value FROM step_figure WHERE session_id = ?1 "
+      "ORDER BY step, device, figure, category");
+  st.bind(1, id);
+  std::vector<StepFigureRow> out;
+  while (st.step()) {
+    StepFigureRow f;
+    f.step = st.columnInt(0);
+    f.device = static_cast<int32_t>(st.columnInt(1));
+    f.figure = static_cast<int>(st.columnInt(2));
+    f.category = static_cast<int>(st.columnInt(3));
+    f.tsNs = st.columnInt(4);
+    f.value = st.columnInt(5);
+    out.push_back(f);
+  }
+  return out;
 }
 
 absl::StatusOr<core::Recording> Store::loadSteps(const std::string& path, int64_t id) {

@@ -85,6 +85,16 @@ struct StepRow {
   int64_t endTsNs = 0;
 };
 
+// One figure of a step the agent summarized (a capture schedule): v1.StepFigure.
+struct StepFigureRow {
+  int64_t step = 0;
+  int32_t device = -2;  // -1 host, N cuda:N, -2 all memory
+  int figure = 0;       // v1.SummaryFigure
+  int category = 0;     // v1.Category for SUMMARY_FIGURE_BYTES_AT_PEAK, else 0
+  int64_t tsNs = 0;
+  int64_t value = 0;
+};
+
 struct StatRow {
   std::string name;
   std::string severity;  // info | error | data_loss
@@ -103,12 +113,13 @@ struct SessionRows {
   std::vector<IntervalRow> scopes;
   std::vector<IntervalRow> phases;
   std::vector<StepRow> steps;
+  std::vector<StepFigureRow> stepFigures;
   int64_t eventsReceived = 0;  // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
     return strings.empty() && blocks.empty() && tags.empty() && counters.empty() &&
            launches.empty() && scopes.empty() && phases.empty() && steps.empty() &&
-           eventsReceived == 0 && eventsStored == 0;
+           stepFigures.empty() && eventsReceived == 0 && eventsStored == 0;
   }
 };
 
@@ -261,6 +272,9 @@ class Store {
                                                        bool withBlocks = true);
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
+  // The figures of the steps the agent summarized (none when every step was in full detail).
+  static absl::StatusOr<std::vector<StepFigureRow>> loadStepFigures(const std::string& path,
+                                                                    int64_t id);
   // The last value of the counter `name` at or before seq, or nullopt when it has none.
   static absl::StatusOr<std::optional<int64_t>> counterAt(const std::string& path, int64_t id,
                                                           const std::string& name, uint64_t seq);
@@ -288,7 +302,7 @@ class Store {
   std::string m_path;
   Database m_db;
   Statement m_insertSession, m_insertString, m_insertBlock, m_insertTag, m_insertScope,
-      m_insertPhase, m_insertStep, m_addCounts, m_endSession, m_upsertStat;
+      m_insertPhase, m_insertStep, m_insertStepFigure, m_addCounts, m_endSession, m_upsertStat;
 };
 
 }  // namespace tidemark::server

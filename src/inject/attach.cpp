@@ -169,7 +169,8 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
       "server=", options.server, "\ntoken=", options.token, "\ntls_ca=", options.tlsCa,
       "\ntls_cert=", options.tlsCert, "\ntls_key=", options.tlsKey, "\nname=", options.sessionName,
       "\npython=", options.pythonDir, "\nadapter=", options.adapter ? "1" : "0",
-      "\nops=", options.ops ? "1" : "0", "\n");
+      "\nops=", options.ops ? "1" : "0", "\ncapture_steps=", options.captureSteps,
+      "\ncapture_every=", options.captureEvery, "\ncapture_window=", options.captureWindow, "\n");
   auto configAt = t.pushData(config);
   if (!configAt.ok()) return configAt.status();
   auto statusAt = remoteSymbol(pid, t.maps(), options.agentPath, "tidemark_attach_status");

@@ -17,7 +17,9 @@ struct AttachOptions {
   std::string tlsCa, tlsCert, tlsKey;  // TLS to the daemon: PEM files ("" : none)
   std::string sessionName;
   bool adapter = true;
-  bool ops = false;       // torch 2: op scopes (the adapter turns torch's op callback on)
+  bool ops = false;  // torch 2: op scopes (the adapter turns torch's op callback on)
+  // A capture schedule (core::CaptureSchedule's settings; all empty: every step in detail).
+  std::string captureSteps, captureEvery, captureWindow;
   int timeoutMs = 60000;  // for the agent to report (the adapter waits for the GIL)
 };
 

@@ -34,6 +34,7 @@ v1::AgentMessage reference(uint64_t batchSeq,
         a->set_size_bytes(r.sizeBytes);
         a->set_kind(static_cast<v1::MemoryKind>(r.small));
         a->set_device(r.device);
+        a->set_restated((r.reserved & kAllocRestated) != 0);
         break;
       }
       case RecordKind::kFree: {
@@ -81,6 +82,19 @@ v1::AgentMessage reference(uint64_t batchSeq,
         t->set_name_iid(r.nameIid);
         break;
       }
+      case RecordKind::kSummarized:
+        e->mutable_summarized()->set_last_seq(r.address);
+        e->mutable_summarized()->set_unused(r.small != 0);
+        break;
+      case RecordKind::kStepSummary: {
+        auto* f = e->mutable_step_figure();
+        f->set_step(static_cast<int64_t>(r.address));
+        f->set_device(r.device);
+        f->set_figure(static_cast<v1::SummaryFigure>(r.small));
+        f->set_category(static_cast<v1::Category>(r.reserved));
+        f->set_value(static_cast<int64_t>(r.sizeBytes));
+        break;
+      }
     }
   }
   return m;
@@ -97,11 +111,12 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
   std::vector<Record> records;
   uint64_t seq = 1;
   // Every kind with all fields zero (an empty payload must still select the oneof member) ...
-  for (uint8_t k = 1; k <= 11; ++k) records.push_back(record(static_cast<RecordKind>(k), seq++));
+  for (uint8_t k = 1; k <= 13; ++k) records.push_back(record(static_cast<RecordKind>(k), seq++));
   // ... with the largest and the negative values each field can hold ...
-  for (uint8_t k = 1; k <= 11; ++k) {
+  for (uint8_t k = 1; k <= 13; ++k) {
     Record r = record(static_cast<RecordKind>(k), std::numeric_limits<uint64_t>::max() - k);
     r.small = 3;
+    r.reserved = k == 1 ? kAllocRestated : 11;  // a restated alloc; a figure's category
     r.threadId = std::numeric_limits<uint32_t>::max();
     r.tsNs = std::numeric_limits<int64_t>::min();
     r.address = std::numeric_limits<uint64_t>::max();  // a step of -1, a correlation id cut
@@ -113,8 +128,9 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
   // ... and at random.
   std::mt19937_64 random(11);
   for (int i = 0; i < 2000; ++i) {
-    Record r = record(static_cast<RecordKind>(1 + random() % 11), random() >> (random() % 64));
+    Record r = record(static_cast<RecordKind>(1 + random() % 13), random() >> (random() % 64));
     r.small = static_cast<uint8_t>(random() % 4);
+    r.reserved = static_cast<uint16_t>(random() % 12);
     r.threadId = static_cast<uint32_t>(random() >> (random() % 64));
     r.tsNs = static_cast<int64_t>(random() >> (random() % 64));
     r.address = random() >> (random() % 64);
@@ -132,7 +148,9 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
     ASSERT_TRUE(parsed.ParseFromString(ours));
     ASSERT_EQ(parsed.batch().events_size(), static_cast<int>(records.size()));
     EXPECT_EQ(parsed.batch().events(0).payload_case(), v1::Event::kAlloc);
-    EXPECT_EQ(parsed.batch().events(12).free().device(), -1);  // the extreme Free
+    EXPECT_EQ(parsed.batch().events(14).free().device(), -1);  // the extreme Free
+    EXPECT_TRUE(parsed.batch().events(13).alloc().restated());
+    EXPECT_EQ(parsed.batch().events(25).step_figure().step(), -1);
   }
   // Nothing at all: an AgentMessage whose batch is present and empty.
   EXPECT_EQ(encodeBatchMessage(0, {}, {}), reference(0, {}, {}).SerializeAsString());
