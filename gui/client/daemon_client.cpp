@@ -169,7 +169,8 @@ absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,
   if (auto s = fromGrpc(m_stubs->query->GetSteps(&ctx, req, &resp)); !s.ok()) return s;
   std::vector<StepRow> out;
   for (const v1::StepSummary& st : resp.steps())
-    out.push_back({st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak())});
+    out.push_back(
+        {st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak()), st.summarized()});
   return out;
 }
 

@@ -43,6 +43,9 @@ struct StepRow {
   int64_t step = 0;
   int64_t beginNs = 0, endNs = 0;  // endNs 0 while open
   Moment peak;
+  // A capture schedule recorded it as a summary: peak is the agent's measure, by tag only, and
+  // no events of it were stored (no timeline, no items).
+  bool summarized = false;
 };
 
 struct TimelineData {

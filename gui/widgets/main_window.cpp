@@ -314,15 +314,21 @@ void MainWindow::loadSteps() {
           const QString change = previous < 0       ? QString()
                                  : peak >= previous ? QStringLiteral("+") + bytes(peak - previous)
                                                     : QStringLiteral("-") + bytes(previous - peak);
-          new QTreeWidgetItem(m_steps,
-                              {QString::number(s.step),
-                               s.endNs > 0 ? tr("%1 ms").arg((s.endNs - s.beginNs) / 1e6, 0, 'f', 1)
-                                           : tr("running"),
-                               bytes(peak), change});
+          auto* item = new QTreeWidgetItem(
+              m_steps, {s.summarized ? tr("%1 (summary)").arg(s.step) : QString::number(s.step),
+                        s.endNs > 0 ? tr("%1 ms").arg((s.endNs - s.beginNs) / 1e6, 0, 'f', 1)
+                                    : tr("running"),
+                        bytes(peak), change});
+          if (s.summarized) {
+            item->setToolTip(0, tr("Recorded as a summary (capture schedule): the peak as the "
+                                   "agent measured it, by tag only; no timeline or items"));
+          }
           previous = peak;
         }
+        // Summarized steps have no timeline to compare.
         std::vector<StepSpan> spans;
-        for (const StepRow& s : m_stepRows) spans.push_back({s.beginNs, s.endNs});
+        for (const StepRow& s : m_stepRows)
+          spans.push_back(s.summarized ? StepSpan{0, 0} : StepSpan{s.beginNs, s.endNs});
         if (const auto pair = defaultComparison(spans))
           compareSteps(static_cast<int>(pair->first), static_cast<int>(pair->second));
         emit stepsReady();
@@ -332,7 +338,7 @@ void MainWindow::loadSteps() {
 void MainWindow::openStep(int row) {
   if (row < 0 || row >= static_cast<int>(m_stepRows.size())) return;
   const StepRow& s = m_stepRows[static_cast<size_t>(row)];
-  if (s.endNs > s.beginNs) {
+  if (s.endNs > s.beginNs && !s.summarized) {
     m_timeline->range().set(s.beginNs, s.endNs);
     loadTimeline();
   }
@@ -355,6 +361,10 @@ void MainWindow::compareSteps(int rowA, int rowB) {
   const StepRow b = m_stepRows[static_cast<size_t>(rowB)];
   if (a.endNs <= a.beginNs || b.endNs <= b.beginNs) {
     m_status->setText(tr("a running step cannot be compared yet"));
+    return;
+  }
+  if (a.summarized || b.summarized) {
+    m_status->setText(tr("a summarized step has no timeline to compare"));
     return;
   }
   const uint64_t id = m_current->id;
