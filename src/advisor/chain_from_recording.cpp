@@ -95,6 +95,19 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     if (step->endSeq == kOpenSeq)
       return absl::FailedPreconditionError(absl::StrCat("step ", stepNo, " did not finish"));
   } else {
+    // The last complete step with a forward and a backward (a capture schedule's summarized
+    // steps have none: the last one recorded in detail), else the last complete one.
+    std::vector<uint8_t> seen(rec.steps.size(), 0);  // 1 forward, 2 backward
+    for (const PhaseInterval& ph : rec.phases) {
+      if (ph.phase != Phase::kForward && ph.phase != Phase::kBackward) continue;
+      auto it =
+          std::upper_bound(rec.steps.begin(), rec.steps.end(), ph.beginSeq,
+                           [](uint64_t seq, const StepInterval& s) { return seq < s.beginSeq; });
+      if (it == rec.steps.begin() || !(it - 1)->contains(ph.beginSeq)) continue;
+      seen[static_cast<size_t>(it - 1 - rec.steps.begin())] |= ph.phase == Phase::kForward ? 1 : 2;
+    }
+    for (size_t i = rec.steps.size(); i-- > 0 && step == nullptr;)
+      if (rec.steps[i].endSeq != kOpenSeq && seen[i] == 3) step = &rec.steps[i];
     for (auto it = rec.steps.rbegin(); it != rec.steps.rend() && step == nullptr; ++it)
       if (it->endSeq != kOpenSeq) step = &*it;
     if (step == nullptr)

@@ -81,6 +81,13 @@ class CaptureScheduleTest(unittest.TestCase):
                 # The step's time is the step's, as recorded.
                 self.assertGreater(s["end_ts_ns"], s["begin_ts_ns"])
 
+    def test_the_advisor_plans_from_the_last_step_recorded_in_detail(self):
+        sid = str(self.scheduled["id"])
+        chain = self.daemon.cli("chain", sid).stdout
+        self.assertIn("from step 4 ", chain)
+        plan = self.daemon.cli("plan", sid, "--budget", "70%", check=False)
+        self.assertEqual(plan.returncode, 0, plan.stderr)
+
     def test_every_window_details_the_windows_and_summarizes_between(self):
         every = self.steps(self.every)
         full = self.steps(self.full)

@@ -118,6 +118,28 @@ TEST(ChainFromRecording, SaysWhatIsMissing) {
   EXPECT_NE(c.status().message().find("no forward and backward phases"), std::string::npos);
 }
 
+// A capture schedule summarized the steps after the detailed one: they have marks and no phases.
+// The advisor takes the last step recorded in detail, not the last step.
+TEST(ChainFromRecording, TakesTheLastStepRecordedInDetail) {
+  Recording rec = twoBlocks();
+  for (int64_t n = 2; n <= 3; ++n) {
+    StepInterval summarized;
+    summarized.step = n;
+    summarized.beginSeq = 100 + static_cast<uint64_t>(n) * 10;
+    summarized.endSeq = summarized.beginSeq + 5;
+    rec.steps.push_back(summarized);
+  }
+  rec.sortBySeq();
+  const std::vector<BlockCategory> cats = categorize(rec);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, cats, 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 1);
+  // Asked for by number, a summarized step says what it lacks.
+  c = chainFromRecording(rec, cats, 3, "");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("step 3 has no forward and backward"), std::string::npos);
+}
+
 // The last block ran under checkpoint: at the start of the backward it is recomputed (a1' and
 // its output regenerated) before its backward scope begins. That moment is the model's
 // recomputation of the block, not the end of the forward: the memory outside the chain at the end
