@@ -160,6 +160,34 @@ class AttachTest(DaemonTestCase):
             self.assertEqual(ops, {})
             self.assertIn("tidemark: op scopes are off: op scopes need torch 2", err)
 
+    def test_attach_with_a_capture_schedule(self):
+        """`tidemark attach --steps 2-3`: the steps counted from the attach; steps 2-3 in full
+        detail, the others summarized (the job's losses unchanged, nothing counted lost)."""
+        args = ("--steps", "10", "--seed", "5", "--layers", "2")
+        ref_losses, _, _ = self.reference(*args)
+        job = Job(*args)
+        try:
+            job.wait_for_step(2)
+            rc, a, err = self.cli("attach", str(job.pid), "--steps", "2-3")
+            self.assertEqual(rc, 0, err)
+            rc, out, err = job.finish()
+        finally:
+            job.kill()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(parse_run(out)[0], ref_losses)
+        sid = a["session"]
+        self.wait_ended(sid)
+        self.daemon.wait_analyzed(sid)
+        steps = {s["step"]: s for s in self.daemon.cli_json("steps", str(sid))["steps"]}
+        self.assertGreaterEqual(len(steps), 4, steps.keys())
+        self.assertEqual(sorted(n for n, s in steps.items() if not s["summarized"]), [2, 3])
+        for n, s in steps.items():
+            self.assertGreater(s["peak"]["tracked_bytes"], 0, n)
+        stats = dict(self.daemon.sql("SELECT name, value FROM stat WHERE session_id = ?", sid))
+        self.assertGreater(stats.get("events_summarized", 0), 0)
+        self.assertEqual(stats.get("seq_gap", 0), 0)
+        self.assertEqual(stats.get("free_of_untracked", 0), 0)
+
     def test_detach_and_attach_again_twenty_times(self):
         args = ("--steps", "3000", "--seed", "2", "--layers", "2", "--d-model", "32",
                 "--seq-len", "16", "--batch", "2", "--checkpoint", "")
