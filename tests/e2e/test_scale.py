@@ -7,6 +7,7 @@ whole session are refused, saying so."""
 import json
 import os
 import subprocess
+import time
 import unittest
 
 from tidemark_env import BIN, PYTHON, Daemon
@@ -79,6 +80,67 @@ class MemoryBudgetTest(unittest.TestCase):
         self.assertEqual(info["events_received"], EVENTS)
         self.assertTrue(info["analyzed"])
         self.assertGreater(result["peak_bytes"], 0)
+
+
+
+def bench_scale(daemon, events, wait=True):
+    cmd = [os.path.join(BIN, "bench_scale"), "--server", daemon.address, "--events", str(events),
+           "--no-raw"]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    if r.returncode != 0:
+        raise AssertionError(r.stderr + daemon.read_log())
+    return json.loads(r.stdout)
+
+
+class AnalysisKilledTest(unittest.TestCase):
+    """A daemon killed (SIGKILL) in the middle of a session's analysis: the next one on the same
+    store does the analysis again from the start, and its figures are those of an analysis that
+    was never interrupted (the same session, analysed whole by another daemon)."""
+
+    EVENTS = 3000000
+
+    def setUp(self):
+        self.reference = Daemon()
+        self.addCleanup(self.reference.cleanup)
+        self.daemon = Daemon()
+        self.addCleanup(self.daemon.cleanup)
+
+    def figures(self, daemon, sid):
+        peak = daemon.cli_json("peak", str(sid))
+        timeline = daemon.cli_json("timeline", str(sid), "--buckets", "64")
+        return peak["breakdown"], timeline["buckets"]
+
+    def test_the_analysis_is_redone_after_a_kill(self):
+        expected = bench_scale(self.reference, self.EVENTS)
+        ref_peak, ref_timeline = self.figures(self.reference, expected["session"])
+        self.assertEqual(ref_peak["tracked_bytes"], expected["peak_bytes"])
+
+        client = bench_scale(self.daemon, self.EVENTS, wait=False)
+        self.addCleanup(client.kill)
+        # Killed once the analysis has written part of its results and not finished.
+        deadline = time.time() + 600
+        while True:
+            self.assertLess(time.time(), deadline, "the analysis never started")
+            rows = self.daemon.sql("SELECT id, analyzed FROM session")
+            if rows:
+                sid, analyzed = rows[0]
+                self.assertEqual(analyzed, 0, "the analysis ended before the kill: raise EVENTS")
+                (written,), = self.daemon.sql(
+                    "SELECT COUNT(*) FROM block_category WHERE session_id = ?", sid)
+                if written > 0:
+                    break
+            time.sleep(0.02)
+        self.daemon.kill_and_restart()
+        (analyzed,), = self.daemon.sql("SELECT analyzed FROM session WHERE id = ?", sid)
+        self.assertEqual(analyzed, 0)
+        self.daemon.wait_analyzed(sid, timeout=600)
+        peak, timeline = self.figures(self.daemon, sid)
+        self.assertEqual(peak["tracked_bytes"], expected["peak_bytes"])
+        for key in ("categories", "ts_ns", "seq", "tracked_bytes"):
+            self.assertEqual(peak[key], ref_peak[key], key)
+        self.assertEqual(timeline, ref_timeline)
 
 
 if __name__ == "__main__":

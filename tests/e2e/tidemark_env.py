@@ -73,8 +73,13 @@ class Daemon:
     def __init__(self, *extra_args):
         self.dir = tempfile.mkdtemp(prefix="tidemark-e2e-")
         self.db = os.path.join(self.dir, "store.db")
-        port_file = os.path.join(self.dir, "port")
         self.log = open(os.path.join(self.dir, "tidemarkd.log"), "w")
+        self._start(extra_args)
+
+    def _start(self, extra_args):
+        port_file = os.path.join(self.dir, "port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--db",
              self.db, "--port-file", port_file, *extra_args], stdout=self.log,
@@ -86,6 +91,12 @@ class Daemon:
             time.sleep(0.05)
         with open(port_file) as f:
             self.address = "127.0.0.1:" + f.read().strip()
+
+    def kill_and_restart(self, *extra_args):
+        """SIGKILL (nothing the daemon can do about it), then a new tidemarkd on the same store."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._start(extra_args)
 
     def read_log(self):
         with open(os.path.join(self.dir, "tidemarkd.log")) as f:
