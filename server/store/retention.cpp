@@ -74,7 +74,8 @@ absl::Status deleteSession(StoreWriter& writer, int64_t sessionId) {
 
 RetentionKeeper::RetentionKeeper(StoreWriter& writer, RetentionLimits limits)
     : m_writer(writer), m_limits(limits) {
-  if (m_limits.any()) m_thread = std::thread([this] { run(); });
+  // Always: without limits it only finishes the prunes a stopped daemon left half done.
+  m_thread = std::thread([this] { run(); });
 }
 
 RetentionKeeper::~RetentionKeeper() { stop(); }
@@ -99,11 +100,16 @@ void RetentionKeeper::stop() {
 void RetentionKeeper::run() {
   std::unique_lock<std::mutex> lock(m_mutex);
   while (!m_stopping) {
-    // Every minute, or sooner for a short --retain (a quarter of it, at least a second).
+    // At start at once (m_poked), then every minute, or sooner for a short --retain (a quarter of
+    // it, at least a second); without limits, only when poked.
     const auto every = std::clamp<std::chrono::seconds>(
         m_limits.retain / 4, std::chrono::seconds(1), std::chrono::seconds(60));
-    m_cv.wait_for(lock, m_limits.retain.count() > 0 ? every : std::chrono::seconds(60),
-                  [this] { return m_stopping || m_poked; });
+    auto ready = [this] { return m_stopping || m_poked; };
+    if (!m_limits.any()) {
+      m_cv.wait(lock, ready);
+    } else {
+      m_cv.wait_for(lock, m_limits.retain.count() > 0 ? every : std::chrono::seconds(60), ready);
+    }
     if (m_stopping) return;
     m_poked = false;
     lock.unlock();

@@ -32,6 +32,9 @@ absl::Status pruneRawEvents(StoreWriter& writer, int64_t sessionId, int64_t wall
 // Deletes a session whole: its raw events in slices, then the rest; the pages back.
 absl::Status deleteSession(StoreWriter& writer, int64_t sessionId);
 
+// The daemon's retention thread: a pass at start (it finishes the prunes a stopped daemon left
+// half done, limits or not), then with --retain/--max-store every minute (a quarter of --retain
+// when shorter) and after each analysis.
 class RetentionKeeper {
  public:
   RetentionKeeper(StoreWriter& writer, RetentionLimits limits);

@@ -13,11 +13,11 @@ from tidemark_env import BIN, Daemon
 EVENTS = 300000
 
 
-def make_session(daemon):
-    """A synthetic session of EVENTS events (bench_scale's generator, the same every time);
+def make_session(daemon, events=EVENTS):
+    """A synthetic session of `events` events (bench_scale's generator, the same every time);
     returns its id once the daemon has stored its analysis."""
     r = subprocess.run([os.path.join(BIN, "bench_scale"), "--server", daemon.address,
-                        "--events", str(EVENTS), "--no-raw"], capture_output=True, text=True,
+                        "--events", str(events), "--no-raw"], capture_output=True, text=True,
                        timeout=300)
     if r.returncode != 0:
         raise AssertionError(r.stderr + daemon.read_log())
@@ -141,6 +141,34 @@ class RetainTest(unittest.TestCase):
         info = session_info(daemon, sid)
         self.assertGreater(info["raw_pruned_wall_ns"], info["start_wall_ns"])
         self.assertGreater(daemon.cli_json("peak", str(sid))["breakdown"]["tracked_bytes"], 0)
+
+    def test_a_prune_cut_short_goes_on_at_the_next_start(self):
+        """SIGKILL while a session's raw events go (a slice at a time): the next daemon, even one
+        without limits, finishes the prune; the session says it was pruned all along."""
+        daemon = Daemon("--retain", "1s")
+        self.addCleanup(daemon.cleanup)
+        sid = make_session(daemon, events=4000000)
+        peak = daemon.cli_json("peak", str(sid))["breakdown"]["tracked_bytes"]
+        deadline = time.time() + 60
+        while True:
+            self.assertLess(time.time(), deadline, "never pruned")
+            info = session_info(daemon, sid)
+            (left,), = daemon.sql("SELECT COUNT(*) FROM allocation WHERE session_id = ?", sid)
+            if info["raw_pruned_wall_ns"]:
+                self.assertGreater(left, 0, "the prune ended before the kill: raise the events")
+                break
+            time.sleep(0.01)
+        daemon.kill_and_restart()
+        deadline = time.time() + 60
+        while daemon.sql("SELECT COUNT(*) FROM allocation WHERE session_id = ?", sid)[0][0]:
+            self.assertLess(time.time(), deadline, "the prune did not go on")
+            time.sleep(0.2)
+        self.assertEqual(session_info(daemon, sid)["raw_pruned_wall_ns"],
+                         info["raw_pruned_wall_ns"])
+        self.assertEqual(daemon.cli_json("peak", str(sid))["breakdown"]["tracked_bytes"], peak)
+        r = daemon.cli("ops", str(sid), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("dropped by retention", r.stderr)
 
 
 if __name__ == "__main__":
