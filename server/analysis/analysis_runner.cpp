@@ -162,18 +162,45 @@ void AnalysisRunner::run() {
       std::unique_lock<std::mutex> lock(m_mutex);
       m_busy = false;
       m_idle.notify_all();
-      m_cv.wait(lock, [this] { return m_stopping || !m_queue.empty(); });
-      if (m_stopping) return;
+      for (;;) {
+        if (m_stopping) return;
+        if (!m_queue.empty()) break;
+        // The earliest retry due, if any, else wait for work or for it.
+        auto due = m_retries.end();
+        for (auto it = m_retries.begin(); it != m_retries.end(); ++it)
+          if (due == m_retries.end() || it->second.at < due->second.at) due = it;
+        if (due == m_retries.end()) {
+          m_cv.wait(lock);
+        } else if (std::chrono::steady_clock::now() >= due->second.at) {
+          m_queue.push_back(due->first);
+        } else {
+          m_cv.wait_until(lock, due->second.at);
+        }
+      }
       id = m_queue.front();
       m_queue.pop_front();
       m_busy = true;
     }
-    if (const absl::Status s = analyze(id); !s.ok()) {
-      if (!m_cancel)
-        std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s\n",
-                     static_cast<long long>(id), s.ToString().c_str());
-    } else if (m_onAnalyzed) {
-      m_onAnalyzed(id);
+    const absl::Status s = analyze(id);
+    if (s.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_retries.erase(id);
+      }
+      if (m_onAnalyzed) m_onAnalyzed(id);
+    } else if (absl::IsNotFound(s)) {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_retries.erase(id);  // deleted meanwhile: nothing to analyse
+    } else if (!m_cancel) {
+      // Kept for later (a full disk empties again); the session stays unanalyzed meanwhile.
+      std::lock_guard<std::mutex> lock(m_mutex);
+      auto it = m_retries.try_emplace(id, Retry{{}, kFirstRetry}).first;
+      const std::chrono::seconds wait = it->second.next;
+      it->second.at = std::chrono::steady_clock::now() + wait;
+      it->second.next = std::min(kLongestRetry, wait * 2);
+      std::fprintf(stderr, "tidemarkd: analysis of session %lld: %s; trying again in %lld s\n",
+                   static_cast<long long>(id), s.ToString().c_str(),
+                   static_cast<long long>(wait.count()));
     }
     // What the pass took goes back to the system, not to the allocator's free lists.
     malloc_trim(0);

@@ -1,9 +1,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,10 +17,14 @@ namespace tidemark::server {
 // Runs the analysis pass of ended sessions on its own thread, streaming (src/core/
 // streaming_analysis.h: memory bounded by memoryBytes plus what is live at a moment, whatever the
 // session's length), and stores the results through the writer as they come. Queries never wait
-// for it: until a session is analyzed they compute what they need themselves.
+// for it: until a session is analyzed they compute what they need themselves. A pass that fails
+// (the disk full under its sorts or the store) is tried again later: after 5 s, then twice as
+// long each time, at most 10 minutes apart, as long as the daemon runs.
 class AnalysisRunner {
  public:
   static constexpr size_t kDefaultMemoryBytes = 96u << 20;
+  static constexpr std::chrono::seconds kFirstRetry{5};
+  static constexpr std::chrono::seconds kLongestRetry{600};
   // onAnalyzed: called on the runner's thread after each session's analysis is stored.
   explicit AnalysisRunner(StoreWriter& writer, size_t memoryBytes = kDefaultMemoryBytes,
                           std::function<void(int64_t)> onAnalyzed = nullptr);
@@ -41,6 +47,12 @@ class AnalysisRunner {
   std::condition_variable m_cv;
   std::condition_variable m_idle;
   std::deque<int64_t> m_queue;
+  // Sessions whose pass failed: when to try again, and the wait after that.
+  struct Retry {
+    std::chrono::steady_clock::time_point at;
+    std::chrono::seconds next;
+  };
+  std::map<int64_t, Retry> m_retries;
   bool m_busy = false;
   bool m_stopping = false;
   std::atomic<bool> m_cancel{false};  // stops the running analysis

@@ -87,7 +87,7 @@ def bench_scale(daemon, events, wait=True):
     cmd = [os.path.join(BIN, "bench_scale"), "--server", daemon.address, "--events", str(events),
            "--no-raw"]
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if r.returncode != 0:
         raise AssertionError(r.stderr + daemon.read_log())
@@ -141,6 +141,43 @@ class AnalysisKilledTest(unittest.TestCase):
         for key in ("categories", "ts_ns", "seq", "tracked_bytes"):
             self.assertEqual(peak[key], ref_peak[key], key)
         self.assertEqual(timeline, ref_timeline)
+
+
+
+class AnalysisOnAFullDiskTest(unittest.TestCase):
+    """The disk fills while a session is analysed (its sorts spill beside the store under a small
+    budget): the pass fails, says so and is tried again; once there is room again the session is
+    analysed, exactly. Nothing is lost meanwhile and the daemon stays up."""
+
+    def test_a_failed_pass_is_tried_again(self):
+        import resource
+        daemon = Daemon("--memory-budget", "64MiB")
+        self.addCleanup(daemon.cleanup)
+        client = bench_scale(daemon, AnalysisKilledTest.EVENTS, wait=False)
+        self.addCleanup(client.kill)
+        deadline = time.time() + 600
+        while True:
+            self.assertLess(time.time(), deadline, "the session never ended")
+            rows = daemon.sql("SELECT id FROM session WHERE state != 1 AND analyzed = 0")
+            if rows:
+                sid = rows[0][0]
+                break
+            time.sleep(0.01)
+        # No write past the first 4 KiB of any file: the sorts' runs and the store fail.
+        hard = resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE)[1]
+        resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (4096, hard))
+        deadline = time.time() + 120
+        while "trying again in 5 s" not in daemon.read_log():
+            self.assertLess(time.time(), deadline, "the pass did not fail: " + daemon.read_log())
+            time.sleep(0.1)
+        self.assertIsNone(daemon.proc.poll(), "the daemon died of a full disk")
+        (analyzed,), = daemon.sql("SELECT analyzed FROM session WHERE id = ?", sid)
+        self.assertEqual(analyzed, 0)
+        resource.prlimit(daemon.proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
+        # bench_scale waits for the analysis, then checks the stored peak against its generator.
+        out, _ = client.communicate(timeout=300)
+        self.assertEqual(client.returncode, 0, daemon.read_log())
+        self.assertEqual(daemon.sql("SELECT analyzed FROM session WHERE id = ?", sid)[0][0], 1)
 
 
 if __name__ == "__main__":
