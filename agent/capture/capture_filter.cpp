@@ -92,130 +92,128 @@ uint64_t CaptureFilter::restateBound(uint64_t recorded) const {
 }
 
 void CaptureFilter::handle(const Record& r, std::vector<Record>& out) {
-  {
-    const bool detail = m_detail.load(std::memory_order_relaxed);
-    switch (r.kind) {
-      case RecordKind::kStepBegin: {
-        const auto step = static_cast<int64_t>(r.address);
-        if (m_schedule.detailed(step)) {
-          m_stepSummarized = false;
-          forward(r, out);
-          if (!detail) {
-            restateLiveBlocks(r, out);
-            m_detail.store(true, std::memory_order_release);
-          } else if (r.sizeBytes != 0) {
-            tellUnused(r.seq + 1, r.seq + r.sizeBytes, r, out);
-          }
-        } else {
-          m_detail.store(false, std::memory_order_release);
-          forward(r, out);
-          if (r.sizeBytes != 0) tellUnused(r.seq + 1, r.seq + r.sizeBytes, r, out);
-          beginSummarizedStep(r);
+  const bool detail = m_detail.load(std::memory_order_relaxed);
+  switch (r.kind) {
+    case RecordKind::kStepBegin: {
+      const auto step = static_cast<int64_t>(r.address);
+      if (m_schedule.detailed(step)) {
+        m_stepSummarized = false;
+        forward(r, out);
+        if (!detail) {
+          restateLiveBlocks(r, out);
+          m_detail.store(true, std::memory_order_release);
+        } else if (r.sizeBytes != 0) {
+          tellUnused(r.seq + 1, r.seq + r.sizeBytes, r, out);
         }
+      } else {
+        m_detail.store(false, std::memory_order_release);
+        forward(r, out);
+        if (r.sizeBytes != 0) tellUnused(r.seq + 1, r.seq + r.sizeBytes, r, out);
+        beginSummarizedStep(r);
+      }
+      break;
+    }
+    case RecordKind::kStepEnd:
+      forward(r, out);
+      if (m_stepSummarized && static_cast<int64_t>(r.address) == m_step) {
+        endSummarizedStep(r, out);
+      }
+      break;
+    case RecordKind::kAlloc: {
+      const Key key{memoryKind(r), r.device, r.address};
+      if (auto early = m_unmatchedFrees.find(key);
+          early != m_unmatchedFrees.end() && early->second.seq > r.seq) {
+        // Its free came first (this alloc was published late): born and dead, it goes where
+        // its free went.
+        const bool went = early->second.went;
+        m_unmatchedFrees.erase(early);
+        went ? forward(r, out) : leaveOut(r, out);
         break;
       }
-      case RecordKind::kStepEnd:
+      onAlloc(r);
+      if (detail) {
+        m_live[Key{memoryKind(r), r.device, r.address}].sent = true;
+        m_unsentLive.fetch_sub(1, std::memory_order_relaxed);
         forward(r, out);
-        if (m_stepSummarized && static_cast<int64_t>(r.address) == m_step) {
-          endSummarizedStep(r, out);
-        }
-        break;
-      case RecordKind::kAlloc: {
-        const Key key{memoryKind(r), r.device, r.address};
-        if (auto early = m_unmatchedFrees.find(key);
-            early != m_unmatchedFrees.end() && early->second.seq > r.seq) {
-          // Its free came first (this alloc was published late): born and dead, it goes where
-          // its free went.
-          const bool went = early->second.went;
-          m_unmatchedFrees.erase(early);
+      } else {
+        leaveOut(r, out);
+      }
+      break;
+    }
+    case RecordKind::kFree: {
+      const Key key{memoryKind(r), r.device, r.address};
+      auto it = m_live.find(key);
+      const bool ofReplaced = it != m_live.end() && r.seq < it->second.allocSeq;
+      if (ofReplaced || it == m_live.end()) {
+        // The free of a block a later alloc replaced (this free was published late): it
+        // goes where that block went.
+        if (auto old = m_superseded.find(key); old != m_superseded.end()) {
+          const bool went = old->second;
+          m_superseded.erase(old);
           went ? forward(r, out) : leaveOut(r, out);
           break;
         }
-        onAlloc(r);
-        if (detail) {
-          m_live[Key{memoryKind(r), r.device, r.address}].sent = true;
-          m_unsentLive.fetch_sub(1, std::memory_order_relaxed);
-          forward(r, out);
-        } else {
-          leaveOut(r, out);
+        if (ofReplaced) {
+          detail ? forward(r, out) : leaveOut(r, out);
+          break;
         }
-        break;
       }
-      case RecordKind::kFree: {
-        const Key key{memoryKind(r), r.device, r.address};
-        auto it = m_live.find(key);
-        const bool ofReplaced = it != m_live.end() && r.seq < it->second.allocSeq;
-        if (ofReplaced || it == m_live.end()) {
-          // The free of a block a later alloc replaced (this free was published late): it
-          // goes where that block went.
-          if (auto old = m_superseded.find(key); old != m_superseded.end()) {
-            const bool went = old->second;
-            m_superseded.erase(old);
-            went ? forward(r, out) : leaveOut(r, out);
-            break;
-          }
-          if (ofReplaced) {
-            detail ? forward(r, out) : leaveOut(r, out);
-            break;
-          }
-        }
-        // A free goes when the daemon has its block; one of no block we know goes in detail
-        // (the daemon counts it as it always does).
-        const bool goes = it == m_live.end() ? detail : it->second.sent;
-        const uint64_t restatedAt = it == m_live.end() ? 0 : it->second.restatedAt;
-        if (it == m_live.end()) {
-          if (m_unmatchedFrees.size() >= kMaxUnmatchedFrees) m_unmatchedFrees.clear();
-          m_unmatchedFrees[Key{memoryKind(r), r.device, r.address}] = {r.seq, goes};
-        }
-        onFree(r);
-        if (goes) {
-          forwardAfter(r, restatedAt, out);
-        } else {
-          leaveOut(r, out);
-        }
-        break;
+      // A free goes when the daemon has its block; one of no block we know goes in detail
+      // (the daemon counts it as it always does).
+      const bool goes = it == m_live.end() ? detail : it->second.sent;
+      const uint64_t restatedAt = it == m_live.end() ? 0 : it->second.restatedAt;
+      if (it == m_live.end()) {
+        if (m_unmatchedFrees.size() >= kMaxUnmatchedFrees) m_unmatchedFrees.clear();
+        m_unmatchedFrees[Key{memoryKind(r), r.device, r.address}] = {r.seq, goes};
       }
-      case RecordKind::kTag: {
-        auto at = m_byAddress.find(r.address);
-        const bool known = at != m_byAddress.end();
-        const bool goes = known ? m_live[at->second].sent : detail;
-        const uint64_t restatedAt = known ? m_live[at->second].restatedAt : 0;
-        onTag(r);
-        if (goes) {
-          forwardAfter(r, restatedAt, out);
-        } else {
-          leaveOut(r, out);
-        }
-        break;
+      onFree(r);
+      if (goes) {
+        forwardAfter(r, restatedAt, out);
+      } else {
+        leaveOut(r, out);
       }
-      case RecordKind::kScopeBegin: {
-        m_openScopes[(static_cast<uint64_t>(r.small) << 32) | r.threadId].push_back(detail);
-        detail ? forward(r, out) : leaveOut(r, out);
-        break;
-      }
-      case RecordKind::kScopeEnd: {
-        endGoes(m_openScopes[(static_cast<uint64_t>(r.small) << 32) | r.threadId], detail)
-            ? forward(r, out)
-            : leaveOut(r, out);
-        break;
-      }
-      case RecordKind::kPhaseBegin:
-        m_openPhases[r.threadId].push_back(detail);
-        detail ? forward(r, out) : leaveOut(r, out);
-        break;
-      case RecordKind::kPhaseEnd:
-        endGoes(m_openPhases[r.threadId], detail) ? forward(r, out) : leaveOut(r, out);
-        break;
-      case RecordKind::kCounter:
-        if (r.nameIid == m_reservedIid && m_reservedIid != 0) {
-          m_reserved = static_cast<int64_t>(r.sizeBytes);
-        }
-        detail ? forward(r, out) : leaveOut(r, out);
-        break;
-      default:
-        detail ? forward(r, out) : leaveOut(r, out);
-        break;
+      break;
     }
+    case RecordKind::kTag: {
+      auto at = m_byAddress.find(r.address);
+      const bool known = at != m_byAddress.end();
+      const bool goes = known ? m_live[at->second].sent : detail;
+      const uint64_t restatedAt = known ? m_live[at->second].restatedAt : 0;
+      onTag(r);
+      if (goes) {
+        forwardAfter(r, restatedAt, out);
+      } else {
+        leaveOut(r, out);
+      }
+      break;
+    }
+    case RecordKind::kScopeBegin: {
+      m_openScopes[(static_cast<uint64_t>(r.small) << 32) | r.threadId].push_back(detail);
+      detail ? forward(r, out) : leaveOut(r, out);
+      break;
+    }
+    case RecordKind::kScopeEnd: {
+      endGoes(m_openScopes[(static_cast<uint64_t>(r.small) << 32) | r.threadId], detail)
+          ? forward(r, out)
+          : leaveOut(r, out);
+      break;
+    }
+    case RecordKind::kPhaseBegin:
+      m_openPhases[r.threadId].push_back(detail);
+      detail ? forward(r, out) : leaveOut(r, out);
+      break;
+    case RecordKind::kPhaseEnd:
+      endGoes(m_openPhases[r.threadId], detail) ? forward(r, out) : leaveOut(r, out);
+      break;
+    case RecordKind::kCounter:
+      if (r.nameIid == m_reservedIid && m_reservedIid != 0) {
+        m_reserved = static_cast<int64_t>(r.sizeBytes);
+      }
+      detail ? forward(r, out) : leaveOut(r, out);
+      break;
+    default:
+      detail ? forward(r, out) : leaveOut(r, out);
+      break;
   }
 }
 

@@ -130,10 +130,10 @@ class CaptureFilter {
   const uint32_t m_reservedIid;
 
   std::atomic<bool> m_detail{false};
-  // Ordering: the next sequence number to handle, the records come before it (at most
-  // kMaxWaiting, for kMaxWaitPasses passes), the numbers taken here ([begin, end)).
+  // Ordering: the next sequence number to handle, the records that came before it (at most
+  // kMaxWaiting, 12 MiB, for kMaxWaitPasses passes), the numbers taken here ([begin, end)).
   static constexpr int kMaxWaitPasses = 8;
-  static constexpr size_t kMaxWaiting = 1u << 20;
+  static constexpr size_t kMaxWaiting = 1u << 18;
   uint64_t m_nextSeq = 0;
   std::map<uint64_t, Record> m_waiting;
   int m_waitedPasses = 0;
