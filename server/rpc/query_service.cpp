@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <map>
+#include <set>
 
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/step_figures.h"
@@ -129,7 +130,24 @@ grpc::Status badDevice(const std::string& text) {
 // from the recording now. step -1 is the whole session.
 absl::StatusOr<core::Recording> QueryService::load(int64_t id, const core::DeviceFilter& device) {
   auto rec = m_loader.load(id);
-  if (rec.ok()) core::keepDevice(*rec, device);
+  if (!rec.ok() || device.all()) return rec;
+  // What the session holds, to say so when the filter keeps none of it.
+  std::set<int32_t> held;
+  for (const core::Block& b : rec->blocks) held.insert(b.device < 0 ? -1 : b.device);
+  core::keepDevice(*rec, device);
+  if (rec->blocks.empty() && !held.empty()) {
+    std::string has;
+    for (int32_t d : held) {
+      has += has.empty() ? "" : ", ";
+      has += d < 0 ? std::string("cpu") : "cuda:" + std::to_string(d);
+    }
+    return absl::NotFoundError("session " + std::to_string(id) + " recorded no " +
+                               (device.kind == core::DeviceFilter::Kind::kHost ? std::string("cpu")
+                                : device.kind == core::DeviceFilter::Kind::kDevice
+                                    ? "cuda:" + std::to_string(device.device)
+                                    : std::string("cuda")) +
+                               " memory (it has " + has + ")");
+  }
   return rec;
 }
 

@@ -112,6 +112,14 @@ class CaptureScheduleTest(unittest.TestCase):
         self.assertIn("DETAIL", text)
         self.assertEqual(text.count("summary"), 4)
 
+    def test_a_device_the_session_has_no_memory_of_is_said(self):
+        # A CPU training asked for its GPU memory: an error naming what it has, not an empty
+        # answer at no moment.
+        for command in ("breakdown", "peak", "steps"):
+            r = self.daemon.cli(command, str(self.full["id"]), "--device", "cuda", check=False)
+            self.assertEqual(r.returncode, 1, command)
+            self.assertIn("recorded no cuda memory (it has cpu)", r.stderr, command)
+
     def test_a_bad_schedule_is_a_usage_error_and_runs_nothing(self):
         for args in (["--steps", "0-2"], ["--steps", "4-3"], ["--steps", "x"],
                      ["--steps", "3-4", "--every", "2"], ["--window", "2"],
