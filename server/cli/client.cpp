@@ -78,7 +78,9 @@ int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s)
     return kExitRefused;
   }
   std::fprintf(stderr, "tidemark %s: %s\n", what, s.error_message().c_str());
-  return kExitError;
+  // The request's own arguments were refused (a budget, strategy, format, range or plan file
+  // that is not one): bad usage, as when the CLI itself refuses them.
+  return s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kExitUsage : kExitError;
 }
 
 void withDeadline(grpc::ClientContext& ctx, int seconds) {

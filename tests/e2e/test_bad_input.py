@@ -5,7 +5,7 @@ import socket
 import subprocess
 import unittest
 
-from tidemark_env import BIN, DaemonTestCase
+from tidemark_env import BIN, Daemon, DaemonTestCase
 
 
 class CliBadInputTest(DaemonTestCase):
@@ -27,6 +27,28 @@ class CliBadInputTest(DaemonTestCase):
                 r = self.daemon.cli(*args, check=False)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertTrue(r.stderr.strip())
+
+    def test_arguments_the_server_refuses_are_bad_usage(self):
+        # A real (synthetic) session, so that what is refused is the argument, not the session
+        # (a daemon of its own: the others expect an empty one).
+        daemon = Daemon()
+        self.addCleanup(daemon.cleanup)
+        r = subprocess.run([os.path.join(BIN, "bench_scale"), "--server", daemon.address,
+                            "--events", "2000", "--no-raw"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = daemon.newest_session()["id"]
+        for args, says in ((["plan", str(sid), "--budget", "lots"], "budget"),
+                           (["plan", str(sid), "--budget", "1GiB", "--strategy", "magic"],
+                            "strategy"),
+                           (["export", str(sid), "--format", "xml"], "unknown export format")):
+            with self.subTest(args=args):
+                r = daemon.cli(*args, check=False)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(says, r.stderr)
+        r = daemon.cli("plan", "999", "--budget", "1GiB", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no session 999", r.stderr)
 
     def test_no_server(self):
         s = socket.socket()
