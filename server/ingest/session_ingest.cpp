@@ -76,9 +76,11 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
                                         std::to_string(size) + " bytes is over the limit of " +
                                         std::to_string(kMaxSizeBytes) + " (256 TiB)");
     }
-    if (e.has_summarized() && e.summarized().last_seq() < e.seq()) {
+    if (e.has_summarized() && (e.summarized().last_seq() < e.seq() ||
+                               e.summarized().last_seq() - e.seq() >= kMaxSummarizedRange)) {
       return absl::InvalidArgumentError("event seq " + std::to_string(e.seq()) +
-                                        ": a summarized range ending before it begins");
+                                        ": a summarized range ending before it begins or "
+                                        "longer than 2^40");
     }
     if ((e.seq() < m_nextSeq && !inSkippedGap(e.seq())) || m_pending.count(e.seq()) != 0) {
       return absl::InvalidArgumentError("sequence number " + std::to_string(e.seq()) +
@@ -100,6 +102,10 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
     // without a trip through the reorder buffer.
     if (e.seq() == m_nextSeq && m_pending.empty()) {
       m_nextSeq = seqAfter(e);
+      release(e);
+    } else if (e.seq() < m_nextSeq && !inSkippedGap(e.seq())) {
+      // Inside a range this batch said summarized: released as it comes, counted.
+      count("summarized_overlap");
       release(e);
     } else if (e.seq() < m_nextSeq) {
       // Late: the reorder buffer gave up waiting for it (its gap was counted); released now,

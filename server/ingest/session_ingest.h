@@ -37,6 +37,8 @@ class SessionIngest {
   // The largest block or tag size taken (256 TiB, beyond any device or host of today): a size
   // past it is a malformed event, so that no sum of sizes can overflow the int64 figures.
   static constexpr uint64_t kMaxSizeBytes = 1ull << 48;
+  // The longest range of sequence numbers one Summarized event may stand for.
+  static constexpr uint64_t kMaxSummarizedRange = 1ull << 40;
 
   explicit SessionIngest(int64_t sessionId) { m_rows.sessionId = sessionId; }
 

@@ -287,5 +287,43 @@ TEST(SessionIngestTest, ADamagedCheckpointIsRefused) {
   EXPECT_EQ(in.restore(v1::IngestCheckpoint(), {}).code(), absl::StatusCode::kDataLoss);
 }
 
+v1::Event summarized(uint64_t seq, uint64_t last, bool unused = false) {
+  v1::Event e;
+  e.set_seq(seq);
+  e.set_ts_ns(static_cast<int64_t>(seq) * 10);
+  e.mutable_summarized()->set_last_seq(last);
+  e.mutable_summarized()->set_unused(unused);
+  return e;
+}
+
+// A capture schedule's Summarized ranges stand for the sequence numbers they cover: nothing is
+// waited for or counted lost there, in order or not; unused numbers are not events; an event
+// inside a range said summarized is counted, and a range that is not one is refused.
+TEST(SessionIngestTest, SummarizedRangesCoverTheirNumbers) {
+  SessionIngest in(1);
+  ASSERT_TRUE(in.addBatch(batch(1, {alloc(1, 0x10, 8), summarized(2, 9)})).ok());
+  // Out of order: the range 12..19 comes after what follows it.
+  ASSERT_TRUE(in.addBatch(batch(2, {freeOf(20, 0x10), summarized(10, 11, true)})).ok());
+  ASSERT_TRUE(in.addBatch(batch(3, {summarized(12, 19)})).ok());
+  SessionRows rows = in.takeRows();
+  ASSERT_EQ(rows.blocks.size(), 1u);  // the free at 20 was released: nothing is waited for
+  EXPECT_EQ(rows.blocks[0].freeSeq, 20u);
+  EXPECT_EQ(stat(in, "events_summarized"), 8 + 8);  // 2..9 and 12..19, not the unused 10..11
+  // An event the agent said it summarized: counted, released as it comes (in the same batch,
+  // or while the range waits); once the range is released, it is a number received twice.
+  ASSERT_TRUE(in.addBatch(batch(4, {summarized(21, 30), alloc(22, 0x20, 4)})).ok());
+  ASSERT_TRUE(in.addBatch(batch(5, {summarized(32, 40), alloc(35, 0x30, 4)})).ok());
+  ASSERT_TRUE(in.addBatch(batch(6, {alloc(31, 0x50, 4)})).ok());
+  EXPECT_FALSE(in.addBatch(batch(7, {alloc(36, 0x40, 4)})).ok());
+  in.finish();
+  EXPECT_EQ(stat(in, "seq_gap"), 0);
+  EXPECT_EQ(stat(in, "summarized_overlap"), 2);
+  // Ranges that are not ranges.
+  SessionIngest bad(2);
+  EXPECT_FALSE(bad.addBatch(batch(1, {summarized(5, 4)})).ok());
+  EXPECT_FALSE(bad.addBatch(batch(1, {summarized(5, 5 + (1ull << 40))})).ok());
+  EXPECT_TRUE(bad.addBatch(batch(1, {summarized(1, 1)})).ok());
+}
+
 }  // namespace
 }  // namespace tidemark::server
