@@ -68,6 +68,36 @@ echo; echo "== the agent's breakdown at the peak (session $SESSION)"
 STATUS=0
 "$PYTHON" scripts/gpu_check_table.py "$WORK" "$SESSION" || STATUS=$?
 
+# A capture schedule on the GPU: steps 2-3 in detail, the others summarized by the agent (the
+# segments from CUPTI, the tensors from torch's view). Each step's peak beside the full
+# recording's (session $SESSION), per device; informative (two runs may differ by a few bytes).
+echo; echo "== capture schedule: tidemark run --steps 2-3 against the full recording"
+"$BIN/tidemark" run --name gpu-check-steps --steps 2-3 -- "$PYTHON" "${ARGS[@]}" \
+  >"$WORK/steps.log" 2>"$WORK/steps.err" || echo "gpu-check: the scheduled run failed" >&2
+SCHEDULED=$("$BIN/tidemark" sessions --json | "$PYTHON" -c \
+  'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
+for _ in $(seq 300); do
+  "$BIN/tidemark" sessions --json | "$PYTHON" -c "import json,sys; s=[x for x in json.load(sys.stdin)['sessions'] if x['id']==$SCHEDULED][0]; sys.exit(0 if s['analyzed'] else 1)" && break
+  sleep 0.2
+done
+for DEV in all cuda:0; do
+  "$BIN/tidemark" steps "$SESSION" --device "$DEV" --json >"$WORK/full-steps-$DEV.json"
+  "$BIN/tidemark" steps "$SCHEDULED" --device "$DEV" --json >"$WORK/sched-steps-$DEV.json"
+  "$PYTHON" - "$WORK/full-steps-$DEV.json" "$WORK/sched-steps-$DEV.json" "$DEV" <<'PYEOF'
+import json, sys
+full = {s["step"]: s for s in json.load(open(sys.argv[1]))["steps"]}
+sched = {s["step"]: s for s in json.load(open(sys.argv[2]))["steps"]}
+print("device %s: %5s %9s %14s %14s %8s" % (sys.argv[3], "STEP", "DETAIL", "FULL PEAK", "SCHEDULED",
+                                            "DIFF"))
+for n in sorted(full):
+    a = full[n]["peak"]["tracked_bytes"]
+    s = sched.get(n)
+    b = s["peak"]["tracked_bytes"] if s else -1
+    print("%17d %9s %14d %14d %8d" % (n, "summary" if s and s["summarized"] else "full", a, b,
+                                       b - a))
+PYEOF
+done
+
 # The tests that need a device (ctest label gpu), where the build tree and ctest are here.
 if command -v ctest >/dev/null && [ -f "${BUILD_DIR:-build}/CTestTestfile.cmake" ]; then
   echo; echo "== ctest -L gpu"
