@@ -80,10 +80,13 @@ for _ in $(seq 300); do
   "$BIN/tidemark" sessions --json | "$PYTHON" -c "import json,sys; s=[x for x in json.load(sys.stdin)['sessions'] if x['id']==$SCHEDULED][0]; sys.exit(0 if s['analyzed'] else 1)" && break
   sleep 0.2
 done
-for DEV in all cuda:0; do
-  "$BIN/tidemark" steps "$SESSION" --device "$DEV" --json >"$WORK/full-steps-$DEV.json"
-  "$BIN/tidemark" steps "$SCHEDULED" --device "$DEV" --json >"$WORK/sched-steps-$DEV.json"
-  "$PYTHON" - "$WORK/full-steps-$DEV.json" "$WORK/sched-steps-$DEV.json" "$DEV" <<'PYEOF'
+DEVS="all"
+[ "$DEVICE" = cuda ] && DEVS="all cuda:0"
+for DEV in $DEVS; do
+  "$BIN/tidemark" steps "$SESSION" --device "$DEV" --json >"$WORK/full-steps-$DEV.json" || continue
+  "$BIN/tidemark" steps "$SCHEDULED" --device "$DEV" --json >"$WORK/sched-steps-$DEV.json" \
+    || continue
+  "$PYTHON" - "$WORK/full-steps-$DEV.json" "$WORK/sched-steps-$DEV.json" "$DEV" <<'PYEOF' || true
 import json, sys
 full = {s["step"]: s for s in json.load(open(sys.argv[1]))["steps"]}
 sched = {s["step"]: s for s in json.load(open(sys.argv[2]))["steps"]}
