@@ -865,11 +865,11 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
   }
   Statement firstChunk = db.prepare(
       "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
-      "INDEXED BY timeline_chunk_by_last_ts WHERE session_id = ?1 AND level = ?2 AND "
+      "INDEXED BY timeline_chunk_by_last WHERE session_id = ?1 AND level = ?2 AND "
       "last_ts_ns >= ?3 ORDER BY last_ts_ns LIMIT 1");
   Statement lastChunk = db.prepare(
       "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
-      "INDEXED BY timeline_chunk_by_first_ts WHERE session_id = ?1 AND level = ?2 AND "
+      "INDEXED BY timeline_chunk_by_first WHERE session_id = ?1 AND level = ?2 AND "
       "first_ts_ns <= ?3 ORDER BY first_ts_ns DESC LIMIT 1");
   auto covered = [&](const Statement& st) {
     const int64_t first = st.columnInt(1);
