@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "agent/recorder/record.h"
+#include "src/core/block_key.h"
 #include "src/core/capture_schedule.h"
 
 namespace tidemark::agent {
@@ -64,16 +65,7 @@ class CaptureFilter {
   static constexpr int32_t kAllDevices = -2;  // the summary of all memory together
 
  private:
-  struct Key {
-    int32_t kind;
-    int32_t device;
-    uint64_t address;
-    bool operator==(const Key&) const = default;
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.kind, k.device, k.address);
-    }
-  };
+  using Key = core::BlockKey;
   struct Live {
     uint64_t size = 0;
     uint64_t allocSeq = 0;

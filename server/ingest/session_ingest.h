@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "server/store/store.h"
+#include "src/core/block_key.h"
 #include "tidemark/v1/checkpoint.pb.h"
 #include "tidemark/v1/events.pb.h"
 
@@ -122,16 +123,7 @@ class SessionIngest {
   void takeFromSkippedGap(uint64_t seq);
   // Live blocks by memory kind, device and address: a tensor starts at its segment's address,
   // and device addresses are per device.
-  struct OpenKey {
-    int32_t kind;
-    int32_t device;
-    uint64_t address;
-    bool operator==(const OpenKey&) const = default;
-    template <typename H>
-    friend H AbslHashValue(H h, const OpenKey& k) {
-      return H::combine(std::move(h), k.kind, k.device, k.address);
-    }
-  };
+  using OpenKey = core::BlockKey;
   absl::flat_hash_map<OpenKey, BlockRow> m_open;
   // Changes to m_open since the last checkpoint: keys opened (not in the store yet, or replaced
   // there) and keys of stored blocks closed since.

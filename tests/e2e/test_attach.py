@@ -78,6 +78,26 @@ class AttachTest(DaemonTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return parse_run(r.stdout)
 
+    def attach_mid_run(self, args, *attach_args):
+        """examples/train.py ARGS, attached at its step 2 with ATTACH_ARGS and run to its end:
+        its losses are those of a run without tidemark. (session id, the job's stderr) once the
+        session is analysed."""
+        ref_losses, _, _ = self.reference(*args)
+        job = Job(*args)
+        try:
+            job.wait_for_step(2)
+            rc, a, err = self.cli("attach", str(job.pid), *attach_args)
+            self.assertEqual(rc, 0, err)
+            rc, out, err = job.finish()
+        finally:
+            job.kill()
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(parse_run(out)[0], ref_losses)
+        sid = a["session"]
+        self.wait_ended(sid)
+        self.daemon.wait_analyzed(sid)
+        return sid, err
+
     def wait_ended(self, sid, timeout=60):
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -137,21 +157,7 @@ class AttachTest(DaemonTestCase):
     def test_attach_with_op_scopes(self):
         """`tidemark attach --ops`: torch 2's ops become op scopes from the attach on (the job's
         losses unchanged); torch 1.13 says it cannot and records the rest."""
-        args = ("--steps", "12", "--seed", "3", "--layers", "2")
-        ref_losses, _, _ = self.reference(*args)
-        job = Job(*args)
-        try:
-            job.wait_for_step(2)
-            rc, a, err = self.cli("attach", str(job.pid), "--ops")
-            self.assertEqual(rc, 0, err)
-            rc, out, err = job.finish()
-        finally:
-            job.kill()
-        self.assertEqual(rc, 0, err)
-        self.assertEqual(parse_run(out)[0], ref_losses)
-        sid = a["session"]
-        self.wait_ended(sid)
-        self.daemon.wait_analyzed(sid)
+        sid, err = self.attach_mid_run(("--steps", "12", "--seed", "3", "--layers", "2"), "--ops")
         ops = {o["name"]: o["calls"] for o in self.daemon.cli_json("ops", str(sid))["ops"]
                if o["kind"] == "op"}
         if torch_version() >= (2, 0):
@@ -163,21 +169,8 @@ class AttachTest(DaemonTestCase):
     def test_attach_with_a_capture_schedule(self):
         """`tidemark attach --steps 2-3`: the steps counted from the attach; steps 2-3 in full
         detail, the others summarized (the job's losses unchanged, nothing counted lost)."""
-        args = ("--steps", "10", "--seed", "5", "--layers", "2")
-        ref_losses, _, _ = self.reference(*args)
-        job = Job(*args)
-        try:
-            job.wait_for_step(2)
-            rc, a, err = self.cli("attach", str(job.pid), "--steps", "2-3")
-            self.assertEqual(rc, 0, err)
-            rc, out, err = job.finish()
-        finally:
-            job.kill()
-        self.assertEqual(rc, 0, err)
-        self.assertEqual(parse_run(out)[0], ref_losses)
-        sid = a["session"]
-        self.wait_ended(sid)
-        self.daemon.wait_analyzed(sid)
+        sid, _ = self.attach_mid_run(("--steps", "10", "--seed", "5", "--layers", "2"),
+                                     "--steps", "2-3")
         steps = {s["step"]: s for s in self.daemon.cli_json("steps", str(sid))["steps"]}
         self.assertGreaterEqual(len(steps), 4, steps.keys())
         self.assertEqual(sorted(n for n, s in steps.items() if not s["summarized"]), [2, 3])
