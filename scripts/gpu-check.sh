@@ -56,12 +56,18 @@ tail -3 "$WORK/agent.err"
 echo "== 3/3 under torch.profiler"
 "$PYTHON" "${ARGS[@]}" --torch-profiler | tee "$WORK/profiler.log" | tail -3
 
-SESSION=$("$BIN/tidemark" sessions --json | "$PYTHON" -c \
-  'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
-for _ in $(seq 300); do
-  "$BIN/tidemark" sessions --json | "$PYTHON" -c "import json,sys; s=[x for x in json.load(sys.stdin)['sessions'] if x['id']==$SESSION][0]; sys.exit(0 if s['analyzed'] else 1)" && break
-  sleep 0.2
-done
+# The newest session's id, once its analysis is stored (a minute at most).
+newest_analyzed_session() {
+  local id
+  id=$("$BIN/tidemark" sessions --json | "$PYTHON" -c \
+    'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
+  for _ in $(seq 300); do
+    "$BIN/tidemark" sessions --json | "$PYTHON" -c "import json,sys; s=[x for x in json.load(sys.stdin)['sessions'] if x['id']==$id][0]; sys.exit(0 if s['analyzed'] else 1)" && break
+    sleep 0.2
+  done
+  echo "$id"
+}
+SESSION=$(newest_analyzed_session)
 echo; echo "== the agent's breakdown at the peak (session $SESSION)"
 "$BIN/tidemark" breakdown "$SESSION"
 
@@ -74,12 +80,7 @@ STATUS=0
 echo; echo "== capture schedule: tidemark run --steps 2-3 against the full recording"
 "$BIN/tidemark" run --name gpu-check-steps --steps 2-3 -- "$PYTHON" "${ARGS[@]}" \
   >"$WORK/steps.log" 2>"$WORK/steps.err" || echo "gpu-check: the scheduled run failed" >&2
-SCHEDULED=$("$BIN/tidemark" sessions --json | "$PYTHON" -c \
-  'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
-for _ in $(seq 300); do
-  "$BIN/tidemark" sessions --json | "$PYTHON" -c "import json,sys; s=[x for x in json.load(sys.stdin)['sessions'] if x['id']==$SCHEDULED][0]; sys.exit(0 if s['analyzed'] else 1)" && break
-  sleep 0.2
-done
+SCHEDULED=$(newest_analyzed_session)
 DEVS="all"
 [ "$DEVICE" = cuda ] && DEVS="all cuda:0"
 for DEV in $DEVS; do
