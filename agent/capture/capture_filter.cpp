@@ -51,6 +51,15 @@ void CaptureFilter::process(const std::vector<Record>& in, std::vector<Record>& 
   flushRun(out);
 }
 
+void CaptureFilter::finish(std::vector<Record>& out) {
+  while (!m_waiting.empty()) {
+    m_nextSeq = std::max(m_nextSeq, m_waiting.begin()->first);
+    releaseWaiting(out);
+  }
+  m_processedUpTo.store(m_nextSeq, std::memory_order_release);
+  flushRun(out);
+}
+
 void CaptureFilter::releaseWaiting(std::vector<Record>& out) {
   while (!m_waiting.empty()) {
     skipOwnSeqs();

@@ -47,6 +47,8 @@ class CaptureFilter {
                 uint32_t reservedCounterIid);
 
   void process(const std::vector<Record>& in, std::vector<Record>& out);
+  // The collector's last pass: what still waits for a late record goes now, in order.
+  void finish(std::vector<Record>& out);
 
   // Whether a step of this number, begun now, would start full detail after summarizing.
   bool startsDetail(int64_t step) const {

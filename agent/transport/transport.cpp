@@ -99,6 +99,12 @@ void Transport::collect() {
         m_log.append(records.data(), records.size());
       }
     }
+    if (m_filter && last) {
+      // Nothing is left waiting for a record that can no longer come.
+      kept.clear();
+      m_filter->finish(kept);
+      m_log.append(kept.data(), kept.size());
+    }
     m_recorder.notifyDrained();
     {
       std::lock_guard<std::mutex> lock(m_mutex);
