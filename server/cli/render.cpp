@@ -14,6 +14,7 @@ std::string breakdownJson(const v1::Breakdown& b) {
       ", \"offset_ns\": " + std::to_string(b.offset_ns()) +
       ", \"step\": " + std::to_string(b.step()) +
       ", \"at_peak\": " + (b.at_peak() ? "true" : "false") +
+      ", \"summarized\": " + (b.summarized() ? "true" : "false") +
       ", \"phase\": " + jsonString(b.phase()) + ", \"scope\": " + jsonString(b.scope()) +
       ", \"tracked_bytes\": " + std::to_string(b.tracked_bytes()) +
       ", \"reserved_bytes\": " + std::to_string(b.reserved_bytes()) + ", \"categories\": {";
@@ -34,6 +35,11 @@ void printBreakdown(const v1::Breakdown& b) {
               b.step() >= 0 ? (", in step " + std::to_string(b.step())).c_str() : "",
               static_cast<unsigned long long>(b.seq()), b.phase().empty() ? "" : ", phase ",
               b.phase().c_str(), b.scope().empty() ? "" : ", in ", b.scope().c_str());
+  if (b.summarized()) {
+    std::puts(
+        "a summarized step (capture schedule): the agent's measure, by tags only (UNKNOWN: "
+        "what no tag named)");
+  }
   std::printf("%-17s %16s %12s %7s %8s\n", "CATEGORY", "BYTES", "", "SHARE", "BLOCKS");
   for (const v1::CategoryBytes& c : b.categories()) {
     if (c.bytes() == 0 && c.blocks() == 0) continue;

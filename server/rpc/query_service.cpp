@@ -238,7 +238,7 @@ grpc::Status QueryService::GetBreakdown(grpc::ServerContext* ctx,
       !denied.ok())
     return denied;
   grpc::Status s = breakdown(request, response);
-  if (!s.ok()) return s;
+  if (!s.ok() || response->summarized()) return s;  // a summary carries its own reserved
   // What the caching allocator reserved: a device figure, not given for host memory alone.
   const bool hostOnly = deviceOf(request->device())->kind == core::DeviceFilter::Kind::kHost;
   auto reserved = Store::counterAt(m_dbPath, static_cast<int64_t>(request->session_id()),
@@ -255,6 +255,19 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
   const int64_t startTs = session->header.startTsNs;
   std::optional<core::DeviceFilter> device = deviceOf(request->device());
   if (!device) return badDevice(request->device());
+  if (request->at_case() != v1::BreakdownRequest::kTsNs && request->has_step()) {
+    // A step a capture schedule summarized: the agent's figures, not a replay of what was sent.
+    auto figures = Store::loadStepFigures(m_dbPath, id, request->step());
+    if (!figures.ok()) return toGrpc(figures.status());
+    if (!figures->empty()) {
+      v1::StepSummary summary;
+      summary.set_step(request->step());
+      fillSummarizedStep(*figures, *device, id, startTs, &summary);
+      *response = summary.peak();
+      response->set_summarized(true);
+      return grpc::Status::OK;
+    }
+  }
   if (request->at_case() != v1::BreakdownRequest::kTsNs) {
     auto peak = peakReport(id, request->has_step() ? request->step() : -1, *device);
     if (!peak.ok()) return toGrpc(peak.status());

@@ -660,13 +660,19 @@ absl::Status Store::releaseFreePages(int64_t maxPages) {
 }
 
 absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(const std::string& path,
-                                                                  int64_t id) {
+                                                                  int64_t id,
+                                                                  std::optional<int64_t> step) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare(
       "SELECT step, device, figure, category, ts_ns, value FROM step_figure WHERE session_id = ?1 "
-      "ORDER BY step, device, figure, category");
+      "AND (?2 IS NULL OR step = ?2) ORDER BY step, device, figure, category");
   st.bind(1, id);
+  if (step) {
+    st.bind(2, *step);
+  } else {
+    st.bindNull(2);
+  }
   std::vector<StepFigureRow> out;
   while (st.step()) {
     StepFigureRow f;

@@ -273,8 +273,9 @@ class Store {
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
   // The figures of the steps the agent summarized (none when every step was in full detail).
-  static absl::StatusOr<std::vector<StepFigureRow>> loadStepFigures(const std::string& path,
-                                                                    int64_t id);
+  // step: that step's only.
+  static absl::StatusOr<std::vector<StepFigureRow>> loadStepFigures(
+      const std::string& path, int64_t id, std::optional<int64_t> step = std::nullopt);
   // The last value of the counter `name` at or before seq, or nullopt when it has none.
   static absl::StatusOr<std::optional<int64_t>> counterAt(const std::string& path, int64_t id,
                                                           const std::string& name, uint64_t seq);

@@ -80,6 +80,17 @@ class CaptureScheduleTest(unittest.TestCase):
                                  s["peak"]["tracked_bytes"])
                 # The step's time is the step's, as recorded.
                 self.assertGreater(s["end_ts_ns"], s["begin_ts_ns"])
+                # Asked for directly, the step's peak is its summary (not a replay of what was
+                # sent), said to be one.
+                b = self.daemon.cli_json("breakdown", str(self.scheduled["id"]), "--step",
+                                         str(step))
+                self.assertTrue(b["summarized"])
+                self.assertEqual(b["tracked_bytes"], f["peak"]["tracked_bytes"])
+                p = self.daemon.cli_json("peak", str(self.scheduled["id"]), "--step", str(step))
+                self.assertEqual(p["breakdown"]["tracked_bytes"], f["peak"]["tracked_bytes"])
+                text = self.daemon.cli("breakdown", str(self.scheduled["id"]), "--step",
+                                       str(step)).stdout
+                self.assertIn("a summarized step", text)
 
     def test_the_advisor_plans_from_the_last_step_recorded_in_detail(self):
         sid = str(self.scheduled["id"])
