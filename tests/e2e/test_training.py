@@ -257,7 +257,7 @@ class TrainingBreakdownTest(unittest.TestCase):
         self.assertEqual(len([e for e in slices if e["cat"] == "module"]), scopes)
         self.assertEqual(len([e for e in slices if e["cat"] == "step"]), len(run["truth"]["steps"]))
         bad = self.daemon.cli("export", str(sid), "--format", "nope", "-o", path + "2", check=False)
-        self.assertEqual(bad.returncode, 1)
+        self.assertEqual(bad.returncode, 2)  # bad usage: the server refused the argument
         self.assertFalse(os.path.exists(path + "2") or os.path.exists(path + "2.part"))
 
     def test_ops_and_diff(self):
