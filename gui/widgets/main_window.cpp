@@ -280,7 +280,15 @@ void MainWindow::inspectPeak() {
   runAsync<absl::StatusOr<Moment>>(
       this, [c = m_client, id, d = m_device] { return c->peak(id, d); },
       [this, gen](absl::StatusOr<Moment> m) {
-        if (gen != m_generation || !m.ok()) return;
+        if (gen != m_generation) return;
+        if (!m.ok()) {
+          // Said where the answer would be (e.g. a GPU filter on a CPU job), not left blank.
+          m_inspector->clear();
+          new QTreeWidgetItem(m_inspector, {q(std::string(m.status().message())), QString()});
+          m_status->setText(q(std::string(m.status().message())));
+          emit inspectorReady();
+          return;
+        }
         m_timeline->setPeak(m->tsNs, m->trackedBytes);
         showMoment(*m, tr("At the peak"));
       });
