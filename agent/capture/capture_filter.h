@@ -17,12 +17,13 @@ namespace tidemark::agent {
 // A capture schedule at work (`tidemark run --steps 3-4`): between the collector, which hands it
 // each pass's records in sequence order, and the buffer the sender reads.
 //
-// In the steps the schedule details, records go on as they came. Elsewhere (summarized: the
-// other steps and what comes before and between them) allocations, frees, tags, scopes, phases,
-// counters and launches are measured and not sent: each step ends with its summary (its peak of
-// tracked bytes, per device and in all, the bytes by tag category at that peak, the reserved
-// bytes then and how many events it had), and the sequence numbers of what was left out go as
-// Summarized ranges, so that the daemon knows they are not lost. Step marks always go.
+// In the steps the schedule details (and before the first step mark), records go on as they
+// came. Elsewhere (summarized: the other steps and what comes between them) allocations, frees,
+// tags, scopes, phases, counters and launches are measured and not sent: each step ends with its
+// summary (its peak of tracked bytes, per device and in all, the bytes by tag category at that
+// peak, the reserved bytes then and how many events it had), and the sequence numbers of what was
+// left out go as Summarized ranges, so that the daemon knows they are not lost. Step marks always
+// go.
 //
 // Blocks cross the boundary whole: the free of a block the daemon has seen always goes (even
 // from a summarized step), the free of one it has not never does, and when full detail begins
@@ -123,7 +124,10 @@ class CaptureFilter {
   const std::function<uint64_t(uint64_t)> m_reserveSeqs;
   const uint32_t m_reservedIid;
 
-  std::atomic<bool> m_detail{false};
+  // Full detail until the first step mark: a program that never marks a step (no adapter, not
+  // Python) is recorded whole rather than not at all, and what a job builds before training
+  // (its model) goes as it is made.
+  std::atomic<bool> m_detail{true};
   // Ordering: the next sequence number to handle, the records that came before it (at most
   // kMaxWaiting, 12 MiB, for kMaxWaitPasses passes), the numbers taken here ([begin, end)).
   static constexpr int kMaxWaitPasses = 8;
