@@ -27,12 +27,14 @@ namespace tidemark::agent {
 //
 // Blocks cross the boundary whole: the free of a block the daemon has seen always goes (even
 // from a summarized step), the free of one it has not never does, and when full detail begins
-// every live block it has not seen goes then (a restated Alloc, with its strongest tag), with
-// sequence numbers taken at that moment. The C ABI makes the thread that begins such a step
-// wait for the collector's next pass (startsDetail), so those numbers follow the step's begin.
+// every live block it has not seen goes then (a restated Alloc, with its strongest tag), under
+// the sequence numbers the step's begin mark reserved right after its own (the C ABI asks
+// startsDetail and restateBound), so that they come before anything of the step; numbers not
+// used go as unused.
 //
-// Memory: the live blocks (what is live, not what was allocated) and a few figures a device.
-// Runs on the collector thread only; startsDetail may be asked from any thread.
+// Memory: the live blocks (what is live, not what was allocated), a few figures a device, and
+// the records held while a late one is waited for.
+// Runs on the collector thread only; startsDetail and restateBound may be asked from any thread.
 // The figures of a step summary (tidemark.v1.SummaryFigure).
 enum class SummaryFigure : uint8_t {
   kPeakBytes = 1,
