@@ -217,6 +217,15 @@ class AdvisorOfflineTest(unittest.TestCase):
                 self.assertEqual(r.returncode, code, r.stderr)
                 self.assertIn(text, r.stderr)
 
+    def run_snippet(self, code, timeout):
+        """Runs CODE in the jobs' Python with the adapter's and the examples' directories as its
+        arguments; it must end printing "ok"."""
+        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python"),
+                            os.path.join(SOURCE, "examples")], capture_output=True, text=True,
+                           timeout=timeout)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("ok", r.stdout)
+
     def test_apply_plan_refuses_what_does_not_fit(self):
         code = r"""
 import json, sys, torch
@@ -243,11 +252,7 @@ applied.remove()
 assert all("forward" not in m.__dict__ for m in model.modules())
 print("ok")
 """
-        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python"),
-                            os.path.join(SOURCE, "examples")], capture_output=True, text=True,
-                           timeout=120)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("ok", r.stdout)
+        self.run_snippet(code, timeout=120)
 
     def test_plans_apply_to_compiled_models(self):
         """torch.compile, per block or whole: a plan names modules as the recording does (without
@@ -291,11 +296,7 @@ for mode, names, most in [("blocks", ["TinyGPT.blocks.0", "TinyGPT.blocks.1"], 0
     assert abs(loss - loss_planned) < 1e-4 * abs(loss), (loss, loss_planned)
 print("ok")
 """
-        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python"),
-                            os.path.join(SOURCE, "examples")], capture_output=True, text=True,
-                           timeout=600)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("ok", r.stdout)
+        self.run_snippet(code, timeout=600)
 
 
 if __name__ == "__main__":
