@@ -173,27 +173,20 @@ void CaptureFilter::handle(const Record& r, std::vector<Record>& out) {
       const uint64_t restatedAt = it == m_live.end() ? 0 : it->second.restatedAt;
       if (it == m_live.end()) {
         if (m_unmatchedFrees.size() >= kMaxUnmatchedFrees) m_unmatchedFrees.clear();
-        m_unmatchedFrees[Key{memoryKind(r), r.device, r.address}] = {r.seq, goes};
+        m_unmatchedFrees[key] = {r.seq, goes};
       }
       onFree(r);
-      if (goes) {
-        forwardAfter(r, restatedAt, out);
-      } else {
-        leaveOut(r, out);
-      }
+      goes ? forwardAfter(r, restatedAt, out) : leaveOut(r, out);
       break;
     }
     case RecordKind::kTag: {
+      // A tag goes with its block (or, of no block we know, as detail says).
       auto at = m_byAddress.find(r.address);
-      const bool known = at != m_byAddress.end();
-      const bool goes = known ? m_live[at->second].sent : detail;
-      const uint64_t restatedAt = known ? m_live[at->second].restatedAt : 0;
+      const Live* block = at != m_byAddress.end() ? &m_live[at->second] : nullptr;
+      const bool goes = block != nullptr ? block->sent : detail;
+      const uint64_t restatedAt = block != nullptr ? block->restatedAt : 0;
       onTag(r);
-      if (goes) {
-        forwardAfter(r, restatedAt, out);
-      } else {
-        leaveOut(r, out);
-      }
+      goes ? forwardAfter(r, restatedAt, out) : leaveOut(r, out);
       break;
     }
     case RecordKind::kScopeBegin: {
