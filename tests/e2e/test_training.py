@@ -107,7 +107,10 @@ class TrainingBreakdownTest(unittest.TestCase):
             with self.subTest(form=name):
                 self.assertEqual(s["events_sent"], s["events_stored"])
                 self.assertEqual(s["events_dropped"], 0)
-                self.assertEqual(s["stats"], {})  # e.g. no scope ended that was not open
+                # e.g. no scope ended that was not open. A thread that waited for room in its ring
+                # (a loaded machine: op scopes are many events) lost nothing and is no anomaly.
+                stats = {k: v for k, v in s["stats"].items() if k != "agent_ring_waits"}
+                self.assertEqual(stats, {})
                 # Nothing in the job's output but the agent's line: no warning the adapter caused
                 # (SAC warns when saved-tensor hooks are in scope and it was not told what to do).
                 # (torch's inductor says where it looked for CUDA, with tidemark or without.)
