@@ -77,6 +77,15 @@ bool TimelineBuilder::flush(size_t level) {
   return m_ok;
 }
 
+std::vector<TimelineSample> TimelineBuilder::unemitted(int level) const {
+  std::vector<TimelineSample> out;
+  for (size_t l = static_cast<size_t>(std::max(level, 0)); l >= 1; --l) {
+    if (l < m_levels.size() && m_levels[l].pendingCount > 0) out.push_back(m_levels[l].pending);
+  }
+  if (m_inSample > 0) out.push_back(m_current);
+  return out;
+}
+
 bool TimelineBuilder::finish() {
   if (!m_ok) return false;
   if (m_inSample > 0 && !emit(0, m_current)) return false;

@@ -55,6 +55,9 @@ class TimelineBuilder {
   bool add(const MemoryState& state);
   bool finish();
   int levelCount() const { return m_levelCount; }
+  // The newest events, that no sample of `level` covers yet (the builder still merges them), as
+  // samples in time order: the partial sample of each level from `level` down, then the finest.
+  std::vector<TimelineSample> unemitted(int level) const;
 
  private:
   struct Level {

@@ -1,0 +1,417 @@
+#include "src/core/live_analysis.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace tidemark::core {
+
+struct LiveAnalysis::LiveBlock {
+  Block block;  // its id is the analysis's own; freeSeq set at its free
+  uint32_t moduleIid = 0;
+  uint32_t opIid = 0;
+  std::shared_ptr<PhaseRec> phase;  // the innermost open at its allocation
+  int64_t segment = -1;             // the block it lies in
+  bool isSegment = false;           // a tensor was placed in it
+  int tagCount = 0;
+  Category tagCategory = Category::kUnknown;
+  uint32_t tagName = 0;
+  bool replayed = false;  // its allocation is replayed: `code` holds the category it counts in
+  uint8_t code = 0;       // category | rule << 4
+};
+
+namespace {
+uint8_t codeOf(Category c, CategoryRule r) {
+  return static_cast<uint8_t>(static_cast<int>(c) | (static_cast<int>(r) << 4));
+}
+Category categoryOf(uint8_t code) { return static_cast<Category>(code & 0xf); }
+CategoryRule ruleOf(uint8_t code) { return static_cast<CategoryRule>(code >> 4); }
+const std::string kNoName;
+}  // namespace
+
+LiveAnalysis::LiveAnalysis()
+    : m_timeline(1, [this](int level, int64_t, const std::vector<TimelineSample>& samples) {
+        const auto l = static_cast<size_t>(level);
+        if (m_levels.size() <= l) {
+          m_levels.resize(l + 1);
+          m_dropped.resize(l + 1, false);
+        }
+        if (m_dropped[l]) return true;
+        m_levels[l].insert(m_levels[l].end(), samples.begin(), samples.end());
+        if (m_levels[l].size() > kMaxLevelSamples) {  // the next level holds a quarter as many
+          m_levels[l] = {};
+          m_dropped[l] = true;
+        }
+        return true;
+      }) {}
+
+LiveAnalysis::~LiveAnalysis() = default;
+
+void LiveAnalysis::name(uint32_t iid, std::string text) { m_names[iid] = std::move(text); }
+
+const std::string& LiveAnalysis::nameOf(uint32_t iid) const {
+  auto it = m_names.find(iid);
+  return it == m_names.end() ? kNoName : it->second;
+}
+
+void LiveAnalysis::push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id) {
+  m_window.push_back({kind, seq, tsNs, id, scopeNow(), phaseNow()});
+  if (m_window.size() >= kMaxWindowEdges) commitWindow();
+}
+
+void LiveAnalysis::alloc(const Block& b, uint32_t moduleIid, uint32_t opIid) {
+  if (m_firstTs == 0) m_firstTs = b.allocTsNs;
+  m_lastTs = std::max(m_lastTs, b.allocTsNs);
+  auto lb = std::make_unique<LiveBlock>();
+  lb->block = b;
+  lb->block.id = m_nextId++;
+  lb->block.freeSeq = kOpenSeq;
+  lb->moduleIid = moduleIid;
+  lb->opIid = opIid;
+  if (!m_openPhases.empty()) lb->phase = m_openPhases.rbegin()->second;
+  const int64_t id = lb->block.id;
+  // A block at a key still live: its free was never seen (the ingest keeps it as live for good).
+  m_byKey[{static_cast<int>(b.kind), b.device, b.address}] = id;
+  m_byAddress[b.address] = id;
+  if (b.kind != MemoryKind::kTensor) {
+    m_segments[{b.device, b.address}] = id;
+  } else {
+    m_tensorDevices.insert(b.device);
+    auto it = m_segments.upper_bound({b.device, b.address});
+    if (it != m_segments.begin()) {
+      --it;
+      auto seg = m_blocks.find(it->second);
+      if (seg != m_blocks.end() && it->first.first == b.device &&
+          b.address < seg->second->block.address + seg->second->block.sizeBytes) {
+        lb->segment = it->second;
+        seg->second->isSegment = true;
+      }
+    }
+  }
+  m_blocks.emplace(id, std::move(lb));
+  push(EdgeKind::kAlloc, b.allocSeq, b.allocTsNs, id);
+}
+
+void LiveAnalysis::free(MemoryKind kind, int32_t device, uint64_t address, uint64_t seq,
+                        int64_t tsNs) {
+  auto key = m_byKey.find({static_cast<int>(kind), device, address});
+  if (key == m_byKey.end()) return;  // allocated before the recording began
+  const int64_t id = key->second;
+  m_byKey.erase(key);
+  m_lastTs = std::max(m_lastTs, tsNs);
+  LiveBlock& b = *m_blocks.at(id);
+  b.block.freeSeq = seq;
+  b.block.freeTsNs = tsNs;
+  auto a = m_byAddress.find(address);
+  if (a != m_byAddress.end() && a->second == id) m_byAddress.erase(a);
+  if (kind != MemoryKind::kTensor) {
+    auto s = m_segments.find({device, address});
+    if (s != m_segments.end() && s->second == id) m_segments.erase(s);
+  }
+  push(EdgeKind::kFree, seq, tsNs, id);
+}
+
+void LiveAnalysis::tag(uint64_t seq, uint64_t address, Category category, uint32_t nameIid) {
+  auto a = m_byAddress.find(address);
+  if (a == m_byAddress.end()) return;
+  LiveBlock& b = *m_blocks.at(a->second);
+  if (b.tagCount == 0 || tagPriority(category) > tagPriority(b.tagCategory)) {
+    b.tagCategory = category;
+    b.tagName = nameIid;
+  }
+  ++b.tagCount;
+  // Counted in a category already: from now on in the one the tag gives.
+  if (b.replayed) push(EdgeKind::kRecheck, seq, m_lastTs, a->second);
+}
+
+void LiveAnalysis::phaseBegin(uint64_t beginSeq, Phase phase) {
+  auto p = std::make_shared<PhaseRec>();
+  p->phase = phase;
+  p->beginSeq = beginSeq;
+  m_openPhases[beginSeq] = std::move(p);
+}
+
+void LiveAnalysis::phaseEnd(uint64_t beginSeq, uint64_t endSeq) {
+  auto it = m_openPhases.find(beginSeq);
+  if (it == m_openPhases.end()) return;
+  it->second->endSeq = endSeq;
+  m_openPhases.erase(it);
+}
+
+void LiveAnalysis::moduleBegin(uint64_t beginSeq, uint32_t nameIid) {
+  m_openModules[beginSeq] = nameIid;
+}
+
+void LiveAnalysis::moduleEnd(uint64_t beginSeq) { m_openModules.erase(beginSeq); }
+
+void LiveAnalysis::stepBegin(int64_t step, uint64_t seq, int64_t tsNs) {
+  StepInterval s;
+  s.step = step;
+  s.beginSeq = seq;
+  s.beginTsNs = tsNs;
+  m_stepIntervals[step] = s;
+  m_stepPeaks.erase(step);
+  push(EdgeKind::kStepBegin, seq, tsNs, step);
+}
+
+void LiveAnalysis::stepEnd(int64_t step, uint64_t seq, int64_t tsNs) {
+  auto it = m_stepIntervals.find(step);
+  if (it == m_stepIntervals.end()) return;
+  it->second.endSeq = seq;
+  it->second.endTsNs = tsNs;
+  push(EdgeKind::kStepEnd, seq, tsNs, step);
+  commitWindow();  // the step's blocks are decided, or live past it
+}
+
+std::pair<Category, CategoryRule> LiveAnalysis::decide(const LiveBlock& b) const {
+  BlockFacts f;
+  f.isSegment = b.isSegment;
+  f.tagCount = b.tagCount;
+  f.tagCategory = b.tagCategory;
+  f.workspaceCandidate =
+      b.block.kind == MemoryKind::kDevice && m_tensorDevices.count(b.block.device) > 0;
+  PhaseInterval phase;
+  if (b.phase) {
+    phase.phase = b.phase->phase;
+    phase.beginSeq = b.phase->beginSeq;
+    phase.endSeq = b.phase->endSeq;
+    f.phase = &phase;
+  }
+  f.freeSeq = b.block.freeSeq;
+  return decideCategory(f);
+}
+
+void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>& overlay,
+                          const std::function<void(const MemoryState&)>& onState) const {
+  auto codeNow = [&](int64_t id, const LiveBlock& b) {
+    auto o = overlay.find(id);
+    return o != overlay.end() ? o->second : b.code;
+  };
+  // A block counted in one category whose facts now say another: its bytes move.
+  auto recategorize = [&](int64_t id, const LiveBlock& b) {
+    const uint8_t was = codeNow(id, b);
+    const auto [c, rule] = decide(b);
+    overlay[id] = codeOf(c, rule);
+    if (c == categoryOf(was)) return;
+    const auto size = static_cast<int64_t>(b.block.sizeBytes);
+    const int from = categoryIndex(categoryOf(was));
+    const int to = categoryIndex(c);
+    rs.state.bytes[from] -= size;
+    rs.state.blocks[from] -= 1;
+    rs.state.bytes[to] += size;
+    rs.state.blocks[to] += 1;
+    ++rs.recategorized;
+  };
+  for (const Edge& e : m_window) {
+    switch (e.kind) {
+      case EdgeKind::kStepBegin: {
+        OpenStep& s = rs.steps[e.id];
+        s.interval = m_stepIntervals.at(e.id);
+        s.best = rs.state;
+        s.best.seq = e.seq;
+        s.scopeIid = e.scopeIid;
+        s.phase = e.phase;
+        s.ended = false;
+        continue;
+      }
+      case EdgeKind::kStepEnd: {
+        auto it = rs.steps.find(e.id);
+        if (it != rs.steps.end()) {
+          it->second.ended = true;
+          it->second.interval = m_stepIntervals.at(e.id);
+        }
+        continue;
+      }
+      case EdgeKind::kRecheck:
+        recategorize(e.id, *m_blocks.at(e.id));
+        continue;
+      case EdgeKind::kAlloc:
+      case EdgeKind::kFree:
+        break;
+    }
+    const LiveBlock& b = *m_blocks.at(e.id);
+    const auto size = static_cast<int64_t>(b.block.sizeBytes);
+    uint8_t code;
+    if (e.kind == EdgeKind::kAlloc) {
+      const auto [c, rule] = decide(b);
+      code = codeOf(c, rule);
+      overlay[e.id] = code;
+      if (b.segment >= 0) {  // its segment holds slack from now on, if it did not yet
+        auto seg = m_blocks.find(b.segment);
+        if (seg != m_blocks.end() && (seg->second->replayed || overlay.count(b.segment)) &&
+            categoryOf(codeNow(b.segment, *seg->second)) != Category::kAllocatorSlack)
+          recategorize(b.segment, *seg->second);
+      }
+    } else {
+      code = codeNow(e.id, b);
+    }
+    applyBlockEdge(rs.state, e.seq, e.tsNs, e.kind == EdgeKind::kAlloc ? size : -size,
+                   categoryIndex(categoryOf(code)), b.segment >= 0);
+    if (rs.state.trackedBytes > rs.peak.trackedBytes) {
+      rs.peak = rs.state;
+      rs.peakScope = e.scopeIid;
+      rs.peakPhase = e.phase;
+      rs.peakMoved = true;
+    }
+    for (auto& [step, s] : rs.steps) {
+      if (!s.ended && rs.state.trackedBytes > s.best.trackedBytes) {
+        s.best = rs.state;
+        s.scopeIid = e.scopeIid;
+        s.phase = e.phase;
+      }
+    }
+    if (onState) onState(rs.state);
+  }
+}
+
+std::vector<LiveAnalysis::ItemRow> LiveAnalysis::itemsAt(
+    uint64_t seq, const std::unordered_map<int64_t, uint8_t>& overlay) const {
+  auto liveAt = [seq](const LiveBlock& b) {
+    return b.block.allocSeq <= seq && seq < b.block.freeSeq;
+  };
+  std::unordered_map<int64_t, int64_t> carved;  // segment -> its live tensors' bytes
+  for (const auto& [id, b] : m_blocks) {
+    if (b->segment >= 0 && liveAt(*b))
+      carved[b->segment] += static_cast<int64_t>(b->block.sizeBytes);
+  }
+  std::vector<ItemRow> out;
+  for (const auto& [id, b] : m_blocks) {
+    if (!liveAt(*b)) continue;
+    auto o = overlay.find(id);
+    if (o == overlay.end() && !b->replayed) continue;
+    const uint8_t code = o != overlay.end() ? o->second : b->code;
+    auto c = carved.find(id);
+    out.push_back({b->moduleIid, b->opIid, b->tagCount > 0 ? b->tagName : 0u, b->block.address,
+                   static_cast<int64_t>(b->block.sizeBytes) - (c == carved.end() ? 0 : c->second),
+                   categoryOf(code), ruleOf(code)});
+  }
+  return out;
+}
+
+void LiveAnalysis::commitWindow() {
+  if (m_window.empty()) return;
+  std::unordered_map<int64_t, uint8_t> overlay;
+  m_committed.peakMoved = false;
+  replay(m_committed, overlay, [this](const MemoryState& s) { m_timeline.add(s); });
+  m_recategorized = m_committed.recategorized;
+  if (m_committed.peakMoved) m_peakItems = itemsAt(m_committed.peak.seq, overlay);
+  for (const auto& [id, code] : overlay) {
+    auto it = m_blocks.find(id);
+    if (it == m_blocks.end()) continue;
+    it->second->code = code;
+    it->second->replayed = true;
+  }
+  for (auto it = m_committed.steps.begin(); it != m_committed.steps.end();) {
+    if (!it->second.ended) {
+      ++it;
+      continue;
+    }
+    PeakReport r;
+    r.step = it->first;
+    r.state = it->second.best;
+    if (it->second.phase != Phase::kNone) r.phase = std::string(phaseName(it->second.phase));
+    r.scope = nameOf(it->second.scopeIid);
+    m_stepPeaks[it->first] = std::move(r);
+    it = m_committed.steps.erase(it);
+  }
+  for (const Edge& e : m_window) {
+    if (e.kind == EdgeKind::kFree) m_blocks.erase(e.id);
+  }
+  m_window.clear();
+}
+
+PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
+  ReplayState rs = m_committed;
+  rs.peakMoved = false;
+  std::unordered_map<int64_t, uint8_t> overlay;
+  replay(rs, overlay, nullptr);
+  PeakReport r;
+  r.state = rs.peak;
+  if (rs.peakPhase != Phase::kNone) r.phase = std::string(phaseName(rs.peakPhase));
+  r.scope = nameOf(rs.peakScope);
+  const std::vector<ItemRow> items = rs.peakMoved ? itemsAt(rs.peak.seq, overlay) : m_peakItems;
+  PeakItemsBuilder builder(m_anyOps);
+  for (const ItemRow& it : items) {
+    builder.add(it.moduleIid ? &nameOf(it.moduleIid) : nullptr,
+                it.opIid ? &nameOf(it.opIid) : nullptr, nameOf(it.tagIid), it.address, it.bytes,
+                it.category, it.rule);
+  }
+  builder.finish(r, topItems);
+  return r;
+}
+
+std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
+  ReplayState rs = m_committed;
+  std::unordered_map<int64_t, uint8_t> overlay;
+  replay(rs, overlay, nullptr);
+  std::vector<StepAnswer> out;
+  for (const auto& [step, interval] : m_stepIntervals) {
+    StepAnswer a;
+    a.interval = interval;
+    if (auto done = m_stepPeaks.find(step); done != m_stepPeaks.end()) {
+      a.peak = done->second;
+    } else if (auto open = rs.steps.find(step); open != rs.steps.end()) {
+      a.peak.step = step;
+      a.peak.state = open->second.best;
+      if (open->second.phase != Phase::kNone)
+        a.peak.phase = std::string(phaseName(open->second.phase));
+      a.peak.scope = nameOf(open->second.scopeIid);
+    } else {
+      continue;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+int LiveAnalysis::keptLevels() const {
+  int n = 0;
+  for (size_t l = 0; l < m_levels.size(); ++l) n += !m_dropped[l] && !m_levels[l].empty();
+  return n;
+}
+
+size_t LiveAnalysis::keptSamples() const {
+  size_t n = 0;
+  for (const auto& l : m_levels) n += l.size();
+  return n;
+}
+
+std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,
+                                                   int buckets) const {
+  if (toTs == 0) toTs = m_lastTs;
+  // The window, replayed into finest samples (it is not in the levels yet).
+  TimelineLevel tail;
+  {
+    ReplayState rs = m_committed;
+    std::unordered_map<int64_t, uint8_t> overlay;
+    TimelineBuilder finest(
+        SIZE_MAX, [&tail](int level, int64_t, const std::vector<TimelineSample>& samples) {
+          if (level == 0) tail.samples.insert(tail.samples.end(), samples.begin(), samples.end());
+          return true;
+        });
+    replay(rs, overlay, [&finest](const MemoryState& s) { finest.add(s); });
+    finest.finish();
+  }
+  // The coarsest kept level with at least `buckets` samples in the range, else the finest kept.
+  auto inRange = [&](const std::vector<TimelineSample>& v) {
+    auto first =
+        std::lower_bound(v.begin(), v.end(), fromTs,
+                         [](const TimelineSample& s, int64_t t) { return s.lastTsNs < t; });
+    auto last = std::upper_bound(v.begin(), v.end(), toTs, [](int64_t t, const TimelineSample& s) {
+      return t < s.firstTsNs;
+    });
+    return last > first ? static_cast<size_t>(last - first) : size_t{0};
+  };
+  int level = -1;
+  for (size_t l = 0; l < m_levels.size(); ++l) {
+    if (m_dropped[l] || m_levels[l].empty()) continue;
+    if (level < 0 || inRange(m_levels[l]) >= static_cast<size_t>(buckets))
+      level = static_cast<int>(l);
+  }
+  TimelineLevel all;
+  if (level >= 0) all.samples = m_levels[static_cast<size_t>(level)];
+  for (const TimelineSample& s : m_timeline.unemitted(std::max(level, 0))) all.samples.push_back(s);
+  all.samples.insert(all.samples.end(), tail.samples.begin(), tail.samples.end());
+  return foldTimeline(samplesInRange(all, fromTs, toTs), fromTs, toTs, buckets);
+}
+
+}  // namespace tidemark::core

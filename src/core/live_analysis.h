@@ -1,0 +1,162 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "src/core/peak.h"
+#include "src/core/recording.h"
+#include "src/core/timeline.h"
+
+namespace tidemark::core {
+
+// The analysis of a session while its events arrive, at a cost that does not grow with its
+// length: what a live session answers (its peak with what holds it, its steps' peaks, its
+// timeline) is kept up to date as events come, holding only what is live (open blocks, open
+// phases and scopes), the events of the last stretch and a timeline of bounded size.
+//
+// A block's category is decided at its free (analysis.h), but the replay needs it from its
+// allocation. So events wait in a window until a step ends (or the window holds kMaxWindowEdges),
+// then are replayed with each block's category as known then: decided if freed by then, else
+// from its facts so far (a tag, the phase it was born in). A fact that comes later (a tag, a
+// tensor placed in the block) moves its bytes to the new category from that moment on. Answers
+// also replay the window itself, without keeping it. The stored analysis at the session's end is
+// exact and replaces these answers; until then they equal it wherever a block's category was
+// known one step after its allocation (tests/unit/live_analysis_test.cpp).
+//
+// The timeline keeps each level of detail until it holds kMaxLevelSamples samples, then drops
+// it: a live session of any length answers from at most that many samples a level, at the
+// finest level still kept.
+class LiveAnalysis {
+ public:
+  static constexpr size_t kMaxWindowEdges = 1u << 18;
+  static constexpr size_t kMaxLevelSamples = 16384;
+
+  LiveAnalysis();
+  ~LiveAnalysis();
+  LiveAnalysis(const LiveAnalysis&) = delete;
+  LiveAnalysis& operator=(const LiveAnalysis&) = delete;
+
+  // Events in sequence order. Names: interned strings, as they come.
+  void name(uint32_t iid, std::string text);
+  // moduleIid / opIid: the innermost scope of that kind open on the allocating thread (0: none).
+  void alloc(const Block& b, uint32_t moduleIid, uint32_t opIid);
+  void free(MemoryKind kind, int32_t device, uint64_t address, uint64_t seq, int64_t tsNs);
+  void tag(uint64_t seq, uint64_t address, Category category, uint32_t nameIid);
+  void phaseBegin(uint64_t beginSeq, Phase phase);
+  void phaseEnd(uint64_t beginSeq, uint64_t endSeq);  // of the phase begun at beginSeq
+  void moduleBegin(uint64_t beginSeq, uint32_t nameIid);
+  void moduleEnd(uint64_t beginSeq);
+  void opScopeSeen() { m_anyOps = true; }  // the session records op scopes
+  void stepBegin(int64_t step, uint64_t seq, int64_t tsNs);
+  void stepEnd(int64_t step, uint64_t seq, int64_t tsNs);
+
+  // What the session answers now.
+  struct StepAnswer {
+    StepInterval interval;  // endSeq kOpenSeq while the step runs
+    PeakReport peak;        // categories, phase and scope (no items)
+  };
+  // The whole session's peak (with its modules, ops and tensors) first, then every step's.
+  PeakReport wholePeak(size_t topItems = 20) const;
+  std::vector<StepAnswer> steps() const;
+  // Buckets over [fromTs, toTs] (toTs 0: up to the last event).
+  std::vector<TimelineBucket> timeline(int64_t fromTs, int64_t toTs, int buckets) const;
+  int64_t firstTsNs() const { return m_firstTs; }
+  int64_t lastTsNs() const { return m_lastTs; }
+  // For tests and stats.
+  size_t windowEdges() const { return m_window.size(); }
+  size_t openBlocks() const { return m_blocks.size(); }
+  int64_t recategorized() const { return m_recategorized; }
+  int keptLevels() const;
+  size_t keptSamples() const;
+
+ private:
+  struct PhaseRec {
+    Phase phase = Phase::kNone;
+    uint64_t beginSeq = 0;
+    uint64_t endSeq = kOpenSeq;
+  };
+  struct LiveBlock;
+  enum class EdgeKind : uint8_t { kAlloc, kFree, kRecheck, kStepBegin, kStepEnd };
+  // One event of the window, with the phase and module scope open at it.
+  struct Edge {
+    EdgeKind kind;
+    uint64_t seq;
+    int64_t tsNs;
+    int64_t id;  // the block; the step for step edges
+    uint32_t scopeIid;
+    Phase phase;
+  };
+  struct OpenStep {
+    StepInterval interval;
+    MemoryState best;
+    uint32_t scopeIid = 0;
+    Phase phase = Phase::kNone;
+    bool ended = false;
+  };
+  // What the replay carries from event to event: small, copied for an answer that replays the
+  // window without keeping it.
+  struct ReplayState {
+    MemoryState state;
+    MemoryState peak;  // the whole session's, first of the highest
+    uint32_t peakScope = 0;
+    Phase peakPhase = Phase::kNone;
+    std::map<int64_t, OpenStep> steps;  // by step
+    bool peakMoved = false;             // the peak moved in the last replay
+    int64_t recategorized = 0;
+  };
+  struct ItemRow {
+    uint32_t moduleIid, opIid, tagIid;
+    uint64_t address;
+    int64_t bytes;
+    Category category;
+    CategoryRule rule;
+  };
+
+  // Replays the window into `rs`: the categories it finds go to `overlay` (by block), each state
+  // after an allocation or a free to onState. The blocks are left as they are.
+  void replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>& overlay,
+              const std::function<void(const MemoryState&)>& onState) const;
+  void commitWindow();
+  std::pair<Category, CategoryRule> decide(const LiveBlock& b) const;
+  std::vector<ItemRow> itemsAt(uint64_t seq,
+                               const std::unordered_map<int64_t, uint8_t>& overlay) const;
+  void push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id);
+  uint32_t scopeNow() const { return m_openModules.empty() ? 0 : m_openModules.rbegin()->second; }
+  Phase phaseNow() const {
+    return m_openPhases.empty() ? Phase::kNone : m_openPhases.rbegin()->second->phase;
+  }
+  const std::string& nameOf(uint32_t iid) const;
+
+  std::unordered_map<uint32_t, std::string> m_names;
+  int64_t m_nextId = 1;
+  std::unordered_map<int64_t, std::unique_ptr<LiveBlock>> m_blocks;  // live, or freed in the window
+  std::map<std::tuple<int, int32_t, uint64_t>, int64_t> m_byKey;     // live blocks
+  std::unordered_map<uint64_t, int64_t> m_byAddress;  // the last block allocated there, if live
+  std::map<std::pair<int32_t, uint64_t>, int64_t> m_segments;  // live blocks that are not tensors
+  std::set<int32_t> m_tensorDevices;
+  std::map<uint64_t, std::shared_ptr<PhaseRec>> m_openPhases;  // by begin
+  std::map<uint64_t, uint32_t> m_openModules;                  // by begin: name
+  std::deque<Edge> m_window;
+  std::map<int64_t, StepInterval> m_stepIntervals;  // every step seen
+  ReplayState m_committed;
+  std::vector<ItemRow> m_peakItems;           // live at m_committed.peak
+  std::map<int64_t, PeakReport> m_stepPeaks;  // steps whose end is replayed
+  TimelineBuilder m_timeline;
+  std::vector<std::vector<TimelineSample>> m_levels;
+  std::vector<bool> m_dropped;
+  int64_t m_firstTs = 0;
+  int64_t m_lastTs = 0;
+  int64_t m_recategorized = 0;
+  bool m_anyOps = false;
+};
+
+}  // namespace tidemark::core

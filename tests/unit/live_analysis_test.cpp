@@ -1,0 +1,413 @@
+// The live analysis (answers while events arrive, at a bounded cost) against the analysis of the
+// whole recording: equal wherever a block's category is known within the step it was born in,
+// bounded in what it holds whatever the length, and current when a fact comes late.
+#include "src/core/live_analysis.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "src/core/analysis.h"
+
+namespace tidemark::core {
+namespace {
+
+// Feeds a recording to a live analysis as the ingest would: every event in sequence order, with
+// the innermost module and op scope of the allocating thread at each allocation.
+void feed(const Recording& rec, LiveAnalysis& live, uint64_t untilSeq = kOpenSeq) {
+  std::map<std::string, uint32_t> iids;
+  auto iid = [&](const std::string& s) -> uint32_t {
+    if (s.empty()) return 0;
+    auto [it, added] = iids.emplace(s, static_cast<uint32_t>(iids.size() + 1));
+    if (added) live.name(it->second, s);
+    return it->second;
+  };
+  std::multimap<uint64_t, std::function<void()>> events;
+  std::map<uint32_t, std::vector<std::pair<uint64_t, uint32_t>>> modules, ops;  // thread: open
+  auto innermost = [](auto& stacks, uint32_t thread) {
+    auto it = stacks.find(thread);
+    return it == stacks.end() || it->second.empty() ? 0u : it->second.back().second;
+  };
+  for (const Block& b : rec.blocks) {
+    events.emplace(b.allocSeq, [&, b] {
+      live.alloc(b, innermost(modules, b.threadId), innermost(ops, b.threadId));
+    });
+    if (!b.live())
+      events.emplace(b.freeSeq,
+                     [&, b] { live.free(b.kind, b.device, b.address, b.freeSeq, b.freeTsNs); });
+  }
+  for (const Tag& t : rec.tags)
+    events.emplace(t.seq, [&, t] { live.tag(t.seq, t.address, t.category, iid(t.name)); });
+  for (const PhaseInterval& p : rec.phases) {
+    events.emplace(p.beginSeq, [&, p] { live.phaseBegin(p.beginSeq, p.phase); });
+    if (p.endSeq != kOpenSeq)
+      events.emplace(p.endSeq, [&, p] { live.phaseEnd(p.beginSeq, p.endSeq); });
+  }
+  for (const auto* list : {&rec.scopes, &rec.ops}) {
+    const bool isOp = list == &rec.ops;
+    if (isOp && !list->empty()) live.opScopeSeen();
+    for (const ScopeInterval& s : *list) {
+      auto& stacks = isOp ? ops : modules;
+      events.emplace(s.beginSeq, [&, s, isOp] {
+        stacks[s.threadId].emplace_back(s.beginSeq, iid(s.name));
+        if (!isOp) live.moduleBegin(s.beginSeq, iid(s.name));
+      });
+      if (s.endSeq != kOpenSeq) {
+        events.emplace(s.endSeq, [&, s, isOp] {
+          auto& st = stacks[s.threadId];
+          std::erase_if(st, [&](const auto& e) { return e.first == s.beginSeq; });
+          if (!isOp) live.moduleEnd(s.beginSeq);
+        });
+      }
+    }
+  }
+  for (const StepInterval& s : rec.steps) {
+    events.emplace(s.beginSeq, [&, s] { live.stepBegin(s.step, s.beginSeq, s.beginTsNs); });
+    events.emplace(s.endSeq, [&, s] { live.stepEnd(s.step, s.endSeq, s.endTsNs); });
+  }
+  for (auto& [seq, fn] : events) {
+    if (seq > untilSeq) break;
+    fn();
+  }
+}
+
+// A training loop whose facts all come within the step a block is born in: weights and
+// optimizer state tagged at their allocation, activations tagged at theirs and freed in the
+// backward, temporaries freed within their phase, tensors in device segments, module and op
+// scopes on the main thread, a recompute phase inside the backward.
+class Training {
+ public:
+  explicit Training(uint64_t seed) : m_rng(seed) {}
+
+  Recording make(int steps, int layers) {
+    const int32_t dev = 0;
+    const uint64_t segment = 0x7000000000;
+    alloc(MemoryKind::kDevice, dev, segment, 64u << 20);  // the caching allocator's segment
+    for (int l = 0; l < layers; ++l)
+      tagged(segment + slot(), 4096 + pick(8) * 512, Category::kWeight,
+             "layer" + std::to_string(l));
+    for (int s = 0; s < steps; ++s) {
+      StepInterval step;
+      step.step = s;
+      step.beginSeq = ++m_seq;
+      step.beginTsNs = ts(step.beginSeq);
+      std::vector<size_t> acts;
+      const size_t fwd = phaseBegin(Phase::kForward);
+      for (int l = 0; l < layers; ++l) {
+        const size_t module = scopeBegin("model.layer" + std::to_string(l), false);
+        const size_t op = scopeBegin("aten::linear", true);
+        const size_t tmp = alloc(MemoryKind::kTensor, dev, segment + slot(), 1024 + pick(4) * 256);
+        acts.push_back(tagged(segment + slot(), 2048 + pick(16) * 256, Category::kActivation, ""));
+        free(tmp);
+        scopeEnd(op);
+        scopeEnd(module);
+        const size_t host = alloc(MemoryKind::kHost, -1, 0x5000 + pick(64) * 64, 64);
+        free(host);
+      }
+      phaseEnd(fwd);
+      const size_t bwd = phaseBegin(Phase::kBackward);
+      const size_t rec = phaseBegin(Phase::kRecompute);
+      const size_t again = alloc(MemoryKind::kTensor, dev, segment + slot(), 3072);
+      phaseEnd(rec);
+      std::vector<size_t> grads;
+      for (int l = layers - 1; l >= 0; --l) {
+        free(acts[static_cast<size_t>(l)]);
+        if (s == 0)
+          m_grads.push_back(tagged(segment + slot(), 4096, Category::kGradient, "layer.grad"));
+      }
+      free(again);
+      phaseEnd(bwd);
+      const size_t opt = phaseBegin(Phase::kOptimizer);
+      if (s == 0) {
+        for (int l = 0; l < layers; ++l)
+          tagged(segment + slot(), 8192, Category::kOptimizerState, "exp_avg");
+      }
+      const size_t tmp = alloc(MemoryKind::kTensor, dev, segment + slot(), 512);
+      free(tmp);
+      phaseEnd(opt);
+      step.endSeq = ++m_seq;
+      step.endTsNs = ts(step.endSeq);
+      m_rec.steps.push_back(step);
+    }
+    for (size_t i = 0; i < m_rec.blocks.size(); ++i)
+      m_rec.blocks[i].id = static_cast<int64_t>(i) + 1;
+    return m_rec;
+  }
+
+ private:
+  static int64_t ts(uint64_t seq) { return static_cast<int64_t>(seq) * 11 + 500; }
+  uint64_t pick(uint64_t n) { return m_rng() % n; }
+  uint64_t slot() { return (m_nextSlot++ % 8000) * 8192; }
+
+  size_t alloc(MemoryKind kind, int32_t device, uint64_t address, uint64_t size) {
+    Block b;
+    b.kind = kind;
+    b.device = device;
+    b.address = address;
+    b.sizeBytes = size;
+    b.threadId = 1;
+    b.allocSeq = ++m_seq;
+    b.allocTsNs = ts(b.allocSeq);
+    m_rec.blocks.push_back(b);
+    return m_rec.blocks.size() - 1;
+  }
+  size_t tagged(uint64_t address, uint64_t size, Category c, const std::string& name) {
+    const size_t i = alloc(MemoryKind::kTensor, 0, address, size);
+    Tag t;
+    t.seq = ++m_seq;
+    t.tsNs = ts(t.seq);
+    t.address = address;
+    t.sizeBytes = size;
+    t.category = c;
+    t.name = name;
+    m_rec.tags.push_back(t);
+    return i;
+  }
+  void free(size_t i) {
+    m_rec.blocks[i].freeSeq = ++m_seq;
+    m_rec.blocks[i].freeTsNs = ts(m_seq);
+  }
+  size_t phaseBegin(Phase p) {
+    PhaseInterval i;
+    i.phase = p;
+    i.threadId = 1;
+    i.beginSeq = ++m_seq;
+    i.beginTsNs = ts(i.beginSeq);
+    m_rec.phases.push_back(i);
+    return m_rec.phases.size() - 1;
+  }
+  void phaseEnd(size_t i) {
+    m_rec.phases[i].endSeq = ++m_seq;
+    m_rec.phases[i].endTsNs = ts(m_seq);
+  }
+  size_t scopeBegin(const std::string& name, bool isOp) {
+    ScopeInterval s;
+    s.name = name;
+    s.threadId = 1;
+    s.isOp = isOp;
+    s.beginSeq = ++m_seq;
+    s.beginTsNs = ts(s.beginSeq);
+    auto& list = isOp ? m_rec.ops : m_rec.scopes;
+    list.push_back(s);
+    return (list.size() - 1) | (isOp ? size_t{1} << 40 : 0);
+  }
+  void scopeEnd(size_t handle) {
+    auto& list = (handle >> 40) ? m_rec.ops : m_rec.scopes;
+    ScopeInterval& s = list[handle & ((size_t{1} << 40) - 1)];
+    s.endSeq = ++m_seq;
+    s.endTsNs = ts(m_seq);
+  }
+
+  std::mt19937_64 m_rng;
+  uint64_t m_seq = 0;
+  uint64_t m_nextSlot = 1;
+  Recording m_rec;
+  std::vector<size_t> m_grads;
+};
+
+void expectSameState(const MemoryState& a, const MemoryState& b) {
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.tsNs, b.tsNs);
+  EXPECT_EQ(a.trackedBytes, b.trackedBytes);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.blocks, b.blocks);
+}
+
+void expectSameItems(const std::vector<PeakItem>& a, const std::vector<PeakItem>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name) << i;
+    EXPECT_EQ(a[i].bytes, b[i].bytes) << a[i].name;
+    EXPECT_EQ(a[i].category, b[i].category) << a[i].name;
+  }
+}
+
+// The live answers at the end of the feed equal the whole recording's analysis.
+void expectSameAsAnalysis(const Recording& rec, const LiveAnalysis& live) {
+  Recording sorted = rec;
+  sorted.sortBySeq();
+  const Analysis want = analyze(sorted);
+  const PeakReport whole = live.wholePeak();
+  expectSameState(whole.state, want.peaks.front().state);
+  EXPECT_EQ(whole.phase, want.peaks.front().phase);
+  EXPECT_EQ(whole.scope, want.peaks.front().scope);
+  expectSameItems(whole.modules, want.peaks.front().modules);
+  expectSameItems(whole.ops, want.peaks.front().ops);
+  expectSameItems(whole.tensors, want.peaks.front().tensors);
+  const auto steps = live.steps();
+  ASSERT_EQ(steps.size(), sorted.steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    EXPECT_EQ(steps[i].interval.endSeq, sorted.steps[i].endSeq);
+    expectSameState(steps[i].peak.state, want.peaks[i + 1].state);
+    EXPECT_EQ(steps[i].peak.phase, want.peaks[i + 1].phase);
+    EXPECT_EQ(steps[i].peak.scope, want.peaks[i + 1].scope);
+  }
+  // The whole timeline at any number of buckets: the same fold of the same samples.
+  const LivenessReplay replay(sorted, want.categories);
+  for (int buckets : {1, 7, 300, 5000}) {
+    SCOPED_TRACE("buckets " + std::to_string(buckets));
+    const int64_t from = replay.firstTsNs(), to = replay.lastTsNs();
+    const int level = chooseLevel(want.timeline, from, to, buckets);
+    const auto expected =
+        foldTimeline(samplesInRange(want.timeline.levels[static_cast<size_t>(level)], from, to),
+                     from, to, buckets);
+    const auto got = live.timeline(from, to, buckets);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t b = 0; b < got.size(); ++b) {
+      EXPECT_EQ(got[b].empty, expected[b].empty) << b;
+      EXPECT_EQ(got[b].max, expected[b].max) << b;
+      EXPECT_EQ(got[b].min, expected[b].min) << b;
+    }
+  }
+}
+
+TEST(LiveAnalysisTest, EqualsTheAnalysisOfTheWholeRecording) {
+  for (uint64_t seed : {1, 2}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const Recording rec = Training(seed).make(12, 24);
+    LiveAnalysis live;
+    feed(rec, live);
+    expectSameAsAnalysis(rec, live);
+    EXPECT_EQ(live.recategorized(), 0);
+  }
+}
+
+TEST(LiveAnalysisTest, MidStepAnswersEqualTheAnalysisOfWhatCameSoFar) {
+  const Recording rec = Training(3).make(6, 16);
+  // Cut in the middle of step 4's backward: what a query sees while the job runs.
+  const StepInterval& s4 = rec.steps[4];
+  const uint64_t cut = (s4.beginSeq + s4.endSeq) / 2 + 9;
+  LiveAnalysis live;
+  feed(rec, live, cut);
+  EXPECT_GT(live.windowEdges(), 0u) << "the step is not replayed yet: answers replay the window";
+  Recording sofar;
+  for (Block b : rec.blocks) {
+    if (b.allocSeq > cut) continue;
+    if (b.freeSeq > cut) b.freeSeq = kOpenSeq;
+    sofar.blocks.push_back(b);
+  }
+  for (const Tag& t : rec.tags)
+    if (t.seq <= cut) sofar.tags.push_back(t);
+  for (PhaseInterval p : rec.phases) {
+    if (p.beginSeq > cut) continue;
+    if (p.endSeq > cut) p.endSeq = kOpenSeq;
+    sofar.phases.push_back(p);
+  }
+  for (const auto* list : {&rec.scopes, &rec.ops}) {
+    for (ScopeInterval s : *list) {
+      if (s.beginSeq > cut) continue;
+      if (s.endSeq > cut) s.endSeq = kOpenSeq;
+      (list == &rec.scopes ? sofar.scopes : sofar.ops).push_back(s);
+    }
+  }
+  for (const StepInterval& s : rec.steps)
+    if (s.endSeq <= cut) sofar.steps.push_back(s);
+  // The running step is an answer of its own (its peak so far); the rest must be equal.
+  auto steps = live.steps();
+  ASSERT_EQ(steps.size(), 5u);
+  EXPECT_EQ(steps.back().interval.endSeq, kOpenSeq);
+  Recording sorted = sofar;
+  sorted.sortBySeq();
+  const Analysis want = analyze(sorted);
+  expectSameState(live.wholePeak().state, want.peaks.front().state);
+  for (size_t i = 0; i < 4; ++i) expectSameState(steps[i].peak.state, want.peaks[i + 1].state);
+  // The running step's peak so far: the highest state since its begin.
+  const LivenessReplay replay(sorted, want.categories);
+  expectSameState(steps[4].peak.state, replay.peak(s4.beginSeq, kOpenSeq));
+}
+
+TEST(LiveAnalysisTest, AWindowWithoutStepsIsBoundedAndItsTrackedPeakExact) {
+  // No step marks: the window is replayed whenever it is full. A million events of blocks that
+  // live a little while, a few that live for good.
+  Recording rec;
+  std::mt19937_64 rng(9);
+  uint64_t seq = 0;
+  std::vector<size_t> live;
+  for (int i = 0; i < 3000000; ++i) {
+    if (!live.empty() && (rng() % 2 == 0 || live.size() > 64)) {
+      const size_t k = rng() % live.size();
+      rec.blocks[live[k]].freeSeq = ++seq;
+      rec.blocks[live[k]].freeTsNs = static_cast<int64_t>(seq) * 3;
+      live.erase(live.begin() + static_cast<long>(k));
+      continue;
+    }
+    Block b;
+    b.id = static_cast<int64_t>(rec.blocks.size()) + 1;
+    b.address = 0x1000 + (rec.blocks.size() % 100000) * 256;
+    b.sizeBytes = 64 + rng() % 4096;
+    b.allocSeq = ++seq;
+    b.allocTsNs = static_cast<int64_t>(seq) * 3;
+    if (rng() % 1000 != 0) live.push_back(rec.blocks.size());
+    rec.blocks.push_back(b);
+  }
+  LiveAnalysis analysis;
+  feed(rec, analysis);
+  EXPECT_LT(analysis.windowEdges(), LiveAnalysis::kMaxWindowEdges);
+  // What it holds: the live blocks and the window's, and at most kMaxLevelSamples samples a
+  // level for the levels still kept (the finest ones, filled, are let go).
+  EXPECT_LT(analysis.openBlocks(), analysis.windowEdges() + 4000) << "freed blocks are let go";
+  EXPECT_LT(analysis.keptSamples(), LiveAnalysis::kMaxLevelSamples * 4 / 3 + 1);
+  EXPECT_GE(analysis.keptLevels(), 3);
+  Recording sorted = rec;
+  sorted.sortBySeq();
+  const Analysis want = analyze(sorted);
+  const PeakReport got = analysis.wholePeak();
+  EXPECT_EQ(got.state.seq, want.peaks.front().state.seq);
+  EXPECT_EQ(got.state.trackedBytes, want.peaks.front().state.trackedBytes);
+  // The timeline's totals over the whole range: every bucket's highest total is the recording's.
+  const auto buckets = analysis.timeline(0, 0, 500);
+  int64_t highest = 0;
+  for (const auto& b : buckets) highest = std::max(highest, b.max[0]);
+  EXPECT_EQ(highest, want.peaks.front().state.trackedBytes);
+}
+
+TEST(LiveAnalysisTest, ALateTagMovesTheBlockFromThen) {
+  // Step 0 allocates an untagged block that outlives it; step 1 tags it as optimizer state.
+  Recording rec;
+  auto step = [&](int64_t n, uint64_t b, uint64_t e) {
+    StepInterval s;
+    s.step = n;
+    s.beginSeq = b;
+    s.endSeq = e;
+    s.beginTsNs = static_cast<int64_t>(b) * 10;
+    s.endTsNs = static_cast<int64_t>(e) * 10;
+    rec.steps.push_back(s);
+  };
+  Block b;
+  b.id = 1;
+  b.address = 0x9000;
+  b.sizeBytes = 1000;
+  b.allocSeq = 2;
+  b.allocTsNs = 20;
+  rec.blocks.push_back(b);
+  step(0, 1, 3);
+  Tag t;
+  t.seq = 5;
+  t.address = 0x9000;
+  t.category = Category::kOptimizerState;
+  rec.tags.push_back(t);
+  Block c = b;
+  c.id = 2;
+  c.address = 0xa000;
+  c.allocSeq = 6;
+  c.allocTsNs = 60;
+  rec.blocks.push_back(c);
+  step(1, 4, 7);
+  LiveAnalysis live;
+  feed(rec, live);
+  EXPECT_EQ(live.recategorized(), 1);
+  const auto steps = live.steps();
+  ASSERT_EQ(steps.size(), 2u);
+  // Step 0 counted it unknown (all that was known then); step 1 as optimizer state, as now.
+  EXPECT_EQ(steps[0].peak.state.bytes[categoryIndex(Category::kUnknown)], 1000);
+  EXPECT_EQ(steps[1].peak.state.bytes[categoryIndex(Category::kOptimizerState)], 1000);
+  EXPECT_EQ(steps[1].peak.state.bytes[categoryIndex(Category::kUnknown)], 1000);  // the second
+  EXPECT_EQ(steps[1].peak.state.trackedBytes, 2000);
+}
+
+}  // namespace
+}  // namespace tidemark::core
