@@ -14,13 +14,22 @@
 // the blocks are tensors inside device segments (one per 256 tensors' worth of addresses), so the
 // analysis also ties every tensor to its segment and counts the segments' slack.
 //
+// With --live-queries the session is also queried while it is live, at its start (after a tenth
+// of its events) and at its end (before the goodbye): the whole peak (checked against the
+// generator's so far), the steps, the 2000-bucket timeline over the whole and a zoomed range, the
+// breakdown at the last step's peak; the median in milliseconds of each, at both moments.
+//
 //   bench_scale --server 127.0.0.1:PORT --events 10000000 --scratch /tmp/raw.db [--tensors]
-//               [--progress]   (every 50M events sent, on stderr)
-//               [--no-raw]     (no raw SQLite rate: 0 in the JSON)
+//               [--progress]          (every 50M events sent, on stderr)
+//               [--no-raw]            (no raw SQLite rate: 0 in the JSON)
+//               [--ns-per-event N]    (the events' spacing; else 50 to 150 ns)
+//               [--step-events N]     (a step mark every N events)
+//               [--live-queries]
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -45,14 +54,28 @@ namespace {
 // highest (without --tensors, where every block counts), to check the daemon's figure against.
 class Generator {
  public:
-  Generator(uint64_t seed, bool tensors) : m_rng(seed), m_tensors(tensors) {}
+  Generator(uint64_t seed, bool tensors, int64_t nsPerEvent, uint64_t stepEvents)
+      : m_rng(seed), m_tensors(tensors), m_nsPerEvent(nsPerEvent), m_stepEvents(stepEvents) {}
   void fill(v1::EventBatch* batch, size_t count) {
     for (size_t i = 0; i < count; ++i) {
       v1::Event* e = batch->add_events();
       e->set_seq(++m_seq);
-      m_ts += 50 + (m_rng() % 100);
+      m_ts += m_nsPerEvent > 0 ? m_nsPerEvent : 50 + static_cast<int64_t>(m_rng() % 100);
       e->set_ts_ns(m_ts);
       e->set_thread_id(1000);
+      if (m_stepEvents > 0 && (m_seq % m_stepEvents == 1 || m_beginNext)) {
+        // Step marks: the end of the running step, then the begin of the next at the event after.
+        if (m_inStep) {
+          e->mutable_step_end()->set_step(m_step++);
+          m_inStep = false;
+          m_beginNext = true;
+        } else {
+          e->mutable_step_begin()->set_step(m_step);
+          m_inStep = true;
+          m_beginNext = false;
+        }
+        continue;
+      }
       if (m_tensors && (m_next - 1) % kTensorsPerSegment == 0 && m_segments < m_next) {
         // A new segment for the next tensors' addresses (the cache growing); never freed.
         auto* a = e->mutable_alloc();
@@ -98,12 +121,18 @@ class Generator {
     }
   }
   uint64_t peakBytes() const { return m_peakBytes; }
+  int64_t steps() const { return m_step; }
 
  private:
   static constexpr uint64_t kBase = 0x7f0000000000ull;
   static constexpr uint64_t kTensorsPerSegment = 256;  // 4 KiB of addresses each
   std::mt19937_64 m_rng;
   bool m_tensors = false;
+  int64_t m_nsPerEvent = 0;
+  uint64_t m_stepEvents = 0;
+  int64_t m_step = 0;
+  bool m_inStep = false;
+  bool m_beginNext = false;
   uint64_t m_segments = 0;  // m_next when the last segment was made
   uint64_t m_seq = 0;
   int64_t m_ts = 1'000'000'000;
@@ -199,6 +228,94 @@ int timeTimelines(const std::shared_ptr<grpc::Channel>& channel, uint64_t sessio
   return 0;
 }
 
+// Queries a live session (everything sent so far ingested) and returns its figures as JSON
+// fields "live_<label>_*"; exits 1 when an answer is wrong (the whole peak, when it is known).
+std::string liveQueries(const std::shared_ptr<grpc::Channel>& channel, uint64_t session,
+                        const std::string& label, long events, int64_t expectedPeak) {
+  auto query = v1::Query::NewStub(channel);
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "bench_scale: live %s: %s\n", label.c_str(), what.c_str());
+    std::exit(1);
+  };
+  auto median = [](std::vector<double> ms) {
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  constexpr int kRepeats = 15;
+  std::vector<double> peakMs, stepsMs, fullMs, zoomMs, breakdownMs;
+  int64_t lastTs = 0, startTs = 0;
+  int64_t lastStep = -1;
+  for (int i = 0; i < kRepeats; ++i) {
+    {
+      grpc::ClientContext c;
+      v1::PeakRequest r;
+      r.set_session_id(session);
+      v1::Peak p;
+      const auto q0 = std::chrono::steady_clock::now();
+      const grpc::Status st = query->GetPeak(&c, r, &p);
+      peakMs.push_back(seconds(q0) * 1e3);
+      if (!st.ok()) fail("GetPeak: " + st.error_message());
+      if (expectedPeak >= 0 && p.breakdown().tracked_bytes() != expectedPeak)
+        fail("the peak is " + std::to_string(p.breakdown().tracked_bytes()) +
+             " bytes, the generator's " + std::to_string(expectedPeak));
+    }
+    {
+      grpc::ClientContext c;
+      v1::StepsRequest r;
+      r.set_session_id(session);
+      v1::Steps steps;
+      const auto q0 = std::chrono::steady_clock::now();
+      const grpc::Status st = query->GetSteps(&c, r, &steps);
+      stepsMs.push_back(seconds(q0) * 1e3);
+      if (!st.ok()) fail("GetSteps: " + st.error_message());
+      for (const v1::StepSummary& s : steps.steps())
+        if (s.end_ts_ns() != 0) lastStep = std::max<int64_t>(lastStep, s.step());
+    }
+    for (bool zoom : {false, true}) {
+      grpc::ClientContext c;
+      v1::TimelineRequest r;
+      r.set_session_id(session);
+      if (zoom) {
+        const int64_t span = lastTs - startTs;
+        r.set_from_ts_ns(startTs + span * 45 / 100);
+        r.set_to_ts_ns(startTs + span * 55 / 100);
+      }
+      r.set_buckets(2000);
+      v1::Timeline t;
+      const auto q0 = std::chrono::steady_clock::now();
+      const grpc::Status st = query->GetTimeline(&c, r, &t);
+      (zoom ? zoomMs : fullMs).push_back(seconds(q0) * 1e3);
+      if (!st.ok() || t.buckets_size() != 2000) fail("GetTimeline: " + st.error_message());
+      if (!zoom) {
+        startTs = t.from_ts_ns();
+        lastTs = t.to_ts_ns();
+      }
+    }
+    if (lastStep >= 0) {
+      grpc::ClientContext c;
+      v1::BreakdownRequest r;
+      r.set_session_id(session);
+      r.set_has_step(true);
+      r.set_step(lastStep);
+      r.set_peak(true);
+      v1::Breakdown b;
+      const auto q0 = std::chrono::steady_clock::now();
+      const grpc::Status st = query->GetBreakdown(&c, r, &b);
+      breakdownMs.push_back(seconds(q0) * 1e3);
+      if (!st.ok()) fail("GetBreakdown: " + st.error_message());
+    }
+  }
+  char out[512];
+  std::snprintf(out, sizeof out,
+                "\"live_%s_events\": %ld, \"live_%s_peak_ms\": %.2f, \"live_%s_steps_ms\": %.2f, "
+                "\"live_%s_timeline_ms\": %.2f, \"live_%s_zoom_ms\": %.2f, "
+                "\"live_%s_breakdown_ms\": %.2f, ",
+                label.c_str(), events, label.c_str(), median(peakMs), label.c_str(),
+                median(stepsMs), label.c_str(), median(fullMs), label.c_str(), median(zoomMs),
+                label.c_str(), breakdownMs.empty() ? -1.0 : median(breakdownMs));
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,6 +326,9 @@ int main(int argc, char** argv) {
   bool tensors = false;
   bool progress = false;
   bool raw = true;
+  bool live = false;
+  int64_t nsPerEvent = 0;
+  uint64_t stepEvents = 0;
   for (int i = 1; i < argc; ++i) {
     const bool value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--tensors")) {
@@ -217,6 +337,12 @@ int main(int argc, char** argv) {
       progress = true;
     } else if (!std::strcmp(argv[i], "--no-raw")) {
       raw = false;
+    } else if (!std::strcmp(argv[i], "--live-queries")) {
+      live = true;
+    } else if (value && !std::strcmp(argv[i], "--ns-per-event")) {
+      nsPerEvent = std::atoll(argv[++i]);
+    } else if (value && !std::strcmp(argv[i], "--step-events")) {
+      stepEvents = std::strtoull(argv[++i], nullptr, 10);
     } else if (value && !std::strcmp(argv[i], "--server")) {
       server = argv[++i];
     } else if (value && !std::strcmp(argv[i], "--events")) {
@@ -234,10 +360,11 @@ int main(int argc, char** argv) {
 
   // Batches are made by a thread of their own while the stream sends them, a few at a time, so
   // that a session of any length costs the client the same memory.
-  Generator gen(42, tensors);
+  Generator gen(42, tensors, nsPerEvent, stepEvents);
   std::mutex mutex;
   std::condition_variable cv;
-  std::deque<v1::AgentMessage> ready;
+  // Each batch with the generator's peak once it is made (the truth a live query is held to).
+  std::deque<std::pair<v1::AgentMessage, uint64_t>> ready;
   bool generated = false;
   std::thread producer([&] {
     for (long done = 0, n = 1; done < events; ++n) {
@@ -248,7 +375,7 @@ int main(int argc, char** argv) {
       done += static_cast<long>(count);
       std::unique_lock<std::mutex> lock(mutex);
       cv.wait(lock, [&] { return ready.size() < 16; });
-      ready.push_back(std::move(m));
+      ready.emplace_back(std::move(m), gen.peakBytes());
       cv.notify_all();
     }
     std::lock_guard<std::mutex> lock(mutex);
@@ -274,25 +401,50 @@ int main(int argc, char** argv) {
   // Taken now: the reads below replace `reply` with the daemon's acknowledgements.
   const uint64_t session = reply.handshake_reply().session_id();
   // Acknowledgements are read as they come (an agent does), or they would fill the stream.
+  std::atomic<uint64_t> acked{0};
   std::thread acks([&] {
     v1::ServerMessage ack;
     while (stream->Read(&ack)) {
+      if (ack.has_ack()) acked = std::max<uint64_t>(acked, ack.ack().batch_seq());
     }
   });
+  // Live queries once everything sent so far is ingested (acknowledged).
+  std::string liveFields;
+  const long totalBatches = (events + static_cast<long>(kBatch) - 1) / static_cast<long>(kBatch);
+  auto queryLive = [&](const std::string& label, long batches, uint64_t peak) {
+    // Each request is answered with what is committed then: asked again until it is all.
+    v1::AgentMessage ask;
+    ask.mutable_ack_request();
+    const auto w0 = std::chrono::steady_clock::now();
+    while (acked < static_cast<uint64_t>(batches)) {
+      if (seconds(w0) > 120) {
+        std::fprintf(stderr, "bench_scale: batches not acknowledged\n");
+        std::exit(1);
+      }
+      stream->Write(ask);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    liveFields += liveQueries(channel, session, label, batches * static_cast<long>(kBatch),
+                              tensors ? -1 : static_cast<int64_t>(peak));
+  };
   long sentBatches = 0;
   long lastProgress = 0;
+  uint64_t sentPeak = 0;
   for (;;) {
     v1::AgentMessage m;
     {
       std::unique_lock<std::mutex> lock(mutex);
       cv.wait(lock, [&] { return !ready.empty() || generated; });
       if (ready.empty()) break;
-      m = std::move(ready.front());
+      m = std::move(ready.front().first);
+      sentPeak = ready.front().second;
       ready.pop_front();
       cv.notify_all();
     }
     if (!stream->Write(m)) break;
     ++sentBatches;
+    if (live && sentBatches == std::max<long>(totalBatches / 10, 1))
+      queryLive("start", sentBatches, sentPeak);
     if (progress && sentBatches * static_cast<long>(kBatch) - lastProgress >= 50'000'000) {
       lastProgress = sentBatches * static_cast<long>(kBatch);
       std::fprintf(stderr, "bench_scale: %ld M events sent, %.0f s\n", lastProgress / 1'000'000,
@@ -300,6 +452,7 @@ int main(int argc, char** argv) {
     }
   }
   producer.join();
+  if (live) queryLive("end", sentBatches, sentPeak);
   v1::AgentMessage bye;
   bye.mutable_goodbye()->mutable_counters()->set_events_sent(static_cast<uint64_t>(events));
   stream->Write(bye);
@@ -361,8 +514,8 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"events\": %ld, \"ingest_s\": %.3f, \"ingest_events_per_s\": %.0f, "
       "\"raw_sqlite_rows_per_s\": %.0f, \"analysis_s\": %.3f, \"peak_bytes\": %lld, "
-      "\"peak_ms_median\": %.2f, \"peak_ms_max\": %.2f, ",
+      "\"peak_ms_median\": %.2f, \"peak_ms_max\": %.2f, %s",
       events, ingestS, events / ingestS, rawRate, analysisS, static_cast<long long>(storedPeak),
-      peakMs[peakMs.size() / 2], peakMs.back());
+      peakMs[peakMs.size() / 2], peakMs.back(), liveFields.c_str());
   return timeTimelines(channel, session, &info);
 }

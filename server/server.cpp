@@ -49,9 +49,10 @@ absl::StatusOr<std::string> readFile(const std::string& path, const char* option
 MemoryShares MemoryShares::of(int64_t budgetBytes) {
   const int64_t b = std::max<int64_t>(budgetBytes, kMinMemoryBudgetBytes);
   MemoryShares s;
-  s.storeCacheBytes = b / 8;                                // 128 MiB of the default 1 GiB
-  s.analysisBytes = static_cast<size_t>(b / 4);             // 256 MiB
-  s.sessionRowBytes = static_cast<size_t>(b / 16);          // 64 MiB a session, twice at most
+  s.storeCacheBytes = b / 8;                     // 128 MiB of the default 1 GiB
+  s.analysisBytes = static_cast<size_t>(b / 4);  // 256 MiB
+  // 64 MiB a session, twice at most, and half as much again for its live analysis's window
+  s.sessionRowBytes = static_cast<size_t>(b / 16);
   s.queryBlocks = b / 2 / RecordingLoader::kBytesPerBlock;  // 2.7M blocks
   return s;
 }

@@ -89,6 +89,7 @@ absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c,
   if (c.next_batch_seq() == 0 || c.next_seq() == 0) {
     return absl::DataLossError("the session's checkpoint is damaged (sequence number 0)");
   }
+  m_live.reset();  // what came before the checkpoint is in the store only
   m_nextBatchSeq = c.next_batch_seq();
   m_nextSeq = c.next_seq();
   m_lastTs = c.last_ts_ns();

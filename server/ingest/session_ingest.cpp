@@ -94,8 +94,10 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   // Validated as a whole: a refused batch leaves nothing half-applied.
   ++m_nextBatchSeq;
   m_stringBytes += stringBytes;
-  for (const v1::InternedString& s : batch.strings())
+  for (const v1::InternedString& s : batch.strings()) {
     m_rows.strings.emplace_back(s.iid(), s.value());
+    if (m_live) m_live->name(s.iid(), s.value());
+  }
   m_rows.eventsReceived += batch.events_size();
   for (const v1::Event& e : batch.events()) {
     // The common case: the agent sends events in order, so the next one is released at once
@@ -191,6 +193,17 @@ void SessionIngest::release(const v1::Event& e) {
         noteClosed(key);
       }
       noteOpened(key);
+      if (!m_live) break;
+      core::Block live;
+      live.address = b.address;
+      live.sizeBytes = b.sizeBytes;
+      live.kind = core::memoryKindFromWire(b.memoryKind);
+      live.device = b.device;
+      live.threadId = b.threadId;
+      live.allocSeq = b.allocSeq;
+      live.allocTsNs = b.allocTsNs;
+      m_live->alloc(live, innermostScope(b.threadId, v1::SCOPE_KIND_MODULE),
+                    innermostScope(b.threadId, v1::SCOPE_KIND_OP));
       break;
     }
     case v1::Event::kFree: {
@@ -208,6 +221,8 @@ void SessionIngest::release(const v1::Event& e) {
       b.freeTsNs = e.ts_ns();
       m_rows.blocks.push_back(b);
       m_rows.eventsStored += 2;
+      if (m_live)
+        m_live->free(core::memoryKindFromWire(kind), f.device(), f.address(), e.seq(), e.ts_ns());
       break;
     }
     case v1::Event::kScopeBegin: {
@@ -218,30 +233,41 @@ void SessionIngest::release(const v1::Event& e) {
       row.correlationId = e.scope_begin().correlation_id();
       row.depth = static_cast<int>(stack.size());
       openInterval(stack, row, e);
+      if (m_live && row.kind == v1::SCOPE_KIND_MODULE) m_live->moduleBegin(e.seq(), row.nameIid);
+      if (m_live && row.kind == v1::SCOPE_KIND_OP) m_live->opScopeSeen();
       break;
     }
     case v1::Event::kScopeEnd: {
       const uint32_t name = e.scope_end().name_iid();
+      const size_t closedFrom = m_rows.scopes.size();
       if (!closeInnermost(
               m_scopeStacks[stackKey(e.thread_id(), e.scope_end().kind())],
               [name](const IntervalRow& r) { return r.nameIid == name; }, e, m_rows.scopes)) {
         count("scope_end_unmatched");
       }
+      for (size_t i = closedFrom; i < m_rows.scopes.size(); ++i)
+        if (m_live && m_rows.scopes[i].kind == v1::SCOPE_KIND_MODULE)
+          m_live->moduleEnd(m_rows.scopes[i].beginSeq);
       break;
     }
     case v1::Event::kPhaseBegin: {
       IntervalRow row;
       row.phase = e.phase_begin().phase();
       openInterval(m_phaseStacks[e.thread_id()], row, e);
+      if (m_live)
+        m_live->phaseBegin(e.seq(), core::phaseFromWire(row.phase).value_or(core::Phase::kNone));
       break;
     }
     case v1::Event::kPhaseEnd: {
       const int phase = e.phase_end().phase();
+      const size_t closedFrom = m_rows.phases.size();
       if (!closeInnermost(
               m_phaseStacks[e.thread_id()],
               [phase](const IntervalRow& r) { return r.phase == phase; }, e, m_rows.phases)) {
         count("phase_end_unmatched");
       }
+      for (size_t i = closedFrom; i < m_rows.phases.size(); ++i)
+        if (m_live) m_live->phaseEnd(m_rows.phases[i].beginSeq, m_rows.phases[i].endSeq);
       break;
     }
     case v1::Event::kStepBegin: {
@@ -250,6 +276,7 @@ void SessionIngest::release(const v1::Event& e) {
       s.beginSeq = e.seq();
       s.beginTsNs = e.ts_ns();
       m_openSteps[s.step] = s;
+      if (m_live) m_live->stepBegin(s.step, s.beginSeq, s.beginTsNs);
       break;
     }
     case v1::Event::kStepEnd: {
@@ -264,6 +291,7 @@ void SessionIngest::release(const v1::Event& e) {
       s.endTsNs = e.ts_ns();
       m_rows.steps.push_back(s);
       m_rows.eventsStored += 2;
+      if (m_live) m_live->stepEnd(s.step, s.endSeq, s.endTsNs);
       break;
     }
     case v1::Event::kTag: {
@@ -276,6 +304,10 @@ void SessionIngest::release(const v1::Event& e) {
       row.category = t.category();
       row.nameIid = t.name_iid();
       m_rows.tags.push_back(row);
+      if (m_live)
+        m_live->tag(row.seq, row.address,
+                    core::categoryFromWire(row.category).value_or(core::Category::kUnknown),
+                    row.nameIid);
       m_rows.eventsStored += 1;
       break;
     }

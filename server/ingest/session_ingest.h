@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "server/store/store.h"
 #include "src/core/block_key.h"
+#include "src/core/live_analysis.h"
 #include "tidemark/v1/checkpoint.pb.h"
 #include "tidemark/v1/events.pb.h"
 
@@ -41,7 +43,12 @@ class SessionIngest {
   // The longest range of sequence numbers one Summarized event may stand for.
   static constexpr uint64_t kMaxSummarizedRange = 1ull << 40;
 
-  explicit SessionIngest(int64_t sessionId) { m_rows.sessionId = sessionId; }
+  // liveWindowEdges: what the live analysis holds at most before it replays (its memory share).
+  explicit SessionIngest(int64_t sessionId,
+                         size_t liveWindowEdges = core::LiveAnalysis::kDefaultWindowEdges)
+      : m_live(std::make_unique<core::LiveAnalysis>(liveWindowEdges)) {
+    m_rows.sessionId = sessionId;
+  }
 
   // INVALID_ARGUMENT for a malformed batch: a batch_seq past the next one, an event without
   // payload, a zero or repeated sequence number, a zero string id, a size over kMaxSizeBytes,
@@ -64,6 +71,10 @@ class SessionIngest {
     return out;
   }
   int64_t lastTsNs() const { return m_lastTs; }
+  // What a live session answers as its events come (peak, steps, timeline), or nullptr when the
+  // ingest did not see the session from its start (it continues from a checkpoint after a
+  // restart of the daemon: its live analysis would lack what came before).
+  const core::LiveAnalysis* live() const { return m_live.get(); }
   // About how much memory the rows not taken yet hold.
   size_t pendingRowBytes() const {
     return m_rows.blocks.size() * sizeof(BlockRow) + m_rows.tags.size() * sizeof(TagRow) +
@@ -142,6 +153,12 @@ class SessionIngest {
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;
+  std::unique_ptr<core::LiveAnalysis> m_live;  // none once restored from a checkpoint
+  // The innermost scope of a kind (ScopeKind) open on a thread: its name, 0 for none.
+  uint32_t innermostScope(uint32_t thread, int kind) const {
+    auto it = m_scopeStacks.find(stackKey(thread, kind));
+    return it == m_scopeStacks.end() || it->second.empty() ? 0 : it->second.back().nameIid;
+  }
 };
 
 }  // namespace tidemark::server

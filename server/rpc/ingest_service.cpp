@@ -340,7 +340,8 @@ grpc::Status IngestService::Stream(
     if (!s.ok()) return toGrpc(storeUnavailable(s));
     sessionId = *created;
     m_sessions.hold(sessionId, context);
-    ingest.emplace(sessionId);
+    // The live analysis's window: half a session's row share again.
+    ingest.emplace(sessionId, m_maxPendingRowBytes / 2 / core::LiveAnalysis::kBytesPerWindowEdge);
     if (hello.first_batch_seq() != 0) ingest->setFirstBatchSeq(hello.first_batch_seq());
     if (hello.first_event_seq() != 0) ingest->setFirstEventSeq(hello.first_event_seq());
   }
@@ -350,13 +351,14 @@ grpc::Status IngestService::Stream(
   reply.mutable_handshake_reply()->set_server_protocol_version(kProtocolVersion);
   reply.mutable_handshake_reply()->set_next_batch_seq(ingest->nextBatchSeq());
   stream->Write(reply);
-  // Held while a batch goes through `ingest`, so that the advisor can read its open blocks.
+  // Held while a batch goes through `ingest`, so that queries and the advisor can read its open
+  // blocks and its live analysis.
   std::mutex ingestMutex;
   // From here on Control may write commands to this stream; the guard unregisters it on every
   // way out, before the stream's status goes back.
-  m_agents.add(sessionId, stream, [&ingest, &ingestMutex] {
+  m_agents.add(sessionId, stream, [&ingest, &ingestMutex](const LiveAgents::IngestFn& fn) {
     std::lock_guard<std::mutex> lock(ingestMutex);
-    return ingest->openBlocks();
+    fn(*ingest);
   });
   struct Unregister {
     LiveAgents& agents;

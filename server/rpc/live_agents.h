@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "server/ingest/session_ingest.h"
 #include "server/store/store.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 
@@ -21,12 +22,14 @@ namespace tidemark::server {
 class LiveAgents {
  public:
   using Stream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
-  // The blocks of a live session not freed yet (not in the store until freed or the end).
-  using OpenBlocks = std::function<std::vector<BlockRow>()>;
+  // Runs a function on the session's ingest, under the lock its batches take: its blocks not
+  // freed yet (not in the store until freed or the end), its live analysis.
+  using IngestFn = std::function<void(const SessionIngest&)>;
+  using Visit = std::function<void(const IngestFn&)>;
 
-  void add(int64_t session, Stream* stream, OpenBlocks openBlocks) {
+  void add(int64_t session, Stream* stream, Visit visit) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    m_streams[session] = {stream, std::move(openBlocks)};
+    m_streams[session] = {stream, std::move(visit)};
   }
   // Only if `stream` is still the session's (a resumed session registers its new stream
   // before the old one's handler has wound down).
@@ -52,18 +55,26 @@ class LiveAgents {
                                            "'s agent stream is closing");
     return absl::OkStatus();
   }
-  // nullopt when the session has no connected agent.
-  std::optional<std::vector<BlockRow>> openBlocks(int64_t session) {
+  // False when the session has no connected agent. fn runs under the registry's lock too (the
+  // ingest dies once its stream is removed): it must be short.
+  bool visit(int64_t session, const IngestFn& fn) {
     std::lock_guard<std::mutex> lock(m_mutex);
     auto it = m_streams.find(session);
-    if (it == m_streams.end()) return std::nullopt;
-    return it->second.openBlocks();
+    if (it == m_streams.end()) return false;
+    it->second.visit(fn);
+    return true;
+  }
+  // nullopt when the session has no connected agent.
+  std::optional<std::vector<BlockRow>> openBlocks(int64_t session) {
+    std::optional<std::vector<BlockRow>> out;
+    visit(session, [&out](const SessionIngest& in) { out = in.openBlocks(); });
+    return out;
   }
 
  private:
   struct Entry {
     Stream* stream = nullptr;
-    OpenBlocks openBlocks;
+    Visit visit;
   };
   std::mutex m_mutex;
   std::map<int64_t, Entry> m_streams;

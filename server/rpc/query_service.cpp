@@ -151,8 +151,45 @@ absl::StatusOr<core::Recording> QueryService::load(int64_t id, const core::Devic
   return rec;
 }
 
+bool QueryService::withLive(int64_t id, const std::function<void(const core::LiveAnalysis&)>& fn) {
+  bool ran = false;
+  m_agents.visit(id, [&](const SessionIngest& ingest) {
+    if (const core::LiveAnalysis* live = ingest.live()) {
+      fn(*live);
+      ran = true;
+    }
+  });
+  return ran;
+}
+
+namespace {
+std::vector<core::PeakReport> livePeaks(const core::LiveAnalysis& live) {
+  std::vector<core::PeakReport> out{live.wholePeak()};
+  for (core::LiveAnalysis::StepAnswer& s : live.steps()) out.push_back(std::move(s.peak));
+  return out;
+}
+}  // namespace
+
 absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t step,
                                                           const core::DeviceFilter& device) {
+  if (device.all()) {
+    std::optional<absl::StatusOr<core::PeakReport>> live;
+    withLive(id, [&](const core::LiveAnalysis& a) {
+      if (step < 0) {
+        live = a.wholePeak();
+        return;
+      }
+      for (core::LiveAnalysis::StepAnswer& s : a.steps()) {
+        if (s.peak.step == step) {
+          live = std::move(s.peak);
+          return;
+        }
+      }
+      live = absl::OutOfRangeError("session " + std::to_string(id) + " has no step " +
+                                   std::to_string(step) + " yet");
+    });
+    if (live) return std::move(*live);
+  }
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
   if (*analyzed && device.all()) {
@@ -178,6 +215,10 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
 
 absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
     int64_t id, const core::DeviceFilter& device) {
+  if (device.all()) {
+    std::vector<core::PeakReport> live;
+    if (withLive(id, [&](const core::LiveAnalysis& a) { live = livePeaks(a); })) return live;
+  }
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
   if (*analyzed && device.all()) return Store::readPeaks(m_dbPath, id);
@@ -199,6 +240,11 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   const int64_t startTs = session->header.startTsNs;
   auto steps = Store::loadSteps(m_dbPath, id);
   if (!steps.ok()) return toGrpc(steps.status());
+  // A live session's steps as its ingest knows them (the running one too).
+  withLive(id, [&](const core::LiveAnalysis& a) {
+    steps->steps.clear();
+    for (const core::LiveAnalysis::StepAnswer& s : a.steps()) steps->steps.push_back(s.interval);
+  });
   std::optional<core::DeviceFilter> device = deviceOf(request->device());
   if (!device) return badDevice(request->device());
   auto peaks = peakReports(id, *device);
@@ -379,6 +425,11 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext* ctx, const v1::Timel
     } else {
       result = core::foldTimeline({}, from, to, buckets);  // nothing recorded in the range
     }
+  } else if (device->all() && withLive(id, [&](const core::LiveAnalysis& a) {
+               if (wholeLive) to = std::max(from, a.lastTsNs());
+               result = a.timeline(from, to, buckets);
+             })) {
+    // answered by the live analysis
   } else {
     auto rec = load(id, *device);
     if (!rec.ok()) return toGrpc(rec.status());

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -19,6 +20,7 @@ class QueryService final : public v1::Query::Service {
                int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
       : m_dbPath(dbPath),
         m_loader(std::move(dbPath), writer, agents, maxLoadedBlocks),
+        m_agents(agents),
         m_access(access) {}
 
   grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
@@ -51,11 +53,16 @@ class QueryService final : public v1::Query::Service {
   // All peaks (the whole session's first, then each step's), stored or computed now.
   absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id,
                                                             const core::DeviceFilter& device);
+  // Runs fn on the live analysis of a session whose agent streams to this daemon now (src/core/
+  // live_analysis.h: answers at a cost independent of the session's length). False when there is
+  // none: no agent connected, or the ingest continued from a checkpoint after a restart.
+  bool withLive(int64_t id, const std::function<void(const core::LiveAnalysis&)>& fn);
   // The recording, with the blocks of the device asked for only.
   absl::StatusOr<core::Recording> load(int64_t id, const core::DeviceFilter& device);
 
   std::string m_dbPath;
   RecordingLoader m_loader;  // live sessions include their blocks not freed yet
+  LiveAgents& m_agents;
   const Access& m_access;
 };
 

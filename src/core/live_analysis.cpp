@@ -5,20 +5,6 @@
 
 namespace tidemark::core {
 
-struct LiveAnalysis::LiveBlock {
-  Block block;  // its id is the analysis's own; freeSeq set at its free
-  uint32_t moduleIid = 0;
-  uint32_t opIid = 0;
-  std::shared_ptr<PhaseRec> phase;  // the innermost open at its allocation
-  int64_t segment = -1;             // the block it lies in
-  bool isSegment = false;           // a tensor was placed in it
-  int tagCount = 0;
-  Category tagCategory = Category::kUnknown;
-  uint32_t tagName = 0;
-  bool replayed = false;  // its allocation is replayed: `code` holds the category it counts in
-  uint8_t code = 0;       // category | rule << 4
-};
-
 namespace {
 uint8_t codeOf(Category c, CategoryRule r) {
   return static_cast<uint8_t>(static_cast<int>(c) | (static_cast<int>(r) << 4));
@@ -28,8 +14,9 @@ CategoryRule ruleOf(uint8_t code) { return static_cast<CategoryRule>(code >> 4);
 const std::string kNoName;
 }  // namespace
 
-LiveAnalysis::LiveAnalysis()
-    : m_timeline(1, [this](int level, int64_t, const std::vector<TimelineSample>& samples) {
+LiveAnalysis::LiveAnalysis(size_t maxWindowEdges)
+    : m_maxWindowEdges(std::max<size_t>(maxWindowEdges, 1024)),
+      m_timeline(1, [this](int level, int64_t, const std::vector<TimelineSample>& samples) {
         const auto l = static_cast<size_t>(level);
         if (m_levels.size() <= l) {
           m_levels.resize(l + 1);
@@ -55,22 +42,22 @@ const std::string& LiveAnalysis::nameOf(uint32_t iid) const {
 
 void LiveAnalysis::push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id) {
   m_window.push_back({kind, seq, tsNs, id, scopeNow(), phaseNow()});
-  if (m_window.size() >= kMaxWindowEdges) commitWindow();
+  if (m_window.size() >= m_maxWindowEdges) commitWindow();
 }
 
 void LiveAnalysis::alloc(const Block& b, uint32_t moduleIid, uint32_t opIid) {
   if (m_firstTs == 0) m_firstTs = b.allocTsNs;
   m_lastTs = std::max(m_lastTs, b.allocTsNs);
-  auto lb = std::make_unique<LiveBlock>();
-  lb->block = b;
-  lb->block.id = m_nextId++;
-  lb->block.freeSeq = kOpenSeq;
-  lb->moduleIid = moduleIid;
-  lb->opIid = opIid;
-  if (!m_openPhases.empty()) lb->phase = m_openPhases.rbegin()->second;
-  const int64_t id = lb->block.id;
+  const int64_t id = m_nextId++;
+  LiveBlock& lb = m_blocks[id];
+  lb.block = b;
+  lb.block.id = id;
+  lb.block.freeSeq = kOpenSeq;
+  lb.moduleIid = moduleIid;
+  lb.opIid = opIid;
+  if (!m_openPhases.empty()) lb.phase = m_openPhases.rbegin()->second;
   // A block at a key still live: its free was never seen (the ingest keeps it as live for good).
-  m_byKey[{static_cast<int>(b.kind), b.device, b.address}] = id;
+  m_byKey[BlockKey{static_cast<int32_t>(b.kind), b.device, b.address}] = id;
   m_byAddress[b.address] = id;
   if (b.kind != MemoryKind::kTensor) {
     m_segments[{b.device, b.address}] = id;
@@ -81,24 +68,23 @@ void LiveAnalysis::alloc(const Block& b, uint32_t moduleIid, uint32_t opIid) {
       --it;
       auto seg = m_blocks.find(it->second);
       if (seg != m_blocks.end() && it->first.first == b.device &&
-          b.address < seg->second->block.address + seg->second->block.sizeBytes) {
-        lb->segment = it->second;
-        seg->second->isSegment = true;
+          b.address < seg->second.block.address + seg->second.block.sizeBytes) {
+        lb.segment = it->second;
+        seg->second.isSegment = true;
       }
     }
   }
-  m_blocks.emplace(id, std::move(lb));
   push(EdgeKind::kAlloc, b.allocSeq, b.allocTsNs, id);
 }
 
 void LiveAnalysis::free(MemoryKind kind, int32_t device, uint64_t address, uint64_t seq,
                         int64_t tsNs) {
-  auto key = m_byKey.find({static_cast<int>(kind), device, address});
+  auto key = m_byKey.find(BlockKey{static_cast<int32_t>(kind), device, address});
   if (key == m_byKey.end()) return;  // allocated before the recording began
   const int64_t id = key->second;
   m_byKey.erase(key);
   m_lastTs = std::max(m_lastTs, tsNs);
-  LiveBlock& b = *m_blocks.at(id);
+  LiveBlock& b = m_blocks.at(id);
   b.block.freeSeq = seq;
   b.block.freeTsNs = tsNs;
   auto a = m_byAddress.find(address);
@@ -113,7 +99,7 @@ void LiveAnalysis::free(MemoryKind kind, int32_t device, uint64_t address, uint6
 void LiveAnalysis::tag(uint64_t seq, uint64_t address, Category category, uint32_t nameIid) {
   auto a = m_byAddress.find(address);
   if (a == m_byAddress.end()) return;
-  LiveBlock& b = *m_blocks.at(a->second);
+  LiveBlock& b = m_blocks.at(a->second);
   if (b.tagCount == 0 || tagPriority(category) > tagPriority(b.tagCategory)) {
     b.tagCategory = category;
     b.tagName = nameIid;
@@ -180,17 +166,33 @@ std::pair<Category, CategoryRule> LiveAnalysis::decide(const LiveBlock& b) const
   return decideCategory(f);
 }
 
-void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>& overlay,
+void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
                           const std::function<void(const MemoryState&)>& onState) const {
   auto codeNow = [&](int64_t id, const LiveBlock& b) {
-    auto o = overlay.find(id);
-    return o != overlay.end() ? o->second : b.code;
+    if (overlay != nullptr) {
+      auto o = overlay->find(id);
+      if (o != overlay->end()) return o->second;
+    }
+    return b.code;
+  };
+  auto replayed = [&](int64_t id, const LiveBlock& b) {
+    return b.replayed || (overlay != nullptr && overlay->count(id) > 0);
+  };
+  auto setCode = [&](int64_t id, const LiveBlock& b, uint8_t code) {
+    if (overlay != nullptr) {
+      (*overlay)[id] = code;
+      return;
+    }
+    // commitWindow's own replay: the blocks are this analysis's, not const.
+    auto& mutableBlock = const_cast<LiveBlock&>(b);
+    mutableBlock.code = code;
+    mutableBlock.replayed = true;
   };
   // A block counted in one category whose facts now say another: its bytes move.
   auto recategorize = [&](int64_t id, const LiveBlock& b) {
     const uint8_t was = codeNow(id, b);
     const auto [c, rule] = decide(b);
-    overlay[id] = codeOf(c, rule);
+    setCode(id, b, codeOf(c, rule));
     if (c == categoryOf(was)) return;
     const auto size = static_cast<int64_t>(b.block.sizeBytes);
     const int from = categoryIndex(categoryOf(was));
@@ -222,24 +224,24 @@ void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>&
         continue;
       }
       case EdgeKind::kRecheck:
-        recategorize(e.id, *m_blocks.at(e.id));
+        recategorize(e.id, m_blocks.at(e.id));
         continue;
       case EdgeKind::kAlloc:
       case EdgeKind::kFree:
         break;
     }
-    const LiveBlock& b = *m_blocks.at(e.id);
+    const LiveBlock& b = m_blocks.at(e.id);
     const auto size = static_cast<int64_t>(b.block.sizeBytes);
     uint8_t code;
     if (e.kind == EdgeKind::kAlloc) {
       const auto [c, rule] = decide(b);
       code = codeOf(c, rule);
-      overlay[e.id] = code;
+      setCode(e.id, b, code);
       if (b.segment >= 0) {  // its segment holds slack from now on, if it did not yet
         auto seg = m_blocks.find(b.segment);
-        if (seg != m_blocks.end() && (seg->second->replayed || overlay.count(b.segment)) &&
-            categoryOf(codeNow(b.segment, *seg->second)) != Category::kAllocatorSlack)
-          recategorize(b.segment, *seg->second);
+        if (seg != m_blocks.end() && replayed(b.segment, seg->second) &&
+            categoryOf(codeNow(b.segment, seg->second)) != Category::kAllocatorSlack)
+          recategorize(b.segment, seg->second);
       }
     } else {
       code = codeNow(e.id, b);
@@ -264,24 +266,28 @@ void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>&
 }
 
 std::vector<LiveAnalysis::ItemRow> LiveAnalysis::itemsAt(
-    uint64_t seq, const std::unordered_map<int64_t, uint8_t>& overlay) const {
+    uint64_t seq, const std::unordered_map<int64_t, uint8_t>* overlay) const {
   auto liveAt = [seq](const LiveBlock& b) {
     return b.block.allocSeq <= seq && seq < b.block.freeSeq;
   };
   std::unordered_map<int64_t, int64_t> carved;  // segment -> its live tensors' bytes
   for (const auto& [id, b] : m_blocks) {
-    if (b->segment >= 0 && liveAt(*b))
-      carved[b->segment] += static_cast<int64_t>(b->block.sizeBytes);
+    if (b.segment >= 0 && liveAt(b)) carved[b.segment] += static_cast<int64_t>(b.block.sizeBytes);
   }
   std::vector<ItemRow> out;
   for (const auto& [id, b] : m_blocks) {
-    if (!liveAt(*b)) continue;
-    auto o = overlay.find(id);
-    if (o == overlay.end() && !b->replayed) continue;
-    const uint8_t code = o != overlay.end() ? o->second : b->code;
+    if (!liveAt(b)) continue;
+    uint8_t code = b.code;
+    if (overlay != nullptr) {
+      auto o = overlay->find(id);
+      if (o == overlay->end() && !b.replayed) continue;
+      if (o != overlay->end()) code = o->second;
+    } else if (!b.replayed) {
+      continue;
+    }
     auto c = carved.find(id);
-    out.push_back({b->moduleIid, b->opIid, b->tagCount > 0 ? b->tagName : 0u, b->block.address,
-                   static_cast<int64_t>(b->block.sizeBytes) - (c == carved.end() ? 0 : c->second),
+    out.push_back({b.moduleIid, b.opIid, b.tagCount > 0 ? b.tagName : 0u, b.block.address,
+                   static_cast<int64_t>(b.block.sizeBytes) - (c == carved.end() ? 0 : c->second),
                    categoryOf(code), ruleOf(code)});
   }
   return out;
@@ -289,17 +295,10 @@ std::vector<LiveAnalysis::ItemRow> LiveAnalysis::itemsAt(
 
 void LiveAnalysis::commitWindow() {
   if (m_window.empty()) return;
-  std::unordered_map<int64_t, uint8_t> overlay;
   m_committed.peakMoved = false;
-  replay(m_committed, overlay, [this](const MemoryState& s) { m_timeline.add(s); });
+  replay(m_committed, nullptr, [this](const MemoryState& s) { m_timeline.add(s); });
   m_recategorized = m_committed.recategorized;
-  if (m_committed.peakMoved) m_peakItems = itemsAt(m_committed.peak.seq, overlay);
-  for (const auto& [id, code] : overlay) {
-    auto it = m_blocks.find(id);
-    if (it == m_blocks.end()) continue;
-    it->second->code = code;
-    it->second->replayed = true;
-  }
+  if (m_committed.peakMoved) m_peakItems = itemsAt(m_committed.peak.seq, nullptr);
   for (auto it = m_committed.steps.begin(); it != m_committed.steps.end();) {
     if (!it->second.ended) {
       ++it;
@@ -323,12 +322,12 @@ PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
   ReplayState rs = m_committed;
   rs.peakMoved = false;
   std::unordered_map<int64_t, uint8_t> overlay;
-  replay(rs, overlay, nullptr);
+  replay(rs, &overlay, nullptr);
   PeakReport r;
   r.state = rs.peak;
   if (rs.peakPhase != Phase::kNone) r.phase = std::string(phaseName(rs.peakPhase));
   r.scope = nameOf(rs.peakScope);
-  const std::vector<ItemRow> items = rs.peakMoved ? itemsAt(rs.peak.seq, overlay) : m_peakItems;
+  const std::vector<ItemRow> items = rs.peakMoved ? itemsAt(rs.peak.seq, &overlay) : m_peakItems;
   PeakItemsBuilder builder(m_anyOps);
   for (const ItemRow& it : items) {
     builder.add(it.moduleIid ? &nameOf(it.moduleIid) : nullptr,
@@ -342,7 +341,7 @@ PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
 std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
   ReplayState rs = m_committed;
   std::unordered_map<int64_t, uint8_t> overlay;
-  replay(rs, overlay, nullptr);
+  replay(rs, &overlay, nullptr);
   std::vector<StepAnswer> out;
   for (const auto& [step, interval] : m_stepIntervals) {
     StepAnswer a;
@@ -388,7 +387,7 @@ std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,
           if (level == 0) tail.samples.insert(tail.samples.end(), samples.begin(), samples.end());
           return true;
         });
-    replay(rs, overlay, [&finest](const MemoryState& s) { finest.add(s); });
+    replay(rs, &overlay, [&finest](const MemoryState& s) { finest.add(s); });
     finest.finish();
   }
   // The coarsest kept level with at least `buckets` samples in the range, else the finest kept.

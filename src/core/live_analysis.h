@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "src/core/block_key.h"
 #include "src/core/peak.h"
 #include "src/core/recording.h"
 #include "src/core/timeline.h"
@@ -24,7 +25,7 @@ namespace tidemark::core {
 // phases and scopes), the events of the last stretch and a timeline of bounded size.
 //
 // A block's category is decided at its free (analysis.h), but the replay needs it from its
-// allocation. So events wait in a window until a step ends (or the window holds kMaxWindowEdges),
+// allocation. So events wait in a window until a step ends (or the window holds maxWindowEdges),
 // then are replayed with each block's category as known then: decided if freed by then, else
 // from its facts so far (a tag, the phase it was born in). A fact that comes later (a tag, a
 // tensor placed in the block) moves its bytes to the new category from that moment on. Answers
@@ -37,10 +38,12 @@ namespace tidemark::core {
 // finest level still kept.
 class LiveAnalysis {
  public:
-  static constexpr size_t kMaxWindowEdges = 1u << 18;
+  // What an event of the window costs, with its block (for a memory share in edges).
+  static constexpr size_t kBytesPerWindowEdge = 128;
+  static constexpr size_t kDefaultWindowEdges = 1u << 18;
   static constexpr size_t kMaxLevelSamples = 16384;
 
-  LiveAnalysis();
+  explicit LiveAnalysis(size_t maxWindowEdges = kDefaultWindowEdges);
   ~LiveAnalysis();
   LiveAnalysis(const LiveAnalysis&) = delete;
   LiveAnalysis& operator=(const LiveAnalysis&) = delete;
@@ -73,6 +76,7 @@ class LiveAnalysis {
   int64_t lastTsNs() const { return m_lastTs; }
   // For tests and stats.
   size_t windowEdges() const { return m_window.size(); }
+  size_t maxWindowEdges() const { return m_maxWindowEdges; }
   size_t openBlocks() const { return m_blocks.size(); }
   int64_t recategorized() const { return m_recategorized; }
   int keptLevels() const;
@@ -84,7 +88,19 @@ class LiveAnalysis {
     uint64_t beginSeq = 0;
     uint64_t endSeq = kOpenSeq;
   };
-  struct LiveBlock;
+  struct LiveBlock {
+    Block block;  // its id is the analysis's own; freeSeq set at its free
+    uint32_t moduleIid = 0;
+    uint32_t opIid = 0;
+    std::shared_ptr<PhaseRec> phase;  // the innermost open at its allocation
+    int64_t segment = -1;             // the block it lies in
+    bool isSegment = false;           // a tensor was placed in it
+    int tagCount = 0;
+    Category tagCategory = Category::kUnknown;
+    uint32_t tagName = 0;
+    bool replayed = false;  // its allocation is replayed: `code` holds the category it counts in
+    uint8_t code = 0;       // category | rule << 4
+  };
   enum class EdgeKind : uint8_t { kAlloc, kFree, kRecheck, kStepBegin, kStepEnd };
   // One event of the window, with the phase and module scope open at it.
   struct Edge {
@@ -121,14 +137,15 @@ class LiveAnalysis {
     CategoryRule rule;
   };
 
-  // Replays the window into `rs`: the categories it finds go to `overlay` (by block), each state
-  // after an allocation or a free to onState. The blocks are left as they are.
-  void replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>& overlay,
+  // Replays the window into `rs`, each state after an allocation or a free to onState. The
+  // categories it finds go to `overlay` (by block), the blocks left as they are; without one
+  // (commitWindow) to the blocks.
+  void replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
               const std::function<void(const MemoryState&)>& onState) const;
   void commitWindow();
   std::pair<Category, CategoryRule> decide(const LiveBlock& b) const;
   std::vector<ItemRow> itemsAt(uint64_t seq,
-                               const std::unordered_map<int64_t, uint8_t>& overlay) const;
+                               const std::unordered_map<int64_t, uint8_t>* overlay) const;
   void push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id);
   uint32_t scopeNow() const { return m_openModules.empty() ? 0 : m_openModules.rbegin()->second; }
   Phase phaseNow() const {
@@ -138,13 +155,20 @@ class LiveAnalysis {
 
   std::unordered_map<uint32_t, std::string> m_names;
   int64_t m_nextId = 1;
-  std::unordered_map<int64_t, std::unique_ptr<LiveBlock>> m_blocks;  // live, or freed in the window
-  std::map<std::tuple<int, int32_t, uint64_t>, int64_t> m_byKey;     // live blocks
+  std::unordered_map<int64_t, LiveBlock> m_blocks;  // live, or freed in the window
+  struct KeyHash {
+    size_t operator()(const BlockKey& k) const {
+      return std::hash<uint64_t>()(k.address * 31 + static_cast<uint64_t>(k.kind) * 7 +
+                                   static_cast<uint64_t>(static_cast<uint32_t>(k.device)));
+    }
+  };
+  std::unordered_map<BlockKey, int64_t, KeyHash> m_byKey;  // live blocks
   std::unordered_map<uint64_t, int64_t> m_byAddress;  // the last block allocated there, if live
   std::map<std::pair<int32_t, uint64_t>, int64_t> m_segments;  // live blocks that are not tensors
   std::set<int32_t> m_tensorDevices;
   std::map<uint64_t, std::shared_ptr<PhaseRec>> m_openPhases;  // by begin
   std::map<uint64_t, uint32_t> m_openModules;                  // by begin: name
+  size_t m_maxWindowEdges;
   std::deque<Edge> m_window;
   std::map<int64_t, StepInterval> m_stepIntervals;  // every step seen
   ReplayState m_committed;

@@ -346,7 +346,7 @@ TEST(LiveAnalysisTest, AWindowWithoutStepsIsBoundedAndItsTrackedPeakExact) {
   }
   LiveAnalysis analysis;
   feed(rec, analysis);
-  EXPECT_LT(analysis.windowEdges(), LiveAnalysis::kMaxWindowEdges);
+  EXPECT_LT(analysis.windowEdges(), analysis.maxWindowEdges());
   // What it holds: the live blocks and the window's, and at most kMaxLevelSamples samples a
   // level for the levels still kept (the finest ones, filled, are let go).
   EXPECT_LT(analysis.openBlocks(), analysis.windowEdges() + 4000) << "freed blocks are let go";
