@@ -3,7 +3,9 @@ tidemarkd run with --memory-budget 256MiB. The daemon's peak resident memory (Vm
 after the queries too) stays under the budget plus a stated constant, and the stored analysis is
 exact: bench_scale's generator knows its own peak and fails when the daemon's differs, and a small
 real training recorded by the same daemon keeps its exact figures. Queries that would load the
-whole session are refused, saying so."""
+whole session are refused, saying so. A session killed mid-analysis, or analysed on a full disk,
+is analysed again later. A long session queried while live answers at its start and its end (its
+live whole peak the generator's each time)."""
 import json
 import os
 import subprocess
@@ -178,6 +180,29 @@ class AnalysisOnAFullDiskTest(unittest.TestCase):
         out, _ = client.communicate(timeout=300)
         self.assertEqual(client.returncode, 0, daemon.read_log())
         self.assertEqual(daemon.sql("SELECT analyzed FROM session WHERE id = ?", sid)[0][0], 1)
+
+
+class LiveAtScaleTest(unittest.TestCase):
+    def test_a_long_live_session_answers_at_its_start_and_end(self):
+        # A session 2 hours long by its timestamps (360 us between events), a step mark every
+        # 20,000 events; bench_scale checks the live whole peak against its generator's.
+        d = Daemon()
+        self.addCleanup(d.cleanup)
+        events = int(os.environ.get("TIDEMARK_LIVE_EVENTS", "4000000"))
+        r = subprocess.run([os.path.join(BIN, "bench_scale"), "--server", d.address, "--events",
+                            str(events), "--no-raw", "--ns-per-event", str(7200 * 10**9 // events),
+                            "--step-events", "20000", "--live-queries"],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr + d.read_log())
+        result = json.loads(r.stdout)
+        print("\nlive queries, ms at the start (%d events) / at the end (%d events):"
+              % (result["live_start_events"], result["live_end_events"]))
+        for q in ("peak", "steps", "timeline", "zoom", "breakdown"):
+            start, end = result["live_start_%s_ms" % q], result["live_end_%s_ms" % q]
+            print("  %-10s %7.2f %7.2f" % (q, start, end))
+            self.assertGreater(start, 0)
+            self.assertGreater(end, 0)  # -1: the query did not run
+        self.assertGreater(result["live_end_events"], result["live_start_events"] * 5)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""A live session answers from the ingest's live analysis (src/core/live_analysis.h): while the
+examples' training runs, `steps`, `peak`, `breakdown --step` and `timeline` answer, and every step
+they showed as ended equals, figure for figure, what the stored analysis says once the session has
+ended. (A long live session at a high rate: test_scale.LiveAtScaleTest.)"""
+import json
+import os
+import subprocess
+import time
+import unittest
+
+from tidemark_env import BIN, PYTHON, SOURCE, Daemon
+
+
+def categories(breakdown):
+    return {k: v["bytes"] for k, v in breakdown["categories"].items()}
+
+
+class LiveTrainingTest(unittest.TestCase):
+    def setUp(self):
+        self.daemon = Daemon()
+        self.addCleanup(self.daemon.cleanup)
+
+    def test_live_answers_equal_the_stored_analysis(self):
+        d = self.daemon
+        job = subprocess.Popen(
+            [os.path.join(BIN, "tidemark"), "--server", d.address, "run", "--", PYTHON,
+             os.path.join(SOURCE, "examples", "train.py"), "--steps", "30"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(job.kill)
+        seen = {}  # step -> its peak as a live query showed it once ended
+        live_peaks, live_answers = [], 0
+        sid = None
+        deadline = time.time() + 600
+        while job.poll() is None and time.time() < deadline:
+            if sid is None:
+                live = [s for s in d.cli_json("sessions")["sessions"] if s["state"] == "live"]
+                sid = str(live[-1]["id"]) if live else None
+                time.sleep(0.2)
+                continue
+            q = d.cli("steps", sid, "--json", check=False)
+            info = [s for s in d.cli_json("sessions")["sessions"] if str(s["id"]) == sid][0]
+            if q.returncode != 0 or info["state"] != "live":
+                time.sleep(0.2)
+                continue
+            steps = json.loads(q.stdout)["steps"]
+            for s in steps:
+                if s["end_ts_ns"] and s["step"] not in seen:
+                    seen[s["step"]] = s["peak"]
+            peak = d.cli_json("peak", sid)
+            tl = d.cli_json("timeline", sid, "--buckets", "50")
+            self.assertEqual(len(tl["buckets"]), 50)
+            self.assertGreater(max(b["max"][0] for b in tl["buckets"]), 0)
+            if len(steps) >= 2 and steps[-2]["end_ts_ns"]:
+                b = d.cli_json("breakdown", sid, "--step", str(steps[-2]["step"]))
+                self.assertEqual(b["tracked_bytes"], steps[-2]["peak"]["tracked_bytes"])
+            live_peaks.append(peak["breakdown"]["tracked_bytes"])
+            live_answers += 1
+            time.sleep(0.3)
+        out, err = job.communicate(timeout=60)
+        self.assertEqual(job.returncode, 0, err)
+        self.assertGreaterEqual(live_answers, 3, "the job ended before it was queried live")
+        self.assertGreaterEqual(len(seen), 3)
+        # The whole peak only grows while the job runs, and ends at the stored one.
+        self.assertEqual(live_peaks, sorted(live_peaks))
+        print("\n%d live answers; %d ended steps seen live, compared with the stored analysis"
+              % (live_answers, len(seen)))
+        d.wait_analyzed(int(sid))
+        stored = {s["step"]: s["peak"] for s in d.cli_json("steps", sid)["steps"]}
+        self.assertLessEqual(live_peaks[-1], d.cli_json("peak", sid)["breakdown"]["tracked_bytes"])
+        for step, live in sorted(seen.items()):
+            with self.subTest(step=step):
+                final = stored[step]
+                self.assertEqual(live["tracked_bytes"], final["tracked_bytes"])
+                self.assertEqual(live["offset_ns"], final["offset_ns"])
+                self.assertEqual(categories(live), categories(final))
+                self.assertEqual(live["phase"], final["phase"])
+
+
+if __name__ == "__main__":
+    unittest.main()
