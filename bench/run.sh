@@ -11,7 +11,9 @@
 #      analysis of a session as large whose blocks are tensors in device segments (a GPU job's);
 #      then sessions of SCALE_SIZES events (default 10M 100M 300M), each into a fresh daemon:
 #      ingest rate, the daemon's peak memory, analysis time, query latency, store bytes per event,
-#      and the ratios of the largest to the smallest
+#      and the ratios of the largest to the smallest; then live sessions 2 hours long by their
+#      timestamps at LIVE_SIZES events (default 10M 100M), 500 steps each, queried while live at
+#      their start and at their end (peak, steps, timeline, zoomed timeline, a step's breakdown)
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 #   6. a load run: 16 native burst jobs and 8 trainings against one fresh daemon at once, all
@@ -25,6 +27,7 @@ LIB=$PWD/${BUILD_DIR:-build}/lib/libtidemark_agent.so
 ROUNDS=${1:-2000000}
 EVENTS=${2:-10000000}
 SCALE_SIZES=${SCALE_SIZES:-10000000 100000000 300000000}
+LIVE_SIZES=${LIVE_SIZES:-10000000 100000000}
 WORK=$(mktemp -d -t tidemark-bench-XXXXXX)
 PY=/usr/bin/python3
 
@@ -224,6 +227,39 @@ first, last = rows[0], rows[-1]
 print("%12s %12.2f %12.2f %11.2f %12.2f %10.2f %8.2f %11.2f   (targets: ingest >= 0.9, memory and "
       "queries <= 1.2)" % (("ratio %dM/%dM" % (last[0] // 10**6, first[0] // 10**6),) +
                            tuple(l / f for l, f in zip(last[1:], first[1:]))))
+PYEOF
+
+# Live sessions: the same queries at a tenth of the session and at its end, while it is live
+# (answered by the ingest's live analysis), as ratios end / start.
+echo
+echo "   live sessions 2 hours long (by their timestamps), 500 steps, queried live (ms, median of 15)"
+for n in $LIVE_SIZES; do
+  d="$WORK/live-$n"
+  mkdir -p "$d"
+  "$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$d/store.db" --port-file "$d/port" \
+    2>"$d/tidemarkd.log" &
+  pid=$!
+  for _ in $(seq 100); do [ -f "$d/port" ] && break; sleep 0.1; done
+  "$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" --events "$n" --no-raw --live-queries \
+    --ns-per-event $((7200000000000 / n)) --step-events $((n / 500)) > "$d/live.json"
+  awk '/VmHWM/ {print $2 * 1024}' "/proc/$pid/status" > "$d/memory"
+  kill "$pid"; wait "$pid" || true
+  rm -f "$d"/store.db*
+done
+$PY - "$WORK" $LIVE_SIZES <<'PYEOF'
+import json, sys
+work, sizes = sys.argv[1], sys.argv[2:]
+queries = ("peak", "steps", "timeline", "zoom", "breakdown")
+print("%12s %-6s %12s" % ("events", "when", "peak RSS MiB") + "".join("%11s" % q for q in queries))
+for n in sizes:
+    r = json.load(open("%s/live-%s/live.json" % (work, n)))
+    hwm = int(open("%s/live-%s/memory" % (work, n)).read()) / 2**20
+    start = [r["live_start_%s_ms" % q] for q in queries]
+    end = [r["live_end_%s_ms" % q] for q in queries]
+    print("%12d %-6s %12s" % (r["live_start_events"], "start", "") + "".join("%11.2f" % v for v in start))
+    print("%12d %-6s %12.1f" % (r["live_end_events"], "end", hwm) + "".join("%11.2f" % v for v in end))
+    print("%12s %-6s %12s" % ("", "ratio", "") + "".join("%11.2f" % (e / s) for e, s in zip(end, start))
+          + "   (target <= 1.2; every query <= 50 ms)")
 PYEOF
 
 echo

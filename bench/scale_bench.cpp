@@ -424,7 +424,8 @@ int main(int argc, char** argv) {
       stream->Write(ask);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    liveFields += liveQueries(channel, session, label, batches * static_cast<long>(kBatch),
+    liveFields += liveQueries(channel, session, label,
+                              std::min<long>(batches * static_cast<long>(kBatch), events),
                               tensors ? -1 : static_cast<int64_t>(peak));
   };
   long sentBatches = 0;
