@@ -232,7 +232,8 @@ PYEOF
 # Live sessions: the same queries at a tenth of the session and at its end, while it is live
 # (answered by the ingest's live analysis), as ratios end / start.
 echo
-echo "   live sessions 2 hours long (by their timestamps), 500 steps, queried live (ms, median of 15)"
+echo "   live sessions 2 hours long (by their timestamps), 500 steps, queried live (ms, median of 15;"
+echo "   cold: the first query, which replays the events since the last step's end)"
 for n in $LIVE_SIZES; do
   d="$WORK/live-$n"
   mkdir -p "$d"
@@ -249,7 +250,7 @@ done
 $PY - "$WORK" $LIVE_SIZES <<'PYEOF'
 import json, sys
 work, sizes = sys.argv[1], sys.argv[2:]
-queries = ("peak", "steps", "timeline", "zoom", "breakdown")
+queries = ("cold", "peak", "steps", "timeline", "zoom", "breakdown")
 print("%12s %-6s %12s" % ("events", "when", "peak RSS MiB") + "".join("%11s" % q for q in queries))
 for n in sizes:
     r = json.load(open("%s/live-%s/live.json" % (work, n)))

@@ -41,6 +41,7 @@ const std::string& LiveAnalysis::nameOf(uint32_t iid) const {
 }
 
 void LiveAnalysis::push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id) {
+  ++m_version;
   m_window.push_back({kind, seq, tsNs, id, scopeNow(), phaseNow()});
   if (m_window.size() >= m_maxWindowEdges) commitWindow();
 }
@@ -295,6 +296,7 @@ std::vector<LiveAnalysis::ItemRow> LiveAnalysis::itemsAt(
 
 void LiveAnalysis::commitWindow() {
   if (m_window.empty()) return;
+  ++m_version;
   m_committed.peakMoved = false;
   replay(m_committed, nullptr, [this](const MemoryState& s) { m_timeline.add(s); });
   m_recategorized = m_committed.recategorized;
@@ -318,18 +320,33 @@ void LiveAnalysis::commitWindow() {
   m_window.clear();
 }
 
-PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
-  ReplayState rs = m_committed;
-  rs.peakMoved = false;
+const LiveAnalysis::WindowAnswer& LiveAnalysis::windowAnswer() const {
+  if (m_answer.version == m_version) return m_answer;
+  m_answer.rs = m_committed;
+  m_answer.rs.peakMoved = false;
+  m_answer.tail.clear();
   std::unordered_map<int64_t, uint8_t> overlay;
-  replay(rs, &overlay, nullptr);
+  TimelineBuilder finest(
+      SIZE_MAX, [this](int level, int64_t, const std::vector<TimelineSample>& samples) {
+        if (level == 0) m_answer.tail.insert(m_answer.tail.end(), samples.begin(), samples.end());
+        return true;
+      });
+  replay(m_answer.rs, &overlay, [&finest](const MemoryState& s) { finest.add(s); });
+  finest.finish();
+  m_answer.peakItems =
+      m_answer.rs.peakMoved ? itemsAt(m_answer.rs.peak.seq, &overlay) : std::vector<ItemRow>{};
+  m_answer.version = m_version;
+  return m_answer;
+}
+
+PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
+  const WindowAnswer& w = windowAnswer();
   PeakReport r;
-  r.state = rs.peak;
-  if (rs.peakPhase != Phase::kNone) r.phase = std::string(phaseName(rs.peakPhase));
-  r.scope = nameOf(rs.peakScope);
-  const std::vector<ItemRow> items = rs.peakMoved ? itemsAt(rs.peak.seq, &overlay) : m_peakItems;
+  r.state = w.rs.peak;
+  if (w.rs.peakPhase != Phase::kNone) r.phase = std::string(phaseName(w.rs.peakPhase));
+  r.scope = nameOf(w.rs.peakScope);
   PeakItemsBuilder builder(m_anyOps);
-  for (const ItemRow& it : items) {
+  for (const ItemRow& it : w.rs.peakMoved ? w.peakItems : m_peakItems) {
     builder.add(it.moduleIid ? &nameOf(it.moduleIid) : nullptr,
                 it.opIid ? &nameOf(it.opIid) : nullptr, nameOf(it.tagIid), it.address, it.bytes,
                 it.category, it.rule);
@@ -339,9 +356,7 @@ PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
 }
 
 std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
-  ReplayState rs = m_committed;
-  std::unordered_map<int64_t, uint8_t> overlay;
-  replay(rs, &overlay, nullptr);
+  const ReplayState& rs = windowAnswer().rs;
   std::vector<StepAnswer> out;
   for (const auto& [step, interval] : m_stepIntervals) {
     StepAnswer a;
@@ -378,18 +393,7 @@ std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,
                                                    int buckets) const {
   if (toTs == 0) toTs = m_lastTs;
   // The window, replayed into finest samples (it is not in the levels yet).
-  TimelineLevel tail;
-  {
-    ReplayState rs = m_committed;
-    std::unordered_map<int64_t, uint8_t> overlay;
-    TimelineBuilder finest(
-        SIZE_MAX, [&tail](int level, int64_t, const std::vector<TimelineSample>& samples) {
-          if (level == 0) tail.samples.insert(tail.samples.end(), samples.begin(), samples.end());
-          return true;
-        });
-    replay(rs, &overlay, [&finest](const MemoryState& s) { finest.add(s); });
-    finest.finish();
-  }
+  const std::vector<TimelineSample>& tail = windowAnswer().tail;
   // The coarsest kept level with at least `buckets` samples in the range, else the finest kept.
   auto inRange = [&](const std::vector<TimelineSample>& v) {
     auto first =
@@ -409,7 +413,7 @@ std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,
   TimelineLevel all;
   if (level >= 0) all.samples = m_levels[static_cast<size_t>(level)];
   for (const TimelineSample& s : m_timeline.unemitted(std::max(level, 0))) all.samples.push_back(s);
-  all.samples.insert(all.samples.end(), tail.samples.begin(), tail.samples.end());
+  all.samples.insert(all.samples.end(), tail.begin(), tail.end());
   return foldTimeline(samplesInRange(all, fromTs, toTs), fromTs, toTs, buckets);
 }
 

@@ -33,6 +33,8 @@ namespace tidemark::core {
 // exact and replaces these answers; until then they equal it wherever a block's category was
 // known one step after its allocation (tests/unit/live_analysis_test.cpp).
 //
+// Not thread-safe: the ingest feeds it and queries read it under the session's lock.
+//
 // The timeline keeps each level of detail until it holds kMaxLevelSamples samples, then drops
 // it: a live session of any length answers from at most that many samples a level, at the
 // finest level still kept.
@@ -143,6 +145,16 @@ class LiveAnalysis {
   void replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
               const std::function<void(const MemoryState&)>& onState) const;
   void commitWindow();
+  // The window replayed for an answer (not kept by the analysis): the state after it, the blocks
+  // live at its peak when the peak moved in it, its states as finest samples. Computed once per
+  // change (a query of peak, steps and timeline together replays the window once).
+  struct WindowAnswer {
+    uint64_t version = UINT64_MAX;
+    ReplayState rs;
+    std::vector<ItemRow> peakItems;
+    std::vector<TimelineSample> tail;
+  };
+  const WindowAnswer& windowAnswer() const;
   std::pair<Category, CategoryRule> decide(const LiveBlock& b) const;
   std::vector<ItemRow> itemsAt(uint64_t seq,
                                const std::unordered_map<int64_t, uint8_t>* overlay) const;
@@ -181,6 +193,8 @@ class LiveAnalysis {
   int64_t m_lastTs = 0;
   int64_t m_recategorized = 0;
   bool m_anyOps = false;
+  uint64_t m_version = 0;  // changes with every event and replay
+  mutable WindowAnswer m_answer;
 };
 
 }  // namespace tidemark::core

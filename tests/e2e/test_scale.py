@@ -197,7 +197,7 @@ class LiveAtScaleTest(unittest.TestCase):
         result = json.loads(r.stdout)
         print("\nlive queries, ms at the start (%d events) / at the end (%d events):"
               % (result["live_start_events"], result["live_end_events"]))
-        for q in ("peak", "steps", "timeline", "zoom", "breakdown"):
+        for q in ("cold", "peak", "steps", "timeline", "zoom", "breakdown"):
             start, end = result["live_start_%s_ms" % q], result["live_end_%s_ms" % q]
             print("  %-10s %7.2f %7.2f" % (q, start, end))
             self.assertGreater(start, 0)
