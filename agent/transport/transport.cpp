@@ -158,8 +158,9 @@ void Transport::run() {
   const auto deadline =
       now + std::chrono::milliseconds(m_everConnected ? std::max(500, m_config.exitTimeoutMs - 1500)
                                                       : 300);
+  m_exitDeadline = deadline;
   if (m_link == LinkState::kDown) m_nextConnect = now;
-  while (m_link != LinkState::kRefused && m_ending == Ending::kRunning &&
+  while (m_link != LinkState::kRefused && m_ending == Ending::kRunning && !m_outOfTime &&
          std::chrono::steady_clock::now() < deadline) {
     if (m_link == LinkState::kDown) {
       if (std::chrono::steady_clock::now() < m_nextConnect) {
@@ -431,10 +432,18 @@ bool Transport::tryConnect() {
   h->set_resume_session_id(resuming);
   bool replied = false;
   if (write(hello)) {
-    // A hung daemon may take the connection and never answer: the wait is bounded.
+    // A hung daemon may take the connection and never answer: the wait is bounded, at the
+    // exit by the exit's deadline too.
+    auto wait = std::chrono::milliseconds(std::min(3000, m_config.ackTimeoutMs));
+    const auto now = std::chrono::steady_clock::now();
+    if (m_exitDeadline != std::chrono::steady_clock::time_point::max()) {
+      wait =
+          std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
+                             m_exitDeadline - now,
+                             std::chrono::steady_clock::duration(std::chrono::milliseconds(50)))));
+    }
     std::unique_lock<std::mutex> lock(m_replyMutex);
-    m_replyCv.wait_for(lock, std::chrono::milliseconds(std::min(3000, m_config.ackTimeoutMs)),
-                       [this] { return m_gotReply || m_readerDone.load(); });
+    m_replyCv.wait_for(lock, wait, [this] { return m_gotReply || m_readerDone.load(); });
     replied = m_gotReply;
   }
   if (!replied) {
@@ -520,11 +529,13 @@ void Transport::loseLink(const std::string& why) {
   if (m_link != LinkState::kLive) return;
   const grpc::Status status = endStream();
   m_linkError =
-      m_watchdogFired ? "no acknowledgement for " + seconds(m_config.ackTimeoutMs + 1000) +
-                            ": the daemon is hung or overloaded"
+      m_outOfTime ? "it took nothing more within TIDEMARK_EXIT_TIMEOUT_MS (" +
+                        seconds(m_config.exitTimeoutMs) + ")"
+      : m_watchdogFired ? "no acknowledgement for " + seconds(m_config.ackTimeoutMs + 1000) +
+                              ": the daemon is hung or overloaded"
       : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? why
                                                                           : status.error_message();
-  if (!m_toldLost && !m_config.quiet) {
+  if (!m_toldLost && !m_config.quiet && !m_outOfTime) {  // at the exit: the summary says it
     m_toldLost = true;
     std::fprintf(stderr,
                  "tidemark: connection to %s lost (%s); the agent keeps the events and "
@@ -590,7 +601,7 @@ bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
   }
   m_goodbyeWritten = true;
   // The server closes the stream once everything is committed.
-  while (!m_readerDone && std::chrono::steady_clock::now() < deadline) {
+  while (!m_readerDone && !m_outOfTime && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   // Not confirmed in time: cancelled; a retry or the spool takes over (the server skips what
@@ -668,14 +679,27 @@ void Transport::shutdown(int timeoutMs) {
   if (done) {
     if (m_thread.joinable()) m_thread.join();
   } else {
-    m_closedCleanly = false;
-    // Give up: the stream is cancelled and the sender left to end on its own (it stops the
-    // collector on its way out; meanwhile the rings keep being emptied).
+    // Out of time: most likely blocked writing to a daemon that reads slowly (gRPC's flow
+    // control) or waiting for one that does not answer. The stream is cancelled, which frees the
+    // sender, and it writes what the daemon did not confirm to the spool file (a local write,
+    // given its own time): delivered later with `tidemark upload`, not lost.
+    m_outOfTime = true;
     {
       std::lock_guard<std::mutex> lock(m_contextMutex);
       if (m_context) m_context->TryCancel();
     }
-    if (m_thread.joinable()) m_thread.detach();
+    lock.lock();
+    const bool spooled = m_progress.wait_for(lock, std::chrono::milliseconds(kSpoolGraceMs),
+                                             [this] { return m_stopped; });
+    lock.unlock();
+    if (spooled) {
+      if (m_thread.joinable()) m_thread.join();
+    } else {
+      // Give up: the sender is left to end on its own (it stops the collector on its way out;
+      // meanwhile the rings keep being emptied); what it did not spool is lost, and said so.
+      m_closedCleanly = false;
+      if (m_thread.joinable()) m_thread.detach();
+    }
   }
 }
 

@@ -29,7 +29,7 @@ struct TransportConfig {
   int flushIntervalMs = 20;            // how often the drain thread empties the rings
   int ringWaitDeadlineMs = 2000;       // for the degraded-mode message (the recorder enforces it)
   int ackTimeoutMs = 10000;            // a daemon that acknowledges nothing for this long is hung
-  int exitTimeoutMs = 5000;            // the most the exit may take (reconnecting, then the spool)
+  int exitTimeoutMs = 5000;            // the exit's wait for the daemon (reconnecting, acks)
   bool quiet = false;
   std::string spoolPath;  // where the rest goes at exit when no server takes it
   uint64_t spoolCapBytes = 256ull << 20;
@@ -59,7 +59,10 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
 
   void start();
-  // Final drain, goodbye, close, waiting at most timeoutMs. Idempotent.
+  // Final drain, goodbye, close, waiting at most timeoutMs; past it the stream is cancelled and
+  // what the daemon did not confirm goes to the spool file, given kSpoolGraceMs more (a local
+  // write). Idempotent.
+  static constexpr int kSpoolGraceMs = 5000;
   void shutdown(int timeoutMs);
   // Waits (at most timeoutMs) until every record pushed before the call has been sent.
   bool flush(int timeoutMs);
@@ -131,6 +134,11 @@ class Transport {
   // False when shutdown() gave up waiting for the sender (its exit outran the exit timeout):
   // what it wrote is not confirmed. Read by summary().
   std::atomic<bool> m_closedCleanly{true};
+  // The exit's deadline for reconnecting (a handshake's wait is cut to it), and whether the
+  // exit's whole time ran out (shutdown cancelled the stream: what is left goes to the spool).
+  std::chrono::steady_clock::time_point m_exitDeadline =
+      std::chrono::steady_clock::time_point::max();
+  std::atomic<bool> m_outOfTime{false};
   std::thread m_reader;
   std::mutex m_mutex;
   std::condition_variable m_wake;
