@@ -22,6 +22,15 @@ LiveAnalysis::LiveAnalysis(size_t maxWindowEdges)
           m_levels.resize(l + 1);
           m_dropped.resize(l + 1, false);
         }
+        // As the analysis pass stores them: chunks of kSamplesPerChunk.
+        if (m_chunkPending.size() <= l) {
+          m_chunkPending.resize(l + 1);
+          m_chunkIndex.resize(l + 1, 0);
+        }
+        auto& chunk = m_chunkPending[l];
+        chunk.insert(chunk.end(), samples.begin(), samples.end());
+        if (chunk.size() >= AnalysisSink::kSamplesPerChunk)
+          m_chunksOut.push_back({level, m_chunkIndex[l]++, std::exchange(chunk, {})});
         if (m_dropped[l]) return true;
         m_levels[l].insert(m_levels[l].end(), samples.begin(), samples.end());
         if (m_levels[l].size() > kMaxLevelSamples) {  // the next level holds a quarter as many
@@ -42,6 +51,8 @@ const std::string& LiveAnalysis::nameOf(uint32_t iid) const {
 
 void LiveAnalysis::push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id) {
   ++m_version;
+  if (seq < m_lastSeq) inexact("events released out of order");
+  m_lastSeq = std::max(m_lastSeq, seq);
   m_window.push_back({kind, seq, tsNs, id, scopeNow(), phaseNow()});
   if (m_window.size() >= m_maxWindowEdges) commitWindow();
 }
@@ -63,7 +74,9 @@ void LiveAnalysis::alloc(const Block& b, uint32_t moduleIid, uint32_t opIid) {
   if (b.kind != MemoryKind::kTensor) {
     m_segments[{b.device, b.address}] = id;
   } else {
-    m_tensorDevices.insert(b.device);
+    if (m_tensorDevices.insert(b.device).second &&
+        m_committed.devicesWithDeviceBlocks.count(b.device) > 0)
+      inexact("device memory counted before the device's first tensor");
     auto it = m_segments.upper_bound({b.device, b.address});
     if (it != m_segments.begin()) {
       --it;
@@ -99,7 +112,11 @@ void LiveAnalysis::free(MemoryKind kind, int32_t device, uint64_t address, uint6
 
 void LiveAnalysis::tag(uint64_t seq, uint64_t address, Category category, uint32_t nameIid) {
   auto a = m_byAddress.find(address);
-  if (a == m_byAddress.end()) return;
+  if (a == m_byAddress.end()) {
+    ++m_tagStats.tagsUnmatched;
+    return;
+  }
+  ++m_tagStats.tagsMatched;
   LiveBlock& b = m_blocks.at(a->second);
   if (b.tagCount == 0 || tagPriority(category) > tagPriority(b.tagCategory)) {
     b.tagCategory = category;
@@ -131,6 +148,8 @@ void LiveAnalysis::moduleBegin(uint64_t beginSeq, uint32_t nameIid) {
 void LiveAnalysis::moduleEnd(uint64_t beginSeq) { m_openModules.erase(beginSeq); }
 
 void LiveAnalysis::stepBegin(int64_t step, uint64_t seq, int64_t tsNs) {
+  if (m_stepIntervals.count(step) > 0) inexact("step " + std::to_string(step) + " began twice");
+  if (m_openSteps++ > 0) inexact("steps overlap");
   StepInterval s;
   s.step = step;
   s.beginSeq = seq;
@@ -143,6 +162,7 @@ void LiveAnalysis::stepBegin(int64_t step, uint64_t seq, int64_t tsNs) {
 void LiveAnalysis::stepEnd(int64_t step, uint64_t seq, int64_t tsNs) {
   auto it = m_stepIntervals.find(step);
   if (it == m_stepIntervals.end()) return;
+  --m_openSteps;
   it->second.endSeq = seq;
   it->second.endTsNs = tsNs;
   push(EdgeKind::kStepEnd, seq, tsNs, step);
@@ -244,8 +264,11 @@ void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>*
             categoryOf(codeNow(b.segment, seg->second)) != Category::kAllocatorSlack)
           recategorize(b.segment, seg->second);
       }
+      if (b.block.kind == MemoryKind::kDevice) rs.devicesWithDeviceBlocks.insert(b.block.device);
     } else {
       code = codeNow(e.id, b);
+      const auto [c, rule] = decide(b);
+      if (codeOf(c, rule) != code) ++rs.diverged;  // counted as one thing, decided another
     }
     applyBlockEdge(rs.state, e.seq, e.tsNs, e.kind == EdgeKind::kAlloc ? size : -size,
                    categoryIndex(categoryOf(code)), b.segment >= 0);
@@ -375,6 +398,30 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
     out.push_back(std::move(a));
   }
   return out;
+}
+
+LiveAnalysis::Final LiveAnalysis::finish(size_t topItems) {
+  commitWindow();
+  m_timeline.finish();
+  for (size_t l = 0; l < m_chunkPending.size(); ++l) {
+    if (!m_chunkPending[l].empty())
+      m_chunksOut.push_back(
+          {static_cast<int>(l), m_chunkIndex[l]++, std::exchange(m_chunkPending[l], {})});
+  }
+  Final f;
+  f.stats = m_tagStats;
+  if (m_committed.recategorized > 0) inexact("blocks moved to another category while live");
+  if (m_committed.diverged > 0) inexact("blocks decided at their free otherwise than counted");
+  for (const auto& [id, b] : m_blocks) {  // live at the end
+    const auto [c, rule] = decide(b);
+    if (b.replayed && codeOf(c, rule) != b.code) inexact("live blocks decided otherwise");
+  }
+  if (m_stepIntervals.empty()) inexact("no step marks: the pass infers the steps");
+  f.peaks.push_back(wholePeak(topItems));
+  for (StepAnswer& s : steps()) f.peaks.push_back(std::move(s.peak));
+  f.exact = m_inexact.empty();
+  f.why = m_inexact;
+  return f;
 }
 
 int LiveAnalysis::keptLevels() const {

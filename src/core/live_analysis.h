@@ -10,11 +10,13 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "src/core/block_key.h"
 #include "src/core/peak.h"
 #include "src/core/recording.h"
+#include "src/core/streaming_analysis.h"
 #include "src/core/timeline.h"
 
 namespace tidemark::core {
@@ -74,6 +76,27 @@ class LiveAnalysis {
   std::vector<StepAnswer> steps() const;
   // Buckets over [fromTs, toTs] (toTs 0: up to the last event).
   std::vector<TimelineBucket> timeline(int64_t fromTs, int64_t toTs, int buckets) const;
+  // The session's end: replays what is left and returns what the stored analysis holds. Exact
+  // (`exact`) when every block counted in the category it ends with from its allocation, the
+  // events came in order, and the steps were marked one after another: then equal to the
+  // analysis pass's (streaming_analysis.h), whose run at the end it spares. Else `why` says
+  // what differs and the pass must run. Nothing is fed after it.
+  struct Final {
+    bool exact = false;
+    std::string why;
+    std::vector<PeakReport> peaks;  // the whole session's (with its items) first, then each step's
+    CategorizeStats stats;
+  };
+  Final finish(size_t topItems = 20);
+  // The timeline's levels of detail as the analysis pass stores them: the chunks completed since
+  // the last call (AnalysisSink::kSamplesPerChunk samples each, the last of a level at finish).
+  struct Chunk {
+    int level;
+    int64_t index;
+    std::vector<TimelineSample> samples;
+  };
+  std::vector<Chunk> takeChunks() { return std::exchange(m_chunksOut, {}); }
+
   int64_t firstTsNs() const { return m_firstTs; }
   int64_t lastTsNs() const { return m_lastTs; }
   // For tests and stats.
@@ -130,6 +153,8 @@ class LiveAnalysis {
     std::map<int64_t, OpenStep> steps;  // by step
     bool peakMoved = false;             // the peak moved in the last replay
     int64_t recategorized = 0;
+    int64_t diverged = 0;                       // blocks whose decision at their free differs
+    std::set<int32_t> devicesWithDeviceBlocks;  // devices whose device memory was counted
   };
   struct ItemRow {
     uint32_t moduleIid, opIid, tagIid;
@@ -193,6 +218,17 @@ class LiveAnalysis {
   int64_t m_lastTs = 0;
   int64_t m_recategorized = 0;
   bool m_anyOps = false;
+  // Why the answers may differ from the analysis pass's ("" while they cannot).
+  std::string m_inexact;
+  void inexact(const std::string& why) {
+    if (m_inexact.empty()) m_inexact = why;
+  }
+  uint64_t m_lastSeq = 0;
+  int m_openSteps = 0;
+  CategorizeStats m_tagStats;
+  std::vector<std::vector<TimelineSample>> m_chunkPending;  // per level: the chunk being filled
+  std::vector<int64_t> m_chunkIndex;
+  std::vector<Chunk> m_chunksOut;
   uint64_t m_version = 0;  // changes with every event and replay
   mutable WindowAnswer m_answer;
 };

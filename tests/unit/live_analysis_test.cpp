@@ -11,6 +11,7 @@
 #include <random>
 
 #include "src/core/analysis.h"
+#include "src/core/streaming_analysis.h"
 
 namespace tidemark::core {
 namespace {
@@ -140,7 +141,12 @@ class Training {
  private:
   static int64_t ts(uint64_t seq) { return static_cast<int64_t>(seq) * 11 + 500; }
   uint64_t pick(uint64_t n) { return m_rng() % n; }
-  uint64_t slot() { return (m_nextSlot++ % 8000) * 8192; }
+  // Slots below 1000 go first (step 0's, with every block that lives for good); then the others
+  // over and over.
+  uint64_t slot() {
+    if (m_nextSlot == 8000) m_nextSlot = 1000;
+    return m_nextSlot++ * 8192;
+  }
 
   size_t alloc(MemoryKind kind, int32_t device, uint64_t address, uint64_t size) {
     Block b;
@@ -407,6 +413,148 @@ TEST(LiveAnalysisTest, ALateTagMovesTheBlockFromThen) {
   EXPECT_EQ(steps[1].peak.state.bytes[categoryIndex(Category::kOptimizerState)], 1000);
   EXPECT_EQ(steps[1].peak.state.bytes[categoryIndex(Category::kUnknown)], 1000);  // the second
   EXPECT_EQ(steps[1].peak.state.trackedBytes, 2000);
+}
+
+// What the analysis pass hands its sink, kept.
+class KeepingSink : public AnalysisSink {
+ public:
+  bool blockCodes(int64_t, const std::string&) override { return true; }
+  bool timelineChunk(int level, int64_t chunk, const std::vector<TimelineSample>& s) override {
+    chunks.push_back({level, chunk, s});
+    return true;
+  }
+  std::vector<LiveAnalysis::Chunk> chunks;
+};
+
+void expectSameSamples(const std::vector<TimelineSample>& a, const std::vector<TimelineSample>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].firstSeq, b[i].firstSeq);
+    EXPECT_EQ(a[i].lastSeq, b[i].lastSeq);
+    EXPECT_EQ(a[i].firstTsNs, b[i].firstTsNs);
+    EXPECT_EQ(a[i].lastTsNs, b[i].lastTsNs);
+    EXPECT_EQ(a[i].min, b[i].min);
+    EXPECT_EQ(a[i].max, b[i].max);
+    EXPECT_EQ(a[i].last, b[i].last);
+  }
+}
+
+TEST(LiveAnalysisTest, AtTheEndItHoldsWhatTheAnalysisPassStores) {
+  for (uint64_t seed : {5, 6}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const Recording rec = Training(seed).make(250, 60);  // chunks of two levels
+    LiveAnalysis live;
+    feed(rec, live);
+    std::vector<LiveAnalysis::Chunk> chunks = live.takeChunks();
+    EXPECT_FALSE(chunks.empty()) << "chunks are handed on while events come";
+    const LiveAnalysis::Final got = live.finish();
+    for (LiveAnalysis::Chunk& c : live.takeChunks()) chunks.push_back(std::move(c));
+    ASSERT_TRUE(got.exact) << got.why;
+
+    auto stream = streamOf(rec);
+    KeepingSink sink;
+    StreamingOptions options;
+    options.tempDir = ::testing::TempDir();
+    const StreamingResult want = analyzeStream(*stream, sink, options);
+    ASSERT_EQ(want.error, "");
+    EXPECT_EQ(got.stats.tagsMatched, want.stats.tagsMatched);
+    EXPECT_EQ(got.stats.tagsUnmatched, want.stats.tagsUnmatched);
+    ASSERT_EQ(got.peaks.size(), want.peaks.size());
+    for (size_t i = 0; i < got.peaks.size(); ++i) {
+      SCOPED_TRACE("peak " + std::to_string(i));
+      EXPECT_EQ(got.peaks[i].step, want.peaks[i].step);
+      expectSameState(got.peaks[i].state, want.peaks[i].state);
+      EXPECT_EQ(got.peaks[i].phase, want.peaks[i].phase);
+      EXPECT_EQ(got.peaks[i].scope, want.peaks[i].scope);
+      expectSameItems(got.peaks[i].modules, want.peaks[i].modules);
+      expectSameItems(got.peaks[i].ops, want.peaks[i].ops);
+      expectSameItems(got.peaks[i].tensors, want.peaks[i].tensors);
+    }
+    // The same chunks, level by level in the order each level completes them.
+    auto byLevel = [](std::vector<LiveAnalysis::Chunk> v) {
+      std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+        return std::make_pair(a.level, a.index) < std::make_pair(b.level, b.index);
+      });
+      return v;
+    };
+    const auto a = byLevel(chunks), b = byLevel(sink.chunks);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_GT(a.size(), 3u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE("chunk " + std::to_string(i));
+      EXPECT_EQ(a[i].level, b[i].level);
+      EXPECT_EQ(a[i].index, b[i].index);
+      expectSameSamples(a[i].samples, b[i].samples);
+    }
+  }
+}
+
+TEST(LiveAnalysisTest, AtTheEndItSaysWhenThePassMustRun) {
+  {  // a tag after the step its block was born in
+    Recording rec;
+    Block b;
+    b.id = 1;
+    b.address = 0x9000;
+    b.sizeBytes = 1000;
+    b.allocSeq = 2;
+    b.allocTsNs = 20;
+    rec.blocks.push_back(b);
+    StepInterval s0;
+    s0.step = 0;
+    s0.beginSeq = 1;
+    s0.endSeq = 3;
+    rec.steps.push_back(s0);
+    Tag t;
+    t.seq = 4;
+    t.address = 0x9000;
+    t.category = Category::kWeight;
+    rec.tags.push_back(t);
+    LiveAnalysis live;
+    feed(rec, live);
+    const auto f = live.finish();
+    EXPECT_FALSE(f.exact);
+    EXPECT_EQ(f.why, "blocks moved to another category while live");
+  }
+  {  // no step marks
+    Recording rec;
+    Block b;
+    b.id = 1;
+    b.address = 0x9000;
+    b.sizeBytes = 1000;
+    b.allocSeq = 1;
+    rec.blocks.push_back(b);
+    LiveAnalysis live;
+    feed(rec, live);
+    const auto f = live.finish();
+    EXPECT_FALSE(f.exact);
+    EXPECT_NE(f.why.find("no step marks"), std::string::npos);
+  }
+  {  // device memory counted before its device's first tensor
+    Recording rec = Training(8).make(3, 4);
+    Block raw;
+    raw.kind = MemoryKind::kDevice;
+    raw.device = 1;
+    raw.address = 0x100;
+    raw.sizeBytes = 64;
+    raw.allocSeq = 1000000;  // past the training, in a step of its own
+    raw.allocTsNs = 1;
+    StepInterval late = rec.steps.back();
+    late.step = 99;
+    late.beginSeq = 1000001;
+    late.endSeq = 1000003;
+    Block tensor = raw;
+    tensor.kind = MemoryKind::kTensor;
+    tensor.allocSeq = 1000004;
+    raw.freeSeq = 1000002;
+    rec.blocks.push_back(raw);
+    rec.steps.push_back(late);
+    rec.blocks.push_back(tensor);
+    LiveAnalysis live;
+    feed(rec, live);
+    const auto f = live.finish();
+    EXPECT_FALSE(f.exact);
+    EXPECT_EQ(f.why, "device memory counted before the device's first tensor");
+  }
 }
 
 }  // namespace
