@@ -127,6 +127,10 @@ void AnalysisRunner::stop() {
 }
 
 absl::Status AnalysisRunner::analyze(int64_t id) {
+  // Analysed as its events came (src/core/live_analysis.h), stored with its end: nothing to do.
+  if (auto done = Store::isAnalyzed(m_writer.path(), id); done.ok() && *done) {
+    return absl::OkStatus();
+  }
   auto in = StoredRecordingStream::open(m_writer.path(), id);
   if (!in.ok()) return in.status();
   if (auto s = m_writer.submit([id](Store& store) { return store.clearAnalysis(id); }).get();

@@ -381,6 +381,11 @@ bool SessionIngest::closeInnermost(std::vector<IntervalRow>& stack, Match match,
 }
 
 SessionRows SessionIngest::takeRows() {
+  if (m_live) {
+    for (core::TimelineChunk& c : m_live->takeChunks())
+      m_rows.timelineChunks.push_back(std::move(c));
+    for (auto& c : m_live->takeBlockCodes()) m_rows.blockCodes.push_back(std::move(c));
+  }
   SessionRows out;
   out.sessionId = m_rows.sessionId;
   std::swap(out, m_rows);
@@ -422,6 +427,7 @@ SessionRows SessionIngest::finish() {
     m_rows.eventsStored += 1;
   }
   m_openSteps.clear();
+  if (m_live) m_liveFinal = m_live->finish();
   return takeRows();
 }
 

@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -75,10 +77,19 @@ class SessionIngest {
   // ingest did not see the session from its start (it continues from a checkpoint after a
   // restart of the daemon: its live analysis would lack what came before).
   const core::LiveAnalysis* live() const { return m_live.get(); }
+  // After finish(): the session's analysis from its live one (exact or not), or nullopt when it
+  // had none.
+  std::optional<core::LiveAnalysis::Final> takeLiveFinal() {
+    return std::exchange(m_liveFinal, {});
+  }
   // About how much memory the rows not taken yet hold.
   size_t pendingRowBytes() const {
-    return m_rows.blocks.size() * sizeof(BlockRow) + m_rows.tags.size() * sizeof(TagRow) +
-           m_rows.counters.size() * sizeof(CounterRow) +
+    size_t analysis = 0;
+    for (const core::TimelineChunk& c : m_rows.timelineChunks)
+      analysis += c.samples.size() * sizeof(core::TimelineSample);
+    for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.size();
+    return analysis + m_rows.blocks.size() * sizeof(BlockRow) +
+           m_rows.tags.size() * sizeof(TagRow) + m_rows.counters.size() * sizeof(CounterRow) +
            m_rows.launches.size() * sizeof(LaunchRow) +
            (m_rows.scopes.size() + m_rows.phases.size()) * sizeof(IntervalRow);
   }
@@ -154,6 +165,7 @@ class SessionIngest {
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;
   std::unique_ptr<core::LiveAnalysis> m_live;  // none once restored from a checkpoint
+  std::optional<core::LiveAnalysis::Final> m_liveFinal;
   // The innermost scope of a kind (ScopeKind) open on a thread: its name, 0 for none.
   uint32_t innermostScope(uint32_t thread, int kind) const {
     auto it = m_scopeStacks.find(stackKey(thread, kind));

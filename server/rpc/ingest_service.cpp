@@ -444,6 +444,14 @@ grpc::Status IngestService::Stream(
   }
 
   SessionRows rows = ingest->finish();
+  // Analysed as it came: stored with its end, no pass to run (when exact; else the pass runs).
+  std::optional<core::LiveAnalysis::Final> analysis = ingest->takeLiveFinal();
+  if (analysis && !analysis->exact) {
+    std::fprintf(stderr, "tidemarkd: session %lld: the analysis pass runs at its end (%s)\n",
+                 static_cast<long long>(sessionId), analysis->why.c_str());
+    analysis.reset();
+  }
+  const bool analysedLive = analysis.has_value();
   SessionEnd end;
   end.sessionId = sessionId;
   end.state = error.ok() ? v1::SESSION_STATE_ENDED : v1::SESSION_STATE_ABORTED;
@@ -454,18 +462,26 @@ grpc::Status IngestService::Stream(
   }
   end.liveBlocksAtEnd = ingest->liveBlocksAtEnd();
   for (StatRow& s : ingest->stats()) end.stats.push_back(std::move(s));
-  absl::Status written = m_writer
-                             .submit([rows = std::move(rows), end](Store& s) -> absl::Status {
-                               if (auto st = s.writeRows(rows); !st.ok()) return st;
-                               return s.endSession(end);
-                             })
-                             .get();
+  absl::Status written =
+      m_writer
+          .submit([rows = std::move(rows), end,
+                   analysis = std::move(analysis)](Store& s) -> absl::Status {
+            if (auto st = s.writeRows(rows); !st.ok()) return st;
+            if (auto st = s.endSession(end); !st.ok()) return st;
+            if (!analysis) return absl::OkStatus();
+            return s.finishAnalysis(end.sessionId, analysis->peaks, analysis->stats, {});
+          })
+          .get();
   if (!written.ok()) {
     // Not ended: the session stays at its last checkpoint, for the agent to resume.
     m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
     return toGrpc(storeUnavailable(written));
   }
   m_sessions.release(sessionId, false, 0, "");
+  if (analysedLive) {
+    std::fprintf(stderr, "tidemarkd: session %lld analysed as its events came\n",
+                 static_cast<long long>(sessionId));
+  }
   if (m_onEnded) m_onEnded(sessionId);
   if (!error.ok()) return toGrpc(error);
   if (context->IsCancelled()) return grpc::Status::CANCELLED;

@@ -295,6 +295,12 @@ absl::Status Store::writeRows(const SessionRows& r) {
     m_insertStepFigure.bind(5, f.category).bind(6, f.tsNs).bind(7, f.value);
     if (auto s = m_insertStepFigure.run(); !s.ok()) return s;
   }
+  for (const core::TimelineChunk& c : r.timelineChunks) {
+    if (auto s = writeTimelineChunk(sid, c.level, c.index, c.samples); !s.ok()) return s;
+  }
+  for (const auto& [chunk, codes] : r.blockCodes) {
+    if (auto s = writeBlockCodes(sid, chunk, codes); !s.ok()) return s;
+  }
   if (r.eventsReceived != 0 || r.eventsStored != 0 || firstBlock != 0) {
     m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
     m_addCounts.bind(6, static_cast<int64_t>(r.blocks.size()));

@@ -114,12 +114,17 @@ struct SessionRows {
   std::vector<IntervalRow> phases;
   std::vector<StepRow> steps;
   std::vector<StepFigureRow> stepFigures;
+  // The live analysis's results as they complete (src/core/live_analysis.h), stored as the
+  // analysis pass stores them: the timeline's chunks and the blocks' categories (by chunk).
+  std::vector<core::TimelineChunk> timelineChunks;
+  std::vector<std::pair<int64_t, std::string>> blockCodes;
   int64_t eventsReceived = 0;  // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
     return strings.empty() && blocks.empty() && tags.empty() && counters.empty() &&
            launches.empty() && scopes.empty() && phases.empty() && steps.empty() &&
-           stepFigures.empty() && eventsReceived == 0 && eventsStored == 0;
+           stepFigures.empty() && timelineChunks.empty() && blockCodes.empty() &&
+           eventsReceived == 0 && eventsStored == 0;
   }
 };
 

@@ -68,8 +68,16 @@ void LiveAnalysis::alloc(const Block& b, uint32_t moduleIid, uint32_t opIid) {
   lb.moduleIid = moduleIid;
   lb.opIid = opIid;
   if (!m_openPhases.empty()) lb.phase = m_openPhases.rbegin()->second;
-  // A block at a key still live: its free was never seen (the ingest keeps it as live for good).
-  m_byKey[BlockKey{static_cast<int32_t>(b.kind), b.device, b.address}] = id;
+  // A block at a key still live: its free was never seen (the ingest keeps it as live for good,
+  // its row written now: the pass must run to put the categories in that order).
+  auto [key, added] =
+      m_byKey.try_emplace(BlockKey{static_cast<int32_t>(b.kind), b.device, b.address}, id);
+  if (!added) {
+    key->second = id;
+    inexact("an allocation over a live block");
+    m_codesKept = false;
+    m_rowOrder.clear();
+  }
   m_byAddress[b.address] = id;
   if (b.kind != MemoryKind::kTensor) {
     m_segments[{b.device, b.address}] = id;
@@ -101,6 +109,7 @@ void LiveAnalysis::free(MemoryKind kind, int32_t device, uint64_t address, uint6
   LiveBlock& b = m_blocks.at(id);
   b.block.freeSeq = seq;
   b.block.freeTsNs = tsNs;
+  if (m_codesKept) m_rowOrder.push_back(id);
   auto a = m_byAddress.find(address);
   if (a != m_byAddress.end() && a->second == id) m_byAddress.erase(a);
   if (kind != MemoryKind::kTensor) {
@@ -338,9 +347,20 @@ void LiveAnalysis::commitWindow() {
     it = m_committed.steps.erase(it);
   }
   for (const Edge& e : m_window) {
-    if (e.kind == EdgeKind::kFree) m_blocks.erase(e.id);
+    if (e.kind != EdgeKind::kFree) continue;
+    auto it = m_blocks.find(e.id);
+    if (m_codesKept) m_freedCodes[e.id] = it->second.code;
+    m_blocks.erase(it);
   }
   m_window.clear();
+  // Every free of the window is replayed: the rows in line have their codes.
+  while (!m_rowOrder.empty()) {
+    auto c = m_freedCodes.find(m_rowOrder.front());
+    if (c == m_freedCodes.end()) break;
+    emitCode(c->second);
+    m_freedCodes.erase(c);
+    m_rowOrder.pop_front();
+  }
 }
 
 const LiveAnalysis::WindowAnswer& LiveAnalysis::windowAnswer() const {
@@ -400,8 +420,22 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
   return out;
 }
 
+void LiveAnalysis::emitCode(uint8_t code) {
+  m_codesPending.push_back(static_cast<char>(code));
+  if (m_codesPending.size() == AnalysisSink::kBlocksPerChunk)
+    m_codesOut.emplace_back(m_codesChunk++, std::exchange(m_codesPending, {}));
+}
+
 LiveAnalysis::Final LiveAnalysis::finish(size_t topItems) {
   commitWindow();
+  if (m_codesKept) {  // the blocks live at the end, by allocation, as the ingest writes them
+    std::vector<std::pair<uint64_t, uint8_t>> live;
+    for (const auto& [id, b] : m_blocks) live.emplace_back(b.block.allocSeq, b.code);
+    std::sort(live.begin(), live.end());
+    for (const auto& [seq, code] : live) emitCode(code);
+    if (!m_codesPending.empty())
+      m_codesOut.emplace_back(m_codesChunk++, std::exchange(m_codesPending, {}));
+  }
   m_timeline.finish();
   for (size_t l = 0; l < m_chunkPending.size(); ++l) {
     if (!m_chunkPending[l].empty())

@@ -90,12 +90,14 @@ class LiveAnalysis {
   Final finish(size_t topItems = 20);
   // The timeline's levels of detail as the analysis pass stores them: the chunks completed since
   // the last call (AnalysisSink::kSamplesPerChunk samples each, the last of a level at finish).
-  struct Chunk {
-    int level;
-    int64_t index;
-    std::vector<TimelineSample> samples;
-  };
-  std::vector<Chunk> takeChunks() { return std::exchange(m_chunksOut, {}); }
+  std::vector<TimelineChunk> takeChunks() { return std::exchange(m_chunksOut, {}); }
+  // The blocks' categories as the analysis pass stores them (a byte each, category | rule << 4)
+  // in the order the ingest stores the blocks' rows (at their free; those live at the end last,
+  // by allocation): the chunks of AnalysisSink::kBlocksPerChunk completed since the last call,
+  // by index.
+  std::vector<std::pair<int64_t, std::string>> takeBlockCodes() {
+    return std::exchange(m_codesOut, {});
+  }
 
   int64_t firstTsNs() const { return m_firstTs; }
   int64_t lastTsNs() const { return m_lastTs; }
@@ -228,8 +230,16 @@ class LiveAnalysis {
   CategorizeStats m_tagStats;
   std::vector<std::vector<TimelineSample>> m_chunkPending;  // per level: the chunk being filled
   std::vector<int64_t> m_chunkIndex;
-  std::vector<Chunk> m_chunksOut;
-  uint64_t m_version = 0;  // changes with every event and replay
+  std::vector<TimelineChunk> m_chunksOut;
+  // Block codes in row order: the blocks freed whose free is not replayed yet wait in line.
+  void emitCode(uint8_t code);
+  std::deque<int64_t> m_rowOrder;
+  std::unordered_map<int64_t, uint8_t> m_freedCodes;
+  std::string m_codesPending;
+  int64_t m_codesChunk = 0;
+  std::vector<std::pair<int64_t, std::string>> m_codesOut;
+  bool m_codesKept = true;  // false once they cannot be (an allocation over a live block)
+  uint64_t m_version = 0;   // changes with every event and replay
   mutable WindowAnswer m_answer;
 };
 

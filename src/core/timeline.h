@@ -78,6 +78,13 @@ class TimelineBuilder {
   bool m_ok = true;
 };
 
+// A level's samples as the store keeps them: a chunk of consecutive samples, by index.
+struct TimelineChunk {
+  int level = 0;
+  int64_t index = 0;
+  std::vector<TimelineSample> samples;
+};
+
 // A bucket of a timeline query. `empty` when no sample fell in it (values then carry over).
 struct TimelineBucket {
   int64_t startTsNs = 0;

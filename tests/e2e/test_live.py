@@ -1,9 +1,12 @@
 """A live session answers from the ingest's live analysis (src/core/live_analysis.h): while the
 examples' training runs, `steps`, `peak`, `breakdown --step` and `timeline` answer, and every step
 they showed as ended equals, figure for figure, what the stored analysis says once the session has
-ended. (A long live session at a high rate: test_scale.LiveAtScaleTest.)"""
+ended. A session analysed as it came is stored analysed with its end (no pass at the end), and
+what is stored equals, table for table and byte for byte, what the analysis pass stores for the
+same session. (A long live session at a high rate: test_scale.LiveAtScaleTest.)"""
 import json
 import os
+import sqlite3
 import subprocess
 import time
 import unittest
@@ -74,6 +77,64 @@ class LiveTrainingTest(unittest.TestCase):
                 self.assertEqual(live["offset_ns"], final["offset_ns"])
                 self.assertEqual(categories(live), categories(final))
                 self.assertEqual(live["phase"], final["phase"])
+
+
+ANALYSIS_TABLES = {
+    "peak": "step, seq, ts_ns, tracked_bytes, phase, scope",
+    "peak_category": "step, category, bytes, blocks",
+    "peak_item": "step, kind, rank, name, category, bytes, blocks, rule",
+    "timeline_chunk": "level, chunk, first_ts_ns, last_ts_ns, sample_count, samples",
+    "block_category": "chunk, codes",
+}
+
+
+def stored_analysis(db, sid):
+    con = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+    try:
+        out = {t: con.execute("SELECT %s FROM %s WHERE session_id = ? ORDER BY %s"
+                              % (cols, t, cols), (sid,)).fetchall()
+               for t, cols in ANALYSIS_TABLES.items()}
+        out["stat"] = con.execute("SELECT name, value FROM stat WHERE session_id = ? "
+                                  "ORDER BY name", (sid,)).fetchall()
+        return out
+    finally:
+        con.close()
+
+
+class StoredFromLiveTest(unittest.TestCase):
+    def test_the_live_analysis_stores_what_the_pass_stores(self):
+        d = Daemon()
+        self.addCleanup(d.cleanup)
+        r = d.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "6")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = d.newest_session()["id"]
+        self.assertIn("session %d analysed as its events came" % sid, d.read_log())
+        info = d.wait_analyzed(sid)
+        self.assertEqual(info["state"], "ended")
+        live = stored_analysis(d.db, sid)
+        self.assertGreater(len(live["peak"]), 6)  # the whole session's and each step's
+        self.assertGreater(len(live["timeline_chunk"]), 1)
+        self.assertGreater(len(live["block_category"]), 0)
+        self.assertGreater(len(live["peak_item"]), 0)
+        # The same session through the analysis pass: its results dropped, the daemon restarted
+        # (it analyses what is not analysed at start).
+        d.proc.terminate()
+        d.proc.wait(timeout=30)
+        con = sqlite3.connect(d.db)
+        try:
+            for t in ANALYSIS_TABLES:
+                con.execute("DELETE FROM %s WHERE session_id = ?" % t, (sid,))
+            con.execute("UPDATE session SET analyzed = 0 WHERE id = ?", (sid,))
+            con.commit()
+        finally:
+            con.close()
+        d.kill_and_restart()
+        d.wait_analyzed(sid)
+        passed = stored_analysis(d.db, sid)
+        for table in live:
+            with self.subTest(table=table):
+                self.assertEqual(len(live[table]), len(passed[table]))
+                self.assertEqual(live[table], passed[table])
 
 
 if __name__ == "__main__":

@@ -418,12 +418,16 @@ TEST(LiveAnalysisTest, ALateTagMovesTheBlockFromThen) {
 // What the analysis pass hands its sink, kept.
 class KeepingSink : public AnalysisSink {
  public:
-  bool blockCodes(int64_t, const std::string&) override { return true; }
+  bool blockCodes(int64_t, const std::string& c) override {
+    codes += c;
+    return true;
+  }
+  std::string codes;
   bool timelineChunk(int level, int64_t chunk, const std::vector<TimelineSample>& s) override {
     chunks.push_back({level, chunk, s});
     return true;
   }
-  std::vector<LiveAnalysis::Chunk> chunks;
+  std::vector<TimelineChunk> chunks;
 };
 
 void expectSameSamples(const std::vector<TimelineSample>& a, const std::vector<TimelineSample>& b) {
@@ -442,13 +446,36 @@ void expectSameSamples(const std::vector<TimelineSample>& a, const std::vector<T
 TEST(LiveAnalysisTest, AtTheEndItHoldsWhatTheAnalysisPassStores) {
   for (uint64_t seed : {5, 6}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    const Recording rec = Training(seed).make(250, 60);  // chunks of two levels
+    Recording rec = Training(seed).make(400, 60);  // chunks of two levels, of codes
+    // Block ids in the order the ingest writes the rows (the store's ids): at their free, then
+    // those live at the end by allocation.
+    {
+      std::vector<size_t> order(rec.blocks.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        const Block &x = rec.blocks[a], &y = rec.blocks[b];
+        return std::make_pair(x.freeSeq, x.allocSeq) < std::make_pair(y.freeSeq, y.allocSeq);
+      });
+      for (size_t rank = 0; rank < order.size(); ++rank)
+        rec.blocks[order[rank]].id = static_cast<int64_t>(rank) + 1;
+    }
     LiveAnalysis live;
     feed(rec, live);
-    std::vector<LiveAnalysis::Chunk> chunks = live.takeChunks();
+    std::vector<TimelineChunk> chunks = live.takeChunks();
     EXPECT_FALSE(chunks.empty()) << "chunks are handed on while events come";
+    std::string codes;
+    int64_t codeChunks = 0;
+    for (const auto& [index, c] : live.takeBlockCodes()) {
+      EXPECT_EQ(index, codeChunks++);
+      codes += c;
+    }
+    EXPECT_FALSE(codes.empty()) << "codes are handed on while events come";
     const LiveAnalysis::Final got = live.finish();
-    for (LiveAnalysis::Chunk& c : live.takeChunks()) chunks.push_back(std::move(c));
+    for (TimelineChunk& c : live.takeChunks()) chunks.push_back(std::move(c));
+    for (const auto& [index, c] : live.takeBlockCodes()) {
+      EXPECT_EQ(index, codeChunks++);
+      codes += c;
+    }
     ASSERT_TRUE(got.exact) << got.why;
 
     auto stream = streamOf(rec);
@@ -457,6 +484,8 @@ TEST(LiveAnalysisTest, AtTheEndItHoldsWhatTheAnalysisPassStores) {
     options.tempDir = ::testing::TempDir();
     const StreamingResult want = analyzeStream(*stream, sink, options);
     ASSERT_EQ(want.error, "");
+    EXPECT_EQ(codes.size(), rec.blocks.size());
+    EXPECT_TRUE(codes == sink.codes) << "the blocks' categories, in the store's order";
     EXPECT_EQ(got.stats.tagsMatched, want.stats.tagsMatched);
     EXPECT_EQ(got.stats.tagsUnmatched, want.stats.tagsUnmatched);
     ASSERT_EQ(got.peaks.size(), want.peaks.size());
@@ -471,7 +500,7 @@ TEST(LiveAnalysisTest, AtTheEndItHoldsWhatTheAnalysisPassStores) {
       expectSameItems(got.peaks[i].tensors, want.peaks[i].tensors);
     }
     // The same chunks, level by level in the order each level completes them.
-    auto byLevel = [](std::vector<LiveAnalysis::Chunk> v) {
+    auto byLevel = [](std::vector<TimelineChunk> v) {
       std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
         return std::make_pair(a.level, a.index) < std::make_pair(b.level, b.index);
       });
