@@ -72,6 +72,7 @@ class Generator {
           m_beginNext = true;
         } else {
           e->mutable_step_begin()->set_step(m_step);
+          m_stepBegin = m_seq;
           m_inStep = true;
           m_beginNext = false;
         }
@@ -88,7 +89,9 @@ class Generator {
         continue;
       }
       const bool freeOne = !m_live.empty() && (m_live.size() > 4096 || (m_rng() % 2) == 0);
-      if (m_seq % 97 == 0 && !m_live.empty()) {
+      // A tag names a block born in the running step, as the adapter's do (with step marks).
+      if (m_seq % 97 == 0 && !m_live.empty() &&
+          (m_stepEvents == 0 || m_born.back() > m_stepBegin)) {
         auto* t = e->mutable_tag();
         t->set_address(m_live.back());
         t->set_size_bytes(4096);
@@ -104,6 +107,7 @@ class Generator {
         m_liveBytes -= m_sizes[k];
         m_live.erase(m_live.begin() + static_cast<long>(k));
         m_sizes.erase(m_sizes.begin() + static_cast<long>(k));
+        m_born.erase(m_born.begin() + static_cast<long>(k));
       } else {
         const uint64_t addr = kBase + (m_next++ << 12);
         auto* a = e->mutable_alloc();
@@ -116,6 +120,7 @@ class Generator {
         }
         m_live.push_back(addr);
         m_sizes.push_back(size);
+        m_born.push_back(m_seq);
         m_liveBytes += size;
         m_peakBytes = std::max(m_peakBytes, m_liveBytes);
       }
@@ -140,6 +145,8 @@ class Generator {
   uint64_t m_next = 1;
   std::vector<uint64_t> m_live;
   std::vector<uint64_t> m_sizes;
+  std::vector<uint64_t> m_born;  // each live block's allocation seq
+  uint64_t m_stepBegin = 0;
   uint64_t m_liveBytes = 0;
   uint64_t m_peakBytes = 0;
 };

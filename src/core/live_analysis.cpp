@@ -27,10 +27,12 @@ LiveAnalysis::LiveAnalysis(size_t maxWindowEdges)
           m_chunkPending.resize(l + 1);
           m_chunkIndex.resize(l + 1, 0);
         }
-        auto& chunk = m_chunkPending[l];
-        chunk.insert(chunk.end(), samples.begin(), samples.end());
-        if (chunk.size() >= AnalysisSink::kSamplesPerChunk)
-          m_chunksOut.push_back({level, m_chunkIndex[l]++, std::exchange(chunk, {})});
+        if (m_storeOutput) {
+          auto& chunk = m_chunkPending[l];
+          chunk.insert(chunk.end(), samples.begin(), samples.end());
+          if (chunk.size() >= AnalysisSink::kSamplesPerChunk)
+            m_chunksOut.push_back({level, m_chunkIndex[l]++, std::exchange(chunk, {})});
+        }
         if (m_dropped[l]) return true;
         m_levels[l].insert(m_levels[l].end(), samples.begin(), samples.end());
         if (m_levels[l].size() > kMaxLevelSamples) {  // the next level holds a quarter as many
@@ -353,6 +355,17 @@ void LiveAnalysis::commitWindow() {
     m_blocks.erase(it);
   }
   m_window.clear();
+  // No step yet and much held for the store: a session without step marks, which the pass
+  // analyses (it infers the steps); nothing more is kept for the store.
+  if (m_stepIntervals.empty() && m_storeOutput &&
+      m_chunksOut.size() + m_codesOut.size() > kMaxHeldChunks) {
+    inexact("no step marks: the pass infers the steps");
+    m_storeOutput = false;
+    m_chunksOut.clear();
+    m_codesOut.clear();
+    for (auto& c : m_chunkPending) c.clear();
+    m_codesPending.clear();
+  }
   // Every free of the window is replayed: the rows in line have their codes.
   while (!m_rowOrder.empty()) {
     auto c = m_freedCodes.find(m_rowOrder.front());
@@ -421,6 +434,7 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
 }
 
 void LiveAnalysis::emitCode(uint8_t code) {
+  if (!m_storeOutput) return;
   m_codesPending.push_back(static_cast<char>(code));
   if (m_codesPending.size() == AnalysisSink::kBlocksPerChunk)
     m_codesOut.emplace_back(m_codesChunk++, std::exchange(m_codesPending, {}));

@@ -90,12 +90,19 @@ class LiveAnalysis {
   Final finish(size_t topItems = 20);
   // The timeline's levels of detail as the analysis pass stores them: the chunks completed since
   // the last call (AnalysisSink::kSamplesPerChunk samples each, the last of a level at finish).
-  std::vector<TimelineChunk> takeChunks() { return std::exchange(m_chunksOut, {}); }
+  // Held until the first step begins (a session without step marks is left to the pass: past
+  // kMaxHeldChunks held, nothing more is kept for the store).
+  static constexpr size_t kMaxHeldChunks = 16;
+  std::vector<TimelineChunk> takeChunks() {
+    if (m_stepIntervals.empty()) return {};
+    return std::exchange(m_chunksOut, {});
+  }
   // The blocks' categories as the analysis pass stores them (a byte each, category | rule << 4)
   // in the order the ingest stores the blocks' rows (at their free; those live at the end last,
   // by allocation): the chunks of AnalysisSink::kBlocksPerChunk completed since the last call,
   // by index.
   std::vector<std::pair<int64_t, std::string>> takeBlockCodes() {
+    if (m_stepIntervals.empty()) return {};
     return std::exchange(m_codesOut, {});
   }
 
@@ -238,8 +245,9 @@ class LiveAnalysis {
   std::string m_codesPending;
   int64_t m_codesChunk = 0;
   std::vector<std::pair<int64_t, std::string>> m_codesOut;
-  bool m_codesKept = true;  // false once they cannot be (an allocation over a live block)
-  uint64_t m_version = 0;   // changes with every event and replay
+  bool m_codesKept = true;    // false once they cannot be (an allocation over a live block)
+  bool m_storeOutput = true;  // false once the store will get the pass's results instead
+  uint64_t m_version = 0;     // changes with every event and replay
   mutable WindowAnswer m_answer;
 };
 

@@ -358,6 +358,9 @@ TEST(LiveAnalysisTest, AWindowWithoutStepsIsBoundedAndItsTrackedPeakExact) {
   EXPECT_LT(analysis.openBlocks(), analysis.windowEdges() + 4000) << "freed blocks are let go";
   EXPECT_LT(analysis.keptSamples(), LiveAnalysis::kMaxLevelSamples * 4 / 3 + 1);
   EXPECT_GE(analysis.keptLevels(), 3);
+  // Without step marks nothing goes to the store (the pass will infer the steps).
+  EXPECT_TRUE(analysis.takeChunks().empty());
+  EXPECT_TRUE(analysis.takeBlockCodes().empty());
   Recording sorted = rec;
   sorted.sortBySeq();
   const Analysis want = analyze(sorted);
@@ -369,6 +372,9 @@ TEST(LiveAnalysisTest, AWindowWithoutStepsIsBoundedAndItsTrackedPeakExact) {
   int64_t highest = 0;
   for (const auto& b : buckets) highest = std::max(highest, b.max[0]);
   EXPECT_EQ(highest, want.peaks.front().state.trackedBytes);
+  const LiveAnalysis::Final f = analysis.finish();
+  EXPECT_FALSE(f.exact) << "no step marks (and allocations over live blocks): the pass runs";
+  EXPECT_TRUE(analysis.takeChunks().empty());
 }
 
 TEST(LiveAnalysisTest, ALateTagMovesTheBlockFromThen) {
