@@ -9,7 +9,8 @@
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed); then the
 #      analysis of a session as large whose blocks are tensors in device segments (a GPU job's);
-#      then sessions of SCALE_SIZES events (default 10M 100M 300M), each into a fresh daemon:
+#      then sessions of SCALE_SIZES events (default 10M 100M 300M, 500 marked steps each: analysed
+#      as their events come), each into a fresh daemon:
 #      ingest rate, the daemon's peak memory, analysis time, query latency, store bytes per event,
 #      and the ratios of the largest to the smallest; then live sessions 2 hours long by their
 #      timestamps at LIVE_SIZES events (default 10M 100M), 500 steps each, queried while live at
@@ -192,7 +193,8 @@ PYEOF
 # Sessions of growing length, each into a fresh daemon of its own (default memory budget), so
 # that its peak memory (VmHWM) is the session's: cost against length, as ratios to the first.
 echo
-echo "   sessions of $SCALE_SIZES events, each in a fresh tidemarkd (--memory-budget 1GiB)"
+echo "   sessions of $SCALE_SIZES events, 500 marked steps each, each in a fresh tidemarkd"
+echo "   (--memory-budget 1GiB); analysis s: from the session's end until it is stored analysed"
 for n in $SCALE_SIZES; do
   d="$WORK/scale-$n"
   mkdir -p "$d"
@@ -201,7 +203,7 @@ for n in $SCALE_SIZES; do
   pid=$!
   for _ in $(seq 100); do [ -f "$d/port" ] && break; sleep 0.1; done
   "$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" --events "$n" --no-raw --progress \
-    > "$d/scale.json"
+    --step-events $((n / 500)) > "$d/scale.json"
   hwm=$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$pid/status")
   kill "$pid"; wait "$pid" || true
   store=$(du -cb "$d"/store.db* | tail -1 | cut -f1)

@@ -56,7 +56,7 @@ void LiveAnalysis::push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id) {
   if (seq < m_lastSeq) inexact("events released out of order");
   m_lastSeq = std::max(m_lastSeq, seq);
   m_window.push_back({kind, seq, tsNs, id, scopeNow(), phaseNow()});
-  if (m_window.size() >= m_maxWindowEdges) commitWindow();
+  if (m_window.size() >= m_maxWindowEdges) commitWindow(m_maxWindowEdges / 4);
 }
 
 void LiveAnalysis::alloc(const Block& b, uint32_t moduleIid, uint32_t opIid) {
@@ -199,7 +199,8 @@ std::pair<Category, CategoryRule> LiveAnalysis::decide(const LiveBlock& b) const
 }
 
 void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
-                          const std::function<void(const MemoryState&)>& onState) const {
+                          const std::function<void(const MemoryState&)>& onState,
+                          size_t count) const {
   auto codeNow = [&](int64_t id, const LiveBlock& b) {
     if (overlay != nullptr) {
       auto o = overlay->find(id);
@@ -235,7 +236,9 @@ void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>*
     rs.state.blocks[to] += 1;
     ++rs.recategorized;
   };
-  for (const Edge& e : m_window) {
+  count = std::min(count, m_window.size());
+  for (size_t i = 0; i < count; ++i) {
+    const Edge& e = m_window[i];
     switch (e.kind) {
       case EdgeKind::kStepBegin: {
         OpenStep& s = rs.steps[e.id];
@@ -328,11 +331,13 @@ std::vector<LiveAnalysis::ItemRow> LiveAnalysis::itemsAt(
   return out;
 }
 
-void LiveAnalysis::commitWindow() {
-  if (m_window.empty()) return;
+void LiveAnalysis::commitWindow(size_t keep) {
+  if (m_window.size() <= keep) return;
+  const size_t count = m_window.size() - keep;
   ++m_version;
   m_committed.peakMoved = false;
-  replay(m_committed, nullptr, [this](const MemoryState& s) { m_timeline.add(s); });
+  replay(
+      m_committed, nullptr, [this](const MemoryState& s) { m_timeline.add(s); }, count);
   m_recategorized = m_committed.recategorized;
   if (m_committed.peakMoved) m_peakItems = itemsAt(m_committed.peak.seq, nullptr);
   for (auto it = m_committed.steps.begin(); it != m_committed.steps.end();) {
@@ -348,13 +353,14 @@ void LiveAnalysis::commitWindow() {
     m_stepPeaks[it->first] = std::move(r);
     it = m_committed.steps.erase(it);
   }
-  for (const Edge& e : m_window) {
+  for (size_t i = 0; i < count; ++i) {
+    const Edge& e = m_window[i];
     if (e.kind != EdgeKind::kFree) continue;
     auto it = m_blocks.find(e.id);
     if (m_codesKept) m_freedCodes[e.id] = it->second.code;
     m_blocks.erase(it);
   }
-  m_window.clear();
+  m_window.erase(m_window.begin(), m_window.begin() + static_cast<long>(count));
   // No step yet and much held for the store: a session without step marks, which the pass
   // analyses (it infers the steps); nothing more is kept for the store.
   if (m_stepIntervals.empty() && m_storeOutput &&

@@ -173,12 +173,15 @@ class LiveAnalysis {
     CategoryRule rule;
   };
 
-  // Replays the window into `rs`, each state after an allocation or a free to onState. The
-  // categories it finds go to `overlay` (by block), the blocks left as they are; without one
-  // (commitWindow) to the blocks.
+  // Replays the window's first `count` events into `rs`, each state after an allocation or a
+  // free to onState. The categories it finds go to `overlay` (by block), the blocks left as they
+  // are; without one (commitWindow) to the blocks.
   void replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
-              const std::function<void(const MemoryState&)>& onState) const;
-  void commitWindow();
+              const std::function<void(const MemoryState&)>& onState,
+              size_t count = SIZE_MAX) const;
+  // Replays the window for good, but for its last `keep` events (a full window keeps a quarter:
+  // a tag that follows its block's allocation closely still finds it not counted yet).
+  void commitWindow(size_t keep = 0);
   // The window replayed for an answer (not kept by the analysis): the state after it, the blocks
   // live at its peak when the peak moved in it, its states as finest samples. Computed once per
   // change (a query of peak, steps and timeline together replays the window once).
