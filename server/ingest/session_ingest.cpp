@@ -194,15 +194,7 @@ void SessionIngest::release(const v1::Event& e) {
       }
       noteOpened(key);
       if (!m_live) break;
-      core::Block live;
-      live.address = b.address;
-      live.sizeBytes = b.sizeBytes;
-      live.kind = core::memoryKindFromWire(b.memoryKind);
-      live.device = b.device;
-      live.threadId = b.threadId;
-      live.allocSeq = b.allocSeq;
-      live.allocTsNs = b.allocTsNs;
-      m_live->alloc(live, innermostScope(b.threadId, v1::SCOPE_KIND_MODULE),
+      m_live->alloc(b.toBlock(), innermostScope(b.threadId, v1::SCOPE_KIND_MODULE),
                     innermostScope(b.threadId, v1::SCOPE_KIND_OP));
       break;
     }

@@ -30,15 +30,8 @@ absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
   int64_t id = -1;
   for (const BlockRow& r : *open) {
     if (stored.count({r.address, r.allocSeq})) continue;
-    core::Block b;
+    core::Block b = r.toBlock();  // not freed yet
     b.id = id--;
-    b.address = r.address;
-    b.sizeBytes = r.sizeBytes;
-    b.kind = core::memoryKindFromWire(r.memoryKind);
-    b.device = r.device;
-    b.threadId = r.threadId;
-    b.allocSeq = r.allocSeq;
-    b.allocTsNs = r.allocTsNs;
     rec->blocks.push_back(b);
   }
   rec->sortBySeq();

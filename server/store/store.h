@@ -39,6 +39,20 @@ struct BlockRow {
   int64_t allocTsNs = 0;
   uint64_t freeSeq = core::kOpenSeq;  // kOpenSeq: live at the end
   int64_t freeTsNs = 0;
+  // As the analysis sees it (its id left 0).
+  core::Block toBlock() const {
+    core::Block b;
+    b.address = address;
+    b.sizeBytes = sizeBytes;
+    b.kind = core::memoryKindFromWire(memoryKind);
+    b.device = device;
+    b.threadId = threadId;
+    b.allocSeq = allocSeq;
+    b.allocTsNs = allocTsNs;
+    b.freeSeq = freeSeq;
+    b.freeTsNs = freeTsNs;
+    return b;
+  }
 };
 
 struct CounterRow {

@@ -12,9 +12,14 @@
 
 #include "src/core/analysis.h"
 #include "src/core/streaming_analysis.h"
+#include "tests/unit/analysis_expectations.h"
 
 namespace tidemark::core {
 namespace {
+
+using testing::expectSameItems;
+using testing::expectSameSamples;
+using testing::expectSameState;
 
 // Feeds a recording to a live analysis as the ingest would: every event in sequence order, with
 // the innermost module and op scope of the allocating thread at each allocation.
@@ -213,23 +218,6 @@ class Training {
   Recording m_rec;
   std::vector<size_t> m_grads;
 };
-
-void expectSameState(const MemoryState& a, const MemoryState& b) {
-  EXPECT_EQ(a.seq, b.seq);
-  EXPECT_EQ(a.tsNs, b.tsNs);
-  EXPECT_EQ(a.trackedBytes, b.trackedBytes);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_EQ(a.blocks, b.blocks);
-}
-
-void expectSameItems(const std::vector<PeakItem>& a, const std::vector<PeakItem>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].name, b[i].name) << i;
-    EXPECT_EQ(a[i].bytes, b[i].bytes) << a[i].name;
-    EXPECT_EQ(a[i].category, b[i].category) << a[i].name;
-  }
-}
 
 // The live answers at the end of the feed equal the whole recording's analysis.
 void expectSameAsAnalysis(const Recording& rec, const LiveAnalysis& live) {
@@ -435,19 +423,6 @@ class KeepingSink : public AnalysisSink {
   }
   std::vector<TimelineChunk> chunks;
 };
-
-void expectSameSamples(const std::vector<TimelineSample>& a, const std::vector<TimelineSample>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].firstSeq, b[i].firstSeq);
-    EXPECT_EQ(a[i].lastSeq, b[i].lastSeq);
-    EXPECT_EQ(a[i].firstTsNs, b[i].firstTsNs);
-    EXPECT_EQ(a[i].lastTsNs, b[i].lastTsNs);
-    EXPECT_EQ(a[i].min, b[i].min);
-    EXPECT_EQ(a[i].max, b[i].max);
-    EXPECT_EQ(a[i].last, b[i].last);
-  }
-}
 
 TEST(LiveAnalysisTest, AtTheEndItHoldsWhatTheAnalysisPassStores) {
   // Steps within the window, and steps of about 3,000 events through a window of 1,024: replayed

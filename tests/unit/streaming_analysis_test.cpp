@@ -12,9 +12,14 @@
 #include <random>
 
 #include "src/core/analysis.h"
+#include "tests/unit/analysis_expectations.h"
 
 namespace tidemark::core {
 namespace {
+
+using testing::expectSameItems;
+using testing::expectSameSamples;
+using testing::expectSameState;
 
 class RandomRecording {
  public:
@@ -209,25 +214,6 @@ class MemorySink : public AnalysisSink {
   std::map<int, std::vector<TimelineSample>> levels;
 };
 
-void expectSameState(const MemoryState& a, const MemoryState& b) {
-  EXPECT_EQ(a.seq, b.seq);
-  EXPECT_EQ(a.tsNs, b.tsNs);
-  EXPECT_EQ(a.trackedBytes, b.trackedBytes);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_EQ(a.blocks, b.blocks);
-}
-
-void expectSameItems(const std::vector<PeakItem>& a, const std::vector<PeakItem>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].name, b[i].name) << i;
-    EXPECT_EQ(a[i].bytes, b[i].bytes) << a[i].name;
-    EXPECT_EQ(a[i].blocks, b[i].blocks) << a[i].name;
-    EXPECT_EQ(a[i].category, b[i].category) << a[i].name;
-    EXPECT_EQ(a[i].rule, b[i].rule) << a[i].name;
-  }
-}
-
 // Both analyses of rec; returns the streaming one's spilled-or-not result for further checks.
 void expectSameAnalysis(Recording rec, size_t memoryBytes) {
   Recording sorted = rec;
@@ -261,16 +247,8 @@ void expectSameAnalysis(Recording rec, size_t memoryBytes) {
   for (size_t l = 0; l < expected.timeline.levels.size(); ++l) {
     const auto& want = expected.timeline.levels[l].samples;
     const auto& have = sink.levels[static_cast<int>(l)];
-    ASSERT_EQ(have.size(), want.size()) << "level " << l;
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_EQ(have[i].firstSeq, want[i].firstSeq);
-      EXPECT_EQ(have[i].lastSeq, want[i].lastSeq);
-      EXPECT_EQ(have[i].firstTsNs, want[i].firstTsNs);
-      EXPECT_EQ(have[i].lastTsNs, want[i].lastTsNs);
-      EXPECT_EQ(have[i].min, want[i].min);
-      EXPECT_EQ(have[i].max, want[i].max);
-      EXPECT_EQ(have[i].last, want[i].last);
-    }
+    SCOPED_TRACE("level " + std::to_string(l));
+    expectSameSamples(have, want);
   }
 
   // Steps found, peaks with their phase, scope and items.
