@@ -89,9 +89,10 @@ class Generator {
         continue;
       }
       const bool freeOne = !m_live.empty() && (m_live.size() > 4096 || (m_rng() % 2) == 0);
-      // A tag names a block born in the running step, as the adapter's do (with step marks).
+      // With step marks, a tag names a block born in the running step, a few events before, as
+      // the adapter's do.
       if (m_seq % 97 == 0 && !m_live.empty() &&
-          (m_stepEvents == 0 || m_born.back() > m_stepBegin)) {
+          (m_stepEvents == 0 || (m_born.back() > m_stepBegin && m_born.back() + 1000 > m_seq))) {
         auto* t = e->mutable_tag();
         t->set_address(m_live.back());
         t->set_size_bytes(4096);
