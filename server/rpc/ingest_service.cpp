@@ -351,21 +351,25 @@ grpc::Status IngestService::Stream(
   reply.mutable_handshake_reply()->set_server_protocol_version(kProtocolVersion);
   reply.mutable_handshake_reply()->set_next_batch_seq(ingest->nextBatchSeq());
   stream->Write(reply);
-  // Held while a batch goes through `ingest`, so that queries and the advisor can read its open
-  // blocks and its live analysis.
-  std::mutex ingestMutex;
-  // From here on Control may write commands to this stream; the guard unregisters it on every
-  // way out, before the stream's status goes back.
-  m_agents.add(sessionId, stream, [&ingest, &ingestMutex](const LiveAgents::IngestFn& fn) {
-    std::lock_guard<std::mutex> lock(ingestMutex);
-    fn(*ingest);
-  });
+  // Its mutex is held while a batch goes through `ingest`, so that queries and the advisor can
+  // read its open blocks and its live analysis.
+  auto guard = std::make_shared<LiveAgents::IngestGuard>();
+  guard->ingest = &*ingest;
+  std::mutex& ingestMutex = guard->mutex;
+  // From here on Control may write commands to this stream and queries read its ingest; the
+  // guard unregisters it on every way out, before the stream's status goes back (and before the
+  // ingest ends: a query that took the guard finds it detached).
+  m_agents.add(sessionId, stream, guard);
   struct Unregister {
     LiveAgents& agents;
     int64_t id;
     LiveAgents::Stream* stream;
-    ~Unregister() { agents.remove(id, stream); }
-  } unregister{m_agents, sessionId, stream};
+    LiveAgents::IngestGuard& guard;
+    ~Unregister() {
+      agents.remove(id, stream);
+      guard.detach();
+    }
+  } unregister{m_agents, sessionId, stream, *guard};
 
   Checkpointer checkpoints(m_writer, sessionId, ingest->nextBatchSeq() - 1);
   auto checkpointNow = [&] {
@@ -427,6 +431,7 @@ grpc::Status IngestService::Stream(
   }
 
   m_agents.remove(sessionId, stream);  // no command nor snapshot once the stream winds down
+  guard->detach();
   checkpoints.collect(true);
   if (!checkpoints.error().ok()) {
     // The store is at the last checkpoint that was committed; the agent resends the rest.

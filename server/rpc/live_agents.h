@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -22,14 +23,22 @@ namespace tidemark::server {
 class LiveAgents {
  public:
   using Stream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
-  // Runs a function on the session's ingest, under the lock its batches take: its blocks not
-  // freed yet (not in the store until freed or the end), its live analysis.
   using IngestFn = std::function<void(const SessionIngest&)>;
-  using Visit = std::function<void(const IngestFn&)>;
+  // A stream's ingest, as queries reach it: under `mutex` (which its batches take too), and only
+  // while `ingest` is set (the stream's handler clears it, under the mutex, before the ingest
+  // ends). Shared, so that a query holds it without holding the registry.
+  struct IngestGuard {
+    std::mutex mutex;
+    const SessionIngest* ingest = nullptr;
+    void detach() {
+      std::lock_guard<std::mutex> lock(mutex);
+      ingest = nullptr;
+    }
+  };
 
-  void add(int64_t session, Stream* stream, Visit visit) {
+  void add(int64_t session, Stream* stream, std::shared_ptr<IngestGuard> guard) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    m_streams[session] = {stream, std::move(visit)};
+    m_streams[session] = {stream, std::move(guard)};
   }
   // Only if `stream` is still the session's (a resumed session registers its new stream
   // before the old one's handler has wound down).
@@ -55,13 +64,20 @@ class LiveAgents {
                                            "'s agent stream is closing");
     return absl::OkStatus();
   }
-  // False when the session has no connected agent. fn runs under the registry's lock too (the
-  // ingest dies once its stream is removed): it must be short.
+  // Runs fn on the session's ingest (its blocks not freed yet, which the store gets only when
+  // freed or at the end; its live analysis), under the ingest's own lock only: other streams'
+  // writes do not wait for it. False when the session has no connected agent.
   bool visit(int64_t session, const IngestFn& fn) {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    auto it = m_streams.find(session);
-    if (it == m_streams.end()) return false;
-    it->second.visit(fn);
+    std::shared_ptr<IngestGuard> guard;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      auto it = m_streams.find(session);
+      if (it == m_streams.end()) return false;
+      guard = it->second.guard;
+    }
+    std::lock_guard<std::mutex> lock(guard->mutex);
+    if (guard->ingest == nullptr) return false;
+    fn(*guard->ingest);
     return true;
   }
   // nullopt when the session has no connected agent.
@@ -74,7 +90,7 @@ class LiveAgents {
  private:
   struct Entry {
     Stream* stream = nullptr;
-    Visit visit;
+    std::shared_ptr<IngestGuard> guard;
   };
   std::mutex m_mutex;
   std::map<int64_t, Entry> m_streams;
