@@ -365,9 +365,11 @@ grpc::Status IngestService::Stream(
     int64_t id;
     LiveAgents::Stream* stream;
     LiveAgents::IngestGuard& guard;
+    bool ending = false;
     ~Unregister() {
       agents.remove(id, stream);
       guard.detach();
+      if (ending) agents.endingDone(id);
     }
   } unregister{m_agents, sessionId, stream, *guard};
 
@@ -430,7 +432,10 @@ grpc::Status IngestService::Stream(
     }
   }
 
-  m_agents.remove(sessionId, stream);  // no command nor snapshot once the stream winds down
+  // No command nor snapshot once the stream winds down; a query waits until what the ingest
+  // holds is committed (when this handler returns).
+  m_agents.removeEnding(sessionId, stream);
+  unregister.ending = true;
   guard->detach();
   checkpoints.collect(true);
   if (!checkpoints.error().ok()) {

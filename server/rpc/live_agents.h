@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -47,6 +49,24 @@ class LiveAgents {
     auto it = m_streams.find(session);
     if (it != m_streams.end() && it->second.stream == stream) m_streams.erase(it);
   }
+  // The stream's handler is committing what the ingest held (its end, or a checkpoint): until
+  // endingDone, a query waits for the commit rather than read a store without the ingest's
+  // open blocks and rows. Counted: a resumed session's two handlers may overlap.
+  void removeEnding(int64_t session, Stream* stream) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    auto it = m_streams.find(session);
+    if (it != m_streams.end() && it->second.stream == stream) m_streams.erase(it);
+    ++m_ending[session];
+  }
+  void endingDone(int64_t session) {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      auto it = m_ending.find(session);
+      if (it == m_ending.end()) return;
+      if (--it->second == 0) m_ending.erase(it);
+    }
+    m_endingChanged.notify_all();
+  }
   // A write by the stream's own handler (acknowledgements), serialized with Control's.
   bool write(Stream* stream, const v1::ServerMessage& message) {
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -67,12 +87,19 @@ class LiveAgents {
   // Runs fn on the session's ingest (its blocks not freed yet, which the store gets only when
   // freed or at the end; its live analysis), under the ingest's own lock only: other streams'
   // writes do not wait for it. False when the session has no connected agent.
+  // A session whose stream is ending is waited for (up to kEndingWait), then false.
   bool visit(int64_t session, const IngestFn& fn) {
     std::shared_ptr<IngestGuard> guard;
     {
-      std::lock_guard<std::mutex> lock(m_mutex);
+      std::unique_lock<std::mutex> lock(m_mutex);
       auto it = m_streams.find(session);
-      if (it == m_streams.end()) return false;
+      if (it == m_streams.end()) {
+        m_endingChanged.wait_for(lock, kEndingWait, [&] {
+          return m_ending.count(session) == 0 || m_streams.count(session) != 0;
+        });
+        it = m_streams.find(session);
+        if (it == m_streams.end()) return false;
+      }
       guard = it->second.guard;
     }
     std::lock_guard<std::mutex> lock(guard->mutex);
@@ -92,8 +119,11 @@ class LiveAgents {
     Stream* stream = nullptr;
     std::shared_ptr<IngestGuard> guard;
   };
+  static constexpr std::chrono::seconds kEndingWait{30};
   std::mutex m_mutex;
+  std::condition_variable m_endingChanged;
   std::map<int64_t, Entry> m_streams;
+  std::map<int64_t, int> m_ending;
 };
 
 }  // namespace tidemark::server

@@ -238,13 +238,15 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());
   const int64_t startTs = session->header.startTsNs;
-  auto steps = Store::loadSteps(m_dbPath, id);
-  if (!steps.ok()) return toGrpc(steps.status());
-  // A live session's steps as its ingest knows them (the running one too).
-  withLive(id, [&](const core::LiveAnalysis& a) {
-    steps->steps.clear();
-    for (const core::LiveAnalysis::StepAnswer& s : a.steps()) steps->steps.push_back(s.interval);
+  // A live session's steps as its ingest knows them (the running one too); else the store's,
+  // read after (a session whose stream is ending is committed by then).
+  core::Recording liveSteps;
+  const bool live = withLive(id, [&](const core::LiveAnalysis& a) {
+    for (const core::LiveAnalysis::StepAnswer& s : a.steps()) liveSteps.steps.push_back(s.interval);
   });
+  absl::StatusOr<core::Recording> steps = std::move(liveSteps);
+  if (!live) steps = Store::loadSteps(m_dbPath, id);
+  if (!steps.ok()) return toGrpc(steps.status());
   std::optional<core::DeviceFilter> device = deviceOf(request->device());
   if (!device) return badDevice(request->device());
   auto peaks = peakReports(id, *device);

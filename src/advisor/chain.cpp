@@ -12,6 +12,15 @@ int64_t ChainProfile::baseStepNs() const {
   return total;
 }
 
+int64_t optionForwardWorkingBytes(const Stage& s, const StageOption& o) {
+  return o.forwardWorkingBytes >= 0 ? o.forwardWorkingBytes : s.forwardWorkingBytes;
+}
+
+int64_t optionBackwardWorkingBytes(const Stage& s, const StageOption& o) {
+  if (o.backwardWorkingBytes >= 0) return o.backwardWorkingBytes;
+  return s.backwardWorkingBytes + (s.savedBytes - o.savedBytes);
+}
+
 absl::Status validateProfile(const ChainProfile& profile) {
   if (profile.stages.empty()) return absl::InvalidArgumentError("the chain has no stages");
   if (profile.staticBytes < 0) return absl::InvalidArgumentError("static_bytes is negative");
@@ -37,6 +46,9 @@ absl::Status validateProfile(const ChainProfile& profile) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": option '", o.name, "' keeps ",
                                                        o.savedBytes, " bytes, outside 0..",
                                                        s.savedBytes));
+      if (o.forwardWorkingBytes < -1 || o.backwardWorkingBytes < -1)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": option '", o.name, "' has a negative working size"));
       if (o.recomputeNs < 0)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": option '", o.name, "' has a negative time"));

@@ -14,13 +14,28 @@ namespace tidemark::core {
 // chain). Sizes are bytes, times nanoseconds.
 
 // A selective way to store a stage: keep only savedBytes of its activations and regenerate the
-// rest at the start of its backward for recomputeNs (e.g. checkpoint the MLP inside a block).
+// rest during its backward for recomputeNs (e.g. checkpoint the MLP inside a block).
 struct StageOption {
   std::string name;
   int64_t savedBytes = 0;
   int64_t recomputeNs = 0;
   std::vector<std::string> recompute;  // the child modules whose forward is re-run
+  // The stage's forward transient with this option (the child frees what it does not keep as
+  // soon as it ends). -1: not known, the stage's own.
+  int64_t forwardWorkingBytes = -1;
+  // The stage's backward transient with this option, on top of what the option keeps (as the
+  // stage's backwardWorkingBytes is on top of all it keeps): the regenerated activations come
+  // back when the child's backward begins, after what ran before it has freed its own. -1: not
+  // known, all of them regenerated at the start of the stage's backward.
+  int64_t backwardWorkingBytes = -1;
 };
+
+struct Stage;
+// The option's transients: forward (forwardWorkingBytes, or when not known the stage's own) and
+// backward (backwardWorkingBytes, or when not known the stage's own plus everything the option
+// drops).
+int64_t optionForwardWorkingBytes(const Stage& s, const StageOption& o);
+int64_t optionBackwardWorkingBytes(const Stage& s, const StageOption& o);
 
 struct Stage {
   std::string name;

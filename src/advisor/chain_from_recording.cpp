@@ -59,9 +59,11 @@ Window windowOf(const Interval& iv) {
 }
 
 // The highest total of the blocks born in [w.beginSeq, w.endSeq) that pass `keep`, counting each
-// until it is freed (inside the window) or to the window's end.
+// until it is freed (inside the window) or to the window's end; the blocks of `freedEarly` are
+// counted as freed by `freedAt` at the latest.
 template <typename Keep>
-int64_t bornInsidePeak(const Recording& rec, const Window& w, Keep keep) {
+int64_t bornInsidePeak(const Recording& rec, const Window& w, Keep keep,
+                       const std::set<int>& freedEarly = {}, uint64_t freedAt = kOpenSeq) {
   std::vector<std::pair<uint64_t, int64_t>> edges;
   auto it = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), w.beginSeq,
                              [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
@@ -69,8 +71,10 @@ int64_t bornInsidePeak(const Recording& rec, const Window& w, Keep keep) {
     const int j = static_cast<int>(it - rec.blocks.begin());
     if (!keep(j)) continue;
     edges.push_back({it->allocSeq, static_cast<int64_t>(it->sizeBytes)});
-    if (it->freeSeq < w.endSeq)
-      edges.push_back({it->freeSeq, -static_cast<int64_t>(it->sizeBytes)});
+    const uint64_t freeSeq = freedEarly.count(j)
+                                 ? std::min(it->freeSeq, std::max(freedAt, it->allocSeq + 1))
+                                 : it->freeSeq;
+    if (freeSeq < w.endSeq) edges.push_back({freeSeq, -static_cast<int64_t>(it->sizeBytes)});
   }
   std::sort(edges.begin(), edges.end());
   int64_t live = 0, peak = 0;
@@ -79,6 +83,69 @@ int64_t bornInsidePeak(const Recording& rec, const Window& w, Keep keep) {
     peak = std::max(peak, live);
   }
   return peak;
+}
+
+// A selective option of a recorded stage, as the store-all recording shows it: the blocks it
+// would not keep and the child module that would regenerate them.
+struct OptionFacts {
+  std::vector<int> dropped;
+  std::string child;
+  Window childForward;
+};
+
+// The highest total, over a stage's backward window `w`, of the activations it kept (`kept`, each
+// until it is freed) and the blocks born inside the window that pass `born`: as recorded (first),
+// and as it would be had the stage not kept `dropped` until `regenerateSeq`, where re-running the
+// child's forward adds `transient` (its forward's own peak) on top of what is live then.
+template <typename Born>
+std::pair<int64_t, int64_t> backwardPeaks(const Recording& rec, const Window& w,
+                                          const std::vector<int>& kept, Born born,
+                                          const std::vector<int>& dropped, uint64_t regenerateSeq,
+                                          int64_t transient) {
+  struct Edge {
+    uint64_t seq;
+    int64_t recorded;
+    int64_t regenerated;
+  };
+  std::vector<Edge> edges;
+  const std::set<int> drop(dropped.begin(), dropped.end());
+  int64_t recorded = 0, regenerated = 0;
+  for (int j : kept) {
+    const Block& b = rec.blocks[j];
+    if (b.allocSeq >= w.beginSeq || b.freeSeq <= w.beginSeq) continue;
+    const auto size = static_cast<int64_t>(b.sizeBytes);
+    const bool isDropped = drop.count(j) > 0;
+    recorded += size;
+    if (!isDropped) regenerated += size;
+    if (isDropped && b.freeSeq > regenerateSeq) edges.push_back({regenerateSeq, 0, size});
+    if (b.freeSeq < w.endSeq)
+      edges.push_back(
+          {b.freeSeq, -size, isDropped && b.freeSeq <= regenerateSeq ? int64_t{0} : -size});
+  }
+  auto it = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), w.beginSeq,
+                             [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
+  for (; it != rec.blocks.end() && it->allocSeq < w.endSeq; ++it) {
+    if (!born(static_cast<int>(it - rec.blocks.begin()))) continue;
+    const auto size = static_cast<int64_t>(it->sizeBytes);
+    edges.push_back({it->allocSeq, size, size});
+    if (it->freeSeq < w.endSeq) edges.push_back({it->freeSeq, -size, -size});
+  }
+  std::stable_sort(edges.begin(), edges.end(),
+                   [](const Edge& a, const Edge& b) { return a.seq < b.seq; });
+  int64_t peakRecorded = recorded, peakRegenerated = regenerated;
+  bool rerun = false;
+  for (const Edge& e : edges) {
+    if (!rerun && e.seq >= regenerateSeq) {
+      peakRegenerated = std::max(peakRegenerated, regenerated + transient);
+      rerun = true;
+    }
+    recorded += e.recorded;
+    regenerated += e.regenerated;
+    peakRecorded = std::max(peakRecorded, recorded);
+    peakRegenerated = std::max(peakRegenerated, regenerated);
+  }
+  if (!rerun) peakRegenerated = std::max(peakRegenerated, regenerated + transient);
+  return {peakRecorded, peakRegenerated};
 }
 
 }  // namespace
@@ -254,9 +321,11 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   // 6. Backward windows: the "<module> [backward]" scopes of each block, less recomputation.
   std::vector<Window> backward(n);
   std::vector<int64_t> backwardNs(n, 0);
+  std::map<std::string, uint64_t> backwardBegin;  // module -> its first backward scope
   for (const ScopeInterval& sc : rec.scopes) {
     if (!bwd->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || !endsWith(sc.name, kBackwardSuffix))
       continue;
+    backwardBegin.emplace(sc.name.substr(0, sc.name.size() - kBackwardSuffix.size()), sc.beginSeq);
     const int i =
         stageOfModule(std::string_view(sc.name).substr(0, sc.name.size() - kBackwardSuffix.size()));
     if (i < 0) continue;
@@ -281,6 +350,8 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   ChainProfile& p = out.profile;
   p.name = chosen;
   std::vector<int64_t> inputSaved(n, 0);
+  std::vector<std::vector<int>> kept(n);  // the blocks of each stage's savedBytes
+  std::vector<std::vector<OptionFacts>> optionFacts(n);
   for (int i = 0; i < n; ++i) {
     const ScopeInterval& f = *forward[i];
     // The run that stored the block's activations: its forward, or its recomputation.
@@ -309,6 +380,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         inputSaved[i] += static_cast<int64_t>(b.sizeBytes);
       } else if (!output.count(j)) {
         s.savedBytes += static_cast<int64_t>(b.sizeBytes);
+        kept[i].push_back(j);
       }
     }
     s.forwardWorkingBytes =
@@ -324,6 +396,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
           !seenChildren.insert(c.name).second)
         continue;
       int64_t dropped = 0;
+      OptionFacts facts{{}, c.name, windowOf(c)};
       for (int j : saved[i]) {
         const Block& b = rec.blocks[j];
         if (output.count(j) || b.allocSeq < c.beginSeq || b.allocSeq >= c.endSeq) continue;
@@ -331,25 +404,66 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         for (const std::string& m : saverModules[j])
           onlyChild =
               onlyChild && (m == c.name || m.compare(0, c.name.size() + 1, c.name + ".") == 0);
-        if (onlyChild) dropped += static_cast<int64_t>(b.sizeBytes);
+        if (onlyChild) {
+          dropped += static_cast<int64_t>(b.sizeBytes);
+          facts.dropped.push_back(j);
+        }
       }
       // Worth an option only when it drops a real share of the block's activations.
-      if (dropped > 0 && dropped * 20 >= s.savedBytes)
+      if (dropped > 0 && dropped * 20 >= s.savedBytes) {
         s.options.push_back({"recompute " + c.name.substr(childPrefix.size()),
                              s.savedBytes - dropped,
                              c.endTsNs - c.beginTsNs,
                              {c.name}});
+        optionFacts[i].push_back(std::move(facts));
+      }
     }
     p.stages.push_back(std::move(s));
   }
   p.inputBytes = inputSaved[0] > 0 ? inputSaved[0] : p.stages[0].outputBytes;
   for (int i = 0; i < n; ++i) {
     if (!backward[i].valid) continue;
-    const int64_t peak = bornInsidePeak(rec, backward[i], [&](int j) {
+    auto bornInBackward = [&](int j) {
       return isTensorLevel(j) && !inRecompute(rec.blocks[j].allocSeq) &&
              categories[j].category != Category::kGradient;
-    });
-    p.stages[i].backwardWorkingBytes = std::max<int64_t>(0, peak - p.inBytes(i));
+    };
+    Stage& s = p.stages[i];
+    s.backwardWorkingBytes =
+        std::max<int64_t>(0, bornInsidePeak(rec, backward[i], bornInBackward) - p.inBytes(i));
+    // An option's forward: the child frees what it does not keep when it ends.
+    for (size_t k = 0; k < s.options.size(); ++k) {
+      const OptionFacts& facts = optionFacts[i][k];
+      if (runScope[i] != forward[i]) continue;
+      const std::set<int> dropped(facts.dropped.begin(), facts.dropped.end());
+      const Window run = windowOf(*forward[i]);
+      s.options[k].forwardWorkingBytes = std::max<int64_t>(
+          0, s.forwardWorkingBytes -
+                 (bornInsidePeak(rec, run, isTensorLevel) -
+                  bornInsidePeak(rec, run, isTensorLevel, dropped, facts.childForward.endSeq)));
+    }
+    // An option's backward: what the recording shows, less the dropped activations until the
+    // child's backward begins, where its forward re-runs. The model's figure moves by as much as
+    // that curve's peak does (the model keeps a stage's activations whole through its backward).
+    for (size_t k = 0; k < s.options.size(); ++k) {
+      const OptionFacts& facts = optionFacts[i][k];
+      // The child's backward begins with its own scope's or with any of its descendants'
+      // (a container such as nn.Sequential has none of its own).
+      uint64_t begin = kOpenSeq;
+      for (auto it = backwardBegin.lower_bound(facts.child);
+           it != backwardBegin.end() && it->first.compare(0, facts.child.size(), facts.child) == 0;
+           ++it) {
+        if (it->first.size() == facts.child.size() || it->first[facts.child.size()] == '.')
+          begin = std::min(begin, it->second);
+      }
+      if (begin < backward[i].beginSeq || begin >= backward[i].endSeq || runScope[i] != forward[i])
+        continue;  // not seen, or the recording already recomputed the block: not known
+      const auto [recorded, regenerated] =
+          backwardPeaks(rec, backward[i], kept[i], bornInBackward, facts.dropped, begin,
+                        bornInsidePeak(rec, facts.childForward, isTensorLevel));
+      s.options[k].backwardWorkingBytes =
+          std::max<int64_t>(0, s.backwardWorkingBytes + (s.savedBytes - s.options[k].savedBytes) -
+                                   (recorded - regenerated));
+    }
   }
 
   // 8. Calibration: what the chain does not explain at each moment of the recorded schedule is

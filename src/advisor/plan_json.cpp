@@ -162,6 +162,12 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
         opt.savedBytes = o.integer("saved_bytes");
         opt.recomputeNs = o.integer("recompute_ns");
         opt.recompute = o.strings("recompute");
+        for (auto [key, field] : {std::pair{"forward_working_bytes", &opt.forwardWorkingBytes},
+                                  std::pair{"backward_working_bytes", &opt.backwardWorkingBytes}}) {
+          if (o.raw(key, true) == nullptr) continue;
+          *field = o.integer(key);
+          if (*field < 0) o.fail(absl::StrCat(key, " must not be negative"));
+        }
         if (absl::Status st = o.finish(); !st.ok()) return st;
         s.options.push_back(std::move(opt));
       }
@@ -194,11 +200,15 @@ std::string chainProfileToJson(const ChainProfile& p) {
     if (s.backwardOutsideBytes != 0) st["backward_outside_bytes"] = s.backwardOutsideBytes;
     if (!s.options.empty()) {
       st["options"] = json::array();
-      for (const StageOption& o : s.options)
-        st["options"].push_back({{"name", o.name},
-                                 {"saved_bytes", o.savedBytes},
-                                 {"recompute_ns", o.recomputeNs},
-                                 {"recompute", o.recompute}});
+      for (const StageOption& o : s.options) {
+        json oj = {{"name", o.name},
+                   {"saved_bytes", o.savedBytes},
+                   {"recompute_ns", o.recomputeNs},
+                   {"recompute", o.recompute}};
+        if (o.forwardWorkingBytes >= 0) oj["forward_working_bytes"] = o.forwardWorkingBytes;
+        if (o.backwardWorkingBytes >= 0) oj["backward_working_bytes"] = o.backwardWorkingBytes;
+        st["options"].push_back(std::move(oj));
+      }
     }
     j["stages"].push_back(std::move(st));
   }

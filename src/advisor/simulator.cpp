@@ -63,9 +63,10 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
     keptBefore[g] = kept;
     for (int i = seg.first; i <= seg.last; ++i) {
       const Stage& s = p.stages[i];
-      replay.at(
-          SimPhase::kForward, i,
-          kept + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes + s.forwardOutsideBytes);
+      const int64_t working = seg.option >= 0 ? optionForwardWorkingBytes(s, s.options[seg.option])
+                                              : s.forwardWorkingBytes;
+      replay.at(SimPhase::kForward, i,
+                kept + p.inBytes(i) + working + s.outputBytes + s.forwardOutsideBytes);
       if (seg.mode == SegmentMode::kStore) {
         kept += storedBytes(p, i, seg.option);
       } else {
@@ -96,17 +97,17 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
     }
     for (int i = seg.last; i >= seg.first; --i) {
       const Stage& s = p.stages[i];
-      int64_t heldNow = held;
+      int64_t working = s.backwardWorkingBytes;
       if (seg.option >= 0) {
-        // A selective option regenerates the dropped activations before the stage's backward.
-        heldNow += s.savedBytes - s.options[seg.option].savedBytes;
+        // A selective option regenerates the dropped activations during the stage's backward:
+        // its working set counts them.
+        working = optionBackwardWorkingBytes(s, s.options[seg.option]);
         replay.result().extraNs += s.options[seg.option].recomputeNs;
       }
       // The stage's incoming gradient (its output's size), its working set, and the gradient it
       // produces for its input.
       replay.at(SimPhase::kBackward, i,
-                base + heldNow + s.outputBytes + s.backwardWorkingBytes + p.inBytes(i) +
-                    s.backwardOutsideBytes);
+                base + held + s.outputBytes + working + p.inBytes(i) + s.backwardOutsideBytes);
       held -= storedBytes(p, i, seg.option);
     }
   }

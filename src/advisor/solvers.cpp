@@ -189,9 +189,16 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
         in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes;
     const int64_t storeLocal = std::max(forwardLocal, backwardLocal);
     addChoice(storeLocal, in + s.savedBytes, 0, i + 1, -1, false);
-    for (int o = 0; o < static_cast<int>(s.options.size()); ++o)
-      addChoice(storeLocal, in + s.options[o].savedBytes, s.options[o].recomputeNs, i + 1, o,
-                false);
+    for (int o = 0; o < static_cast<int>(s.options.size()); ++o) {
+      const StageOption& opt = s.options[o];
+      const int64_t optionBackwardLocal = in + opt.savedBytes + s.outputBytes +
+                                          optionBackwardWorkingBytes(s, opt) + in +
+                                          s.backwardOutsideBytes;
+      const int64_t optionForwardLocal =
+          in + optionForwardWorkingBytes(s, opt) + s.outputBytes + s.forwardOutsideBytes;
+      addChoice(std::max(optionForwardLocal, optionBackwardLocal), in + opt.savedBytes,
+                opt.recomputeNs, i + 1, o, false);
+    }
     // Recomputed segments [i, k].
     int64_t forwardMax = 0, recomputeMax = 0, backwardMax = 0, held = 0, extra = 0;
     for (int k = i; k < n && p.stages[k].checkpointable; ++k) {

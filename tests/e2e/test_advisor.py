@@ -108,7 +108,9 @@ class AdvisorApplyLiveTest(unittest.TestCase):
                  TRAIN, "--steps", str(self.STEPS), "--checkpoint", ""],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
-                sid = self.wait_live_steps(daemon, 2)
+                # Two steps ended, the second with the optimizer state there already (the
+                # sessions list counts the running step too).
+                sid = self.wait_live_steps(daemon, 3)
                 bad = os.path.join(daemon.dir, "bad.json")
                 with open(bad, "w") as f:
                     json.dump({"format": "tidemark-plan", "version": 1, "strategy": "optimal",

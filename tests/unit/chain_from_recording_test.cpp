@@ -173,5 +173,63 @@ TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
   EXPECT_EQ(p.staticBytes + p.endOutsideBytes, 1710 - 600 - 200);
 }
 
+// Block 0 has two children: `a` saves A (300; a temporary of 50 beside it), then `b` saves B
+// (400). The backward runs b's first (B freed at 50), then a's (A freed at 55), with two
+// activation gradients (100 each) born on the way. Block 1 saves 200 and block 0's output.
+Recording blockWithTwoChildren() {
+  Recording r;
+  r.blocks = {block(0x1000, 1000, 1, kOpenSeq), block(0x2000, 100, 2, 58),    // weights, x0
+              block(0x3000, 300, 5, 55),        block(0x3100, 50, 6, 8),      // A, temporary
+              block(0x3200, 400, 11, 50),       block(0x3300, 100, 19, 56),   // B, output o0
+              block(0x4000, 200, 22, 40),       block(0x4100, 100, 25, 36),   // block 1: s1, o1
+              block(0x5000, 100, 47, 54),       block(0x5100, 100, 53, 59)};  // gradients
+  r.tags = {saved(3, 0x2000, "M.blocks.0.a"), saved(5, 0x3000, "M.blocks.0.a"),
+            saved(11, 0x3200, "M.blocks.0.b"), saved(21, 0x3300, "M.blocks.1"),
+            saved(22, 0x4000, "M.blocks.1")};
+  r.phases = {phase(Phase::kForward, 2, 30), phase(Phase::kBackward, 31, 60),
+              phase(Phase::kOptimizer, 61, 70)};
+  timePhasesAndStep(r);
+  r.scopes = {scope("M", 2, 29, 0),
+              scope("M.blocks.0", 3, 20, 1),
+              scope("M.blocks.0.a", 4, 9, 2),
+              scope("M.blocks.0.b", 10, 18, 2),
+              scope("M.blocks.1", 21, 28, 1),
+              scope("M.blocks.1 [backward]", 38, 42, 0),
+              scope("M.blocks.0.b [backward]", 44, 51, 0),
+              scope("M.blocks.0.a [backward]", 52, 57, 0)};
+  r.sortBySeq();
+  return r;
+}
+
+TEST(ChainFromRecording, SelectiveOptionsMeasureWhenTheChildRegenerates) {
+  const Recording rec = blockWithTwoChildren();
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Stage& s = c->profile.stages[0];
+  EXPECT_EQ(s.savedBytes, 700);
+  // Forward: A, B and the output at once (800), less the output. Backward: both gradients at
+  // once (200), less the input's.
+  EXPECT_EQ(s.forwardWorkingBytes, 700);
+  EXPECT_EQ(s.backwardWorkingBytes, 100);
+  ASSERT_EQ(s.options.size(), 2u);
+  const StageOption& a = s.options[0];
+  const StageOption& b = s.options[1];
+  ASSERT_EQ(a.name, "recompute a");
+  ASSERT_EQ(b.name, "recompute b");
+  EXPECT_EQ(a.savedBytes, 400);
+  EXPECT_EQ(b.savedBytes, 300);
+  // Without A, the forward holds at most B and the output (500): 300 less. Without B (freed when
+  // b ends, at 18), A and B together (700) stay the most: 100 less than 800.
+  EXPECT_EQ(a.forwardWorkingBytes, 400);
+  EXPECT_EQ(b.forwardWorkingBytes, 600);
+  // The recorded backward holds 800 at most (A, B, a gradient). Recomputing a, A comes back only
+  // at a's backward, after B is freed: at most 500 (a's forward re-run on top of B's gradient,
+  // 100 + 350; then A and both gradients). The option's transient on top of the 400 it keeps is
+  // 100 + 300 - (800 - 500). Recomputing b regenerates B as b's backward begins, first: 100 + 400.
+  EXPECT_EQ(a.backwardWorkingBytes, 100);
+  EXPECT_EQ(b.backwardWorkingBytes, 500);
+  EXPECT_EQ(optionBackwardWorkingBytes(s, b), s.backwardWorkingBytes + s.savedBytes - b.savedBytes);
+}
+
 }  // namespace
 }  // namespace tidemark::core

@@ -105,8 +105,14 @@ ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
   for (int i = 0; i < n; ++i) {
     Stage s = stage("s" + std::to_string(i), time(rng), 2 * time(rng), 4 * bytes(rng), bytes(rng),
                     small(rng), small(rng));
-    if (withOptions && coin(rng) < 3)
+    if (withOptions && coin(rng) < 3) {
       s.options.push_back({"half", s.savedBytes / 2, s.forwardNs / 3, {s.name + ".mlp"}});
+      // Measured transients (a recording's), below the defaults, now and then.
+      if (coin(rng) < 5) {
+        s.options.back().forwardWorkingBytes = small(rng);
+        s.options.back().backwardWorkingBytes = small(rng);
+      }
+    }
     s.checkpointable = coin(rng) != 0;
     if (coin(rng) < 5) {
       s.forwardOutsideBytes = small(rng);
@@ -297,12 +303,19 @@ TEST(Planner, TheMarginKeepsThePlanUnderTheBudget) {
 TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   ChainProfile p = twoStages();
   p.stages[0].options.push_back({"mlp", 20, 2, {"A.mlp"}});
+  p.stages[0].options.push_back({"attn", 30, 3, {"A.attn"}, 1, 2});
   p.stages[1].backwardOutsideBytes = 7;
   p.endOutsideBytes = 3;
   const std::string text = chainProfileToJson(p);
   absl::StatusOr<ChainProfile> back = parseChainProfile(text);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(chainProfileToJson(*back), text);
+  // An option's measured transients travel; absent, they stay unknown (the defaults).
+  EXPECT_EQ(back->stages[0].options[1].forwardWorkingBytes, 1);
+  EXPECT_EQ(back->stages[0].options[1].backwardWorkingBytes, 2);
+  EXPECT_EQ(back->stages[0].options[0].backwardWorkingBytes, -1);
+  EXPECT_EQ(optionBackwardWorkingBytes(back->stages[0], back->stages[0].options[0]),
+            p.stages[0].backwardWorkingBytes + 50 - 20);
 
   PlanReport r = makePlan(*back, 194, Strategy::kOptimal);
   r.source.profile = "two.json";
@@ -341,6 +354,10 @@ TEST(PlanJson, BadProfilesSayWhatIsWrong) {
   EXPECT_EQ(error(head + R"("stages": [{"name": "a", "forward_ns": 1, "backward_ns": 1,
             "saved_bytes": -1, "output_bytes": 1}]})"),
             "stage 0 (a): a negative size");
+  EXPECT_EQ(error(head + R"("stages": [{"name": "a", "forward_ns": 1, "backward_ns": 1,
+            "saved_bytes": 4, "output_bytes": 1, "options": [{"name": "o", "saved_bytes": 1,
+            "recompute_ns": 1, "recompute": [], "backward_working_bytes": -1}]}]})"),
+            "stages[0].options[0]: backward_working_bytes must not be negative");
 }
 
 }  // namespace
