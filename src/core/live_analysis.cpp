@@ -198,7 +198,7 @@ std::pair<Category, CategoryRule> LiveAnalysis::decide(const LiveBlock& b) const
   return decideCategory(f);
 }
 
-void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
+void LiveAnalysis::replay(ReplayState& rs, absl::flat_hash_map<int64_t, uint8_t>* overlay,
                           const std::function<void(const MemoryState&)>& onState,
                           size_t count) const {
   auto codeNow = [&](int64_t id, const LiveBlock& b) {
@@ -304,11 +304,11 @@ void LiveAnalysis::replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>*
 }
 
 std::vector<LiveAnalysis::ItemRow> LiveAnalysis::itemsAt(
-    uint64_t seq, const std::unordered_map<int64_t, uint8_t>* overlay) const {
+    uint64_t seq, const absl::flat_hash_map<int64_t, uint8_t>* overlay) const {
   auto liveAt = [seq](const LiveBlock& b) {
     return b.block.allocSeq <= seq && seq < b.block.freeSeq;
   };
-  std::unordered_map<int64_t, int64_t> carved;  // segment -> its live tensors' bytes
+  absl::flat_hash_map<int64_t, int64_t> carved;  // segment -> its live tensors' bytes
   for (const auto& [id, b] : m_blocks) {
     if (b.segment >= 0 && liveAt(b)) carved[b.segment] += static_cast<int64_t>(b.block.sizeBytes);
   }
@@ -387,7 +387,7 @@ const LiveAnalysis::WindowAnswer& LiveAnalysis::windowAnswer() const {
   m_answer.rs = m_committed;
   m_answer.rs.peakMoved = false;
   m_answer.tail.clear();
-  std::unordered_map<int64_t, uint8_t> overlay;
+  absl::flat_hash_map<int64_t, uint8_t> overlay;
   TimelineBuilder finest(
       SIZE_MAX, [this](int level, int64_t, const std::vector<TimelineSample>& samples) {
         if (level == 0) m_answer.tail.insert(m_answer.tail.end(), samples.begin(), samples.end());

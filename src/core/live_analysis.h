@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "src/core/block_key.h"
 #include "src/core/peak.h"
 #include "src/core/recording.h"
@@ -176,7 +177,7 @@ class LiveAnalysis {
   // Replays the window's first `count` events into `rs`, each state after an allocation or a
   // free to onState. The categories it finds go to `overlay` (by block), the blocks left as they
   // are; without one (commitWindow) to the blocks.
-  void replay(ReplayState& rs, std::unordered_map<int64_t, uint8_t>* overlay,
+  void replay(ReplayState& rs, absl::flat_hash_map<int64_t, uint8_t>* overlay,
               const std::function<void(const MemoryState&)>& onState,
               size_t count = SIZE_MAX) const;
   // Replays the window for good, but for its last `keep` events (a full window keeps a quarter:
@@ -194,7 +195,7 @@ class LiveAnalysis {
   const WindowAnswer& windowAnswer() const;
   std::pair<Category, CategoryRule> decide(const LiveBlock& b) const;
   std::vector<ItemRow> itemsAt(uint64_t seq,
-                               const std::unordered_map<int64_t, uint8_t>* overlay) const;
+                               const absl::flat_hash_map<int64_t, uint8_t>* overlay) const;
   void push(EdgeKind kind, uint64_t seq, int64_t tsNs, int64_t id);
   uint32_t scopeNow() const { return m_openModules.empty() ? 0 : m_openModules.rbegin()->second; }
   Phase phaseNow() const {
@@ -204,15 +205,9 @@ class LiveAnalysis {
 
   std::unordered_map<uint32_t, std::string> m_names;
   int64_t m_nextId = 1;
-  std::unordered_map<int64_t, LiveBlock> m_blocks;  // live, or freed in the window
-  struct KeyHash {
-    size_t operator()(const BlockKey& k) const {
-      return std::hash<uint64_t>()(k.address * 31 + static_cast<uint64_t>(k.kind) * 7 +
-                                   static_cast<uint64_t>(static_cast<uint32_t>(k.device)));
-    }
-  };
-  std::unordered_map<BlockKey, int64_t, KeyHash> m_byKey;  // live blocks
-  std::unordered_map<uint64_t, int64_t> m_byAddress;  // the last block allocated there, if live
+  absl::flat_hash_map<int64_t, LiveBlock> m_blocks;    // live, or freed in the window
+  absl::flat_hash_map<BlockKey, int64_t> m_byKey;      // live blocks
+  absl::flat_hash_map<uint64_t, int64_t> m_byAddress;  // the last block allocated there, if live
   std::map<std::pair<int32_t, uint64_t>, int64_t> m_segments;  // live blocks that are not tensors
   std::set<int32_t> m_tensorDevices;
   std::map<uint64_t, std::shared_ptr<PhaseRec>> m_openPhases;  // by begin
@@ -244,7 +239,7 @@ class LiveAnalysis {
   // Block codes in row order: the blocks freed whose free is not replayed yet wait in line.
   void emitCode(uint8_t code);
   std::deque<int64_t> m_rowOrder;
-  std::unordered_map<int64_t, uint8_t> m_freedCodes;
+  absl::flat_hash_map<int64_t, uint8_t> m_freedCodes;
   std::string m_codesPending;
   int64_t m_codesChunk = 0;
   std::vector<std::pair<int64_t, std::string>> m_codesOut;
