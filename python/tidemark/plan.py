@@ -11,7 +11,8 @@ several modules (blocks called one after another, each on the previous one's out
 other arguments, as a transformer's layers get the attention mask) runs all of them inside one
 checkpoint from the first module's call; the later modules then return the outputs computed
 there. A ``selective`` segment checkpoints the child modules the plan names.
-``store`` segments are left alone. A plan that does not fit the model by its names (an unknown
+``store`` segments are left alone. A recomputation does not update a module's running state a
+second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does not fit the model by its names (an unknown
 module, a segment whose modules are not siblings, a module twice) is refused with ``PlanError``
 before anything changes; one that fails when it runs (a segment that is not a chain, a block that
 takes more than its predecessor's output, a module that cannot run under a checkpoint) turns
@@ -108,6 +109,49 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state_all(cuda)
 
 
+def _once_with_state(modules, fn):
+    """fn for one checkpoint: its first call is the forward, later calls its recomputation.
+
+    A recomputation runs the modules' forward again in training mode, and a module with running
+    state (BatchNorm's running mean, variance and batch count, or any buffer its forward changes
+    in place) would update it a second time. The buffers the forward changed are known from the
+    first call (their version counters moved); each later call puts them back as they were before
+    it, so the state is the model's own as without the plan. A native kernel may change a buffer
+    without moving its counter (batch_norm's running mean and variance; its batch count moves),
+    so all the buffers of a module count once one of them moved, and a normalization layer's
+    always do. Buffers the forward leaves alone (a causal mask) are never copied."""
+    import torch
+    owners = [(sub, list(sub.buffers(recurse=False)))
+              for m in modules for sub in m.modules()]
+    owners = [(sub, bufs) for sub, bufs in owners if bufs]
+    running = []
+    calls = [0]
+
+    def call(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 1:
+            before = [[b._version for b in bufs] for _, bufs in owners]
+            out = fn(*args, **kwargs)
+            running[:] = [b for (sub, bufs), versions in zip(owners, before)
+                          if isinstance(sub, torch.nn.modules.batchnorm._NormBase) or
+                          any(b._version != v for b, v in zip(bufs, versions))
+                          for b in bufs]
+            return out
+        if not running:
+            return fn(*args, **kwargs)
+        with torch.no_grad():
+            saved = [b.detach().clone() for b in running]
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            # Also when torch stops a recomputation early (it raises once it has what it needs).
+            with torch.no_grad():
+                for b, v in zip(running, saved):
+                    b.copy_(v)
+
+    return call
+
+
 def _seen(args, kwargs):
     """Arguments as they are now: each object with its version counter."""
     return ([(a, _version(a)) for a in args],
@@ -190,7 +234,8 @@ class AppliedPlan:
             if self.failed is not None or not torch.is_grad_enabled():
                 return inner(*args, **kwargs)
             return self._attempt(
-                name, lambda: _checkpoint()(inner, *args, use_reentrant=False, **kwargs),
+                name, lambda: _checkpoint()(_once_with_state([module], inner), *args,
+                                            use_reentrant=False, **kwargs),
                 inner, args, kwargs)
 
         self._set_forward(module, forward)
@@ -229,7 +274,8 @@ class AppliedPlan:
             others = _seen(args[1:], kwargs)
             ys = self._attempt(
                 names[0] + ".." + names[-1],
-                lambda: _checkpoint()(run, *args, use_reentrant=False, **kwargs),
+                lambda: _checkpoint()(_once_with_state(modules, run), *args,
+                                      use_reentrant=False, **kwargs),
                 lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
             if len(ys) == len(inners) and len(ran) == len(inners):
                 for i in range(1, len(ys)):

@@ -78,6 +78,72 @@ class PlanSafetyTest(DaemonTestCase):
         for p, (_, reason) in zip(check, WRONG_PLANS):
             self.assertIn(reason, p["message"])
 
+    def test_recomputation_keeps_running_state(self):
+        """A recomputed block runs its forward twice in training mode; its BatchNorm layers
+        (exponential and cumulative averages) must update their statistics once per step, as
+        without the plan: the losses, the evaluation loss after training and every entry of the
+        state dict equal the unplanned run's exactly, for a one-block segment, a three-block
+        chain and a selective segment that recomputes a BatchNorm layer. A buffer the forward
+        only reads (a mask) is there too."""
+        code = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import tidemark
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.bn_cma = torch.nn.BatchNorm1d(16, momentum=None)
+        self.register_buffer("mask", torch.ones(16))
+    def forward(self, x):
+        return x + self.bn_cma(torch.relu(self.bn(self.lin(x)))) * self.mask
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x.pow(2).mean()
+
+def train(segments):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 1,
+                                          "segments": segments}) if segments else None
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 16))
+        loss.backward()
+        opt.step()
+        losses.append("%.10f" % loss.item())
+    model.eval()
+    ev = "%.10f" % model(torch.randn(8, 16, generator=torch.Generator().manual_seed(1))).item()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    return losses, ev, state, applied.failed if applied else None
+
+plain = train(None)
+for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
+             [{"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1", "Net.blocks.2"]}],
+             [{"mode": "selective", "modules": ["Net.blocks.3"], "recompute": ["Net.blocks.3.bn"]}]):
+    got = train(segs)
+    assert got[3] is None, got[3]
+    assert got[0] == plain[0], (segs, plain[0], got[0])
+    assert got[1] == plain[1], (segs, plain[1], got[1])
+    for k, v in plain[2].items():
+        assert torch.equal(v, got[2][k]), (segs, k)
+    print("ok", [s["modules"] for s in segs])
+"""
+        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.count("ok"), 3, r.stdout)
+
     def test_chain_values_are_the_models_own_in_process(self):
         """tidemark.apply_plan without the daemon: a two-block segment over a model that changes
         the first block's output in place before the second block, or passes the second a mask
