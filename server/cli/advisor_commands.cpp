@@ -173,10 +173,15 @@ void printPlan(const core::PlanDocument& d) {
   std::printf("%-28s %14s\n", "static (outside the chain)", humanBytes(d.staticBytes).c_str());
   std::printf("%-28s %14s\n", "least feasible budget",
               humanBytes(d.minFeasibleBudgetBytes).c_str());
-  if (d.marginBytes > 0)
+  if (d.marginBytes > 0 && d.marginMet) {
     std::printf("%-28s %14s   (chosen to fit %s)\n", "safety margin",
                 humanBytes(d.marginBytes).c_str(),
                 humanBytes(d.budgetBytes - d.marginBytes).c_str());
+  } else if (d.marginBytes > 0 && d.feasible) {
+    std::printf("%-28s %14s   (not met: the plan keeps %s below the budget)\n", "safety margin",
+                humanBytes(d.marginBytes).c_str(),
+                humanBytes(d.budgetBytes - d.predictedPeakBytes).c_str());
+  }
   std::printf("\n%-10s %s\n", "MODE", "MODULES");
   // Consecutive stored segments read as one run.
   for (size_t k = 0; k < d.segments.size(); ++k) {

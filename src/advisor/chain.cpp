@@ -41,7 +41,12 @@ absl::Status validateProfile(const ChainProfile& profile) {
     if (s.savedBytes < 0 || s.outputBytes < 0 || s.forwardWorkingBytes < 0 ||
         s.backwardWorkingBytes < 0 || s.forwardOutsideBytes < 0 || s.backwardOutsideBytes < 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative size"));
+    std::set<std::string> optionNames;
     for (const StageOption& o : s.options) {
+      // A plan names its option: two of one name would be one plan applied as another.
+      if (!optionNames.insert(o.name).second)
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": two options are named '", o.name, "'"));
       if (o.savedBytes < 0 || o.savedBytes > s.savedBytes)
         return absl::InvalidArgumentError(absl::StrCat(where, ": option '", o.name, "' keeps ",
                                                        o.savedBytes, " bytes, outside 0..",

@@ -227,6 +227,7 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
             {"strategy", strategyName(r.strategy)},
             {"budget_bytes", r.budgetBytes},
             {"margin_bytes", r.marginBytes},
+            {"margin_met", r.marginMet},
             {"feasible", r.feasible},
             {"predicted",
              {{"peak_bytes", r.predicted.peakBytes},
@@ -262,6 +263,7 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
   d.strategy = top.string("strategy");
   d.budgetBytes = top.integer("budget_bytes");
   d.marginBytes = top.integer("margin_bytes", 0);
+  d.marginMet = top.boolean("margin_met", true);
   d.feasible = top.boolean("feasible", false);
   const json* predicted = top.raw("predicted", false);
   const json* baseline = top.raw("baseline", false);

@@ -35,6 +35,7 @@ struct PlanDocument {
   std::string strategy;
   int64_t budgetBytes = 0;
   int64_t marginBytes = 0;
+  bool marginMet = true;
   bool feasible = false;
   int64_t predictedPeakBytes = 0;
   std::string predictedPeakPhase;  // "forward", "end of forward", "recompute", "backward"

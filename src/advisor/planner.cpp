@@ -41,15 +41,20 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
         r.plan = greedySearchPlan(profile, budgetBytes);
       break;
     case Strategy::kOptimal: {
+      if (r.storeAllPeakBytes <= budgetBytes) {
+        r.plan = storeAllPlan(profile);
+        break;
+      }
       std::optional<ChainPlan> plan = solved->planFor(target);
-      if (!plan) plan = solved->planFor(budgetBytes);
-      // Infeasible: the plan for the least feasible budget is the closest there is.
+      // Nothing under the margin: the plan for the least feasible budget has the lowest peak,
+      // the most room under the budget there is (or, infeasible, the closest there is).
       r.plan = plan ? *plan : *solved->planFor(r.minFeasibleBudgetBytes);
       break;
     }
   }
   r.predicted = simulate(profile, r.plan, /*keepPoints=*/true);
   r.feasible = r.predicted.peakBytes <= budgetBytes;
+  r.marginMet = r.predicted.peakBytes <= target;
   return r;
 }
 

@@ -25,6 +25,7 @@ struct PlanReport {
   Strategy strategy = Strategy::kOptimal;
   int64_t budgetBytes = 0;
   int64_t marginBytes = 0;  // the plan was chosen to fit budgetBytes - marginBytes
+  bool marginMet = true;    // its predicted peak is within budgetBytes - marginBytes
   bool feasible = false;    // the predicted peak is within the budget
   ChainPlan plan;
   SimResult predicted;                 // peak and extra time, by simulation
@@ -46,10 +47,13 @@ inline constexpr double kDefaultMarginFraction = 0.01;
 
 // Plans the chain for a budget with one strategy and predicts the result by simulation. The
 // optimal and greedy strategies pick the cheapest plan within budget - margin (margin =
-// marginFraction of the budget), or within the budget when nothing fits under the margin. When no
-// plan of the strategy fits the budget, the report says so (feasible = false) and carries the
-// strategy's lowest-peak plan; minFeasibleBudgetBytes names the budget that would fit. `solved`
-// may pass an OptimalChainSolver already built for this profile.
+// marginFraction of the budget). When none fits there, the optimal strategy takes the plan with
+// the lowest peak (the most room under the budget), the greedy one its plan for the budget itself;
+// marginMet says so. When the store-all plan fits the budget, the optimal strategy keeps it (that
+// is the step as it ran: nothing to recompute, whatever the margin). When no plan of the strategy
+// fits the budget, the report says so (feasible = false) and carries the strategy's lowest-peak
+// plan; minFeasibleBudgetBytes names the budget that would fit. `solved` may pass an
+// OptimalChainSolver already built for this profile.
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
                     double marginFraction = kDefaultMarginFraction,
                     const OptimalChainSolver* solved = nullptr);

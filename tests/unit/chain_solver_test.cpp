@@ -290,14 +290,27 @@ TEST(Planner, TheMarginKeepsThePlanUnderTheBudget) {
     const PlanReport safe = makePlan(p, pt.budgetBytes, Strategy::kOptimal, 0.1, &solver);
     EXPECT_EQ(safe.marginBytes, std::llround(0.1 * pt.budgetBytes));
     EXPECT_TRUE(safe.feasible);
-    // Under the margin when a plan fits there; else the plan for the budget itself.
-    if (solver.planFor(pt.budgetBytes - safe.marginBytes)) {
+    // Under the margin when a plan fits there; else the plan with the lowest peak (the most
+    // room under the budget), or store-all where it fits the budget itself.
+    const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
+    if (storeAll <= pt.budgetBytes) {
+      EXPECT_EQ(safe.predicted.extraNs, 0);
+      EXPECT_EQ(safe.marginMet, storeAll <= pt.budgetBytes - safe.marginBytes);
+    } else if (solver.planFor(pt.budgetBytes - safe.marginBytes)) {
+      EXPECT_TRUE(safe.marginMet);
       EXPECT_LE(safe.predicted.peakBytes, pt.budgetBytes - safe.marginBytes);
       EXPECT_GE(safe.predicted.extraNs, pt.extraNs);
     } else {
-      EXPECT_EQ(safe.predicted.extraNs, pt.extraNs);
+      EXPECT_FALSE(safe.marginMet);
+      EXPECT_EQ(safe.predicted.peakBytes, solver.minFeasibleBudget());
     }
   }
+  // A budget at the store-all peak (100 %) recomputes nothing, margin or not.
+  const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
+  const PlanReport full = makePlan(p, storeAll, Strategy::kOptimal, 0.1, &solver);
+  EXPECT_EQ(planSignature(full.plan), planSignature(storeAllPlan(p)));
+  EXPECT_FALSE(full.marginMet);
+  EXPECT_TRUE(full.feasible);
 }
 
 TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
@@ -358,6 +371,11 @@ TEST(PlanJson, BadProfilesSayWhatIsWrong) {
             "saved_bytes": 4, "output_bytes": 1, "options": [{"name": "o", "saved_bytes": 1,
             "recompute_ns": 1, "recompute": [], "backward_working_bytes": -1}]}]})"),
             "stages[0].options[0]: backward_working_bytes must not be negative");
+  EXPECT_EQ(error(head + R"("stages": [{"name": "a", "forward_ns": 1, "backward_ns": 1,
+            "saved_bytes": 4, "output_bytes": 1, "options": [
+            {"name": "o", "saved_bytes": 1, "recompute_ns": 1, "recompute": []},
+            {"name": "o", "saved_bytes": 2, "recompute_ns": 1, "recompute": []}]}]})"),
+            "stage 0 (a): two options are named 'o'");
 }
 
 }  // namespace
