@@ -355,6 +355,7 @@ grpc::Status IngestService::Stream(
   // read its open blocks and its live analysis.
   auto guard = std::make_shared<LiveAgents::IngestGuard>();
   guard->ingest = &*ingest;
+  guard->postedBatch = ingest->nextBatchSeq() - 1;  // restored from the store, or none
   std::mutex& ingestMutex = guard->mutex;
   // From here on Control may write commands to this stream and queries read its ingest; the
   // guard unregisters it on every way out, before the stream's status goes back (and before the
@@ -380,9 +381,10 @@ grpc::Status IngestService::Stream(
     SessionRows rows = ingest->takeRows();
     SessionIngest::Checkpoint checkpoint =
         ingest->takeCheckpoint(checkpoints.nextFull(ingest->openBlockCount()));
+    const uint64_t batch = ingest->nextBatchSeq() - 1;
     lock.unlock();
-    checkpoints.post(std::move(rows), std::move(checkpoint), ingest->nextBatchSeq() - 1,
-                     Clock::now() - t0);
+    checkpoints.post(std::move(rows), std::move(checkpoint), batch, Clock::now() - t0);
+    guard->setPosted(batch);
   };
 
   std::optional<v1::Goodbye> goodbye;
@@ -423,7 +425,10 @@ grpc::Status IngestService::Stream(
       checkpointNow();
     } else if (checkpoints.collect(false)) {
       if (!checkpoints.error().ok()) break;
-      if (checkpoints.due(ingest->nextBatchSeq() - 1, message.has_ack_request())) checkpointNow();
+      // Due, or a reader (the advisor on a live session) waits for the rows.
+      if (checkpoints.due(ingest->nextBatchSeq() - 1, message.has_ack_request()) ||
+          guard->commitWanted.load(std::memory_order_relaxed))
+        checkpointNow();
     }
     if (const auto acked = checkpoints.takeAck(message.has_ack_request()); acked) {
       v1::ServerMessage ack;

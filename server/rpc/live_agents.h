@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -32,9 +33,26 @@ class LiveAgents {
   struct IngestGuard {
     std::mutex mutex;
     const SessionIngest* ingest = nullptr;
+    // The rows of the batches up to postedBatch are handed to the store's writer (under mutex).
+    // A reader that needs what came before now sets commitWanted: the stream's handler then
+    // hands its rows over at its next message instead of waiting for its checkpoint interval.
+    uint64_t postedBatch = 0;
+    std::atomic<bool> commitWanted{false};
+    std::condition_variable posted;
     void detach() {
-      std::lock_guard<std::mutex> lock(mutex);
-      ingest = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ingest = nullptr;
+      }
+      posted.notify_all();
+    }
+    void setPosted(uint64_t batch) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        postedBatch = batch;
+      }
+      commitWanted.store(false, std::memory_order_relaxed);
+      posted.notify_all();
     }
   };
 
@@ -106,6 +124,26 @@ class LiveAgents {
     if (guard->ingest == nullptr) return false;
     fn(*guard->ingest);
     return true;
+  }
+  // Waits (up to `timeout`) until the rows of every batch the session's ingest took so far are
+  // handed to the store's writer, so that a read after the writer's next commit sees them. False
+  // when the session has no connected agent or the wait timed out.
+  bool awaitRowsPosted(int64_t session, std::chrono::milliseconds timeout) {
+    std::shared_ptr<IngestGuard> guard;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      auto it = m_streams.find(session);
+      if (it == m_streams.end()) return false;
+      guard = it->second.guard;
+    }
+    std::unique_lock<std::mutex> lock(guard->mutex);
+    if (guard->ingest == nullptr) return false;
+    const uint64_t want = guard->ingest->nextBatchSeq() - 1;
+    if (guard->postedBatch >= want) return true;
+    guard->commitWanted.store(true, std::memory_order_relaxed);
+    return guard->posted.wait_for(lock, timeout, [&] {
+      return guard->ingest == nullptr || guard->postedBatch >= want;
+    }) && guard->ingest != nullptr;
   }
   // nullopt when the session has no connected agent.
   std::optional<std::vector<BlockRow>> openBlocks(int64_t session) {

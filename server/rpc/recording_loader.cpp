@@ -8,6 +8,9 @@
 namespace tidemark::server {
 
 absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
+  // A live session's rows are committed at its checkpoints: what came since would be missing
+  // (its last steps, say, while their blocks are here). Its handler hands them over now.
+  m_agents.awaitRowsPosted(session, kRowsWait);
   const std::optional<std::vector<BlockRow>> open = m_agents.openBlocks(session);
   auto info = Store::getSession(m_dbPath, session);
   if (!info.ok()) return info.status();

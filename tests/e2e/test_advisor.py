@@ -127,6 +127,10 @@ class AdvisorApplyLiveTest(unittest.TestCase):
                 self.assertIn("no module TinyGPT.blocks.9", r.stderr)
                 plan = os.path.join(daemon.dir, "live.json")
                 daemon.cli("plan", str(sid), "--budget", "70%", "--out", plan)
+                # Made from the last step that ended: the rows the daemon took since its last
+                # checkpoint count too (the advisor waits for them).
+                with open(plan) as f:
+                    self.assertGreaterEqual(json.load(f)["source"]["step"], 2)
                 r = daemon.cli("apply", str(sid), plan)
                 self.assertIn("applied to session %d from step" % sid, r.stdout)
                 out, err = job.communicate(timeout=600)

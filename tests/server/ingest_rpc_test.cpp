@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <thread>
@@ -361,6 +362,82 @@ TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBloc
   resume.mutable_handshake()->set_resume_session_id(session);
   EXPECT_EQ(send({resume}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   expectHealthy();
+}
+
+// A live session's recording (what the advisor and the queries by device read) holds the rows
+// the daemon took since its last checkpoint: a reader asks the stream's handler to hand them over
+// (at the agent's next message) instead of reading a store up to 200 ms behind.
+TEST_F(IngestRpcTest, ALiveSessionsRecordingHoldsItsLatestRows) {
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const v1::HandshakeReply reply = handshake(stream.get());
+  const uint64_t session = reply.session_id();
+  ASSERT_NE(session, 0u);
+  uint64_t seq = 0;
+  auto add = [&](v1::EventBatch* b) {
+    v1::Event* e = b->add_events();
+    e->set_seq(++seq);
+    e->set_ts_ns(static_cast<int64_t>(seq) * 1000);
+    return e;
+  };
+  // Batch 1 is checkpointed at once (the first); batch 2, right after it, is not yet.
+  v1::AgentMessage first;
+  first.mutable_batch()->set_batch_seq(1);
+  add(first.mutable_batch())->mutable_alloc()->set_address(0xA000);
+  first.mutable_batch()->mutable_events(0)->mutable_alloc()->set_size_bytes(4096);
+  ASSERT_TRUE(stream->Write(first));
+  v1::AgentMessage second;
+  v1::EventBatch* b = second.mutable_batch();
+  b->set_batch_seq(2);
+  for (int64_t step = 1; step <= 2; ++step) {
+    add(b)->mutable_step_begin()->set_step(step);
+    v1::Event* a = add(b);
+    a->mutable_alloc()->set_address(0xB000);
+    a->mutable_alloc()->set_size_bytes(static_cast<uint64_t>(1000 * step));
+    add(b)->mutable_free()->set_address(0xB000);
+    add(b)->mutable_step_end()->set_step(step);
+  }
+  ASSERT_TRUE(stream->Write(second));
+  // The agent goes on writing (a small batch every 30 ms), as a running job's does.
+  std::atomic<bool> stop{false};
+  std::thread agent([&] {
+    for (uint64_t batch = 3; !stop; ++batch) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      v1::AgentMessage m;
+      m.mutable_batch()->set_batch_seq(batch);
+      v1::Event* a = add(m.mutable_batch());
+      a->mutable_alloc()->set_address(0xC000);
+      a->mutable_alloc()->set_size_bytes(16);
+      add(m.mutable_batch())->mutable_free()->set_address(0xC000);
+      if (!stream->Write(m)) break;
+    }
+  });
+  auto peak = [&](const std::string& device, v1::Peak* out) {
+    grpc::ClientContext c;
+    v1::PeakRequest req;
+    req.set_session_id(session);
+    req.set_has_step(true);
+    req.set_step(2);
+    req.set_device(device);
+    return m_query->GetPeak(&c, req, out);
+  };
+  // Once the live analysis has step 2, the recording read by device has it too.
+  v1::Peak live;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!peak("all", &live).ok() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  v1::Peak read;
+  const grpc::Status st = peak("cuda", &read);
+  stop = true;
+  agent.join();
+  stream->WritesDone();
+  v1::ServerMessage ignored;
+  while (stream->Read(&ignored)) {
+  }
+  stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(live.breakdown().tracked_bytes(), 4096 + 2000);
+  EXPECT_EQ(read.breakdown().tracked_bytes(), 4096 + 2000);
 }
 
 TEST_F(IngestRpcTest, StringsPastTheirLimitsAreRefused) {
