@@ -11,13 +11,15 @@ several modules (blocks called one after another, each on the previous one's out
 other arguments, as a transformer's layers get the attention mask) runs all of them inside one
 checkpoint from the first module's call; the later modules then return the outputs computed
 there. A ``selective`` segment checkpoints the child modules the plan names.
-``store`` segments are left alone. A recomputation does not update a module's running state a
-second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does not fit the model by its names (an unknown
-module, a segment whose modules are not siblings, a module twice) is refused with ``PlanError``
-before anything changes; one that fails when it runs (a segment that is not a chain, a block that
-takes more than its predecessor's output, a module that cannot run under a checkpoint) turns
-itself off and the module's own forward runs instead (``AppliedPlan.failed`` says why), so a plan
-never stops the job.
+``store`` segments are left alone. A recomputed segment whose input has grown more than 10 % past
+the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the plan off: its
+prediction does not hold there. A recomputation does not update a module's running state a
+second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does
+not fit the model by its names (an unknown module, a segment whose modules are not siblings, a
+module twice) is refused with ``PlanError`` before anything changes; one that fails when it runs
+(a segment that is not a chain, a block that takes more than its predecessor's output, a module
+that cannot run under a checkpoint) turns itself off and the module's own forward runs instead
+(``AppliedPlan.failed`` says why), so a plan never stops the job.
 """
 import json
 
@@ -152,6 +154,20 @@ def _once_with_state(modules, fn):
     return call
 
 
+# How much larger than the recorded one a segment's input may be before the plan turns itself
+# off: its predicted peak assumed the recorded input (a larger batch or sequence grows every
+# activation with it).
+INPUT_GROWTH_ALLOWED = 1.10
+
+
+def _input_bytes(args):
+    """The bytes of the first positional argument when it is a tensor, else None."""
+    import torch
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None
+    return args[0].nelement() * args[0].element_size()
+
+
 def _seen(args, kwargs):
     """Arguments as they are now: each object with its version counter."""
     return ([(a, _version(a)) for a in args],
@@ -184,18 +200,18 @@ class AppliedPlan:
     def __init__(self, doc, actions):
         self.plan = doc
         self.failed = None  # why the plan turned itself off
-        self._actions = actions  # ("one" | "chain", modules, names), checked by apply_plan
+        self._actions = actions  # ("one" | "chain", modules, names, input bytes or None)
         self._restore = []  # (module, had_own_forward, previous_forward)
 
     def install(self):
         """Wraps the plan's modules (again, after a remove())."""
         if self._restore:
             return
-        for kind, modules, names in self._actions:
+        for kind, modules, names, input_bytes in self._actions:
             if kind == "one":
-                self.wrap_one(modules[0], names[0])
+                self.wrap_one(modules[0], names[0], input_bytes)
             else:
-                self.wrap_chain(modules, names)
+                self.wrap_chain(modules, names, input_bytes)
 
     def _set_forward(self, module, forward):
         own = "forward" in module.__dict__
@@ -214,6 +230,17 @@ class AppliedPlan:
         if self.failed is None:
             self.failed = why
 
+    def _input_fits(self, name, recorded, args):
+        """False (and the plan off) when a segment's input outgrew the one the plan was made
+        for."""
+        got = _input_bytes(args)
+        if not recorded or got is None or got <= recorded * INPUT_GROWTH_ALLOWED:
+            return True
+        self._fail("%s got an input of %d bytes; the plan was made for %d (a larger batch or "
+                   "sequence?): its predicted peak does not hold; the plan was turned off. Make "
+                   "a plan from a step with these inputs" % (name, got, recorded))
+        return False
+
     def _attempt(self, name, planned, own, args, kwargs):
         """planned() the plan's way; on an exception, the own way (see the class)."""
         state = _rng_state()
@@ -226,12 +253,13 @@ class AppliedPlan:
             return own(*args, **kwargs)
 
     # One module under checkpoint.
-    def wrap_one(self, module, name):
+    def wrap_one(self, module, name, input_bytes=None):
         import torch
         inner = module.forward
 
         def forward(*args, **kwargs):
-            if self.failed is not None or not torch.is_grad_enabled():
+            if (self.failed is not None or not torch.is_grad_enabled() or
+                    not self._input_fits(name, input_bytes, args)):
                 return inner(*args, **kwargs)
             return self._attempt(
                 name, lambda: _checkpoint()(_once_with_state([module], inner), *args,
@@ -241,7 +269,7 @@ class AppliedPlan:
         self._set_forward(module, forward)
 
     # Several sibling modules, called in a chain, under one checkpoint.
-    def wrap_chain(self, modules, names):
+    def wrap_chain(self, modules, names, input_bytes=None):
         import torch
         inners = [m.forward for m in modules]
         # Computed ahead for the later modules: pending[i] = (the input module i must be called
@@ -264,7 +292,8 @@ class AppliedPlan:
 
         def first(*args, **kwargs):
             pending.clear()
-            if self.failed is not None or not torch.is_grad_enabled():
+            if (self.failed is not None or not torch.is_grad_enabled() or
+                    not self._input_fits(names[0], input_bytes, args)):
                 return inners[0](*args, **kwargs)
             if not args:
                 self._fail("%s was called without a positional input: the segment %s..%s cannot "
@@ -328,8 +357,9 @@ def apply_plan(model, plan, root_name=None, install=True):
             if not children:
                 raise PlanError("selective segment of %s names no modules to recompute"
                                 % seg["modules"][0])
+            # The children's inputs are not in the plan (only the block's): not checked.
             for name in children:
-                actions.append(("one", [_find(table, name)], [name]))
+                actions.append(("one", [_find(table, name)], [name], None))
             continue
         names = list(seg["modules"])
         modules = [_find(table, n) for n in names]
@@ -337,8 +367,10 @@ def apply_plan(model, plan, root_name=None, install=True):
         if len(modules) > 1 and len(parents) != 1:
             raise PlanError("the segment %s..%s spans modules of different parents"
                             % (names[0], names[-1]))
-        actions.append(("one" if len(modules) == 1 else "chain", modules, names))
-    for _, modules, names in actions:
+        recorded = seg.get("input_bytes")
+        actions.append(("one" if len(modules) == 1 else "chain", modules, names,
+                        recorded if isinstance(recorded, int) else None))
+    for _, modules, names, _ in actions:
         for m, n in zip(modules, names):
             if id(m) in wrapped:
                 raise PlanError("module %s appears twice in the plan" % n)

@@ -242,7 +242,11 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
             {"chain", {{"name", p.name}, {"stages", p.size()}, {"static_bytes", p.staticBytes}}},
             {"segments", json::array()}};
   for (const Segment& seg : r.plan.segments) {
-    json s = {{"mode", segmentModeName(seg)}, {"modules", json::array()}};
+    // The input the plan was made for: a job whose blocks now take more (a larger batch or
+    // sequence) turns the plan off rather than run past its prediction.
+    json s = {{"mode", segmentModeName(seg)},
+              {"modules", json::array()},
+              {"input_bytes", p.inBytes(seg.first)}};
     for (int i = seg.first; i <= seg.last; ++i) s["modules"].push_back(p.stages[i].name);
     if (seg.option >= 0) {
       const StageOption& o = p.stages[seg.first].options[seg.option];
@@ -315,6 +319,7 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
     seg.modules = sr.strings("modules");
     seg.option = sr.string("option", "");
     seg.recompute = sr.strings("recompute");
+    seg.inputBytes = sr.integer("input_bytes", -1);
     if (absl::Status s = sr.finish(); !s.ok()) return s;
     if (seg.mode != "store" && seg.mode != "recompute" && seg.mode != "selective")
       return absl::InvalidArgumentError(absl::StrCat("segments[", i, "]: mode '", seg.mode,

@@ -30,6 +30,7 @@ struct PlanSegmentDoc {
   std::vector<std::string> modules;
   std::string option;                  // selective only
   std::vector<std::string> recompute;  // selective only: child modules re-run
+  int64_t inputBytes = -1;             // the first module's input in the recording (-1: unsaid)
 };
 struct PlanDocument {
   std::string strategy;

@@ -78,6 +78,65 @@ class PlanSafetyTest(DaemonTestCase):
         for p, (_, reason) in zip(check, WRONG_PLANS):
             self.assertIn(reason, p["message"])
 
+    def test_plan_off_when_inputs_outgrow_it(self):
+        """A plan made at batch 8 (each segment says the input it was made for) applied to a
+        training at batch 16: the recomputed segments' inputs are twice as large, the predicted
+        peak cannot hold, so the plan turns itself off with the reason and the step runs
+        unplanned (losses equal); at batch 8 and 6 the plan stays on (losses equal too)."""
+        code = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import tidemark
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.drop = torch.nn.Dropout(0.2)
+    def forward(self, x):
+        return x + self.drop(torch.relu(self.lin(x)))
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x.pow(2).mean()
+
+def train(batch, plan):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    applied = tidemark.apply_plan(model, plan) if plan else None
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = model(torch.randn(batch, 16))
+        loss.backward()
+        opt.step()
+        losses.append("%.10f" % loss.item())
+    return losses, applied.failed if applied else None
+
+made_for = 8 * 16 * 4  # the blocks' input at batch 8, float32
+plan = {"format": "tidemark-plan", "version": 1, "segments": [
+    {"mode": "store", "modules": ["Net.blocks.0"], "input_bytes": made_for},
+    {"mode": "recompute", "modules": ["Net.blocks.1"], "input_bytes": made_for},
+    {"mode": "recompute", "modules": ["Net.blocks.2", "Net.blocks.3"], "input_bytes": made_for}]}
+for batch in (8, 6, 16):
+    plain, _ = train(batch, None)
+    planned, failed = train(batch, plan)
+    assert planned == plain, (batch, plain, planned)
+    assert (failed is None) == (batch <= 8), (batch, failed)
+    print("batch", batch, failed)
+"""
+        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("batch 16 Net.blocks.1 got an input of 1024 bytes; the plan was made for 512",
+                      r.stdout)
+
     def test_recomputation_keeps_running_state(self):
         """A recomputed block runs its forward twice in training mode; its BatchNorm layers
         (exponential and cumulative averages) must update their statistics once per step, as
@@ -130,7 +189,8 @@ def train(segments):
 plain = train(None)
 for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
              [{"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1", "Net.blocks.2"]}],
-             [{"mode": "selective", "modules": ["Net.blocks.3"], "recompute": ["Net.blocks.3.bn"]}]):
+             [{"mode": "selective", "modules": ["Net.blocks.3"],
+               "recompute": ["Net.blocks.3.bn"]}]):
     got = train(segs)
     assert got[3] is None, got[3]
     assert got[0] == plain[0], (segs, plain[0], got[0])

@@ -340,6 +340,8 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   EXPECT_EQ(doc->source.profile, "two.json");
   ASSERT_FALSE(doc->segments.empty());
   EXPECT_EQ(doc->segments.front().modules.front(), "A");
+  // Each segment says the input it was made for: its first stage's.
+  EXPECT_EQ(doc->segments.front().inputBytes, back->inputBytes);
 }
 
 TEST(PlanJson, BadProfilesSayWhatIsWrong) {
