@@ -130,6 +130,7 @@ struct StepFigures {
   int64_t step = 0;
   int64_t peakBytes = 0;
   int64_t ns = 0;
+  int64_t recomputeNs = 0;  // inside its recorded recompute phases (the outermost ones)
 };
 
 int64_t median(std::vector<int64_t> v) {
@@ -138,18 +139,45 @@ int64_t median(std::vector<int64_t> v) {
   return v[v.size() / 2];
 }
 
-// The highest peak and the median time of the steps in [from, to).
+// The highest peak and the median time (and recomputation time) of the steps in [from, to).
 void measure(const std::vector<StepFigures>& steps, int64_t from, int64_t to, int64_t* peak,
-             int64_t* ns, int64_t* count) {
-  std::vector<int64_t> times;
+             int64_t* ns, int64_t* count, int64_t* recomputeNs = nullptr) {
+  std::vector<int64_t> times, recomputes;
   *peak = 0;
   for (const StepFigures& s : steps) {
     if (s.step < from || s.step >= to) continue;
     *peak = std::max(*peak, s.peakBytes);
     times.push_back(s.ns);
+    recomputes.push_back(s.recomputeNs);
   }
   *ns = median(times);
   if (count != nullptr) *count = static_cast<int64_t>(times.size());
+  if (recomputeNs != nullptr) *recomputeNs = median(recomputes);
+}
+
+// Each complete step's peak, time and recomputation time.
+std::vector<StepFigures> stepFigures(const core::Recording& rec,
+                                     const core::LivenessReplay& replay) {
+  std::vector<StepFigures> steps;
+  for (const core::StepInterval& s : rec.steps) {
+    if (s.endSeq == core::kOpenSeq) continue;
+    steps.push_back(
+        {s.step, replay.peak(s.beginSeq, s.endSeq).trackedBytes, s.endTsNs - s.beginTsNs, 0});
+  }
+  // Phases come in begin order: a recompute phase inside the last one counted is nested.
+  uint64_t coveredUntil = 0;
+  for (const core::PhaseInterval& ph : rec.phases) {
+    if (ph.phase != core::Phase::kRecompute || ph.endSeq == core::kOpenSeq) continue;
+    if (ph.beginSeq < coveredUntil) continue;
+    coveredUntil = ph.endSeq;
+    auto it = std::upper_bound(
+        rec.steps.begin(), rec.steps.end(), ph.beginSeq,
+        [](uint64_t seq, const core::StepInterval& s) { return seq < s.beginSeq; });
+    if (it == rec.steps.begin() || !(it - 1)->contains(ph.beginSeq)) continue;
+    for (StepFigures& f : steps)
+      if (f.step == (it - 1)->step) f.recomputeNs += ph.endTsNs - ph.beginTsNs;
+  }
+  return steps;
 }
 
 }  // namespace
@@ -173,12 +201,7 @@ grpc::Status AdvisorService::PlanCheck(grpc::ServerContext* ctx,
   if (!rec.ok()) return toGrpc(rec.status());
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   const core::LivenessReplay replay(*rec, cats);
-  std::vector<StepFigures> steps;
-  for (const core::StepInterval& s : rec->steps) {
-    if (s.endSeq == core::kOpenSeq) continue;
-    steps.push_back(
-        {s.step, replay.peak(s.beginSeq, s.endSeq).trackedBytes, s.endTsNs - s.beginTsNs});
-  }
+  const std::vector<StepFigures> steps = stepFigures(*rec, replay);
   // Each applied plan holds from its first step until the next applied plan's.
   std::vector<int64_t> starts;
   for (const AppliedPlanRow& p : *plans)
@@ -199,11 +222,12 @@ grpc::Status AdvisorService::PlanCheck(grpc::ServerContext* ctx,
     int64_t until = std::numeric_limits<int64_t>::max();
     for (int64_t s : starts)
       if (s > p.fromStep) until = std::min(until, s);
-    int64_t peak = 0, ns = 0, count = 0;
-    measure(steps, p.fromStep, until, &peak, &ns, &count);
+    int64_t peak = 0, ns = 0, count = 0, recomputeNs = 0;
+    measure(steps, p.fromStep, until, &peak, &ns, &count, &recomputeNs);
     o->set_measured_peak_bytes(peak);
     o->set_measured_step_ns(ns);
     o->set_steps_measured(count);
+    o->set_measured_extra_ns(recomputeNs);
     // Before: the steps since the previous plan (or the start), less the first step, which
     // creates the optimizer's state, when there are others.
     int64_t since = 1;
