@@ -111,8 +111,28 @@ def _set_rng_state(state):
         torch.cuda.set_rng_state_all(cuda)
 
 
-def _once_with_state(modules, fn):
-    """fn for one checkpoint: its first call is the forward, later calls its recomputation.
+def _as_called(module, inner):
+    """inner (the module's own forward) run as a call of the module would run it under tidemark's
+    adapter: inside the module's scope. A recomputation calls the forward, not the module; without
+    its scope the recording would not say which block was recomputed (the advisor reads it)."""
+    def call(*args, **kwargs):
+        from . import adapter
+        inst = adapter._instance
+        if inst is None or not inst.enabled:
+            return inner(*args, **kwargs)
+        inst._forward_pre(module, args)
+        out = None
+        try:
+            out = inner(*args, **kwargs)
+            return out
+        finally:
+            inst._forward_post(module, args, out)
+    return call
+
+
+def _once_with_state(modules, fn, again=None):
+    """fn for one checkpoint: its first call is the forward, later calls (`again`, when given)
+    its recomputation.
 
     A recomputation runs the modules' forward again in training mode, and a module with running
     state (BatchNorm's running mean, variance and batch count, or any buffer its forward changes
@@ -139,12 +159,13 @@ def _once_with_state(modules, fn):
                           any(b._version != v for b, v in zip(bufs, versions))
                           for b in bufs]
             return out
+        rerun = again or fn
         if not running:
-            return fn(*args, **kwargs)
+            return rerun(*args, **kwargs)
         with torch.no_grad():
             saved = [b.detach().clone() for b in running]
         try:
-            return fn(*args, **kwargs)
+            return rerun(*args, **kwargs)
         finally:
             # Also when torch stops a recomputation early (it raises once it has what it needs).
             with torch.no_grad():
@@ -262,8 +283,9 @@ class AppliedPlan:
                     not self._input_fits(name, input_bytes, args)):
                 return inner(*args, **kwargs)
             return self._attempt(
-                name, lambda: _checkpoint()(_once_with_state([module], inner), *args,
-                                            use_reentrant=False, **kwargs),
+                name, lambda: _checkpoint()(
+                    _once_with_state([module], inner, _as_called(module, inner)), *args,
+                    use_reentrant=False, **kwargs),
                 inner, args, kwargs)
 
         self._set_forward(module, forward)
@@ -290,6 +312,15 @@ class AppliedPlan:
                 ran.append(_rng_state())
             return tuple(ys)
 
+        # The recomputation: the same, each module in its scope.
+        called = [_as_called(m, f) for m, f in zip(modules, inners)]
+
+        def run_again(*args, **kwargs):
+            ys = [called[0](*args, **kwargs)]
+            for call in called[1:]:
+                ys.append(call(ys[-1], *args[1:], **kwargs))
+            return tuple(ys)
+
         def first(*args, **kwargs):
             pending.clear()
             if (self.failed is not None or not torch.is_grad_enabled() or
@@ -303,7 +334,7 @@ class AppliedPlan:
             others = _seen(args[1:], kwargs)
             ys = self._attempt(
                 names[0] + ".." + names[-1],
-                lambda: _checkpoint()(_once_with_state(modules, run), *args,
+                lambda: _checkpoint()(_once_with_state(modules, run, run_again), *args,
                                       use_reentrant=False, **kwargs),
                 lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
             if len(ys) == len(inners) and len(ran) == len(inners):

@@ -163,18 +163,26 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
       return absl::FailedPreconditionError(absl::StrCat("step ", stepNo, " did not finish"));
   } else {
     // The last complete step with a forward and a backward (a capture schedule's summarized
-    // steps have none: the last one recorded in detail), else the last complete one.
-    std::vector<uint8_t> seen(rec.steps.size(), 0);  // 1 forward, 2 backward
+    // steps have none: the last one recorded in detail), else the last complete one. Among
+    // those, one without recomputation when there is one: a job planned in mid-run (tidemark
+    // apply) is modelled from its steps before the plan, which show every block's activations.
+    std::vector<uint8_t> seen(rec.steps.size(), 0);  // 1 forward, 2 backward, 4 recomputation
     for (const PhaseInterval& ph : rec.phases) {
-      if (ph.phase != Phase::kForward && ph.phase != Phase::kBackward) continue;
+      if (ph.phase != Phase::kForward && ph.phase != Phase::kBackward &&
+          ph.phase != Phase::kRecompute)
+        continue;
       auto it =
           std::upper_bound(rec.steps.begin(), rec.steps.end(), ph.beginSeq,
                            [](uint64_t seq, const StepInterval& s) { return seq < s.beginSeq; });
       if (it == rec.steps.begin() || !(it - 1)->contains(ph.beginSeq)) continue;
-      seen[static_cast<size_t>(it - 1 - rec.steps.begin())] |= ph.phase == Phase::kForward ? 1 : 2;
+      seen[static_cast<size_t>(it - 1 - rec.steps.begin())] |= ph.phase == Phase::kForward    ? 1
+                                                               : ph.phase == Phase::kBackward ? 2
+                                                                                              : 4;
     }
     for (size_t i = rec.steps.size(); i-- > 0 && step == nullptr;)
       if (rec.steps[i].endSeq != kOpenSeq && seen[i] == 3) step = &rec.steps[i];
+    for (size_t i = rec.steps.size(); i-- > 0 && step == nullptr;)
+      if (rec.steps[i].endSeq != kOpenSeq && (seen[i] & 3) == 3) step = &rec.steps[i];
     for (auto it = rec.steps.rbegin(); it != rec.steps.rend() && step == nullptr; ++it)
       if (it->endSeq != kOpenSeq) step = &*it;
     if (step == nullptr)
@@ -373,6 +381,23 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         s.outputBytes += static_cast<int64_t>(it->sizeBytes);
       }
     }
+    // A recomputation whose saved tensors went to the checkpoint's own hooks (torch 2's
+    // non-reentrant checkpoint keeps them from the hooks in scope: no tags): what it kept for the
+    // backward is what it made that lives on into the block's backward (its output is dropped
+    // before).
+    if (recomputeRun[i].valid && std::none_of(saved[i].begin(), saved[i].end(), [&](int j) {
+          return rec.blocks[j].allocSeq >= run.beginSeq && rec.blocks[j].allocSeq < run.endSeq;
+        })) {
+      auto r = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), run.beginSeq,
+                                [](const Block& b, uint64_t seq) { return b.allocSeq < seq; });
+      for (; r != rec.blocks.end() && r->allocSeq < run.endSeq; ++r) {
+        const int j = static_cast<int>(r - rec.blocks.begin());
+        if (isTensorLevel(j) &&
+            r->freeSeq >= (backward[i].valid ? backward[i].beginSeq : run.endSeq) &&
+            categories[static_cast<size_t>(j)].category == Category::kRecomputed)
+          saved[i].insert(j);
+      }
+    }
     // Saved activations, less the output: the model counts that as the next stage's input.
     for (int j : saved[i]) {
       const Block& b = rec.blocks[j];
@@ -468,9 +493,20 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
 
   // 8. Calibration: what the chain does not explain at each moment of the recorded schedule is
   // memory outside the chain; its least value is static, the rest per stage.
-  for (int i = 0; i < n; ++i)
+  // Blocks recomputed by one recomputation (a plan's multi-block segment) are one segment.
+  auto recomputationOf = [&](int i) -> const PhaseInterval* {
+    for (const PhaseInterval* r : recomputes)
+      if (recomputeRun[i].valid && r->contains(recomputeRun[i].beginSeq)) return r;
+    return nullptr;
+  };
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && recomputationOf(i) != nullptr && recomputationOf(i) == recomputationOf(i - 1)) {
+      out.recordedPlan.segments.back().last = i;
+      continue;
+    }
     out.recordedPlan.segments.push_back(
         {i, i, recomputeRun[i].valid ? SegmentMode::kRecompute : SegmentMode::kStore});
+  }
   const LivenessReplay replay(rec, categories);
   auto measured = [&](const Window& w) { return replay.peak(w.beginSeq, w.endSeq).trackedBytes; };
   const SimResult model = simulate(p, out.recordedPlan, /*keepPoints=*/true);

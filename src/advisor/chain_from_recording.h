@@ -33,7 +33,8 @@ struct RecordedChain {
 // forward and "[backward]" scopes, their saved bytes from the tensors the adapter tagged as saved
 // by them, their output and working sets from the blocks born inside them. Everything the chain
 // does not explain at each moment becomes the static and outside terms, so that the model
-// reproduces the recorded step. step 0 takes the last complete step.
+// reproduces the recorded step. step 0 takes the last complete step (the last without
+// recomputation, when some ran without).
 // Expects recording.sortBySeq() and categories = categorize(recording).
 absl::StatusOr<RecordedChain> chainFromRecording(const Recording& recording,
                                                  const std::vector<BlockCategory>& categories,

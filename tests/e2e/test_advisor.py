@@ -150,6 +150,11 @@ class AdvisorApplyLiveTest(unittest.TestCase):
             self.assertLessEqual(abs(good["peak_error"]), 0.05, good)
             self.assertLessEqual(good["measured_peak_bytes"], good["budget_bytes"])
             self.assertLess(good["measured_peak_bytes"], good["before_peak_bytes"])
+            # The job's chain is modelled from a step before the plan (one that stored every
+            # block), not from a planned step.
+            chain = daemon.cli("chain", str(sid)).stdout
+            self.assertLess(int(re.search(r"from step (\d+)", chain).group(1)), good["from_step"])
+            self.assertIn("S|S|S|S|S|S", chain)
             print("live apply: predicted %d, measured %d (%+.2f %%); recompute per step "
                   "predicted %.2f ms, measured %.2f ms"
                   % (good["predicted_peak_bytes"], good["measured_peak_bytes"],

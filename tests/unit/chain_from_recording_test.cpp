@@ -171,6 +171,17 @@ TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
   // blocks' outputs and the loss's 10 B = 1710; the model keeps x0 + a0 + block 1's input (600)
   // and twice the output (200); the rest is static or outside the chain.
   EXPECT_EQ(p.staticBytes + p.endOutsideBytes, 1710 - 600 - 200);
+  EXPECT_EQ(p.stages[1].savedBytes, 300);  // a1', tagged as the recomputation saved it
+
+  // torch 2's non-reentrant checkpoint keeps what the recomputation saves from the hooks in
+  // scope: no tag. What it made that lives into the block's backward is what it kept (a1'; its
+  // output is freed before).
+  r.tags.pop_back();
+  const std::vector<BlockCategory> untagged = categorize(r);
+  absl::StatusOr<RecordedChain> u = chainFromRecording(r, untagged, 0, "");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(planSignature(u->recordedPlan), "S|R");
+  EXPECT_EQ(u->profile.stages[1].savedBytes, 300);
 }
 
 // Block 0 has two children: `a` saves A (300; a temporary of 50 beside it), then `b` saves B
