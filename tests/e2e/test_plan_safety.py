@@ -28,6 +28,34 @@ WRONG_PLANS = [
 ]
 
 
+# The start of a script run in a process of its own (the torch under test), with tidemark's
+# Python package from the checkout.
+IN_PROCESS = r"""import sys, torch
+sys.path.insert(0, sys.argv[1])
+import tidemark
+"""
+
+
+# Four blocks (the script's class Block) in a chain, and a loss.
+CHAIN_NET = r"""
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x.pow(2).mean()
+"""
+
+
+def run_in_process(test, code):
+    r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
+                       capture_output=True, text=True, timeout=120)
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    return r
+
+
 def plan_doc(segments):
     return {"format": "tidemark-plan", "version": 1, "strategy": "optimal", "budget_bytes": 1,
             "feasible": True, "predicted": {"peak_bytes": 1, "extra_ns": 0, "step_ns": 0,
@@ -83,10 +111,7 @@ class PlanSafetyTest(DaemonTestCase):
         training at batch 16: the recomputed segments' inputs are twice as large, the predicted
         peak cannot hold, so the plan turns itself off with the reason and the step runs
         unplanned (losses equal); at batch 8 and 6 the plan stays on (losses equal too)."""
-        code = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-import tidemark
+        code = IN_PROCESS + r"""
 
 class Block(torch.nn.Module):
     def __init__(self):
@@ -96,15 +121,7 @@ class Block(torch.nn.Module):
     def forward(self, x):
         return x + self.drop(torch.relu(self.lin(x)))
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x.pow(2).mean()
-
+""" + CHAIN_NET + r"""
 def train(batch, plan):
     torch.manual_seed(0)
     model = Net()
@@ -131,9 +148,7 @@ for batch in (8, 6, 16):
     assert (failed is None) == (batch <= 8), (batch, failed)
     print("batch", batch, failed)
 """
-        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
-                           capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = run_in_process(self, code)
         self.assertIn("batch 16 Net.blocks.1 got an input of 1024 bytes; the plan was made for 512",
                       r.stdout)
 
@@ -144,10 +159,7 @@ for batch in (8, 6, 16):
         state dict equal the unplanned run's exactly, for a one-block segment, a three-block
         chain and a selective segment that recomputes a BatchNorm layer. A buffer the forward
         only reads (a mask) is there too."""
-        code = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-import tidemark
+        code = IN_PROCESS + r"""
 
 class Block(torch.nn.Module):
     def __init__(self):
@@ -159,15 +171,7 @@ class Block(torch.nn.Module):
     def forward(self, x):
         return x + self.bn_cma(torch.relu(self.bn(self.lin(x)))) * self.mask
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x.pow(2).mean()
-
+""" + CHAIN_NET + r"""
 def train(segments):
     torch.manual_seed(0)
     model = Net()
@@ -199,9 +203,7 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
         assert torch.equal(v, got[2][k]), (segs, k)
     print("ok", [s["modules"] for s in segs])
 """
-        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
-                           capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = run_in_process(self, code)
         self.assertEqual(r.stdout.count("ok"), 3, r.stdout)
 
     def test_chain_values_are_the_models_own_in_process(self):
@@ -210,10 +212,7 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
         the first did not get, keeps the losses of the unplanned model to the digit (the plan
         turns itself off and says why); a model that is a chain, also one whose blocks all get
         the same mask beside their input (a transformer's layers), keeps them with the plan on."""
-        code = r"""
-import sys, torch
-sys.path.insert(0, sys.argv[1])
-import tidemark
+        code = IN_PROCESS + r"""
 
 class Block(torch.nn.Module):
     def __init__(self):
@@ -261,9 +260,7 @@ for how in ("chain", "inplace", "mask", "shared"):
     assert (failed is None) == (how in ("chain", "shared")), (how, failed)
     print(how, failed)
 """
-        r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
-                           capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = run_in_process(self, code)
         self.assertIn("chain None", r.stdout)
         self.assertIn("shared None", r.stdout)
         self.assertIn("changed in place", r.stdout)
