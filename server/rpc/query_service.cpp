@@ -1,6 +1,7 @@
 #include "server/rpc/query_service.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <map>
 #include <set>
@@ -340,10 +341,15 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
   // After the last event and before the session ended, memory is as the last event left it.
   if (ts > replay.lastTsNs() && ts <= session->endTsNs) ts = replay.lastTsNs();
   if (ts < replay.firstTsNs() || ts > replay.lastTsNs()) {
+    // Said as the user gives it: seconds from the session's start.
+    auto offset = [&](int64_t t) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%+.3f s", static_cast<double>(t - startTs) / 1e9);
+      return std::string(buf);
+    };
     return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                        "time " + std::to_string(ts) + " is outside the recording [" +
-                            std::to_string(replay.firstTsNs()) + ", " +
-                            std::to_string(replay.lastTsNs()) + "]");
+                        offset(ts) + " is outside the recording (" + offset(replay.firstTsNs()) +
+                            " to " + offset(replay.lastTsNs()) + " from the session's start)");
   }
   const core::MemoryState state = replay.at(ts);
   const core::StepInterval* step = rec->stepAt(state.seq);

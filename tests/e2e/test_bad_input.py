@@ -46,6 +46,11 @@ class CliBadInputTest(DaemonTestCase):
                 r = daemon.cli(*args, check=False)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertIn(says, r.stderr)
+        # A moment past the recording: said in seconds from the session's start, as given.
+        r = daemon.cli("breakdown", str(sid), "--at", "99999s", check=False)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"\+99999\.000 s is outside the recording \(\+[0-9.]+ s to "
+                                   r"\+[0-9.]+ s from the session's start\)")
         r = daemon.cli("plan", "999", "--budget", "1GiB", check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("no session 999", r.stderr)
