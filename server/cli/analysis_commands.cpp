@@ -76,10 +76,11 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
   constexpr const char* kUsageText =
       "usage: tidemark timeline SESSION [--from TIME] [--to TIME] [--buckets N] [--device D] "
       "[--server ADDR] [--json]\n\n"
-      "Memory over time: per bucket, the lowest and highest tracked bytes and the bytes at its\n"
-      "end, in total and per category. TIME is an offset from the session's start (+1.5s, 250ms)\n"
-      "or an absolute timestamp in ns. Default: the whole session, 40 buckets (1000 with "
-      "--json).\n--device: cpu, cuda or cuda:N memory only (default all).\n";
+      "Memory over time: per bucket, the lowest and highest tracked bytes, the bytes at its end\n"
+      "and the category holding the most of them (--json: every category's lowest, highest and\n"
+      "last). TIME is an offset from the session's start (+1.5s, 250ms) or an absolute timestamp\n"
+      "in ns. Default: the whole session, 40 buckets (1000 with --json).\n"
+      "--device: cpu, cuda or cuda:N memory only (default all).\n";
   v1::TimelineRequest req;
   std::vector<std::string> args = argsIn;
   if (int code = kExitOk; !takeDeviceOption("timeline", &args, req.mutable_device(), &code))
@@ -168,16 +169,23 @@ int timelineCommand(const GlobalOptions& g, const std::vector<std::string>& args
       static_cast<unsigned long long>(t.session_id()),
       static_cast<double>(t.to_ts_ns() - t.from_ts_ns()) / 1e9, t.buckets_size(),
       humanBytes(top).c_str());
-  std::printf("%10s %12s %12s  %s\n", "TIME", "MIN", "MAX", "");
-  constexpr int kWidth = 50;
+  std::printf("%10s %12s %12s %12s  %-16s %s\n", "TIME", "MIN", "MAX", "LAST", "MOSTLY (LAST)", "");
+  constexpr int kWidth = 40;
   for (const v1::TimelineBucket& b : t.buckets()) {
     const int bar = static_cast<int>(static_cast<double>(b.max_bytes(0)) * kWidth / top);
     const int low = static_cast<int>(static_cast<double>(b.min_bytes(0)) * kWidth / top);
     std::string drawn(static_cast<size_t>(low), '=');
     drawn += std::string(static_cast<size_t>(std::max(bar - low, 0)), '#');
-    std::printf(
-        "%9.3fs %12s %12s  %s\n", static_cast<double>(b.start_ts_ns() - t.from_ts_ns()) / 1e9,
-        humanBytes(b.min_bytes(0)).c_str(), humanBytes(b.max_bytes(0)).c_str(), drawn.c_str());
+    // Series 0 is the total; the others are the categories.
+    int mostly = 0;
+    for (int k = 1; k < b.last_bytes_size() && k < t.series_size(); ++k)
+      if (b.last_bytes(k) > 0 && (mostly == 0 || b.last_bytes(k) > b.last_bytes(mostly)))
+        mostly = k;
+    std::printf("%9.3fs %12s %12s %12s  %-16s %s\n",
+                static_cast<double>(b.start_ts_ns() - t.from_ts_ns()) / 1e9,
+                humanBytes(b.min_bytes(0)).c_str(), humanBytes(b.max_bytes(0)).c_str(),
+                humanBytes(b.last_bytes_size() > 0 ? b.last_bytes(0) : 0).c_str(),
+                mostly > 0 ? t.series(mostly).c_str() : "-", drawn.c_str());
   }
   return kExitOk;
 }
