@@ -216,6 +216,15 @@ class TrainingBreakdownTest(unittest.TestCase):
                     self.assertEqual(sum(b["last"][1:]), b["last"][0])
                     self.assertLessEqual(b["min"][0], b["last"][0])
                     self.assertLessEqual(b["last"][0], b["max"][0])
+                # The text: each bucket's last bytes and the category holding most of them.
+                text = self.daemon.cli("timeline", str(sid), "--buckets", "6").stdout
+                rows = [line.split() for line in text.splitlines()[2:]]
+                self.assertEqual(len(rows), 6, text)
+                small = self.daemon.cli_json("timeline", str(sid), "--buckets", "6")["buckets"]
+                for row, b in zip(rows, small):
+                    last = b["last"]
+                    most = max(range(1, len(last)), key=lambda k: last[k])
+                    self.assertEqual(row[7], t["series"][most] if last[most] > 0 else "-", text)
                 # The peaks come early in backward: the module whose saved tensors are in use.
                 self.assertEqual(whole["phase"], "backward")
                 self.assertTrue(whole["scope"].endswith(" [backward]"), whole["scope"])
