@@ -447,7 +447,7 @@ grpc::Status QueryService::GetTimeline(grpc::ServerContext* ctx, const v1::Timel
     const core::Timeline timeline = core::buildTimeline(replay);
     const int level = core::chooseLevel(timeline, from, to, buckets);
     result = core::foldTimeline(core::samplesInRange(timeline.levels[level], from, to), from, to,
-                                buckets);
+                                buckets, level, core::finerSamplesOf(timeline));
   }
   response->set_session_id(static_cast<uint64_t>(id));
   response->set_from_ts_ns(from);

@@ -928,7 +928,33 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
       return absl::DataLossError("corrupt timeline chunk in session " + std::to_string(id));
     }
   }
-  return core::foldTimeline(core::samplesInRange(samples, fromTs, toTs), fromTs, toTs, buckets);
+  // A coarse sample across an idle stretch is read again from the level below: the chunks
+  // there that overlap its time, the samples within its events.
+  Statement finerRows = db.prepare(
+      "SELECT samples FROM timeline_chunk INDEXED BY timeline_chunk_by_last WHERE session_id = ?1 "
+      "AND level = ?2 AND last_ts_ns >= ?3 AND first_ts_ns <= ?4 ORDER BY last_ts_ns");
+  bool corrupt = false;
+  auto finer = [&](int l, const core::TimelineSample& coarser) {
+    std::vector<core::TimelineSample> out, chunk;
+    finerRows.bind(1, id).bind(2, l).bind(3, coarser.firstTsNs).bind(4, coarser.lastTsNs);
+    while (finerRows.step()) {
+      chunk.clear();
+      if (!core::decodeSamples(finerRows.columnBlob(0), &chunk)) {
+        corrupt = true;
+        break;
+      }
+      for (const core::TimelineSample& s : chunk)
+        if (s.firstSeq >= coarser.firstSeq && s.lastSeq <= coarser.lastSeq) out.push_back(s);
+    }
+    finerRows.reset();
+    return out;
+  };
+  std::vector<core::TimelineBucket> folded =
+      core::foldTimeline(core::samplesInRange(samples, fromTs, toTs), fromTs, toTs, buckets,
+                         static_cast<int>(level), finer);
+  if (corrupt)
+    return absl::DataLossError("corrupt timeline chunk in session " + std::to_string(id));
+  return folded;
 }
 
 absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string& path,

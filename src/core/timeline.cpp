@@ -147,8 +147,31 @@ int chooseLevel(const Timeline& timeline, int64_t fromTs, int64_t toTs, int buck
   return chosen;
 }
 
+namespace {
+// The samples of `level` whose events are those of `coarser` (seq within it).
+std::vector<TimelineSample> samplesWithin(const std::vector<TimelineSample>& level,
+                                          const TimelineSample& coarser) {
+  auto begin =
+      std::lower_bound(level.begin(), level.end(), coarser.firstSeq,
+                       [](const TimelineSample& s, uint64_t seq) { return s.firstSeq < seq; });
+  auto end =
+      std::upper_bound(begin, level.end(), coarser.lastSeq,
+                       [](uint64_t seq, const TimelineSample& s) { return seq < s.firstSeq; });
+  return {begin, end};
+}
+}  // namespace
+
+FinerSamples finerSamplesOf(const Timeline& timeline) {
+  return [&timeline](int level, const TimelineSample& coarser) {
+    if (level < 0 || level >= static_cast<int>(timeline.levels.size()))
+      return std::vector<TimelineSample>{};
+    return samplesWithin(timeline.levels[static_cast<size_t>(level)].samples, coarser);
+  };
+}
+
 std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples, int64_t fromTs,
-                                         int64_t toTs, int buckets) {
+                                         int64_t toTs, int buckets, int level,
+                                         const FinerSamples& finer) {
   std::vector<TimelineBucket> out(static_cast<size_t>(std::max(buckets, 1)));
   const double width = static_cast<double>(toTs - fromTs + 1) / static_cast<double>(out.size());
   for (size_t b = 0; b < out.size(); ++b) {
@@ -156,11 +179,20 @@ std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samp
     out[b].endTsNs = fromTs + static_cast<int64_t>(width * static_cast<double>(b + 1)) - 1;
   }
   out.back().endTsNs = toTs;
-  for (const TimelineSample& s : samples) {
-    const int64_t at = std::clamp(s.firstTsNs, fromTs, toTs);
-    auto b = static_cast<size_t>(static_cast<double>(at - fromTs) / width);
-    b = std::min(b, out.size() - 1);
-    TimelineBucket& bucket = out[b];
+  auto bucketOf = [&](int64_t ts) {
+    const int64_t at = std::clamp(ts, fromTs, toTs);
+    return std::min(static_cast<size_t>(static_cast<double>(at - fromTs) / width), out.size() - 1);
+  };
+  std::function<void(const TimelineSample&, int)> place = [&](const TimelineSample& s, int l) {
+    if (l > 0 && finer && bucketOf(s.lastTsNs) >= bucketOf(s.firstTsNs) + 2) {
+      std::vector<TimelineSample> parts = finer(l - 1, s);
+      if (!parts.empty()) {
+        for (const TimelineSample& p : parts)
+          if (p.lastTsNs >= fromTs && p.firstTsNs <= toTs) place(p, l - 1);
+        return;
+      }
+    }
+    TimelineBucket& bucket = out[bucketOf(s.firstTsNs)];
     if (bucket.empty) {
       bucket.empty = false;
       bucket.min = s.min;
@@ -172,7 +204,8 @@ std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samp
       }
     }
     bucket.last = s.last;
-  }
+  };
+  for (const TimelineSample& s : samples) place(s, level);
   // An empty bucket holds the value the memory had all along: the last one before it.
   SeriesValues carry{};
   bool haveCarry = false;

@@ -95,12 +95,21 @@ struct TimelineBucket {
   SeriesValues last{};
 };
 
-// Picks the coarsest level with at least `buckets` samples in [fromTs, toTs] (the finest if none
-// has), and folds its samples into `buckets` equal-width buckets (a sample goes to the bucket of
-// its first event). Level reads the samples of one level in the range: the store's and the
-// in-memory timelines share this fold.
+// The samples of level `level` that make up `coarser` (a sample of level + 1), in order, or none
+// when that level is not at hand.
+using FinerSamples =
+    std::function<std::vector<TimelineSample>(int level, const TimelineSample& coarser)>;
+
+// Folds the samples of one level (`level`) in [fromTs, toTs] into `buckets` equal-width buckets
+// (a sample goes to the bucket of its first event). A sample that spans more than two buckets (a
+// coarse sample across an idle stretch: its events are few, its time long) would put a value
+// where it never was; it is replaced by the finer samples it is made of (`finer`), down to the
+// finest level. The store's and the in-memory timelines share this fold.
 std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples, int64_t fromTs,
-                                         int64_t toTs, int buckets);
+                                         int64_t toTs, int buckets, int level = 0,
+                                         const FinerSamples& finer = nullptr);
+// The finer samples of a level of `timeline` (held whole).
+FinerSamples finerSamplesOf(const Timeline& timeline);
 // Which level to read for a query: the coarsest with at least `buckets` samples in range.
 int chooseLevel(const Timeline& timeline, int64_t fromTs, int64_t toTs, int buckets);
 // The samples of one level whose events overlap [fromTs, toTs].

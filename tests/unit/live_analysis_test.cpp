@@ -248,7 +248,7 @@ void expectSameAsAnalysis(const Recording& rec, const LiveAnalysis& live) {
     const int level = chooseLevel(want.timeline, from, to, buckets);
     const auto expected =
         foldTimeline(samplesInRange(want.timeline.levels[static_cast<size_t>(level)], from, to),
-                     from, to, buckets);
+                     from, to, buckets, level, finerSamplesOf(want.timeline));
     const auto got = live.timeline(from, to, buckets);
     ASSERT_EQ(got.size(), expected.size());
     for (size_t b = 0; b < got.size(); ++b) {

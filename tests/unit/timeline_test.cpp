@@ -89,6 +89,39 @@ TEST(TimelineTest, FoldKeepsMinMaxAndCarriesEmptyBuckets) {
   EXPECT_EQ(buckets[9].endTsNs, 99);
 }
 
+TEST(TimelineTest, ACoarseSampleAcrossAnIdleStretchIsReadFromTheLevelBelow) {
+  // Level 0: 10 B early (t 0-9), then nothing until 100 B late (t 90-99). Level 1: one sample of
+  // both, its first event early: folded as it is, its high and last values would stand at t 0
+  // and over the idle stretch.
+  Timeline t;
+  t.levels.resize(2);
+  TimelineSample early, late;
+  early.firstTsNs = 0;
+  early.lastTsNs = 9;
+  early.firstSeq = 1;
+  early.lastSeq = 64;
+  early.min[0] = early.max[0] = early.last[0] = 10;
+  late = early;
+  late.firstTsNs = 90;
+  late.lastTsNs = 99;
+  late.firstSeq = 65;
+  late.lastSeq = 128;
+  late.min[0] = late.max[0] = late.last[0] = 100;
+  t.levels[0].samples = {early, late};
+  TimelineSample both = early;
+  both.absorb(late);
+  t.levels[1].samples = {both};
+  const auto coarse = foldTimeline(t.levels[1].samples, 0, 99, 10);
+  EXPECT_EQ(coarse[0].max[0], 100);  // what the plain fold says
+  EXPECT_EQ(coarse[5].last[0], 100);
+  const auto read = foldTimeline(t.levels[1].samples, 0, 99, 10, 1, finerSamplesOf(t));
+  EXPECT_EQ(read[0].max[0], 10);
+  EXPECT_EQ(read[5].min[0], 10);  // idle: the early value carried
+  EXPECT_EQ(read[5].max[0], 10);
+  EXPECT_EQ(read[9].max[0], 100);
+  EXPECT_EQ(read[9].last[0], 100);
+}
+
 TEST(TimelineTest, ChooseLevelPicksTheCoarsestWithEnoughSamples) {
   Recording rec = sawtooth(20000);
   auto cats = categorize(rec);
