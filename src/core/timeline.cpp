@@ -30,6 +30,10 @@ TimelineBuilder::TimelineBuilder(size_t samplesPerChunk, ChunkFn onChunk)
 bool TimelineBuilder::add(const MemoryState& s) {
   if (!m_ok) return false;
   const SeriesValues v = seriesOf(s);
+  if (m_inSample > 0 && s.tsNs - m_current.lastTsNs > Timeline::kIdleNs) {
+    m_inSample = 0;
+    if (!emit(0, m_current)) return false;
+  }
   if (m_inSample == 0) {
     m_current = TimelineSample{};
     m_current.firstTsNs = s.tsNs;

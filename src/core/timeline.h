@@ -26,7 +26,8 @@ struct TimelineSample {
   void absorb(const TimelineSample& s);  // extends this sample by a later one
 };
 
-// One level of detail: samples of `eventsPerSample` consecutive events (the last may hold fewer).
+// One level of detail: samples of `eventsPerSample` consecutive events (fewer where an idle
+// stretch of Timeline::kIdleNs ends a finest sample early, and in the last).
 struct TimelineLevel {
   int eventsPerSample = 0;
   std::vector<TimelineSample> samples;  // in time order
@@ -35,6 +36,9 @@ struct TimelineLevel {
 // The pyramid: level 0 is the finest; each next level merges kLevelFactor samples of the one below.
 struct Timeline {
   static constexpr int kFinestEvents = 64;
+  // A finest sample ends early where memory stays put this long (an idle stretch: loading, a
+  // pause), so that no sample holds values from both sides of it.
+  static constexpr int64_t kIdleNs = 10'000'000;
   static constexpr int kLevelFactor = 4;
   std::vector<TimelineLevel> levels;
 };

@@ -89,6 +89,32 @@ TEST(TimelineTest, FoldKeepsMinMaxAndCarriesEmptyBuckets) {
   EXPECT_EQ(buckets[9].endTsNs, 99);
 }
 
+TEST(TimelineTest, AFinestSampleEndsWhereMemoryStaysPut) {
+  // 10 events a microsecond apart at 1 KiB, then, a second later, 10 more at 2 KiB: two finest
+  // samples (not one of 20), so no sample holds values from both sides of the idle second.
+  std::vector<std::vector<TimelineSample>> levels;
+  TimelineBuilder builder(SIZE_MAX, [&](int level, int64_t, const std::vector<TimelineSample>& s) {
+    if (levels.size() <= static_cast<size_t>(level)) levels.resize(static_cast<size_t>(level) + 1);
+    levels[static_cast<size_t>(level)].insert(levels[static_cast<size_t>(level)].end(), s.begin(),
+                                              s.end());
+    return true;
+  });
+  for (int i = 0; i < 20; ++i) {
+    MemoryState s;
+    s.seq = static_cast<uint64_t>(i + 1);
+    s.tsNs = (i < 10 ? 0 : 1'000'000'000) + i * 1000;
+    s.trackedBytes = i < 10 ? 1024 : 2048;
+    ASSERT_TRUE(builder.add(s));
+  }
+  ASSERT_TRUE(builder.finish());
+  ASSERT_FALSE(levels.empty());
+  ASSERT_EQ(levels[0].size(), 2u);
+  EXPECT_EQ(levels[0][0].lastSeq, 10u);
+  EXPECT_EQ(levels[0][0].max[0], 1024);
+  EXPECT_EQ(levels[0][1].firstSeq, 11u);
+  EXPECT_EQ(levels[0][1].min[0], 2048);
+}
+
 TEST(TimelineTest, ACoarseSampleAcrossAnIdleStretchIsReadFromTheLevelBelow) {
   // Level 0: 10 B early (t 0-9), then nothing until 100 B late (t 90-99). Level 1: one sample of
   // both, its first event early: folded as it is, its high and last values would stand at t 0
