@@ -65,7 +65,10 @@ void printSessionJson(const v1::SessionInfo& s, std::string& out) {
 int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   for (const std::string& a : args) {
     if (a == "-h" || a == "--help") {
-      std::puts("usage: tidemark sessions [--server ADDR] [--json]\n\nLists recorded sessions.");
+      std::puts(
+          "usage: tidemark sessions [--server ADDR] [--json]\n\nLists recorded sessions: id, "
+          "state, pid, start, blocks, steps, events stored and dropped, the session's name\n"
+          "(tidemark run --name, an imported file's) and its command line.");
       return kExitOk;
     }
     std::fprintf(stderr, "tidemark sessions: unexpected argument '%s'\n", a.c_str());
@@ -97,19 +100,27 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
     std::puts("no sessions yet (record one with: tidemark run -- python train.py)");
     return kExitOk;
   }
-  std::printf("%5s  %-7s  %7s  %-19s  %9s  %5s  %10s  %7s  %s\n", "ID", "STATE", "PID",
-              "STARTED (UTC)", "BLOCKS", "STEPS", "EVENTS", "DROPPED", "COMMAND");
+  // The NAME column only where some session has a name (it widens every line).
+  bool named = false;
+  for (const v1::SessionInfo& si : resp.sessions()) named = named || !si.name().empty();
+  std::printf("%5s  %-7s  %7s  %-19s  %9s  %5s  %10s  %7s  %s%s\n", "ID", "STATE", "PID",
+              "STARTED (UTC)", "BLOCKS", "STEPS", "EVENTS", "DROPPED",
+              named ? "NAME                      " : "", "COMMAND");
   for (const v1::SessionInfo& si : resp.sessions()) {
     std::string cmd = si.command_line();
     if (cmd.size() > 60) cmd = cmd.substr(0, 57) + "...";
+    // A name cut in its middle keeps both ends (an imported file's name and its extension).
+    std::string name = si.name().empty() ? "-" : si.name();
+    if (name.size() > 24) name = name.substr(0, 10) + "..." + name.substr(name.size() - 11);
+    name = named ? name + std::string(24 - name.size(), ' ') + "  " : "";
     // A session whose raw events retention dropped: "pruned" (its summaries remain).
     const char* state = si.raw_pruned_wall_ns() != 0 ? "pruned" : stateName(si.state());
-    std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s\n",
+    std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s%s\n",
                 static_cast<unsigned long long>(si.id()), state, si.pid(),
                 wallTime(si.start_wall_ns()).c_str(), static_cast<unsigned long long>(si.blocks()),
                 static_cast<long long>(si.steps()),
                 static_cast<unsigned long long>(si.events_stored()),
-                static_cast<unsigned long long>(si.events_dropped()), cmd.c_str());
+                static_cast<unsigned long long>(si.events_dropped()), name.c_str(), cmd.c_str());
   }
   return kExitOk;
 }

@@ -103,6 +103,17 @@ class ImportRealTest(unittest.TestCase):
                     window = fact["trace_window_peak_bytes_per_device"][0]
                     self.assertEqual(peak["tracked_bytes"], info["preexisting_bytes"] + window)
 
+    def test_sessions_name_them(self):
+        """`tidemark sessions` has a NAME column once a session has a name: an imported file's,
+        cut in its middle when long (both ends kept)."""
+        path = real_files((".pickle",))[0]
+        self.imported(path)
+        name = os.path.basename(path)
+        lines = self.daemon.cli("sessions").stdout.splitlines()
+        self.assertIn("NAME", lines[0].split())
+        shown = name if len(name) <= 24 else name[:10] + "..." + name[-11:]
+        self.assertTrue(any(shown in line for line in lines[1:]), (shown, lines))
+
     def test_cs336_training_categories(self):
         # 423,183,360 fp32 parameters; AdamW keeps two moments of each (SOURCES.md).
         params = 423183360 * 4
