@@ -517,16 +517,9 @@ std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,
   all.samples.insert(all.samples.end(), tail.begin(), tail.end());
   // A coarse sample across an idle stretch is read from the level below, where it is kept.
   auto finer = [this](int l, const TimelineSample& coarser) {
-    std::vector<TimelineSample> out;
     if (l < 0 || static_cast<size_t>(l) >= m_levels.size() || m_dropped[static_cast<size_t>(l)])
-      return out;
-    const std::vector<TimelineSample>& v = m_levels[static_cast<size_t>(l)];
-    auto begin =
-        std::lower_bound(v.begin(), v.end(), coarser.firstSeq,
-                         [](const TimelineSample& s, uint64_t seq) { return s.firstSeq < seq; });
-    for (auto it = begin; it != v.end() && it->firstSeq <= coarser.lastSeq; ++it)
-      out.push_back(*it);
-    return out;
+      return std::vector<TimelineSample>{};
+    return samplesWithin(m_levels[static_cast<size_t>(l)], coarser);
   };
   return foldTimeline(samplesInRange(all, fromTs, toTs), fromTs, toTs, buckets, std::max(level, 0),
                       finer);

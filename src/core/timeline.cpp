@@ -151,8 +151,6 @@ int chooseLevel(const Timeline& timeline, int64_t fromTs, int64_t toTs, int buck
   return chosen;
 }
 
-namespace {
-// The samples of `level` whose events are those of `coarser` (seq within it).
 std::vector<TimelineSample> samplesWithin(const std::vector<TimelineSample>& level,
                                           const TimelineSample& coarser) {
   auto begin =
@@ -163,7 +161,6 @@ std::vector<TimelineSample> samplesWithin(const std::vector<TimelineSample>& lev
                        [](uint64_t seq, const TimelineSample& s) { return seq < s.firstSeq; });
   return {begin, end};
 }
-}  // namespace
 
 FinerSamples finerSamplesOf(const Timeline& timeline) {
   return [&timeline](int level, const TimelineSample& coarser) {

@@ -112,6 +112,9 @@ using FinerSamples =
 std::vector<TimelineBucket> foldTimeline(const std::vector<TimelineSample>& samples, int64_t fromTs,
                                          int64_t toTs, int buckets, int level = 0,
                                          const FinerSamples& finer = nullptr);
+// The samples of a level (in seq order) whose events are those of `coarser` (seq within it).
+std::vector<TimelineSample> samplesWithin(const std::vector<TimelineSample>& level,
+                                          const TimelineSample& coarser);
 // The finer samples of a level of `timeline` (held whole).
 FinerSamples finerSamplesOf(const Timeline& timeline);
 // Which level to read for a query: the coarsest with at least `buckets` samples in range.

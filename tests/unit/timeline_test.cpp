@@ -6,6 +6,7 @@
 #include <random>
 
 #include "src/core/timeline_codec.h"
+#include "tests/unit/analysis_expectations.h"
 
 namespace tidemark::core {
 namespace {
@@ -178,14 +179,7 @@ TEST(TimelineTest, CodecRoundTrip) {
   EXPECT_EQ(bytes.size(), in.size() * kEncodedSampleBytes);
   std::vector<TimelineSample> out;
   ASSERT_TRUE(decodeSamples(bytes, &out));
-  ASSERT_EQ(out.size(), in.size());
-  for (size_t k = 0; k < in.size(); ++k) {
-    EXPECT_EQ(out[k].firstTsNs, in[k].firstTsNs);
-    EXPECT_EQ(out[k].lastSeq, in[k].lastSeq);
-    EXPECT_EQ(out[k].min, in[k].min);
-    EXPECT_EQ(out[k].max, in[k].max);
-    EXPECT_EQ(out[k].last, in[k].last);
-  }
+  testing::expectSameSamples(out, in);
   EXPECT_FALSE(decodeSamples(bytes.substr(1), &out));
 }
 
