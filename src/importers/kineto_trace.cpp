@@ -21,11 +21,27 @@ std::string str(const json& e, const char* key) {
 }
 
 // Microseconds (Chrome trace "ts"/"dur") to nanoseconds; false for what no trace can hold
-// (beyond a hundred years from the epoch, negative durations, NaN).
+// (beyond a hundred years from the epoch, NaN). Integer microseconds convert exactly (a double
+// holds epoch nanoseconds only to 256 ns); fractional ones as whole microseconds plus the
+// fraction's nanoseconds, as exactly as the file's double holds them.
 bool toNs(const json& us, int64_t* ns) {
-  const double v = us.get<double>() * 1000.0;
-  if (!(v > -3.2e18 && v < 3.2e18)) return false;
-  *ns = static_cast<int64_t>(std::llround(v));
+  constexpr int64_t kMaxUs = 3'200'000'000'000'000;
+  if (us.is_number_unsigned()) {
+    const uint64_t v = us.get<uint64_t>();
+    if (v >= static_cast<uint64_t>(kMaxUs)) return false;
+    *ns = static_cast<int64_t>(v) * 1000;
+    return true;
+  }
+  if (us.is_number_integer()) {
+    const int64_t v = us.get<int64_t>();
+    if (v >= kMaxUs || v <= -kMaxUs) return false;
+    *ns = v * 1000;
+    return true;
+  }
+  const double v = us.get<double>();
+  if (!(v > -3.2e15 && v < 3.2e15)) return false;
+  const double whole = std::floor(v);
+  *ns = static_cast<int64_t>(whole) * 1000 + std::llround((v - whole) * 1000.0);
   return true;
 }
 
@@ -43,6 +59,18 @@ int64_t intArg(const json& args, const char* key, int64_t fallback) {
 
 bool isOpCategory(const std::string& cat) {
   return cat == "cpu_op" || cat == "Operator" || cat == "operator";
+}
+// An op of autograd's backward: "autograd::engine::evaluate_function: MmBackward0" (newer
+// traces), the node itself ("CudnnConvolutionBackward", "ReluBackward1"; 2021 traces), or
+// "torch::autograd::AccumulateGrad".
+bool isBackwardOp(const std::string& name) {
+  if (name.rfind("autograd::engine::evaluate_function: ", 0) == 0) return true;
+  if (name.find("AccumulateGrad") != std::string::npos) return true;
+  if (name.find("::") != std::string::npos) return false;  // aten::*_backward run inside a node
+  size_t end = name.size();
+  while (end > 0 && name[end - 1] >= '0' && name[end - 1] <= '9') --end;
+  constexpr std::string_view kNode = "Backward";
+  return end > kNode.size() && name.compare(end - kNode.size(), kNode.size(), kNode) == 0;
 }
 bool isKernelCategory(const std::string& cat) { return cat == "kernel" || cat == "Kernel"; }
 
@@ -62,6 +90,115 @@ struct Sortable {
   int64_t order;  // ends: later begin first; begins: longer first; memory: file order
   ImportEvent event;
 };
+
+struct TimeSpan {
+  int64_t beginNs = 0;
+  int64_t endNs = 0;
+};
+
+// Spans merged into disjoint ones, sorted, for "is this moment inside one".
+class SpanSet {
+ public:
+  explicit SpanSet(std::vector<TimeSpan> spans) {
+    std::sort(spans.begin(), spans.end(),
+              [](const TimeSpan& a, const TimeSpan& b) { return a.beginNs < b.beginNs; });
+    for (const TimeSpan& s : spans) {
+      if (!m_spans.empty() && s.beginNs <= m_spans.back().endNs)
+        m_spans.back().endNs = std::max(m_spans.back().endNs, s.endNs);
+      else
+        m_spans.push_back(s);
+    }
+  }
+  // The span holding tsNs (its begin inclusive, end exclusive), or nullptr.
+  const TimeSpan* find(int64_t tsNs) const {
+    auto it = std::upper_bound(m_spans.begin(), m_spans.end(), tsNs,
+                               [](int64_t t, const TimeSpan& s) { return t < s.beginNs; });
+    if (it == m_spans.begin()) return nullptr;
+    --it;
+    return tsNs < it->endNs ? &*it : nullptr;
+  }
+  bool empty() const { return m_spans.empty(); }
+
+ private:
+  std::vector<TimeSpan> m_spans;
+};
+
+enum class LoopPhase { kNone, kForward, kBackward, kOptimizer, kZeroGrad };
+
+// What the training loop was doing at each moment, from what the trace says: the CPU's
+// ProfilerStep#N annotations, the optimizer's Optimizer.step# / Optimizer.zero_grad#
+// annotations and autograd's "autograd::engine::evaluate_function: ..." ops (the backward).
+// A step's backward runs from its first backward op to its last; its forward from the step's
+// begin to there (the whole step when it has none: a forward-only trace).
+struct LoopPhases {
+  std::vector<TimeSpan> steps, optimizer, zeroGrad, backward;
+  std::map<uint32_t, std::vector<TimeSpan>> accumulateGrad;  // per thread
+
+  struct Resolved {
+    SpanSet steps, optimizer, zeroGrad, backwardOps;
+    std::map<uint32_t, SpanSet> accumulateGrad;
+  };
+  Resolved resolve() const {
+    Resolved r{SpanSet(steps), SpanSet(optimizer), SpanSet(zeroGrad), SpanSet(backward), {}};
+    for (const auto& [thread, spans] : accumulateGrad) r.accumulateGrad.emplace(thread, spans);
+    return r;
+  }
+};
+
+LoopPhase phaseAt(const LoopPhases::Resolved& r, const std::map<int64_t, TimeSpan>& stepBackward,
+                  int64_t tsNs) {
+  if (r.optimizer.find(tsNs)) return LoopPhase::kOptimizer;
+  if (r.zeroGrad.find(tsNs)) return LoopPhase::kZeroGrad;
+  if (r.backwardOps.find(tsNs)) return LoopPhase::kBackward;
+  const TimeSpan* step = r.steps.find(tsNs);
+  if (step == nullptr) return LoopPhase::kNone;
+  auto b = stepBackward.find(step->beginNs);
+  if (b == stepBackward.end() || tsNs < b->second.beginNs) return LoopPhase::kForward;
+  return tsNs < b->second.endNs ? LoopPhase::kBackward : LoopPhase::kNone;
+}
+
+// A block's category from when it was allocated and freed (docs in kineto_trace.h).
+struct Verdict {
+  Category category = Category::kUnknown;
+  const char* rule = nullptr;  // nullptr: no tag
+};
+
+Verdict classifyBlock(LoopPhase allocated, bool accumulateGrad, bool freed, LoopPhase freedIn,
+                      bool sameStep) {
+  if (accumulateGrad) return {Category::kGradient, "[AccumulateGrad]"};
+  switch (allocated) {
+    case LoopPhase::kForward:
+      if (freed && freedIn == LoopPhase::kForward && sameStep)
+        return {Category::kTemporary, "[forward, freed in forward]"};
+      if (freed && freedIn == LoopPhase::kBackward)
+        return {Category::kActivation, "[forward, freed in backward]"};
+      return {Category::kActivation, "[forward, kept past it]"};
+    case LoopPhase::kBackward:
+      if (freed && freedIn == LoopPhase::kBackward && sameStep)
+        return {Category::kTemporary, "[backward, freed in backward]"};
+      return {Category::kGradient, "[backward, kept past it]"};
+    case LoopPhase::kOptimizer:
+      if (freed && freedIn == LoopPhase::kOptimizer && sameStep)
+        return {Category::kTemporary, "[optimizer, freed in it]"};
+      return {Category::kOptimizerState, "[optimizer, kept past it]"};
+    default:
+      return {};
+  }
+}
+
+// A block allocated before the trace and freed in it: what freed it says what it was.
+Verdict classifyBefore(LoopPhase freedIn) {
+  switch (freedIn) {
+    case LoopPhase::kZeroGrad:
+      return {Category::kGradient, "[before the trace, freed by zero_grad]"};
+    case LoopPhase::kOptimizer:
+      return {Category::kOptimizerState, "[before the trace, replaced by the optimizer]"};
+    case LoopPhase::kBackward:
+      return {Category::kActivation, "[before the trace, freed in backward]"};
+    default:
+      return {Category::kUnknown, "[before the trace]"};
+  }
+}
 
 }  // namespace
 
@@ -83,7 +220,11 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
   // Threads: (pid, tid) -> a small number.
   std::map<std::pair<std::string, std::string>, uint32_t> threads;
   auto threadOf = [&](const json& e) {
-    auto str = [](const json* v) { return v == nullptr ? std::string() : v->dump(); };
+    // "25738" and 25738 name one thread (the 2021 schema writes ops' ids as strings).
+    auto str = [](const json* v) {
+      if (v == nullptr) return std::string();
+      return v->is_string() ? v->get<std::string>() : v->dump();
+    };
     auto p = e.find("pid");
     auto t = e.find("tid");
     const auto key =
@@ -118,8 +259,10 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
 
   std::vector<Sortable> all;
   std::vector<Span> spans;
+  LoopPhases phases;
   // Memory: allocs and frees in file order, resolved below.
   struct Mem {
+    uint32_t thread;
     int64_t tsNs;
     int64_t bytes;
     int64_t addr;  // -1 without Addr
@@ -146,27 +289,44 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       int64_t tsNs = 0;
       if (!toNs(*tsIt, &tsNs))
         return absl::InvalidArgumentError("trace: a [memory] event has an absurd timestamp");
-      memory.push_back({tsNs, bytes, intArg(*a, "Addr", -1), intArg(*a, "Total Allocated", -1),
-                        intArg(*a, "Total Reserved", -1)});
+      memory.push_back({threadOf(e), tsNs, bytes, intArg(*a, "Addr", -1),
+                        intArg(*a, "Total Allocated", -1), intArg(*a, "Total Reserved", -1)});
       continue;
     }
     if (str(e, "ph") != "X") continue;
     auto durIt = e.find("dur");
-    const double dur = durIt != e.end() && durIt->is_number() ? durIt->get<double>() : 0.0;
-    // A span longer than a year (or NaN) is not a span.
-    if (!(dur >= 0 && dur < 3.2e13)) continue;
+    int64_t durNs = 0;
+    // A span longer than a year (or negative, or NaN) is not a span.
+    if (durIt != e.end() && durIt->is_number() &&
+        (!toNs(*durIt, &durNs) || durNs < 0 || durNs > int64_t{31'600'000} * 1'000'000'000))
+      continue;
     const bool op = isOpCategory(cat);
     const bool kernel = isKernelCategory(cat);
-    const bool step = name.rfind("ProfilerStep#", 0) == 0;
+    // The CPU's step annotation; its gpu_user_annotation twin spans the step's GPU work.
+    const bool gpuSide = cat.rfind("gpu_", 0) == 0;
+    const bool step = !gpuSide && name.rfind("ProfilerStep#", 0) == 0;
     // with_modules: "nn.Module: BertModel_0" python_function events are module scopes.
     const bool module = cat == "python_function" && name.rfind("nn.Module: ", 0) == 0;
-    if (!op && !kernel && !step && !module) continue;
+    // What the training loop was doing: the optimizer's annotations, autograd's backward ops.
+    const bool optimizerStep = !gpuSide && name.rfind("Optimizer.step#", 0) == 0;
+    const bool zeroGrad = !gpuSide && name.rfind("Optimizer.zero_grad#", 0) == 0;
+    const bool backwardOp = op && isBackwardOp(name);
+    if (!op && !kernel && !step && !module && !optimizerStep && !zeroGrad) continue;
     Span s;
     if (!toNs(*tsIt, &s.beginNs))
       return absl::InvalidArgumentError(
           absl::StrCat("trace: '", name, "' has an absurd timestamp"));
-    s.endNs = s.beginNs + static_cast<int64_t>(std::llround(dur * 1000.0));
+    s.endNs = s.beginNs + durNs;
     s.thread = threadOf(e);
+    if (optimizerStep || zeroGrad) {
+      (optimizerStep ? phases.optimizer : phases.zeroGrad).push_back({s.beginNs, s.endNs});
+      if (!op) continue;
+    }
+    if (backwardOp) {
+      phases.backward.push_back({s.beginNs, s.endNs});
+      if (name.find("AccumulateGrad") != std::string::npos)
+        phases.accumulateGrad[s.thread].push_back({s.beginNs, s.endNs});
+    }
     s.kernel = kernel;
     s.module = module;
     s.name = module ? name.substr(11) : name;
@@ -177,6 +337,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       b.kind = ImportEvent::Kind::kStepBegin;
       b.tsNs = s.beginNs;
       b.step = n;
+      phases.steps.push_back({s.beginNs, s.endNs});
       ImportEvent en = b;
       en.kind = ImportEvent::Kind::kStepEnd;
       en.tsNs = s.endNs;
@@ -209,14 +370,43 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       all.push_back({en.tsNs, 0, -s.beginNs, en});
   }
 
+  // What the loop was doing: each step's backward runs from its first backward op to its last.
+  const LoopPhases::Resolved loop = phases.resolve();
+  std::map<int64_t, TimeSpan> stepBackward;  // merged step's begin -> its backward's extent
+  for (const TimeSpan& op : phases.backward) {
+    const TimeSpan* step = loop.steps.find(op.beginNs);
+    if (step == nullptr) continue;
+    auto [it, inserted] = stepBackward.emplace(step->beginNs, op);
+    it->second.beginNs = std::min(it->second.beginNs, op.beginNs);
+    it->second.endNs = std::max(it->second.endNs, op.endNs);
+  }
+  auto phaseOf = [&](int64_t tsNs) { return phaseAt(loop, stepBackward, tsNs); };
+  auto stepOf = [&](int64_t tsNs) {
+    const TimeSpan* step = loop.steps.find(tsNs);
+    return step == nullptr ? int64_t{-1} : step->beginNs;
+  };
+
   // Memory blocks: pair allocs and frees; what was there before becomes blocks at the start.
   std::sort(memory.begin(), memory.end(),
             [](const Mem& a, const Mem& b) { return a.tsNs < b.tsNs; });
   const int64_t startNs = memory.empty() ? 0 : memory.front().tsNs - 1000;
-  uint64_t nextAddress = uint64_t{1} << 60;             // addresses of our own, for the 2021 schema
-  std::unordered_map<int64_t, int64_t> live;            // address -> bytes
+  uint64_t nextAddress = uint64_t{1} << 60;  // addresses of our own, for the 2021 schema
+  struct Block {
+    int64_t order;  // of its alloc among memEvents
+    uint32_t thread;
+    int64_t allocNs;
+    bool freed = false;
+    int64_t freeNs = 0;
+  };
+  std::vector<Block> blocks;
+  std::unordered_map<int64_t, size_t> live;             // address -> its block
   std::map<int64_t, std::vector<uint64_t>> liveBySize;  // 2021 schema: size -> addresses
-  std::vector<std::pair<uint64_t, int64_t>> before;     // blocks freed, never allocated
+  struct Before {
+    uint64_t address;
+    int64_t bytes;
+    Verdict verdict;
+  };
+  std::vector<Before> before;  // blocks freed, never allocated
   int64_t order = 0, allocatedAtStart = -1, maxTotal = -1, maxReserved = -1;
   std::vector<Sortable> memEvents;
   int64_t lastReserved = -1;
@@ -225,13 +415,16 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       allocatedAtStart = m.totalAllocated - m.bytes;
     maxTotal = std::max(maxTotal, m.totalAllocated);
     maxReserved = std::max(maxReserved, m.totalReserved);
+    if (m.totalAllocated >= 0) out.allocatedAtEndBytes = m.totalAllocated;
     ImportEvent ev;
     ev.tsNs = m.tsNs;
+    ev.thread = m.thread;  // the thread's open op and module scopes own the block
     ev.device = static_cast<int32_t>(device);
     if (m.bytes > 0) {
       uint64_t address = m.addr >= 0 ? static_cast<uint64_t>(m.addr) : nextAddress++;
       if (m.addr < 0) liveBySize[m.bytes].push_back(address);
-      live[static_cast<int64_t>(address)] = m.bytes;
+      live[static_cast<int64_t>(address)] = blocks.size();
+      blocks.push_back({order, m.thread, m.tsNs});
       ev.kind = ImportEvent::Kind::kAlloc;
       ev.address = address;
       ev.sizeBytes = static_cast<uint64_t>(m.bytes);
@@ -248,11 +441,18 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
           address = nextAddress++;
         }
       }
-      if (!live.erase(static_cast<int64_t>(address))) before.push_back({address, -m.bytes});
+      auto it = live.find(static_cast<int64_t>(address));
+      if (it == live.end()) {
+        before.push_back({address, -m.bytes, classifyBefore(phaseOf(m.tsNs))});
+      } else {
+        blocks[it->second].freed = true;
+        blocks[it->second].freeNs = m.tsNs;
+        live.erase(it);
+      }
       ev.kind = ImportEvent::Kind::kFree;
       ev.address = address;
     }
-    memEvents.push_back({ev.tsNs, 3, order++, ev});
+    memEvents.push_back({ev.tsNs, 3, 2 * order++, ev});
     if (m.totalReserved >= 0 && m.totalReserved != lastReserved) {
       lastReserved = m.totalReserved;
       ImportEvent c;
@@ -260,26 +460,53 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       c.tsNs = m.tsNs;
       c.name = "reserved_bytes";
       c.value = m.totalReserved;
-      memEvents.push_back({c.tsNs, 3, order++, c});
+      memEvents.push_back({c.tsNs, 3, 2 * order++, c});
     }
   }
+  // Each block's category, from the phases of its alloc and free, tagged right after its alloc.
+  {
+    std::vector<Sortable> tags;
+    size_t e = 0;
+    for (const Block& b : blocks) {
+      const auto ag = loop.accumulateGrad.find(b.thread);
+      const bool accumulate = ag != loop.accumulateGrad.end() && ag->second.find(b.allocNs);
+      const Verdict v = classifyBlock(phaseOf(b.allocNs), accumulate, b.freed,
+                                      b.freed ? phaseOf(b.freeNs) : LoopPhase::kNone,
+                                      b.freed && stepOf(b.allocNs) == stepOf(b.freeNs));
+      if (v.rule == nullptr) continue;
+      while (memEvents[e].order != 2 * b.order) ++e;
+      ImportEvent t = memEvents[e].event;
+      t.kind = ImportEvent::Kind::kTag;
+      t.category = v.category;
+      t.name = v.rule;
+      tags.push_back({t.tsNs, 3, 2 * b.order + 1, std::move(t)});
+    }
+    for (Sortable& t : tags) memEvents.push_back(std::move(t));
+  }
   int64_t beforeBytes = 0;
-  for (const auto& [address, bytes] : before) beforeBytes += bytes;
-  // The rest of what Total Allocated says was there at the start.
-  if (allocatedAtStart > beforeBytes)
-    before.push_back({nextAddress++, allocatedAtStart - beforeBytes});
+  for (const Before& b : before) beforeBytes += b.bytes;
+  // The rest of what Total Allocated says was there at the start: kept throughout, so in a trace
+  // of forward passes only (steps, no backward) the model's weights.
+  if (allocatedAtStart > beforeBytes) {
+    const bool forwardOnly = !loop.steps.empty() && phases.backward.empty();
+    before.push_back({nextAddress++, allocatedAtStart - beforeBytes,
+                      forwardOnly ? Verdict{Category::kWeight,
+                                            "[before the trace, kept: weights "
+                                            "of a forward-only trace]"}
+                                  : Verdict{Category::kUnknown, "[before the trace]"}});
+  }
   int64_t k = 0;
-  for (const auto& [address, bytes] : before) {
+  for (const Before& b : before) {
     ImportEvent a;
     a.kind = ImportEvent::Kind::kAlloc;
     a.tsNs = startNs;
-    a.address = address;
-    a.sizeBytes = static_cast<uint64_t>(bytes);
+    a.address = b.address;
+    a.sizeBytes = static_cast<uint64_t>(b.bytes);
     a.device = static_cast<int32_t>(device);
     ImportEvent t = a;
     t.kind = ImportEvent::Kind::kTag;
-    t.category = Category::kUnknown;
-    t.name = "[before the trace]";
+    t.category = b.verdict.category;
+    t.name = b.verdict.rule;
     all.push_back({startNs, 3, -1'000'000'000 + k++, a});
     all.push_back({startNs, 3, -1'000'000'000 + k++, t});
   }

@@ -16,7 +16,11 @@ namespace tidemark::core {
 //   "[before the trace]", so the replayed total equals `Total Allocated` throughout;
 // - ops (`cpu_op`, `Operator`) as op scopes on their thread, kernels (`kernel`, `Kernel`) as
 //   kernel scopes on their stream, `ProfilerStep#N` as step N, and (traces made with
-//   with_modules) `nn.Module: Name_k` python_function events as module scopes "Name_k".
+//   with_modules) `nn.Module: Name_k` python_function events as module scopes "Name_k";
+// - each memory event on its thread (whose open op and module own the block), and a tag with
+//   the category the training loop's phases give it: the optimizer's annotations and autograd's
+//   backward ops say when the loop ran forward, backward, the optimizer and zero_grad
+//   (docs/import.md has the rules).
 absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view json);
 
 }  // namespace tidemark::core

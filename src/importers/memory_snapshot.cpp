@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -41,11 +42,14 @@ struct Verdict {
   std::string rule;  // empty: no rule applied
 };
 
-// The category a block's allocation frames say (docs in memory_snapshot.h).
-Verdict classify(const std::vector<Frame>& frames, bool aliveAtEnd) {
-  bool optimizer = false, backward = false, construction = false, forward = false;
+// What the code in a stack was doing: the phase of training that made (or freed) a block.
+enum class StackPhase { kNone, kZeroGrad, kOptimizer, kBackward, kConstruction, kForward };
+
+StackPhase phaseOf(const std::vector<Frame>& frames) {
+  bool zeroGrad = false, optimizer = false, backward = false, construction = false, forward = false;
   for (const Frame& f : frames) {
     const bool python = endsWith(f.filename, ".py");
+    if (python && f.name == "zero_grad") zeroGrad = true;
     if ((python && f.name == "step") || f.filename.find("/optim") != std::string::npos)
       optimizer = true;
     if (f.name.find("AccumulateGrad") != std::string::npos ||
@@ -56,12 +60,50 @@ Verdict classify(const std::vector<Frame>& frames, bool aliveAtEnd) {
       construction = true;
     if (python && f.name == "forward") forward = true;
   }
-  if (optimizer)
-    return {aliveAtEnd ? Category::kOptimizerState : Category::kTemporary, "frames:optimizer"};
-  if (backward) return {aliveAtEnd ? Category::kGradient : Category::kTemporary, "frames:backward"};
-  if (construction) return {Category::kWeight, "frames:construction"};
-  if (forward) return {Category::kActivation, "frames:forward"};
+  if (zeroGrad) return StackPhase::kZeroGrad;
+  if (optimizer) return StackPhase::kOptimizer;
+  if (backward) return StackPhase::kBackward;
+  if (construction) return StackPhase::kConstruction;
+  if (forward) return StackPhase::kForward;
+  return StackPhase::kNone;
+}
+
+// The category of a block from the phase that allocated it, whether it is alive at the dump and
+// the phase that freed it (kNone when alive). Rules in memory_snapshot.h.
+Verdict classify(StackPhase allocated, bool aliveAtEnd, StackPhase freed) {
+  switch (allocated) {
+    case StackPhase::kOptimizer:
+      return {aliveAtEnd ? Category::kOptimizerState : Category::kTemporary, "frames:optimizer"};
+    case StackPhase::kBackward:
+      if (aliveAtEnd || freed == StackPhase::kZeroGrad)
+        return {Category::kGradient, "frames:backward"};
+      return {Category::kTemporary, "frames:backward"};
+    case StackPhase::kConstruction:
+      return {Category::kWeight, "frames:construction"};
+    case StackPhase::kForward:
+      if (freed == StackPhase::kForward)
+        return {Category::kTemporary, "frames:forward, freed there"};
+      return {Category::kActivation, "frames:forward"};
+    case StackPhase::kZeroGrad:
+    case StackPhase::kNone:
+      break;
+  }
   return {};
+}
+
+// A block allocated before the trace, without frames, that the trace frees: the phase freeing it
+// says what it was.
+Verdict classifyByFree(StackPhase freed) {
+  switch (freed) {
+    case StackPhase::kZeroGrad:
+      return {Category::kGradient, "freed by zero_grad"};
+    case StackPhase::kOptimizer:
+      return {Category::kOptimizerState, "replaced by the optimizer"};
+    case StackPhase::kBackward:
+      return {Category::kActivation, "freed in backward"};
+    default:
+      return {};
+  }
 }
 
 // "[rule] name (file:line)" of the innermost Python frame, for the tag's name.
@@ -151,7 +193,8 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
     uint64_t address = 0;
     uint64_t size = 0;
     uint64_t stream = 0;
-    std::vector<Frame> frames;
+    std::vector<Frame> frames;             // allocs' only
+    StackPhase phase = StackPhase::kNone;  // what its frames were doing
   };
   std::vector<Entry> entries;
   if (traces != nullptr && traces->kind == PyValue::Kind::kList) {
@@ -176,7 +219,12 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
             en.timeUs < -int64_t{3'000'000'000'000'000})
           return absl::InvalidArgumentError(
               absl::StrCat("memory snapshot: absurd time_us ", en.timeUs));
-        if (en.action == "alloc") en.frames = readFrames(e->get("frames"));
+        if (en.action == "alloc" || en.action == "free_requested" ||
+            en.action == "free_completed") {
+          std::vector<Frame> frames = readFrames(e->get("frames"));
+          en.phase = phaseOf(frames);
+          if (en.action == "alloc") en.frames = std::move(frames);
+        }
         entries.push_back(std::move(en));
       }
     }
@@ -184,8 +232,20 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
   std::stable_sort(entries.begin(), entries.end(),
                    [](const Entry& a, const Entry& b) { return a.timeUs < b.timeUs; });
 
-  // Which allocations of the trace are still alive at the dump.
+  // A completed free without frames was requested by the code of its request.
+  {
+    std::map<std::pair<int32_t, uint64_t>, StackPhase> requested;
+    for (Entry& e : entries) {
+      if (e.action == "free_requested") requested[{e.device, e.address}] = e.phase;
+      if (e.action == "free_completed" && e.phase == StackPhase::kNone) {
+        auto r = requested.find({e.device, e.address});
+        if (r != requested.end()) e.phase = r->second;
+      }
+    }
+  }
+  // Which allocations of the trace are still alive at the dump, and what freed the others.
   std::vector<bool> aliveAtEnd(entries.size(), false);
+  std::vector<StackPhase> freedBy(entries.size(), StackPhase::kNone);
   {
     std::map<std::pair<int32_t, uint64_t>, size_t> open;
     for (size_t k = 0; k < entries.size(); ++k) {
@@ -193,7 +253,11 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
       if (e.action == "alloc") {
         open[{e.device, e.address}] = k;
       } else if (e.action == "free_completed") {
-        open.erase({e.device, e.address});
+        auto it = open.find({e.device, e.address});
+        if (it != open.end()) {
+          freedBy[it->second] = e.phase;
+          open.erase(it);
+        }
       }
     }
     for (const auto& [key, k] : open) aliveAtEnd[k] = true;
@@ -211,10 +275,10 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
   }
 
   // The first alloc or free of each address in the trace.
-  std::map<std::pair<int32_t, uint64_t>, std::string> firstTouch;
+  std::map<std::pair<int32_t, uint64_t>, const Entry*> firstTouch;
   for (const Entry& e : entries)
     if (e.action == "alloc" || e.action == "free_completed")
-      firstTouch.emplace(std::make_pair(e.device, e.address), e.action);
+      firstTouch.emplace(std::make_pair(e.device, e.address), &e);
 
   // Classify everything, then let sizes name the frameless parameters.
   struct Pending {
@@ -238,9 +302,11 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
       p.preexisting = true;
       // It survives unless the trace frees it: its address's first event is then a free.
       auto first = firstTouch.find({device, address});
-      p.alive = first == firstTouch.end() || first->second != "free_completed";
+      p.alive = first == firstTouch.end() || first->second->action != "free_completed";
+      const StackPhase freed = p.alive ? StackPhase::kNone : first->second->phase;
       p.frames = lb.frames;
-      p.verdict = classify(lb.frames, p.alive);
+      p.verdict =
+          lb.frames.empty() ? classifyByFree(freed) : classify(phaseOf(lb.frames), p.alive, freed);
       out.preexistingBytes += static_cast<int64_t>(lb.size);
       allocs.push_back(std::move(p));
     }
@@ -249,7 +315,7 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
   for (size_t k = 0; k < entries.size(); ++k) {
     const Entry& e = entries[k];
     if (e.action != "alloc") continue;
-    Verdict v = classify(e.frames, aliveAtEnd[k]);
+    Verdict v = classify(e.phase, aliveAtEnd[k], freedBy[k]);
     if (v.category != Category::kOptimizerState) continue;
     optimizerSizes.insert(e.size);
     // The dump holds sizes as the allocator rounded them, as it does for the parameters.
@@ -264,7 +330,7 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
   for (Pending& p : allocs) {
     if (p.verdict.rule.empty() && p.frames.empty() && p.alive &&
         optimizerSizes.count(p.alloc.sizeBytes))
-      p.verdict = {Category::kWeight, "size:optimizer-state"};
+      p.verdict = {Category::kWeight, "kept, parameter-sized"};
   }
 
   auto emitAlloc = [&](const ImportEvent& a, const Verdict& v, const std::vector<Frame>& frames) {
@@ -312,11 +378,50 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
     c.value = reservedNow;
     out.events.push_back(std::move(c));
   };
+  // Steps: a step ends where the optimizer's work ends (the last entry of a run of them that
+  // forward or backward work ends); the first begins with the trace. Without an optimizer step
+  // the recording has no step marks.
+  std::vector<bool> endsStep(entries.size(), false);
+  {
+    std::optional<size_t> lastOptimizer;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      const StackPhase ph = entries[k].phase;
+      if (ph == StackPhase::kOptimizer) {
+        lastOptimizer = k;
+      } else if (lastOptimizer && (ph == StackPhase::kForward || ph == StackPhase::kBackward ||
+                                   ph == StackPhase::kConstruction)) {
+        endsStep[*lastOptimizer] = true;
+        lastOptimizer.reset();
+      }
+    }
+    if (lastOptimizer) endsStep[*lastOptimizer] = true;
+  }
+  const int64_t stepCount = std::count(endsStep.begin(), endsStep.end(), true);
+  int64_t step = 0;
+  auto stepMark = [&](ImportEvent::Kind kind, int64_t tsNs) {
+    ImportEvent m;
+    m.kind = kind;
+    m.tsNs = tsNs;
+    m.step = step;
+    out.events.push_back(std::move(m));
+  };
+  if (stepCount > 0) {
+    step = 1;
+    stepMark(ImportEvent::Kind::kStepBegin, t0);
+  }
   reservedEvent(t0);
   for (const Pending& p : allocs) emitAlloc(p.alloc, p.verdict, p.frames);
   int64_t frees = 0, ooms = 0;
   for (size_t k = 0; k < entries.size(); ++k) {
     const Entry& e = entries[k];
+    if (k > 0 && endsStep[k - 1]) {
+      const int64_t at = entries[k - 1].timeUs * 1000;
+      stepMark(ImportEvent::Kind::kStepEnd, at);
+      if (step < stepCount) {
+        ++step;
+        stepMark(ImportEvent::Kind::kStepBegin, at);
+      }
+    }
     ImportEvent ev;
     ev.tsNs = e.timeUs * 1000;
     ev.address = e.address;
@@ -325,7 +430,7 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
     ev.stream = e.stream;
     if (e.action == "alloc") {
       ev.kind = ImportEvent::Kind::kAlloc;
-      emitAlloc(ev, classify(e.frames, aliveAtEnd[k]), e.frames);
+      emitAlloc(ev, classify(e.phase, aliveAtEnd[k], freedBy[k]), e.frames);
     } else if (e.action == "free_completed") {
       ev.kind = ImportEvent::Kind::kFree;
       out.events.push_back(ev);
@@ -337,6 +442,8 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
       ++ooms;
     }
   }
+  if (!entries.empty() && endsStep.back())
+    stepMark(ImportEvent::Kind::kStepEnd, entries.back().timeUs * 1000);
   if (ooms) out.notes.push_back(absl::StrCat(ooms, " out-of-memory events in the trace"));
   if (entries.empty())
     out.notes.push_back(

@@ -11,15 +11,12 @@ namespace tidemark::core {
 // plain data) as events: the blocks allocated when the trace began, then every alloc and
 // completed free of its device_traces, each block tagged with a category derived from its stack
 // frames. A snapshot without traces (the state-only form) gives the blocks allocated at the
-// dump. Category rules (the tag's name starts with the rule):
-//   [frames:optimizer]    a Python frame named "step" or a file under an optim package:
-//                         OPTIMIZER_STATE if alive at the dump, else TEMPORARY
-//   [frames:backward]     autograd's engine or AccumulateGrad: GRADIENT if alive at the dump,
-//                         else TEMPORARY
-//   [frames:construction] __init__, _apply, reset_parameters: WEIGHT
-//   [frames:forward]      a frame named "forward": ACTIVATION
-//   [size:optimizer-state] no frames, allocated before the trace and at the dump, the size of a
-//                         block in OPTIMIZER_STATE: WEIGHT (a parameter, whose moments match it)
+// dump. Category rules (the tag's name starts with the rule; docs/import.md): from the stack that
+// allocated a block and the one that freed it — [frames:optimizer], [frames:backward],
+// [frames:construction], [frames:forward] (or [frames:forward, freed there]) — and for blocks
+// from before the trace, which have no frames, from what freed them ([freed by zero_grad],
+// [replaced by the optimizer], [freed in backward]) or, kept to the dump, from their size
+// ([kept, parameter-sized]: WEIGHT). Steps end where the optimizer's work does.
 absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view pickleBytes);
 
 }  // namespace tidemark::core

@@ -68,9 +68,14 @@ absl::StatusOr<uint64_t> remoteSymbol(pid_t pid, const std::vector<Mapping>& map
 absl::StatusOr<tidemark_attach_status_t> readStatusAt(pid_t pid, uint64_t at) {
   tidemark_attach_status_t s{};
   if (absl::Status r = readMemory(pid, at, &s, sizeof s); !r.ok()) {
-    if (r.code() == absl::StatusCode::kNotFound)
+    if (r.code() != absl::StatusCode::kNotFound) return r;
+    // ESRCH: gone, a zombie, or (its memory briefly out of reach) still running: then say so
+    // as a transient failure, which the waits retry.
+    const std::string state = statusField(pid, "State");
+    if (state.empty() || state.rfind("Z", 0) == 0 || state.rfind("X", 0) == 0)
       return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
-    return r;
+    return absl::UnavailableError(
+        absl::StrCat("process ", pid, " (state ", state, "): its memory could not be read"));
   }
   s.message[sizeof s.message - 1] = '\0';
   return s;
@@ -100,6 +105,11 @@ absl::StatusOr<tidemark_attach_status_t> awaitState(pid_t pid, uint64_t statusAt
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
     auto s = readStatusAt(pid, statusAt);
+    if (!s.ok() && s.status().code() == absl::StatusCode::kUnavailable &&
+        std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     if (!s.ok()) return s.status();
     if (s->generation != generation && (s->state == done || s->state == TIDEMARK_ATTACH_FAILED))
       return *s;

@@ -53,7 +53,8 @@ std::string ptraceScopeAdvice() {
   return advice;
 }
 
-// A field of /proc/PID/status ("" if absent).
+}  // namespace
+
 std::string statusField(pid_t pid, const std::string& name) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string key, value;
@@ -64,13 +65,14 @@ std::string statusField(pid_t pid, const std::string& name) {
   return {};
 }
 
-}  // namespace
-
 absl::Status readMemory(pid_t pid, uint64_t address, void* out, size_t size) {
   iovec local{out, size};
   iovec remote{reinterpret_cast<void*>(address), size};
   const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
   if (n == static_cast<ssize_t>(size)) return absl::OkStatus();
+  if (n >= 0)  // errno is not set for a short read
+    return absl::InternalError(absl::StrCat("reading process ", pid, ": ", n, " of ", size,
+                                            " bytes at 0x", absl::Hex(address)));
   if (errno == EPERM || errno == EACCES)
     return absl::PermissionDeniedError(absl::StrCat("not permitted to read process ", pid));
   if (errno == ESRCH) return absl::NotFoundError(absl::StrCat("no process ", pid));

@@ -66,5 +66,7 @@ class Tracee {
 // Reads or writes the target's memory (process_vm_readv / writev).
 absl::Status readMemory(pid_t pid, uint64_t address, void* out, size_t size);
 absl::Status writeMemory(pid_t pid, uint64_t address, const void* data, size_t size);
+// A field of /proc/PID/status ("" if absent or the process is gone).
+std::string statusField(pid_t pid, const std::string& name);
 
 }  // namespace tidemark::inject

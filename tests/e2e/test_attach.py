@@ -60,6 +60,13 @@ class Job:
         self.out.append(out)
         return self.proc.returncode, "".join(self.out), err
 
+    def fate(self):
+        """For a failure's message: whether the job still runs, else its exit and last words."""
+        if self.proc.poll() is None:
+            return "; the job still runs"
+        return "; the job ended with %d: %s" % (self.proc.returncode,
+                                                self.proc.stderr.read()[-2000:])
+
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
@@ -191,12 +198,12 @@ class AttachTest(DaemonTestCase):
             job.wait_for_step(2)
             for cycle in range(20):
                 rc, a, err = self.cli("attach", str(job.pid))
-                self.assertEqual(rc, 0, "attach %d: %s" % (cycle, err))
+                self.assertEqual(rc, 0, "attach %d: %s%s" % (cycle, err, job.fate()))
                 self.assertEqual(a["loaded_now"], cycle == 0)
                 sessions.append(a["session"])
                 time.sleep(0.1)
                 rc, d, err = self.cli("detach", str(job.pid))
-                self.assertEqual(rc, 0, "detach %d: %s" % (cycle, err))
+                self.assertEqual(rc, 0, "detach %d: %s%s" % (cycle, err, job.fate()))
                 self.assertEqual(d["session"], a["session"])
             # Detached: detaching again is refused.
             rc, e, err = self.cli("detach", str(job.pid))

@@ -1,6 +1,8 @@
 """End to end: `tidemark import` on every recording in ../shared/data/real, checked against the
 figures each file holds (computed here from the file itself, and from its SOURCES.md /
 inspection.jsonl entry), and on bad files, which must store nothing."""
+import collections
+import decimal
 import gzip
 import json
 import os
@@ -126,6 +128,65 @@ class ImportRealTest(unittest.TestCase):
                 self.assertLessEqual(abs(cats["OPTIMIZER_STATE"]["bytes"] - 2 * params),
                                      0.01 * 2 * params)
                 self.assertEqual(cats["GRADIENT"]["bytes"], params)
+                # At the peak (in the optimizer's step) nearly everything is explained: the
+                # moments from before the trace are those the optimizer replaces.
+                peak = self.daemon.cli_json("breakdown", str(info["session"]))
+                at = {k: v["bytes"] for k, v in peak["categories"].items()}
+                self.assertLessEqual(at.get("UNKNOWN", 0), 0.05 * peak["tracked_bytes"], at)
+                # Its optimizer state is the dump's, plus the moments of at most one parameter
+                # (the largest: 10,000 x 1,024 fp32) held twice while they are replaced.
+                largest = 10000 * 1024 * 4
+                self.assertGreaterEqual(at["OPTIMIZER_STATE"], cats["OPTIMIZER_STATE"]["bytes"])
+                self.assertLessEqual(at["OPTIMIZER_STATE"],
+                                     cats["OPTIMIZER_STATE"]["bytes"] + 2 * largest)
+                # One recorded step is one step (not the 24 layers' repetitions).
+                steps = self.daemon.cli_json("steps", str(info["session"]))["steps"]
+                self.assertEqual(len(steps), 1, [s["step"] for s in steps])
+
+    def test_kineto_times_are_the_files(self):
+        """Each step lasts what the CPU's ProfilerStep#N annotation says (not its GPU twin's),
+        and each kernel's time is the file's to the nanosecond (integer microseconds at epoch
+        time do not fit a double's nanoseconds)."""
+        files = [p for p in real_files((".json.gz", ".json"))
+                 if self.facts.get(os.path.relpath(p, REAL), {}).get("kind") == "chrome_trace(kineto)"]
+        for path in files:
+            with self.subTest(file=os.path.relpath(path, REAL)):
+                with gzip.open(path, "rt") as f:
+                    events = json.load(f, parse_float=decimal.Decimal)["traceEvents"]
+                ns = lambda us: int(decimal.Decimal(us) * 1000)
+                want_steps = {int(e["name"][13:]): ns(e["dur"]) for e in events
+                              if e.get("name", "").startswith("ProfilerStep#")
+                              and not e.get("cat", "").startswith("gpu_")}
+                want_kernels = collections.Counter()
+                for e in events:
+                    if e.get("cat") in ("kernel", "Kernel") and e.get("ph") == "X":
+                        want_kernels[e["name"]] += ns(e["dur"])
+                sid = str(self.imported(path)["session"])
+                steps = self.daemon.cli_json("steps", sid)["steps"]
+                self.assertEqual({s["step"]: s["end_ts_ns"] - s["begin_ts_ns"] for s in steps},
+                                 want_steps)
+                got = {o["name"]: o["total_ns"] for o in self.daemon.cli_json("ops", sid)["ops"]
+                       if o["kind"] == "kernel"}
+                self.assertEqual(got, dict(want_kernels))
+
+    def test_kineto_memory_is_explained(self):
+        """A trace with module events: at its peak at most 10 % is UNKNOWN, and every block
+        allocated in the trace has the op that allocated it."""
+        files = [p for p in real_files((".json.gz", ".json"))
+                 if self.facts.get(os.path.relpath(p, REAL), {}).get("meta", {}).get("with_modules")
+                 and self.facts[os.path.relpath(p, REAL)].get("gpu_memory_events")]
+        self.assertGreater(len(files), 0)
+        for path in files:
+            with self.subTest(file=os.path.relpath(path, REAL)):
+                info = self.imported(path)
+                peak = self.daemon.cli_json("peak", str(info["session"]))
+                tracked = peak["breakdown"]["tracked_bytes"]
+                unknown = peak["breakdown"]["categories"].get("UNKNOWN", {}).get("bytes", 0)
+                self.assertLessEqual(unknown, 0.10 * tracked)
+                no_op = sum(o["bytes"] for o in peak["ops"] if o["name"] == "(no op)")
+                self.assertLessEqual(no_op, info["preexisting_bytes"])  # only what came before
+                self.assertGreater(sum(o["bytes"] for o in peak["ops"] if o["name"] != "(no op)"),
+                                   0)
 
     def test_kineto_traces(self):
         files = [p for p in real_files((".json.gz", ".json"))

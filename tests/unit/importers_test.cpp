@@ -144,6 +144,128 @@ TEST(KinetoTrace, MemoryOpsKernelsAndSteps) {
   EXPECT_EQ(live, 1024 + 256);  // the Addr-less alloc at the end has an address of its own
 }
 
+// The category and tag name each alloc of `r` got, by address.
+std::map<uint64_t, std::pair<Category, std::string>> tagsByAddress(const ImportedRecording& r) {
+  std::map<uint64_t, std::pair<Category, std::string>> out;
+  for (const ImportEvent& e : r.events)
+    if (e.kind == ImportEvent::Kind::kTag) out[e.address] = {e.category, e.name};
+  return out;
+}
+
+TEST(MemorySnapshot, OneTrainingStepIsExplained) {
+  // A step recorded after warm-up: a weight, a gradient and a moment from before the trace; the
+  // step's forward, backward (AccumulateGrad) and an optimizer that replaces its state.
+  absl::StatusOr<ImportedRecording> r = importMemorySnapshot(corpus("pickle/training_step.pickle"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto tags = tagsByAddress(*r);
+  auto is = [&](uint64_t address, Category c, const std::string& rulePrefix) {
+    auto it = tags.find(address);
+    ASSERT_NE(it, tags.end()) << std::hex << address;
+    EXPECT_EQ(it->second.first, c) << std::hex << address;
+    EXPECT_EQ(it->second.second.rfind(rulePrefix, 0), 0u) << it->second.second;
+  };
+  is(0x1000, Category::kWeight, "[kept, parameter-sized]");
+  is(0x3000, Category::kGradient, "[freed by zero_grad]");
+  is(0x2000, Category::kOptimizerState, "[replaced by the optimizer]");
+  is(0x4000, Category::kActivation, "[frames:forward]");
+  is(0x5000, Category::kTemporary, "[frames:forward, freed there]");
+  is(0x6000, Category::kGradient, "[frames:backward]");
+  is(0x7000, Category::kOptimizerState, "[frames:optimizer]");
+  is(0x8000, Category::kTemporary, "[frames:optimizer]");
+  is(0x9000, Category::kActivation, "[frames:forward]");
+  // One step: from the trace's start to the optimizer's last entry (the free at 0x8000), before
+  // the next forward.
+  std::vector<std::pair<ImportEvent::Kind, int64_t>> marks;
+  int64_t lastOptimizerFreeNs = -1;
+  for (const ImportEvent& e : r->events) {
+    if (e.kind == ImportEvent::Kind::kStepBegin || e.kind == ImportEvent::Kind::kStepEnd)
+      marks.push_back({e.kind, e.step});
+    if (e.kind == ImportEvent::Kind::kFree && e.address == 0x8000) lastOptimizerFreeNs = e.tsNs;
+    if (e.kind == ImportEvent::Kind::kStepEnd) {
+      EXPECT_EQ(e.tsNs, lastOptimizerFreeNs);
+    }
+  }
+  ASSERT_EQ(marks.size(), 2u);
+  EXPECT_EQ(marks[0], std::make_pair(ImportEvent::Kind::kStepBegin, int64_t{1}));
+  EXPECT_EQ(marks[1], std::make_pair(ImportEvent::Kind::kStepEnd, int64_t{1}));
+  EXPECT_EQ(liveAtEnd(*r), r->allocatedAtEndBytes);
+}
+
+TEST(KinetoTrace, ATrainingStepIsExplained) {
+  absl::StatusOr<ImportedRecording> r = importKinetoTrace(corpus("kineto/training_step.json"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  constexpr int64_t kT = int64_t{1623142623460000} * 1000;
+  // The step is the CPU's annotation (0-100 us), not its GPU twin (5-205 us).
+  std::vector<int64_t> stepTimes;
+  // Kernels back to back at epoch microseconds: the first ends where the second begins, exactly.
+  std::vector<std::pair<ImportEvent::Kind, int64_t>> kernels;
+  std::map<uint64_t, uint32_t> allocThread;
+  std::map<std::string, uint32_t> opThread;
+  for (const ImportEvent& e : r->events) {
+    if (e.kind == ImportEvent::Kind::kStepBegin || e.kind == ImportEvent::Kind::kStepEnd)
+      stepTimes.push_back(e.tsNs - kT);
+    if (e.kernel) kernels.push_back({e.kind, e.tsNs - kT});
+    if (e.kind == ImportEvent::Kind::kAlloc) allocThread[e.address] = e.thread;
+    if (e.kind == ImportEvent::Kind::kScopeBegin && e.op) opThread[e.name] = e.thread;
+  }
+  EXPECT_EQ(stepTimes, (std::vector<int64_t>{0, 100'000}));
+  using K = ImportEvent::Kind;
+  EXPECT_EQ(kernels, (std::vector<std::pair<K, int64_t>>{{K::kScopeBegin, 101'000},
+                                                         {K::kScopeEnd, 104'000},
+                                                         {K::kScopeBegin, 104'000},
+                                                         {K::kScopeEnd, 106'000}}));
+  // Memory events keep their thread, so that the thread's open op owns the block.
+  EXPECT_EQ(allocThread[100], opThread["aten::mm"]);
+  EXPECT_EQ(allocThread[102],
+            opThread["autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"]);
+  EXPECT_NE(allocThread[100], allocThread[102]);
+  const auto tags = tagsByAddress(*r);
+  auto is = [&](uint64_t address, Category c, const std::string& rule) {
+    auto it = tags.find(address);
+    ASSERT_NE(it, tags.end()) << address;
+    EXPECT_EQ(it->second, std::make_pair(c, rule)) << address;
+  };
+  is(300, Category::kGradient, "[before the trace, freed by zero_grad]");
+  is(100, Category::kActivation, "[forward, freed in backward]");
+  is(101, Category::kTemporary, "[forward, freed in forward]");
+  is(102, Category::kGradient, "[AccumulateGrad]");
+  is(103, Category::kTemporary, "[optimizer, freed in it]");
+  is(104, Category::kOptimizerState, "[optimizer, kept past it]");
+  // The rest of what was there before (1024 - 512 B): unknown in a training trace.
+  int unknownBefore = 0;
+  for (const auto& [address, tag] : tags)
+    if (tag == std::make_pair(Category::kUnknown, std::string("[before the trace]")))
+      ++unknownBefore;
+  EXPECT_EQ(unknownBefore, 1);
+  EXPECT_EQ(r->preexistingBytes, 1024);
+  EXPECT_EQ(r->allocatedAtEndBytes, 1024 - 512 + 512 + 64);
+  EXPECT_EQ(liveAtEnd(*r), r->allocatedAtEndBytes);
+}
+
+TEST(KinetoTrace, AForwardOnlyTraceKeepsItsWeights) {
+  // Steps without a backward: what was there before the trace and stays is the model's weights.
+  const std::string trace = R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1,
+     "ts": 10.5, "dur": 20.25},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 11, "dur": 5},
+    {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 12,
+     "args": {"Device Type": 1, "Device Id": 0, "Addr": 7, "Bytes": 100,
+              "Total Allocated": 1100, "Total Reserved": 2048}}]})";
+  absl::StatusOr<ImportedRecording> r = importKinetoTrace(trace);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto tags = tagsByAddress(*r);
+  int weights = 0;
+  for (const auto& [address, tag] : tags) weights += tag.first == Category::kWeight;
+  EXPECT_EQ(weights, 1);
+  EXPECT_EQ(tags.at(7),
+            std::make_pair(Category::kActivation, std::string("[forward, kept past it]")));
+  std::vector<int64_t> stepTimes;
+  for (const ImportEvent& e : r->events)
+    if (e.kind == ImportEvent::Kind::kStepBegin || e.kind == ImportEvent::Kind::kStepEnd)
+      stepTimes.push_back(e.tsNs);
+  EXPECT_EQ(stepTimes, (std::vector<int64_t>{10'500, 30'750}));  // fractional us, exact
+}
+
 TEST(KinetoTrace, SaysWhatIsWrong) {
   EXPECT_EQ(importKinetoTrace("{").status().message(), "not valid JSON");
   EXPECT_EQ(importKinetoTrace("{\"x\": 1}").status().message(),
