@@ -276,6 +276,19 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
                   out->mutable_peak());
     out->mutable_peak()->set_offset_ns(it->second->state.tsNs - startTs);
   }
+  // What the caching allocator reserved at each step's peak (as GetBreakdown gives it).
+  std::vector<v1::Breakdown*> replayed;
+  std::vector<uint64_t> seqs;
+  for (v1::StepSummary& st : *response->mutable_steps()) {
+    if (st.peak().summarized()) continue;
+    replayed.push_back(st.mutable_peak());
+    seqs.push_back(st.peak().seq());
+  }
+  const bool hostOnly = device->kind == core::DeviceFilter::Kind::kHost;
+  auto reserved = Store::countersAt(m_dbPath, id, "reserved_bytes", seqs);
+  for (size_t k = 0; k < replayed.size(); ++k)
+    replayed[k]->set_reserved_bytes(
+        !hostOnly && reserved.ok() && (*reserved)[k].has_value() ? *(*reserved)[k] : -1);
   return grpc::Status::OK;
 }
 

@@ -713,15 +713,28 @@ absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string&
 
 absl::StatusOr<std::optional<int64_t>> Store::counterAt(const std::string& path, int64_t id,
                                                         const std::string& name, uint64_t seq) {
+  auto values = countersAt(path, id, name, {seq});
+  if (!values.ok()) return values.status();
+  return values->front();
+}
+
+absl::StatusOr<std::vector<std::optional<int64_t>>> Store::countersAt(
+    const std::string& path, int64_t id, const std::string& name,
+    const std::vector<uint64_t>& seqs) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare(
       "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
       "s.iid = c.name_id WHERE c.session_id = ?1 AND s.value = ?2 AND c.seq <= ?3 "
       "ORDER BY c.seq DESC LIMIT 1");
-  st.bind(1, id).bind(2, name).bind(3, s64(seq));
-  if (!st.step()) return std::optional<int64_t>();
-  return std::optional<int64_t>(st.columnInt(0));
+  std::vector<std::optional<int64_t>> out;
+  out.reserve(seqs.size());
+  for (uint64_t seq : seqs) {
+    st.bind(1, id).bind(2, name).bind(3, s64(seq));
+    out.push_back(st.step() ? std::optional<int64_t>(st.columnInt(0)) : std::nullopt);
+    st.reset();
+  }
+  return out;
 }
 
 absl::StatusOr<int64_t> Store::createAppliedPlan(const AppliedPlanRow& r) {

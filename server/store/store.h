@@ -298,6 +298,10 @@ class Store {
   // The last value of the counter `name` at or before seq, or nullopt when it has none.
   static absl::StatusOr<std::optional<int64_t>> counterAt(const std::string& path, int64_t id,
                                                           const std::string& name, uint64_t seq);
+  // The same at each of seqs (one read of the store).
+  static absl::StatusOr<std::vector<std::optional<int64_t>>> countersAt(
+      const std::string& path, int64_t id, const std::string& name,
+      const std::vector<uint64_t>& seqs);
   // The plans sent to a session, oldest first.
   static absl::StatusOr<std::vector<AppliedPlanRow>> appliedPlans(const std::string& path,
                                                                   int64_t id);

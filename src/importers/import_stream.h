@@ -8,6 +8,10 @@
 
 namespace tidemark::core {
 
+// The largest block an imported file may hold: 4 TiB, more than any device or host gives one
+// allocation; a larger size is a corrupt file, refused.
+constexpr int64_t kMaxImportedBlockBytes = int64_t{1} << 42;
+
 // A recording made by another tool, turned into tidemark's events in time order: what
 // `tidemark import` sends to tidemarkd through the Ingest API, as if an agent had recorded it.
 struct ImportEvent {

@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -282,10 +283,16 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       const int64_t type = intArg(*a, "Device Type", 0);
       const int64_t dev = type == 0 ? -1 : intArg(*a, "Device Id", 0);
       if (dev != device) continue;
+      // A size that is not a whole number of bytes an int64 holds is a corrupt event.
+      auto b = a->find("Bytes");
+      if (b != a->end() && b->is_number() && !b->is_number_integer() &&
+          !(b->get<double>() > -9e18 && b->get<double>() < 9e18))
+        return absl::InvalidArgumentError(absl::StrCat("trace: absurd [memory] size ", b->dump()));
       const int64_t bytes = intArg(*a, "Bytes", 0);
       if (bytes == 0) continue;
-      if (bytes > (int64_t{1} << 50) || bytes < -(int64_t{1} << 50))
-        return absl::InvalidArgumentError(absl::StrCat("trace: absurd [memory] size ", bytes));
+      if (bytes > kMaxImportedBlockBytes || bytes < -kMaxImportedBlockBytes)
+        return absl::InvalidArgumentError(
+            absl::StrCat("trace: absurd [memory] size ", bytes, " (at most 4 TiB a block)"));
       int64_t tsNs = 0;
       if (!toNs(*tsIt, &tsNs))
         return absl::InvalidArgumentError("trace: a [memory] event has an absurd timestamp");
@@ -399,6 +406,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     int64_t freeNs = 0;
   };
   std::vector<Block> blocks;
+  std::vector<int64_t> blockBytes;                      // per block
   std::unordered_map<int64_t, size_t> live;             // address -> its block
   std::map<int64_t, std::vector<uint64_t>> liveBySize;  // 2021 schema: size -> addresses
   struct Before {
@@ -410,7 +418,33 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
   int64_t order = 0, allocatedAtStart = -1, maxTotal = -1, maxReserved = -1;
   std::vector<Sortable> memEvents;
   int64_t lastReserved = -1;
+  // Repeated events (a trace merged twice, say) would count memory twice: an alloc of an address
+  // live with that size, a free of an address already freed; without Addr, the previous event
+  // again (same moment, size, thread and Total Allocated). Left out, and said.
+  std::unordered_set<int64_t> freedInTrace;
+  int64_t repeated = 0;
+  const Mem* previous = nullptr;
   for (const Mem& m : memory) {
+    const Mem* last = previous;
+    previous = &m;
+    if (m.addr >= 0) {
+      auto l = live.find(m.addr);
+      const bool again = m.bytes > 0 ? l != live.end() && blockBytes[l->second] == m.bytes
+                                     : l == live.end() && freedInTrace.count(m.addr) > 0;
+      if (again) {
+        ++repeated;
+        continue;
+      }
+      if (m.bytes > 0)
+        freedInTrace.erase(m.addr);
+      else
+        freedInTrace.insert(m.addr);
+    } else if (last != nullptr && m.totalAllocated >= 0 && m.tsNs == last->tsNs &&
+               m.bytes == last->bytes && m.thread == last->thread &&
+               m.totalAllocated == last->totalAllocated) {
+      ++repeated;
+      continue;
+    }
     if (allocatedAtStart < 0 && m.totalAllocated >= 0)
       allocatedAtStart = m.totalAllocated - m.bytes;
     maxTotal = std::max(maxTotal, m.totalAllocated);
@@ -425,6 +459,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       if (m.addr < 0) liveBySize[m.bytes].push_back(address);
       live[static_cast<int64_t>(address)] = blocks.size();
       blocks.push_back({order, m.thread, m.tsNs});
+      blockBytes.push_back(m.bytes);
       ev.kind = ImportEvent::Kind::kAlloc;
       ev.address = address;
       ev.sizeBytes = static_cast<uint64_t>(m.bytes);
@@ -463,6 +498,10 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       memEvents.push_back({c.tsNs, 3, 2 * order++, c});
     }
   }
+  if (repeated > 0)
+    out.notes.push_back(absl::StrCat(repeated,
+                                     " [memory] events repeat the one before them (the same "
+                                     "address and size): left out"));
   // Each block's category, from the phases of its alloc and free, tagged right after its alloc.
   {
     std::vector<Sortable> tags;

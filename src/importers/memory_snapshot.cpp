@@ -152,7 +152,7 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
       return absl::InvalidArgumentError("memory snapshot: a segment is not a dict");
     const auto device = static_cast<int32_t>(seg->get("device") ? seg->get("device")->asInt() : 0);
     const int64_t total = seg->get("total_size") ? seg->get("total_size")->asInt() : 0;
-    if (total < 0 || total > (int64_t{1} << 50))
+    if (total < 0 || total > kMaxImportedBlockBytes)
       return absl::InvalidArgumentError(
           absl::StrCat("memory snapshot: absurd segment size ", total));
     reserved += total;
@@ -209,7 +209,7 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
         en.action = std::string(e->get("action") ? e->get("action")->asString() : "");
         en.address = e->get("addr") ? static_cast<uint64_t>(e->get("addr")->asInt()) : 0;
         const int64_t size = e->get("size") ? e->get("size")->asInt() : 0;
-        if (size < 0 || size > (int64_t{1} << 50))
+        if (size < 0 || size > kMaxImportedBlockBytes)
           return absl::InvalidArgumentError(absl::StrCat("memory snapshot: absurd size ", size));
         en.size = static_cast<uint64_t>(size);
         en.stream = e->get("stream") ? static_cast<uint64_t>(e->get("stream")->asInt()) : 0;
@@ -232,6 +232,32 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
   std::stable_sort(entries.begin(), entries.end(),
                    [](const Entry& a, const Entry& b) { return a.timeUs < b.timeUs; });
 
+  // Repeated entries (a trace merged twice, say) would count memory twice: an alloc of an address
+  // open with that size, a completed free of an address already freed. Left out, and said.
+  {
+    std::map<std::pair<int32_t, uint64_t>, std::pair<bool, uint64_t>> last;  // open?, size
+    size_t kept = 0, repeated = 0;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      Entry& e = entries[k];
+      const bool alloc = e.action == "alloc", freed = e.action == "free_completed";
+      if (alloc || freed) {
+        auto [it, first] = last.try_emplace({e.device, e.address}, alloc, e.size);
+        if (!first &&
+            (alloc ? it->second.first && it->second.second == e.size : !it->second.first)) {
+          ++repeated;
+          continue;
+        }
+        it->second = {alloc, e.size};
+      }
+      if (kept != k) entries[kept] = std::move(e);
+      ++kept;
+    }
+    entries.resize(kept);
+    if (repeated > 0)
+      out.notes.push_back(absl::StrCat(repeated,
+                                       " trace entries repeat the one before them (the "
+                                       "same address and size): left out"));
+  }
   // A completed free without frames was requested by the code of its request.
   {
     std::map<std::pair<int32_t, uint64_t>, StackPhase> requested;

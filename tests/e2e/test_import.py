@@ -213,6 +213,11 @@ class ImportRealTest(unittest.TestCase):
                         # The peak query reports the reserved bytes at the peak too.
                         reserved = self.daemon.cli_json("breakdown", sid)["reserved_bytes"]
                         self.assertTrue(peak <= reserved <= fact["gpu_max_total_reserved"])
+                        # And so does each step's peak in `steps`.
+                        for st in self.daemon.cli_json("steps", sid)["steps"]:
+                            self.assertTrue(st["peak"]["tracked_bytes"]
+                                            <= st["peak"]["reserved_bytes"]
+                                            <= fact["gpu_max_total_reserved"], st["step"])
                     else:  # the 2021 schema: deltas only
                         self.assertEqual(peak - info["preexisting_bytes"],
                                          fact["gpu_replayed_peak_delta_bytes"])

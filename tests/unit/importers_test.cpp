@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "src/importers/kineto_trace.h"
 #include "src/importers/memory_snapshot.h"
@@ -264,6 +266,64 @@ TEST(KinetoTrace, AForwardOnlyTraceKeepsItsWeights) {
     if (e.kind == ImportEvent::Kind::kStepBegin || e.kind == ImportEvent::Kind::kStepEnd)
       stepTimes.push_back(e.tsNs);
   EXPECT_EQ(stepTimes, (std::vector<int64_t>{10'500, 30'750}));  // fractional us, exact
+}
+
+// The allocs and frees of `r`, in order (what a doubled file must not change).
+std::vector<std::tuple<ImportEvent::Kind, uint64_t, uint64_t>> memoryEvents(
+    const ImportedRecording& r) {
+  std::vector<std::tuple<ImportEvent::Kind, uint64_t, uint64_t>> out;
+  for (const ImportEvent& e : r.events)
+    if (e.kind == ImportEvent::Kind::kAlloc || e.kind == ImportEvent::Kind::kFree)
+      out.emplace_back(e.kind, e.address, e.sizeBytes);
+  return out;
+}
+
+bool saysRepeated(const ImportedRecording& r) {
+  for (const std::string& n : r.notes)
+    if (n.find("repeat the one before them") != std::string::npos) return true;
+  return false;
+}
+
+TEST(MemorySnapshot, RepeatedEntriesAreLeftOutAndSaid) {
+  // training_step_doubled.pickle: training_step.pickle with every trace entry written twice.
+  absl::StatusOr<ImportedRecording> once =
+      importMemorySnapshot(corpus("pickle/training_step.pickle"));
+  absl::StatusOr<ImportedRecording> twice =
+      importMemorySnapshot(corpus("pickle/training_step_doubled.pickle"));
+  ASSERT_TRUE(once.ok() && twice.ok());
+  EXPECT_EQ(memoryEvents(*twice), memoryEvents(*once));
+  EXPECT_TRUE(saysRepeated(*twice));
+  EXPECT_FALSE(saysRepeated(*once));
+}
+
+TEST(KinetoTrace, RepeatedEventsAreLeftOutAndSaid) {
+  const std::string text = corpus("kineto/training_step.json");
+  nlohmann::json doubled = nlohmann::json::parse(text);
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : doubled["traceEvents"]) {
+    events.push_back(e);
+    if (e["name"] == "[memory]") events.push_back(e);
+  }
+  doubled["traceEvents"] = events;
+  absl::StatusOr<ImportedRecording> once = importKinetoTrace(text);
+  absl::StatusOr<ImportedRecording> twice = importKinetoTrace(doubled.dump());
+  ASSERT_TRUE(once.ok() && twice.ok());
+  EXPECT_EQ(memoryEvents(*twice), memoryEvents(*once));
+  EXPECT_TRUE(saysRepeated(*twice));
+  EXPECT_FALSE(saysRepeated(*once));
+}
+
+TEST(KinetoTrace, AbsurdSizesAreErrors) {
+  auto withBytes = [](const std::string& bytes) {
+    return R"({"traceEvents": [{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1,
+               "args": {"Device Type": 1, "Device Id": 0, "Addr": 7, "Bytes": )" +
+           bytes + "}}]}";
+  };
+  EXPECT_TRUE(importKinetoTrace(withBytes("4398046511104")).ok());               // 4 TiB
+  EXPECT_EQ(importKinetoTrace(withBytes("562949953421312")).status().message(),  // 2^49
+            "trace: absurd [memory] size 562949953421312 (at most 4 TiB a block)");
+  EXPECT_EQ(importKinetoTrace(withBytes("1e30")).status().message(),
+            "trace: absurd [memory] size 1e+30");
 }
 
 TEST(KinetoTrace, SaysWhatIsWrong) {
