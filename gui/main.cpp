@@ -10,6 +10,7 @@
 
 #include "gui/client/daemon_client.h"
 #include "gui/widgets/main_window.h"
+#include "server/store_file_server.h"
 #include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
 
@@ -46,7 +47,12 @@ int main(int argc, char** argv) {
       QStringLiteral("device"),
       QStringLiteral("Whose memory to show: all (host and GPUs, default), cpu, cuda or cuda:N."),
       QStringLiteral("device"));
-  parser.addOptions({server, session, budget, screenshot, tab, device});
+  const QCommandLineOption db(
+      QStringLiteral("db"),
+      QStringLiteral("Read the store file <file> directly, without a daemon (one tidemarkd wrote, "
+                     "running or not); nothing is written to it."),
+      QStringLiteral("file"));
+  parser.addOptions({server, session, budget, screenshot, tab, device, db});
   parser.process(app);
 
   auto fail = [](const QString& message) {
@@ -76,7 +82,21 @@ int main(int argc, char** argv) {
   const std::string address = parser.isSet(server) ? parser.value(server).toStdString()
                               : (env && *env)      ? std::string(env)
                                                    : tidemark::base::defaultDaemonAddress();
-  tidemark::gui::MainWindow window(std::make_shared<tidemark::gui::DaemonClient>(address));
+  std::shared_ptr<tidemark::gui::DaemonClient> client;
+  std::unique_ptr<tidemark::server::StoreFileServer> file;
+  if (parser.isSet(db)) {
+    if (parser.isSet(server)) return fail(QStringLiteral("--db and --server: one or the other"));
+    const std::string path = parser.value(db).toStdString();
+    auto opened = tidemark::server::StoreFileServer::open(path);
+    if (!opened.ok())
+      return fail(QStringLiteral("--db %1").arg(
+          QString::fromStdString(std::string(opened.status().message()))));
+    file = std::move(*opened);
+    client = std::make_shared<tidemark::gui::DaemonClient>("file:" + path, file->channel());
+  } else {
+    client = std::make_shared<tidemark::gui::DaemonClient>(address);
+  }
+  tidemark::gui::MainWindow window(client);
   window.setBudgetPercent(budgetPercent);
   window.setDevice(deviceName == "all" ? std::string() : deviceName);
   const bool steps = tabName == QStringLiteral("steps");

@@ -61,3 +61,7 @@ wait $JOB
 cat "$DEMO/live.out"
 echo; echo "== tidemark plan-check $LIVE   (predicted against measured)"
 "$BIN/tidemark" plan-check "$LIVE"
+echo
+echo "== the recording stays in $DEMO/tidemark.db once this demo's daemon stops; open it with"
+echo "   $BIN/tidemark-gui --db $DEMO/tidemark.db --open $SESSION"
+echo "   $BIN/tidemark --db $DEMO/tidemark.db breakdown $SESSION"

@@ -123,10 +123,10 @@ absl::Status Server::start() {
   // Sessions left live by the previous run wait for their agents to resume them.
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;
   m_control = std::make_unique<ControlService>(*m_writer, m_agents, *m_access);
-  m_query = std::make_unique<QueryService>(m_options.dbPath, *m_writer, m_agents, *m_access,
+  m_query = std::make_unique<QueryService>(m_options.dbPath, m_writer.get(), m_agents, *m_access,
                                            shares.queryBlocks);
-  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, *m_writer, m_agents, *m_access,
-                                               shares.queryBlocks);
+  m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, m_writer.get(), m_agents,
+                                               *m_access, shares.queryBlocks);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // Listeners accepts the plain connections, learns who is at the other end, and hands them over;

@@ -9,6 +9,10 @@
 #include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
 
+namespace grpc {
+class Channel;
+}
+
 namespace tidemark::gui {
 
 // Plain answers of tidemarkd for the GUI (no Qt, no protobuf in its interface). Every call blocks
@@ -84,6 +88,8 @@ struct ParetoData {
 class DaemonClient {
  public:
   explicit DaemonClient(std::string address);
+  // Over a channel already made: a store file's (tidemark-gui --db FILE), named `label`.
+  DaemonClient(std::string label, std::shared_ptr<grpc::Channel> channel);
   ~DaemonClient();
   const std::string& address() const { return m_address; }
 
@@ -108,6 +114,7 @@ class DaemonClient {
   struct Stubs;
   std::string m_address;
   std::string m_channelError;  // why no channel could be made ("": it was)
+  bool m_inProcess = false;    // a store file read in this process: no daemon to vet
   std::unique_ptr<Stubs> m_stubs;
 };
 

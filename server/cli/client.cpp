@@ -3,6 +3,7 @@
 
 #include "client/channel.h"
 #include "server/cli/own_daemon.h"
+#include "server/store_file_server.h"
 #include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
 
@@ -14,6 +15,18 @@
 namespace tidemark::cli {
 
 std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode) {
+  if (!g.dbFile.empty()) {
+    // One in-process server over the file for the whole command, left to the process's exit.
+    static auto* file = new absl::StatusOr<std::unique_ptr<server::StoreFileServer>>(
+        server::StoreFileServer::open(g.dbFile));
+    if (!file->ok()) {
+      std::fprintf(stderr, "tidemark: --db %s\n", std::string(file->status().message()).c_str());
+      *exitCode = file->status().code() == absl::StatusCode::kPermissionDenied ? kExitRefused
+                                                                               : kExitUnreachable;
+      return nullptr;
+    }
+    return (**file)->channel();
+  }
   const bool tls = !g.tlsCa.empty() || !std::string(base::env("TIDEMARK_TLS_CA")).empty();
   if (const std::string why = base::untrustedDaemon(g.server, tls); !why.empty()) {
     std::fprintf(stderr, "tidemark: not talking to the daemon at %s: %s\n", g.server.c_str(),

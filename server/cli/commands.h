@@ -23,6 +23,8 @@ struct GlobalOptions {
   std::string tlsCa;
   std::string tlsCert;
   std::string tlsKey;
+  // --db FILE: a store file read in this process instead of a daemon ("": talk to g.server).
+  std::string dbFile;
 };
 
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);

@@ -11,7 +11,7 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: tidemark [--server ADDR] COMMAND [ARGS]
+constexpr const char* kUsage = R"(usage: tidemark [--server ADDR | --db FILE] COMMAND [ARGS]
 
 Memory profiler and recompute advisor for training jobs.
 
@@ -50,6 +50,10 @@ options (every command):
                   your own daemon's socket, unix:$XDG_RUNTIME_DIR/tidemark/tidemarkd.sock or
                   unix:~/.cache/tidemark/tidemarkd.sock, started on demand); only a daemon run
                   by you or root is sent anything
+  --db FILE       read the store file FILE directly, no daemon (one a tidemarkd wrote, running
+                  or not; by default ~/.local/share/tidemark/tidemark.db): every command that
+                  reads (sessions, breakdown, peak, timeline, steps, ops, export, diff, plan,
+                  chain, pareto, plan-check); nothing is written to it
   --token-file F  present the token in file F (default $TIDEMARK_TOKEN, or the file named by
                   $TIDEMARK_TOKEN_FILE): for a daemon that requires one (docs/security.md)
   --tls-ca F      talk TLS to the daemon, its certificate checked against the CA in PEM file F
@@ -97,6 +101,14 @@ int main(int argc, char** argv) {
       g.server = argv[++i];
     } else if (a.rfind("--server=", 0) == 0) {
       g.server = a.substr(9);
+    } else if (a == "--db") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tidemark: --db needs a store file\n");
+        return kExitUsage;
+      }
+      g.dbFile = argv[++i];
+    } else if (a.rfind("--db=", 0) == 0) {
+      g.dbFile = a.substr(5);
     } else if (a == "--token-file") {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "tidemark: --token-file needs a file\n");
@@ -136,6 +148,18 @@ int main(int argc, char** argv) {
   if (command.empty()) {
     std::fputs(kUsage, stderr);
     return kExitUsage;
+  }
+  // A store file is only read: what records, steers or writes needs a running daemon.
+  static const char* const kNeedsDaemon[] = {"run",    "attach", "detach", "import",
+                                             "upload", "delete", "apply",  "token"};
+  if (!g.dbFile.empty()) {
+    for (const char* c : kNeedsDaemon) {
+      if (command != c) continue;
+      std::fprintf(stderr,
+                   "tidemark %s: needs a running tidemarkd; --db %s only reads a store file\n", c,
+                   g.dbFile.c_str());
+      return kExitUsage;
+    }
   }
   if (command == "run") return runCommand(g, args);
   if (command == "sessions") return sessionsCommand(g, args);

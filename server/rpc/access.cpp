@@ -59,18 +59,34 @@ std::optional<std::string> presentedToken(const grpc::ServerContext& ctx) {
 
 Access::Access(const PeerRegistry& peers, const TokenBook& tokens, std::string dbPath,
                uid_t storeOwner, std::optional<gid_t> allowGroup, bool requireToken)
-    : m_peers(peers),
-      m_tokens(tokens),
+    : m_peers(&peers),
+      m_tokens(&tokens),
       m_dbPath(std::move(dbPath)),
       m_storeOwner(storeOwner),
       m_allowGroup(allowGroup),
       m_requireToken(requireToken) {}
 
+Access::Access(std::string dbPath)
+    : m_fileReader(true), m_dbPath(std::move(dbPath)), m_storeOwner(::geteuid()) {}
+
+std::unique_ptr<Access> Access::fileReader(std::string dbPath) {
+  return std::unique_ptr<Access>(new Access(std::move(dbPath)));
+}
+
 absl::StatusOr<Caller> Access::caller(const grpc::ServerContext& ctx, const char* what,
                                       unsigned need) const {
   Caller c;
+  if (m_fileReader) {
+    if ((kRead & need) != need)
+      return absl::FailedPreconditionError(std::string(what) +
+                                           ": a store file opened with --db is only read; "
+                                           "this needs a running tidemarkd");
+    c.uid = m_storeOwner;
+    c.roles = kRead;
+    return c;
+  }
   if (const std::optional<std::string> secret = presentedToken(ctx)) {
-    const std::optional<TokenGrant> grant = m_tokens.find(*secret);
+    const std::optional<TokenGrant> grant = m_tokens->find(*secret);
     if (!grant) {
       return refuse(ctx, absl::UnauthenticatedError(
                              std::string(what) +
@@ -94,7 +110,7 @@ absl::StatusOr<Caller> Access::caller(const grpc::ServerContext& ctx, const char
                            ": this tidemarkd requires a token (set TIDEMARK_TOKEN or pass "
                            "--token-file; its owner makes them with `tidemark token create`)"));
   }
-  const std::optional<Peer> peer = m_peers.of(ctx);
+  const std::optional<Peer> peer = m_peers->of(ctx);
   if (!peer || !peer->uid) {
     return refuse(
         ctx, absl::UnauthenticatedError(
@@ -112,7 +128,10 @@ absl::StatusOr<Caller> Access::caller(const grpc::ServerContext& ctx, const char
 
 absl::StatusOr<uid_t> Access::administrator(const grpc::ServerContext& ctx,
                                             const char* what) const {
-  const std::optional<Peer> peer = m_peers.of(ctx);
+  if (m_fileReader)
+    return absl::FailedPreconditionError(std::string(what) +
+                                         ": tokens are a running tidemarkd's; not for --db");
+  const std::optional<Peer> peer = m_peers->of(ctx);
   if (!peer || !peer->uid) {
     return refuse(ctx, absl::UnauthenticatedError(
                            std::string(what) +
@@ -129,7 +148,7 @@ absl::StatusOr<uid_t> Access::administrator(const grpc::ServerContext& ctx,
 }
 
 bool Access::seesAll(uid_t uid) const {
-  if (uid == 0) return true;
+  if (uid == 0 || m_fileReader) return true;
   if (!m_allowGroup) return false;
   // The caller's groups as the system knows them (supplementary ones included).
   std::vector<char> buffer(16384);
@@ -178,7 +197,7 @@ grpc::Status Access::check(const grpc::ServerContext& ctx, int64_t session, cons
 }
 
 absl::Status Access::refuse(const grpc::ServerContext& ctx, absl::Status why) const {
-  const std::optional<Peer> peer = m_peers.of(ctx);
+  const std::optional<Peer> peer = m_peers ? m_peers->of(ctx) : std::nullopt;
   std::string who = peer ? peer->address : ctx.peer();
   if (peer && peer->pid > 0) who += ", pid " + std::to_string(peer->pid);
   if (peer && peer->uid) who += ", uid " + std::to_string(*peer->uid);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +43,9 @@ class Access {
  public:
   Access(const PeerRegistry& peers, const TokenBook& tokens, std::string dbPath, uid_t storeOwner,
          std::optional<gid_t> allowGroup, bool requireToken);
+  // A store file read in this process (tidemark --db FILE): the file's permissions decided who
+  // reads it, so its reader (this process's uid) reads every session in it, and nothing else.
+  static std::unique_ptr<Access> fileReader(std::string dbPath);
 
   // The caller, if it may do `need` (a Role); UNAUTHENTICATED or PERMISSION_DENIED saying why.
   absl::StatusOr<Caller> caller(const grpc::ServerContext& ctx, const char* what,
@@ -62,8 +66,11 @@ class Access {
  private:
   absl::Status refuse(const grpc::ServerContext& ctx, absl::Status why) const;
 
-  const PeerRegistry& m_peers;
-  const TokenBook& m_tokens;
+  Access(std::string dbPath);  // fileReader's
+
+  const PeerRegistry* m_peers = nullptr;  // nullptr for a file reader
+  const TokenBook* m_tokens = nullptr;
+  bool m_fileReader = false;
   std::string m_dbPath;
   uid_t m_storeOwner;
   std::optional<gid_t> m_allowGroup;

@@ -18,7 +18,7 @@ namespace tidemark::server {
 // only gets when they are freed or the session ends.
 class AdvisorService final : public v1::Advisor::Service {
  public:
-  AdvisorService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access,
+  AdvisorService(std::string dbPath, StoreWriter* writer, LiveAgents& agents, const Access& access,
                  int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
       : m_dbPath(std::move(dbPath)),
         m_writer(writer),
@@ -40,7 +40,7 @@ class AdvisorService final : public v1::Advisor::Service {
   absl::StatusOr<core::Recording> loadRecording(int64_t session);
 
   std::string m_dbPath;
-  StoreWriter& m_writer;
+  StoreWriter* m_writer;  // nullptr: a store file read without a daemon
   LiveAgents& m_agents;
   const Access& m_access;
   int64_t m_maxLoadedBlocks;

@@ -16,7 +16,7 @@ namespace tidemark::server {
 // so queries run beside the writer under WAL).
 class QueryService final : public v1::Query::Service {
  public:
-  QueryService(std::string dbPath, StoreWriter& writer, LiveAgents& agents, const Access& access,
+  QueryService(std::string dbPath, StoreWriter* writer, LiveAgents& agents, const Access& access,
                int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
       : m_dbPath(dbPath),
         m_loader(std::move(dbPath), writer, agents, maxLoadedBlocks),

@@ -24,7 +24,8 @@ absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
         (info->analyzed ? "" : " (once analyzed: see tidemark sessions)"));
   }
   // Rows the ingest handed to the writer before the snapshot are committed before the read.
-  if (open) m_writer.submit([](Store&) { return absl::OkStatus(); }).get().IgnoreError();
+  if (open && m_writer)
+    m_writer->submit([](Store&) { return absl::OkStatus(); }).get().IgnoreError();
   auto rec = Store::loadRecording(m_dbPath, session);
   if (!rec.ok() || !open) return rec;
   // A block freed between the snapshot and the read is in both: keep the stored row.

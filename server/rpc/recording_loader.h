@@ -25,7 +25,7 @@ class RecordingLoader {
   // How long a load of a live session waits for its handler to hand over the rows taken since
   // its last checkpoint (it does at its next message: the agent writes every ~100 ms).
   static constexpr std::chrono::milliseconds kRowsWait{2000};
-  RecordingLoader(std::string dbPath, StoreWriter& writer, LiveAgents& agents,
+  RecordingLoader(std::string dbPath, StoreWriter* writer, LiveAgents& agents,
                   int64_t maxBlocks = kDefaultMaxBlocks)
       : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents), m_maxBlocks(maxBlocks) {}
 
@@ -33,7 +33,7 @@ class RecordingLoader {
 
  private:
   std::string m_dbPath;
-  StoreWriter& m_writer;
+  StoreWriter* m_writer;  // nullptr: a store file read without a daemon
   LiveAgents& m_agents;
   int64_t m_maxBlocks;
 };
