@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/cli/client.h"
-#include "server/cli/commands.h"
-#include "server/cli/install_paths.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/install_paths.h"
 #include "src/base/daemon_address.h"
 #include "src/inject/attach.h"
 

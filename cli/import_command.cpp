@@ -11,9 +11,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "server/cli/client.h"
-#include "server/cli/commands.h"
-#include "server/cli/format.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
 #include "server/rpc/ingest_service.h"
 #include "src/advisor/planner.h"
 #include "src/importers/kineto_trace.h"

@@ -7,7 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "server/cli/commands.h"
+#include "cli/commands.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
 namespace tidemark::cli {

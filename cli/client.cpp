@@ -1,8 +1,8 @@
 // What every client command shares: the channel, deadlines, error reporting, argument parsing.
-#include "server/cli/client.h"
+#include "cli/client.h"
 
+#include "cli/own_daemon.h"
 #include "client/channel.h"
-#include "server/cli/own_daemon.h"
 #include "server/store_file_server.h"
 #include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"

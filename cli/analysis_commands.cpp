@@ -3,10 +3,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/cli/client.h"
-#include "server/cli/commands.h"
-#include "server/cli/format.h"
-#include "server/cli/render.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/render.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
 namespace tidemark::cli {

@@ -1,9 +1,9 @@
 // Rendering of query results shared by several commands.
-#include "server/cli/render.h"
+#include "cli/render.h"
 
 #include <cstdio>
 
-#include "server/cli/format.h"
+#include "cli/format.h"
 
 namespace tidemark::cli {
 

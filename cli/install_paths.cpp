@@ -1,4 +1,4 @@
-#include "server/cli/install_paths.h"
+#include "cli/install_paths.h"
 
 #include <limits.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "server/cli/commands.h"
+#include "cli/commands.h"
 #include "src/base/daemon_address.h"
 
 namespace {

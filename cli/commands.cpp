@@ -1,5 +1,5 @@
 // The query commands of the CLI: each is a gRPC call and a rendering (table or --json).
-#include "server/cli/commands.h"
+#include "cli/commands.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,9 +8,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "agent/transport/spool.h"
-#include "server/cli/client.h"
-#include "server/cli/format.h"
-#include "server/cli/render.h"
+#include "cli/client.h"
+#include "cli/format.h"
+#include "cli/render.h"
 #include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"

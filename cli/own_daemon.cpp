@@ -1,4 +1,4 @@
-#include "server/cli/own_daemon.h"
+#include "cli/own_daemon.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "server/cli/install_paths.h"
+#include "cli/install_paths.h"
 #include "src/base/daemon_address.h"
 #include "src/base/unix_address.h"
 

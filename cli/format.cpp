@@ -1,4 +1,4 @@
-#include "server/cli/format.h"
+#include "cli/format.h"
 
 #include <cstdio>
 #include <ctime>

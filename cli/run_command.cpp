@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "server/cli/commands.h"
-#include "server/cli/install_paths.h"
-#include "server/cli/own_daemon.h"
+#include "cli/commands.h"
+#include "cli/install_paths.h"
+#include "cli/own_daemon.h"
 #include "src/core/capture_schedule.h"
 #include "src/inject/elf_file.h"
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <thread>
 
-#include "server/cli/client.h"
-#include "server/cli/commands.h"
-#include "server/cli/format.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
 #include "tidemark/v1/advisor.grpc.pb.h"

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "server/cli/client.h"
-#include "server/cli/commands.h"
-#include "server/cli/format.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
 #include "tidemark/v1/admin.grpc.pb.h"
 
 namespace tidemark::cli {
