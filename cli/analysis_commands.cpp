@@ -1,4 +1,5 @@
 // `tidemark timeline` and `tidemark peak`: the analysis queries.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -46,7 +47,8 @@ std::string itemsJson(const google::protobuf::RepeatedPtrField<v1::PeakItem>& it
            jsonString(v1::Category_Name(it.category()).substr(9)) +  // drop "CATEGORY_"
            ", \"bytes\": " + std::to_string(it.bytes()) +
            ", \"blocks\": " + std::to_string(it.blocks()) +
-           (it.rule().empty() ? "" : ", \"rule\": " + jsonString(it.rule())) + "}";
+           (it.rule().empty() ? "" : ", \"rule\": " + jsonString(it.rule())) +
+           (it.address() == 0 ? "" : ", \"address\": " + std::to_string(it.address())) + "}";
   }
   return out + "]";
 }
@@ -54,15 +56,20 @@ std::string itemsJson(const google::protobuf::RepeatedPtrField<v1::PeakItem>& it
 void printItems(const char* title, const google::protobuf::RepeatedPtrField<v1::PeakItem>& items,
                 int limit) {
   if (items.empty()) return;
+  const bool tensors = !items.Get(0).rule().empty();
   std::printf("\n%-60s %12s %-17s %7s %s\n", title, "BYTES", "CATEGORY", "BLOCKS",
-              items.Get(0).rule().empty() ? "" : "RULE");
+              tensors ? "RULE          ADDRESS (tidemark block)" : "");
   for (int i = 0; i < items.size() && i < limit; ++i) {
     const v1::PeakItem& it = items.Get(i);
     std::string name = it.name();
     if (name.size() > 60) name = "..." + name.substr(name.size() - 57);
-    std::printf("%-60s %12s %-17s %7lld %s\n", name.c_str(), humanBytes(it.bytes()).c_str(),
+    std::printf("%-60s %12s %-17s %7lld %s", name.c_str(), humanBytes(it.bytes()).c_str(),
                 v1::Category_Name(it.category()).substr(9).c_str(),
                 static_cast<long long>(it.blocks()), it.rule().c_str());
+    if (tensors && it.address() != 0)
+      std::printf("%*s0x%llx", std::max(1, 14 - static_cast<int>(it.rule().size())), "",
+                  static_cast<unsigned long long>(it.address()));
+    std::printf("\n");
   }
 }
 

@@ -48,6 +48,7 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int importCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int blockCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int detachCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int tokenCommand(const GlobalOptions& g, const std::vector<std::string>& args);

@@ -161,6 +161,10 @@ v1::Event toEvent(const core::ImportEvent& e, uint64_t seq,
     case core::ImportEvent::Kind::kStepEnd:
       ev.mutable_step_end()->set_step(e.step);
       break;
+    case core::ImportEvent::Kind::kStack:
+      ev.mutable_stack()->set_address(e.address);
+      ev.mutable_stack()->set_frames_iid(intern(e.name));
+      break;
     case core::ImportEvent::Kind::kCounter:
       ev.mutable_counter()->set_name_iid(intern(e.name));
       ev.mutable_counter()->set_value(e.value);

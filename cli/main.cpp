@@ -28,6 +28,7 @@ commands:
   timeline SESSION [--from T --to T] [--buckets N] [--device D] [--json]
                                           memory over time, per category (min/max/last)
   steps SESSION [--device D] [--json]     every step's time and peak by category, compared
+  block SESSION ADDRESS [--json]          a block's history: allocation, stack, tags, free
   ops SESSION [--json]                    time per module: calls, total and self
   export SESSION [--format chrome] [-o FILE]
                                           a Chrome trace for Perfetto / chrome://tracing
@@ -52,8 +53,8 @@ options (every command):
                   by you or root is sent anything
   --db FILE       read the store file FILE directly, no daemon (one a tidemarkd wrote, running
                   or not; by default ~/.local/share/tidemark/tidemark.db): every command that
-                  reads (sessions, breakdown, peak, timeline, steps, ops, export, diff, plan,
-                  chain, pareto, plan-check); nothing is written to it
+                  reads (sessions, breakdown, peak, timeline, steps, block, ops, export, diff,
+                  plan, chain, pareto, plan-check); nothing is written to it
   --token-file F  present the token in file F (default $TIDEMARK_TOKEN, or the file named by
                   $TIDEMARK_TOKEN_FILE): for a daemon that requires one (docs/security.md)
   --tls-ca F      talk TLS to the daemon, its certificate checked against the CA in PEM file F
@@ -178,6 +179,7 @@ int main(int argc, char** argv) {
   if (command == "delete") return deleteCommand(g, args);
   if (command == "plan-check") return planCheckCommand(g, args);
   if (command == "import") return importCommand(g, args);
+  if (command == "block") return blockCommand(g, args);
   if (command == "attach") return attachCommand(g, args);
   if (command == "detach") return detachCommand(g, args);
   if (command == "token") return tokenCommand(g, args);

@@ -303,6 +303,16 @@ void SessionIngest::release(const v1::Event& e) {
       m_rows.eventsStored += 1;
       break;
     }
+    case v1::Event::kStack: {
+      StackRow row;
+      row.seq = e.seq();
+      row.tsNs = e.ts_ns();
+      row.address = e.stack().address();
+      row.framesIid = e.stack().frames_iid();
+      m_rows.stacks.push_back(row);
+      m_rows.eventsStored += 1;
+      break;
+    }
     case v1::Event::kLaunch: {
       LaunchRow row;
       row.seq = e.seq();

@@ -89,7 +89,8 @@ class SessionIngest {
       analysis += c.samples.size() * sizeof(core::TimelineSample);
     for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.size();
     return analysis + m_rows.blocks.size() * sizeof(BlockRow) +
-           m_rows.tags.size() * sizeof(TagRow) + m_rows.counters.size() * sizeof(CounterRow) +
+           m_rows.tags.size() * sizeof(TagRow) + m_rows.stacks.size() * sizeof(StackRow) +
+           m_rows.counters.size() * sizeof(CounterRow) +
            m_rows.launches.size() * sizeof(LaunchRow) +
            (m_rows.scopes.size() + m_rows.phases.size()) * sizeof(IntervalRow);
   }

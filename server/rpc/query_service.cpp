@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/step_figures.h"
 #include "server/store/store.h"
@@ -401,7 +403,10 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
       out->set_category(static_cast<v1::Category>(static_cast<int>(it.category)));
       out->set_bytes(it.bytes);
       out->set_blocks(it.blocks);
-      if (list == &peak->tensors) out->set_rule(std::string(core::ruleName(it.rule)));
+      if (list == &peak->tensors) {
+        out->set_rule(std::string(core::ruleName(it.rule)));
+        out->set_address(it.address);
+      }
     }
   }
   return grpc::Status::OK;
@@ -608,6 +613,82 @@ grpc::Status QueryService::GetDiff(grpc::ServerContext* ctx, const v1::DiffReque
   }
   response->set_steps_a(stepsA);
   response->set_steps_b(stepsB);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// The innermost scope of `list` open on `thread` at seq (nullptr: none).
+const core::ScopeInterval* innermostOn(const std::vector<core::ScopeInterval>& list,
+                                       uint32_t thread, uint64_t seq) {
+  const core::ScopeInterval* found = nullptr;
+  for (const core::ScopeInterval& s : list)
+    if (s.threadId == thread && s.contains(seq) && (!found || s.beginSeq > found->beginSeq))
+      found = &s;
+  return found;
+}
+
+}  // namespace
+
+grpc::Status QueryService::GetBlock(grpc::ServerContext* ctx, const v1::BlockRequest* request,
+                                    v1::BlockHistory* response) {
+  if (grpc::Status denied =
+          m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetBlock", kRead);
+      !denied.ok())
+    return denied;
+  const auto id = static_cast<int64_t>(request->session_id());
+  auto session = Store::getSession(m_dbPath, id);
+  if (!session.ok()) return toGrpc(session.status());
+  auto rec = m_loader.load(id);
+  if (!rec.ok()) return toGrpc(rec.status());
+  rec->sortBySeq();
+  const std::vector<core::BlockCategory> cats = core::categorize(*rec);
+  auto stacks = Store::loadStacks(m_dbPath, id, request->address());
+  if (!stacks.ok()) return toGrpc(stacks.status());
+  response->set_session_id(request->session_id());
+  for (size_t i = 0; i < rec->blocks.size(); ++i) {
+    const core::Block& b = rec->blocks[i];
+    if (b.address != request->address()) continue;
+    v1::BlockLife* out = response->add_blocks();
+    out->set_address(b.address);
+    out->set_size_bytes(b.sizeBytes);
+    out->set_kind(static_cast<v1::MemoryKind>(static_cast<int>(b.kind)));
+    out->set_device(b.device);
+    out->set_thread_id(b.threadId);
+    out->set_alloc_seq(b.allocSeq);
+    out->set_alloc_ts_ns(b.allocTsNs);
+    out->set_alloc_offset_ns(b.allocTsNs - session->header.startTsNs);
+    out->set_freed(!b.live());
+    if (!b.live()) {
+      out->set_free_seq(b.freeSeq);
+      out->set_free_ts_ns(b.freeTsNs);
+    }
+    const core::StepInterval* step = rec->stepAt(b.allocSeq);
+    out->set_step(step ? step->step : -1);
+    if (const core::PhaseInterval* p = rec->phaseAt(b.allocSeq))
+      out->set_phase(std::string(core::phaseName(p->phase)));
+    if (const auto* m = innermostOn(rec->scopes, b.threadId, b.allocSeq)) out->set_module(m->name);
+    if (const auto* o = innermostOn(rec->ops, b.threadId, b.allocSeq)) out->set_op(o->name);
+    out->set_category(static_cast<v1::Category>(static_cast<int>(cats[i].category)));
+    out->set_rule(std::string(core::ruleName(cats[i].rule)));
+    for (const core::Tag& t : rec->tags) {
+      if (t.address != b.address || t.seq < b.allocSeq || t.seq >= b.freeSeq) continue;
+      v1::BlockTag* tag = out->add_tags();
+      tag->set_seq(t.seq);
+      tag->set_ts_ns(t.tsNs);
+      tag->set_category(static_cast<v1::Category>(static_cast<int>(t.category)));
+      tag->set_name(t.name);
+    }
+    for (const auto& [seq, text] : *stacks) {
+      if (seq < b.allocSeq || seq >= b.freeSeq) continue;
+      for (absl::string_view line : absl::StrSplit(text, '\n')) out->add_frames(std::string(line));
+      break;  // the first: its allocation's
+    }
+  }
+  if (response->blocks_size() == 0)
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("session ", id, " held no block at 0x", absl::Hex(request->address())));
   return grpc::Status::OK;
 }
 

@@ -43,6 +43,8 @@ class QueryService final : public v1::Query::Service {
                        v1::Diff* response) override;
   grpc::Status GetScopes(grpc::ServerContext*, const v1::ScopesRequest* request,
                          v1::Scopes* response) override;
+  grpc::Status GetBlock(grpc::ServerContext*, const v1::BlockRequest* request,
+                        v1::BlockHistory* response) override;
 
  private:
   grpc::Status breakdown(const v1::BreakdownRequest* request, v1::Breakdown* response);

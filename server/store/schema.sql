@@ -77,6 +77,18 @@ CREATE TABLE IF NOT EXISTS tag (
 );
 CREATE INDEX IF NOT EXISTS tag_by_session ON tag (session_id, seq);
 
+-- Allocation stacks: "the block at address, at seq, was allocated from frames_id" (a string:
+-- one frame per line, innermost first).
+CREATE TABLE IF NOT EXISTS stack (
+  id INTEGER PRIMARY KEY,
+  session_id INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  ts_ns INTEGER NOT NULL,
+  address INTEGER NOT NULL,
+  frames_id INTEGER NOT NULL            -- string.iid
+);
+CREATE INDEX IF NOT EXISTS stack_by_address ON stack (session_id, address, seq);
+
 -- Counters beside the blocks (e.g. "reserved_bytes" of an imported snapshot or trace).
 CREATE TABLE IF NOT EXISTS counter (
   session_id INTEGER NOT NULL,
@@ -262,6 +274,7 @@ CREATE TABLE IF NOT EXISTS peak_item (
   rule INTEGER NOT NULL,                -- what decided a tensor's category (categorize.h)
   bytes INTEGER NOT NULL,
   blocks INTEGER NOT NULL,
+  address INTEGER,                      -- a tensor's block (schema version 4)
   PRIMARY KEY (session_id, step, kind, rank)
 ) WITHOUT ROWID;
 

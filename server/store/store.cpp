@@ -149,6 +149,16 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
                                              " to schema version 3: " + std::string(s.message()));
       }
     }
+    if (found < 4) {
+      // 4: the peak's tensors keep their block's address.
+      if (auto s =
+              store->m_db.exec("BEGIN IMMEDIATE; ALTER TABLE peak_item ADD COLUMN address INTEGER; "
+                               "UPDATE meta SET value = '4' WHERE key = 'schema_version'; COMMIT;");
+          !s.ok()) {
+        return absl::FailedPreconditionError("cannot migrate " + path +
+                                             " to schema version 4: " + std::string(s.message()));
+      }
+    }
   } else {
     if (auto s = store->m_db.exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
                                   std::to_string(kSchemaVersion) + "')");
@@ -243,6 +253,17 @@ absl::Status Store::writeRows(const SessionRows& r) {
     m_insertTag.bind(1, sid).bind(2, s64(t.seq)).bind(3, t.tsNs).bind(4, s64(t.address));
     m_insertTag.bind(5, s64(t.sizeBytes)).bind(6, t.category).bind(7, t.nameIid);
     if (auto s = m_insertTag.run(); !s.ok()) return s;
+  }
+  if (!r.stacks.empty()) {
+    // Imported recordings only: prepared per batch rather than kept.
+    Statement ins = m_db.prepare(
+        "INSERT INTO stack(session_id, seq, ts_ns, address, frames_id) VALUES (?1, ?2, ?3, ?4, "
+        "?5)");
+    for (const StackRow& st : r.stacks) {
+      ins.bind(1, sid).bind(2, s64(st.seq)).bind(3, st.tsNs).bind(4, s64(st.address));
+      ins.bind(5, st.framesIid);
+      if (auto s = ins.run(); !s.ok()) return s;
+    }
   }
   if (!r.counters.empty()) {
     // Rare (imported recordings): prepared per batch rather than kept.
@@ -510,8 +531,8 @@ absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakRepo
       "INSERT INTO peak_category(session_id, step, category, bytes, blocks) "
       "VALUES (?1, ?2, ?3, ?4, ?5)");
   Statement item = m_db.prepare(
-      "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks, rule) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+      "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks, rule, "
+      "address) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   for (const core::PeakReport& p : peaks) {
     peak.bind(1, sid).bind(2, p.step).bind(3, s64(p.state.seq)).bind(4, p.state.tsNs);
     peak.bind(5, p.state.trackedBytes).bind(6, p.phase).bind(7, p.scope);
@@ -528,7 +549,7 @@ absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakRepo
         const core::PeakItem& it = (*list)[r];
         item.bind(1, sid).bind(2, p.step).bind(3, kind).bind(4, static_cast<int64_t>(r));
         item.bind(5, it.name).bind(6, static_cast<int>(it.category)).bind(7, it.bytes);
-        item.bind(8, it.blocks).bind(9, static_cast<int>(it.rule));
+        item.bind(8, it.blocks).bind(9, static_cast<int>(it.rule)).bind(10, s64(it.address));
         if (auto s = item.run(); !s.ok()) return s;
       }
     }
@@ -569,7 +590,7 @@ namespace {
 // The tables holding a session's raw events besides its blocks (what retention drops first):
 // large ones, deleted a slice at a time by rowid, and small ones.
 constexpr const char* kRawRowTables[] = {
-    "tag", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
+    "tag", "stack", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
 constexpr const char* kRawSmallTables[] = {"string", "block_category", "ingest_checkpoint"};
 // What remains of a pruned session, dropped with it.
 constexpr const char* kSummaryTables[] = {"step", "step_figure",   "stat",      "timeline_chunk",
@@ -711,6 +732,19 @@ absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string&
   return ids;
 }
 
+absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> Store::loadStacks(
+    const std::string& path, int64_t id, uint64_t address) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT k.seq, s.value FROM stack k JOIN string s ON s.session_id = k.session_id AND "
+      "s.iid = k.frames_id WHERE k.session_id = ?1 AND k.address = ?2 ORDER BY k.seq");
+  st.bind(1, id).bind(2, s64(address));
+  std::vector<std::pair<uint64_t, std::string>> out;
+  while (st.step()) out.emplace_back(static_cast<uint64_t>(st.columnInt(0)), st.columnText(1));
+  return out;
+}
+
 absl::StatusOr<std::optional<int64_t>> Store::counterAt(const std::string& path, int64_t id,
                                                         const std::string& name, uint64_t seq) {
   auto values = countersAt(path, id, name, {seq});
@@ -821,9 +855,14 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     p.state.bytes[core::categoryIndex(*c)] = cats.columnInt(1);
     p.state.blocks[core::categoryIndex(*c)] = cats.columnInt(2);
   }
-  Statement items = db.prepare(
-      "SELECT kind, name, category, bytes, blocks, rule FROM peak_item WHERE session_id = ?1 AND "
-      "step = ?2 ORDER BY kind, rank");
+  // A store of schema version 3 read without a daemon (--db) has no addresses.
+  Statement hasAddress =
+      db.prepare("SELECT count(*) FROM pragma_table_info('peak_item') WHERE name = 'address'");
+  const bool addresses = hasAddress.step() && hasAddress.columnInt(0) > 0;
+  Statement items =
+      db.prepare(std::string("SELECT kind, name, category, bytes, blocks, rule, ") +
+                 (addresses ? "address" : "0") +
+                 " FROM peak_item WHERE session_id = ?1 AND step = ?2 ORDER BY kind, rank");
   items.bind(1, id).bind(2, step);
   while (items.step()) {
     core::PeakItem it;
@@ -833,6 +872,7 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     it.bytes = items.columnInt(3);
     it.blocks = items.columnInt(4);
     it.rule = static_cast<core::CategoryRule>(items.columnInt(5));
+    it.address = u64(items.columnInt(6));
     const std::string kind = items.columnText(0);
     (kind == "module" ? p.modules : kind == "op" ? p.ops : p.tensors).push_back(std::move(it));
   }

@@ -14,7 +14,8 @@
 
 namespace tidemark::server {
 
-inline constexpr int kSchemaVersion = 3;  // 2: session.owner_uid; 3: raw_pruned_wall_ns
+// 2: session.owner_uid; 3: raw_pruned_wall_ns; 4: peak_item.address
+inline constexpr int kSchemaVersion = 4;
 
 struct SessionHeader {
   std::string name;
@@ -67,6 +68,13 @@ struct LaunchRow {
   int64_t tsNs = 0;
   uint32_t threadId = 0;
   uint32_t correlationId = 0;
+};
+
+struct StackRow {
+  uint64_t seq = 0;
+  int64_t tsNs = 0;
+  uint64_t address = 0;
+  uint32_t framesIid = 0;
 };
 
 struct TagRow {
@@ -122,6 +130,7 @@ struct SessionRows {
   std::vector<std::pair<uint32_t, std::string>> strings;
   std::vector<BlockRow> blocks;
   std::vector<TagRow> tags;
+  std::vector<StackRow> stacks;
   std::vector<CounterRow> counters;
   std::vector<LaunchRow> launches;
   std::vector<IntervalRow> scopes;
@@ -135,9 +144,9 @@ struct SessionRows {
   int64_t eventsReceived = 0;  // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
-    return strings.empty() && blocks.empty() && tags.empty() && counters.empty() &&
-           launches.empty() && scopes.empty() && phases.empty() && steps.empty() &&
-           stepFigures.empty() && timelineChunks.empty() && blockCodes.empty() &&
+    return strings.empty() && blocks.empty() && tags.empty() && stacks.empty() &&
+           counters.empty() && launches.empty() && scopes.empty() && phases.empty() &&
+           steps.empty() && stepFigures.empty() && timelineChunks.empty() && blockCodes.empty() &&
            eventsReceived == 0 && eventsStored == 0;
   }
 };
@@ -295,6 +304,9 @@ class Store {
   // step: that step's only.
   static absl::StatusOr<std::vector<StepFigureRow>> loadStepFigures(
       const std::string& path, int64_t id, std::optional<int64_t> step = std::nullopt);
+  // The allocation stacks recorded at `address` (seq, frames text), in sequence order.
+  static absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> loadStacks(
+      const std::string& path, int64_t id, uint64_t address);
   // The last value of the counter `name` at or before seq, or nullopt when it has none.
   static absl::StatusOr<std::optional<int64_t>> counterAt(const std::string& path, int64_t id,
                                                           const std::string& name, uint64_t seq);

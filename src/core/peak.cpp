@@ -144,6 +144,7 @@ void PeakItemsBuilder::add(const std::string* moduleScope, const std::string* op
   t.rule = rule;
   t.bytes = size;
   t.blocks = 1;
+  t.address = address;
   m_tensors.push_back(std::move(t));
   // Only the largest are reported: keep the list short as it grows.
   if (m_tensors.size() >= 2 * kKeepTensors) {

@@ -19,6 +19,7 @@ struct PeakItem {
   CategoryRule rule = CategoryRule::kUntagged;  // for tensors: what decided the category
   int64_t bytes = 0;
   int64_t blocks = 0;
+  uint64_t address = 0;  // a tensor's: its block's (tidemark block SESSION ADDRESS)
 };
 
 struct PeakReport {

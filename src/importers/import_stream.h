@@ -15,7 +15,17 @@ constexpr int64_t kMaxImportedBlockBytes = int64_t{1} << 42;
 // A recording made by another tool, turned into tidemark's events in time order: what
 // `tidemark import` sends to tidemarkd through the Ingest API, as if an agent had recorded it.
 struct ImportEvent {
-  enum class Kind { kAlloc, kFree, kTag, kScopeBegin, kScopeEnd, kStepBegin, kStepEnd, kCounter };
+  enum class Kind {
+    kAlloc,
+    kFree,
+    kTag,
+    kScopeBegin,
+    kScopeEnd,
+    kStepBegin,
+    kStepEnd,
+    kCounter,
+    kStack,  // name: the allocating frames, one per line, innermost first
+  };
   Kind kind = Kind::kAlloc;
   int64_t tsNs = 0;
   uint32_t thread = 0;
@@ -28,7 +38,7 @@ struct ImportEvent {
   bool kernel = false;                     // scopes: a GPU kernel (thread = its stream)
   int64_t step = 0;
   int64_t value = 0;  // kCounter (name: "reserved_bytes")
-  std::string name;   // tag, scope
+  std::string name;   // tag, scope, stack
 };
 
 struct ImportedRecording {

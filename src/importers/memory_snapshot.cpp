@@ -120,6 +120,29 @@ std::string label(const std::string& rule, const std::vector<Frame>& frames) {
   return absl::StrCat("[", rule, "]", where.empty() ? "" : " ", where);
 }
 
+// Frames as a Stack event carries them: one per line, innermost first, "name (file:line)". The
+// Python frames, which say where in the training code the block came from; the C++ frames below
+// them (the unwinder, the caching allocator, the op's dispatch) are counted on a last line. A
+// stack without Python frames (autograd's engine thread) keeps its C++ frames. At most 64 lines.
+std::string stackText(const std::vector<Frame>& frames) {
+  std::vector<const Frame*> shown;
+  for (const Frame& f : frames)
+    if (endsWith(f.filename, ".py")) shown.push_back(&f);
+  if (shown.empty())
+    for (const Frame& f : frames) shown.push_back(&f);
+  std::string out;
+  size_t n = 0;
+  for (const Frame* f : shown) {
+    if (n == 64) break;
+    absl::StrAppend(&out, f->name.empty() ? "??" : f->name, " (",
+                    f->filename.empty() ? "??" : f->filename, ":", f->line, ")\n");
+    ++n;
+  }
+  if (frames.size() > n) absl::StrAppend(&out, "(and ", frames.size() - n, " more frames)\n");
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
 struct LiveBlock {
   uint64_t size = 0;
   std::vector<Frame> frames;
@@ -361,6 +384,12 @@ absl::StatusOr<ImportedRecording> importMemorySnapshot(std::string_view bytes) {
 
   auto emitAlloc = [&](const ImportEvent& a, const Verdict& v, const std::vector<Frame>& frames) {
     out.events.push_back(a);
+    if (!frames.empty()) {
+      ImportEvent st = a;
+      st.kind = ImportEvent::Kind::kStack;
+      st.name = stackText(frames);
+      out.events.push_back(std::move(st));
+    }
     if (v.rule.empty()) return;
     ImportEvent t = a;
     t.kind = ImportEvent::Kind::kTag;

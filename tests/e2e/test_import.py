@@ -139,6 +139,22 @@ class ImportRealTest(unittest.TestCase):
                 self.assertGreaterEqual(at["OPTIMIZER_STATE"], cats["OPTIMIZER_STATE"]["bytes"])
                 self.assertLessEqual(at["OPTIMIZER_STATE"],
                                      cats["OPTIMIZER_STATE"]["bytes"] + 2 * largest)
+                # Each tensor at the peak names its block, whose history has its stack.
+                top = self.daemon.cli_json("peak", str(info["session"]))["tensors"]
+                state = next(t for t in top if t["category"] == "OPTIMIZER_STATE"
+                             and t["name"].startswith("[frames:optimizer]"))
+                life = self.daemon.cli_json("block", str(info["session"]),
+                                            hex(state["address"]))["blocks"]
+                self.assertEqual(len(life), 1)
+                self.assertEqual(life[0]["category"], "OPTIMIZER_STATE")
+                self.assertEqual(life[0]["size_bytes"], state["bytes"])
+                self.assertFalse(life[0]["freed"])  # alive at the dump
+                self.assertTrue(life[0]["frames"][0].startswith("step ("), life[0]["frames"])
+                self.assertTrue(any("nsys_profile.py" in f for f in life[0]["frames"]))
+                self.assertEqual([t["name"] for t in life[0]["tags"]], [state["name"]])
+                r = self.daemon.cli("block", str(info["session"]), "0x10", check=False)
+                self.assertEqual(r.returncode, 1)
+                self.assertIn("held no block at 0x10", r.stderr)
                 # One recorded step is one step (not the 24 layers' repetitions).
                 steps = self.daemon.cli_json("steps", str(info["session"]))["steps"]
                 self.assertEqual(len(steps), 1, [s["step"] for s in steps])

@@ -34,7 +34,7 @@ class StoreFileTest(unittest.TestCase):
         cls.answers = {what: daemon.cli_json(*args) for what, args in (
             ("sessions", ("sessions",)), ("breakdown", ("breakdown", cls.sid)),
             ("steps", ("steps", cls.sid)), ("peak", ("peak", cls.sid)),
-            ("ops", ("ops", cls.sid)))}
+            ("ops", ("ops", cls.sid)), ("block", ("block", cls.sid, "102")))}
         daemon.stop()
         cls.db = os.path.join(cls.dir, "store.db")
         shutil.copy(daemon.db, cls.db)  # the daemon's WAL is checkpointed into it at its stop
@@ -48,7 +48,7 @@ class StoreFileTest(unittest.TestCase):
     def test_reads_answer_as_the_daemon_did(self):
         for what, args in (("sessions", ("sessions",)), ("breakdown", ("breakdown", self.sid)),
                            ("steps", ("steps", self.sid)), ("peak", ("peak", self.sid)),
-                           ("ops", ("ops", self.sid))):
+                           ("ops", ("ops", self.sid)), ("block", ("block", self.sid, "102"))):
             with self.subTest(command=what):
                 r = tidemark("--db", self.db, *args, "--json")
                 self.assertEqual(r.returncode, 0, r.stderr)

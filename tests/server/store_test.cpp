@@ -130,6 +130,41 @@ TEST(StoreTest, AStoreFromANewerTidemarkIsRefused) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StoreTest, AVersion3StoreIsReadAndMigrated) {
+  // Version 3's peak_item had no address column: read without a daemon (--db), its tensors have
+  // none; opened by a tidemarkd, it is migrated to version 4.
+  const auto dir = tempPath("v3");
+  const std::string db = (dir / "store.db").string();
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)
+                    ->exec("DROP TABLE peak_item; CREATE TABLE peak_item (session_id INTEGER NOT "
+                           "NULL, step INTEGER NOT NULL, kind TEXT NOT NULL, rank INTEGER NOT "
+                           "NULL, name TEXT NOT NULL, category INTEGER NOT NULL, rule INTEGER NOT "
+                           "NULL, bytes INTEGER NOT NULL, blocks INTEGER NOT NULL, PRIMARY KEY "
+                           "(session_id, step, kind, rank)) WITHOUT ROWID; "
+                           "INSERT INTO peak(session_id, step, seq, ts_ns, tracked_bytes, phase, "
+                           "scope) VALUES (1, -1, 5, 50, 100, '', ''); "
+                           "INSERT INTO peak_item VALUES (1, -1, 'tensor', 0, 'w', 1, 1, 100, 1); "
+                           "UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+                    .ok());
+  }
+  auto old = Store::readPeak(db, 1, -1);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(old->tensors.size(), 1u);
+  EXPECT_EQ(old->tensors[0].address, 0u);
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->exec("UPDATE peak_item SET address = 4096").ok());
+  }
+  auto migrated = Store::readPeak(db, 1, -1);
+  ASSERT_TRUE(migrated.ok()) << migrated.status();
+  EXPECT_EQ(migrated->tensors[0].address, 4096u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StoreTest, AFileThatIsNotADatabaseIsRefused) {
   const auto dir = tempPath("junk");
   std::filesystem::create_directories(dir);

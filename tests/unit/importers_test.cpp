@@ -175,6 +175,14 @@ TEST(MemorySnapshot, OneTrainingStepIsExplained) {
   is(0x7000, Category::kOptimizerState, "[frames:optimizer]");
   is(0x8000, Category::kTemporary, "[frames:optimizer]");
   is(0x9000, Category::kActivation, "[frames:forward]");
+  // Each alloc with frames carries its stack: the Python frames, innermost first.
+  std::map<uint64_t, std::string> stacks;
+  for (const ImportEvent& e : r->events)
+    if (e.kind == ImportEvent::Kind::kStack) stacks[e.address] = e.name;
+  EXPECT_EQ(stacks[0x4000], "forward (model.py:1)\ntrain (train.py:1)");
+  EXPECT_EQ(stacks[0x6000],
+            "backward (_tensor.py:1)\ntrain (train.py:1)\n(and 2 more frames)");  // C++ ones
+  EXPECT_EQ(stacks.count(0x1000), 0u);  // from before the trace: no frames
   // One step: from the trace's start to the optimizer's last entry (the free at 0x8000), before
   // the next forward.
   std::vector<std::pair<ImportEvent::Kind, int64_t>> marks;
