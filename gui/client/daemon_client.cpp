@@ -149,7 +149,8 @@ absl::StatusOr<Moment> DaemonClient::peak(uint64_t session, const std::string& d
   for (const v1::PeakItem& it : resp.modules())
     m.modules.push_back({it.name(), v1::Category_Name(it.category()).substr(9), it.bytes()});
   for (const v1::PeakItem& it : resp.tensors())
-    m.tensors.push_back({it.name(), v1::Category_Name(it.category()).substr(9), it.bytes()});
+    m.tensors.push_back(
+        {it.name(), v1::Category_Name(it.category()).substr(9), it.bytes(), it.address()});
   return m;
 }
 
@@ -256,6 +257,23 @@ absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session) {
   for (const v1::ParetoPoint& p : resp.points())
     out.points.emplace_back(p.budget_bytes(), p.extra_ns());
   return out;
+}
+
+absl::StatusOr<std::vector<std::string>> DaemonClient::blockStack(uint64_t session,
+                                                                  uint64_t address, int64_t tsNs) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
+  grpc::ClientContext ctx;
+  deadline(ctx, 60);
+  v1::BlockRequest req;
+  req.set_session_id(session);
+  req.set_address(address);
+  v1::BlockHistory resp;
+  if (auto s = fromGrpc(m_stubs->query->GetBlock(&ctx, req, &resp)); !s.ok()) return s;
+  for (const v1::BlockLife& b : resp.blocks()) {
+    if (b.alloc_ts_ns() > tsNs || (b.freed() && b.free_ts_ns() <= tsNs)) continue;
+    return std::vector<std::string>(b.frames().begin(), b.frames().end());
+  }
+  return std::vector<std::string>();
 }
 
 absl::StatusOr<std::vector<PlanOutcome>> DaemonClient::planCheck(uint64_t session) {

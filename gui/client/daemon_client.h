@@ -31,6 +31,7 @@ struct Item {
   std::string name;
   std::string category;
   int64_t bytes = 0;
+  uint64_t address = 0;  // a tensor's block (0: not known)
 };
 
 struct Moment {
@@ -107,6 +108,10 @@ class DaemonClient {
   absl::StatusOr<ParetoData> pareto(uint64_t session);
   absl::StatusOr<uint64_t> apply(uint64_t session, const std::string& planJson);
   absl::StatusOr<std::vector<PlanOutcome>> planCheck(uint64_t session);
+  // The allocation stack of the block at `address` live at tsNs (innermost frame first; empty
+  // when the recording has none for it).
+  absl::StatusOr<std::vector<std::string>> blockStack(uint64_t session, uint64_t address,
+                                                      int64_t tsNs);
 
  private:
   // PERMISSION_DENIED when the daemon at the address is not run by this user or root.

@@ -15,6 +15,7 @@
 #include <QTabWidget>
 #include <QTimer>
 #include <QTreeWidget>
+#include <QTreeWidgetItemIterator>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -52,6 +53,9 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_inspector->setMinimumWidth(280);
   m_inspector->setObjectName(QStringLiteral("inspector"));
   m_inspector->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+  // A tensor row clicked: its block's allocation stack beneath it (where the recording has one).
+  connect(m_inspector, &QTreeWidget::itemClicked, this,
+          [this](QTreeWidgetItem* item, int) { showStack(item); });
 
   // The plan panel.
   auto* plan = new QWidget;
@@ -420,7 +424,46 @@ void MainWindow::compareSteps(int rowA, int rowB) {
       });
 }
 
+void MainWindow::showStack(QTreeWidgetItem* tensor) {
+  const uint64_t address = tensor->data(0, Qt::UserRole).toULongLong();
+  if (!m_current || address == 0 || tensor->childCount() > 0) return;
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  const int64_t at = m_shownTsNs;
+  // The row may be gone (another moment shown) when the answer comes: found again by address.
+  runAsync<absl::StatusOr<std::vector<std::string>>>(
+      this, [c = m_client, id, address, at] { return c->blockStack(id, address, at); },
+      [this, gen, address, at](absl::StatusOr<std::vector<std::string>> frames) {
+        if (gen != m_generation || at != m_shownTsNs) return;
+        QTreeWidgetItem* row = nullptr;
+        for (QTreeWidgetItemIterator it(m_inspector); *it; ++it)
+          if ((*it)->data(0, Qt::UserRole).toULongLong() == address) row = *it;
+        if (row == nullptr || row->childCount() > 0) return;
+        if (!frames.ok()) {
+          new QTreeWidgetItem(row, {q(std::string(frames.status().message())), QString()});
+        } else if (frames->empty()) {
+          new QTreeWidgetItem(row, {tr("no allocation stack recorded"), QString()});
+        } else {
+          auto* from = new QTreeWidgetItem(
+              row, {tr("allocated from (block 0x%1)").arg(address, 0, 16), QString()});
+          for (const std::string& f : *frames) {
+            // The file's last component on the row; the whole frame in its tooltip.
+            QString text = q(f);
+            const qsizetype open = text.lastIndexOf(QStringLiteral(" ("));
+            const qsizetype slash = text.lastIndexOf(QLatin1Char('/'));
+            if (open >= 0 && slash > open) text = text.left(open + 2) + text.mid(slash + 1);
+            auto* frame = new QTreeWidgetItem(from, {text, QString()});
+            frame->setToolTip(0, q(f));
+          }
+        }
+        row->setExpanded(true);
+        for (int i = 0; i < row->childCount(); ++i) row->child(i)->setExpanded(true);
+        emit stackReady();
+      });
+}
+
 void MainWindow::showMoment(const Moment& m, const QString& title) {
+  m_shownTsNs = m.tsNs;
   m_inspector->clear();
   auto* head = new QTreeWidgetItem(m_inspector, {title, bytes(m.trackedBytes)});
   if (!m.phase.empty() || !m.scope.empty())
@@ -436,9 +479,17 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
   auto list = [&](const QString& title, const std::vector<Item>& items) {
     if (items.empty()) return;
     auto* top = new QTreeWidgetItem(m_inspector, {title, QString()});
-    for (size_t i = 0; i < items.size() && i < 12; ++i)
-      new QTreeWidgetItem(top, {q(items[i].name) + QStringLiteral(" · ") + q(items[i].category),
-                                bytes(items[i].bytes)});
+    for (size_t i = 0; i < items.size() && i < 12; ++i) {
+      auto* row = new QTreeWidgetItem(
+          top,
+          {q(items[i].name) + QStringLiteral(" · ") + q(items[i].category), bytes(items[i].bytes)});
+      if (items[i].address != 0) {
+        row->setData(0, Qt::UserRole, QVariant::fromValue<qulonglong>(items[i].address));
+        row->setToolTip(0, tr("%1\nblock 0x%2: click for its allocation stack")
+                               .arg(q(items[i].name))
+                               .arg(items[i].address, 0, 16));
+      }
+    }
   };
   list(tr("By module"), m.modules);
   list(tr("By tensor"), m.tensors);

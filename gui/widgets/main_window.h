@@ -12,6 +12,7 @@ class QListWidget;
 class QPushButton;
 class QSlider;
 class QTabWidget;
+class QTreeWidgetItem;
 class QTimer;
 class QTreeWidget;
 
@@ -50,11 +51,13 @@ class MainWindow : public QMainWindow {
   void lanesReady();
   void planChecked();
   void comparisonReady();
+  void stackReady();  // a tensor row clicked in the inspector shows its allocation stack
 
  private:
   void openSession(uint64_t id);
   void loadTimeline();
   void inspect(int64_t tsNs);
+  void showStack(QTreeWidgetItem* tensor);
   void requestPlan();
   void applyPlan();
   void exportPng();
@@ -88,8 +91,9 @@ class MainWindow : public QMainWindow {
   std::optional<SessionRow> m_current;
   std::optional<PlanSummary> m_plan;
   int64_t m_storeAll = 0;
-  int m_generation = 0;  // answers for an older session or range are dropped
-  std::string m_device;  // whose memory (setDevice)
+  int m_generation = 0;     // answers for an older session or range are dropped
+  int64_t m_shownTsNs = 0;  // the moment the inspector shows
+  std::string m_device;     // whose memory (setDevice)
   QComboBox* m_deviceBox = nullptr;
   bool m_timelineLoaded = false;
   bool m_planLoaded = false;

@@ -156,6 +156,25 @@ class GuiInteractionTest(unittest.TestCase):
         finally:
             daemon.cleanup()
 
+    def test_tensor_stack_in_the_inspector(self):
+        """An imported snapshot: a click on a tensor at the peak shows its allocation stack."""
+        daemon = Daemon()
+        try:
+            snapshot = os.path.join(SOURCE, "tests", "fuzz", "corpus", "pickle",
+                                    "training_step.pickle")
+            sid = daemon.cli_json("import", snapshot)["session"]
+            daemon.wait_analyzed(sid)
+            env = dict(os.environ, TIDEMARK_SERVER=daemon.address,
+                       TIDEMARK_GUI_STACK_SESSION=str(sid))
+            r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
+                                os.path.join(BIN, "tidemark_gui_interaction_test"),
+                                "tensorStackInTheInspector"],
+                               capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("PASS   : GuiInteraction::tensorStackInTheInspector()", r.stdout)
+        finally:
+            daemon.cleanup()
+
     def test_apply_to_a_live_session(self):
         import time
         daemon = Daemon()

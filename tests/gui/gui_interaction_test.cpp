@@ -198,6 +198,47 @@ class GuiInteraction : public QObject {
       QCOMPARE(peakFor(QStringLiteral("cpu")), QStringLiteral("At the peak ") + peakOfAll);
     }
   }
+
+  // An imported snapshot (TIDEMARK_GUI_STACK_SESSION): clicking a tensor at the peak in the
+  // inspector shows its block's allocation stack beneath it, the Python frames innermost first.
+  void tensorStackInTheInspector() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_STACK_SESSION");
+    if (!server || !session) QSKIP("no TIDEMARK_GUI_STACK_SESSION (an imported snapshot)");
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QSignalSpy inspected(&w, &MainWindow::inspectorReady);
+    w.refreshSessions(std::strtoull(session, nullptr, 10));
+    QVERIFY(inspected.wait(30000));
+    auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
+    QVERIFY(inspector);
+    QTreeWidgetItem* tensors = nullptr;
+    for (int i = 0; i < inspector->topLevelItemCount(); ++i)
+      if (inspector->topLevelItem(i)->text(0) == QStringLiteral("By tensor"))
+        tensors = inspector->topLevelItem(i);
+    QVERIFY2(tensors && tensors->childCount() > 0, "no tensors at the peak");
+    // The gradient made in the backward: its stack ends in the training script.
+    QTreeWidgetItem* gradient = nullptr;
+    for (int i = 0; i < tensors->childCount(); ++i)
+      if (tensors->child(i)->text(0).startsWith(QStringLiteral("[frames:backward]")))
+        gradient = tensors->child(i);
+    QVERIFY2(gradient, "no gradient among the tensors");
+    QSignalSpy stacked(&w, &MainWindow::stackReady);
+    inspector->scrollToItem(gradient);
+    QTest::mouseClick(inspector->viewport(), Qt::LeftButton, {},
+                      inspector->visualItemRect(gradient).center());
+    QVERIFY(stacked.wait(30000));
+    QCOMPARE(gradient->childCount(), 1);
+    QTreeWidgetItem* from = gradient->child(0);
+    if (const char* shot = std::getenv("TIDEMARK_GUI_SHOT"))  // for docs/gui.md
+      QVERIFY(w.grab().save(QString::fromLocal8Bit(shot), "PNG"));
+    QVERIFY2(from->text(0).startsWith(QStringLiteral("allocated from (block 0x6000)")),
+             qPrintable(from->text(0)));
+    QVERIFY(from->childCount() >= 2);
+    QCOMPARE(from->child(0)->text(0), QStringLiteral("backward (_tensor.py:1)"));
+    QCOMPARE(from->child(1)->text(0), QStringLiteral("train (train.py:1)"));
+  }
 };
 
 QTEST_MAIN(GuiInteraction)
