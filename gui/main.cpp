@@ -15,6 +15,14 @@
 #include "src/core/device_filter.h"
 
 int main(int argc, char** argv) {
+  // --help and --version need no display: answered before a window system is looked for.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help" || a == "--help-all" || a == "-v" || a == "--version") {
+      setenv("QT_QPA_PLATFORM", "offscreen", 1);
+      break;
+    }
+  }
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("tidemark-gui"));
   QApplication::setApplicationVersion(QStringLiteral(TIDEMARK_VERSION));
@@ -122,8 +130,16 @@ int main(int argc, char** argv) {
     QObject::connect(&window, &tidemark::gui::MainWindow::timelineReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::planReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::comparisonReady, &window, check);
+    // Nothing to shoot: said on stderr, exit 2 at once (not after the 60 s wait).
+    QObject::connect(&window, &tidemark::gui::MainWindow::failed, &window, [](const QString& why) {
+      std::fprintf(stderr, "tidemark-gui: %s\n", qPrintable(why));
+      QApplication::exit(2);
+    });
     if (!open) QTimer::singleShot(1500, &window, shoot);
-    QTimer::singleShot(60000, &window, [] { QApplication::exit(2); });
+    QTimer::singleShot(60000, &window, [] {
+      std::fprintf(stderr, "tidemark-gui: nothing loaded within 60 s\n");
+      QApplication::exit(2);
+    });
   }
   return app.exec();
 }

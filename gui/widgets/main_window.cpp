@@ -165,9 +165,11 @@ void MainWindow::refreshSessions(std::optional<uint64_t> select) {
       this, [c = m_client] { return c->sessions(); },
       [this, select](absl::StatusOr<std::vector<SessionRow>> rows) {
         if (!rows.ok()) {
-          m_status->setText(
+          const QString why =
               tr("no tidemarkd at %1: %2")
-                  .arg(q(m_client->address()), q(std::string(rows.status().message()))));
+                  .arg(q(m_client->address()), q(std::string(rows.status().message())));
+          m_status->setText(why);
+          emit failed(why);
           return;
         }
         m_rows = std::move(*rows);
@@ -183,7 +185,15 @@ void MainWindow::refreshSessions(std::optional<uint64_t> select) {
           if (select && r.id == *select) selectRow = static_cast<int>(i);
         }
         m_status->setText(tr("%1 sessions").arg(m_rows.size()));
-        if (selectRow >= 0) m_sessions->setCurrentRow(selectRow);
+        if (selectRow >= 0) {
+          m_sessions->setCurrentRow(selectRow);
+        } else if (select) {
+          const QString why = tr("no session %1 at %2 (yours: tidemark sessions)")
+                                  .arg(*select)
+                                  .arg(q(m_client->address()));
+          m_status->setText(why);
+          emit failed(why);
+        }
       });
 }
 
@@ -248,7 +258,9 @@ void MainWindow::loadTimeline() {
       [this, gen, whole](absl::StatusOr<TimelineData> t) {
         if (gen != m_generation) return;
         if (!t.ok()) {
-          m_status->setText(tr("timeline: %1").arg(q(std::string(t.status().message()))));
+          const QString why = tr("timeline: %1").arg(q(std::string(t.status().message())));
+          m_status->setText(why);
+          emit failed(why);
           return;
         }
         if (whole && !m_timeline->range().zoomed()) {

@@ -52,6 +52,9 @@ class MainWindow : public QMainWindow {
   void planChecked();
   void comparisonReady();
   void stackReady();  // a tensor row clicked in the inspector shows its allocation stack
+  // What was asked for cannot be shown (no daemon, no such session, its timeline failed): said
+  // in the status bar too; the screenshot mode exits on it at once.
+  void failed(const QString& why);
 
  private:
   void openSession(uint64_t id);

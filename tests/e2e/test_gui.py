@@ -3,6 +3,7 @@ import os
 import struct
 import subprocess
 import tempfile
+import time
 import unittest
 import zlib
 
@@ -69,13 +70,39 @@ def screenshot(args, out):
 
 
 class GuiWindowTest(unittest.TestCase):
-    def test_window_renders_without_a_server(self):
-        out = os.path.join(tempfile.mkdtemp(prefix="tidemark-gui-"), "window.png")
-        r = screenshot(["--server", "127.0.0.1:1"], out)
+    def test_window_renders_an_empty_store(self):
+        daemon = Daemon()  # a store with no session yet, read as a file
+        daemon.stop()
+        out = os.path.join(daemon.dir, "window.png")
+        self.addCleanup(daemon.cleanup)
+        r = screenshot(["--db", daemon.db], out)
         self.assertEqual(r.returncode, 0, r.stderr)
         width, height, pixels = png_pixels(out)
         self.assertEqual((width, height), (1280, 800))
         self.assertGreater(len(pixels), 8)  # a window with text, not a blank one
+
+    def test_screenshot_mode_says_what_failed_at_once(self):
+        """No daemon, or no such session: the screenshot mode says so on stderr and exits 2
+        at once (it waited 60 s and said nothing)."""
+        daemon = Daemon()
+        try:
+            for args, says in ((["--server", "127.0.0.1:1", "--open", "1"], "no tidemarkd at"),
+                               (["--server", daemon.address, "--open", "99"], "no session 99")):
+                start = time.time()
+                r = screenshot(args, os.path.join(daemon.dir, "none.png"))
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertIn(says, r.stderr)
+                self.assertLess(time.time() - start, 45)  # not the 60 s wait
+        finally:
+            daemon.cleanup()
+
+    def test_help_needs_no_display(self):
+        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY",
+                                                                "QT_QPA_PLATFORM")}
+        r = subprocess.run([os.path.join(BIN, "tidemark-gui"), "--help"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--db <file>", r.stdout)
 
 
     def test_bad_options_are_refused_before_a_window_opens(self):
