@@ -32,6 +32,18 @@ void deadline(grpc::ClientContext& ctx, int seconds) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
 }
 
+SessionRow rowOf(const v1::SessionInfo& si) {
+  SessionRow r;
+  r.id = si.id();
+  r.name = si.name();
+  r.command = si.command_line();
+  r.live = si.state() == v1::SESSION_STATE_LIVE;
+  r.steps = si.steps();
+  r.startNs = si.start_ts_ns();
+  r.endNs = si.end_ts_ns();
+  return r;
+}
+
 Moment fromBreakdown(const v1::Breakdown& b) {
   Moment m;
   m.tsNs = b.ts_ns();
@@ -93,18 +105,19 @@ absl::StatusOr<std::vector<SessionRow>> DaemonClient::sessions() {
     req.set_page_token(resp.next_page_token());
   } while (req.page_token() != 0);
   std::vector<SessionRow> out;
-  for (const v1::SessionInfo& si : all) {
-    SessionRow r;
-    r.id = si.id();
-    r.name = si.name();
-    r.command = si.command_line();
-    r.live = si.state() == v1::SESSION_STATE_LIVE;
-    r.steps = si.steps();
-    r.startNs = si.start_ts_ns();
-    r.endNs = si.end_ts_ns();
-    out.push_back(std::move(r));
-  }
+  for (const v1::SessionInfo& si : all) out.push_back(rowOf(si));
   return out;
+}
+
+absl::StatusOr<SessionRow> DaemonClient::session(uint64_t id) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
+  grpc::ClientContext ctx;
+  deadline(ctx, 10);
+  v1::GetSessionRequest req;
+  req.set_session_id(id);
+  v1::SessionInfo resp;
+  if (auto s = fromGrpc(m_stubs->query->GetSession(&ctx, req, &resp)); !s.ok()) return s;
+  return rowOf(resp);
 }
 
 absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fromNs, int64_t toNs,

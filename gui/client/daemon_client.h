@@ -95,6 +95,7 @@ class DaemonClient {
   const std::string& address() const { return m_address; }
 
   absl::StatusOr<std::vector<SessionRow>> sessions();
+  absl::StatusOr<SessionRow> session(uint64_t id);
   // device: whose memory ("" all, "cpu", "cuda", "cuda:N"; the Query requests' device).
   absl::StatusOr<TimelineData> timeline(uint64_t session, int64_t fromNs, int64_t toNs, int buckets,
                                         const std::string& device = {});

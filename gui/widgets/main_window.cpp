@@ -145,6 +145,7 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_follow, &QTimer::timeout, this, [this] {
     loadTimeline();
     checkPlans();
+    followState();
   });
   connect(m_sessions, &QListWidget::currentRowChanged, this, [this](int row) {
     if (row >= 0 && row < static_cast<int>(m_rows.size()))
@@ -157,6 +158,14 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_steps, &QTreeWidget::itemSelectionChanged, this, &MainWindow::stepSelectionChanged);
   resize(1280, 800);
   requestPlan();  // labels the budget slider; plans come once a session is open
+}
+
+QString MainWindow::rowText(const SessionRow& r) const {
+  return tr("%1%2  %3 · %4 steps")
+      .arg(r.id)
+      .arg(r.live ? tr(" ● live") : QString())
+      .arg(q(r.name.empty() ? r.command.substr(0, 40) : r.name))
+      .arg(r.steps);
 }
 
 void MainWindow::refreshSessions(std::optional<uint64_t> select) {
@@ -177,11 +186,7 @@ void MainWindow::refreshSessions(std::optional<uint64_t> select) {
         int selectRow = -1;
         for (size_t i = 0; i < m_rows.size(); ++i) {
           const SessionRow& r = m_rows[i];
-          m_sessions->addItem(tr("%1%2  %3 · %4 steps")
-                                  .arg(r.id)
-                                  .arg(r.live ? tr(" ● live") : QString())
-                                  .arg(q(r.name.empty() ? r.command.substr(0, 40) : r.name))
-                                  .arg(r.steps));
+          m_sessions->addItem(rowText(r));
           if (select && r.id == *select) selectRow = static_cast<int>(i);
         }
         m_status->setText(tr("%1 sessions").arg(m_rows.size()));
@@ -194,6 +199,35 @@ void MainWindow::refreshSessions(std::optional<uint64_t> select) {
           m_status->setText(why);
           emit failed(why);
         }
+      });
+}
+
+// A followed session that has ended: its row, the Apply button and the figures say so at once.
+void MainWindow::followState() {
+  if (!m_current || !m_current->live) return;
+  const uint64_t id = m_current->id;
+  const int gen = m_generation;
+  runAsync<absl::StatusOr<SessionRow>>(
+      this, [c = m_client, id] { return c->session(id); },
+      [this, gen](absl::StatusOr<SessionRow> row) {
+        if (gen != m_generation || !row.ok() || row->live || !m_current->live) return;
+        m_current = *row;
+        m_follow->stop();
+        m_apply->setEnabled(false);
+        for (size_t i = 0; i < m_rows.size(); ++i) {
+          if (m_rows[i].id != row->id) continue;
+          m_rows[i] = *row;
+          if (QListWidgetItem* item = m_sessions->item(static_cast<int>(i)))
+            item->setText(rowText(*row));
+        }
+        m_status->setText(tr("session %1 ended").arg(row->id));
+        // Its final figures: the whole range, the peak, every step.
+        m_timeline->setLimits(row->startNs,
+                              row->endNs > row->startNs ? row->endNs : row->startNs + 1);
+        loadTimeline();
+        inspectPeak();
+        loadSteps();
+        emit sessionEnded();
       });
 }
 

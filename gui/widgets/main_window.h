@@ -55,12 +55,15 @@ class MainWindow : public QMainWindow {
   // What was asked for cannot be shown (no daemon, no such session, its timeline failed): said
   // in the status bar too; the screenshot mode exits on it at once.
   void failed(const QString& why);
+  void sessionEnded();  // the live session shown has ended (its state followed every second)
 
  private:
   void openSession(uint64_t id);
   void loadTimeline();
   void inspect(int64_t tsNs);
   void showStack(QTreeWidgetItem* tensor);
+  void followState();
+  QString rowText(const SessionRow& r) const;
   void requestPlan();
   void applyPlan();
   void exportPng();

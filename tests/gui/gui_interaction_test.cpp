@@ -177,6 +177,10 @@ class GuiInteraction : public QObject {
       QVERIFY(check);
       QTRY_VERIFY_WITH_TIMEOUT(check->text().contains(QStringLiteral("measured peak")), 120000);
       QVERIFY2(check->text().contains(QStringLiteral("applied")), qPrintable(check->text()));
+      // The job runs to its end: the window follows the session's state (it stayed "● live"
+      // with Apply enabled).
+      QTRY_VERIFY_WITH_TIMEOUT(!list->item(row)->text().contains(QStringLiteral("live")), 300000);
+      QVERIFY(!apply->isEnabled());
     }
 
     // Whose memory (the status bar's box): this CPU job has no GPU memory (the inspector says
