@@ -45,6 +45,8 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   setWindowTitle(tr("tidemark — %1").arg(q(m_client->address())));
   m_sessions = new QListWidget;
   m_sessions->setMinimumWidth(220);
+  m_sessions->setTextElideMode(Qt::ElideMiddle);
+  m_sessions->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // elided, not scrolled
   // Names for tests and accessibility tools.
   m_sessions->setObjectName(QStringLiteral("sessions"));
   m_timeline = new TimelineView;
@@ -52,7 +54,11 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_inspector->setHeaderLabels({tr("What is live"), tr("Bytes")});
   m_inspector->setMinimumWidth(280);
   m_inspector->setObjectName(QStringLiteral("inspector"));
+  m_inspector->header()->setStretchLastSection(false);
   m_inspector->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+  m_inspector->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
+  // Module paths and tensor names differ at their ends: cut in the middle, whole in a tooltip.
+  m_inspector->setTextElideMode(Qt::ElideMiddle);
   // A tensor row clicked: its block's allocation stack beneath it (where the recording has one).
   connect(m_inspector, &QTreeWidget::itemClicked, this,
           [this](QTreeWidgetItem* item, int) { showStack(item); });
@@ -113,7 +119,10 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   auto* middle = new QSplitter(Qt::Horizontal);
   middle->addWidget(m_timeline);
   middle->addWidget(side);
-  middle->setStretchFactor(0, 3);
+  // The side panel keeps a third of the width as the window grows (and what it is dragged to).
+  middle->setStretchFactor(0, 2);
+  middle->setStretchFactor(1, 1);
+  middle->setSizes({640, 360});
   auto* right = new QSplitter(Qt::Vertical);
   right->addWidget(middle);
   right->addWidget(plan);
@@ -187,6 +196,7 @@ void MainWindow::refreshSessions(std::optional<uint64_t> select) {
         for (size_t i = 0; i < m_rows.size(); ++i) {
           const SessionRow& r = m_rows[i];
           m_sessions->addItem(rowText(r));
+          m_sessions->item(m_sessions->count() - 1)->setToolTip(q(r.command));
           if (select && r.id == *select) selectRow = static_cast<int>(i);
         }
         m_status->setText(tr("%1 sessions").arg(m_rows.size()));
@@ -529,10 +539,11 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
       auto* row = new QTreeWidgetItem(
           top,
           {q(items[i].name) + QStringLiteral(" · ") + q(items[i].category), bytes(items[i].bytes)});
+      row->setToolTip(0, row->text(0));
       if (items[i].address != 0) {
         row->setData(0, Qt::UserRole, QVariant::fromValue<qulonglong>(items[i].address));
         row->setToolTip(0, tr("%1\nblock 0x%2: click for its allocation stack")
-                               .arg(q(items[i].name))
+                               .arg(row->text(0))
                                .arg(items[i].address, 0, 16));
       }
     }

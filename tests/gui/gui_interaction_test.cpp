@@ -74,6 +74,22 @@ class GuiInteraction : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(inspector->topLevelItemCount() > 0, 30000);  // the peak first
     QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the peak"));
     const QString peakOfAll = inspector->topLevelItem(0)->text(1);
+    // Names are cut in their middle (a module path's end tells the block apart) and whole in a
+    // tooltip; the side panel keeps about a third of the window, also when it grows.
+    QCOMPARE(inspector->textElideMode(), Qt::ElideMiddle);
+    for (int i = 0; i < inspector->topLevelItemCount(); ++i) {
+      QTreeWidgetItem* group = inspector->topLevelItem(i);
+      if (group->text(0) != QStringLiteral("By module") &&
+          group->text(0) != QStringLiteral("By tensor"))
+        continue;
+      for (int k = 0; k < group->childCount(); ++k)
+        QCOMPARE(group->child(k)->toolTip(0).section(QLatin1Char('\n'), 0, 0),
+                 group->child(k)->text(0));
+    }
+    const int narrow = inspector->width();
+    QVERIFY2(narrow >= w.width() / 4, qPrintable(QString::number(narrow)));
+    w.resize(w.width() + 400, w.height());
+    QTRY_VERIFY(inspector->width() > narrow + 50);
     QSignalSpy inspected(&w, &MainWindow::inspectorReady);
     QTest::mouseClick(t, Qt::LeftButton, {}, t->peakPoint().toPoint());
     QVERIFY(inspected.wait(30000));
