@@ -162,6 +162,7 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   });
   connect(m_timeline, &TimelineView::rangeChanged, this, [this] { loadTimeline(); });
   connect(m_timeline, &TimelineView::momentClicked, this, [this](qint64 ts) { inspect(ts); });
+  connect(m_timeline, &TimelineView::peakClicked, this, [this] { inspectPeak(); });
   connect(m_budget, &QSlider::valueChanged, this, [this] { requestPlan(); });
   connect(m_apply, &QPushButton::clicked, this, &MainWindow::applyPlan);
   connect(m_steps, &QTreeWidget::itemSelectionChanged, this, &MainWindow::stepSelectionChanged);
@@ -256,6 +257,8 @@ void MainWindow::openSession(uint64_t id) {
   m_timeline->setLimits(m_current->startNs, end);
   m_stepRows.clear();
   m_steps->clear();
+  m_timeline->setSteps({});
+  m_timeline->setMark(std::nullopt);
   m_compare->setComparison(std::nullopt);
   m_compareTable->clear();
   if (m_current->live)
@@ -375,6 +378,9 @@ void MainWindow::loadSteps() {
       [this, gen](absl::StatusOr<std::vector<StepRow>> rows) {
         if (gen != m_generation || !rows.ok()) return;
         m_stepRows = std::move(*rows);
+        std::vector<std::pair<int64_t, int64_t>> begins;
+        for (const StepRow& s : m_stepRows) begins.emplace_back(s.step, s.beginNs);
+        m_timeline->setSteps(std::move(begins));
         m_steps->clear();
         int64_t previous = -1;
         for (const StepRow& s : m_stepRows) {

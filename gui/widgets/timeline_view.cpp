@@ -1,5 +1,6 @@
 #include "gui/widgets/timeline_view.h"
 
+#include "gui/model/axis_ticks.h"
 #include "gui/model/format.h"
 
 #include <QKeyEvent>
@@ -16,6 +17,7 @@ namespace {
 QColor toQ(Rgb c) { return QColor(c.r, c.g, c.b); }
 
 QString bytesText(int64_t b) { return QString::fromStdString(humanBytes(b)); }
+QString q(const std::string& s) { return QString::fromStdString(s); }
 }  // namespace
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
@@ -59,6 +61,16 @@ void TimelineView::setPredictedSeries(std::vector<std::pair<int64_t, int64_t>> p
   update();
 }
 
+void TimelineView::setSteps(std::vector<std::pair<int64_t, int64_t>> stepBegins) {
+  m_stepBegins = std::move(stepBegins);
+  update();
+}
+
+void TimelineView::setMark(std::optional<int64_t> tsNs) {
+  m_mark = tsNs;
+  update();
+}
+
 void TimelineView::setLanes(Lanes lanes) {
   m_lanes = std::move(lanes);
   update();
@@ -72,8 +84,38 @@ QPointF TimelineView::peakPoint() const {
 // Lanes (modules, ops, kernels) take 18 px each under the plot.
 constexpr double kLaneHeight = 18;
 
+// The legend above the plot, in as many rows of 16 px as its names need; under the plot a row
+// of time labels and one of step numbers, then the lanes.
+constexpr double kPlotLeft = 74, kLegendRow = 16, kUnderPlot = 36;
+
+std::vector<TimelineView::LegendEntry> TimelineView::legend() const {
+  std::vector<LegendEntry> out;
+  const QFontMetrics fm(font());
+  const double right = width() - 10;
+  double x = kPlotLeft, y = 4;
+  for (int c = 0; c < kCategories; ++c) {
+    bool drawn = false;
+    for (size_t i = 0; i < m_data.startNs.size() && !drawn; ++i)
+      drawn = m_data.stack[i][c + 1] != m_data.stack[i][c];
+    if (!drawn) continue;
+    const QString name =
+        QString::fromLatin1(categoryLabel(c).data(), static_cast<int>(categoryLabel(c).size()));
+    const double w = fm.horizontalAdvance(name) + 22;
+    if (x + w > right && x > kPlotLeft) {
+      x = kPlotLeft;
+      y += kLegendRow;
+    }
+    out.push_back({c, name, QRectF(x, y, w, kLegendRow)});
+    x += w;
+  }
+  return out;
+}
+
 QRectF TimelineView::plotRect() const {
-  return QRectF(70, 10, width() - 80, height() - 40 - kLaneHeight * m_lanes.count());
+  const std::vector<LegendEntry> entries = legend();
+  const double top = 8 + (entries.empty() ? kLegendRow : entries.back().box.bottom());
+  return QRectF(kPlotLeft, top, width() - kPlotLeft - 10,
+                height() - top - kUnderPlot - 4 - kLaneHeight * m_lanes.count());
 }
 
 double TimelineView::yOf(int64_t bytes, const QRectF& r) const {
@@ -96,6 +138,17 @@ void TimelineView::paintEvent(QPaintEvent*) {
     return;
   }
   p.setRenderHint(QPainter::Antialiasing, false);
+  // Round byte ticks, as faint lines across the plot and labels left of it.
+  const QColor grid = palette().color(QPalette::Midlight);
+  const std::vector<Tick> yTicks = byteTicks(std::max<int64_t>({m_data.yMax, m_peakBytes, 1}),
+                                             std::max(2, static_cast<int>(r.height() / 40)));
+  for (const Tick& t : yTicks) {
+    const double y = yOf(t.value, r);
+    p.setPen(grid);
+    if (t.value > 0) p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y));
+    p.setPen(palette().color(QPalette::Text));
+    p.drawText(QRectF(0, y - 8, 70, 16), Qt::AlignRight | Qt::AlignVCenter, q(t.label));
+  }
   // Each category a band between its lower and upper edge, bucket by bucket (steps): one filled
   // rectangle per bucket and category (a path of thousands of rectangles fills far slower).
   const auto& colors = categoryColors();
@@ -118,18 +171,58 @@ void TimelineView::paintEvent(QPaintEvent*) {
     const double y = yOf(m_data.envelope[i], r);
     p.drawLine(QPointF(x0, y), QPointF(std::max(x1, x0 + 1), y));
   }
-  // Budget (dashed) and the plan's predicted peak (dotted).
+  // Step boundaries: dashed lines, their numbers on the time axis (where there is room).
+  {
+    p.setPen(QPen(palette().color(QPalette::Dark), 1, Qt::DashLine));
+    double lastLabel = -1e9;
+    for (const auto& [step, ts] : m_stepBegins) {
+      if (ts < m_range.from() || ts > m_range.to()) continue;
+      const double x = r.left() + m_range.xOf(ts, r.width());
+      p.drawLine(QPointF(x, r.top()), QPointF(x, r.bottom()));
+      if (x - lastLabel < 48) continue;
+      lastLabel = x;
+      p.save();
+      p.setPen(palette().color(QPalette::Text));
+      p.drawText(QRectF(x + 2, r.bottom() + 19, 60, 14), Qt::AlignLeft | Qt::AlignVCenter,
+                 tr("step %1").arg(step));
+      p.restore();
+    }
+  }
+  // Budget (dashed) and the plan's predicted peak (dotted), each labelled on a backing of its
+  // own at its own end of the plot, the predicted one below its line when the two lines are
+  // close (the labels never overlap the lines or each other).
+  // Drawn last, over the predicted memory and the peak.
+  struct Label {
+    QPointF at;
+    QString text;
+    QColor color;
+    bool alignRight;
+  };
+  std::vector<Label> labels;
+  auto label = [&](QPointF at, const QString& text, const QColor& color, bool alignRight) {
+    labels.push_back({at, text, color, alignRight});
+  };
+  const double budgetY = m_budget ? yOf(*m_budget, r) : -1e9;
   if (m_budget) {
     p.setPen(QPen(palette().color(QPalette::Text), 1, Qt::DashLine));
-    p.drawLine(QPointF(r.left(), yOf(*m_budget, r)), QPointF(r.right(), yOf(*m_budget, r)));
-    p.drawText(QPointF(r.left() + 4, yOf(*m_budget, r) - 3),
-               tr("budget %1").arg(bytesText(*m_budget)));
+    p.drawLine(QPointF(r.left(), budgetY), QPointF(r.right(), budgetY));
+    label(QPointF(r.left() + 4, budgetY - 2), tr("budget %1").arg(bytesText(*m_budget)),
+          palette().color(QPalette::Text), false);
   }
   if (m_predicted) {
+    const double y = yOf(*m_predicted, r);
+    const QColor green(0, 110, 0);
     p.setPen(QPen(QColor(0, 150, 0), 2, Qt::DotLine));
-    p.drawLine(QPointF(r.left(), yOf(*m_predicted, r)), QPointF(r.right(), yOf(*m_predicted, r)));
-    p.drawText(QPointF(r.right() - 200, yOf(*m_predicted, r) - 3),
-               tr("predicted peak %1").arg(bytesText(*m_predicted)));
+    p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y));
+    const bool below = std::abs(y - budgetY) < 20 && y >= budgetY;
+    label(QPointF(r.right() - 4, below ? y + 18 : y - 2),
+          tr("predicted peak %1").arg(bytesText(*m_predicted)), green, true);
+  }
+  // The moment the inspector shows.
+  if (m_mark && *m_mark >= m_range.from() && *m_mark <= m_range.to()) {
+    const double x = r.left() + m_range.xOf(*m_mark, r.width());
+    p.setPen(QPen(palette().color(QPalette::Text), 1));
+    p.drawLine(QPointF(x, r.top()), QPointF(x, r.bottom()));
   }
   // The plan's predicted memory over the recorded step (green): each moment of the schedule held
   // until the next one, as memory is (it changes at the moments, not between them).
@@ -159,8 +252,18 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawText(QPointF(std::min(x + 6, r.right() - 120), r.top() + 14),
                tr("peak %1").arg(bytesText(m_peakBytes)));
   }
+  for (const Label& l : labels) {
+    const QRectF box = p.fontMetrics().boundingRect(l.text).adjusted(-3, -1, 3, 1);
+    const QRectF placed(l.alignRight ? l.at.x() - box.width() : l.at.x(), l.at.y() - box.height(),
+                        box.width(), box.height());
+    QColor back = palette().color(QPalette::Base);
+    back.setAlpha(230);
+    p.fillRect(placed, back);
+    p.setPen(l.color);
+    p.drawText(placed, Qt::AlignCenter, l.text);
+  }
   // Lanes: each scope a box, named when there is room.
-  double laneTop = r.bottom() + 22;
+  double laneTop = r.bottom() + kUnderPlot;
   auto lane = [&](const char* title, const std::vector<LaneSpan>& spans, QColor a, QColor b) {
     if (spans.empty()) return;
     p.setPen(palette().color(QPalette::Text));
@@ -184,17 +287,22 @@ void TimelineView::paintEvent(QPaintEvent*) {
   lane("modules", m_lanes.modules, QColor(176, 196, 222), QColor(205, 220, 236));
   lane("ops", m_lanes.ops, QColor(222, 206, 176), QColor(236, 226, 205));
   lane("kernels", m_lanes.kernels, QColor(196, 222, 176), QColor(220, 236, 205));
-  // Axis labels.
+  // The time axis: round offsets from the session's start, a label per tick.
   p.setPen(palette().color(QPalette::Text));
-  for (int k = 0; k <= 4; ++k) {
-    int64_t top = std::max<int64_t>({m_data.yMax, m_peakBytes, 1});
-    const int64_t b = top * k / 4;
-    p.drawText(QRectF(0, yOf(b, r) - 8, 66, 16), Qt::AlignRight | Qt::AlignVCenter, bytesText(b));
+  const int64_t origin = m_range.min();
+  for (const Tick& t : timeTicks(m_range.from() - origin, m_range.to() - origin,
+                                 std::max(2, static_cast<int>(r.width() / 90)))) {
+    const double x = r.left() + m_range.xOf(t.value + origin, r.width());
+    p.drawLine(QPointF(x, r.bottom()), QPointF(x, r.bottom() + 3));
+    p.drawText(QRectF(x - 45, r.bottom() + 3, 90, 14), Qt::AlignHCenter | Qt::AlignTop, q(t.label));
   }
-  p.drawText(QRectF(r.left(), r.bottom() + 4, r.width(), 20), Qt::AlignLeft,
-             tr("%1 ms").arg(static_cast<double>(m_range.from() - m_range.min()) / 1e6, 0, 'f', 1));
-  p.drawText(QRectF(r.left(), r.bottom() + 4, r.width(), 20), Qt::AlignRight,
-             tr("%1 ms").arg(static_cast<double>(m_range.to() - m_range.min()) / 1e6, 0, 'f', 1));
+  // The legend: the categories drawn, in their colours, above the plot.
+  p.setPen(palette().color(QPalette::Text));
+  for (const LegendEntry& e : legend()) {
+    p.fillRect(QRectF(e.box.left(), e.box.top() + 2, 12, 12),
+               toQ(colors[static_cast<size_t>(e.category)]));
+    p.drawText(e.box.adjusted(15, 0, 0, 0), Qt::AlignLeft | Qt::AlignVCenter, e.name);
+  }
 }
 
 void TimelineView::changed() {
@@ -236,9 +344,25 @@ QString TimelineView::tipAt(double x) const {
   const QRectF r = plotRect();
   const int i = m_data.bucketAt(m_range.timeAt(x - r.left(), r.width()));
   if (i < 0) return {};
-  QString tip = tr("total %1 (highest %2)")
-                    .arg(bytesText(m_data.stack[static_cast<size_t>(i)][kCategories]))
-                    .arg(bytesText(m_data.envelope[static_cast<size_t>(i)]));
+  // When (from the session's start) and where: the step, and the module and op running then.
+  const int64_t t = m_range.timeAt(x - r.left(), r.width());
+  QString tip = tr("+%1 ms").arg(static_cast<double>(t - m_range.min()) / 1e6, 0, 'f', 3);
+  for (const auto& [step, begin] : m_stepBegins)
+    if (begin <= t)
+      tip = tr("+%1 ms, step %2")
+                .arg(static_cast<double>(t - m_range.min()) / 1e6, 0, 'f', 3)
+                .arg(step);
+  auto running = [t](const std::vector<LaneSpan>& spans) -> const LaneSpan* {
+    const LaneSpan* found = nullptr;
+    for (const LaneSpan& s : spans)
+      if (s.beginNs <= t && t < s.endNs && (!found || s.depth >= found->depth)) found = &s;
+    return found;
+  };
+  if (const LaneSpan* mod = running(m_lanes.modules)) tip += tr("\nin %1").arg(q(mod->name));
+  if (const LaneSpan* op = running(m_lanes.ops)) tip += tr("\nop %1").arg(q(op->name));
+  tip += tr("\ntotal %1 (highest %2)")
+             .arg(bytesText(m_data.stack[static_cast<size_t>(i)][kCategories]))
+             .arg(bytesText(m_data.envelope[static_cast<size_t>(i)]));
   for (int c = kCategories - 1; c >= 0; --c) {
     const int64_t b =
         m_data.stack[static_cast<size_t>(i)][c + 1] - m_data.stack[static_cast<size_t>(i)][c];
@@ -254,7 +378,19 @@ QString TimelineView::tipAt(double x) const {
 void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
   if (m_dragFrom && !m_dragged) {
     const QRectF r = plotRect();
-    emit momentClicked(m_range.timeAt(e->position().x() - r.left(), r.width()));
+    // On the peak's dot (or its line, within a few pixels): the peak itself, not the moment
+    // at that pixel (a bucket's time, which may miss the peak by a few events).
+    const QPointF dot(r.left() + m_range.xOf(m_peakNs, r.width()), yOf(m_peakBytes, r));
+    if (m_peakNs >= m_range.from() && m_peakNs <= m_range.to() &&
+        std::abs(e->position().x() - dot.x()) <= 6) {
+      m_mark = m_peakNs;
+      update();
+      emit peakClicked();
+    } else {
+      m_mark = m_range.timeAt(e->position().x() - r.left(), r.width());
+      update();
+      emit momentClicked(*m_mark);
+    }
   }
   m_dragFrom.reset();
 }

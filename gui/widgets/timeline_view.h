@@ -1,5 +1,7 @@
 #pragma once
 
+#include <QRectF>
+#include <QString>
 #include <QWidget>
 #include <optional>
 
@@ -26,6 +28,11 @@ class TimelineView : public QWidget {
   void setLanes(Lanes lanes);
   // The plan's predicted memory over the recorded step: (ts, bytes) points, drawn as a line.
   void setPredictedSeries(std::vector<std::pair<int64_t, int64_t>> points);
+  // Where each step begins (step number, ts): dashed lines and numbers on the time axis.
+  void setSteps(std::vector<std::pair<int64_t, int64_t>> stepBegins);
+  // The moment the inspector shows (a thin line), or none.
+  void setMark(std::optional<int64_t> tsNs);
+  std::optional<int64_t> mark() const { return m_mark; }
   const Lanes& lanes() const { return m_lanes; }
   ViewRange& range() { return m_range; }
   int bucketsWanted() const { return std::max(64, width()); }
@@ -37,6 +44,7 @@ class TimelineView : public QWidget {
  signals:
   void rangeChanged(qint64 fromNs, qint64 toNs);
   void momentClicked(qint64 tsNs);
+  void peakClicked();  // the peak's dot: the inspector shows the peak itself
 
  protected:
   void paintEvent(QPaintEvent*) override;
@@ -45,6 +53,15 @@ class TimelineView : public QWidget {
   void mouseMoveEvent(QMouseEvent*) override;
   void mouseReleaseEvent(QMouseEvent*) override;
   void keyPressEvent(QKeyEvent*) override;
+
+ public:
+  // The legend's entries: a category drawn in the range, its name and where it goes.
+  struct LegendEntry {
+    int category;
+    QString name;
+    QRectF box;
+  };
+  std::vector<LegendEntry> legend() const;
 
  private:
   QRectF plotRect() const;
@@ -57,6 +74,8 @@ class TimelineView : public QWidget {
   std::vector<std::pair<int64_t, int64_t>> m_predictedSeries;
   int64_t m_peakNs = -1, m_peakBytes = 0;
   std::optional<int64_t> m_predicted, m_budget;
+  std::vector<std::pair<int64_t, int64_t>> m_stepBegins;
+  std::optional<int64_t> m_mark;
   std::optional<QPointF> m_dragFrom;
   int64_t m_dragStartFrom = 0;
   bool m_dragged = false;

@@ -91,20 +91,39 @@ class GuiInteraction : public QObject {
     w.resize(w.width() + 400, w.height());
     QTRY_VERIFY(inspector->width() > narrow + 50);
     QSignalSpy inspected(&w, &MainWindow::inspectorReady);
+    // The peak's dot opens the peak itself (a click there showed a nearby moment, below it).
     QTest::mouseClick(t, Qt::LeftButton, {}, t->peakPoint().toPoint());
+    QVERIFY(inspected.wait(30000));
+    QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the peak"));
+    if (!live) QCOMPARE(inspector->topLevelItem(0)->text(1), peakOfAll);
+    QVERIFY(t->mark().has_value());
+    // Elsewhere: that moment, marked on the timeline.
+    const QPoint beside = t->peakPoint().toPoint() + QPoint(t->peakPoint().x() > 200 ? -60 : 60, 0);
+    QTest::mouseClick(t, Qt::LeftButton, {}, beside);
     QVERIFY(inspected.wait(30000));
     QCOMPARE(inspector->topLevelItem(0)->text(0), QStringLiteral("At the moment clicked"));
     QVERIFY(inspector->topLevelItemCount() >= 2);  // and its categories
+    QVERIFY(t->mark().has_value());
 
-    // Hover over the peak: the tooltip gives that bucket's figures. (A live session's timeline
-    // reloads every second; the pointer moves until a move lands between two reloads.)
+    // The legend above the plot names the categories drawn (a recorded training has these).
+    QStringList legend;
+    for (const TimelineView::LegendEntry& e : t->legend()) legend << e.name;
+    for (const char* c : {"WEIGHT", "GRADIENT", "OPTIMIZER_STATE", "ACTIVATION"})
+      QVERIFY2(legend.contains(QString::fromLatin1(c)), qPrintable(legend.join(QLatin1Char(' '))));
+
+    // Hover over the peak: the tooltip gives the moment (time from the start, step), the module
+    // running and that bucket's figures. (A live session's timeline reloads every second; the
+    // pointer moves until a move lands between two reloads.)
     const QString tip = t->tipAt(t->peakPoint().x());
-    QVERIFY2(tip.startsWith(QStringLiteral("total ")), qPrintable(tip));
+    QVERIFY2(tip.startsWith(QStringLiteral("+")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral(" ms, step ")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral("\nin TinyGPT")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral("\ntotal ")), qPrintable(tip));
     QVERIFY2(tip.contains(QStringLiteral("WEIGHT: ")), qPrintable(tip));
     int jiggle = 0;
     QTRY_VERIFY_WITH_TIMEOUT(
         (QTest::mouseMove(t, t->peakPoint().toPoint() + QPoint(0, (jiggle++ % 2) * 2)),
-         QToolTip::isVisible() && QToolTip::text().startsWith(QStringLiteral("total "))),
+         QToolTip::isVisible() && QToolTip::text().contains(QStringLiteral("\ntotal "))),
         15000);
 
     // Drag to pan: zoomed in, dragging right by a fifth of the width moves the range earlier by

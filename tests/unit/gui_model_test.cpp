@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 
+#include "gui/model/axis_ticks.h"
 #include "gui/model/category_colors.h"
 #include "gui/model/format.h"
 #include "gui/model/lanes.h"
@@ -71,6 +72,45 @@ TEST(StackedTimeline, CategoriesStackAndTheEnvelopeKeepsPeaks) {
   EXPECT_EQ(t.bucketAt(5), 0);
   EXPECT_EQ(t.bucketAt(15), 1);
   EXPECT_EQ(t.bucketAt(25), -1);
+}
+
+TEST(AxisTicks, BytesAreRoundInTheirUnit) {
+  auto labels = [](const std::vector<Tick>& ticks) {
+    std::vector<std::string> out;
+    for (const Tick& t : ticks) out.push_back(t.label);
+    return out;
+  };
+  // 83.64 MiB with 5 ticks at most: 0, 20, 40, 60, 80 MiB (not 20.91, 41.82, ...).
+  const int64_t mib = int64_t{1} << 20;
+  EXPECT_EQ(labels(byteTicks(static_cast<int64_t>(83.64 * mib), 5)),
+            (std::vector<std::string>{"0 B", "20 MiB", "40 MiB", "60 MiB", "80 MiB"}));
+  EXPECT_EQ(byteTicks(static_cast<int64_t>(83.64 * mib), 5)[1].value, 20 * mib);
+  // 665.58 MiB: 0, 200, 400, 600 MiB.
+  EXPECT_EQ(labels(byteTicks(static_cast<int64_t>(665.58 * mib), 5)),
+            (std::vector<std::string>{"0 B", "200 MiB", "400 MiB", "600 MiB"}));
+  // Just over a GiB: in MiB below it.
+  EXPECT_EQ(labels(byteTicks(int64_t{1} << 30 | mib, 4)),
+            (std::vector<std::string>{"0 B", "500 MiB", "1000 MiB"}));
+  EXPECT_EQ(labels(byteTicks(6 * (int64_t{1} << 30) + mib, 5)),
+            (std::vector<std::string>{"0 B", "2 GiB", "4 GiB", "6 GiB"}));
+  EXPECT_EQ(labels(byteTicks(3000, 4)), (std::vector<std::string>{"0 B", "1 KiB", "2 KiB"}));
+  EXPECT_EQ(labels(byteTicks(0, 5)), (std::vector<std::string>{"0 B"}));
+}
+
+TEST(AxisTicks, TimeIsRoundInTheUnitOfItsStep) {
+  auto labels = [](const std::vector<Tick>& ticks) {
+    std::vector<std::string> out;
+    for (const Tick& t : ticks) out.push_back(t.label);
+    return out;
+  };
+  EXPECT_EQ(labels(timeTicks(0, 168'000'000, 5)),
+            (std::vector<std::string>{"0 ms", "50 ms", "100 ms", "150 ms"}));
+  // A zoomed range starts at its first round value.
+  EXPECT_EQ(labels(timeTicks(1'234'000, 1'900'000, 4)),
+            (std::vector<std::string>{"1.4 ms", "1.6 ms", "1.8 ms"}));
+  EXPECT_EQ(labels(timeTicks(0, 12'000'000'000, 7)),
+            (std::vector<std::string>{"0 s", "2 s", "4 s", "6 s", "8 s", "10 s", "12 s"}));
+  EXPECT_TRUE(timeTicks(5, 5, 4).empty());
 }
 
 TEST(Format, HumanBytes) {
