@@ -32,8 +32,11 @@ std::string number(double v) {
 
 }  // namespace
 
-std::vector<Tick> byteTicks(int64_t top, int maxTicks) {
-  if (top <= 0 || maxTicks < 2) return {{0, "0 B"}};
+std::vector<Tick> byteTicks(int64_t top, int maxTicks) { return byteTicks(0, top, maxTicks); }
+
+std::vector<Tick> byteTicks(int64_t lo, int64_t top, int maxTicks) {
+  lo = std::max<int64_t>(lo, 0);
+  if (top <= 0 || maxTicks < 2 || lo > top) return {{0, "0 B"}};
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   int64_t unit = 1;
@@ -46,9 +49,14 @@ std::vector<Tick> byteTicks(int64_t top, int maxTicks) {
     unit /= 1024;
     --u;
   }
-  const int64_t step = roundStep(0, top / unit, maxTicks) * unit;
+  // A span under 2 of the unit (a narrow axis far from 0): in the unit below.
+  if ((top - lo) / unit < 2 && u > 0) {
+    unit /= 1024;
+    --u;
+  }
+  const int64_t step = roundStep((lo + unit - 1) / unit, top / unit, maxTicks) * unit;
   std::vector<Tick> out;
-  for (int64_t v = 0; v <= top; v += step)
+  for (int64_t v = (lo + step - 1) / step * step; v <= top; v += step)
     out.push_back(
         {v, v == 0 ? std::string("0 B")
                    : number(static_cast<double>(v) / static_cast<double>(unit)) + " " + units[u]});

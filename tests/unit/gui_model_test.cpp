@@ -95,6 +95,9 @@ TEST(AxisTicks, BytesAreRoundInTheirUnit) {
             (std::vector<std::string>{"0 B", "2 GiB", "4 GiB", "6 GiB"}));
   EXPECT_EQ(labels(byteTicks(3000, 4)), (std::vector<std::string>{"0 B", "1 KiB", "2 KiB"}));
   EXPECT_EQ(labels(byteTicks(0, 5)), (std::vector<std::string>{"0 B"}));
+  // An axis from 40 to 84 MiB (a Pareto curve's budgets): 40, 50, ..., 80 MiB.
+  EXPECT_EQ(labels(byteTicks(40 * mib, 84 * mib, 5)),
+            (std::vector<std::string>{"40 MiB", "50 MiB", "60 MiB", "70 MiB", "80 MiB"}));
 }
 
 TEST(AxisTicks, TimeIsRoundInTheUnitOfItsStep) {
