@@ -1,5 +1,7 @@
 #include "gui/model/category_colors.h"
 
+#include <cmath>
+
 namespace tidemark::gui {
 
 const std::array<Rgb, kCategories>& categoryColors() {
@@ -24,6 +26,25 @@ std::string_view categoryLabel(int index) {
       "WEIGHT", "GRADIENT",  "OPTIMIZER_STATE", "ACTIVATION",      "CHECKPOINT_INPUT", "RECOMPUTED",
       "INPUT",  "TEMPORARY", "WORKSPACE",       "ALLOCATOR_SLACK", "UNKNOWN"};
   return index >= 0 && index < kCategories ? kLabels[index] : std::string_view("?");
+}
+
+namespace {
+double linear(uint8_t v) {
+  const double c = v / 255.0;
+  return c <= 0.04045 ? c / 12.92 : std::pow((c + 0.055) / 1.055, 2.4);
+}
+}  // namespace
+
+double contrastWithWhite(Rgb c) {
+  const double l = 0.2126 * linear(c.r) + 0.7152 * linear(c.g) + 0.0722 * linear(c.b);
+  return 1.05 / (l + 0.05);
+}
+
+Rgb readableOnWhite(Rgb c) {
+  while (contrastWithWhite(c) < 4.5)
+    c = Rgb{static_cast<uint8_t>(c.r * 9 / 10), static_cast<uint8_t>(c.g * 9 / 10),
+            static_cast<uint8_t>(c.b * 9 / 10)};
+  return c;
 }
 
 }  // namespace tidemark::gui

@@ -33,8 +33,9 @@ QString q(const std::string& s) { return QString::fromStdString(s); }
 
 QString bytes(int64_t b) { return QString::fromStdString(humanBytes(b)); }
 
+// A category's colour as text (names in the inspector and the steps' table): readable on white.
 QColor color(int c) {
-  const Rgb rgb = categoryColors()[static_cast<size_t>(c)];
+  const Rgb rgb = readableOnWhite(categoryColors()[static_cast<size_t>(c)]);
   return QColor(rgb.r, rgb.g, rgb.b);
 }
 

@@ -26,6 +26,20 @@ TEST(CategoryColors, DistinctAndNotThePeakMarker) {
   EXPECT_EQ(categoryLabel(kCategories - 1), "UNKNOWN");
 }
 
+TEST(CategoryColors, TextVersionsReadOnWhite) {
+  // UNKNOWN's grey was 1.5:1 against white; every text colour reaches 4.5:1, keeping its hue.
+  EXPECT_LT(contrastWithWhite(categoryColors()[kCategories - 1]), 2.0);
+  for (const Rgb& c : categoryColors()) {
+    const Rgb t = readableOnWhite(c);
+    EXPECT_GE(contrastWithWhite(t), 4.5);
+    EXPECT_LE(t.r, c.r);
+    EXPECT_LE(t.g, c.g);
+    EXPECT_LE(t.b, c.b);
+  }
+  const Rgb dark{20, 20, 20};
+  EXPECT_EQ(readableOnWhite(dark), dark);  // already readable: unchanged
+}
+
 TEST(ViewRange, ZoomKeepsTheAnchorAndStaysInside) {
   ViewRange v;
   v.setLimits(1000, 101000);  // 100 µs
