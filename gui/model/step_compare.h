@@ -30,6 +30,9 @@ struct StepComparison {
   int64_t change(int category) const {
     return peakB[static_cast<size_t>(category)] - peakA[static_cast<size_t>(category)];
   }
+  // Each step's peak: the sum of its categories there (what the steps' table shows).
+  int64_t totalA() const;
+  int64_t totalB() const;
 };
 
 StepComparison compareSteps(StepCurve a, const std::array<int64_t, kCategories>& peakA, StepCurve b,

@@ -108,6 +108,13 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_compareTable->setObjectName(QStringLiteral("stepCompareTable"));
   m_compareTable->setHeaderLabels({tr("At the peak"), tr("A"), tr("B"), tr("Change")});
   m_compareTable->setRootIsDecorated(false);
+  // Every column fits its contents, the first takes the rest: the Change column is never
+  // pushed behind a scrollbar (nor the steps' table's).
+  for (QTreeWidget* table : {m_steps, m_compareTable}) {
+    table->header()->setStretchLastSection(false);
+    table->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    table->header()->setSectionResizeMode(0, QHeaderView::Stretch);
+  }
   auto* stepsTab = new QSplitter(Qt::Vertical);
   stepsTab->addWidget(m_steps);
   stepsTab->addWidget(m_compare);

@@ -42,16 +42,18 @@ void StepCompareView::paintEvent(QPaintEvent*) {
   };
   curve(m_c->a, QColor::fromRgb(kColorA));
   curve(m_c->b, QColor::fromRgb(kColorB));
-  auto label = [&](const StepCurve& c, QColor color, double top) {
+  // The legend's peaks are the steps' own (as the table gives them), not the curves' highest
+  // bucket, which a coarse timeline may round.
+  auto label = [&](const StepCurve& c, int64_t peak, QColor color, double top) {
     p.setPen(color);
     p.drawText(QRectF(4, top, width() - 8, 18), Qt::AlignLeft,
                tr("step %1: peak %2, %3 ms")
                    .arg(c.step)
-                   .arg(QString::fromStdString(humanBytes(c.peak())))
+                   .arg(QString::fromStdString(humanBytes(peak > 0 ? peak : c.peak())))
                    .arg(static_cast<double>(c.spanNs()) / 1e6, 0, 'f', 1));
   };
-  label(m_c->a, QColor::fromRgb(kColorA), 2);
-  label(m_c->b, QColor::fromRgb(kColorB), 20);
+  label(m_c->a, m_c->totalA(), QColor::fromRgb(kColorA), 2);
+  label(m_c->b, m_c->totalB(), QColor::fromRgb(kColorB), 20);
   p.setPen(palette().color(QPalette::Text));
   for (const int64_t b : {int64_t{0}, m_c->yMax})
     p.drawText(QRectF(0, y(b) - 8, 60, 16), Qt::AlignRight | Qt::AlignVCenter,
