@@ -88,12 +88,13 @@ TEST(StackedTimeline, CategoriesStackAndTheEnvelopeKeepsPeaks) {
   EXPECT_EQ(t.bucketAt(25), -1);
 }
 
+std::vector<std::string> labels(const std::vector<Tick>& ticks) {
+  std::vector<std::string> out;
+  for (const Tick& t : ticks) out.push_back(t.label);
+  return out;
+}
+
 TEST(AxisTicks, BytesAreRoundInTheirUnit) {
-  auto labels = [](const std::vector<Tick>& ticks) {
-    std::vector<std::string> out;
-    for (const Tick& t : ticks) out.push_back(t.label);
-    return out;
-  };
   // 83.64 MiB with 5 ticks at most: 0, 20, 40, 60, 80 MiB (not 20.91, 41.82, ...).
   const int64_t mib = int64_t{1} << 20;
   EXPECT_EQ(labels(byteTicks(static_cast<int64_t>(83.64 * mib), 5)),
@@ -115,11 +116,6 @@ TEST(AxisTicks, BytesAreRoundInTheirUnit) {
 }
 
 TEST(AxisTicks, TimeIsRoundInTheUnitOfItsStep) {
-  auto labels = [](const std::vector<Tick>& ticks) {
-    std::vector<std::string> out;
-    for (const Tick& t : ticks) out.push_back(t.label);
-    return out;
-  };
   EXPECT_EQ(labels(timeTicks(0, 168'000'000, 5)),
             (std::vector<std::string>{"0 ms", "50 ms", "100 ms", "150 ms"}));
   // A zoomed range starts at its first round value.
