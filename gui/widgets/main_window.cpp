@@ -5,6 +5,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -122,7 +123,18 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   stepsTab->setSizes({200, 260, 200});
   auto* side = m_side = new QTabWidget;
   side->setObjectName(QStringLiteral("side"));
-  side->addTab(m_inspector, tr("Inspector"));
+  // The inspector under a filter box: rows of modules and tensors whose name holds the text.
+  m_filter = new QLineEdit;
+  m_filter->setObjectName(QStringLiteral("filter"));
+  m_filter->setPlaceholderText(tr("Filter modules and tensors"));
+  m_filter->setClearButtonEnabled(true);
+  connect(m_filter, &QLineEdit::textChanged, this, [this] { applyFilter(); });
+  auto* inspectorTab = new QWidget;
+  auto* inspectorLayout = new QVBoxLayout(inspectorTab);
+  inspectorLayout->setContentsMargins(0, 0, 0, 0);
+  inspectorLayout->addWidget(m_filter);
+  inspectorLayout->addWidget(m_inspector);
+  side->addTab(inspectorTab, tr("Inspector"));
   side->addTab(stepsTab, tr("Steps"));
   auto* middle = new QSplitter(Qt::Horizontal);
   middle->addWidget(m_timeline);
@@ -494,6 +506,18 @@ void MainWindow::compareSteps(int rowA, int rowB) {
       });
 }
 
+void MainWindow::applyFilter() {
+  const QString text = m_filter->text().trimmed();
+  for (int i = 0; i < m_inspector->topLevelItemCount(); ++i) {
+    QTreeWidgetItem* group = m_inspector->topLevelItem(i);
+    if (group->text(0) != tr("By module") && group->text(0) != tr("By tensor")) continue;
+    for (int k = 0; k < group->childCount(); ++k) {
+      QTreeWidgetItem* row = group->child(k);
+      row->setHidden(!text.isEmpty() && !row->text(0).contains(text, Qt::CaseInsensitive));
+    }
+  }
+}
+
 void MainWindow::showStack(QTreeWidgetItem* tensor) {
   const uint64_t address = tensor->data(0, Qt::UserRole).toULongLong();
   if (!m_current || address == 0 || tensor->childCount() > 0) return;
@@ -564,6 +588,7 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
   };
   list(tr("By module"), m.modules);
   list(tr("By tensor"), m.tensors);
+  applyFilter();
   m_inspector->expandAll();
   emit inspectorReady();
 }

@@ -7,6 +7,7 @@
 #include "gui/client/daemon_client.h"
 
 class QComboBox;
+class QLineEdit;
 class QLabel;
 class QListWidget;
 class QPushButton;
@@ -63,6 +64,7 @@ class MainWindow : public QMainWindow {
   void inspect(int64_t tsNs);
   void showStack(QTreeWidgetItem* tensor);
   void followState();
+  void applyFilter();
   QString rowText(const SessionRow& r) const;
   void requestPlan();
   void applyPlan();
@@ -79,6 +81,7 @@ class MainWindow : public QMainWindow {
   QListWidget* m_sessions = nullptr;
   TimelineView* m_timeline = nullptr;
   QTreeWidget* m_inspector = nullptr;
+  QLineEdit* m_filter = nullptr;  // above the inspector: modules and tensors by name
   QTreeWidget* m_steps = nullptr;
   QTabWidget* m_side = nullptr;
   std::vector<StepRow> m_stepRows;

@@ -340,12 +340,17 @@ void TimelineView::mouseMoveEvent(QMouseEvent* e) {
   if (!tip.isEmpty()) QToolTip::showText(e->globalPosition().toPoint(), tip, this);
 }
 
+int64_t TimelineView::timeAt(double x) const {
+  const QRectF r = plotRect();
+  return m_range.timeAt(x - r.left(), r.width());
+}
+
 QString TimelineView::tipAt(double x) const {
   const QRectF r = plotRect();
   const int i = m_data.bucketAt(m_range.timeAt(x - r.left(), r.width()));
   if (i < 0) return {};
   // When (from the session's start) and where: the step, and the module and op running then.
-  const int64_t t = m_range.timeAt(x - r.left(), r.width());
+  const int64_t t = timeAt(x);
   QString tip = tr("+%1 ms").arg(static_cast<double>(t - m_range.min()) / 1e6, 0, 'f', 3);
   for (const auto& [step, begin] : m_stepBegins)
     if (begin <= t)

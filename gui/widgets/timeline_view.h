@@ -40,6 +40,8 @@ class TimelineView : public QWidget {
   QPointF peakPoint() const;
   // The hover tooltip's text at x (widget coordinates): the bucket's figures; empty off the data.
   QString tipAt(double x) const;
+  // The time at x (widget coordinates).
+  int64_t timeAt(double x) const;
 
  signals:
   void rangeChanged(qint64 fromNs, qint64 toNs);
