@@ -336,8 +336,34 @@ void TimelineView::mouseMoveEvent(QMouseEvent* e) {
     }
     return;
   }
-  const QString tip = tipAt(e->position().x());
+  // Over a lane: the scope there; over the plot: the moment's figures.
+  QString tip = laneTipAt(e->position());
+  if (tip.isEmpty()) tip = tipAt(e->position().x());
   if (!tip.isEmpty()) QToolTip::showText(e->globalPosition().toPoint(), tip, this);
+}
+
+QString TimelineView::laneTipAt(QPointF at) const {
+  const QRectF r = plotRect();
+  double laneTop = r.bottom() + kUnderPlot;
+  const int64_t t = timeAt(at.x());
+  for (const auto* spans : {&m_lanes.modules, &m_lanes.ops, &m_lanes.kernels}) {
+    if (spans->empty()) continue;
+    if (at.y() >= laneTop && at.y() < laneTop + kLaneHeight) {
+      const LaneSpan* found = nullptr;
+      for (const LaneSpan& s : *spans)
+        if (s.beginNs <= t && t < s.endNs && (!found || s.depth >= found->depth)) found = &s;
+      if (found == nullptr) return {};
+      const char* kind = spans == &m_lanes.modules ? "module"
+                         : spans == &m_lanes.ops   ? "op"
+                                                   : "kernel";
+      return tr("%1 %2\n+%3 ms, %4 ms long")
+          .arg(QString::fromLatin1(kind), q(found->name))
+          .arg(static_cast<double>(found->beginNs - m_range.min()) / 1e6, 0, 'f', 3)
+          .arg(static_cast<double>(found->endNs - found->beginNs) / 1e6, 0, 'f', 3);
+    }
+    laneTop += kLaneHeight;
+  }
+  return {};
 }
 
 int64_t TimelineView::timeAt(double x) const {

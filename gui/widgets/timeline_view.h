@@ -40,6 +40,9 @@ class TimelineView : public QWidget {
   QPointF peakPoint() const;
   // The hover tooltip's text at x (widget coordinates): the bucket's figures; empty off the data.
   QString tipAt(double x) const;
+  // The hover tooltip over a lane at `at` (widget coordinates): the module, op or kernel there,
+  // when it began and how long it ran; empty off the lanes.
+  QString laneTipAt(QPointF at) const;
   // The time at x (widget coordinates).
   int64_t timeAt(double x) const;
 

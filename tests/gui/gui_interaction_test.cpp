@@ -56,6 +56,16 @@ class GuiInteraction : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(w.timelineLoaded(), 30000);
     // The module lane under the timeline (the recording has module scopes).
     QTRY_VERIFY_WITH_TIMEOUT(!w.timeline()->lanes().modules.empty(), 30000);
+    {
+      // Hovering the module lane names the module there (it showed the memory's figures).
+      TimelineView* lanes = w.timeline();
+      QString laneTip;
+      for (int y = lanes->height() - 1; y > lanes->height() - 80 && laneTip.isEmpty(); --y)
+        for (int x = lanes->width() / 4; x < lanes->width() * 3 / 4 && laneTip.isEmpty(); x += 7)
+          laneTip = lanes->laneTipAt(QPointF(x, y));
+      QVERIFY2(laneTip.startsWith(QStringLiteral("module TinyGPT")), qPrintable(laneTip));
+      QVERIFY2(laneTip.contains(QStringLiteral(" ms long")), qPrintable(laneTip));
+    }
 
     // Zoom in with the keyboard: the range narrows and the timeline reloads.
     TimelineView* t = w.timeline();
