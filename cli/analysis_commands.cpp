@@ -304,11 +304,31 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
   }
   bool anySummarized = false;
   for (const v1::StepSummary& st : steps.steps()) anySummarized = anySummarized || st.summarized();
+  // The categories in one unit (the largest peak's), their names whole or in a short form said
+  // under the table: about 140 columns for nine categories, no header cut.
+  int64_t largest = 1;
+  for (const v1::StepSummary& st : steps.steps())
+    largest = std::max<int64_t>(largest, st.peak().tracked_bytes());
+  const char* unitName = "B";
+  double unit = 1;
+  for (const char* u : {"KiB", "MiB", "GiB", "TiB"}) {
+    if (static_cast<double>(largest) / unit < 1024 * 10) break;
+    unit *= 1024;
+    unitName = u;
+  }
+  auto shortName = [](const std::string& n) -> std::string {
+    if (n == "OPTIMIZER_STATE") return "OPT_STATE";
+    if (n == "CHECKPOINT_INPUT") return "CKPT_INPUT";
+    if (n == "ALLOCATOR_SLACK") return "SLACK";
+    return n;
+  };
   std::printf("%5s %10s %12s %13s", "STEP", "TIME (ms)", "PEAK", "CHANGE");
   if (anySummarized) std::printf(" %-8s", "DETAIL");
+  std::vector<std::string> shortened;
   for (int c : shown) {
-    std::string n = steps.steps(0).peak().categories(c).name();
-    std::printf(" %12s", n.substr(0, 12).c_str());
+    const std::string& n = steps.steps(0).peak().categories(c).name();
+    std::printf(" %10s", shortName(n).c_str());
+    if (shortName(n) != n) shortened.push_back(shortName(n) + " = " + n);
   }
   std::printf("\n");
   int64_t previous = -1;
@@ -319,10 +339,14 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
                 peak < 0 ? "?" : humanBytes(peak).c_str(),
                 previous < 0 || peak < 0 ? "" : signedBytes(peak - previous).c_str());
     if (anySummarized) std::printf(" %-8s", st.summarized() ? "summary" : "full");
-    for (int c : shown) std::printf(" %12s", humanBytes(st.peak().categories(c).bytes()).c_str());
+    for (int c : shown)
+      std::printf(" %10.2f", static_cast<double>(st.peak().categories(c).bytes()) / unit);
     std::printf("\n");
     previous = peak;
   }
+  std::string key = std::string("(categories at each step's peak, in ") + unitName;
+  for (const std::string& k : shortened) key += "; " + k;
+  std::printf("%s)\n", key.c_str());
   return kExitOk;
 }
 
