@@ -21,7 +21,8 @@ class QueryService;
 // and what needs a running daemon (recording, steering a job, deleting, tokens) is refused.
 class StoreFileServer {
  public:
-  // FAILED_PRECONDITION when the file is not there or is no tidemark store.
+  // FAILED_PRECONDITION when the file is not there or is no tidemark store; PERMISSION_DENIED
+  // when this user may not read it.
   static absl::StatusOr<std::unique_ptr<StoreFileServer>> open(const std::string& path);
   ~StoreFileServer();
 

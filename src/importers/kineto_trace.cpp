@@ -402,11 +402,11 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     int64_t order;  // of its alloc among memEvents
     uint32_t thread;
     int64_t allocNs;
+    int64_t bytes;
     bool freed = false;
     int64_t freeNs = 0;
   };
   std::vector<Block> blocks;
-  std::vector<int64_t> blockBytes;                      // per block
   std::unordered_map<int64_t, size_t> live;             // address -> its block
   std::map<int64_t, std::vector<uint64_t>> liveBySize;  // 2021 schema: size -> addresses
   struct Before {
@@ -429,7 +429,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
     previous = &m;
     if (m.addr >= 0) {
       auto l = live.find(m.addr);
-      const bool again = m.bytes > 0 ? l != live.end() && blockBytes[l->second] == m.bytes
+      const bool again = m.bytes > 0 ? l != live.end() && blocks[l->second].bytes == m.bytes
                                      : l == live.end() && freedInTrace.count(m.addr) > 0;
       if (again) {
         ++repeated;
@@ -458,8 +458,7 @@ absl::StatusOr<ImportedRecording> importKinetoTrace(std::string_view text) {
       uint64_t address = m.addr >= 0 ? static_cast<uint64_t>(m.addr) : nextAddress++;
       if (m.addr < 0) liveBySize[m.bytes].push_back(address);
       live[static_cast<int64_t>(address)] = blocks.size();
-      blocks.push_back({order, m.thread, m.tsNs});
-      blockBytes.push_back(m.bytes);
+      blocks.push_back({order, m.thread, m.tsNs, m.bytes});
       ev.kind = ImportEvent::Kind::kAlloc;
       ev.address = address;
       ev.sizeBytes = static_cast<uint64_t>(m.bytes);
