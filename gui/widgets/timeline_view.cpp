@@ -18,6 +18,18 @@ QColor toQ(Rgb c) { return QColor(c.r, c.g, c.b); }
 
 QString bytesText(int64_t b) { return QString::fromStdString(humanBytes(b)); }
 QString q(const std::string& s) { return QString::fromStdString(s); }
+
+// A scope's name in `width` px: whole, or its last path components ("…blocks.3.attn": the end
+// tells scopes apart, "TinyGPT." does not), or cut in the middle.
+QString laneLabel(const QFontMetrics& fm, const QString& name, int width) {
+  if (fm.horizontalAdvance(name) <= width) return name;
+  for (qsizetype dot = name.indexOf(QLatin1Char('.')); dot >= 0;
+       dot = name.indexOf(QLatin1Char('.'), dot + 1)) {
+    const QString tail = QStringLiteral("…") + name.mid(dot + 1);
+    if (fm.horizontalAdvance(tail) <= width) return tail;
+  }
+  return fm.elidedText(name, Qt::ElideMiddle, width);
+}
 }  // namespace
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
@@ -278,8 +290,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
       if (box.width() > 40) {
         p.setPen(palette().color(QPalette::Text));
         p.drawText(box.adjusted(2, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
-                   p.fontMetrics().elidedText(QString::fromStdString(s.name), Qt::ElideRight,
-                                              static_cast<int>(box.width()) - 4));
+                   laneLabel(p.fontMetrics(), q(s.name), static_cast<int>(box.width()) - 4));
       }
     }
     laneTop += kLaneHeight;
