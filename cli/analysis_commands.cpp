@@ -249,7 +249,7 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
     return kExitOk;
   }
   printBreakdown(p.breakdown());
-  printItems("MODULE (allocating scope, or the parameter's owner)", p.modules(),
+  printItems("MODULE (allocating scope, parameter's owner, or code)", p.modules(),
              static_cast<int>(topK));
   printItems("OP (open at allocation)", p.ops(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));

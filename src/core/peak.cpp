@@ -16,8 +16,13 @@ const std::string kNoName;
 // module its tag names: "TinyGPT.blocks.0.attn.qkv.weight.exp_avg" -> "TinyGPT.blocks.0.attn.qkv".
 // Parameter-derived names end in the parameter's name and the state's key, which hold no dot.
 std::string ownerModule(const std::string& tagName) {
-  // Empty, or a rule's label in brackets (an imported block's "[frames:forward] ..."): no module.
-  if (tagName.empty() || tagName.front() == '[') return "(no module)";
+  if (tagName.empty()) return "(no module)";
+  // An imported block's "[rule] function (file.py:line)": the code that allocated it, where the
+  // recording has no modules (a memory snapshot); a rule alone names none.
+  if (tagName.front() == '[') {
+    const size_t close = tagName.find("] ");
+    return close == std::string::npos ? "(no module)" : tagName.substr(close + 2);
+  }
   const size_t colon = tagName.find(':');
   std::string path = colon == std::string::npos ? tagName : tagName.substr(0, colon);
   if (colon != std::string::npos) return path.empty() ? "(no module)" : path;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "src/core/peak.h"
 #include "tests/unit/recording_builders.h"
 
 namespace tidemark::core {
@@ -75,6 +76,34 @@ TEST_F(BreakdownTest, LookupsOfIntervals) {
   EXPECT_EQ(rec.stepAt(4)->step, 2);
   EXPECT_EQ(rec.stepAt(9), nullptr);
   EXPECT_EQ(rec.findStep(3), nullptr);
+}
+
+TEST(PeakItems, ABlockOutsideModulesGoesToItsOwnerOrItsAllocatingCode) {
+  PeakItemsBuilder items(false);
+  const std::string mlp = "model.mlp";
+  // In a module scope: that module; a parameter's state: its owner; an imported block tagged
+  // "[rule] function (file:line)": that code; a rule alone, or nothing: no module.
+  items.add(&mlp, nullptr, "", 0x10, 100, Category::kActivation, CategoryRule::kTag);
+  items.add(nullptr, nullptr, "model.fc.weight.exp_avg", 0x20, 40, Category::kOptimizerState,
+            CategoryRule::kTag);
+  items.add(nullptr, nullptr, "[frames:optimizer] step (optimizer.py:76)", 0x30, 30,
+            Category::kOptimizerState, CategoryRule::kTag);
+  items.add(nullptr, nullptr, "[frames:optimizer] step (optimizer.py:76)", 0x40, 5,
+            Category::kOptimizerState, CategoryRule::kTag);
+  items.add(nullptr, nullptr, "[kept, parameter-sized]", 0x50, 20, Category::kWeight,
+            CategoryRule::kTag);
+  items.add(nullptr, nullptr, "", 0x60, 1, Category::kUnknown, CategoryRule::kUntagged);
+  PeakReport report;
+  items.finish(report, 10);
+  std::map<std::string, int64_t> modules;
+  for (const PeakItem& m : report.modules) modules[m.name] = m.bytes;
+  EXPECT_EQ(modules, (std::map<std::string, int64_t>{{"model.mlp", 100},
+                                                     {"model.fc", 40},
+                                                     {"step (optimizer.py:76)", 35},
+                                                     {"(no module)", 21}}));
+  // Each tensor keeps its block's address.
+  ASSERT_FALSE(report.tensors.empty());
+  EXPECT_EQ(report.tensors.front().address, 0x10u);
 }
 
 }  // namespace
