@@ -43,15 +43,9 @@ std::optional<std::pair<size_t, size_t>> defaultComparison(const std::vector<Ste
   return std::make_pair(*first, *last);
 }
 
-int64_t StepComparison::totalA() const {
+int64_t StepComparison::total(const std::array<int64_t, kCategories>& byCategory) {
   int64_t t = 0;
-  for (int64_t b : peakA) t += b;
-  return t;
-}
-
-int64_t StepComparison::totalB() const {
-  int64_t t = 0;
-  for (int64_t b : peakB) t += b;
+  for (int64_t b : byCategory) t += b;
   return t;
 }
 

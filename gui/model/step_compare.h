@@ -31,8 +31,9 @@ struct StepComparison {
     return peakB[static_cast<size_t>(category)] - peakA[static_cast<size_t>(category)];
   }
   // Each step's peak: the sum of its categories there (what the steps' table shows).
-  int64_t totalA() const;
-  int64_t totalB() const;
+  int64_t totalA() const { return total(peakA); }
+  int64_t totalB() const { return total(peakB); }
+  static int64_t total(const std::array<int64_t, kCategories>& byCategory);
 };
 
 StepComparison compareSteps(StepCurve a, const std::array<int64_t, kCategories>& peakA, StepCurve b,

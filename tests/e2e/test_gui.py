@@ -203,7 +203,6 @@ class GuiInteractionTest(unittest.TestCase):
             daemon.cleanup()
 
     def test_apply_to_a_live_session(self):
-        import time
         daemon = Daemon()
         try:
             job = subprocess.Popen(

@@ -5,6 +5,7 @@ read the file reads nothing."""
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import unittest
@@ -75,12 +76,12 @@ class StoreFileTest(unittest.TestCase):
         r = tidemark("--db", TRACE, "sessions")  # not SQLite at all
         self.assertEqual(r.returncode, 3)
         self.assertIn("not a tidemark store", r.stderr)
-        empty = os.path.join(self.dir, "empty.db")
-        subprocess.run(["sqlite3", empty, "CREATE TABLE t (x);"], check=False)
-        if os.path.exists(empty):
-            r = tidemark("--db", empty, "sessions")
-            self.assertEqual(r.returncode, 3)
-            self.assertIn("not a tidemark store", r.stderr)
+        empty = os.path.join(self.dir, "empty.db")  # SQLite, but no store
+        with sqlite3.connect(empty) as db:
+            db.execute("CREATE TABLE t (x)")
+        r = tidemark("--db", empty, "sessions")
+        self.assertEqual(r.returncode, 3)
+        self.assertIn("not a tidemark store", r.stderr)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
     def test_another_user_reads_nothing(self):
