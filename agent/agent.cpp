@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <new>
@@ -87,6 +88,7 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.tableBuckets = envNumber("TIDEMARK_TABLE_BUCKETS", c.tableBuckets);
   c.flushIntervalMs = static_cast<int>(envNumber("TIDEMARK_FLUSH_MS", c.flushIntervalMs));
   c.exitTimeoutMs = static_cast<int>(envNumber("TIDEMARK_EXIT_TIMEOUT_MS", c.exitTimeoutMs));
+  c.handoffMinEvents = envNumber("TIDEMARK_HANDOFF_MIN_EVENTS", c.handoffMinEvents);
   c.ackTimeoutMs = static_cast<int>(envNumber("TIDEMARK_ACK_TIMEOUT_MS", c.ackTimeoutMs));
   c.windowBytes = envNumber("TIDEMARK_WINDOW_MAX_BYTES", c.windowBytes);
   c.quiet = envNumber("TIDEMARK_QUIET", 0) != 0;
@@ -214,8 +216,12 @@ bool Agent::start() {
   tc.firstEventSeq = m_sessionFirstSeq;
   tc.quiet = m_config.quiet;
   tc.schedule = m_config.schedule;
-  tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + std::to_string(m_ownerPid) + "-" +
-                 std::to_string(base::wallNs() / 1000000) + ".bin";
+  const std::string stamp =
+      std::to_string(m_ownerPid) + "-" + std::to_string(base::wallNs() / 1000000) + ".bin";
+  tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + stamp;
+  // The daemon opens it by name: an absolute one.
+  tc.handoffPath = std::filesystem::absolute(m_config.spoolDir + "/tidemark-handoff-" + stamp);
+  tc.handoffMinEvents = m_config.handoffMinEvents;
   tc.handshake.set_pid(m_ownerPid);
   tc.handshake.set_hostname(hostName());
   tc.handshake.set_command_line(readCommandLine());

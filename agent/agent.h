@@ -26,6 +26,7 @@ struct AgentConfig {
   size_t tableBuckets = 1u << 17;                        // TIDEMARK_TABLE_BUCKETS (x8 slots)
   int flushIntervalMs = 20;                              // TIDEMARK_FLUSH_MS
   int exitTimeoutMs = 5000;                              // TIDEMARK_EXIT_TIMEOUT_MS
+  uint64_t handoffMinEvents = 262144;  // TIDEMARK_HANDOFF_MIN_EVENTS (0: never hand off)
   int ackTimeoutMs = 10000;  // TIDEMARK_ACK_TIMEOUT_MS: no acknowledgement this long = hung
   uint64_t windowBytes = 48ull << 20;        // TIDEMARK_WINDOW_MAX_BYTES: sent, not acknowledged
   uint64_t bufferMemoryBytes = 64ull << 20;  // TIDEMARK_BUFFER_MAX_BYTES (then its file)

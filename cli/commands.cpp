@@ -7,10 +7,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "agent/transport/spool.h"
 #include "cli/client.h"
 #include "cli/format.h"
 #include "cli/render.h"
+#include "client/spool_upload.h"
 #include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
@@ -255,7 +255,7 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
         args.size() == 1 ? stdout : stderr);
     return args.size() == 1 ? kExitOk : kExitUsage;
   }
-  agent::SpoolReader reader(args[0]);
+  client::SpoolReader reader(args[0]);
   if (!reader.ok()) {
     std::fprintf(stderr, "tidemark upload: %s\n", reader.error().c_str());
     return kExitError;
@@ -269,56 +269,25 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   int refused = kExitOk;
   const std::shared_ptr<grpc::Channel> channel = channelFor(g, &refused);
   if (!channel) return refused;
-  auto stub = v1::Ingest::NewStub(channel);
-  std::unique_ptr<grpc::ClientContext> ctx;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
-  v1::ServerMessage reply;
-  for (;;) {
-    ctx = std::make_unique<grpc::ClientContext>();
-    stream = stub->Stream(ctx.get());
-    if (stream->Write(first) && stream->Read(&reply) && reply.has_handshake_reply()) break;
-    const grpc::Status refused = stream->Finish();
-    const uint64_t resuming = first.handshake().resume_session_id();
-    if (resuming == 0 || (refused.error_code() != grpc::StatusCode::FAILED_PRECONDITION &&
-                          refused.error_code() != grpc::StatusCode::NOT_FOUND)) {
-      return reportError(g, "upload", refused);
-    }
-    std::fprintf(stderr,
-                 "tidemark upload: session %llu cannot be continued (%s); the spool becomes a "
-                 "new session\n",
-                 static_cast<unsigned long long>(resuming), refused.error_message().c_str());
-    first.mutable_handshake()->set_resume_session_id(0);
-  }
-  // A resumed session may hold the first batches already (the daemon committed them before the
-  // agent gave up): they are not sent again.
-  const uint64_t next = reply.handshake_reply().next_batch_seq();
-  const auto id = static_cast<unsigned long long>(reply.handshake_reply().session_id());
-  v1::AgentMessage message;
-  uint64_t events = 0;
-  while (reader.next(&message)) {
-    if (message.has_batch()) {
-      if (message.batch().batch_seq() < next) continue;
-      events += message.batch().events_size();
-    }
-    if (!stream->Write(message)) break;
-  }
-  stream->WritesDone();
-  while (stream->Read(&reply)) {
-  }
-  const grpc::Status s = stream->Finish();
-  if (!s.ok()) return reportError(g, "upload", s);
-  if (!reader.error().empty()) {
+  client::SpoolUpload options;
+  options.note = [](const std::string& what) {
+    std::fprintf(stderr, "tidemark upload: %s\n", what.c_str());
+  };
+  const client::SpoolUploadResult sent =
+      client::uploadSpool(channel, reader, std::move(first), options);
+  if (!sent.status.ok()) return reportError(g, "upload", sent.status);
+  if (!sent.readError.empty()) {
     std::fprintf(stderr, "tidemark upload: stopped early: %s (what came before is stored)\n",
-                 reader.error().c_str());
+                 sent.readError.c_str());
   }
+  const auto id = static_cast<unsigned long long>(sent.sessionId);
+  const auto events = static_cast<unsigned long long>(sent.events);
   if (g.json) {
-    std::printf("{\"session\": %llu, \"events\": %llu}\n", id,
-                static_cast<unsigned long long>(events));
+    std::printf("{\"session\": %llu, \"events\": %llu}\n", id, events);
   } else {
-    std::printf("uploaded %llu events as session %llu\n", static_cast<unsigned long long>(events),
-                id);
+    std::printf("uploaded %llu events as session %llu\n", events, id);
   }
-  return reader.error().empty() ? kExitOk : kExitError;
+  return sent.readError.empty() ? kExitOk : kExitError;
 }
 
 }  // namespace tidemark::cli

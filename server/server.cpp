@@ -120,8 +120,11 @@ absl::Status Server::start() {
       *m_writer, m_agents, *m_access,
       [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); }, m_options.resumeGrace,
       shares.sessionRowBytes);
-  // Sessions left live by the previous run wait for their agents to resume them.
+  // Sessions left live by the previous run wait for their agents to resume them (or for the
+  // files their agents handed over, taken up once the server runs).
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;
+  m_handoffs = std::make_unique<HandoffTaker>(*m_writer, *m_access);
+  m_ingest->setHandoffTaker(m_handoffs.get());
   m_control = std::make_unique<ControlService>(*m_writer, m_agents, *m_access);
   m_query = std::make_unique<QueryService>(m_options.dbPath, m_writer.get(), m_agents, *m_access,
                                            shares.queryBlocks);
@@ -152,6 +155,7 @@ absl::Status Server::start() {
   }
   if (tls) m_peers.setTlsPort(m_port);
   m_listeners.start(m_server.get(), &m_peers);
+  m_handoffs->start(*m_server);
   return absl::OkStatus();
 }
 
@@ -163,6 +167,8 @@ std::string Server::address() const {
 
 void Server::shutdown() {
   m_listeners.stop();
+  // Handed-over files stop being sent (what was sent is committed; the rest at the next start).
+  if (m_handoffs) m_handoffs->stop();
   if (m_server) {
     // Streams still open get two seconds to end, then are cancelled; each handler commits
     // what it received before returning.

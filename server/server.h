@@ -16,6 +16,7 @@
 #include "server/rpc/admin_service.h"
 #include "server/rpc/advisor_service.h"
 #include "server/rpc/control_service.h"
+#include "server/rpc/handoff_taker.h"
 #include "server/rpc/ingest_service.h"
 #include "server/rpc/query_service.h"
 #include "server/store/retention.h"
@@ -89,6 +90,7 @@ class Server {
   std::unique_ptr<RetentionKeeper> m_retention;
   std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;
+  std::unique_ptr<HandoffTaker> m_handoffs;
   std::unique_ptr<QueryService> m_query;
   std::unique_ptr<AdvisorService> m_advisor;
   LiveAgents m_agents;

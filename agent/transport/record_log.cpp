@@ -108,6 +108,11 @@ bool RecordLog::empty() const {
   return m_memoryRecords == 0 && m_spillRead >= m_spillWritten;
 }
 
+uint64_t RecordLog::size() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_memoryRecords + (m_spillWritten - m_spillRead);
+}
+
 size_t RecordLog::take(std::vector<Record>& out, size_t max) {
   std::lock_guard<std::mutex> lock(m_mutex);
   size_t taken = 0;

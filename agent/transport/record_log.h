@@ -32,6 +32,7 @@ class RecordLog {
   size_t take(std::vector<Record>& out, size_t max);
 
   bool empty() const;
+  uint64_t size() const;          // records held (memory and file)
   uint64_t spilledTotal() const;  // records that ever went to the file
   uint64_t refused() const;       // records over both caps
 

@@ -11,10 +11,6 @@
 
 namespace tidemark::agent {
 
-namespace {
-constexpr uint32_t kMaxMessageBytes = 256u << 20;
-}
-
 std::string prepareSpoolDirectory(const std::string& dir) {
   if (dir == base::defaultSpoolDirectory()) return base::makePrivateDirectory(dir);
   std::error_code ec;
@@ -64,42 +60,6 @@ bool SpoolWriter::appendSerialized(const std::string& bytes) {
 
 void SpoolWriter::flush() {
   if (m_file != nullptr) std::fflush(m_file);
-}
-
-SpoolReader::SpoolReader(const std::string& path) {
-  m_file = std::fopen(path.c_str(), "rb");
-  if (m_file == nullptr) m_error = path + ": " + std::strerror(errno);
-}
-
-SpoolReader::~SpoolReader() {
-  if (m_file != nullptr) std::fclose(m_file);
-}
-
-bool SpoolReader::next(v1::AgentMessage* message) {
-  if (m_file == nullptr) return false;
-  unsigned char len[4];
-  const size_t got = std::fread(len, 1, 4, m_file);
-  if (got == 0) return false;  // clean end
-  if (got != 4) {
-    m_error = "truncated spool: partial length prefix";
-    return false;
-  }
-  const uint32_t n =
-      len[0] | (len[1] << 8) | (len[2] << 16) | (static_cast<uint32_t>(len[3]) << 24);
-  if (n > kMaxMessageBytes) {
-    m_error = "corrupt spool: message of " + std::to_string(n) + " bytes";
-    return false;
-  }
-  m_buffer.resize(n);
-  if (std::fread(m_buffer.data(), 1, n, m_file) != n) {
-    m_error = "truncated spool: partial message";
-    return false;
-  }
-  if (!message->ParseFromString(m_buffer)) {
-    m_error = "corrupt spool: message does not parse";
-    return false;
-  }
-  return true;
 }
 
 }  // namespace tidemark::agent

@@ -17,9 +17,9 @@ std::string prepareSpoolDirectory(const std::string& dir);
 
 // A bounded file of AgentMessages (each a little-endian u32 length, then the message), written
 // at exit when no server took the rest of the run. It starts with the handshake (resuming the
-// session when there is one), so `tidemark upload FILE` can send it later. Created with
-// O_EXCL and mode 0600 (never through a planted file or link). Over the cap, messages are
-// refused (the caller counts the loss).
+// session when there is one), so `tidemark upload FILE` can send it later (client/spool_reader.h
+// reads it). Created with O_EXCL and mode 0600 (never through a planted file or link). Over the
+// cap, messages are refused (the caller counts the loss).
 class SpoolWriter {
  public:
   SpoolWriter(std::string path, uint64_t capBytes) : m_path(std::move(path)), m_cap(capBytes) {}
@@ -43,25 +43,6 @@ class SpoolWriter {
   uint64_t m_bytes = 0;
   std::FILE* m_file = nullptr;
   bool m_failed = false;
-};
-
-// Reads a spool file written by SpoolWriter. next() returns false at the end or on a bad record
-// (then error() says which).
-class SpoolReader {
- public:
-  explicit SpoolReader(const std::string& path);
-  ~SpoolReader();
-  SpoolReader(const SpoolReader&) = delete;
-  SpoolReader& operator=(const SpoolReader&) = delete;
-
-  bool ok() const { return m_file != nullptr; }
-  bool next(v1::AgentMessage* message);
-  const std::string& error() const { return m_error; }
-
- private:
-  std::FILE* m_file = nullptr;
-  std::string m_error;
-  std::string m_buffer;
 };
 
 }  // namespace tidemark::agent

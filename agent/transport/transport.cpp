@@ -160,6 +160,9 @@ void Transport::run() {
                                                       : 300);
   m_exitDeadline = deadline;
   if (m_link == LinkState::kDown) m_nextConnect = now;
+  // Much not confirmed yet (shutdown ended the stream for it): the rest goes to the daemon in a
+  // file instead of at its pace.
+  if (m_handingOff && m_sessionId.load() != 0) handOff(deadline);
   while (m_link != LinkState::kRefused && m_ending == Ending::kRunning && !m_outOfTime &&
          std::chrono::steady_clock::now() < deadline) {
     if (m_link == LinkState::kDown) {
@@ -235,6 +238,9 @@ void Transport::pump() {
     }
   }
   fillWindow();
+  uint64_t waiting = 0;  // for shutdown's handoff decision
+  for (const Unacked& u : m_window) waiting += u.batchSeq > acked ? u.events : 0;
+  m_windowEvents.store(waiting, std::memory_order_release);
   if (m_link != LinkState::kLive) return;
   noteWaiting();
   writeWindow();
@@ -255,7 +261,7 @@ void Transport::pump() {
   noteWaiting();
 }
 
-bool Transport::fillWindow() {
+bool Transport::fillWindow(bool unbounded) {
   // Strings first: every string a record names was interned before the record was pushed.
   std::vector<std::pair<uint32_t, std::string>> strings = m_interner.takeNew();
   if (!m_carriedStrings.empty()) {
@@ -267,7 +273,7 @@ bool Transport::fillWindow() {
   bool added = false;
   for (;;) {
     records.clear();
-    if (m_windowBytes < m_config.windowBytes) m_log.take(records, kMaxEventsPerBatch);
+    if (unbounded || m_windowBytes < m_config.windowBytes) m_log.take(records, kMaxEventsPerBatch);
     // Records older than the session (pushed while a re-attached agent was dormant) belong to
     // none: the server would refuse them as already seen.
     if (m_config.firstEventSeq > 1 && !records.empty()) {
@@ -535,7 +541,8 @@ void Transport::loseLink(const std::string& why) {
                               ": the daemon is hung or overloaded"
       : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? why
                                                                           : status.error_message();
-  if (!m_toldLost && !m_config.quiet && !m_outOfTime) {  // at the exit: the summary says it
+  // At the exit the summary says it (and a stream ended for a handoff is no loss).
+  if (!m_toldLost && !m_config.quiet && !m_outOfTime && !m_handingOff) {
     m_toldLost = true;
     std::fprintf(stderr,
                  "tidemark: connection to %s lost (%s); the agent keeps the events and "
@@ -626,6 +633,74 @@ grpc::Status Transport::endStream() {
   return status;
 }
 
+bool Transport::handoffOffered() const {
+  // A daemon on this host that knows this user from the kernel (a token's word is not enough to
+  // read a file of this user's): a Unix socket, or loopback TCP without TLS.
+  const std::string& target = m_config.server;
+  const bool local = target.rfind("unix:", 0) == 0 || target.rfind("127.0.0.1:", 0) == 0 ||
+                     target.rfind("localhost:", 0) == 0 || target.rfind("[::1]:", 0) == 0;
+  if (m_config.handoffMinEvents == 0 || m_config.handoffPath.empty() || !m_config.token.empty() ||
+      !m_config.tlsCa.empty() || !local || m_sessionId == 0) {
+    return false;
+  }
+  return m_windowEvents.load(std::memory_order_acquire) + m_log.size() >= m_config.handoffMinEvents;
+}
+
+bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
+  fillWindow(true);
+  const uint64_t acked = m_ackedSeq.load(std::memory_order_acquire);
+  while (!m_window.empty() && m_window.front().batchSeq <= acked) {
+    m_windowBytes -= m_window.front().cost;
+    m_window.pop_front();
+  }
+  if (m_window.empty()) return false;
+  // The file: the session resumed where the server has not confirmed, every batch from there
+  // (it skips those it has), the goodbye with the counters this agent ends with.
+  uint64_t handed = 0;  // not acknowledged: the daemon takes them from the file
+  for (const Unacked& u : m_window) handed += u.events;
+  m_eventsHandedOff = handed;
+  bool written = false;
+  {
+    SpoolWriter file(m_config.handoffPath, m_config.spoolCapBytes);
+    v1::AgentMessage hello;
+    *hello.mutable_handshake() = m_config.handshake;
+    hello.mutable_handshake()->set_first_batch_seq(m_window.front().batchSeq);
+    hello.mutable_handshake()->set_first_event_seq(m_window.front().firstEventSeq);
+    hello.mutable_handshake()->set_resume_session_id(m_sessionId.load());
+    written = file.append(hello);
+    for (const Unacked& u : m_window) written = written && file.appendSerialized(u.bytes);
+    v1::AgentMessage bye;
+    *bye.mutable_goodbye()->mutable_counters() = counters();
+    bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
+    bye.mutable_goodbye()->set_exit_code(-1);
+    written = written && file.append(bye);
+    file.flush();
+  }
+  auto withdraw = [&] {
+    ::unlink(m_config.handoffPath.c_str());
+    m_eventsHandedOff = 0;
+    return false;
+  };
+  if (!written) return withdraw();
+  // Asked on a call of its own, which the data in flight on the stream does not hold up.
+  v1::HandoffRequest request;
+  request.set_session_id(m_sessionId.load());
+  request.set_path(m_config.handoffPath);
+  v1::HandoffReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(
+      std::min(std::chrono::system_clock::now() + std::chrono::seconds(3),
+               std::chrono::system_clock::now() + (deadline - std::chrono::steady_clock::now())));
+  const grpc::Status status = v1::Ingest::NewStub(m_channel)->Handoff(&ctx, request, &reply);
+  const bool accepted = status.ok() && reply.accepted();
+  if (!accepted) return withdraw();  // the exit goes on as without: a new stream, or the spool
+  m_ending = Ending::kHandedOff;
+  if (m_link == LinkState::kLive) endStream();
+  m_window.clear();
+  m_windowBytes = 0;
+  return true;
+}
+
 void Transport::spoolRest() {
   SpoolWriter spool(m_config.spoolPath, m_config.spoolCapBytes);
   v1::AgentMessage hello;
@@ -672,6 +747,13 @@ void Transport::shutdown(int timeoutMs) {
     lock.lock();
   }
   m_stopRequested = true;
+  if (handoffOffered()) {
+    // Much not confirmed yet: the stream is ended now (a write may be waiting on the daemon's
+    // pace) and the rest goes to the daemon in a file (handOff, in the sender's exit).
+    m_handingOff = true;
+    std::lock_guard<std::mutex> contextLock(m_contextMutex);
+    if (m_context) m_context->TryCancel();
+  }
   m_wake.notify_all();
   const bool done =
       m_progress.wait_for(lock, std::chrono::milliseconds(timeoutMs), [this] { return m_stopped; });
@@ -734,6 +816,7 @@ v1::AgentCounters Transport::counters() const {
   c.set_dropped_table_full(m_recorder.drops().tableFull.load());
   c.set_dropped_spool_full(m_droppedSpoolFull.load());
   c.set_events_spooled(m_eventsSpooled.load());
+  c.set_events_handed_off(m_eventsHandedOff.load());
   c.set_dropped_disconnected(m_droppedDisconnected.load());
   c.set_dropped_buffer_full(m_log.refused());
   c.set_ring_waits(m_recorder.ringWaits());
@@ -815,6 +898,15 @@ std::string Transport::summary() const {
                       m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
                       m_config.spoolPath.c_str());
       }
+      break;
+    case Ending::kHandedOff:
+      std::snprintf(line, sizeof line,
+                    "tidemark: session %llu: %llu events sent to %s, %llu dropped (the last %llu "
+                    "handed to the daemon in %s, which it stores and removes)",
+                    session, static_cast<unsigned long long>(c.events_sent()),
+                    m_config.server.c_str(), static_cast<unsigned long long>(dropped),
+                    static_cast<unsigned long long>(c.events_handed_off()),
+                    m_config.handoffPath.c_str());
       break;
     case Ending::kRefused:
       std::snprintf(line, sizeof line,

@@ -33,6 +33,12 @@ struct TransportConfig {
   bool quiet = false;
   std::string spoolPath;  // where the rest goes at exit when no server takes it
   uint64_t spoolCapBytes = 256ull << 20;
+  // At exit, when at least this many events are not acknowledged yet, they are handed to the
+  // daemon in a file at handoffPath (Ingest's Handoff) instead of sent at its pace, so the exit
+  // takes a local write; to a daemon on this host (Unix socket, loopback) without a token or
+  // TLS only. 0: never. The default is about half a second of the daemon's ingest.
+  uint64_t handoffMinEvents = 262144;
+  std::string handoffPath;
   std::string bufferDir;                     // where the buffer spills past its memory cap
   uint64_t bufferMemoryBytes = 64ull << 20;  // the buffer's memory cap
   uint64_t bufferFileBytes = 256ull << 20;   // its file's cap
@@ -83,7 +89,7 @@ class Transport {
 
  private:
   enum class LinkState { kDown, kLive, kRefused };
-  enum class Ending { kRunning, kDelivered, kSpooled, kRefused };
+  enum class Ending { kRunning, kDelivered, kSpooled, kRefused, kHandedOff };
   // A batch written (or to be written) and not acknowledged yet.
   struct Unacked {
     uint64_t batchSeq = 0;
@@ -102,7 +108,12 @@ class Transport {
   // One pass of the sender: forget acknowledged batches, detect a hung server, write what the
   // window holds and new batches while the window has room.
   void pump();
-  bool fillWindow();
+  // Batches what the buffer holds while the window has room (everything: unbounded).
+  bool fillWindow(bool unbounded = false);
+  // At exit: whether the rest is handed to the daemon in a file (thread-safe), and the handoff
+  // itself (true when the daemon took the file; else the window holds the whole rest).
+  bool handoffOffered() const;
+  bool handOff(std::chrono::steady_clock::time_point deadline);
   void writeWindow();
   // Publishes since when the oldest written batch waits (for the collector's watchdog).
   void noteWaiting();
@@ -198,6 +209,11 @@ class Transport {
   std::atomic<uint64_t> m_sessionId{0};
   std::atomic<uint64_t> m_eventsSent{0};
   std::atomic<uint64_t> m_eventsSpooled{0};
+  std::atomic<uint64_t> m_eventsHandedOff{0};
+  // Events in the window not acknowledged (the sender's, for shutdown), and whether the exit
+  // hands the rest over in a file.
+  std::atomic<uint64_t> m_windowEvents{0};
+  std::atomic<bool> m_handingOff{false};
   std::atomic<uint64_t> m_droppedSpoolFull{0};
   std::atomic<uint64_t> m_droppedDisconnected{0};
   std::atomic<uint64_t> m_reconnects{0};

@@ -2,9 +2,11 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "server/rpc/grpc_status.h"
@@ -55,7 +57,42 @@ std::optional<std::string> presentedToken(const grpc::ServerContext& ctx) {
   return value;
 }
 
+// A call the daemon made itself (Access::kInternalKey carrying its secret): the uid it is made
+// for; nullopt for any other call.
+std::optional<uid_t> internalCall(const grpc::ServerContext& ctx, const std::string& secret) {
+  if (secret.empty()) return std::nullopt;
+  const auto& md = ctx.client_metadata();
+  auto key = md.find(Access::kInternalKey);
+  auto uid = md.find(Access::kOnBehalfKey);
+  if (key == md.end() || uid == md.end()) return std::nullopt;
+  const std::string presented(key->second.data(), key->second.size());
+  // Compared in constant time: the secret is not to be found byte by byte.
+  if (presented.size() != secret.size()) return std::nullopt;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < secret.size(); ++i)
+    diff |= static_cast<unsigned char>(presented[i] ^ secret[i]);
+  if (diff != 0) return std::nullopt;
+  const std::string text(uid->second.data(), uid->second.size());
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v > 0xFFFFFFFEull) return std::nullopt;
+  return static_cast<uid_t>(v);
+}
+
 }  // namespace
+
+std::string Access::makeInternalSecret() {
+  unsigned char bytes[32];
+  if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) return "";
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  m_internalSecret = out;
+  return out;
+}
 
 Access::Access(const PeerRegistry& peers, const TokenBook& tokens, std::string dbPath,
                uid_t storeOwner, std::optional<gid_t> allowGroup, bool requireToken)
@@ -83,6 +120,15 @@ absl::StatusOr<Caller> Access::caller(const grpc::ServerContext& ctx, const char
                                            "this needs a running tidemarkd");
     c.uid = m_storeOwner;
     c.roles = kRead;
+    return c;
+  }
+  if (const std::optional<uid_t> onBehalf = internalCall(ctx, m_internalSecret)) {
+    c.uid = *onBehalf;
+    c.roles = kIngest;
+    if ((c.roles & need) != need) {
+      return refuse(ctx, absl::PermissionDeniedError(std::string(what) +
+                                                     ": the daemon's own calls only ingest"));
+    }
     return c;
   }
   if (const std::optional<std::string> secret = presentedToken(ctx)) {

@@ -43,6 +43,14 @@ class Access {
  public:
   Access(const PeerRegistry& peers, const TokenBook& tokens, std::string dbPath, uid_t storeOwner,
          std::optional<gid_t> allowGroup, bool requireToken);
+  // The daemon's own calls on its in-process channel (a handed-off file taken up: handoff_taker.h)
+  // carry kInternalKey = a secret made at start, which never leaves the process, and
+  // kOnBehalfKey = the uid the file came from (checked when it was handed over): they are
+  // that uid's, for ingest only.
+  static constexpr const char* kInternalKey = "x-tidemark-internal";
+  static constexpr const char* kOnBehalfKey = "x-tidemark-on-behalf-of";
+  // A new random secret for those calls.
+  std::string makeInternalSecret();
   // A store file read in this process (tidemark --db FILE): the file's permissions decided who
   // reads it, so its reader (this process's uid) reads every session in it, and nothing else.
   static std::unique_ptr<Access> fileReader(std::string dbPath);
@@ -75,6 +83,7 @@ class Access {
   uid_t m_storeOwner;
   std::optional<gid_t> m_allowGroup;
   bool m_requireToken;
+  std::string m_internalSecret;  // "" until made
   mutable std::mutex m_mutex;
   mutable std::map<int64_t, uid_t> m_owners;  // owners never change: cached
 };

@@ -90,6 +90,10 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
             "agent: times a thread waited for room in its full ring (nothing lost)", "info");
   agentStat("agent_buffered_to_disk", c.events_buffered_to_disk(),
             "agent: records that went through its buffer file (the stream was slower)", "info");
+  agentStat("agent_handed_off", c.events_handed_off(),
+            "agent: events of the end of the run it handed to the daemon in a file at exit "
+            "(stored from the file; nothing lost)",
+            "info");
   agentStat("agent_reconnects", c.reconnects(),
             "agent: times the stream broke and the agent resumed the session (nothing lost)",
             "info");
@@ -269,6 +273,34 @@ absl::Status IngestService::closeDetached(int64_t id) {
       .get();
 }
 
+grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::HandoffRequest* request,
+                                    v1::HandoffReply* reply) {
+  const auto session = static_cast<int64_t>(request->session_id());
+  const absl::StatusOr<Caller> caller = m_access.caller(*context, "Handoff", kIngest);
+  if (!caller.ok()) return toGrpc(caller.status());
+  if (grpc::Status denied = m_access.check(*context, session, "handing over a file", kIngest);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::Status taken =
+      m_handoffs == nullptr ? absl::UnavailableError("this tidemarkd takes no handed-over file")
+      : caller->tokenId     ? absl::PermissionDeniedError(
+                                  "a file is taken only from a caller whose user the kernel vouches "
+                                      "for, not on a token's word")
+                        : m_handoffs->accept(session, caller->uid, request->path());
+  if (taken.ok()) {
+    // Sent from the file by a stream of the daemon's own, which resumes the session: the agent's
+    // stream is ended (what it carried so far is committed), whatever it still had in flight.
+    m_handoffs->take(session);
+  } else {
+    std::fprintf(stderr, "tidemarkd: session %lld: a handed-over file was refused: %s\n",
+                 static_cast<long long>(session), std::string(taken.message()).c_str());
+  }
+  reply->set_accepted(taken.ok());
+  if (!taken.ok()) reply->set_reason(std::string(taken.message()));
+  return grpc::Status::OK;
+}
+
 grpc::Status IngestService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) {
@@ -369,6 +401,7 @@ grpc::Status IngestService::Stream(
     bool ending = false;
     ~Unregister() {
       agents.remove(id, stream);
+      guard.closeWrites();  // a command being written ends first; none after
       guard.detach();
       if (ending) agents.endingDone(id);
     }
@@ -433,7 +466,7 @@ grpc::Status IngestService::Stream(
     if (const auto acked = checkpoints.takeAck(message.has_ack_request()); acked) {
       v1::ServerMessage ack;
       ack.mutable_ack()->set_batch_seq(*acked);
-      m_agents.write(stream, ack);
+      LiveAgents::write(*guard, stream, ack);
     }
   }
 
@@ -449,7 +482,8 @@ grpc::Status IngestService::Stream(
     return toGrpc(storeUnavailable(checkpoints.error()));
   }
   if (error.ok() && !goodbye) {
-    // The stream broke (or the daemon is stopping): commit what came, wait for the agent.
+    // The stream broke (or the daemon is stopping, or the agent handed the rest over in a file
+    // and the HandoffTaker resumes the session): commit what came, wait for the agent.
     checkpointNow();
     checkpoints.collect(true);
     m_sessions.release(sessionId, true, hello.pid(), hello.hostname());

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "server/rpc/access.h"
+#include "server/rpc/handoff_taker.h"
 #include "server/rpc/live_agents.h"
 #include "server/rpc/resumable_sessions.h"
 #include "server/store/writer.h"
@@ -46,10 +47,14 @@ class IngestService final : public v1::Ingest::Service {
   absl::Status detachLiveSessions();
   // Stops closing expired sessions (before the writer stops). Idempotent.
   void stop();
+  // Where the files agents hand over at exit go (none: a Handoff is refused).
+  void setHandoffTaker(HandoffTaker* taker) { m_handoffs = taker; }
 
   grpc::Status Stream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override;
+  grpc::Status Handoff(grpc::ServerContext* context, const v1::HandoffRequest* request,
+                       v1::HandoffReply* reply) override;
 
  private:
   void closeExpiredSessions();
@@ -67,6 +72,7 @@ class IngestService final : public v1::Ingest::Service {
   std::condition_variable m_sweepWake;
   bool m_stopping = false;
   std::thread m_sweeper;
+  HandoffTaker* m_handoffs = nullptr;
 };
 
 }  // namespace tidemark::server

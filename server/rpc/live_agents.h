@@ -22,7 +22,8 @@ namespace tidemark::server {
 
 // The agents connected now, by session: how Control reaches a live job. The Ingest handler of a
 // stream registers it after the handshake and removes it before the stream ends; writes to a
-// stream happen under the registry's lock, so they never race the removal or each other.
+// stream happen under that stream's own write lock (never the registry's: an agent slow to read
+// holds up no other), so they never race each other or the end of the stream (closeWrites).
 class LiveAgents {
  public:
   using Stream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
@@ -39,6 +40,13 @@ class LiveAgents {
     uint64_t postedBatch = 0;
     std::atomic<bool> commitWanted{false};
     std::condition_variable posted;
+    // Writes to the stream, one at a time; none once its handler closed them.
+    std::mutex writeMutex;
+    bool writable = true;
+    void closeWrites() {
+      std::lock_guard<std::mutex> lock(writeMutex);
+      writable = false;
+    }
     void detach() {
       {
         std::lock_guard<std::mutex> lock(mutex);
@@ -86,18 +94,22 @@ class LiveAgents {
     m_endingChanged.notify_all();
   }
   // A write by the stream's own handler (acknowledgements), serialized with Control's.
-  bool write(Stream* stream, const v1::ServerMessage& message) {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    return stream->Write(message);
+  static bool write(IngestGuard& guard, Stream* stream, const v1::ServerMessage& message) {
+    std::lock_guard<std::mutex> lock(guard.writeMutex);
+    return guard.writable && stream->Write(message);
   }
   // FAILED_PRECONDITION when the session has no connected agent or the write fails.
   absl::Status send(int64_t session, const v1::ServerMessage& message) {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    auto it = m_streams.find(session);
-    if (it == m_streams.end())
-      return absl::FailedPreconditionError("session " + std::to_string(session) +
-                                           " is not running (no agent connected for it)");
-    if (!it->second.stream->Write(message))
+    Entry entry;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      auto it = m_streams.find(session);
+      if (it == m_streams.end())
+        return absl::FailedPreconditionError("session " + std::to_string(session) +
+                                             " is not running (no agent connected for it)");
+      entry = it->second;
+    }
+    if (!write(*entry.guard, entry.stream, message))
       return absl::FailedPreconditionError("session " + std::to_string(session) +
                                            "'s agent stream is closing");
     return absl::OkStatus();

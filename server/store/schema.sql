@@ -194,6 +194,18 @@ CREATE TABLE IF NOT EXISTS ingest_block_delta (
 );
 CREATE INDEX IF NOT EXISTS ingest_block_delta_by_session ON ingest_block_delta (session_id);
 
+-- The rest of a live session its agent handed over at exit as a file (Ingest's Handoff): the
+-- daemon ingests it and then removes the row (and the file); one left here after a crash is
+-- taken up again at the next start. The file is checked again then: the same file (device and
+-- inode), still owned by the uid that handed it over.
+CREATE TABLE IF NOT EXISTS handoff (
+  session_id INTEGER PRIMARY KEY,
+  path TEXT NOT NULL,
+  owner_uid INTEGER NOT NULL,
+  device INTEGER NOT NULL,
+  inode INTEGER NOT NULL
+);
+
 -- Counters of data problems and losses (perfetto-style stats): never an abort, always a count.
 CREATE TABLE IF NOT EXISTS stat (
   session_id INTEGER NOT NULL,

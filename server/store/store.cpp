@@ -448,6 +448,20 @@ absl::StatusOr<std::vector<SessionRecord>> Store::liveSessions(const std::string
   return readSessions(path, "WHERE state = 1", 0);
 }
 
+absl::StatusOr<std::vector<HandoffRow>> Store::pendingHandoffs(const std::string& path) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT session_id, path, owner_uid, device, inode FROM handoff ORDER BY session_id");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  std::vector<HandoffRow> out;
+  while (st.step()) {
+    out.push_back(
+        {st.columnInt(0), st.columnText(1), st.columnInt(2), st.columnInt(3), st.columnInt(4)});
+  }
+  return out;
+}
+
 absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
     const std::string& path, int64_t id) {
   Database db;
@@ -593,8 +607,9 @@ constexpr const char* kRawRowTables[] = {
     "tag", "stack", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
 constexpr const char* kRawSmallTables[] = {"string", "block_category", "ingest_checkpoint"};
 // What remains of a pruned session, dropped with it.
-constexpr const char* kSummaryTables[] = {"step", "step_figure",   "stat",      "timeline_chunk",
-                                          "peak", "peak_category", "peak_item", "applied_plan"};
+constexpr const char* kSummaryTables[] = {"step",           "step_figure",  "stat",
+                                          "timeline_chunk", "peak",         "peak_category",
+                                          "peak_item",      "applied_plan", "handoff"};
 }  // namespace
 
 absl::Status Store::markRawPruned(int64_t sid, int64_t wallNs) {
@@ -645,6 +660,21 @@ absl::StatusOr<int64_t> Store::deleteRawSlice(int64_t sid, int64_t maxRows) {
     if (auto s = del.run(); !s.ok()) return s;
   }
   return deleted;
+}
+
+absl::Status Store::addHandoff(const HandoffRow& row) {
+  Statement st = m_db.prepare(
+      "INSERT OR REPLACE INTO handoff(session_id, path, owner_uid, device, inode) "
+      "VALUES (?1, ?2, ?3, ?4, ?5)");
+  st.bind(1, row.sessionId).bind(2, row.path).bind(3, row.ownerUid).bind(4, row.device);
+  st.bind(5, row.inode);
+  return st.run();
+}
+
+absl::Status Store::removeHandoff(int64_t sessionId) {
+  Statement st = m_db.prepare("DELETE FROM handoff WHERE session_id = ?1");
+  st.bind(1, sessionId);
+  return st.run();
 }
 
 absl::Status Store::deleteSession(int64_t sid) {

@@ -161,6 +161,15 @@ struct SessionEnd {
   std::vector<StatRow> stats;
 };
 
+// A file of the rest of a live session that its agent handed to the daemon (schema.sql).
+struct HandoffRow {
+  int64_t sessionId = 0;
+  std::string path;
+  int64_t ownerUid = 0;
+  int64_t device = 0;
+  int64_t inode = 0;
+};
+
 struct TokenRow {
   int64_t id = 0;
   std::string name;
@@ -235,6 +244,9 @@ class Store {
   absl::Status revokeToken(int64_t id);
   absl::Status writeRows(const SessionRows& rows);
   absl::Status endSession(const SessionEnd& end);
+  // A handed-off file to ingest (replacing one of the same session), and its removal.
+  absl::Status addHandoff(const HandoffRow& row);
+  absl::Status removeHandoff(int64_t sessionId);
   // A plan about to be sent to a session's agent; returns its id.
   absl::StatusOr<int64_t> createAppliedPlan(const AppliedPlanRow& row);
   absl::Status setPlanResult(int64_t sessionId, int64_t planId, int state,
@@ -287,6 +299,8 @@ class Store {
       std::optional<int64_t> owner = std::nullopt, int64_t storeOwner = -1);
   // Sessions still live (a daemon stopped or died while their agents streamed).
   static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
+  // Handed-off files not ingested yet, and one session's (nullopt: none).
+  static absl::StatusOr<std::vector<HandoffRow>> pendingHandoffs(const std::string& path);
   // A live session's last checkpoint, or nullopt when none was committed yet.
   struct StoredCheckpoint {
     std::string state;  // tidemark.v1.IngestCheckpoint

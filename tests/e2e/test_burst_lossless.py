@@ -1,9 +1,13 @@
 """Lossless capture through bursts: a native program (8 threads, bursts of up to 40k aligned
 allocations and frees each, faster than any drain) under `tidemark run` with no environment
 variable: every event sent is stored, none dropped, the peak equals the program's own count and
-no block is left live that the program freed. The same under --lossy drops, and says how many."""
+no block is left live that the program freed. The end of the run, far more than the daemon takes
+at once, is handed to it in a file at exit (the job does not wait for the daemon's pace); the
+daemon stores it and removes the file, also when it is killed meanwhile and restarted. The same
+under --lossy drops, and says how many."""
 import json
 import os
+import re
 import unittest
 
 from tidemark_env import BIN, DaemonTestCase
@@ -16,14 +20,16 @@ class BurstLosslessTest(DaemonTestCase):
         r = self.daemon.cli("run", *run_args, "--", PROGRAM, "40000")
         self.assertEqual(r.returncode, 0, r.stderr)
         truth = json.loads(r.stdout)
-        session = self.daemon.newest_session()
+        session = self.daemon.wait_ended(self.daemon.newest_session()["id"])
         return truth, session, r.stderr
 
-    def test_bursts_lose_nothing_by_default(self):
-        env_vars = [k for k in os.environ if k.startswith("TIDEMARK_") and k not in
-                    ("TIDEMARK_BIN", "TIDEMARK_SOURCE")]
-        self.assertEqual(env_vars, [])
-        truth, s, err = self.run_burst()
+    def handed_off(self, err):
+        """The file the agent says it handed to the daemon, and how many events it holds."""
+        m = re.search(r"the last (\d+) handed to the daemon in (\S+),", err)
+        self.assertIsNotNone(m, err)
+        return int(m.group(1)), m.group(2)
+
+    def assert_whole(self, truth, s):
         self.assertEqual(s["state"], "ended")
         self.assertEqual(s["events_dropped"], 0, s["stats"])
         frees = truth["allocs"] - truth["live_blocks"]
@@ -31,6 +37,18 @@ class BurstLosslessTest(DaemonTestCase):
         self.assertEqual(s["events_stored"], s["events_sent"])
         self.assertEqual(s["blocks"], truth["allocs"])
         self.assertEqual(s["live_blocks_at_end"], truth["live_blocks"])  # no phantom live block
+
+    def test_bursts_lose_nothing_by_default(self):
+        env_vars = [k for k in os.environ if k.startswith("TIDEMARK_") and k not in
+                    ("TIDEMARK_BIN", "TIDEMARK_SOURCE")]
+        self.assertEqual(env_vars, [])
+        truth, s, err = self.run_burst()
+        self.assert_whole(truth, s)
+        # The end of the run went in a file, which the daemon stored and removed.
+        handed, path = self.handed_off(err)
+        self.assertGreater(handed, 0)
+        self.assertEqual(s["stats"]["agent_handed_off"]["value"], handed)
+        self.assertFalse(os.path.exists(path), path)
         # The bursts did outrun the rings: threads waited, and nothing else was wrong.
         self.assertGreater(s["stats"]["agent_ring_waits"]["value"], 0, s["stats"])
         self.assertEqual({k for k, v in s["stats"].items() if v["severity"] != "info"}, set())
@@ -41,6 +59,22 @@ class BurstLosslessTest(DaemonTestCase):
         self.daemon.wait_analyzed(s["id"])
         peak = self.daemon.cli_json("peak", str(s["id"]))
         self.assertEqual(peak["breakdown"]["tracked_bytes"], truth["peak_bytes"])
+
+    def test_a_daemon_killed_while_it_stores_a_handed_over_file_finishes_it_after_a_restart(self):
+        r = self.daemon.cli("run", "--", PROGRAM, "40000")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        truth = json.loads(r.stdout)
+        handed, path = self.handed_off(r.stderr)
+        # At once, while it is storing the file (the session still live): nothing it can do.
+        session = self.daemon.newest_session()
+        self.assertEqual(session["state"], "live")
+        self.daemon.kill_and_restart()
+        s = self.daemon.wait_ended(session["id"])
+        self.assertIn("taking up the file its agent handed over", self.daemon.read_log())
+        self.assert_whole(truth, s)
+        self.assertNotIn("stream_lost", s["stats"])
+        self.assertEqual(s["stats"]["agent_handed_off"]["value"], handed)
+        self.assertFalse(os.path.exists(path), path)
 
     def test_lossy_mode_drops_and_counts(self):
         truth, s, err = self.run_burst("--lossy")

@@ -148,6 +148,17 @@ class Daemon:
             time.sleep(0.1)
         raise AssertionError("session %d was not analyzed in %ds" % (session_id, timeout))
 
+    def wait_ended(self, session_id, timeout=120):
+        """Waits until the session has ended (its agent may have handed the rest of its run to
+        the daemon in a file, which the daemon stores after the job's exit)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for s in self.cli_json("sessions")["sessions"]:
+                if s["id"] == session_id and s["state"] != "live":
+                    return s
+            time.sleep(0.1)
+        raise AssertionError("session %d did not end in %ds" % (session_id, timeout))
+
     def newest_session(self):
         sessions = self.cli_json("sessions")["sessions"]
         assert sessions, "no sessions"

@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 
 #include "server/ingest/session_ingest.h"
 #include "server/server.h"
+#include "server/store/store.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -508,6 +511,210 @@ TEST_F(IngestRpcTest, StreamsPastTheCapAreRefusedAndTheRestServed) {
     o->stream->Finish();
   }
   open.clear();
+  expectHealthy();
+}
+
+// A spool file as the agent writes one (each message a little-endian u32 length, then it), mode
+// 0600: the rest of a session handed over at exit.
+void writeSpool(const std::filesystem::path& path, const std::vector<v1::AgentMessage>& messages,
+                mode_t mode = 0600) {
+  std::string bytes;
+  for (const auto& m : messages) {
+    const std::string one = m.SerializeAsString();
+    const auto n = static_cast<uint32_t>(one.size());
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    bytes += one;
+  }
+  std::filesystem::remove(path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  ::fchmod(fd, mode);
+  ::close(fd);
+}
+
+// The rest of session `session` after batch 1: batches 2 and 3 (a block and its free), a goodbye.
+std::vector<v1::AgentMessage> restOf(uint64_t session, uint64_t otherSession = 0) {
+  v1::AgentMessage h;
+  auto* hs = h.mutable_handshake();
+  hs->set_magic(kHandshakeMagic);
+  hs->set_protocol_version(1);
+  hs->set_pid(4242);
+  hs->set_resume_session_id(otherSession != 0 ? otherSession : session);
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(3);
+  bye.mutable_goodbye()->mutable_counters()->set_events_handed_off(2);
+  v1::AgentMessage b2, b3;
+  {
+    auto* b = b2.mutable_batch();
+    b->set_batch_seq(2);
+    auto* e = b->add_events();
+    e->set_seq(2);
+    e->set_ts_ns(200);
+    e->mutable_alloc()->set_address(0x2000);
+    e->mutable_alloc()->set_size_bytes(4096);
+  }
+  {
+    auto* b = b3.mutable_batch();
+    b->set_batch_seq(3);
+    auto* e = b->add_events();
+    e->set_seq(3);
+    e->set_ts_ns(300);
+    e->mutable_free()->set_address(0x2000);
+  }
+  return {h, b2, b3, bye};
+}
+
+TEST_F(IngestRpcTest, AFileHandedOverCompletesTheSessionAndGoes) {
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const uint64_t session = handshake(stream.get()).session_id();
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+  const std::filesystem::path file = m_dir / "handoff.bin";
+  writeSpool(file, restOf(session));
+  v1::HandoffRequest request;
+  request.set_session_id(session);
+  request.set_path(file.string());
+  v1::HandoffReply reply;
+  grpc::ClientContext call;
+  ASSERT_TRUE(m_ingest->Handoff(&call, request, &reply).ok());
+  ASSERT_TRUE(reply.accepted()) << reply.reason();
+  // The daemon ends the agent's stream (it resumes the session from the file).
+  v1::ServerMessage ignored;
+  while (stream->Read(&ignored)) {
+  }
+  stream->Finish();
+  v1::SessionInfo info;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
+    if (info.state() == v1::SESSION_STATE_ENDED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_EQ(info.events_sent(), 3u);
+  EXPECT_EQ(info.blocks(), 2u);
+  EXPECT_EQ(info.live_blocks_at_end(), 1u);
+  EXPECT_TRUE(hasStat(info, "agent_handed_off"));
+  EXPECT_FALSE(hasStat(info, "seq_gap"));
+  // Stored, so removed (the daemon runs as the file's owner), and nothing left to take up.
+  for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(std::filesystem::exists(file));
+  auto pending = Store::pendingHandoffs((m_dir / "store.db").string());
+  ASSERT_TRUE(pending.ok());
+  EXPECT_TRUE(pending->empty());
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const uint64_t session = handshake(stream.get()).session_id();
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+  auto offer = [&](const std::string& path) {
+    v1::HandoffRequest request;
+    request.set_session_id(session);
+    request.set_path(path);
+    v1::HandoffReply reply;
+    grpc::ClientContext call;
+    EXPECT_TRUE(m_ingest->Handoff(&call, request, &reply).ok());
+    return reply;
+  };
+  const std::filesystem::path good = m_dir / "good.bin";
+  writeSpool(good, restOf(session));
+  // Writable by others: anyone could have put anything in it.
+  const std::filesystem::path open = m_dir / "open.bin";
+  writeSpool(open, restOf(session), 0666);
+  EXPECT_FALSE(offer(open.string()).accepted());
+  EXPECT_NE(offer(open.string()).reason().find("writable by others"), std::string::npos);
+  // A link to the caller's own good file: not followed.
+  const std::filesystem::path link = m_dir / "link.bin";
+  std::filesystem::create_symlink(good, link);
+  EXPECT_FALSE(offer(link.string()).accepted());
+  // Another user's file (the test runs as root when it can chown; else it is skipped there).
+  const std::filesystem::path theirs = m_dir / "theirs.bin";
+  writeSpool(theirs, restOf(session));
+  if (::geteuid() == 0 && ::chown(theirs.c_str(), 65534, 65534) == 0) {
+    const v1::HandoffReply r = offer(theirs.string());
+    EXPECT_FALSE(r.accepted());
+    EXPECT_NE(r.reason().find("belongs to uid 65534"), std::string::npos) << r.reason();
+  }
+  // Another session's rest, a relative path, a FIFO (never waited on), no file, not a spool.
+  const std::filesystem::path other = m_dir / "other.bin";
+  writeSpool(other, restOf(session, session + 1));
+  EXPECT_NE(offer(other.string()).reason().find("not session"), std::string::npos);
+  EXPECT_FALSE(offer("good.bin").accepted());
+  const std::filesystem::path fifo = m_dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(offer(fifo.string()).reason().find("not a regular file"), std::string::npos);
+  EXPECT_FALSE(offer((m_dir / "missing.bin").string()).accepted());
+  const std::filesystem::path junk = m_dir / "junk.bin";
+  {
+    std::FILE* f = std::fopen(junk.c_str(), "wb");
+    std::fputs("not a spool at all", f);
+    std::fclose(f);
+  }
+  EXPECT_FALSE(offer(junk.string()).accepted());
+  // Nothing was taken: the session goes on on its stream and ends whole.
+  auto pending = Store::pendingHandoffs((m_dir / "store.db").string());
+  ASSERT_TRUE(pending.ok());
+  EXPECT_TRUE(pending->empty());
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(2);
+  ASSERT_TRUE(stream->Write(event(2, 2, false, 0x1000)));
+  ASSERT_TRUE(stream->Write(bye));
+  stream->WritesDone();
+  v1::ServerMessage ignored;
+  while (stream->Read(&ignored)) {
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(good));  // never the daemon's
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, AFileHandedOverIsTakenUpByTheNextDaemon) {
+  uint64_t session = 0;
+  const std::filesystem::path file = m_dir / "handoff.bin";
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+    // The daemon stops before it took the file up: only its row is in the store.
+    m_server->shutdown();
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  writeSpool(file, restOf(session));
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  {
+    auto store = Store::open((m_dir / "store.db").string(), 1 << 20);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)
+                    ->addHandoff({static_cast<int64_t>(session), file.string(),
+                                  static_cast<int64_t>(::geteuid()),
+                                  static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino)})
+                    .ok());
+  }
+  startServer(std::chrono::seconds(600));
+  v1::SessionInfo info;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
+    if (info.state() == v1::SESSION_STATE_ENDED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_EQ(info.live_blocks_at_end(), 1u);
+  EXPECT_FALSE(hasStat(info, "stream_lost"));
   expectHealthy();
 }
 

@@ -1,0 +1,217 @@
+#include "server/rpc/handoff_taker.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "client/spool_upload.h"
+#include "server/store/store.h"
+
+namespace tidemark::server {
+
+namespace {
+
+// The file as handed over: opened without following a link, a regular file of `uid` that no one
+// else may write, the same file (device, inode) as recorded when known. Returns its descriptor.
+absl::StatusOr<int> openHandedFile(const std::string& path, uid_t uid,
+                                   std::optional<std::pair<int64_t, int64_t>> same,
+                                   struct stat* info) {
+  if (path.empty() || path[0] != '/') return absl::InvalidArgumentError("not an absolute path");
+  // Non-blocking: a FIFO put there must not hold the daemon.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError("cannot open " + path + ": " + std::strerror(errno));
+  auto refuse = [&](const std::string& why) {
+    ::close(fd);
+    return absl::PermissionDeniedError(path + " " + why);
+  };
+  if (::fstat(fd, info) != 0) return refuse("cannot be examined");
+  if (!S_ISREG(info->st_mode)) return refuse("is not a regular file");
+  if (info->st_uid != uid) {
+    return refuse("belongs to uid " + std::to_string(info->st_uid) + ", not to uid " +
+                  std::to_string(uid) + " who handed it over");
+  }
+  if ((info->st_mode & (S_IWGRP | S_IWOTH)) != 0) return refuse("is writable by others");
+  if (same && (static_cast<int64_t>(info->st_dev) != same->first ||
+               static_cast<int64_t>(info->st_ino) != same->second)) {
+    return refuse("is not the file that was handed over (replaced since)");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) return refuse("cannot be read");
+  return fd;
+}
+
+// Its first message: the handshake resuming `session`.
+absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::AgentMessage* first) {
+  if (!reader.ok()) return absl::DataLossError(reader.error());
+  if (!reader.next(first) || !first->has_handshake()) {
+    return absl::InvalidArgumentError("not a tidemark spool file" +
+                                      (reader.error().empty() ? "" : ": " + reader.error()));
+  }
+  if (first->handshake().resume_session_id() != static_cast<uint64_t>(session)) {
+    return absl::InvalidArgumentError("it continues session " +
+                                      std::to_string(first->handshake().resume_session_id()) +
+                                      ", not session " + std::to_string(session));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+HandoffTaker::HandoffTaker(StoreWriter& writer, Access& access)
+    : m_writer(writer), m_access(access) {}
+
+HandoffTaker::~HandoffTaker() { stop(); }
+
+void HandoffTaker::start(grpc::Server& server) {
+  m_secret = m_access.makeInternalSecret();
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(static_cast<int>(client::SpoolReader::kMaxMessageBytes) + 1024);
+  m_channel = server.InProcessChannel(args);
+  auto pending = Store::pendingHandoffs(m_writer.path());
+  if (!pending.ok()) {
+    std::fprintf(stderr, "tidemarkd: cannot read the handed-off files to take up: %s\n",
+                 std::string(pending.status().message()).c_str());
+    return;
+  }
+  for (const HandoffRow& row : *pending) {
+    std::fprintf(stderr, "tidemarkd: session %lld: taking up the file its agent handed over (%s)\n",
+                 static_cast<long long>(row.sessionId), row.path.c_str());
+    take(row.sessionId);
+  }
+}
+
+absl::Status HandoffTaker::accept(int64_t session, uid_t uid, const std::string& path) {
+  if (!m_channel || m_secret.empty()) {
+    return absl::UnavailableError("this tidemarkd takes no handed-off file now");
+  }
+  struct stat info {};
+  auto fd = openHandedFile(path, uid, std::nullopt, &info);
+  if (!fd.ok()) return fd.status();
+  client::SpoolReader reader(*fd);
+  v1::AgentMessage first;
+  if (auto s = checkResumes(reader, session, &first); !s.ok()) return s;
+  HandoffRow row{session, path, static_cast<int64_t>(uid), static_cast<int64_t>(info.st_dev),
+                 static_cast<int64_t>(info.st_ino)};
+  return m_writer.submit([row](Store& s) { return s.addHandoff(row); }).get();
+}
+
+void HandoffTaker::take(int64_t session) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_stopping) return;
+  // Threads of files taken before are joined here (a long-lived daemon keeps none).
+  for (auto it = m_threads.begin(); it != m_threads.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = m_threads.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  m_threads.push_back({std::thread([this, session, done] {
+                         run(session);
+                         done->store(true);
+                       }),
+                       done});
+}
+
+bool HandoffTaker::pause(int ms) {
+  std::unique_lock<std::mutex> lock(m_mutex);
+  return !m_wake.wait_for(lock, std::chrono::milliseconds(ms),
+                          [this] { return m_stopping.load(); });
+}
+
+void HandoffTaker::run(int64_t session) {
+  auto forget = [&] { m_writer.post([session](Store& s) { return s.removeHandoff(session); }); };
+  int backoffMs = 5000;
+  while (!m_stopping) {
+    auto pending = Store::pendingHandoffs(m_writer.path());
+    if (!pending.ok()) {
+      if (!pause(backoffMs)) return;
+      continue;
+    }
+    auto row = std::find_if(pending->begin(), pending->end(),
+                            [&](const HandoffRow& r) { return r.sessionId == session; });
+    if (row == pending->end()) return;
+    struct stat info {};
+    const auto uid = static_cast<uid_t>(row->ownerUid);
+    auto fd = openHandedFile(row->path, uid, std::make_pair(row->device, row->inode), &info);
+    v1::AgentMessage first;
+    std::optional<client::SpoolReader> reader;
+    absl::Status usable = fd.status();
+    if (fd.ok()) {
+      reader.emplace(*fd);
+      usable = checkResumes(*reader, session, &first);
+    }
+    if (!usable.ok()) {
+      // Gone or changed: nothing more to take; the session is closed as its agent left it.
+      std::fprintf(stderr,
+                   "tidemarkd: session %lld: cannot take the file its agent handed over: %s\n",
+                   static_cast<long long>(session), std::string(usable.message()).c_str());
+      forget();
+      return;
+    }
+    client::SpoolUpload options;
+    options.newSessionIfClosed = false;
+    options.metadata = {{Access::kInternalKey, m_secret},
+                        {Access::kOnBehalfKey, std::to_string(row->ownerUid)}};
+    options.stop = &m_stopping;
+    const client::SpoolUploadResult sent = client::uploadSpool(m_channel, *reader, first, options);
+    if (m_stopping) return;  // the rest at the next start
+    if (sent.status.ok()) {
+      forget();
+      // Removed by the daemon only when it is that user's own (and still the same file).
+      struct stat now {};
+      const bool same = ::lstat(row->path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
+                        now.st_ino == info.st_ino;
+      const bool removed = ::geteuid() == uid && same && ::unlink(row->path.c_str()) == 0;
+      std::fprintf(
+          stderr,
+          "tidemarkd: session %lld: the %llu events its agent handed over are stored%s%s%s\n",
+          static_cast<long long>(session), static_cast<unsigned long long>(sent.events),
+          sent.readError.empty() ? "" : " (the file ended early: ", sent.readError.c_str(),
+          sent.readError.empty() ? "" : ")");
+      if (!removed && same) {
+        std::fprintf(stderr, "tidemarkd: %s is left for its owner to remove\n", row->path.c_str());
+      }
+      return;
+    }
+    if (sent.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // The store cannot be written yet (a full disk): tried again, less and less often.
+      std::fprintf(
+          stderr, "tidemarkd: session %lld: the handed-over file waits (%s); tried again in %d s\n",
+          static_cast<long long>(session), sent.status.error_message().c_str(), backoffMs / 1000);
+      if (!pause(backoffMs)) return;
+      backoffMs = std::min(backoffMs * 2, 300000);
+      continue;
+    }
+    std::fprintf(stderr,
+                 "tidemarkd: session %lld: the file its agent handed over was refused (%s); it "
+                 "stays at %s for `tidemark upload`\n",
+                 static_cast<long long>(session), sent.status.error_message().c_str(),
+                 row->path.c_str());
+    forget();
+    return;
+  }
+}
+
+void HandoffTaker::stop() {
+  std::vector<Taking> threads;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stopping = true;
+    threads.swap(m_threads);
+  }
+  m_wake.notify_all();
+  for (Taking& t : threads) {
+    if (t.thread.joinable()) t.thread.join();
+  }
+}
+
+}  // namespace tidemark::server

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "server/rpc/access.h"
+#include "server/store/writer.h"
+
+namespace tidemark::server {
+
+// The files of the rest of a live session that agents hand over at their exit (Ingest's
+// Handoff), so that a job's exit never waits for the daemon's pace: each is sent through the
+// daemon's own in-process channel, resuming its session as `tidemark upload` would, and then
+// the file and its row in the store go. A file the store cannot take yet (full disk) is tried
+// again later; one left by a daemon that stopped or crashed is taken up at its next start.
+//
+// A file is taken only from a caller whose uid the kernel gives (Unix socket, loopback; never on
+// a token's word), only when it is a regular file owned by that uid, writable by no one else,
+// that resumes the very session of the stream it was offered on; it is checked again (the same
+// device and inode) whenever it is read. The daemon removes it once stored only when it runs as
+// that uid (a daemon serving other users never deletes their files).
+class HandoffTaker {
+ public:
+  HandoffTaker(StoreWriter& writer, Access& access);
+  ~HandoffTaker();
+  HandoffTaker(const HandoffTaker&) = delete;
+  HandoffTaker& operator=(const HandoffTaker&) = delete;
+
+  // Once the gRPC server runs: files go through its in-process channel; the store's pending
+  // handoffs are taken up.
+  void start(grpc::Server& server);
+  // Checks the file an agent offers for its session and records it in the store: OK, or why not
+  // (the agent then goes on as without).
+  absl::Status accept(int64_t session, uid_t uid, const std::string& path);
+  // Sends the recorded file of a session (once its stream released it), on a thread of its own.
+  void take(int64_t session);
+  // Stops sending (what was sent is committed, the rest is taken up at the next start).
+  void stop();
+
+ private:
+  void run(int64_t session);
+  // Waits up to `ms` unless stopped; false when stopped.
+  bool pause(int ms);
+
+  StoreWriter& m_writer;
+  Access& m_access;
+  std::string m_secret;
+  std::shared_ptr<grpc::Channel> m_channel;
+  std::atomic<bool> m_stopping{false};
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  struct Taking {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Taking> m_threads;
+};
+
+}  // namespace tidemark::server
