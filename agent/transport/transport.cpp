@@ -162,7 +162,15 @@ void Transport::run() {
   if (m_link == LinkState::kDown) m_nextConnect = now;
   // Much not confirmed yet (shutdown ended the stream for it): the rest goes to the daemon in a
   // file instead of at its pace.
-  if (m_handingOff && m_sessionId.load() != 0) handOff(deadline);
+  // (Or decided once connected: a handshake still unanswered at shutdown has no session yet.)
+  bool handoffTried = false;
+  auto tryHandoff = [&] {
+    if (handoffTried || m_sessionId.load() == 0 || !(m_handingOff || handoffOffered())) return;
+    handoffTried = true;
+    m_handingOff = true;
+    handOff(deadline);
+  };
+  tryHandoff();
   while (m_link != LinkState::kRefused && m_ending == Ending::kRunning && !m_outOfTime &&
          std::chrono::steady_clock::now() < deadline) {
     if (m_link == LinkState::kDown) {
@@ -171,6 +179,8 @@ void Transport::run() {
         continue;
       }
       if (!tryConnect()) continue;
+      tryHandoff();
+      if (m_ending != Ending::kRunning) break;
     }
     pump();
     if (m_link != LinkState::kLive) continue;

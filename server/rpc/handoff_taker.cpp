@@ -8,10 +8,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
+#include <set>
 
 #include "client/spool_upload.h"
 #include "server/store/store.h"
+#include "src/base/private_dir.h"
+#include "tidemark/v1/query.pb.h"
 
 namespace tidemark::server {
 
@@ -75,18 +79,61 @@ void HandoffTaker::start(grpc::Server& server) {
   m_channel = server.InProcessChannel(args);
   auto pending = Store::pendingHandoffs(m_writer.path());
   if (!pending.ok()) {
-    std::fprintf(stderr, "tidemarkd: cannot read the handed-off files to take up: %s\n",
+    std::fprintf(stderr, "tidemarkd: cannot read the handed-over files to take up: %s\n",
                  std::string(pending.status().message()).c_str());
     return;
   }
+  std::set<std::string> known;
   for (const HandoffRow& row : *pending) {
     std::fprintf(stderr, "tidemarkd: session %lld: taking up the file its agent handed over (%s)\n",
                  static_cast<long long>(row.sessionId), row.path.c_str());
-    take(row.sessionId);
+    known.insert(row.path);
+    take(row, true);
+  }
+  // A daemon stopped between its yes to an agent and the row's commit left a file of a live
+  // session its row does not name: in this user's own spool directory, those are found here.
+  for (const HandoffRow& row : unrecordedHandoffs(known)) {
+    std::fprintf(stderr, "tidemarkd: session %lld: taking up the file its agent handed over (%s)\n",
+                 static_cast<long long>(row.sessionId), row.path.c_str());
+    take(row, false);
   }
 }
 
-absl::Status HandoffTaker::accept(int64_t session, uid_t uid, const std::string& path) {
+std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::string>& known) {
+  std::vector<HandoffRow> out;
+  const std::string dir = base::defaultSpoolDirectory();
+  struct stat dirInfo {};
+  // Only a directory of this daemon's own user that no one else may enter.
+  if (dir.empty() || ::lstat(dir.c_str(), &dirInfo) != 0 || !S_ISDIR(dirInfo.st_mode) ||
+      dirInfo.st_uid != ::geteuid() || (dirInfo.st_mode & 077) != 0) {
+    return out;
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string path = entry.path().string();
+    if (name.rfind("tidemark-handoff-", 0) != 0 || known.count(path) != 0) continue;
+    struct stat info {};
+    auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &info);
+    if (!fd.ok()) continue;
+    client::SpoolReader reader(*fd);
+    v1::AgentMessage first;
+    if (!reader.next(&first) || !first.has_handshake()) continue;
+    const auto session = static_cast<int64_t>(first.handshake().resume_session_id());
+    auto record = Store::getSession(m_writer.path(), session);
+    // Its session still waits for the rest, and is this user's.
+    if (session == 0 || !record.ok() || record->state != v1::SESSION_STATE_LIVE ||
+        m_access.ownerOf(session) != std::optional<uid_t>(::geteuid())) {
+      continue;
+    }
+    out.push_back({session, path, static_cast<int64_t>(::geteuid()),
+                   static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)});
+  }
+  return out;
+}
+
+absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid,
+                                                const std::string& path) {
   if (!m_channel || m_secret.empty()) {
     return absl::UnavailableError("this tidemarkd takes no handed-off file now");
   }
@@ -96,14 +143,16 @@ absl::Status HandoffTaker::accept(int64_t session, uid_t uid, const std::string&
   client::SpoolReader reader(*fd);
   v1::AgentMessage first;
   if (auto s = checkResumes(reader, session, &first); !s.ok()) return s;
-  HandoffRow row{session, path, static_cast<int64_t>(uid), static_cast<int64_t>(info.st_dev),
-                 static_cast<int64_t>(info.st_ino)};
-  return m_writer.submit([row](Store& s) { return s.addHandoff(row); }).get();
+  return HandoffRow{session, path, static_cast<int64_t>(uid), static_cast<int64_t>(info.st_dev),
+                    static_cast<int64_t>(info.st_ino)};
 }
 
-void HandoffTaker::take(int64_t session) {
+void HandoffTaker::take(const HandoffRow& row, bool recorded) {
   std::lock_guard<std::mutex> lock(m_mutex);
-  if (m_stopping) return;
+  if (m_stopping || !m_taking.insert(row.sessionId).second) return;  // one taker a session
+  // Recorded for a restart (queued before anything the file brings, so committed before it);
+  // the agent is not kept waiting for it: a long commit of other sessions may be under way.
+  if (!recorded) m_writer.post([row](Store& s) { return s.addHandoff(row); });
   // Threads of files taken before are joined here (a long-lived daemon keeps none).
   for (auto it = m_threads.begin(); it != m_threads.end();) {
     if (it->done->load()) {
@@ -114,8 +163,12 @@ void HandoffTaker::take(int64_t session) {
     }
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
-  m_threads.push_back({std::thread([this, session, done] {
-                         run(session);
+  m_threads.push_back({std::thread([this, row, done] {
+                         run(row);
+                         {
+                           std::lock_guard<std::mutex> lock(m_mutex);
+                           m_taking.erase(row.sessionId);
+                         }
                          done->store(true);
                        }),
                        done});
@@ -127,18 +180,12 @@ bool HandoffTaker::pause(int ms) {
                           [this] { return m_stopping.load(); });
 }
 
-void HandoffTaker::run(int64_t session) {
+void HandoffTaker::run(const HandoffRow& handed) {
+  const int64_t session = handed.sessionId;
+  const HandoffRow* row = &handed;
   auto forget = [&] { m_writer.post([session](Store& s) { return s.removeHandoff(session); }); };
   int backoffMs = 5000;
   while (!m_stopping) {
-    auto pending = Store::pendingHandoffs(m_writer.path());
-    if (!pending.ok()) {
-      if (!pause(backoffMs)) return;
-      continue;
-    }
-    auto row = std::find_if(pending->begin(), pending->end(),
-                            [&](const HandoffRow& r) { return r.sessionId == session; });
-    if (row == pending->end()) return;
     struct stat info {};
     const auto uid = static_cast<uid_t>(row->ownerUid);
     auto fd = openHandedFile(row->path, uid, std::make_pair(row->device, row->inode), &info);
@@ -157,6 +204,9 @@ void HandoffTaker::run(int64_t session) {
       forget();
       return;
     }
+    // One file sent at a time: the daemon's time goes to live agents first.
+    std::unique_lock<std::mutex> sending(m_sendMutex);
+    if (m_stopping) return;
     client::SpoolUpload options;
     options.newSessionIfClosed = false;
     options.metadata = {{Access::kInternalKey, m_secret},

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,7 +15,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/rpc/access.h"
+#include "server/store/store.h"
 #include "server/store/writer.h"
 
 namespace tidemark::server {
@@ -40,16 +43,19 @@ class HandoffTaker {
   // Once the gRPC server runs: files go through its in-process channel; the store's pending
   // handoffs are taken up.
   void start(grpc::Server& server);
-  // Checks the file an agent offers for its session and records it in the store: OK, or why not
-  // (the agent then goes on as without).
-  absl::Status accept(int64_t session, uid_t uid, const std::string& path);
-  // Sends the recorded file of a session (once its stream released it), on a thread of its own.
-  void take(int64_t session);
+  // Checks the file an agent offers for its session: what to take, or why not (the agent then
+  // goes on as without).
+  absl::StatusOr<HandoffRow> accept(int64_t session, uid_t uid, const std::string& path);
+  // Sends a file on a thread of its own (resuming its session ends the agent's stream), one at a
+  // time per session; `recorded`: its row is in the store already, else it is written first.
+  void take(const HandoffRow& row, bool recorded = false);
   // Stops sending (what was sent is committed, the rest is taken up at the next start).
   void stop();
 
  private:
-  void run(int64_t session);
+  void run(const HandoffRow& row);
+  // Files of live sessions in this user's own spool directory that no row names.
+  std::vector<HandoffRow> unrecordedHandoffs(const std::set<std::string>& known);
   // Waits up to `ms` unless stopped; false when stopped.
   bool pause(int ms);
 
@@ -65,6 +71,8 @@ class HandoffTaker {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Taking> m_threads;
+  std::set<int64_t> m_taking;  // sessions whose file is being sent
+  std::mutex m_sendMutex;      // held while a file is sent: one at a time
 };
 
 }  // namespace tidemark::server

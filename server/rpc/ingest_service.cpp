@@ -282,22 +282,25 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
       !denied.ok()) {
     return denied;
   }
-  absl::Status taken =
-      m_handoffs == nullptr ? absl::UnavailableError("this tidemarkd takes no handed-over file")
-      : caller->tokenId     ? absl::PermissionDeniedError(
-                                  "a file is taken only from a caller whose user the kernel vouches "
-                                      "for, not on a token's word")
-                        : m_handoffs->accept(session, caller->uid, request->path());
+  absl::StatusOr<HandoffRow> taken =
+      absl::UnavailableError("this tidemarkd takes no handed-over file");
+  if (m_handoffs != nullptr && caller->tokenId) {
+    taken = absl::PermissionDeniedError(
+        "a file is taken only from a caller whose user the kernel vouches for, not on a token's "
+        "word");
+  } else if (m_handoffs != nullptr) {
+    taken = m_handoffs->accept(session, caller->uid, request->path());
+  }
   if (taken.ok()) {
     // Sent from the file by a stream of the daemon's own, which resumes the session: the agent's
     // stream is ended (what it carried so far is committed), whatever it still had in flight.
-    m_handoffs->take(session);
+    m_handoffs->take(*taken);
   } else {
     std::fprintf(stderr, "tidemarkd: session %lld: a handed-over file was refused: %s\n",
-                 static_cast<long long>(session), std::string(taken.message()).c_str());
+                 static_cast<long long>(session), std::string(taken.status().message()).c_str());
   }
   reply->set_accepted(taken.ok());
-  if (!taken.ok()) reply->set_reason(std::string(taken.message()));
+  if (!taken.ok()) reply->set_reason(std::string(taken.status().message()));
   return grpc::Status::OK;
 }
 
@@ -361,13 +364,16 @@ grpc::Status IngestService::Stream(
     header.startWallNs = hello.start_wall_ns();
     header.ownerUid = owner->uid;
     auto created = std::make_shared<int64_t>(0);
+    // Urgent: the agent waits for its handshake's answer.
     absl::Status s = m_writer
-                         .submit([header, created](Store& store) -> absl::Status {
-                           auto id = store.createSession(header);
-                           if (!id.ok()) return id.status();
-                           *created = *id;
-                           return absl::OkStatus();
-                         })
+                         .submit(
+                             [header, created](Store& store) -> absl::Status {
+                               auto id = store.createSession(header);
+                               if (!id.ok()) return id.status();
+                               *created = *id;
+                               return absl::OkStatus();
+                             },
+                             StoreWriter::Priority::kUrgent)
                          .get();
     if (!s.ok()) return toGrpc(storeUnavailable(s));
     sessionId = *created;

@@ -11,7 +11,7 @@ StoreWriter::StoreWriter(std::unique_ptr<Store> store)
 
 StoreWriter::~StoreWriter() { stop(); }
 
-std::future<absl::Status> StoreWriter::submit(Operation op) {
+std::future<absl::Status> StoreWriter::submit(Operation op, Priority priority) {
   auto done = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> f = done->get_future();
   {
@@ -20,7 +20,8 @@ std::future<absl::Status> StoreWriter::submit(Operation op) {
       done->set_value(absl::UnavailableError("the store is closing"));
       return f;
     }
-    m_queue.push_back({std::move(op), std::move(done)});
+    (priority == Priority::kUrgent ? m_urgent : m_queue)
+        .push_back({std::move(op), std::move(done)});
   }
   m_cv.notify_one();
   return f;
@@ -42,9 +43,9 @@ void StoreWriter::run() {
     std::deque<Item> batch;
     {
       std::unique_lock<std::mutex> lock(m_mutex);
-      m_cv.wait(lock, [this] { return m_stopping || !m_queue.empty(); });
-      if (m_queue.empty()) return;  // stopping, and everything is written
-      batch.swap(m_queue);
+      m_cv.wait(lock, [this] { return m_stopping || !m_queue.empty() || !m_urgent.empty(); });
+      if (m_queue.empty() && m_urgent.empty()) return;  // stopping, and everything is written
+      batch.swap(m_urgent.empty() ? m_queue : m_urgent);
     }
     absl::Status txn = m_store->begin();
     std::vector<absl::Status> results;

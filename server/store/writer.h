@@ -23,7 +23,11 @@ class StoreWriter {
 
   using Operation = std::function<absl::Status(Store&)>;
   // Queues op; the future is set once the transaction holding it has committed (or failed).
-  std::future<absl::Status> submit(Operation op);
+  // Urgent: a small write someone waits for (a new session's row for its agent's handshake):
+  // committed in a transaction of its own before anything queued normally, so that it never
+  // waits behind other sessions' rows (at most behind the transaction under way).
+  enum class Priority { kNormal, kUrgent };
+  std::future<absl::Status> submit(Operation op, Priority priority = Priority::kNormal);
   // Queue op without waiting.
   void post(Operation op);
 
@@ -43,6 +47,7 @@ class StoreWriter {
   std::mutex m_mutex;
   std::condition_variable m_cv;
   std::deque<Item> m_queue;
+  std::deque<Item> m_urgent;
   bool m_stopping = false;
   std::thread m_thread;
 };

@@ -718,5 +718,54 @@ TEST_F(IngestRpcTest, AFileHandedOverIsTakenUpByTheNextDaemon) {
   expectHealthy();
 }
 
+TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory) {
+  // The daemon said yes and stopped before the row was committed: the file sits in this user's
+  // spool directory (XDG_STATE_HOME/tidemark/spool, 0700), its session live in the store.
+  const std::filesystem::path state = m_dir / "state";
+  const std::filesystem::path spool = state / "tidemark" / "spool";
+  std::filesystem::create_directories(spool);
+  std::filesystem::permissions(spool, std::filesystem::perms::owner_all);
+  const char* oldState = std::getenv("XDG_STATE_HOME");
+  const std::string saved = oldState != nullptr ? oldState : "";
+  ::setenv("XDG_STATE_HOME", state.c_str(), 1);
+  uint64_t session = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+    m_server->shutdown();
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  const std::filesystem::path file = spool / "tidemark-handoff-4242-1.bin";
+  writeSpool(file, restOf(session));
+  // Files that are not to be taken: another name, and one of a session that is not live.
+  writeSpool(spool / "tidemark-spool-4242-1.bin", restOf(session));
+  writeSpool(spool / "tidemark-handoff-4242-2.bin", restOf(session + 7));
+  startServer(std::chrono::seconds(600));
+  v1::SessionInfo info;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
+    if (info.state() == v1::SESSION_STATE_ENDED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (saved.empty()) {
+    ::unsetenv("XDG_STATE_HOME");
+  } else {
+    ::setenv("XDG_STATE_HOME", saved.c_str(), 1);
+  }
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_FALSE(hasStat(info, "stream_lost"));
+  for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-spool-4242-1.bin"));
+  EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4242-2.bin"));
+  expectHealthy();
+}
+
 }  // namespace
 }  // namespace tidemark::server
