@@ -159,9 +159,13 @@ class Daemon:
             time.sleep(0.1)
         raise AssertionError("session %d did not end in %ds" % (session_id, timeout))
 
-    def newest_session(self):
+    def newest_session(self, wait_ended=True):
+        """The newest session; by default once it is no longer live (its job has exited; the
+        daemon may still be storing what the agent handed over at exit)."""
         sessions = self.cli_json("sessions")["sessions"]
         assert sessions, "no sessions"
+        if wait_ended and sessions[-1]["state"] == "live":
+            return self.wait_ended(sessions[-1]["id"])
         return sessions[-1]
 
     def sql(self, query, *params):
