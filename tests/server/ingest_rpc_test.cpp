@@ -150,6 +150,23 @@ class IngestRpcTest : public ::testing::Test {
     req.set_session_id(session);
     return m_query->GetSession(&ctx, req, info);
   }
+  // The session once it has ended (a handed-over file is stored after its stream), or as it is
+  // after 20 s.
+  v1::SessionInfo awaitEnded(uint64_t session) {
+    v1::SessionInfo info;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline && sessionInfo(session, &info).ok() &&
+           info.state() != v1::SESSION_STATE_ENDED) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return info;
+  }
+  // Whether a file is gone within 2 s (the daemon removes a handed-over file once stored).
+  static bool awaitRemoved(const std::filesystem::path& file) {
+    for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return !std::filesystem::exists(file);
+  }
 
   // A complete, well-behaved session still works: the server kept serving.
   void expectHealthy() {
@@ -584,13 +601,7 @@ TEST_F(IngestRpcTest, AFileHandedOverCompletesTheSessionAndGoes) {
   while (stream->Read(&ignored)) {
   }
   stream->Finish();
-  v1::SessionInfo info;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE(sessionInfo(session, &info).ok());
-    if (info.state() == v1::SESSION_STATE_ENDED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const v1::SessionInfo info = awaitEnded(session);
   ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
   EXPECT_EQ(info.events_stored(), 3u);
   EXPECT_EQ(info.events_sent(), 3u);
@@ -599,9 +610,7 @@ TEST_F(IngestRpcTest, AFileHandedOverCompletesTheSessionAndGoes) {
   EXPECT_TRUE(hasStat(info, "agent_handed_off"));
   EXPECT_FALSE(hasStat(info, "seq_gap"));
   // Stored, so removed (the daemon runs as the file's owner), and nothing left to take up.
-  for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_TRUE(awaitRemoved(file));
   auto pending = Store::pendingHandoffs((m_dir / "store.db").string());
   ASSERT_TRUE(pending.ok());
   EXPECT_TRUE(pending->empty());
@@ -704,13 +713,7 @@ TEST_F(IngestRpcTest, AFileHandedOverIsTakenUpByTheNextDaemon) {
                     .ok());
   }
   startServer(std::chrono::seconds(600));
-  v1::SessionInfo info;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE(sessionInfo(session, &info).ok());
-    if (info.state() == v1::SESSION_STATE_ENDED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const v1::SessionInfo info = awaitEnded(session);
   ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
   EXPECT_EQ(info.events_stored(), 3u);
   EXPECT_EQ(info.live_blocks_at_end(), 1u);
@@ -744,13 +747,7 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   writeSpool(spool / "tidemark-spool-4242-1.bin", restOf(session));
   writeSpool(spool / "tidemark-handoff-4242-2.bin", restOf(session + 7));
   startServer(std::chrono::seconds(600));
-  v1::SessionInfo info;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE(sessionInfo(session, &info).ok());
-    if (info.state() == v1::SESSION_STATE_ENDED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const v1::SessionInfo info = awaitEnded(session);
   if (saved.empty()) {
     ::unsetenv("XDG_STATE_HOME");
   } else {
@@ -759,9 +756,7 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
   EXPECT_EQ(info.events_stored(), 3u);
   EXPECT_FALSE(hasStat(info, "stream_lost"));
-  for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_TRUE(awaitRemoved(file));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-spool-4242-1.bin"));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4242-2.bin"));
   expectHealthy();
