@@ -63,8 +63,16 @@ def main():
             time.sleep(0.2)
         wall = time.perf_counter() - t0
         failed = sum(1 for j in jobs if j.returncode != 0)
-        sessions = json.loads(subprocess.run(tidemark + ["sessions", "--json"], capture_output=True,
-                                             text=True, check=True).stdout)["sessions"]
+        # Sessions whose agents handed the end of their run over in a file end once the daemon
+        # has stored it.
+        for _ in range(600):
+            sessions = json.loads(subprocess.run(tidemark + ["sessions", "--json"],
+                                                 capture_output=True, text=True,
+                                                 check=True).stdout)["sessions"]
+            if all(s["state"] != "live" for s in sessions):
+                break
+            time.sleep(0.5)
+        stored = time.perf_counter() - t0
         whole = sum(1 for s in sessions if s["state"] == "ended" and s["events_dropped"] == 0
                     and s["events_sent"] == s["events_stored"])
         events = sum(s["events_stored"] for s in sessions)
@@ -74,6 +82,7 @@ def main():
                               "%d / %d" % (whole, len(sessions))))
         print("%-44s %10d" % ("events stored", events))
         print("%-44s %10.1f" % ("wall time of the whole load (s)", wall))
+        print("%-44s %10.1f" % ("every session stored after (s)", stored))
         print("%-44s %10.1f" % ("tidemarkd peak memory, VmHWM (MiB)",
                                 status_kib(daemon.pid, "VmHWM") / 1024))
         if latencies:

@@ -205,8 +205,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tidemarkd: %s\n", std::string(s.message()).c_str());
     return 1;
   }
+  // address() is the Unix socket itself when there is no TCP address: said once.
+  const bool both = !options.listen.empty() && !options.unixSocket.empty();
   std::fprintf(stderr, "tidemarkd: listening on %s%s%s; store %s\n", server.address().c_str(),
-               options.unixSocket.empty() ? "" : " and unix:", options.unixSocket.c_str(),
+               both ? " and unix:" : "", both ? options.unixSocket.c_str() : "",
                options.dbPath.c_str());
   if (!portFile.empty()) {
     const std::string tmp = portFile + ".tmp";

@@ -143,6 +143,12 @@ absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid,
   client::SpoolReader reader(*fd);
   v1::AgentMessage first;
   if (auto s = checkResumes(reader, session, &first); !s.ok()) return s;
+  // A session that still waits for the rest (not one that ended, or none).
+  auto record = Store::getSession(m_writer.path(), session);
+  if (!record.ok()) return record.status();
+  if (record->state != v1::SESSION_STATE_LIVE) {
+    return absl::FailedPreconditionError("session " + std::to_string(session) + " has ended");
+  }
   return HandoffRow{session, path, static_cast<int64_t>(uid), static_cast<int64_t>(info.st_dev),
                     static_cast<int64_t>(info.st_ino)};
 }
@@ -213,6 +219,7 @@ void HandoffTaker::run(const HandoffRow& handed) {
                         {Access::kOnBehalfKey, std::to_string(row->ownerUid)}};
     options.stop = &m_stopping;
     const client::SpoolUploadResult sent = client::uploadSpool(m_channel, *reader, first, options);
+    sending.unlock();
     if (m_stopping) return;  // the rest at the next start
     if (sent.status.ok()) {
       forget();

@@ -294,6 +294,7 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
   if (taken.ok()) {
     // Sent from the file by a stream of the daemon's own, which resumes the session: the agent's
     // stream is ended (what it carried so far is committed), whatever it still had in flight.
+    m_sessions.markHandedOver(session);
     m_handoffs->take(*taken);
   } else {
     std::fprintf(stderr, "tidemarkd: session %lld: a handed-over file was refused: %s\n",

@@ -62,11 +62,23 @@ void ResumableSessions::release(int64_t id, bool resumable, int32_t pid,
     std::lock_guard<std::mutex> lock(m_mutex);
     if (!resumable) {
       m_entries.erase(id);
+      m_handedOver.erase(id);
     } else {
-      m_entries[id] = Entry{nullptr, false, Clock::now(), true, pid, hostname};
+      // A session whose rest its agent handed over in a file waits for the file, not for its
+      // process (gone by design): only the full grace closes it (a store that cannot be written
+      // for that long).
+      const bool waitsForFile = m_handedOver.count(id) > 0;
+      m_entries[id] = Entry{nullptr, false, Clock::now(), true, waitsForFile ? 0 : pid, hostname};
     }
   }
   m_released.notify_all();
+}
+
+void ResumableSessions::markHandedOver(int64_t id) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_handedOver.insert(id);
+  auto it = m_entries.find(id);
+  if (it != m_entries.end()) it->second.pid = 0;
 }
 
 void ResumableSessions::detachAtStart(int64_t id, int32_t pid, const std::string& hostname) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ class ResumableSessions {
   absl::Status holdForResume(int64_t id, grpc::ServerContext* context);
   // The holding stream ended. resumable: detach (wait for the agent); else forget it.
   void release(int64_t id, bool resumable, int32_t pid, const std::string& hostname);
+  // The session's agent handed the rest over in a file (IngestService::Handoff): from now on
+  // its process being gone does not close it early.
+  void markHandedOver(int64_t id);
   // At start: sessions left live by the previous run of the daemon.
   void detachAtStart(int64_t id, int32_t pid, const std::string& hostname);
   // Detached sessions due to be closed, now held by the caller (release(id, false) after).
@@ -56,6 +60,7 @@ class ResumableSessions {
   mutable std::mutex m_mutex;
   std::condition_variable m_released;
   std::map<int64_t, Entry> m_entries;
+  std::set<int64_t> m_handedOver;
 };
 
 }  // namespace tidemark::server

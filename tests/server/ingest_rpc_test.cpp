@@ -684,6 +684,8 @@ TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
   EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
   EXPECT_EQ(info.events_stored(), 2u);
   EXPECT_TRUE(std::filesystem::exists(good));  // never the daemon's
+  // Its session has ended: nothing is left to take.
+  EXPECT_NE(offer(good.string()).reason().find("has ended"), std::string::npos);
   expectHealthy();
 }
 
