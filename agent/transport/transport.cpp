@@ -153,16 +153,19 @@ void Transport::run() {
   // took then goes to the spool file.
   stopCollector();
   // A daemon seen during the run may be restarting: retried while the exit's time allows. One
-  // never seen gets one more try (the job's exit is not held up for nothing).
+  // never seen gets one more try (the job's exit is not held up for nothing) — and the whole
+  // time once it answers (a short job on a loaded machine may end before its first handshake).
+  // (Asked of the kernel: a loaded machine may not have let gRPC connect yet.)
+  if (!m_daemonSeen && base::daemonListening(m_config.server)) m_daemonSeen = true;
   const auto now = std::chrono::steady_clock::now();
-  const auto deadline =
-      now + std::chrono::milliseconds(m_everConnected ? std::max(500, m_config.exitTimeoutMs - 1500)
-                                                      : 300);
-  m_exitDeadline = deadline;
+  m_exitFullDeadline =
+      now + std::chrono::milliseconds(std::max(500, m_config.exitTimeoutMs - 1500));
+  m_exitDeadline = m_daemonSeen ? m_exitFullDeadline : now + std::chrono::milliseconds(300);
+  const auto& deadline = m_exitDeadline;  // extended by tryConnect when a daemon answers
   if (m_link == LinkState::kDown) m_nextConnect = now;
   // Much not confirmed yet (shutdown ended the stream for it): the rest goes to the daemon in a
-  // file instead of at its pace.
-  // (Or decided once connected: a handshake still unanswered at shutdown has no session yet.)
+  // file instead of at its pace. Or decided later: once connected (a handshake still unanswered
+  // at shutdown has no session yet), or by shutdown when the exit's delivery takes too long.
   bool handoffTried = false;
   auto tryHandoff = [&] {
     if (handoffTried || m_sessionId.load() == 0 || !(m_handingOff || handoffOffered())) return;
@@ -173,6 +176,10 @@ void Transport::run() {
   tryHandoff();
   while (m_link != LinkState::kRefused && m_ending == Ending::kRunning && !m_outOfTime &&
          std::chrono::steady_clock::now() < deadline) {
+    if (m_handingOff) {  // shutdown decided it meanwhile
+      tryHandoff();
+      if (m_ending != Ending::kRunning) break;
+    }
     if (m_link == LinkState::kDown) {
       if (std::chrono::steady_clock::now() < m_nextConnect) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -410,6 +417,9 @@ bool Transport::tryConnect() {
     scheduleReconnect();
     return false;
   }
+  // A daemon is there: an exit gives it its whole time.
+  m_daemonSeen = true;
+  m_exitDeadline = std::max(m_exitDeadline, m_exitFullDeadline);
   // Someone answers: sent nothing unless it runs as this user or root (checked at every
   // connection: whoever listens there may change).
   m_untrusted = base::untrustedDaemon(m_config.server, !m_config.tlsCa.empty());
@@ -643,17 +653,19 @@ grpc::Status Transport::endStream() {
   return status;
 }
 
-bool Transport::handoffOffered() const {
+bool Transport::handoffPossible() const {
   // A daemon on this host that knows this user from the kernel (a token's word is not enough to
   // read a file of this user's): a Unix socket, or loopback TCP without TLS.
   const std::string& target = m_config.server;
   const bool local = target.rfind("unix:", 0) == 0 || target.rfind("127.0.0.1:", 0) == 0 ||
                      target.rfind("localhost:", 0) == 0 || target.rfind("[::1]:", 0) == 0;
-  if (m_config.handoffMinEvents == 0 || m_config.handoffPath.empty() || !m_config.token.empty() ||
-      !m_config.tlsCa.empty() || !local || m_sessionId == 0) {
-    return false;
-  }
-  return m_windowEvents.load(std::memory_order_acquire) + m_log.size() >= m_config.handoffMinEvents;
+  return m_config.handoffMinEvents != 0 && !m_config.handoffPath.empty() &&
+         m_config.token.empty() && m_config.tlsCa.empty() && local && m_sessionId != 0;
+}
+
+bool Transport::handoffOffered() const {
+  return handoffPossible() &&
+         m_windowEvents.load(std::memory_order_acquire) + m_log.size() >= m_config.handoffMinEvents;
 }
 
 bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
@@ -757,16 +769,32 @@ void Transport::shutdown(int timeoutMs) {
     lock.lock();
   }
   m_stopRequested = true;
-  if (handoffOffered()) {
-    // Much not confirmed yet: the stream is ended now (a write may be waiting on the daemon's
-    // pace) and the rest goes to the daemon in a file (handOff, in the sender's exit).
+  // Much not confirmed yet — at once, or still after kHandoffAfterMs of the exit (a daemon
+  // slower than it looked: many jobs ending together) —: the stream is ended (a write may be
+  // waiting on the daemon's pace) and the rest goes to the daemon in a file (handOff, in the
+  // sender's exit).
+  const auto handOver = [this] {
     m_handingOff = true;
     std::lock_guard<std::mutex> contextLock(m_contextMutex);
     if (m_context) m_context->TryCancel();
-  }
+  };
+  if (handoffOffered()) handOver();
   m_wake.notify_all();
-  const bool done =
-      m_progress.wait_for(lock, std::chrono::milliseconds(timeoutMs), [this] { return m_stopped; });
+  const auto stopped = [this] { return m_stopped; };
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  const auto handoverFrom =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandoffAfterMs);
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < end) {
+    // In slices: the session may become known (a late handshake) after the first second.
+    done = m_progress.wait_until(
+        lock, std::min(end, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)),
+        stopped);
+    if (!done && !m_handingOff && std::chrono::steady_clock::now() >= handoverFrom &&
+        handoffPossible()) {
+      handOver();
+    }
+  }
   lock.unlock();
   if (done) {
     if (m_thread.joinable()) m_thread.join();

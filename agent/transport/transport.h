@@ -69,6 +69,9 @@ class Transport {
   // what the daemon did not confirm goes to the spool file, given kSpoolGraceMs more (a local
   // write). Idempotent.
   static constexpr int kSpoolGraceMs = 5000;
+  // An exit still delivering after this long hands the rest to the daemon in a file (when it
+  // can: handoffPossible) instead of waiting for the daemon's pace to the exit's bound.
+  static constexpr int kHandoffAfterMs = 1000;
   void shutdown(int timeoutMs);
   // Waits (at most timeoutMs) until every record pushed before the call has been sent.
   bool flush(int timeoutMs);
@@ -112,6 +115,7 @@ class Transport {
   bool fillWindow(bool unbounded = false);
   // At exit: whether the rest is handed to the daemon in a file (thread-safe), and the handoff
   // itself (true when the daemon took the file; else the window holds the whole rest).
+  bool handoffPossible() const;
   bool handoffOffered() const;
   bool handOff(std::chrono::steady_clock::time_point deadline);
   void writeWindow();
@@ -149,6 +153,9 @@ class Transport {
   // exit's whole time ran out (shutdown cancelled the stream: what is left goes to the spool).
   std::chrono::steady_clock::time_point m_exitDeadline =
       std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point m_exitFullDeadline =
+      std::chrono::steady_clock::time_point::min();  // the exit's whole time (set at the exit)
+  bool m_daemonSeen = false;  // a connection to the daemon was made (the sender's)
   std::atomic<bool> m_outOfTime{false};
   std::thread m_reader;
   std::mutex m_mutex;

@@ -20,8 +20,12 @@ std::future<absl::Status> StoreWriter::submit(Operation op, Priority priority) {
       done->set_value(absl::UnavailableError("the store is closing"));
       return f;
     }
-    (priority == Priority::kUrgent ? m_urgent : m_queue)
-        .push_back({std::move(op), std::move(done)});
+    if (priority == Priority::kUrgent) {
+      m_urgent.push_back({std::move(op), std::move(done)});
+      m_urgentWaiting.store(true, std::memory_order_release);
+    } else {
+      m_queue.push_back({std::move(op), std::move(done)});
+    }
   }
   m_cv.notify_one();
   return f;
@@ -38,6 +42,43 @@ void StoreWriter::stop() {
   if (m_thread.joinable()) m_thread.join();
 }
 
+size_t StoreWriter::commitSome(std::deque<Item>& items, size_t from, bool yieldToUrgent) {
+  absl::Status txn = m_store->begin();
+  std::vector<absl::Status> results;
+  size_t end = from;
+  while (end < items.size()) {
+    Item& item = items[end++];
+    if (!txn.ok()) {
+      results.push_back(txn);
+      continue;
+    }
+    // Each operation runs in a savepoint: one failing write is undone whole, and does not
+    // undo the others of the transaction.
+    (void)m_store->exec("SAVEPOINT op");
+    absl::Status s = item.op(*m_store);
+    if (s.ok()) {
+      (void)m_store->exec("RELEASE op");
+    } else {
+      (void)m_store->exec("ROLLBACK TO op; RELEASE op");
+      std::fprintf(stderr, "tidemarkd: write failed: %s\n", s.ToString().c_str());
+    }
+    results.push_back(s);
+    // An urgent write came meanwhile: this transaction ends here so that it goes next.
+    if (yieldToUrgent && m_urgentWaiting.load(std::memory_order_acquire)) break;
+  }
+  if (txn.ok()) {
+    txn = m_store->commit();
+    if (!txn.ok()) {
+      std::fprintf(stderr, "tidemarkd: commit failed: %s\n", txn.ToString().c_str());
+      (void)m_store->rollback();
+    }
+  }
+  for (size_t i = from; i < end; ++i) {
+    items[i].done->set_value(txn.ok() ? results[i - from] : txn);
+  }
+  return end;
+}
+
 void StoreWriter::run() {
   for (;;) {
     std::deque<Item> batch;
@@ -45,38 +86,20 @@ void StoreWriter::run() {
       std::unique_lock<std::mutex> lock(m_mutex);
       m_cv.wait(lock, [this] { return m_stopping || !m_queue.empty() || !m_urgent.empty(); });
       if (m_queue.empty() && m_urgent.empty()) return;  // stopping, and everything is written
-      batch.swap(m_urgent.empty() ? m_queue : m_urgent);
+      batch.swap(m_queue);
     }
-    absl::Status txn = m_store->begin();
-    std::vector<absl::Status> results;
-    results.reserve(batch.size());
-    for (Item& item : batch) {
-      if (!txn.ok()) {
-        results.push_back(txn);
-        continue;
+    // The queued writes in as few transactions as possible, each cut short for urgent ones.
+    size_t done = 0;
+    do {
+      std::deque<Item> urgent;
+      {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        urgent.swap(m_urgent);
+        m_urgentWaiting.store(false, std::memory_order_release);
       }
-      // Each operation runs in a savepoint: one failing write is undone whole, and does not
-      // undo the others of the transaction.
-      (void)m_store->exec("SAVEPOINT op");
-      absl::Status s = item.op(*m_store);
-      if (s.ok()) {
-        (void)m_store->exec("RELEASE op");
-      } else {
-        (void)m_store->exec("ROLLBACK TO op; RELEASE op");
-        std::fprintf(stderr, "tidemarkd: write failed: %s\n", s.ToString().c_str());
-      }
-      results.push_back(s);
-    }
-    if (txn.ok()) {
-      txn = m_store->commit();
-      if (!txn.ok()) {
-        std::fprintf(stderr, "tidemarkd: commit failed: %s\n", txn.ToString().c_str());
-        (void)m_store->rollback();
-      }
-    }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      batch[i].done->set_value(txn.ok() ? results[i] : txn);
-    }
+      if (!urgent.empty()) commitSome(urgent, 0, false);
+      if (done < batch.size()) done = commitSome(batch, done, true);
+    } while (done < batch.size() || m_urgentWaiting.load(std::memory_order_acquire));
   }
 }
 

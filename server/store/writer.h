@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -25,7 +26,8 @@ class StoreWriter {
   // Queues op; the future is set once the transaction holding it has committed (or failed).
   // Urgent: a small write someone waits for (a new session's row for its agent's handshake):
   // committed in a transaction of its own before anything queued normally, so that it never
-  // waits behind other sessions' rows (at most behind the transaction under way).
+  // waits behind other sessions' rows (at most behind the one write under way: a transaction of
+  // queued writes ends early for it).
   enum class Priority { kNormal, kUrgent };
   std::future<absl::Status> submit(Operation op, Priority priority = Priority::kNormal);
   // Queue op without waiting.
@@ -41,6 +43,9 @@ class StoreWriter {
     std::shared_ptr<std::promise<absl::Status>> done;
   };
   void run();
+  // Runs items[from..] in one transaction (up to the first urgent arrival when yieldToUrgent),
+  // commits, sets their futures; returns the index after the last one run.
+  size_t commitSome(std::deque<Item>& items, size_t from, bool yieldToUrgent);
 
   std::unique_ptr<Store> m_store;
   std::string m_path;
@@ -48,6 +53,7 @@ class StoreWriter {
   std::condition_variable m_cv;
   std::deque<Item> m_queue;
   std::deque<Item> m_urgent;
+  std::atomic<bool> m_urgentWaiting{false};
   bool m_stopping = false;
   std::thread m_thread;
 };

@@ -1,8 +1,10 @@
 #include "src/base/daemon_address.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,6 +99,51 @@ std::string readToken(const std::string& value, const std::string& file) {
   if (begin == std::string::npos) return "";
   const size_t end = token.find_last_not_of(" \t\r\n");
   return token.substr(begin, end - begin + 1);
+}
+
+bool daemonListening(const std::string& target) {
+  int fd = -1;
+  int rc = -1;
+  if (target.rfind("unix:", 0) == 0) {
+    const std::string path = target.substr(5);
+    sockaddr_un addr{};
+    if (path.empty() || path.size() >= sizeof addr.sun_path) return false;
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return false;
+    rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  } else {
+    // Loopback only: an address elsewhere is not probed (the kernel answers for this host at once).
+    const size_t colon = target.rfind(':');
+    if (colon == std::string::npos) return false;
+    const std::string host = target.substr(0, colon);
+    const int port = std::atoi(target.c_str() + colon + 1);
+    if (port <= 0 || port > 65535) return false;
+    if (host == "127.0.0.1" || host == "localhost") {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) return false;
+      rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    } else if (host == "[::1]") {
+      sockaddr_in6 addr{};
+      addr.sin6_family = AF_INET6;
+      addr.sin6_port = htons(static_cast<uint16_t>(port));
+      addr.sin6_addr = in6addr_loopback;
+      fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) return false;
+      rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    } else {
+      return false;
+    }
+  }
+  // A full backlog (EAGAIN on a Unix socket) is a daemon too: busy, not absent.
+  const bool listening = rc == 0 || errno == EAGAIN;
+  ::close(fd);
+  return listening;
 }
 
 }  // namespace tidemark::base

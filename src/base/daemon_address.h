@@ -20,6 +20,11 @@ std::string defaultDaemonAddress();
 // anywhere is trusted: the certificate says who runs the daemon.
 std::string untrustedDaemon(const std::string& target, bool tlsVerified = false);
 
+// Whether something listens at target now (a connection the kernel accepts, closed at once):
+// "unix:PATH" or a loopback "HOST:PORT"; false for any other address (not probed). Fast, and
+// independent of gRPC's threads, which a loaded machine may hold up.
+bool daemonListening(const std::string& target);
+
 // The environment variable's value, "" when unset.
 const char* env(const char* name);
 

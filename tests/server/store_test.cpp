@@ -1,11 +1,17 @@
 // The SQLite store: schema version, reopening, refusing what it cannot read.
 #include "server/store/store.h"
+#include "server/store/writer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
+#include <vector>
 
 namespace tidemark::server {
 namespace {
@@ -171,6 +177,39 @@ TEST(StoreTest, AFileThatIsNotADatabaseIsRefused) {
   const std::string db = (dir / "junk.db").string();
   std::ofstream(db) << std::string(4096, 'x');
   EXPECT_FALSE(Store::open(db).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreWriterTest, AnUrgentWriteGoesBeforeTheQueuedOnesAndNeverWaitsForThemAll) {
+  const auto dir = tempPath("urgent");
+  auto store = Store::open((dir / "store.db").string());
+  ASSERT_TRUE(store.ok()) << store.status();
+  StoreWriter writer(std::move(*store));
+  // Ten slow writes queued (other sessions' rows), then an urgent one (a handshake's row).
+  std::atomic<int> normalDone{0};
+  std::vector<std::future<absl::Status>> normal;
+  for (int i = 0; i < 10; ++i) {
+    normal.push_back(writer.submit([&normalDone](Store&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ++normalDone;
+      return absl::OkStatus();
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the first one is under way
+  int doneWhenUrgentRan = -1;
+  auto urgent = writer.submit(
+      [&](Store& s) {
+        doneWhenUrgentRan = normalDone.load();
+        return s.exec("CREATE TABLE IF NOT EXISTS urgent_probe (x INTEGER)");
+      },
+      StoreWriter::Priority::kUrgent);
+  ASSERT_TRUE(urgent.get().ok());
+  // At most the write under way (and one more starting) came first; the rest waited for it.
+  EXPECT_GE(doneWhenUrgentRan, 0);
+  EXPECT_LE(doneWhenUrgentRan, 2);
+  for (auto& f : normal) EXPECT_TRUE(f.get().ok());  // and they were all committed after
+  EXPECT_EQ(normalDone.load(), 10);
+  writer.stop();
   std::filesystem::remove_all(dir);
 }
 
