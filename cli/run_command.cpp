@@ -29,7 +29,9 @@ constexpr const char* kRunUsage =
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
 (models, optimizers, phases, steps, tensor categories) without any change to the script.
 The job's exit code is tidemark's exit code. Events go to tidemarkd at ADDR; if none answers,
-they are spooled to a file that `tidemark upload` sends later.
+they are spooled to a file that `tidemark upload` sends later. A run that ends far ahead of the
+daemon (a burst of allocations before exit) hands the rest to it in a file instead of waiting:
+the job exits at once, the session ends when the daemon has stored the file.
 
   --name NAME   a name for the session
   --quiet       no summary line from the agent at exit

@@ -20,10 +20,21 @@ echo "== tidemarkd on $TIDEMARK_SERVER, store $DEMO/tidemark.db"
 echo "== tidemark run -- python3 examples/train.py --steps $STEPS"
 "$BIN/tidemark" run --name demo -- /usr/bin/python3 examples/train.py --steps "$STEPS"
 
+# The session once it has ended: an agent that ends far ahead of the daemon hands the rest over
+# in a file, stored just after the job's exit.
+SESSION=$(/usr/bin/python3 - "$BIN/tidemark" <<'PYEOF'
+import json, subprocess, sys, time
+for _ in range(600):
+    s = json.loads(subprocess.run([sys.argv[1], "sessions", "--json"], stdout=subprocess.PIPE,
+                                  check=True).stdout)["sessions"][-1]
+    if s["state"] != "live":
+        break
+    time.sleep(0.2)
+print(s["id"])
+PYEOF
+)
 echo; echo "== tidemark sessions"
 "$BIN/tidemark" sessions
-SESSION=$("$BIN/tidemark" sessions --json | /usr/bin/python3 -c \
-  'import json,sys; print(json.load(sys.stdin)["sessions"][-1]["id"])')
 echo; echo "== tidemark breakdown $SESSION   (the peak of the whole run)"
 "$BIN/tidemark" breakdown "$SESSION"
 echo; echo "== tidemark peak $SESSION --top 6   (what is live at the peak)"
