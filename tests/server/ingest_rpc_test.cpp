@@ -161,6 +161,18 @@ class IngestRpcTest : public ::testing::Test {
     }
     return info;
   }
+  // A session whose first batch is committed, left live by a daemon stopped under its stream
+  // (SIGTERM); 0 if that went wrong. The daemon is not started again.
+  uint64_t sessionLeftLiveByAStoppedDaemon() {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    const uint64_t session = handshake(stream.get()).session_id();
+    const bool acked = sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1);
+    m_server->shutdown();
+    ctx.TryCancel();
+    stream->Finish();
+    return acked ? session : 0;
+  }
   // Whether a file is gone within 2 s (the daemon removes a handed-over file once stored).
   static bool awaitRemoved(const std::filesystem::path& file) {
     for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
@@ -690,18 +702,10 @@ TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
 }
 
 TEST_F(IngestRpcTest, AFileHandedOverIsTakenUpByTheNextDaemon) {
-  uint64_t session = 0;
   const std::filesystem::path file = m_dir / "handoff.bin";
-  {
-    grpc::ClientContext ctx;
-    auto stream = m_ingest->Stream(&ctx);
-    session = handshake(stream.get()).session_id();
-    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
-    // The daemon stops before it took the file up: only its row is in the store.
-    m_server->shutdown();
-    ctx.TryCancel();
-    stream->Finish();
-  }
+  // The daemon stops before it took the file up: only its row is in the store.
+  const uint64_t session = sessionLeftLiveByAStoppedDaemon();
+  ASSERT_NE(session, 0u);
   writeSpool(file, restOf(session));
   struct stat st {};
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
@@ -733,16 +737,8 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   const char* oldState = std::getenv("XDG_STATE_HOME");
   const std::string saved = oldState != nullptr ? oldState : "";
   ::setenv("XDG_STATE_HOME", state.c_str(), 1);
-  uint64_t session = 0;
-  {
-    grpc::ClientContext ctx;
-    auto stream = m_ingest->Stream(&ctx);
-    session = handshake(stream.get()).session_id();
-    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
-    m_server->shutdown();
-    ctx.TryCancel();
-    stream->Finish();
-  }
+  const uint64_t session = sessionLeftLiveByAStoppedDaemon();
+  ASSERT_NE(session, 0u);
   const std::filesystem::path file = spool / "tidemark-handoff-4242-1.bin";
   writeSpool(file, restOf(session));
   // Files that are not to be taken: another name, and one of a session that is not live.
