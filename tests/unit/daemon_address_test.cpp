@@ -1,0 +1,61 @@
+// base::daemonListening: what an exiting agent asks the kernel before it gives a daemon the
+// exit's whole time. Real sockets: a Unix socket and a loopback port that listen, and ones that
+// do not.
+#include "src/base/daemon_address.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+namespace tidemark::base {
+namespace {
+
+TEST(DaemonListeningTest, AUnixSocketListensUntilItIsClosed) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tidemark-listen-" + std::to_string(getpid()) + ".sock"))
+                               .string();
+  std::filesystem::remove(path);
+  EXPECT_FALSE(daemonListening("unix:" + path));  // nothing there
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_FALSE(daemonListening("unix:" + path));  // bound, not listening
+  ASSERT_EQ(::listen(fd, 4), 0);
+  EXPECT_TRUE(daemonListening("unix:" + path));
+  ::close(fd);
+  EXPECT_FALSE(daemonListening("unix:" + path));  // the file stays, no one listens
+  std::filesystem::remove(path);
+}
+
+TEST(DaemonListeningTest, ALoopbackPortListensAndNoOtherAddressIsProbed) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  ASSERT_EQ(::listen(fd, 4), 0);
+  EXPECT_TRUE(daemonListening("127.0.0.1:" + port));
+  EXPECT_TRUE(daemonListening("localhost:" + port));
+  // Not probed: another host (its answer would take a network round trip), or no port.
+  EXPECT_FALSE(daemonListening("192.0.2.1:" + port));
+  EXPECT_FALSE(daemonListening("127.0.0.1"));
+  EXPECT_FALSE(daemonListening("127.0.0.1:0"));
+  ::close(fd);
+  EXPECT_FALSE(daemonListening("127.0.0.1:" + port));
+}
+
+}  // namespace
+}  // namespace tidemark::base
