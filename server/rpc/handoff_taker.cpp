@@ -50,17 +50,33 @@ absl::StatusOr<int> openHandedFile(const std::string& path, uid_t uid,
   return fd;
 }
 
-// Its first message: the handshake resuming `session`.
-absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::AgentMessage* first) {
+// Its first message, a handshake: the session it resumes.
+absl::StatusOr<int64_t> readHandshake(client::SpoolReader& reader, v1::AgentMessage* first) {
   if (!reader.ok()) return absl::DataLossError(reader.error());
   if (!reader.next(first) || !first->has_handshake()) {
     return absl::InvalidArgumentError("not a tidemark spool file" +
                                       (reader.error().empty() ? "" : ": " + reader.error()));
   }
-  if (first->handshake().resume_session_id() != static_cast<uint64_t>(session)) {
-    return absl::InvalidArgumentError("it continues session " +
-                                      std::to_string(first->handshake().resume_session_id()) +
+  return static_cast<int64_t>(first->handshake().resume_session_id());
+}
+
+// Its first message: the handshake resuming `session`.
+absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::AgentMessage* first) {
+  auto resumes = readHandshake(reader, first);
+  if (!resumes.ok()) return resumes.status();
+  if (*resumes != session) {
+    return absl::InvalidArgumentError("it continues session " + std::to_string(*resumes) +
                                       ", not session " + std::to_string(session));
+  }
+  return absl::OkStatus();
+}
+
+// OK when the session is live in the store: it still waits for the rest.
+absl::Status sessionWaits(const std::string& store, int64_t session) {
+  auto record = Store::getSession(store, session);
+  if (!record.ok()) return record.status();
+  if (record->state != v1::SESSION_STATE_LIVE) {
+    return absl::FailedPreconditionError("session " + std::to_string(session) + " has ended");
   }
   return absl::OkStatus();
 }
@@ -118,11 +134,11 @@ std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::str
     if (!fd.ok()) continue;
     client::SpoolReader reader(*fd);
     v1::AgentMessage first;
-    if (!reader.next(&first) || !first.has_handshake()) continue;
-    const auto session = static_cast<int64_t>(first.handshake().resume_session_id());
-    auto record = Store::getSession(m_writer.path(), session);
+    const absl::StatusOr<int64_t> resumes = readHandshake(reader, &first);
+    if (!resumes.ok() || *resumes == 0) continue;
+    const int64_t session = *resumes;
     // Its session still waits for the rest, and is this user's.
-    if (session == 0 || !record.ok() || record->state != v1::SESSION_STATE_LIVE ||
+    if (!sessionWaits(m_writer.path(), session).ok() ||
         m_access.ownerOf(session) != std::optional<uid_t>(::geteuid())) {
       continue;
     }
@@ -143,12 +159,7 @@ absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid,
   client::SpoolReader reader(*fd);
   v1::AgentMessage first;
   if (auto s = checkResumes(reader, session, &first); !s.ok()) return s;
-  // A session that still waits for the rest (not one that ended, or none).
-  auto record = Store::getSession(m_writer.path(), session);
-  if (!record.ok()) return record.status();
-  if (record->state != v1::SESSION_STATE_LIVE) {
-    return absl::FailedPreconditionError("session " + std::to_string(session) + " has ended");
-  }
+  if (auto s = sessionWaits(m_writer.path(), session); !s.ok()) return s;
   return HandoffRow{session, path, static_cast<int64_t>(uid), static_cast<int64_t>(info.st_dev),
                     static_cast<int64_t>(info.st_ino)};
 }
