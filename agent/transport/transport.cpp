@@ -937,15 +937,22 @@ std::string Transport::summary() const {
                       m_config.spoolPath.c_str());
       }
       break;
-    case Ending::kHandedOff:
-      std::snprintf(line, sizeof line,
-                    "tidemark: session %llu: %llu events sent to %s, %llu dropped (the last %llu "
-                    "handed to the daemon in %s, which it stores and removes)",
-                    session, static_cast<unsigned long long>(c.events_sent()),
-                    m_config.server.c_str(), static_cast<unsigned long long>(dropped),
-                    static_cast<unsigned long long>(c.events_handed_off()),
-                    m_config.handoffPath.c_str());
+    case Ending::kHandedOff: {
+      int n = std::snprintf(
+          line, sizeof line,
+          "tidemark: session %llu: %llu events sent to %s, %llu dropped (the last "
+          "%llu handed to the daemon in %s, which it stores and removes)",
+          session, static_cast<unsigned long long>(c.events_sent()), m_config.server.c_str(),
+          static_cast<unsigned long long>(dropped),
+          static_cast<unsigned long long>(c.events_handed_off()), m_config.handoffPath.c_str());
+      if (c.reconnects() != 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
+        std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                      " (the stream broke and was resumed %llu time%s)",
+                      static_cast<unsigned long long>(c.reconnects()),
+                      c.reconnects() == 1 ? "" : "s");
+      }
       break;
+    }
     case Ending::kRefused:
       std::snprintf(line, sizeof line,
                     "tidemark: tidemarkd at %s refused the agent (%s); %llu events dropped",
