@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "cli/install_paths.h"
 #include "src/base/daemon_address.h"
+#include "src/base/preload_list.h"
 #include "src/base/unix_address.h"
 
 namespace tidemark::cli {
@@ -37,6 +39,16 @@ bool answers(const std::string& path) {
 // Starts tidemarkd detached from this process (its own session, stdio on /dev/null, stderr to
 // the log). Returns its pid, or -1.
 pid_t spawn(const std::string& daemon, const std::string& log) {
+  // Never the agent in the daemon (a `tidemark` run inside a recorded job has it preloaded,
+  // under any name $TIDEMARK_AGENT gave it); the job's other preloads stay. Worked out before
+  // the fork: the child only sets it.
+  const char* preload = std::getenv("LD_PRELOAD");
+  std::string keptPreload;
+  if (preload != nullptr) {
+    const std::string agent = findAgent();
+    keptPreload = base::preloadWithout(
+        preload, [&](std::string_view entry) { return base::preloadEntryIsAgent(entry, agent); });
+  }
   const pid_t child = ::fork();
   if (child < 0) return -1;
   if (child == 0) {
@@ -49,10 +61,12 @@ pid_t spawn(const std::string& daemon, const std::string& log) {
     ::dup2(null, 0);
     ::dup2(null, 1);
     ::dup2(err >= 0 ? err : null, 2);
-    // Never the agent in the daemon (a `tidemark` run inside a recorded job has it preloaded).
-    if (const char* preload = std::getenv("LD_PRELOAD");
-        preload != nullptr && std::strstr(preload, "libtidemark_agent") != nullptr) {
-      ::unsetenv("LD_PRELOAD");
+    if (preload != nullptr) {
+      if (keptPreload.empty()) {
+        ::unsetenv("LD_PRELOAD");
+      } else {
+        ::setenv("LD_PRELOAD", keptPreload.c_str(), 1);
+      }
     }
     ::unsetenv("CUDA_INJECTION64_PATH");
     ::execl(daemon.c_str(), "tidemarkd", static_cast<char*>(nullptr));

@@ -2,40 +2,42 @@
 // (memory and hooks) and starts its threads (the gRPC channel is opened by the sender thread,
 // after the constructor returned). It also registers the fork and exit handlers. Loaded by dlopen
 // instead, it does nothing (see attach.cpp).
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <string>
+#include <string_view>
 
 #include "agent/agent.h"
+#include "src/base/preload_list.h"
 
 namespace tidemark::agent {
 void markPreloaded();  // attach.cpp: `tidemark attach` then says the job is recorded already
 namespace {
 
+// This library's own file, as the loader opened it (whatever it is called: `TIDEMARK_AGENT` may
+// name a copy or a link under another name).
+const std::string& selfPath() {
+  static const std::string path = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&selfPath), &info) == 0 || info.dli_fname == nullptr) {
+      return std::string();
+    }
+    return std::string(info.dli_fname);
+  }();
+  return path;
+}
+
+// (The install's own name too: a second agent preloaded beside this one is never kept.)
+bool namesSelf(std::string_view entry) { return base::preloadEntryIsAgent(entry, selfPath()); }
+
 // Drops the entries naming the agent from LD_PRELOAD, keeping any others the user set.
 void removeSelfFromPreload() {
   const char* preload = std::getenv("LD_PRELOAD");
   if (preload == nullptr) return;
-  std::string kept;
-  std::string entry;
-  auto flush = [&] {
-    if (!entry.empty() && entry.find("libtidemark_agent") == std::string::npos) {
-      if (!kept.empty()) kept += ':';
-      kept += entry;
-    }
-    entry.clear();
-  };
-  for (const char* p = preload; *p != '\0'; ++p) {
-    if (*p == ':' || *p == ' ') {
-      flush();
-    } else {
-      entry += *p;
-    }
-  }
-  flush();
+  const std::string kept = base::preloadWithout(preload, namesSelf);
   if (kept.empty()) {
     unsetenv("LD_PRELOAD");
   } else {
@@ -45,10 +47,7 @@ void removeSelfFromPreload() {
 
 // True when the agent came in by LD_PRELOAD; loaded by dlopen (`tidemark attach`, or a script's
 // ctypes), the constructor leaves everything to the attach entry.
-bool preloaded() {
-  const char* preload = std::getenv("LD_PRELOAD");
-  return preload != nullptr && std::strstr(preload, "tidemark_agent") != nullptr;
-}
+bool preloaded() { return base::preloadNames(std::getenv("LD_PRELOAD"), namesSelf); }
 
 __attribute__((constructor)) void tidemarkPreloadInit() {
   if (!preloaded()) return;

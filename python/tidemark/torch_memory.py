@@ -28,15 +28,31 @@ def find_library(version):
     path = os.environ.get("TIDEMARK_TORCH_REPORTER")
     if path:
         return path
+    agent = _agent_file()
+    if agent is None:
+        return None
+    candidate = os.path.join(os.path.dirname(agent), library_name(version))
+    return candidate if os.path.exists(candidate) else None
+
+
+def _agent_file():
+    """The file of the agent loaded in this process, by the mapping that holds its code (it may
+    be called otherwise than libtidemark_agent.so: `TIDEMARK_AGENT` can name a copy)."""
+    try:
+        import ctypes
+        address = ctypes.cast(ctypes.CDLL(None).tidemark_abi_version, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
                 fields = line.split(None, 5)
-                if len(fields) == 6 and fields[5].rstrip().endswith("/libtidemark_agent.so"):
-                    candidate = os.path.join(os.path.dirname(fields[5].rstrip()),
-                                             library_name(version))
-                    return candidate if os.path.exists(candidate) else None
-    except OSError:
+                if len(fields) < 6:
+                    continue
+                low, high = (int(x, 16) for x in fields[0].split("-"))
+                if low <= address < high:
+                    return fields[5].rstrip()
+    except (OSError, ValueError):
         pass
     return None
 
