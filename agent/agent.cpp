@@ -14,6 +14,7 @@
 #include <new>
 
 #include "agent/hooks/allocator_hooks.h"
+#include "agent/job_member.h"
 #include "src/base/clock.h"
 #include "src/base/daemon_address.h"
 #include "src/base/private_dir.h"
@@ -229,6 +230,7 @@ bool Agent::start() {
   tc.handshake.set_start_ts_ns(base::monotonicNs());
   tc.handshake.set_start_wall_ns(base::wallNs());
   tc.handshake.set_agent_version(TIDEMARK_VERSION);
+  if (v1::JobMember job; jobMemberFrom(std::getenv, &job)) *tc.handshake.mutable_job() = job;
   m_transport = std::make_unique<Transport>(Recorder::instance(), m_interner, std::move(tc));
   m_transport->start();
   return true;

@@ -33,6 +33,8 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 bool checkCaptureOptions(const char* command, const std::string& steps, const std::string& every,
                          const std::string& window);
 int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int jobsCommand(const GlobalOptions& g, const std::vector<std::string>& args);
+int jobCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int deleteCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& args);
 int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args);

@@ -20,6 +20,9 @@ commands:
   attach PID [--name NAME] [--no-adapter] record a running process started without tidemark
   detach PID                              stop recording it (the agent stays, dormant)
   sessions [--json]                       list recorded sessions
+  jobs [--json]                           list training jobs (a session per rank)
+  job JOB [--json]                        a job's ranks side by side: peaks, step times,
+                                          the rank that sets the memory need, the imbalance
   delete SESSION [--json]                 delete an ended session and all stored about it
   breakdown SESSION [--step N] [--at peak|TIME] [--device D] [--json]
                                           memory by category at a moment (default: the peak)
@@ -53,7 +56,7 @@ options (every command):
                   by you or root is sent anything
   --db FILE       read the store file FILE directly, no daemon (one a tidemarkd wrote, running
                   or not; by default ~/.local/share/tidemark/tidemark.db): every command that
-                  reads (sessions, breakdown, peak, timeline, steps, block, ops, export, diff,
+                  reads (sessions, jobs, job, breakdown, peak, timeline, steps, block, ops, export, diff,
                   plan, chain, pareto, plan-check); nothing is written to it
   --token-file F  present the token in file F (default $TIDEMARK_TOKEN, or the file named by
                   $TIDEMARK_TOKEN_FILE): for a daemon that requires one (docs/security.md)
@@ -164,6 +167,8 @@ int main(int argc, char** argv) {
   }
   if (command == "run") return runCommand(g, args);
   if (command == "sessions") return sessionsCommand(g, args);
+  if (command == "jobs") return jobsCommand(g, args);
+  if (command == "job") return jobCommand(g, args);
   if (command == "breakdown") return breakdownCommand(g, args);
   if (command == "upload") return uploadCommand(g, args);
   if (command == "timeline") return timelineCommand(g, args);

@@ -55,4 +55,48 @@ void printBreakdown(const v1::Breakdown& b) {
                 humanBytes(b.reserved_bytes()).c_str());
 }
 
+const char* stateName(v1::SessionState s) {
+  switch (s) {
+    case v1::SESSION_STATE_LIVE:
+      return "live";
+    case v1::SESSION_STATE_ENDED:
+      return "ended";
+    case v1::SESSION_STATE_ABORTED:
+      return "aborted";
+    default:
+      return "?";
+  }
+}
+
+void printSessionJson(const v1::SessionInfo& s, std::string& out) {
+  out += "{\"id\": " + std::to_string(s.id()) + ", \"name\": " + jsonString(s.name()) +
+         ", \"state\": " + jsonString(stateName(s.state())) +
+         ", \"pid\": " + std::to_string(s.pid()) + ", \"hostname\": " + jsonString(s.hostname()) +
+         ", \"command_line\": " + jsonString(s.command_line()) +
+         ", \"start_ts_ns\": " + std::to_string(s.start_ts_ns()) +
+         ", \"end_ts_ns\": " + std::to_string(s.end_ts_ns()) +
+         ", \"start_wall_ns\": " + std::to_string(s.start_wall_ns()) +
+         ", \"events_sent\": " + std::to_string(s.events_sent()) +
+         ", \"events_received\": " + std::to_string(s.events_received()) +
+         ", \"events_stored\": " + std::to_string(s.events_stored()) +
+         ", \"events_dropped\": " + std::to_string(s.events_dropped()) +
+         ", \"blocks\": " + std::to_string(s.blocks()) +
+         ", \"live_blocks_at_end\": " + std::to_string(s.live_blocks_at_end()) +
+         ", \"steps\": " + std::to_string(s.steps()) +
+         ", \"analyzed\": " + (s.analyzed() ? "true" : "false") +
+         ", \"owner_uid\": " + std::to_string(s.owner_uid()) +
+         ", \"raw_pruned_wall_ns\": " + std::to_string(s.raw_pruned_wall_ns()) +
+         ", \"job_id\": " + std::to_string(s.job_id()) + ", \"rank\": " + std::to_string(s.rank()) +
+         ", \"local_rank\": " + std::to_string(s.local_rank()) +
+         ", \"world_size\": " + std::to_string(s.world_size()) + ", \"stats\": {";
+  for (int i = 0; i < s.stats_size(); ++i) {
+    const v1::Stat& st = s.stats(i);
+    if (i) out += ", ";
+    out += jsonString(st.name()) + ": {\"severity\": " + jsonString(st.severity()) +
+           ", \"value\": " + std::to_string(st.value()) +
+           ", \"description\": " + jsonString(st.description()) + "}";
+  }
+  out += "}}";
+}
+
 }  // namespace tidemark::cli

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRunUsage =
-    R"(usage: tidemark run [--server ADDR] [--name NAME] [--quiet] [--lossy] [--ops]
+    R"(usage: tidemark run [--server ADDR] [--name NAME] [--job NAME] [--quiet] [--lossy] [--ops]
                     [--steps A-B[,C-D] | --every N [--window W]] -- CMD [ARGS...]
 
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
@@ -34,6 +34,12 @@ daemon (a burst of allocations before exit) hands the rest to it in a file inste
 the job exits at once, the session ends when the daemon has stored the file.
 
   --name NAME   a name for the session
+  --job NAME    the training job this process is a rank of (tidemark jobs, tidemark job NAME).
+                Without it a rank finds its job by itself: torchrun's run id, else
+                MASTER_ADDR:MASTER_PORT; RANK, LOCAL_RANK and WORLD_SIZE give its place. Under
+                `tidemark run -- torchrun ...` (or python -m torch.distributed.run / .launch)
+                every rank the launcher starts is recorded, each a session of the job; the
+                launcher itself is not (docs/jobs.md)
   --quiet       no summary line from the agent at exit
   --lossy       a thread whose buffer is full drops the event (counted in the session's stats)
                 instead of waiting for the agent to make room; the default loses nothing
@@ -48,6 +54,19 @@ the job exits at once, the session ends when the daemon has stored the file.
                 tags; categories then come from rules, steps from the recording's periodicity)
 environment: TIDEMARK_AGENT (the agent library), TIDEMARK_PYTHON_DIR (the adapter package)
 )";
+
+// torchrun, or python -m torch.distributed.run / torch.distributed.launch: a launcher whose
+// ranks are recorded (the agent passes through it to them), not itself.
+bool isLauncher(const std::vector<std::string>& cmd) {
+  const std::string program = fs::path(cmd.front()).filename().string();
+  if (program == "torchrun") return true;
+  if (program.rfind("python", 0) != 0) return false;
+  for (size_t i = 1; i + 1 < cmd.size(); ++i) {
+    if (cmd[i] != "-m") continue;
+    return cmd[i + 1] == "torch.distributed.run" || cmd[i + 1] == "torch.distributed.launch";
+  }
+  return false;
+}
 
 void prependEnv(const char* name, const std::string& value, char sep) {
   const char* old = std::getenv(name);
@@ -73,6 +92,7 @@ bool checkCaptureOptions(const char* command, const std::string& steps, const st
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   std::vector<std::string> cmd;
   std::string name;
+  std::string job;
   bool quiet = false;
   bool adapter = true;
   bool lossy = false;
@@ -89,6 +109,12 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       return kExitOk;
     } else if (a == "--name" && i + 1 < args.size()) {
       name = args[++i];
+    } else if (a == "--job" && i + 1 < args.size()) {
+      job = args[++i];
+      if (job.empty() || job.size() > 256) {
+        std::fputs("tidemark run: --job needs a name of 1 to 256 bytes\n", stderr);
+        return kExitUsage;
+      }
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a == "--no-adapter") {
@@ -139,6 +165,13 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (auto elf = inject::ElfFile::read(agent); elf.ok() && elf->symbol("InitializeInjection"))
     setenv("CUDA_INJECTION64_PATH", agent.c_str(), 1);
   if (!name.empty()) setenv("TIDEMARK_SESSION_NAME", name.c_str(), 1);
+  if (!job.empty()) setenv("TIDEMARK_JOB", job.c_str(), 1);
+  // (An outer run's mark is not this one's: set for a launcher only.)
+  if (isLauncher(cmd)) {
+    setenv("TIDEMARK_LAUNCHER", "1", 1);
+  } else {
+    unsetenv("TIDEMARK_LAUNCHER");
+  }
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (lossy) setenv("TIDEMARK_LOSSY", "1", 1);
   if (ops) setenv("TIDEMARK_OPS", "1", 1);

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "agent/agent.h"
+#include "agent/job_member.h"
 #include "src/base/preload_list.h"
 
 namespace tidemark::agent {
@@ -51,6 +52,9 @@ bool preloaded() { return base::preloadNames(std::getenv("LD_PRELOAD"), namesSel
 
 __attribute__((constructor)) void tidemarkPreloadInit() {
   if (!preloaded()) return;
+  // A launcher (torchrun) under `tidemark run`: not a rank, not recorded; LD_PRELOAD stays for
+  // the ranks it starts, each of which records itself.
+  if (isLauncherOnly(std::getenv)) return;
   Agent& agent = Agent::instance();
   agent.load(AgentConfig::fromEnvironment());
   if (!agent.loaded()) return;

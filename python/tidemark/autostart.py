@@ -36,7 +36,8 @@ def start(adapter=True):
     inst = instance()
     if not inst.agent.present:
         return  # a child interpreter without the agent: nothing to do
-    inst.agent.start()
+    if not inst.agent.start():
+        return  # not recorded: a launcher passing the agent on to its ranks (torchrun)
     if not adapter:
         return  # `tidemark run --no-adapter`: allocations only
     if "torch" in sys.modules:

@@ -364,6 +364,22 @@ grpc::Status IngestService::Stream(
     header.startTsNs = hello.start_ts_ns();
     header.startWallNs = hello.start_wall_ns();
     header.ownerUid = owner->uid;
+    if (hello.has_job() && !hello.job().key().empty()) {
+      const v1::JobMember& job = hello.job();
+      constexpr int32_t kMaxRanks = 1 << 24;
+      if (job.key().size() > kMaxNameBytes || job.rank() < -1 || job.rank() >= kMaxRanks ||
+          job.local_rank() < -1 || job.local_rank() >= kMaxRanks || job.world_size() < 0 ||
+          job.world_size() > kMaxRanks ||
+          (job.world_size() > 0 && job.rank() >= job.world_size())) {
+        return toGrpc(absl::InvalidArgumentError("a job member with a key over " +
+                                                 std::to_string(kMaxNameBytes) +
+                                                 " bytes, or a rank outside [-1, world size)"));
+      }
+      header.jobKey = job.key();
+      header.rank = job.rank();
+      header.localRank = job.local_rank();
+      header.worldSize = job.world_size();
+    }
     auto created = std::make_shared<int64_t>(0);
     // Urgent: the agent waits for its handshake's answer.
     absl::Status s = m_writer

@@ -41,6 +41,10 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
   out->set_analyzed(r.analyzed);
   if (r.rawPrunedWallNs) out->set_raw_pruned_wall_ns(*r.rawPrunedWallNs);
   out->set_owner_uid(static_cast<uint32_t>(r.header.ownerUid.value_or(storeOwner)));
+  out->set_job_id(static_cast<uint64_t>(r.jobId));
+  out->set_rank(r.header.rank);
+  out->set_local_rank(r.header.localRank);
+  out->set_world_size(r.header.worldSize);
   for (const StatRow& s : r.stats) {
     v1::Stat* st = out->add_stats();
     st->set_name(s.name);
@@ -51,14 +55,17 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
 }
 }  // namespace
 
+void QueryService::fillSessionInfo(const SessionRecord& r, v1::SessionInfo* out) const {
+  fillSession(r, m_access.storeOwner(), out);
+}
+
 grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
                                         const v1::ListSessionsRequest* request,
                                         v1::ListSessionsResponse* response) {
   auto caller = m_access.caller(*ctx, "ListSessions", kRead);
   if (!caller.ok()) return toGrpc(caller.status());
   // Only the caller's own sessions, unless it may see every one.
-  std::optional<int64_t> owner;
-  if (!m_access.seesAll(caller->uid)) owner = caller->uid;
+  const std::optional<int64_t> owner = visibleOwner(caller->uid);
   constexpr uint32_t kDefaultPage = 500;
   constexpr uint32_t kMaxPage = 1000;
   constexpr size_t kMaxPageBytes = 1u << 20;  // well under gRPC's 4 MiB message limit

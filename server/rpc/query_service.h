@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "server/rpc/access.h"
 #include "server/rpc/recording_loader.h"
+#include "server/store/store.h"
 #include "src/core/device_filter.h"
 #include "src/core/peak.h"
 #include "tidemark/v1/query.grpc.pb.h"
@@ -45,6 +46,11 @@ class QueryService final : public v1::Query::Service {
                          v1::Scopes* response) override;
   grpc::Status GetBlock(grpc::ServerContext*, const v1::BlockRequest* request,
                         v1::BlockHistory* response) override;
+  // job_queries.cpp
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
 
  private:
   grpc::Status breakdown(const v1::BreakdownRequest* request, v1::Breakdown* response);
@@ -58,6 +64,9 @@ class QueryService final : public v1::Query::Service {
   // Runs fn on the live analysis of a session whose agent streams to this daemon now (src/core/
   // live_analysis.h: answers at a cost independent of the session's length). False when there is
   // none: no agent connected, or the ingest continued from a checkpoint after a restart.
+  // The owner whose sessions and jobs a caller sees (nullopt: every one).
+  std::optional<int64_t> visibleOwner(uid_t caller) const;
+  void fillSessionInfo(const SessionRecord& r, v1::SessionInfo* out) const;
   bool withLive(int64_t id, const std::function<void(const core::LiveAnalysis&)>& fn);
   // The recording, with the blocks of the device asked for only.
   absl::StatusOr<core::Recording> load(int64_t id, const core::DeviceFilter& device);

@@ -34,8 +34,24 @@ CREATE TABLE IF NOT EXISTS session (
                                         -- store owner's)
   raw_pruned_wall_ns INTEGER,           -- when retention dropped its raw events (NULL: kept);
                                         -- its summaries (steps, peaks, timeline) remain
-  end_wall_ns INTEGER                   -- when it ended, on the daemon's realtime clock
+  end_wall_ns INTEGER,                  -- when it ended, on the daemon's realtime clock
+  -- The training job it is a rank of (NULL: none) and its RANK, LOCAL_RANK and WORLD_SIZE there
+  -- (NULL: not known).
+  job_id INTEGER,
+  rank INTEGER,
+  local_rank INTEGER,
+  world_size INTEGER
 );
+
+-- Training jobs: the sessions of one owner whose agents found the same key (docs/jobs.md).
+CREATE TABLE IF NOT EXISTS job (
+  id INTEGER PRIMARY KEY,
+  key TEXT NOT NULL,                    -- TIDEMARK_JOB, TORCHELASTIC_RUN_ID or MASTER_ADDR:PORT
+  owner_uid INTEGER,                    -- the owner of its sessions
+  world_size INTEGER NOT NULL DEFAULT 0,
+  start_wall_ns INTEGER NOT NULL        -- the start of its first rank, realtime clock
+);
+CREATE INDEX IF NOT EXISTS job_by_key ON job(key, owner_uid);
 
 -- Interned names (module paths, tensor names), per session.
 CREATE TABLE IF NOT EXISTS string (

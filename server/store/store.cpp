@@ -47,15 +47,22 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
                                                         int64_t limit = -1) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  // A store older than schema 5 read without a daemon (--db) has no jobs.
+  Statement hasJobs =
+      db.prepare("SELECT count(*) FROM pragma_table_info('session') WHERE name = 'job_id'");
+  const bool jobs = hasJobs.step() && hasJobs.columnInt(0) > 0;
+  hasJobs = Statement();
   Statement st = db.prepare(
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
       "events_sent, events_dropped, live_blocks_at_end, "
       "block_count, "
       "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), analyzed, owner_uid, "
-      "raw_pruned_wall_ns, end_wall_ns "
-      "FROM session s " +
-      where + " ORDER BY id LIMIT " + std::to_string(limit));
+      "raw_pruned_wall_ns, end_wall_ns, " +
+      std::string(jobs ? "job_id, rank, local_rank, world_size, "
+                         "(SELECT key FROM job j WHERE j.id = s.job_id) "
+                       : "0, NULL, NULL, 0, '' ") +
+      "FROM session s " + where + " ORDER BY id LIMIT " + std::to_string(limit));
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   if (where.find("?1") != std::string::npos) st.bind(1, id);
   std::vector<SessionRecord> out;
@@ -83,6 +90,11 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     if (!st.columnNull(19)) r.header.ownerUid = st.columnInt(19);
     if (!st.columnNull(20)) r.rawPrunedWallNs = st.columnInt(20);
     if (!st.columnNull(21)) r.endWallNs = st.columnInt(21);
+    r.jobId = st.columnInt(22);
+    r.header.rank = st.columnNull(23) ? -1 : static_cast<int32_t>(st.columnInt(23));
+    r.header.localRank = st.columnNull(24) ? -1 : static_cast<int32_t>(st.columnInt(24));
+    r.header.worldSize = static_cast<int32_t>(st.columnInt(25));
+    r.header.jobKey = st.columnText(26);
     out.push_back(std::move(r));
   }
   Statement stats = db.prepare(
@@ -159,12 +171,36 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
                                              " to schema version 4: " + std::string(s.message()));
       }
     }
+    Statement hasJobs = store->m_db.prepare(
+        "SELECT count(*) FROM pragma_table_info('session') WHERE name = 'job_id'");
+    const bool jobColumns = hasJobs.step() && hasJobs.columnInt(0) > 0;
+    hasJobs = Statement();
+    if (found < 5) {
+      // 5: sessions that are ranks of a training job (the job table is new: made by the schema).
+      if (auto s = store->m_db.exec(
+              std::string("BEGIN IMMEDIATE; ") +
+              (jobColumns ? ""
+                          : "ALTER TABLE session ADD COLUMN job_id INTEGER; "
+                            "ALTER TABLE session ADD COLUMN rank INTEGER; "
+                            "ALTER TABLE session ADD COLUMN local_rank INTEGER; "
+                            "ALTER TABLE session ADD COLUMN world_size INTEGER; ") +
+              "UPDATE meta SET value = '5' WHERE key = 'schema_version'; COMMIT;");
+          !s.ok()) {
+        return absl::FailedPreconditionError("cannot migrate " + path +
+                                             " to schema version 5: " + std::string(s.message()));
+      }
+    }
   } else {
     if (auto s = store->m_db.exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
                                   std::to_string(kSchemaVersion) + "')");
         !s.ok()) {
       return s;
     }
+  }
+  // After the migrations: a store older than schema 5 has no job_id column before them.
+  if (auto s = store->m_db.exec("CREATE INDEX IF NOT EXISTS session_by_job ON session(job_id)");
+      !s.ok()) {
+    return s;
   }
   if (auto s = store->prepareStatements(); !s.ok()) return s;
   return store;
@@ -173,8 +209,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
 absl::Status Store::prepareStatements() {
   m_insertSession = m_db.prepare(
       "INSERT INTO session(name, pid, hostname, command_line, protocol_version, agent_version, "
-      "start_ts_ns, start_wall_ns, state, owner_uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, "
-      "?9)");
+      "start_ts_ns, start_wall_ns, state, owner_uid, job_id, rank, local_rank, world_size) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12, ?13)");
   m_insertString =
       m_db.prepare("INSERT OR REPLACE INTO string(session_id, iid, value) VALUES (?1, ?2, ?3)");
   m_insertBlock = m_db.prepare(
@@ -229,7 +265,76 @@ absl::StatusOr<int64_t> Store::createSession(const SessionHeader& h) {
   } else {
     m_insertSession.bindNull(9);
   }
+  if (h.jobKey.empty()) {
+    m_insertSession.bindNull(10).bindNull(11).bindNull(12).bindNull(13);
+  } else {
+    auto job = jobFor(h);
+    if (!job.ok()) return job.status();
+    m_insertSession.bind(10, *job);
+    if (h.rank >= 0) {
+      m_insertSession.bind(11, h.rank);
+    } else {
+      m_insertSession.bindNull(11);
+    }
+    if (h.localRank >= 0) {
+      m_insertSession.bind(12, h.localRank);
+    } else {
+      m_insertSession.bindNull(12);
+    }
+    if (h.worldSize > 0) {
+      m_insertSession.bind(13, h.worldSize);
+    } else {
+      m_insertSession.bindNull(13);
+    }
+  }
   if (auto s = m_insertSession.run(); !s.ok()) return s;
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+}
+
+absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
+  // The owner's newest job of this key, if this rank could be one of it: begun within the
+  // window and without this rank yet (a rerun of the job, which repeats its ranks, is a new one).
+  Statement newest = m_db.prepare(
+      "SELECT id, start_wall_ns FROM job WHERE key = ?1 AND owner_uid IS ?2 "
+      "ORDER BY id DESC LIMIT 1");
+  if (auto s = checkPrepared(newest, m_db); !s.ok()) return s;
+  newest.bind(1, h.jobKey);
+  if (h.ownerUid) {
+    newest.bind(2, *h.ownerUid);
+  } else {
+    newest.bindNull(2);
+  }
+  if (newest.step() && std::llabs(h.startWallNs - newest.columnInt(1)) <= kJobJoinWindowNs) {
+    const int64_t job = newest.columnInt(0);
+    bool taken = false;
+    if (h.rank >= 0) {
+      Statement same = m_db.prepare("SELECT 1 FROM session WHERE job_id = ?1 AND rank = ?2");
+      if (auto s = checkPrepared(same, m_db); !s.ok()) return s;
+      same.bind(1, job).bind(2, h.rank);
+      taken = same.step();
+    }
+    if (!taken) {
+      if (h.worldSize > 0) {
+        Statement world =
+            m_db.prepare("UPDATE job SET world_size = MAX(world_size, ?2) WHERE id = ?1");
+        if (auto s = checkPrepared(world, m_db); !s.ok()) return s;
+        world.bind(1, job).bind(2, h.worldSize);
+        if (auto s = world.run(); !s.ok()) return s;
+      }
+      return job;
+    }
+  }
+  newest = Statement();
+  Statement insert = m_db.prepare(
+      "INSERT INTO job(key, owner_uid, world_size, start_wall_ns) VALUES (?1, ?2, ?3, ?4)");
+  if (auto s = checkPrepared(insert, m_db); !s.ok()) return s;
+  insert.bind(1, h.jobKey).bind(3, std::max(0, h.worldSize)).bind(4, h.startWallNs);
+  if (h.ownerUid) {
+    insert.bind(2, *h.ownerUid);
+  } else {
+    insert.bindNull(2);
+  }
+  if (auto s = insert.run(); !s.ok()) return s;
   return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
 }
 
@@ -1050,6 +1155,41 @@ absl::StatusOr<std::vector<SessionRecord>> Store::listSessions(const std::string
                       "WHERE id > ?1 AND (owner_uid = " + uid +
                           (*owner == storeOwner ? " OR owner_uid IS NULL)" : ")"),
                       afterId, limit);
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::listJobs(const std::string& path,
+                                                       std::optional<int64_t> owner,
+                                                       int64_t storeOwner) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  // A store older than schema 5 read without a daemon (--db) has no jobs.
+  Statement hasJobs = db.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'job'");
+  if (!hasJobs.step() || hasJobs.columnInt(0) == 0) return std::vector<JobRecord>();
+  hasJobs = Statement();
+  std::string where;
+  if (owner) {
+    where = " WHERE owner_uid = " + std::to_string(*owner) +
+            (*owner == storeOwner ? " OR owner_uid IS NULL" : "");
+  }
+  Statement st = db.prepare("SELECT id, key, owner_uid, world_size, start_wall_ns FROM job" +
+                            where + " ORDER BY id");
+  if (auto s = checkPrepared(st, db); !s.ok()) return s;
+  std::vector<JobRecord> out;
+  while (st.step()) {
+    JobRecord j;
+    j.id = st.columnInt(0);
+    j.key = st.columnText(1);
+    if (!st.columnNull(2)) j.ownerUid = st.columnInt(2);
+    j.worldSize = static_cast<int32_t>(st.columnInt(3));
+    j.startWallNs = st.columnInt(4);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<SessionRecord>> Store::jobSessions(const std::string& path,
+                                                              int64_t jobId) {
+  return readSessions(path, "WHERE job_id = ?1", jobId);
 }
 
 absl::StatusOr<int64_t> Store::insertToken(const TokenRow& t) {

@@ -15,7 +15,7 @@
 namespace tidemark::server {
 
 // 2: session.owner_uid; 3: raw_pruned_wall_ns; 4: peak_item.address
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 struct SessionHeader {
   std::string name;
@@ -27,6 +27,20 @@ struct SessionHeader {
   int64_t startTsNs = 0;
   int64_t startWallNs = 0;
   std::optional<int64_t> ownerUid;  // the agent's uid; none for sessions stored before owners
+  // A rank of a training job (docs/jobs.md): the key its agent found ("" for none), its place.
+  std::string jobKey;
+  int32_t rank = -1;
+  int32_t localRank = -1;
+  int32_t worldSize = 0;
+};
+
+// A training job: the sessions of one owner whose agents found the same key (docs/jobs.md).
+struct JobRecord {
+  int64_t id = 0;
+  std::string key;
+  std::optional<int64_t> ownerUid;
+  int32_t worldSize = 0;
+  int64_t startWallNs = 0;  // its first rank's start
 };
 
 struct BlockRow {
@@ -197,6 +211,7 @@ struct SessionRecord {
   // When it ended, on the daemon's realtime clock (none: live, or ended before schema 3).
   std::optional<int64_t> endWallNs;
   std::vector<StatRow> stats;
+  int64_t jobId = 0;  // 0: not a rank of a job
   // When it ended: endWallNs, else its start on the agent's realtime clock plus its length.
   int64_t endedWallNs() const {
     return endWallNs ? *endWallNs : header.startWallNs + (endTsNs - header.startTsNs);
@@ -238,7 +253,10 @@ class Store {
   absl::Status commit();
   absl::Status rollback();
   absl::Status exec(std::string_view sql) { return m_db.exec(sql); }
+  // A header with a job key joins that owner's newest job of the key when it started within
+  // kJobJoinWindowNs of it and has no session of the same rank yet; else starts a new job.
   absl::StatusOr<int64_t> createSession(const SessionHeader& header);
+  static constexpr int64_t kJobJoinWindowNs = 600LL * 1000000000LL;
   // Tokens (only their hashes): a new one's id; revoking one not there is NOT_FOUND.
   absl::StatusOr<int64_t> insertToken(const TokenRow& token);
   absl::Status revokeToken(int64_t id);
@@ -297,6 +315,12 @@ class Store {
   static absl::StatusOr<std::vector<SessionRecord>> listSessions(
       const std::string& path, int64_t afterId = 0, int64_t limit = -1,
       std::optional<int64_t> owner = std::nullopt, int64_t storeOwner = -1);
+  // Jobs, in id order (with owner: only that uid's, as listSessions); and one job's sessions.
+  static absl::StatusOr<std::vector<JobRecord>> listJobs(const std::string& path,
+                                                         std::optional<int64_t> owner,
+                                                         int64_t storeOwner);
+  static absl::StatusOr<std::vector<SessionRecord>> jobSessions(const std::string& path,
+                                                                int64_t jobId);
   // Sessions still live (a daemon stopped or died while their agents streamed).
   static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
   // Handed-off files not ingested yet, and one session's (nullopt: none).
@@ -348,6 +372,8 @@ class Store {
  private:
   explicit Store(std::string path) : m_path(std::move(path)) {}
   absl::Status prepareStatements();
+  // The job a new session with a job key belongs to (createSession's rule), made if needed.
+  absl::StatusOr<int64_t> jobFor(const SessionHeader& header);
 
   std::string m_path;
   Database m_db;

@@ -171,6 +171,133 @@ TEST(StoreTest, AVersion3StoreIsReadAndMigrated) {
   std::filesystem::remove_all(dir);
 }
 
+SessionHeader rankHeader(const std::string& key, int32_t rank, int64_t owner, int64_t startWallNs) {
+  SessionHeader h;
+  h.pid = 1000 + rank;
+  h.hostname = "node";
+  h.commandLine = "train.py";
+  h.protocolVersion = 1;
+  h.agentVersion = "test";
+  h.startWallNs = startWallNs;
+  h.ownerUid = owner;
+  h.jobKey = key;
+  h.rank = rank;
+  h.localRank = rank;
+  h.worldSize = key.empty() ? 0 : 4;
+  return h;
+}
+
+TEST(StoreTest, TheRanksOfAJobAreGroupedByOwnerKeyAndRun) {
+  const auto dir = tempPath("jobs");
+  const std::string db = (dir / "store.db").string();
+  constexpr int64_t kStart = 1'700'000'000'000'000'000;
+  constexpr int64_t kSecond = 1'000'000'000;
+  auto store = Store::open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<int64_t> ranks;
+  for (int32_t r : {2, 0, 3, 1}) {  // ranks connect in any order
+    auto id = (*store)->createSession(rankHeader("run-a", r, 1000, kStart + r * kSecond));
+    ASSERT_TRUE(id.ok()) << id.status();
+    ranks.push_back(*id);
+  }
+  // Another user with the same key: a job of its own, never mixed into the first one's.
+  auto other = (*store)->createSession(rankHeader("run-a", 1, 2000, kStart));
+  // The same ranks again (a rerun of the same launch line): a new job.
+  auto rerun = (*store)->createSession(rankHeader("run-a", 0, 1000, kStart + 60 * kSecond));
+  // A rank that starts long after the job did: a new job, not a hole filled in an old one.
+  auto late = (*store)->createSession(rankHeader("run-b", 0, 1000, kStart));
+  auto later = (*store)->createSession(
+      rankHeader("run-b", 1, 1000, kStart + Store::kJobJoinWindowNs + kSecond));
+  auto alone = (*store)->createSession(rankHeader("", -1, 1000, kStart));  // not a rank
+  for (auto* id : {&other, &rerun, &late, &later, &alone}) ASSERT_TRUE(id->ok()) << id->status();
+
+  auto all = Store::listJobs(db, std::nullopt, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 5u);  // run-a ×2 of user 1000, run-a of 2000, run-b ×2
+  auto mine = Store::listJobs(db, 1000, 0);
+  ASSERT_TRUE(mine.ok());
+  ASSERT_EQ(mine->size(), 4u);
+  const JobRecord& first = mine->front();
+  EXPECT_EQ(first.key, "run-a");
+  EXPECT_EQ(first.worldSize, 4);
+  EXPECT_EQ(first.startWallNs, kStart + 2 * kSecond);  // its first rank's
+  auto sessions = Store::jobSessions(db, first.id);
+  ASSERT_TRUE(sessions.ok());
+  ASSERT_EQ(sessions->size(), 4u);
+  for (const SessionRecord& s : *sessions) {
+    EXPECT_EQ(s.jobId, first.id);
+    EXPECT_EQ(s.header.jobKey, "run-a");
+    EXPECT_EQ(s.header.worldSize, 4);
+    EXPECT_EQ(s.header.pid, 1000 + s.header.rank);
+  }
+  auto theirs = Store::listJobs(db, 2000, 0);
+  ASSERT_TRUE(theirs.ok());
+  ASSERT_EQ(theirs->size(), 1u);
+  EXPECT_NE(theirs->front().id, first.id);
+  auto lone = Store::getSession(db, *alone);
+  ASSERT_TRUE(lone.ok());
+  EXPECT_EQ(lone->jobId, 0);
+  EXPECT_EQ(lone->header.rank, -1);
+  auto rerunRow = Store::getSession(db, *rerun);
+  ASSERT_TRUE(rerunRow.ok());
+  EXPECT_NE(rerunRow->jobId, first.id);
+  auto lateRow = Store::getSession(db, *late), laterRow = Store::getSession(db, *later);
+  ASSERT_TRUE(lateRow.ok() && laterRow.ok());
+  EXPECT_NE(lateRow->jobId, laterRow->jobId);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, AVersion4StoreIsReadWithoutJobsAndMigrated) {
+  // Version 4 had no jobs: read without a daemon (--db) its sessions are nobody's ranks; opened
+  // by a tidemarkd, it is migrated to version 5 and new ranks form jobs.
+  const auto dir = tempPath("v4");
+  const std::string db = (dir / "store.db").string();
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->createSession(rankHeader("", -1, 1000, 1)).ok());
+    // The session table as version 4 made it (without the job columns), its rows kept.
+    const absl::Status dropped = (*store)->exec(
+        "DROP TABLE job; ALTER TABLE session RENAME TO session_v5; "
+        "CREATE TABLE session (id INTEGER PRIMARY KEY, name TEXT NOT NULL DEFAULT '', pid "
+        "INTEGER NOT NULL, hostname TEXT NOT NULL, command_line TEXT NOT NULL, protocol_version "
+        "INTEGER NOT NULL, agent_version TEXT NOT NULL, start_ts_ns INTEGER NOT NULL, "
+        "start_wall_ns INTEGER NOT NULL, end_ts_ns INTEGER, state INTEGER NOT NULL, "
+        "events_received INTEGER NOT NULL DEFAULT 0, events_stored INTEGER NOT NULL DEFAULT 0, "
+        "events_sent INTEGER, events_dropped INTEGER, live_blocks_at_end INTEGER, block_count "
+        "INTEGER NOT NULL DEFAULT 0, first_block_id INTEGER, last_block_id INTEGER, analyzed "
+        "INTEGER NOT NULL DEFAULT 0, owner_uid INTEGER, raw_pruned_wall_ns INTEGER, end_wall_ns "
+        "INTEGER); "
+        "INSERT INTO session SELECT id, name, pid, hostname, command_line, protocol_version, "
+        "agent_version, start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, "
+        "events_stored, events_sent, events_dropped, live_blocks_at_end, block_count, "
+        "first_block_id, last_block_id, analyzed, owner_uid, raw_pruned_wall_ns, end_wall_ns "
+        "FROM session_v5; DROP TABLE session_v5; "
+        "UPDATE meta SET value = '4' WHERE key = 'schema_version'");
+    ASSERT_TRUE(dropped.ok()) << dropped;
+  }
+  auto old = Store::listSessions(db);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(old->size(), 1u);
+  EXPECT_EQ(old->front().jobId, 0);
+  auto noJobs = Store::listJobs(db, std::nullopt, 0);
+  ASSERT_TRUE(noJobs.ok()) << noJobs.status();
+  EXPECT_TRUE(noJobs->empty());
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->createSession(rankHeader("k", 0, 1000, 1)).ok());
+  }
+  auto jobs = Store::listJobs(db, std::nullopt, 0);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  auto ranks = Store::jobSessions(db, jobs->front().id);
+  ASSERT_TRUE(ranks.ok());
+  ASSERT_EQ(ranks->size(), 1u);
+  EXPECT_EQ(ranks->front().id, 2);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StoreTest, AFileThatIsNotADatabaseIsRefused) {
   const auto dir = tempPath("junk");
   std::filesystem::create_directories(dir);

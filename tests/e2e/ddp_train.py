@@ -1,0 +1,74 @@
+"""A data-parallel training (torch.distributed, gloo, CPU) for the job tests: one process per
+rank, started by torchrun or by the test itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as
+cluster launch scripts do). Never imports tidemark. Each rank writes what the test checks the
+job's figures against, counted here: its parameters' and its optimizer state's bytes, its batch,
+its losses.
+
+--big-rank R --big-batch B: rank R trains on batches of B rows instead of --batch (an uneven job:
+its activations, so its peak, are the largest).
+"""
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def storage_bytes(t):
+    try:
+        s = t.untyped_storage()
+    except AttributeError:
+        s = t.storage()
+    try:
+        return s.data_ptr(), s.nbytes()
+    except AttributeError:
+        return s.data_ptr(), s.size() * s.element_size()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--big-rank", type=int, default=-1)
+    p.add_argument("--big-batch", type=int, default=0)
+    p.add_argument("--out-dir", required=True)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # the same initial model on every rank (DDP broadcasts rank 0's anyway)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    batch = args.big_batch if rank == args.big_rank else args.batch
+    gen = torch.Generator().manual_seed(1000 + rank)
+    losses = []
+    for _ in range(args.steps):
+        x = torch.randn(batch, 256, generator=gen)
+        y = torch.randint(0, 10, (batch,), generator=gen)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    params = {storage_bytes(p)[0]: storage_bytes(p)[1] for p in model.parameters()}
+    state = {}
+    for st in opt.state.values():
+        for v in st.values():
+            if torch.is_tensor(v):
+                address, nbytes = storage_bytes(v)
+                state[address] = nbytes
+    with open(os.path.join(args.out_dir, "rank%d.json" % rank), "w") as f:
+        json.dump({"rank": rank, "world_size": world, "pid": os.getpid(), "batch": batch,
+                   "param_bytes": sum(params.values()), "optimizer_bytes": sum(state.values()),
+                   "losses": losses}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
