@@ -304,9 +304,10 @@ class Instrumenter:
             self.register_frozen(m)
 
     def _ensure_thread_hooks(self):
-        """The saved-tensor hooks and torch's memory reporter are per thread in torch: entered on
-        each training thread, for the life of the thread, at its first root forward or step end
-        where no other saved-tensor hooks are active on it.
+        """The saved-tensor hooks and torch's memory reporter are per thread in torch. The
+        reporter is installed on each training thread once, for its life; the hooks are entered
+        at each root forward where no other saved-tensor hooks are active on the thread, and
+        left at the step's end (_leave_thread_hooks).
 
         torch keeps a thread's saved-tensor hooks on a stack, and a context's exit pops the top:
         ours entered inside another context (a non-reentrant checkpoint's, `save_on_cpu`) would
@@ -322,8 +323,28 @@ class Instrumenter:
         hooks._tidemark = True
         hooks.__enter__()
         self.local.saved_hooks = hooks
-        if self.tensor_memory is not None:
+        if self.tensor_memory is not None and not getattr(self.local, "reporter", False):
+            self.local.reporter = True
             self.tensor_memory.install_here()
+
+    def _leave_thread_hooks(self):
+        """Leaves the thread's saved-tensor hooks at a step's end, when they are on top (no other
+        context entered after them is still open); the next root forward enters them again.
+
+        torch copies a thread's saved-tensor hooks, Python objects, into the state of the work it
+        hands to its own threads (a collective of torch.distributed: the barrier at the end of a
+        training); the worker thread that drops that work takes the GIL to release them. During
+        the interpreter's exit that thread is made to exit instead, which aborts the process
+        ("terminate called without an active exception", ProcessGroupGloo). Hooks that are on
+        only while a step's model runs are in no work started between steps or after the last."""
+        hooks = getattr(self.local, "saved_hooks", None)
+        if hooks is None or getattr(self.local, "hooks_contexts", 0) != 0:
+            return
+        self.local.saved_hooks = None
+        try:
+            hooks.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - never into the job's step
+            pass
 
     def _track_saved_hooks_contexts(self):
         """Counts, per thread, the saved-tensor hooks contexts entered and not yet left (other
@@ -623,7 +644,7 @@ class Instrumenter:
         if getattr(self.local, "hooks_contexts", 0) < 0:
             self.local.hooks_contexts = 0
         self.local.passed_step_end = True
-        self._ensure_thread_hooks()
+        self._leave_thread_hooks()
         self._apply_pending_plan()
 
     # ----- recompute plans sent by the server ----------------------------------------------------

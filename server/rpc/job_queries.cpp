@@ -21,8 +21,11 @@ int64_t medianStepNs(const core::Recording& steps) {
     }
   }
   if (lengths.empty()) return 0;
-  std::nth_element(lengths.begin(), lengths.begin() + lengths.size() / 2, lengths.end());
-  return lengths[lengths.size() / 2];
+  // The lower middle of an even count: a step's length as measured, never an average.
+  const size_t middle = (lengths.size() - 1) / 2;
+  std::nth_element(lengths.begin(), lengths.begin() + static_cast<ptrdiff_t>(middle),
+                   lengths.end());
+  return lengths[middle];
 }
 
 void fillSummary(const JobRecord& j, const std::vector<SessionRecord>& sessions, uid_t storeOwner,

@@ -55,6 +55,11 @@ def main():
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    # Saved-tensor hooks still on between steps would be copied into the barrier's work below,
+    # which gloo's thread may drop during the interpreter's exit: the process then aborts
+    # (torch 2 can say whether any are on; torch 1.13 cannot: None).
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    hooks_between_steps = None if top is None else top(False) is not None
     params = {storage_bytes(p)[0]: storage_bytes(p)[1] for p in model.parameters()}
     state = {}
     for st in opt.state.values():
@@ -65,7 +70,7 @@ def main():
     with open(os.path.join(args.out_dir, "rank%d.json" % rank), "w") as f:
         json.dump({"rank": rank, "world_size": world, "pid": os.getpid(), "batch": batch,
                    "param_bytes": sum(params.values()), "optimizer_bytes": sum(state.values()),
-                   "losses": losses}, f)
+                   "losses": losses, "hooks_between_steps": hooks_between_steps}, f)
     dist.barrier()
     dist.destroy_process_group()
 
