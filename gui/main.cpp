@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
                      "PNG to <file>, and exit (2 when nothing loaded within 60 s)."),
       QStringLiteral("file"));
   const QCommandLineOption tab(QStringLiteral("tab"),
-                               QStringLiteral("The side panel shown: inspector (default) or steps "
-                                              "(each step's peak, two steps overlaid)."),
+                               QStringLiteral("The side panel shown: inspector (default), steps "
+                                              "(each step's peak, two steps overlaid) or job "
+                                              "(the session's training job, a row per rank)."),
                                QStringLiteral("name"));
   const QCommandLineOption device(
       QStringLiteral("device"),
@@ -79,8 +80,9 @@ int main(int argc, char** argv) {
       return fail(QStringLiteral("--open takes a session id, not '%1'").arg(parser.value(session)));
   }
   const QString tabName = parser.isSet(tab) ? parser.value(tab) : QStringLiteral("inspector");
-  if (tabName != QStringLiteral("inspector") && tabName != QStringLiteral("steps"))
-    return fail(QStringLiteral("--tab is inspector or steps, not '%1'").arg(tabName));
+  if (tabName != QStringLiteral("inspector") && tabName != QStringLiteral("steps") &&
+      tabName != QStringLiteral("job"))
+    return fail(QStringLiteral("--tab is inspector, steps or job, not '%1'").arg(tabName));
 
   const std::string deviceName = parser.value(device).toStdString();
   if (std::string why; !tidemark::core::DeviceFilter::parse(deviceName, &why))
@@ -108,7 +110,9 @@ int main(int argc, char** argv) {
   window.setBudgetPercent(budgetPercent);
   window.setDevice(deviceName == "all" ? std::string() : deviceName);
   const bool steps = tabName == QStringLiteral("steps");
+  const bool jobTab = tabName == QStringLiteral("job");
   if (steps) window.showStepsTab();
+  if (jobTab) window.showJobTab();
   window.show();
   window.refreshSessions(open);
 
@@ -121,15 +125,17 @@ int main(int argc, char** argv) {
     };
     // With a session: once its timeline and plan are in (or the timeline, without a plan), and
     // on the Steps tab the comparison of two steps.
-    auto check = [&window, open, shoot, steps, shot = std::make_shared<bool>(false)] {
+    auto check = [&window, open, shoot, steps, jobTab, shot = std::make_shared<bool>(false)] {
       if (*shot || (open && !(window.timelineLoaded() && window.planLoaded()))) return;
       if (open && steps && !window.comparisonLoaded()) return;
+      if (open && jobTab && !window.jobLoaded()) return;
       *shot = true;
       shoot();
     };
     QObject::connect(&window, &tidemark::gui::MainWindow::timelineReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::planReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::comparisonReady, &window, check);
+    QObject::connect(&window, &tidemark::gui::MainWindow::jobReady, &window, check);
     // Nothing to shoot: said on stderr, exit 2 at once (not after the 60 s wait).
     QObject::connect(&window, &tidemark::gui::MainWindow::failed, &window, [](const QString& why) {
       std::fprintf(stderr, "tidemark-gui: %s\n", qPrintable(why));

@@ -41,6 +41,8 @@ SessionRow rowOf(const v1::SessionInfo& si) {
   r.steps = si.steps();
   r.startNs = si.start_ts_ns();
   r.endNs = si.end_ts_ns();
+  r.jobId = si.job_id();
+  r.rank = si.rank();
   return r;
 }
 
@@ -118,6 +120,44 @@ absl::StatusOr<SessionRow> DaemonClient::session(uint64_t id) {
   v1::SessionInfo resp;
   if (auto s = fromGrpc(m_stubs->query->GetSession(&ctx, req, &resp)); !s.ok()) return s;
   return rowOf(resp);
+}
+
+absl::StatusOr<JobData> DaemonClient::job(uint64_t jobId) {
+  if (absl::Status s = trusted(); !s.ok()) return s;
+  grpc::ClientContext ctx;
+  deadline(ctx, 60);
+  v1::GetJobRequest req;
+  req.set_job_id(jobId);
+  v1::Job resp;
+  if (auto s = fromGrpc(m_stubs->query->GetJob(&ctx, req, &resp)); !s.ok()) return s;
+  JobData out;
+  out.id = resp.job().id();
+  out.key = resp.job().key();
+  out.worldSize = resp.job().world_size();
+  out.memoryRank = resp.memory_rank();
+  out.memorySession = resp.memory_session_id();
+  out.peakImbalance = resp.peak_imbalance();
+  out.stepImbalance = resp.step_time_imbalance();
+  for (int32_t r : resp.missing_ranks()) out.missingRanks.push_back(r);
+  for (const v1::JobRank& r : resp.ranks()) {
+    JobRank row;
+    const v1::SessionInfo& si = r.session();
+    row.session = si.id();
+    row.rank = si.rank();
+    row.host = si.hostname();
+    row.state = r.failed()                             ? "failed"
+                : r.ended_early()                      ? "early"
+                : si.state() == v1::SESSION_STATE_LIVE ? "live"
+                                                       : "ended";
+    row.steps = r.steps();
+    row.medianStepNs = r.median_step_ns();
+    row.peakBytes = r.has_peak() ? r.peak().tracked_bytes() : -1;
+    row.startNs = si.start_ts_ns();
+    row.endNs = si.end_ts_ns();
+    row.startWallNs = si.start_wall_ns();
+    out.ranks.push_back(std::move(row));
+  }
+  return out;
 }
 
 absl::StatusOr<TimelineData> DaemonClient::timeline(uint64_t session, int64_t fromNs, int64_t toNs,

@@ -24,7 +24,34 @@ struct SessionRow {
   bool live = false;
   int64_t steps = 0;
   int64_t startNs = 0;
-  int64_t endNs = 0;  // 0 while live
+  int64_t endNs = 0;   // 0 while live
+  uint64_t jobId = 0;  // the training job it is a rank of (0: none)
+  int32_t rank = -1;   // its rank there (-1: not known)
+};
+
+// A training job's ranks side by side (Query.GetJob; docs/jobs.md).
+struct JobRank {
+  uint64_t session = 0;
+  int32_t rank = -1;  // -1: not known
+  std::string host;
+  std::string state;  // live, ended, failed (its stream broke), early (fewer steps than others)
+  int64_t steps = 0;
+  int64_t medianStepNs = 0;
+  int64_t peakBytes = -1;   // -1: no memory recorded
+  int64_t startNs = 0;      // the session's own clock (its timeline's)
+  int64_t endNs = 0;        // 0 while live
+  int64_t startWallNs = 0;  // its start on the realtime clock: the ranks' common axis
+};
+struct JobData {
+  uint64_t id = 0;
+  std::string key;
+  int32_t worldSize = 0;
+  int32_t memoryRank = -1;
+  uint64_t memorySession = 0;  // the rank with the highest peak: the job's memory need
+  double peakImbalance = 0;    // highest / lowest peak (0: fewer than two ranks)
+  double stepImbalance = 0;    // slowest / fastest median step
+  std::vector<JobRank> ranks;
+  std::vector<int32_t> missingRanks;
 };
 
 struct Item {
@@ -96,6 +123,7 @@ class DaemonClient {
 
   absl::StatusOr<std::vector<SessionRow>> sessions();
   absl::StatusOr<SessionRow> session(uint64_t id);
+  absl::StatusOr<JobData> job(uint64_t jobId);
   // device: whose memory ("" all, "cpu", "cuda", "cuda:N"; the Query requests' device).
   absl::StatusOr<TimelineData> timeline(uint64_t session, int64_t fromNs, int64_t toNs, int buckets,
                                         const std::string& device = {});

@@ -10,6 +10,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSlider>
 #include <QSplitter>
 #include <QStatusBar>
@@ -22,6 +23,7 @@
 
 #include "gui/model/format.h"
 #include "gui/widgets/async.h"
+#include "gui/widgets/job_view.h"
 #include "gui/widgets/pareto_view.h"
 #include "gui/widgets/step_compare_view.h"
 #include "gui/widgets/timeline_view.h"
@@ -136,6 +138,21 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   inspectorLayout->addWidget(m_inspector);
   side->addTab(inspectorTab, tr("Inspector"));
   side->addTab(stepsTab, tr("Steps"));
+  // The open session's training job: a row per rank (as many as there are, scrolled).
+  m_jobView = new JobView;
+  m_jobView->setObjectName(QStringLiteral("jobView"));
+  auto* jobTab = new QScrollArea;
+  jobTab->setWidgetResizable(true);
+  jobTab->setWidget(m_jobView);
+  side->addTab(jobTab, tr("Job"));
+  connect(m_jobView, &JobView::rankClicked, this, [this](quint64 session) {
+    for (size_t i = 0; i < m_rows.size(); ++i) {
+      if (m_rows[i].id != session) continue;
+      m_sessions->setCurrentRow(static_cast<int>(i));
+      return;
+    }
+    refreshSessions(session);  // a rank that began after the list was read
+  });
   auto* middle = new QSplitter(Qt::Horizontal);
   middle->addWidget(m_timeline);
   middle->addWidget(side);
@@ -191,9 +208,14 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
 }
 
 QString MainWindow::rowText(const SessionRow& r) const {
-  return tr("%1%2  %3 · %4 steps")
+  // A rank of a job says which (its job in the Job tab).
+  const QString rank = r.jobId == 0  ? QString()
+                       : r.rank >= 0 ? tr("job %1 rank %2 · ").arg(r.jobId).arg(r.rank)
+                                     : tr("job %1 · ").arg(r.jobId);
+  return tr("%1%2  %3%4 · %5 steps")
       .arg(r.id)
       .arg(r.live ? tr(" ● live") : QString())
+      .arg(rank)
       .arg(q(r.name.empty() ? r.command.substr(0, 40) : r.name))
       .arg(r.steps);
 }
@@ -290,6 +312,7 @@ void MainWindow::openSession(uint64_t id) {
   inspectPeak();
   loadSteps();
   checkPlans();
+  loadJob();
   const int gen = m_generation;
   runAsync<absl::StatusOr<ParetoData>>(
       this, [c = m_client, id] { return c->pareto(id); },
@@ -596,6 +619,52 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
 bool MainWindow::comparisonLoaded() const { return m_compare->comparison().has_value(); }
 
 void MainWindow::showStepsTab() { m_side->setCurrentIndex(1); }
+
+void MainWindow::showJobTab() { m_side->setCurrentIndex(2); }
+
+void MainWindow::loadJob() {
+  m_jobLoaded = false;
+  const SessionRow open = *m_current;
+  if (open.jobId == 0) {
+    m_jobView->setMessage(tr("session %1 is not a rank of a training job: its process found no "
+                             "job key (tidemark run --job NAME, torchrun's run id, or "
+                             "MASTER_ADDR:MASTER_PORT; docs/jobs.md)")
+                              .arg(open.id));
+    m_jobLoaded = true;
+    emit jobReady();
+    return;
+  }
+  struct Loaded {
+    absl::StatusOr<JobData> job;
+    std::vector<RankCurve> curves;
+  };
+  const int gen = m_generation;
+  runAsync<std::shared_ptr<Loaded>>(
+      this,
+      [c = m_client, jobId = open.jobId] {
+        auto out = std::make_shared<Loaded>(Loaded{c->job(jobId), {}});
+        if (!out->job.ok()) return out;
+        // Each rank's total over its whole run (a rank whose timeline fails draws no curve).
+        for (const JobRank& r : out->job->ranks) {
+          auto t = c->timeline(r.session, 0, 0, 120);
+          if (t.ok())
+            out->curves.push_back(rankCurve(r.session, r.startNs, r.startWallNs, t->buckets));
+        }
+        return out;
+      },
+      [this, gen, id = open.id](std::shared_ptr<Loaded> loaded) {
+        if (gen != m_generation) return;
+        if (!loaded->job.ok()) {
+          m_jobView->setMessage(tr("the job of session %1: %2")
+                                    .arg(id)
+                                    .arg(q(std::string(loaded->job.status().message()))));
+        } else {
+          m_jobView->setJob(std::move(*loaded->job), std::move(loaded->curves), id);
+        }
+        m_jobLoaded = true;
+        emit jobReady();
+      });
+}
 
 void MainWindow::setDevice(const std::string& device) {
   if (device == m_device) return;

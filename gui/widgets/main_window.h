@@ -20,6 +20,7 @@ class QTreeWidget;
 namespace tidemark::gui {
 
 class TimelineView;
+class JobView;
 class ParetoView;
 class StepCompareView;
 
@@ -35,7 +36,9 @@ class MainWindow : public QMainWindow {
   bool timelineLoaded() const { return m_timelineLoaded; }
   bool planLoaded() const { return m_planLoaded; }
   bool comparisonLoaded() const;
+  bool jobLoaded() const { return m_jobLoaded; }
   void showStepsTab();
+  void showJobTab();
   void setBudgetPercent(int percent);
   // Whose memory the timeline, inspector and steps show: "" host and devices, "cpu", "cuda",
   // "cuda:N" (reloads the open session).
@@ -52,6 +55,7 @@ class MainWindow : public QMainWindow {
   void lanesReady();
   void planChecked();
   void comparisonReady();
+  void jobReady();    // the Job tab shows the open session's job (or says it has none)
   void stackReady();  // a tensor row clicked in the inspector shows its allocation stack
   // What was asked for cannot be shown (no daemon, no such session, its timeline failed): said
   // in the status bar too; the screenshot mode exits on it at once.
@@ -72,6 +76,8 @@ class MainWindow : public QMainWindow {
   void checkPlans();
   void showMoment(const Moment& m, const QString& title);
   void loadSteps();
+  // The Job tab: the open session's training job, a row per rank (docs/jobs.md).
+  void loadJob();
   void openStep(int row);
   void stepSelectionChanged();
   // Overlays two steps (rows of the Steps table) and lists the change at their peaks.
@@ -106,6 +112,8 @@ class MainWindow : public QMainWindow {
   QComboBox* m_deviceBox = nullptr;
   bool m_timelineLoaded = false;
   bool m_planLoaded = false;
+  JobView* m_jobView = nullptr;
+  bool m_jobLoaded = false;
 };
 
 }  // namespace tidemark::gui

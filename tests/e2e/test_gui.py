@@ -1,5 +1,6 @@
 """tidemark-gui opens a real window under Xvfb and renders it (a screenshot with content)."""
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -7,7 +8,7 @@ import time
 import unittest
 import zlib
 
-from tidemark_env import BIN, PYTHON, SOURCE, Daemon
+from tidemark_env import BIN, PYTHON, SOURCE, Daemon, start_ranks
 
 
 def png_pixels(path):
@@ -158,6 +159,54 @@ class GuiSessionTest(unittest.TestCase):
             self.assertIn(bytes((0xe0, 0x7b, 0x00)), rgb, "step B's curve is not drawn")
         finally:
             daemon.cleanup()
+
+
+class GuiJobTest(unittest.TestCase):
+    """A training job's ranks in the Job tab: a row per rank, the memory need's curve and row in
+    their colours (JobView::kNeedColor, kNeedRowColor), the others' curves in theirs
+    (kRankColor); QTest clicks the memory need's row, which opens its session."""
+
+    def test_the_job_tab_of_a_rank(self):
+        daemon = Daemon()
+        out = tempfile.mkdtemp(prefix="tidemark-gui-job-")
+        try:
+            start_ranks(daemon, out, world=2, big_rank=1)
+            sessions = daemon.cli_json("sessions")["sessions"]
+            by_rank = {s["rank"]: s["id"] for s in sessions}
+            self.assertEqual(sorted(by_rank), [0, 1])
+            for sid in by_rank.values():
+                daemon.wait_ended(sid)
+            job = daemon.cli_json("job", str(sessions[0]["job_id"]))
+            self.assertEqual(job["memory_session_id"], by_rank[1])
+            shot = os.path.join(daemon.dir, "job.png")
+            r = screenshot(["--server", daemon.address, "--open", str(by_rank[0]), "--tab", "job"],
+                           shot)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rgb = {p[:3] for p in png_pixels(shot)[2]}
+            self.assertIn(bytes((0xd6, 0x27, 0x28)), rgb, "the memory need's curve")
+            self.assertIn(bytes((0xfd, 0xe6, 0xe6)), rgb, "the memory need's row")
+            self.assertIn(bytes((0x1f, 0x77, 0xb4)), rgb, "the other rank's curve")
+            env = dict(os.environ, TIDEMARK_SERVER=daemon.address,
+                       TIDEMARK_GUI_JOB_SESSION=str(by_rank[0]),
+                       TIDEMARK_GUI_JOB_NEED=str(by_rank[1]))
+            r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
+                                os.path.join(BIN, "tidemark_gui_interaction_test"),
+                                "clickARankOfTheJob"],
+                               capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("PASS   : GuiInteraction::clickARankOfTheJob()", r.stdout)
+            # A session that is no rank says so instead.
+            r = daemon.run(PYTHON, "-c", "import torch; x = torch.ones(10)")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            alone = daemon.newest_session()["id"]
+            shot = os.path.join(daemon.dir, "alone.png")
+            r = screenshot(["--server", daemon.address, "--open", str(alone), "--tab", "job"], shot)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rgb = {p[:3] for p in png_pixels(shot)[2]}
+            self.assertNotIn(bytes((0xd6, 0x27, 0x28)), rgb)
+        finally:
+            daemon.cleanup()
+            shutil.rmtree(out, ignore_errors=True)
 
 
 class GuiInteractionTest(unittest.TestCase):

@@ -8,26 +8,18 @@ it as the rank that sets the memory need, and its imbalance is the test's own co
 ranks' peaks."""
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import shutil
 import unittest
 
-from tidemark_env import BIN, PYTHON, DaemonTestCase, torch_version
+from tidemark_env import BIN, PYTHON, DaemonTestCase, start_ranks, torch_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "ddp_train.py")
 TIDEMARK = os.path.join(BIN, "tidemark")
 STEPS = 4
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class JobsTest(DaemonTestCase):
@@ -43,24 +35,6 @@ class JobsTest(DaemonTestCase):
             with open(os.path.join(self.out, "rank%d.json" % r)) as f:
                 found[r] = json.load(f)
         return found
-
-    def start_ranks(self, world, big_rank, under_tidemark=True, out=None):
-        """The ranks of one job, started as a cluster launch script does; their results."""
-        port = free_port()
-        procs = []
-        for r in range(world):
-            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            cmd = [PYTHON, TRAIN, "--steps", str(STEPS), "--out-dir", out or self.out,
-                   "--big-rank", str(big_rank), "--big-batch", "1024"]
-            if under_tidemark:
-                cmd = [TIDEMARK, "--server", self.daemon.address, "run", "--"] + cmd
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        for p in procs:
-            _, err = p.communicate(timeout=300)
-            self.assertEqual(p.returncode, 0, err)
-        return port
 
     def check_job(self, job, world, big_rank, truths):
         ranks = job["ranks"]
@@ -109,7 +83,7 @@ class JobsTest(DaemonTestCase):
 
     def test_ranks_started_by_a_launch_script_are_one_job(self):
         world, big = 2, 1
-        port = self.start_ranks(world, big)
+        port = start_ranks(self.daemon, self.out, world, big, steps=STEPS)
         truths = self.truths(world)
         jobs = self.daemon.cli_json("jobs")["jobs"]
         key = "127.0.0.1:%d" % port
@@ -124,7 +98,7 @@ class JobsTest(DaemonTestCase):
         # The job trained as it does without tidemark.
         plain = tempfile.mkdtemp(prefix="tidemark-jobs-plain-")
         try:
-            self.start_ranks(world, big, under_tidemark=False, out=plain)
+            start_ranks(self.daemon, plain, world, big, steps=STEPS, under_tidemark=False)
             for r in range(world):
                 with open(os.path.join(plain, "rank%d.json" % r)) as f:
                     self.assertEqual(json.load(f)["losses"], truths[r]["losses"])

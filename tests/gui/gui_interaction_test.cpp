@@ -19,11 +19,13 @@
 
 #include "gui/client/daemon_client.h"
 #include "gui/model/format.h"
+#include "gui/widgets/job_view.h"
 #include "gui/widgets/main_window.h"
 #include "gui/widgets/step_compare_view.h"
 #include "gui/widgets/timeline_view.h"
 
 using tidemark::gui::DaemonClient;
+using tidemark::gui::JobView;
 using tidemark::gui::MainWindow;
 using tidemark::gui::StepCompareView;
 using tidemark::gui::TimelineView;
@@ -322,6 +324,37 @@ class GuiInteraction : public QObject {
     QVERIFY(from->childCount() >= 2);
     QCOMPARE(from->child(0)->text(0), QStringLiteral("backward (_tensor.py:1)"));
     QCOMPARE(from->child(1)->text(0), QStringLiteral("train (train.py:1)"));
+  }
+
+  // A recorded job (TIDEMARK_GUI_JOB_SESSION, a rank's session; TIDEMARK_GUI_JOB_NEED, the
+  // session of the rank with the highest peak): the Job tab shows a row per rank with the memory
+  // need marked, and a click on another rank's row opens that rank's session.
+  void clickARankOfTheJob() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_JOB_SESSION");
+    const char* need = std::getenv("TIDEMARK_GUI_JOB_NEED");
+    if (!server || !session || !need) QSKIP("no TIDEMARK_GUI_JOB_SESSION (a recorded job)");
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.showJobTab();
+    w.refreshSessions(std::strtoull(session, nullptr, 10));
+    QTRY_VERIFY_WITH_TIMEOUT(w.jobLoaded(), 60000);
+    auto* view = w.findChild<JobView*>(QStringLiteral("jobView"));
+    QVERIFY(view && view->job());
+    QVERIFY2(view->job()->ranks.size() >= 2, "a job of one rank");
+    QCOMPARE(view->job()->memorySession, static_cast<uint64_t>(std::strtoull(need, nullptr, 10)));
+    // The memory need's row is the one to open (it is not the rank open now).
+    QVERIFY(std::string(session) != std::string(need));
+    const QRect row = view->rowRect(view->job()->memorySession);
+    QVERIFY(!row.isEmpty());
+    QSignalSpy opened(&w, &MainWindow::jobReady);
+    QTest::mouseClick(view, Qt::LeftButton, {}, row.center());
+    QVERIFY(opened.wait(60000));
+    auto* list = w.findChild<QListWidget*>(QStringLiteral("sessions"));
+    QVERIFY(list && list->currentItem());
+    QVERIFY2(list->currentItem()->text().startsWith(QString::fromLatin1(need) + QLatin1Char(' ')),
+             qPrintable(list->currentItem()->text()));
   }
 };
 

@@ -8,6 +8,7 @@
 #include "gui/model/axis_ticks.h"
 #include "gui/model/category_colors.h"
 #include "gui/model/format.h"
+#include "gui/model/job_rows.h"
 #include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
 #include "gui/model/step_compare.h"
@@ -15,6 +16,34 @@
 
 namespace tidemark::gui {
 namespace {
+
+TEST(JobRows, RanksShareOneRealtimeAxisAndOneHeight) {
+  // Two ranks whose monotonic clocks differ (two hosts): put on the realtime clock by their
+  // starts, rank 1 began 2 s after rank 0 and its curve lies 2 s later.
+  auto bucket = [](int64_t from, int64_t to, int64_t total) {
+    TimelineBucket b;
+    b.startNs = from;
+    b.endNs = to;
+    b.maxBytes[0] = total;
+    return b;
+  };
+  const RankCurve r0 =
+      rankCurve(7, 1'000, 50'000, {bucket(1'000, 2'000, 10), bucket(2'000, 3'000, 30)});
+  const RankCurve r1 = rankCurve(8, 900'000, 52'000, {bucket(900'000, 901'000, 50)});
+  ASSERT_EQ(r0.points.size(), 2u);
+  using Point = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(r0.points[0], Point(50'500, 10));  // at its bucket's middle
+  EXPECT_EQ(r0.points[1], Point(51'500, 30));
+  EXPECT_EQ(r1.points[0], Point(52'500, 50));
+  EXPECT_EQ(r0.peak(), 30);
+  const JobAxis axis = jobAxis({r0, r1});
+  EXPECT_EQ(axis.fromWallNs, 50'500);
+  EXPECT_EQ(axis.toWallNs, 52'500);
+  EXPECT_EQ(axis.maxBytes, 50);
+  // Nothing recorded: an axis of one nanosecond, never a division by zero.
+  const JobAxis empty = jobAxis({});
+  EXPECT_EQ(empty.toWallNs - empty.fromWallNs, 1);
+}
 
 TEST(CategoryColors, DistinctAndNotThePeakMarker) {
   std::set<std::tuple<int, int, int>> seen;
