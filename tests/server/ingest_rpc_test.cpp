@@ -516,6 +516,68 @@ TEST_F(IngestRpcTest, SessionsArePagedAndTheirNamesBounded) {
   expectHealthy();
 }
 
+TEST_F(IngestRpcTest, RanksOfAJobAreGroupedAndBadJobMembersRefused) {
+  v1::AgentMessage bye;
+  bye.mutable_goodbye();
+  // Two ranks of one job over the real Ingest API: one job, listed with both.
+  std::vector<uint64_t> ranks;
+  for (int r : {1, 0}) {
+    v1::AgentMessage h = hello();
+    v1::JobMember* job = h.mutable_handshake()->mutable_job();
+    job->set_key("10.0.0.1:29500");
+    job->set_rank(r);
+    job->set_local_rank(r);
+    job->set_world_size(2);
+    uint64_t id = 0;
+    ASSERT_TRUE(send({h, goodBatch(1, 1), bye}, &id).ok());
+    ranks.push_back(id);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse jobs;
+    ASSERT_TRUE(m_query->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+    ASSERT_EQ(jobs.jobs_size(), 1);
+    EXPECT_EQ(jobs.jobs(0).key(), "10.0.0.1:29500");
+    EXPECT_EQ(jobs.jobs(0).ranks_recorded(), 2u);
+    grpc::ClientContext ctx2;
+    v1::GetJobRequest req;
+    req.set_key("10.0.0.1:29500");
+    v1::Job job;
+    ASSERT_TRUE(m_query->GetJob(&ctx2, req, &job).ok());
+    ASSERT_EQ(job.ranks_size(), 2);
+    EXPECT_EQ(job.ranks(0).session().rank(), 0);  // by rank
+    EXPECT_EQ(job.ranks(0).session().id(), ranks[1]);
+    EXPECT_EQ(job.ranks(1).session().world_size(), 2);
+    EXPECT_EQ(job.missing_ranks_size(), 0);
+  }
+  // What no launcher sets: refused before any session exists, the daemon serving on.
+  const auto member = [](const std::string& key, int rank, int world) {
+    v1::AgentMessage h = hello();
+    v1::JobMember* job = h.mutable_handshake()->mutable_job();
+    job->set_key(key);
+    job->set_rank(rank);
+    job->set_world_size(world);
+    return h;
+  };
+  for (const v1::AgentMessage& bad :
+       {member("k", 2, 2), member("k", -2, 0), member("k", 0, -1), member("k", 0, 1 << 25),
+        member(std::string(257, 'k'), 0, 1)}) {
+    const grpc::Status s = send({bad, goodBatch(1, 1), bye});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::ListSessionsResponse all;
+  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &all).ok());
+  EXPECT_EQ(all.sessions_size(), 2);
+  // An unknown job: NOT_FOUND, by id and by key.
+  grpc::ClientContext ctx3;
+  v1::GetJobRequest none;
+  none.set_job_id(99);
+  v1::Job job;
+  EXPECT_EQ(m_query->GetJob(&ctx3, none, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  expectHealthy();
+}
+
 TEST_F(IngestRpcTest, StreamsPastTheCapAreRefusedAndTheRestServed) {
   // Agents that connect and stay: up to the cap each gets its session, the next one is told to
   // retry later.
