@@ -11,6 +11,8 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/job_commands.h"
+#include "cli/plan_outcomes.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
@@ -143,12 +145,6 @@ v1::ChainSelector selector(const AdvisorArgs& a) {
   return s;
 }
 
-std::string msText(int64_t ns) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
-  return buf;
-}
-
 void printPlan(const core::PlanDocument& d) {
   std::printf("plan: %s, budget %s (%s bytes)%s\n", d.strategy.c_str(),
               humanBytes(d.budgetBytes).c_str(), groupDigits(d.budgetBytes).c_str(),
@@ -234,14 +230,17 @@ int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& 
 
 }  // namespace
 
-int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
-      "usage: tidemark plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--step N]\n"
-      "                     [--blocks PREFIX] [--margin PCT] [--out FILE] [--json]\n\n"
+      "usage: tidemark plan (SESSION | --job JOB [--rank R] | --profile FILE) --budget SIZE\n"
+      "                     [--strategy S] [--step N] [--blocks PREFIX] [--margin PCT]\n"
+      "                     [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
       "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
       "SESSION plans a recorded step (the last complete one, or --step N) on the server;\n"
+      "--job plans the session of the job's rank R, by default of the rank that sets the job's\n"
+      "memory need (docs/jobs.md), for `tidemark apply --job`.\n"
       "--profile plans a chain profile file here (docs/chain-model.md). --blocks names the\n"
       "modules the chain is made of by their common prefix (default: found from the recording).\n"
       "--margin: plans are chosen to fit PCT % under the budget (default 1), for the small\n"
@@ -250,6 +249,8 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "Exit code 4 when no plan fits the budget (the least feasible budget is named).\n";
   AdvisorArgs a;
   int code = kExitOk;
+  std::vector<std::string> args = argsIn;
+  if (!takeJobOption(g, "plan", &args, &code)) return code;
   if (!parseAdvisorArgs("plan", kUsage, args, /*wantBudget=*/true, &a, &code)) return code;
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
@@ -279,7 +280,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   return finishPlan(a, g, resp.plan_json());
 }
 
-int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
       "usage: tidemark chain SESSION [--step N] [--blocks PREFIX] [--out FILE] [--json]\n\n"
       "The chain profile the advisor builds from a recorded step (docs/chain-model.md): per\n"
@@ -288,6 +289,8 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "--out writes the profile file, which `tidemark plan --profile` reads.\n";
   AdvisorArgs a;
   int code = kExitOk;
+  std::vector<std::string> args = argsIn;
+  if (!takeJobOption(g, "chain", &args, &code)) return code;
   if (!parseAdvisorArgs("chain", kUsage, args, /*wantBudget=*/false, &a, &code)) return code;
   if (!a.profileFile.empty()) {
     std::fprintf(stderr, "tidemark chain: takes a SESSION, not --profile\n");
@@ -345,7 +348,7 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
+int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
       "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIX]\n"
       "                       [--points K] [--json]\n\n"
@@ -354,6 +357,8 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
       "--json gives all of them.\n";
   AdvisorArgs a;
   int code = kExitOk;
+  std::vector<std::string> args = argsIn;
+  if (!takeJobOption(g, "pareto", &args, &code)) return code;
   if (!parseAdvisorArgs("pareto", kUsage, args, /*wantBudget=*/false, &a, &code)) return code;
   v1::ParetoResponse resp;
   if (!a.profileFile.empty()) {
@@ -416,34 +421,6 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   return kExitOk;
 }
 
-namespace {
-
-const char* planStateName(v1::PlanState s) {
-  switch (s) {
-    case v1::PLAN_STATE_SENT:
-      return "sent";
-    case v1::PLAN_STATE_APPLIED:
-      return "applied";
-    case v1::PLAN_STATE_REFUSED:
-      return "refused";
-    default:
-      return "?";
-  }
-}
-
-int callPlanCheck(const GlobalOptions& g, const char* what, uint64_t session,
-                  v1::PlanCheckResponse* resp) {
-  v1::PlanCheckRequest req;
-  req.set_session_id(session);
-  return callRpc<v1::Advisor>(g, what, &v1::Advisor::Stub::PlanCheck, req, resp);
-}
-
-double errorPct(int64_t measured, int64_t predicted) {
-  return predicted > 0 ? 100.0 * double(measured - predicted) / double(predicted) : 0.0;
-}
-
-}  // namespace
-
 int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   static const char* kUsage =
       "usage: tidemark apply SESSION PLAN [--no-wait | --wait SECONDS] [--json]\n\n"
@@ -452,6 +429,7 @@ int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       "60 s) until the job says it applied or refused the plan. Exit code 1 when it refused\n"
       "(the reason is printed) or did not answer in time. `tidemark plan-check SESSION` then\n"
       "compares the prediction with the steps that ran under the plan.\n";
+  if (std::find(args.begin(), args.end(), "--job") != args.end()) return applyToJob(g, args);
   uint64_t session = 0;
   bool haveSession = false;
   std::string planFile;
@@ -551,76 +529,17 @@ int planCheckCommand(const GlobalOptions& g, const std::vector<std::string>& arg
       "usage: tidemark plan-check SESSION [--json]\n\n"
       "The plans sent to SESSION (tidemark apply): for each, the predicted peak and extra time\n"
       "beside what the steps that ran under it measured, and the steps before it.\n";
+  if (std::find(args.begin(), args.end(), "--job") != args.end()) return planCheckOfJob(g, args);
   uint64_t session = 0;
   int code = kExitOk;
   if (!parseSessionArgs(args, 1, kUsage, &session, &code)) return code;
   v1::PlanCheckResponse resp;
   if (int c = callPlanCheck(g, "plan-check", session, &resp); c != kExitOk) return c;
   if (g.json) {
-    std::string out = "{\"plans\": [";
-    for (int i = 0; i < resp.plans_size(); ++i) {
-      const v1::PlanOutcome& o = resp.plans(i);
-      char buf[1024];
-      std::snprintf(buf, sizeof buf,
-                    "%s{\"plan_id\": %llu, \"state\": \"%s\", \"strategy\": %s, \"budget_bytes\": "
-                    "%lld, \"from_step\": %lld, \"steps_measured\": %lld, "
-                    "\"predicted_peak_bytes\": %lld, \"measured_peak_bytes\": %lld, "
-                    "\"peak_error\": %.5f, \"predicted_extra_ns\": %lld, \"measured_extra_ns\": "
-                    "%lld, \"measured_step_ns\": %lld, \"before_peak_bytes\": %lld, "
-                    "\"before_step_ns\": %lld, \"message\": ",
-                    i ? ",\n  " : "\n  ", static_cast<unsigned long long>(o.plan_id()),
-                    planStateName(o.state()), jsonString(o.strategy()).c_str(),
-                    static_cast<long long>(o.budget_bytes()), static_cast<long long>(o.from_step()),
-                    static_cast<long long>(o.steps_measured()),
-                    static_cast<long long>(o.predicted_peak_bytes()),
-                    static_cast<long long>(o.measured_peak_bytes()),
-                    errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()) / 100.0,
-                    static_cast<long long>(o.predicted_extra_ns()),
-                    static_cast<long long>(o.measured_extra_ns()),
-                    static_cast<long long>(o.measured_step_ns()),
-                    static_cast<long long>(o.before_peak_bytes()),
-                    static_cast<long long>(o.before_step_ns()));
-      out += buf + jsonString(o.message()) + "}";
-    }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
+    std::printf("{\"plans\": %s}\n", planOutcomesJson(resp).c_str());
     return kExitOk;
   }
-  if (resp.plans_size() == 0) {
-    std::printf("no plan was sent to session %llu (tidemark apply SESSION PLAN)\n",
-                static_cast<unsigned long long>(session));
-    return kExitOk;
-  }
-  for (const v1::PlanOutcome& o : resp.plans()) {
-    std::printf("plan %llu (%s, budget %s): %s", static_cast<unsigned long long>(o.plan_id()),
-                o.strategy().c_str(), humanBytes(o.budget_bytes()).c_str(),
-                planStateName(o.state()));
-    if (o.state() == v1::PLAN_STATE_REFUSED) std::printf(": %s", o.message().c_str());
-    if (o.state() != v1::PLAN_STATE_APPLIED) {
-      std::printf("\n");
-      continue;
-    }
-    std::printf(" from step %lld, %lld steps measured\n", static_cast<long long>(o.from_step()),
-                static_cast<long long>(o.steps_measured()));
-    if (o.steps_measured() == 0) {
-      std::printf("  no complete step under the plan yet\n");
-      continue;
-    }
-    std::printf("  %-14s %12s %12s %9s %12s\n", "", "PREDICTED", "MEASURED", "ERROR", "BEFORE");
-    std::printf("  %-14s %12s %12s %+8.1f%% %12s\n", "peak",
-                humanBytes(o.predicted_peak_bytes()).c_str(),
-                humanBytes(o.measured_peak_bytes()).c_str(),
-                errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()),
-                humanBytes(o.before_peak_bytes()).c_str());
-    // Recomputation as recorded (its phases), not a difference of step times (noise).
-    std::printf("  %-14s %12s %12s %+8.1f%% %12s\n", "recompute",
-                msText(o.predicted_extra_ns()).c_str(), msText(o.measured_extra_ns()).c_str(),
-                errorPct(o.measured_extra_ns(), o.predicted_extra_ns()), "-");
-    std::printf("  %-14s %12s %12s %9s %12s\n", "step time", "",
-                msText(o.measured_step_ns()).c_str(), "", msText(o.before_step_ns()).c_str());
-    std::printf("  %-14s %12s %12s\n", "within budget", "",
-                o.measured_peak_bytes() <= o.budget_bytes() ? "yes" : "NO");
-  }
+  printPlanOutcomes(session, resp);
   return kExitOk;
 }
 

@@ -74,4 +74,10 @@ std::string wallTime(int64_t wallNs) {
   return buf;
 }
 
+std::string msText(int64_t ns) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f ms", static_cast<double>(ns) / 1e6);
+  return buf;
+}
+
 }  // namespace tidemark::cli

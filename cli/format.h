@@ -12,6 +12,8 @@ std::string humanBytes(int64_t bytes);
 std::string groupDigits(int64_t n);
 // A JSON string literal, quoted and escaped.
 std::string jsonString(std::string_view s);
+// "12.3 ms" from nanoseconds.
+std::string msText(int64_t ns);
 // "2026-11-29 09:05:49" (UTC) from nanoseconds since the epoch.
 std::string wallTime(int64_t wallNs);
 

@@ -6,6 +6,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/job_commands.h"
 #include "cli/render.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -57,6 +58,18 @@ constexpr const char* kJobUsage =
 
 }  // namespace
 
+int fetchJob(const GlobalOptions& g, const char* what, const std::string& which, v1::Job* job) {
+  v1::GetJobRequest req;
+  char* end = nullptr;
+  const unsigned long long id = std::strtoull(which.c_str(), &end, 10);
+  if (!which.empty() && *end == '\0' && id > 0) {
+    req.set_job_id(id);
+  } else {
+    req.set_key(which);
+  }
+  return callQuery(g, what, &v1::Query::Stub::GetJob, req, job, 60);
+}
+
 int jobsCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (wantsHelp(args, kJobsUsage)) return kExitOk;
   if (!args.empty()) {
@@ -101,19 +114,8 @@ int jobCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     std::fputs(kJobUsage, stderr);
     return kExitUsage;
   }
-  v1::GetJobRequest req;
-  const std::string& which = args.front();
-  char* end = nullptr;
-  const unsigned long long id = std::strtoull(which.c_str(), &end, 10);
-  if (!which.empty() && *end == '\0' && id > 0) {
-    req.set_job_id(id);
-  } else {
-    req.set_key(which);
-  }
   v1::Job job;
-  if (int code = callQuery(g, "job", &v1::Query::Stub::GetJob, req, &job, 60); code != kExitOk) {
-    return code;
-  }
+  if (int code = fetchJob(g, "job", args.front(), &job); code != kExitOk) return code;
   if (g.json) {
     std::string out = "{\"job\": " + jobSummaryJson(job.job()) +
                       ", \"memory_rank\": " + std::to_string(job.memory_rank()) +

@@ -38,13 +38,15 @@ commands:
   diff SESSION_A SESSION_B [--json]       two sessions' peaks by category, side by side
   upload SPOOL [--json]                   send a spool file (the rest of a run no daemon took)
   import FILE [--name NAME] [--json]      a PyTorch memory snapshot or Kineto trace as a session
-  plan (SESSION | --profile FILE) --budget SIZE [--strategy S] [--out FILE] [--json]
+  plan (SESSION | --job JOB | --profile FILE) --budget SIZE [--strategy S] [--out FILE] [--json]
                                           a recompute plan for a memory budget, predicted
   chain SESSION [--out FILE] [--json]     the chain model of a recorded step, checked against it
   pareto (SESSION | --profile FILE) [--json]
                                           least recomputation for every budget (optimal plans)
   apply SESSION PLAN [--no-wait]          apply a plan to the running job at its next step
+  apply --job JOB PLAN                    ... to every running rank of a job, from one step on
   plan-check SESSION [--json]             applied plans: predicted against measured
+  plan-check --job JOB [--json]           ... rank by rank
   token create|list|revoke                the daemon's tokens (its own user or root)
 
 D (--device): all (host and devices, the default), cpu, cuda (every GPU) or cuda:N

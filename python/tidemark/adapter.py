@@ -152,6 +152,9 @@ class Instrumenter:
         self.previous_plan = None  # the one it replaced, restored if the new one fails its trial
         self.plan_on_trial = None  # (plan id, first step) of a plan whose first step is running
         self.plan_ids = {}  # id(AppliedPlan) -> plan id, for plans reported applied
+        # Plans sent for a later step (apply_at_step: every rank of a job switches at the same
+        # one), in the order they came: [(plan id, text, step)].
+        self.held_plans = []
         self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
         self.torch_ops = None  # torch's ops as op scopes (torch_ops.TorchOps)
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
@@ -651,14 +654,10 @@ class Instrumenter:
     def _apply_pending_plan(self):
         """At a step boundary: settles the plan applied at the previous boundary (its first step
         ran: applied, or, if it turned itself off, removed with the plan before it restored), then
-        applies the latest plan `tidemark apply` sent. Each plan's fate goes to the server once
-        its first step has run (or at once when it is refused before)."""
+        applies the plans `tidemark apply` sent that are due (_plans_due). Each plan's fate goes
+        to the server once its first step has run (or at once when it is refused before)."""
         self._settle_plan()
-        while True:
-            pending = self.agent.take_plan()
-            if pending is None:
-                return
-            plan_id, text = pending
+        for plan_id, text in self._plans_due():
             from .plan import PlanError, apply_plan
             roots = list(self.roots)
             if len(roots) != 1:
@@ -687,6 +686,26 @@ class Instrumenter:
             plan.install()
             self.applied_plan = plan
             self.plan_on_trial = (plan_id, self.step + 1)
+
+    def _plans_due(self):
+        """The plans to apply at this boundary, in the order they came: those held for the step
+        that begins now (or one passed), and the newly sent ones without a later step; plans for
+        a later step are held until its boundary."""
+        import json
+        while True:
+            pending = self.agent.take_plan()
+            if pending is None:
+                break
+            plan_id, text = pending
+            try:
+                at = json.loads(text).get("apply_at_step", 0)
+            except Exception:  # noqa: BLE001 - not JSON: apply_plan says why, in order
+                at = 0
+            self.held_plans.append((plan_id, text, at if isinstance(at, int) else 0))
+        upcoming = self.step + 1  # the step that begins after this boundary
+        due = [(i, t) for i, t, at in self.held_plans if at <= upcoming]
+        self.held_plans = [h for h in self.held_plans if h[2] > upcoming]
+        return due
 
     def _settle_plan(self):
         plan = self.applied_plan

@@ -276,6 +276,8 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
   const json* segments = top.raw("segments", false);
   d.lowerBoundExtraNs = top.integer("lower_bound_extra_ns");
   d.minFeasibleBudgetBytes = top.integer("min_feasible_budget_bytes");
+  d.applyAtStep = top.integer("apply_at_step", 0);
+  if (d.applyAtStep < 0) top.fail("apply_at_step must be a step number (1 or more)");
   if (segments != nullptr && !segments->is_array()) top.fail("segments must be a list");
   if (absl::Status s = top.finish(); !s.ok()) return s;
 

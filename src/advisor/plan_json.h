@@ -52,6 +52,9 @@ struct PlanDocument {
   int64_t staticBytes = 0;
   PlanSource source;
   std::vector<PlanSegmentDoc> segments;
+  // The step the plan takes effect from (0: the next one): `tidemark apply --job` sets it so
+  // that every rank of a job switches at the same step.
+  int64_t applyAtStep = 0;
 };
 absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view json);
 

@@ -8,18 +8,25 @@ it as the rank that sets the memory need, and its imbalance is the test's own co
 ranks' peaks."""
 import json
 import os
+import re
 import statistics
+import time
 import subprocess
 import tempfile
 import shutil
 import unittest
 
-from tidemark_env import BIN, PYTHON, DaemonTestCase, start_ranks, torch_version
+from tidemark_env import BIN, PYTHON, SOURCE, DaemonTestCase, start_ranks, torch_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "ddp_train.py")
 TIDEMARK = os.path.join(BIN, "tidemark")
 STEPS = 4
+GPT = os.path.join(SOURCE, "examples", "train.py")
+
+
+def losses(stdout):
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([0-9.]+)", stdout, re.M)]
 
 
 class JobsTest(DaemonTestCase):
@@ -124,6 +131,63 @@ class JobsTest(DaemonTestCase):
         job = self.daemon.cli_json("job", str(new[0]["job_id"]))
         self.assertNotEqual(job["job"]["key"], "none")  # torchrun's run id
         self.check_job(job, 4, 3, truths)
+
+    def test_one_plan_on_every_rank_from_one_step(self):
+        # Two ranks of one job (`--job`), each training the examples' GPT; a plan made from the
+        # job (its memory need's rank) goes to both and both switch at the same step, training
+        # on with the losses of a run without tidemark; each rank's steps under it measure the
+        # predicted peak.
+        steps, name = 30, "plan-job-%d" % os.getpid()
+        train = [PYTHON, GPT, "--steps", str(steps), "--checkpoint", ""]
+        plain = subprocess.run(train, capture_output=True, text=True, timeout=600)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        ranks = [subprocess.Popen([TIDEMARK, "--server", self.daemon.address, "run", "--job", name,
+                                   "--"] + train, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                live = [s for s in self.daemon.cli_json("sessions")["sessions"]
+                        if s["state"] == "live" and s["job_id"] != 0 and s["steps"] >= 3]
+                if len(live) == 2:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(len(live), 2, "the two ranks did not run 3 steps each")
+            plan = os.path.join(self.out, "plan.json")
+            r = self.daemon.cli("plan", "--job", name, "--budget", "70%", "--out", plan)
+            self.assertIn("the rank that sets the job's memory need", r.stderr)
+            r = self.daemon.cli("apply", "--job", name, plan, "--json")
+            applied = json.loads(r.stdout)
+            at = applied["at_step"]
+            self.assertEqual(len(applied["ranks"]), 2)
+            for rank in applied["ranks"]:
+                self.assertEqual((rank["state"], rank["from_step"]), ("applied", at), rank)
+            outs = [p.communicate(timeout=600) for p in ranks]
+        finally:
+            for p in ranks:
+                if p.poll() is None:
+                    p.kill()
+        for p, (out, err) in zip(ranks, outs):
+            self.assertEqual(p.returncode, 0, err)
+            got = losses(out)
+            self.assertEqual(len(got), steps)
+            for a, b in zip(got, losses(plain.stdout)):
+                self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)))
+        for s in live:
+            self.daemon.wait_analyzed(s["id"])
+        check = self.daemon.cli_json("plan-check", "--job", name)
+        self.assertEqual(len(check["ranks"]), 2)
+        for rank in check["ranks"]:
+            [p] = rank["plans"]
+            self.assertEqual((p["state"], p["from_step"]), ("applied", at))
+            self.assertGreaterEqual(p["steps_measured"], 2)
+            self.assertLessEqual(abs(p["peak_error"]), 0.05, p)
+        # Bad input: a job without running ranks, an unknown one.
+        r = self.daemon.cli("apply", "--job", name, plan, check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("has no running rank", r.stderr)
+        r = self.daemon.cli("plan", "--job", "no-such-job", "--budget", "70%", check=False)
+        self.assertEqual(r.returncode, 1)
 
     def test_processes_named_into_one_job(self):
         before = {s["id"] for s in self.daemon.cli_json("sessions")["sessions"]}

@@ -1,0 +1,103 @@
+// What became of the plans sent to a session, as plan-check and apply print it.
+#include "cli/plan_outcomes.h"
+
+#include <cstdio>
+
+#include "cli/client.h"
+#include "cli/format.h"
+#include "tidemark/v1/advisor.grpc.pb.h"
+
+namespace tidemark::cli {
+
+const char* planStateName(v1::PlanState s) {
+  switch (s) {
+    case v1::PLAN_STATE_SENT:
+      return "sent";
+    case v1::PLAN_STATE_APPLIED:
+      return "applied";
+    case v1::PLAN_STATE_REFUSED:
+      return "refused";
+    default:
+      return "?";
+  }
+}
+
+int callPlanCheck(const GlobalOptions& g, const char* what, uint64_t session,
+                  v1::PlanCheckResponse* resp) {
+  v1::PlanCheckRequest req;
+  req.set_session_id(session);
+  return callRpc<v1::Advisor>(g, what, &v1::Advisor::Stub::PlanCheck, req, resp);
+}
+
+double errorPct(int64_t measured, int64_t predicted) {
+  return predicted > 0 ? 100.0 * double(measured - predicted) / double(predicted) : 0.0;
+}
+
+std::string planOutcomesJson(const v1::PlanCheckResponse& resp) {
+  std::string out = "[";
+  for (int i = 0; i < resp.plans_size(); ++i) {
+    const v1::PlanOutcome& o = resp.plans(i);
+    char buf[1024];
+    std::snprintf(
+        buf, sizeof buf,
+        "%s{\"plan_id\": %llu, \"state\": \"%s\", \"strategy\": %s, \"budget_bytes\": "
+        "%lld, \"from_step\": %lld, \"steps_measured\": %lld, "
+        "\"predicted_peak_bytes\": %lld, \"measured_peak_bytes\": %lld, "
+        "\"peak_error\": %.5f, \"predicted_extra_ns\": %lld, \"measured_extra_ns\": "
+        "%lld, \"measured_step_ns\": %lld, \"before_peak_bytes\": %lld, "
+        "\"before_step_ns\": %lld, \"message\": ",
+        i ? ",\n  " : "\n  ", static_cast<unsigned long long>(o.plan_id()),
+        planStateName(o.state()), jsonString(o.strategy()).c_str(),
+        static_cast<long long>(o.budget_bytes()), static_cast<long long>(o.from_step()),
+        static_cast<long long>(o.steps_measured()),
+        static_cast<long long>(o.predicted_peak_bytes()),
+        static_cast<long long>(o.measured_peak_bytes()),
+        errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()) / 100.0,
+        static_cast<long long>(o.predicted_extra_ns()),
+        static_cast<long long>(o.measured_extra_ns()), static_cast<long long>(o.measured_step_ns()),
+        static_cast<long long>(o.before_peak_bytes()), static_cast<long long>(o.before_step_ns()));
+    out += buf + jsonString(o.message()) + "}";
+  }
+  out += "]";
+  return out;
+}
+
+void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
+  if (resp.plans_size() == 0) {
+    std::printf("no plan was sent to session %llu (tidemark apply SESSION PLAN)\n",
+                static_cast<unsigned long long>(session));
+    return;
+  }
+  for (const v1::PlanOutcome& o : resp.plans()) {
+    std::printf("plan %llu (%s, budget %s): %s", static_cast<unsigned long long>(o.plan_id()),
+                o.strategy().c_str(), humanBytes(o.budget_bytes()).c_str(),
+                planStateName(o.state()));
+    if (o.state() == v1::PLAN_STATE_REFUSED) std::printf(": %s", o.message().c_str());
+    if (o.state() != v1::PLAN_STATE_APPLIED) {
+      std::printf("\n");
+      continue;
+    }
+    std::printf(" from step %lld, %lld steps measured\n", static_cast<long long>(o.from_step()),
+                static_cast<long long>(o.steps_measured()));
+    if (o.steps_measured() == 0) {
+      std::printf("  no complete step under the plan yet\n");
+      continue;
+    }
+    std::printf("  %-14s %12s %12s %9s %12s\n", "", "PREDICTED", "MEASURED", "ERROR", "BEFORE");
+    std::printf("  %-14s %12s %12s %+8.1f%% %12s\n", "peak",
+                humanBytes(o.predicted_peak_bytes()).c_str(),
+                humanBytes(o.measured_peak_bytes()).c_str(),
+                errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()),
+                humanBytes(o.before_peak_bytes()).c_str());
+    // Recomputation as recorded (its phases), not a difference of step times (noise).
+    std::printf("  %-14s %12s %12s %+8.1f%% %12s\n", "recompute",
+                msText(o.predicted_extra_ns()).c_str(), msText(o.measured_extra_ns()).c_str(),
+                errorPct(o.measured_extra_ns(), o.predicted_extra_ns()), "-");
+    std::printf("  %-14s %12s %12s %9s %12s\n", "step time", "",
+                msText(o.measured_step_ns()).c_str(), "", msText(o.before_step_ns()).c_str());
+    std::printf("  %-14s %12s %12s\n", "within budget", "",
+                o.measured_peak_bytes() <= o.budget_bytes() ? "yes" : "NO");
+  }
+}
+
+}  // namespace tidemark::cli
