@@ -466,15 +466,7 @@ int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitUsage;
   }
   std::string text;
-  if (!readFile(planFile, &text)) {
-    std::fprintf(stderr, "tidemark apply: cannot read %s\n", planFile.c_str());
-    return kExitUsage;
-  }
-  if (absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(text); !d.ok()) {
-    std::fprintf(stderr, "tidemark apply: %s is not a plan: %s\n", planFile.c_str(),
-                 std::string(d.status().message()).c_str());
-    return kExitUsage;
-  }
+  if (!readPlanFile("apply", planFile, &text)) return kExitUsage;
   v1::ApplyPlanRequest req;
   req.set_session_id(session);
   req.set_plan_json(text);

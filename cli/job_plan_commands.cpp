@@ -5,9 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -43,15 +41,6 @@ int lastStep(const GlobalOptions& g, uint64_t session, int64_t* step) {
   *step = 0;
   for (const v1::StepSummary& s : steps.steps()) *step = std::max(*step, s.step());
   return kExitOk;
-}
-
-bool readText(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
 }
 
 }  // namespace
@@ -169,15 +158,7 @@ int applyToJob(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitUsage;
   }
   std::string text;
-  if (!readText(planFile, &text)) {
-    std::fprintf(stderr, "tidemark apply: cannot read %s\n", planFile.c_str());
-    return kExitUsage;
-  }
-  if (absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(text); !d.ok()) {
-    std::fprintf(stderr, "tidemark apply: %s is not a plan: %s\n", planFile.c_str(),
-                 std::string(d.status().message()).c_str());
-    return kExitUsage;
-  }
+  if (!readPlanFile("apply", planFile, &text)) return kExitUsage;
   v1::Job j;
   if (int code = fetchJob(g, "apply", job, &j); code != kExitOk) return code;
   std::vector<const v1::JobRank*> running;

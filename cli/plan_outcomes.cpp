@@ -2,12 +2,32 @@
 #include "cli/plan_outcomes.h"
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "cli/client.h"
 #include "cli/format.h"
+#include "src/advisor/plan_json.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
 
 namespace tidemark::cli {
+
+bool readPlanFile(const char* command, const std::string& path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "tidemark %s: cannot read %s\n", command, path.c_str());
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *text = ss.str();
+  if (absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(*text); !d.ok()) {
+    std::fprintf(stderr, "tidemark %s: %s is not a plan: %s\n", command, path.c_str(),
+                 std::string(d.status().message()).c_str());
+    return false;
+  }
+  return true;
+}
 
 const char* planStateName(v1::PlanState s) {
   switch (s) {

@@ -8,6 +8,10 @@
 
 namespace tidemark::cli {
 
+// A plan document from a file, checked (docs/plan-format.md); false after saying why (as
+// `tidemark COMMAND: ...`).
+bool readPlanFile(const char* command, const std::string& path, std::string* text);
+
 // The plans sent to a session (Advisor.PlanCheck): "sent", "applied", "refused".
 const char* planStateName(v1::PlanState s);
 int callPlanCheck(const GlobalOptions& g, const char* what, uint64_t session,

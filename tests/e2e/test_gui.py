@@ -126,6 +126,16 @@ def record_training(test, daemon):
     return sid
 
 
+def interaction_passes(test, daemon, slot, **env):
+    """One QTest slot of tests/gui/gui_interaction_test.cpp against daemon, under Xvfb."""
+    r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
+                        os.path.join(BIN, "tidemark_gui_interaction_test"), slot],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TIDEMARK_SERVER=daemon.address, **env))
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    test.assertIn("PASS   : GuiInteraction::%s()" % slot, r.stdout)
+
+
 class GuiSessionTest(unittest.TestCase):
     """The GUI against a real tidemarkd holding a recorded training: the timeline draws every
     category the peak holds in its colour, marks the peak, and the plan panel loads a plan."""
@@ -186,15 +196,9 @@ class GuiJobTest(unittest.TestCase):
             self.assertIn(bytes((0xd6, 0x27, 0x28)), rgb, "the memory need's curve")
             self.assertIn(bytes((0xfd, 0xe6, 0xe6)), rgb, "the memory need's row")
             self.assertIn(bytes((0x1f, 0x77, 0xb4)), rgb, "the other rank's curve")
-            env = dict(os.environ, TIDEMARK_SERVER=daemon.address,
-                       TIDEMARK_GUI_JOB_SESSION=str(by_rank[0]),
-                       TIDEMARK_GUI_JOB_NEED=str(by_rank[1]))
-            r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
-                                os.path.join(BIN, "tidemark_gui_interaction_test"),
-                                "clickARankOfTheJob"],
-                               capture_output=True, text=True, timeout=300, env=env)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertIn("PASS   : GuiInteraction::clickARankOfTheJob()", r.stdout)
+            interaction_passes(self, daemon, "clickARankOfTheJob",
+                               TIDEMARK_GUI_JOB_SESSION=str(by_rank[0]),
+                               TIDEMARK_GUI_JOB_NEED=str(by_rank[1]))
             # A session that is no rank says so instead.
             r = daemon.run(PYTHON, "-c", "import torch; x = torch.ones(10)")
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -240,14 +244,8 @@ class GuiInteractionTest(unittest.TestCase):
                                     "training_step.pickle")
             sid = daemon.cli_json("import", snapshot)["session"]
             daemon.wait_analyzed(sid)
-            env = dict(os.environ, TIDEMARK_SERVER=daemon.address,
-                       TIDEMARK_GUI_STACK_SESSION=str(sid))
-            r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
-                                os.path.join(BIN, "tidemark_gui_interaction_test"),
-                                "tensorStackInTheInspector"],
-                               capture_output=True, text=True, timeout=300, env=env)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            self.assertIn("PASS   : GuiInteraction::tensorStackInTheInspector()", r.stdout)
+            interaction_passes(self, daemon, "tensorStackInTheInspector",
+                               TIDEMARK_GUI_STACK_SESSION=str(sid))
         finally:
             daemon.cleanup()
 
