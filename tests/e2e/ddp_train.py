@@ -5,7 +5,8 @@ job's figures against, counted here: its parameters' and its optimizer state's b
 its losses.
 
 --big-rank R --big-batch B: rank R trains on batches of B rows instead of --batch (an uneven job:
-its activations, so its peak, are the largest).
+its activations, so its peak, are the largest). --model gpt: the examples' GPT (blocks a recompute
+plan can checkpoint) instead of the MLP, each step printed as `step N loss L`.
 """
 import argparse
 import json
@@ -13,8 +14,13 @@ import os
 
 import torch
 import torch.distributed as dist
+import sys
+
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+from tiny_gpt import TinyGPT, make_batch  # noqa: E402
 
 
 def storage_bytes(t):
@@ -35,26 +41,36 @@ def main():
     p.add_argument("--big-rank", type=int, default=-1)
     p.add_argument("--big-batch", type=int, default=0)
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
     args = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # the same initial model on every rank (DDP broadcasts rank 0's anyway)
-    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                          nn.Linear(512, 10))
+    if args.model == "gpt":
+        model = TinyGPT(n_layers=4)
+    else:
+        model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10))
     ddp = DistributedDataParallel(model)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
     batch = args.big_batch if rank == args.big_rank else args.batch
     gen = torch.Generator().manual_seed(1000 + rank)
     losses = []
-    for _ in range(args.steps):
-        x = torch.randn(batch, 256, generator=gen)
-        y = torch.randint(0, 10, (batch,), generator=gen)
+    for step in range(1, args.steps + 1):
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(ddp(x), y)
+        if args.model == "gpt":
+            idx, targets = make_batch(gen, batch // 8 or 1, 128, 256)
+            loss = ddp(idx, targets)
+        else:
+            x = torch.randn(batch, 256, generator=gen)
+            y = torch.randint(0, 10, (batch,), generator=gen)
+            loss = nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if args.model == "gpt":
+            print("step %d loss %.6f" % (step, loss.item()), flush=True)
     # Saved-tensor hooks still on between steps would be copied into the barrier's work below,
     # which gloo's thread may drop during the interpreter's exit: the process then aborts
     # (torch 2 can say whether any are on; torch 1.13 cannot: None).

@@ -241,24 +241,27 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_ranks(daemon, out_dir, world, big_rank, steps=4, under_tidemark=True):
+def start_ranks(daemon, out_dir, world, big_rank=-1, steps=4, under_tidemark=True, model="mlp",
+                wait=True):
     """The ranks of one data-parallel job (tests/e2e/ddp_train.py), started as a cluster launch
     script does (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each under `tidemark run` unless
-    asked otherwise; waits for them. Returns the job's MASTER_PORT."""
+    asked otherwise. Waits for them (their exit checked) unless wait is False. Returns the job's
+    MASTER_PORT and the ranks' processes."""
     port = free_port()
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         cmd = [PYTHON, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_train.py"),
-               "--steps", str(steps), "--out-dir", out_dir, "--big-rank", str(big_rank),
-               "--big-batch", "1024"]
+               "--model", model, "--steps", str(steps), "--out-dir", out_dir,
+               "--big-rank", str(big_rank), "--big-batch", "1024"]
         if under_tidemark:
             cmd = [os.path.join(BIN, "tidemark"), "--server", daemon.address, "run", "--"] + cmd
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        if p.returncode != 0:
-            raise AssertionError("a rank failed (%d): %s" % (p.returncode, err))
-    return port
+    if wait:
+        for p in procs:
+            _, err = p.communicate(timeout=600)
+            if p.returncode != 0:
+                raise AssertionError("a rank failed (%d): %s" % (p.returncode, err))
+    return port, procs
