@@ -50,7 +50,10 @@ class LiveTrainingTest(unittest.TestCase):
             peak = d.cli_json("peak", sid)
             tl = d.cli_json("timeline", sid, "--buckets", "50")
             self.assertEqual(len(tl["buckets"]), 50)
-            self.assertGreater(max(b["max"][0] for b in tl["buckets"]), 0)
+            # Once the live peak holds memory, so does the timeline asked after it (a session
+            # seen at its very start may have received nothing yet: both are empty then).
+            if peak["breakdown"]["tracked_bytes"] > 0:
+                self.assertGreater(max(b["max"][0] for b in tl["buckets"]), 0)
             if len(steps) >= 2 and steps[-2]["end_ts_ns"]:
                 b = d.cli_json("breakdown", sid, "--step", str(steps[-2]["step"]))
                 self.assertEqual(b["tracked_bytes"], steps[-2]["peak"]["tracked_bytes"])
