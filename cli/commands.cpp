@@ -21,9 +21,10 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
   for (const std::string& a : args) {
     if (a == "-h" || a == "--help") {
       std::puts(
-          "usage: tidemark sessions [--server ADDR] [--json]\n\nLists recorded sessions: id, "
-          "state, pid, start, blocks, steps, events stored and dropped, the session's name\n"
-          "(tidemark run --name, an imported file's) and its command line.");
+          "usage: tidemark sessions [--server ADDR] [--json]\n\n"
+          "Lists recorded sessions: id, state, pid, start, blocks, steps, events stored and\n"
+          "dropped, the job and rank of a training job's ranks (JOB/RANK: tidemark job JOB),\n"
+          "the session's name (tidemark run --name, an imported file's) and its command line.");
       return kExitOk;
     }
     std::fprintf(stderr, "tidemark sessions: unexpected argument '%s'\n", a.c_str());
@@ -55,11 +56,14 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
     std::puts("no sessions yet (record one with: tidemark run -- python train.py)");
     return kExitOk;
   }
-  // The NAME column only where some session has a name (it widens every line).
-  bool named = false;
-  for (const v1::SessionInfo& si : resp.sessions()) named = named || !si.name().empty();
-  std::printf("%5s  %-7s  %7s  %-19s  %9s  %5s  %10s  %7s  %s%s\n", "ID", "STATE", "PID",
-              "STARTED (UTC)", "BLOCKS", "STEPS", "EVENTS", "DROPPED",
+  // The NAME and JOB columns only where some session has one (they widen every line).
+  bool named = false, ranks = false;
+  for (const v1::SessionInfo& si : resp.sessions()) {
+    named = named || !si.name().empty();
+    ranks = ranks || si.job_id() != 0;
+  }
+  std::printf("%5s  %-7s  %7s  %-19s  %9s  %5s  %10s  %7s  %s%s%s\n", "ID", "STATE", "PID",
+              "STARTED (UTC)", "BLOCKS", "STEPS", "EVENTS", "DROPPED", ranks ? "JOB/RANK  " : "",
               named ? "NAME                      " : "", "COMMAND");
   for (const v1::SessionInfo& si : resp.sessions()) {
     std::string cmd = si.command_line();
@@ -70,12 +74,21 @@ int sessionsCommand(const GlobalOptions& g, const std::vector<std::string>& args
     name = named ? name + std::string(24 - name.size(), ' ') + "  " : "";
     // A session whose raw events retention dropped: "pruned" (its summaries remain).
     const char* state = si.raw_pruned_wall_ns() != 0 ? "pruned" : stateName(si.state());
-    std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s%s\n",
+    // "3/1": rank 1 of job 3 (tidemark job 3); "3/?" a job's process without a RANK.
+    std::string rank;
+    if (ranks) {
+      rank = si.job_id() == 0 ? "-"
+                              : std::to_string(si.job_id()) + "/" +
+                                    (si.rank() >= 0 ? std::to_string(si.rank()) : "?");
+      rank += std::string(rank.size() < 10 ? 10 - rank.size() : 1, ' ');
+    }
+    std::printf("%5llu  %-7s  %7d  %-19s  %9llu  %5lld  %10llu  %7llu  %s%s%s\n",
                 static_cast<unsigned long long>(si.id()), state, si.pid(),
                 wallTime(si.start_wall_ns()).c_str(), static_cast<unsigned long long>(si.blocks()),
                 static_cast<long long>(si.steps()),
                 static_cast<unsigned long long>(si.events_stored()),
-                static_cast<unsigned long long>(si.events_dropped()), name.c_str(), cmd.c_str());
+                static_cast<unsigned long long>(si.events_dropped()), rank.c_str(), name.c_str(),
+                cmd.c_str());
   }
   return kExitOk;
 }
