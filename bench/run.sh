@@ -19,6 +19,7 @@
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 #   6. a load run: 16 native burst jobs and 8 trainings against one fresh daemon at once, all
 #      lossless: sessions whole, the daemon's peak memory, query latency while ingesting
+#   7. the job query on a 64-rank job (a session per rank), beside sessions and one rank's peak
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -38,7 +39,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
-SECTIONS=" ${SECTIONS:-1 2 3 4 5 6} "
+SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
@@ -314,4 +315,10 @@ echo
 echo "== 6. load: 16 burst jobs (8 threads, bursts of 5,000) + 8 trainings of bench/train_step_time.py"
 echo "   against one fresh tidemarkd at once (bench/load_run.py)"
 $PY bench/load_run.py "$BIN" || echo "   (some session was not whole: see above)"
+fi
+
+if want 7; then
+echo
+echo "== 7. the job query on a 64-rank job (bench/job_query.py; median of 9, CLI start included)"
+$PY bench/job_query.py "$BIN" 64 9
 fi
