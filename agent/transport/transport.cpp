@@ -562,6 +562,7 @@ void Transport::loseLink(const std::string& why) {
       : status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ? why
                                                                           : status.error_message();
   // At the exit the summary says it (and a stream ended for a handoff is no loss).
+  if (!m_outOfTime && !m_handingOff) ++m_streamBreaks;
   if (!m_toldLost && !m_config.quiet && !m_outOfTime && !m_handingOff) {
     m_toldLost = true;
     std::fprintf(stderr,
@@ -950,6 +951,10 @@ std::string Transport::summary() const {
                       " (the stream broke and was resumed %llu time%s)",
                       static_cast<unsigned long long>(c.reconnects()),
                       c.reconnects() == 1 ? "" : "s");
+      } else if (m_streamBreaks != 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
+        // Broken and not taken up again before the exit: the file's handshake resumes it.
+        std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                      " (the stream broke; the daemon resumed the session from the file)");
       }
       break;
     }

@@ -172,6 +172,7 @@ class Transport {
   std::string m_linkError;
   bool m_everConnected = false;
   bool m_toldLost = false;
+  uint64_t m_streamBreaks = 0;    // the live stream lost (not ended for a handoff or the exit)
   bool m_goodbyeWritten = false;  // a goodbye went out on some stream
   // A session could not be resumed: the new one gets every interned string again.
   bool m_resendStrings = false;

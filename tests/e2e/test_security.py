@@ -126,12 +126,49 @@ class PerUserDaemonTest(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
+def as_nobody(daemon, *args, home):
+    """`tidemark ARGS` against daemon as the second uid, with its own home."""
+    return subprocess.run(AS_NOBODY + [TIDEMARK, "--server", daemon.address, *args],
+                          capture_output=True, text=True, timeout=300, env=home_env(home))
+
+
+class AnotherUsersJobTest(DaemonTestCase):
+    """A daemon shared on this host: each uid sees its own training jobs only."""
+
+    def nobody(self, *args, home):
+        return as_nobody(self.daemon, *args, home=home)
+
+    def test_a_job_is_its_owners_only(self):
+        # Two users name their runs alike on one daemon: two jobs, each seen by its owner only.
+        require_second_uid_reaches_the_build()
+        home = nobody_dir()
+        r = self.daemon.cli("run", "--job", "shared-name", "--", *ALLOC_JOB)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, "run", "--job",
+                                        "shared-name", "--", *ALLOC_JOB], capture_output=True,
+                           text=True, timeout=300, env=home_env(home))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        jobs = self.daemon.cli_json("jobs")["jobs"]  # root sees both
+        named = [j for j in jobs if j["key"] == "shared-name"]
+        self.assertEqual(sorted(j["owner_uid"] for j in named), [0, NOBODY])
+        roots = [j["id"] for j in named if j["owner_uid"] == 0][0]
+        theirs = json.loads(self.nobody("jobs", "--json", home=home).stdout)["jobs"]
+        self.assertEqual([j["owner_uid"] for j in theirs], [NOBODY])
+        self.assertEqual(theirs[0]["ranks_recorded"], 1)
+        # Root's job does not exist for them, by id or by name (their own is found by name).
+        r = self.nobody("job", str(roots), home=home)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("no job %d" % roots, r.stderr)
+        mine = json.loads(self.nobody("job", "shared-name", "--json", home=home).stdout)
+        self.assertEqual(mine["job"]["id"], theirs[0]["id"])
+        self.assertEqual([x["session"]["owner_uid"] for x in mine["ranks"]], [NOBODY])
+
+
 class AnotherUserTest(DaemonTestCase):
     """A daemon shared on this host (loopback TCP): each uid sees its own sessions only."""
 
     def nobody(self, *args, home):
-        return subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, *args],
-                              capture_output=True, text=True, timeout=300, env=home_env(home))
+        return as_nobody(self.daemon, *args, home=home)
 
     def test_another_uid_can_neither_read_nor_steer_a_running_job(self):
         require_second_uid_reaches_the_build()
@@ -191,31 +228,6 @@ class AnotherUserTest(DaemonTestCase):
         self.assertEqual(self.daemon.cli("breakdown", s).returncode, 0)
         self.assertEqual(self.daemon.cli_json("plan-check", s)["plans"], [])
         self.assertIn("refused (127.0.0.1:", self.daemon.read_log())
-
-    def test_a_job_is_its_owners_only(self):
-        # Two users name their runs alike on one daemon: two jobs, each seen by its owner only.
-        require_second_uid_reaches_the_build()
-        home = nobody_dir()
-        r = self.daemon.cli("run", "--job", "shared-name", "--", *ALLOC_JOB)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, "run", "--job",
-                                        "shared-name", "--", *ALLOC_JOB], capture_output=True,
-                           text=True, timeout=300, env=home_env(home))
-        self.assertEqual(r.returncode, 0, r.stderr)
-        jobs = self.daemon.cli_json("jobs")["jobs"]  # root sees both
-        named = [j for j in jobs if j["key"] == "shared-name"]
-        self.assertEqual(sorted(j["owner_uid"] for j in named), [0, NOBODY])
-        roots = [j["id"] for j in named if j["owner_uid"] == 0][0]
-        theirs = json.loads(self.nobody("jobs", "--json", home=home).stdout)["jobs"]
-        self.assertEqual([j["owner_uid"] for j in theirs], [NOBODY])
-        self.assertEqual(theirs[0]["ranks_recorded"], 1)
-        # Root's job does not exist for them, by id or by name (their own is found by name).
-        r = self.nobody("job", str(roots), home=home)
-        self.assertEqual(r.returncode, 1, r.stdout)
-        self.assertIn("no job %d" % roots, r.stderr)
-        mine = json.loads(self.nobody("job", "shared-name", "--json", home=home).stdout)
-        self.assertEqual(mine["job"]["id"], theirs[0]["id"])
-        self.assertEqual([x["session"]["owner_uid"] for x in mine["ranks"]], [NOBODY])
 
     def wait_live(self, steps, timeout=120):
         deadline = time.time() + timeout
