@@ -364,30 +364,37 @@ grpc::Status IngestService::Stream(
     header.startTsNs = hello.start_ts_ns();
     header.startWallNs = hello.start_wall_ns();
     header.ownerUid = owner->uid;
+    std::optional<StatRow> jobRefused;
     if (hello.has_job() && !hello.job().key().empty()) {
       const v1::JobMember& job = hello.job();
       constexpr int32_t kMaxRanks = 1 << 24;
+      // A place no launcher gives (a misconfigured job): the session is recorded all the same,
+      // as one of its own, and says why it is in no job (the recording is never refused for it).
       if (job.key().size() > kMaxNameBytes || job.rank() < -1 || job.rank() >= kMaxRanks ||
           job.local_rank() < -1 || job.local_rank() >= kMaxRanks || job.world_size() < 0 ||
           job.world_size() > kMaxRanks ||
           (job.world_size() > 0 && job.rank() >= job.world_size())) {
-        return toGrpc(absl::InvalidArgumentError("a job member with a key over " +
-                                                 std::to_string(kMaxNameBytes) +
-                                                 " bytes, or a rank outside [-1, world size)"));
+        jobRefused = StatRow{"job_refused", "error", 1,
+                             "the training job its agent named was not taken (a key over " +
+                                 std::to_string(kMaxNameBytes) +
+                                 " bytes, or a rank outside [-1, world size)): recorded as a "
+                                 "session of its own"};
+      } else {
+        header.jobKey = job.key();
+        header.rank = job.rank();
+        header.localRank = job.local_rank();
+        header.worldSize = job.world_size();
       }
-      header.jobKey = job.key();
-      header.rank = job.rank();
-      header.localRank = job.local_rank();
-      header.worldSize = job.world_size();
     }
     auto created = std::make_shared<int64_t>(0);
     // Urgent: the agent waits for its handshake's answer.
     absl::Status s = m_writer
                          .submit(
-                             [header, created](Store& store) -> absl::Status {
+                             [header, created, jobRefused](Store& store) -> absl::Status {
                                auto id = store.createSession(header);
                                if (!id.ok()) return id.status();
                                *created = *id;
+                               if (jobRefused) return store.addStat(*id, *jobRefused);
                                return absl::OkStatus();
                              },
                              StoreWriter::Priority::kUrgent)

@@ -291,6 +291,12 @@ absl::StatusOr<int64_t> Store::createSession(const SessionHeader& h) {
   return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
 }
 
+absl::Status Store::addStat(int64_t session, const StatRow& st) {
+  m_upsertStat.bind(1, session).bind(2, st.name).bind(3, st.severity).bind(4, st.value);
+  m_upsertStat.bind(5, st.description);
+  return m_upsertStat.run();
+}
+
 absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
   // The owner's newest job of this key, if this rank could be one of it: begun within the
   // window and without this rank yet (a rerun of the job, which repeats its ranks, is a new one).
@@ -465,9 +471,7 @@ absl::Status Store::endSession(const SessionEnd& e) {
     }
   }
   for (const StatRow& st : e.stats) {
-    m_upsertStat.bind(1, e.sessionId).bind(2, st.name).bind(3, st.severity).bind(4, st.value);
-    m_upsertStat.bind(5, st.description);
-    if (auto s = m_upsertStat.run(); !s.ok()) return s;
+    if (auto s = addStat(e.sessionId, st); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -256,6 +256,8 @@ class Store {
   // A header with a job key joins that owner's newest job of the key when it started within
   // kJobJoinWindowNs of it and has no session of the same rank yet; else starts a new job.
   absl::StatusOr<int64_t> createSession(const SessionHeader& header);
+  // A stat of a session (replaced by a later one of the same name).
+  absl::Status addStat(int64_t session, const StatRow& stat);
   static constexpr int64_t kJobJoinWindowNs = 600LL * 1000000000LL;
   // Tokens (only their hashes): a new one's id; revoking one not there is NOT_FOUND.
   absl::StatusOr<int64_t> insertToken(const TokenRow& token);

@@ -516,7 +516,7 @@ TEST_F(IngestRpcTest, SessionsArePagedAndTheirNamesBounded) {
   expectHealthy();
 }
 
-TEST_F(IngestRpcTest, RanksOfAJobAreGroupedAndBadJobMembersRefused) {
+TEST_F(IngestRpcTest, RanksOfAJobAreGroupedAndBadJobMembersRecordedAlone) {
   v1::AgentMessage bye;
   bye.mutable_goodbye();
   // Two ranks of one job over the real Ingest API: one job, listed with both.
@@ -550,7 +550,8 @@ TEST_F(IngestRpcTest, RanksOfAJobAreGroupedAndBadJobMembersRefused) {
     EXPECT_EQ(job.ranks(1).session().world_size(), 2);
     EXPECT_EQ(job.missing_ranks_size(), 0);
   }
-  // What no launcher sets: refused before any session exists, the daemon serving on.
+  // What no launcher sets: recorded all the same, as sessions of their own that say why they
+  // are in no job (a recording is never refused for it), the daemon serving on.
   const auto member = [](const std::string& key, int rank, int world) {
     v1::AgentMessage h = hello();
     v1::JobMember* job = h.mutable_handshake()->mutable_job();
@@ -562,13 +563,24 @@ TEST_F(IngestRpcTest, RanksOfAJobAreGroupedAndBadJobMembersRefused) {
   for (const v1::AgentMessage& bad :
        {member("k", 2, 2), member("k", -2, 0), member("k", 0, -1), member("k", 0, 1 << 25),
         member(std::string(257, 'k'), 0, 1)}) {
-    const grpc::Status s = send({bad, goodBatch(1, 1), bye});
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    uint64_t id = 0;
+    const grpc::Status s = send({bad, goodBatch(1, 1), bye}, &id);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(id);
+    v1::SessionInfo info;
+    ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+    EXPECT_EQ(info.job_id(), 0u);
+    EXPECT_GT(info.events_stored(), 0u);
+    bool said = false;
+    for (const v1::Stat& st : info.stats()) said = said || st.name() == "job_refused";
+    EXPECT_TRUE(said) << id;
   }
   grpc::ClientContext ctx;
   v1::ListSessionsResponse all;
   ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &all).ok());
-  EXPECT_EQ(all.sessions_size(), 2);
+  EXPECT_EQ(all.sessions_size(), 7);
   // An unknown job: NOT_FOUND, by id and by key.
   grpc::ClientContext ctx3;
   v1::GetJobRequest none;
