@@ -17,16 +17,18 @@
 namespace tidemark::gui {
 namespace {
 
+// A bucket of the server's timeline over [from, to] whose total is at most `highest`.
+TimelineBucket bucket(int64_t from, int64_t to, int64_t highest) {
+  TimelineBucket b;
+  b.startNs = from;
+  b.endNs = to;
+  b.maxBytes[0] = highest;
+  return b;
+}
+
 TEST(JobRows, RanksShareOneRealtimeAxisAndOneHeight) {
   // Two ranks whose monotonic clocks differ (two hosts): put on the realtime clock by their
   // starts, rank 1 began 2 s after rank 0 and its curve lies 2 s later.
-  auto bucket = [](int64_t from, int64_t to, int64_t total) {
-    TimelineBucket b;
-    b.startNs = from;
-    b.endNs = to;
-    b.maxBytes[0] = total;
-    return b;
-  };
   const RankCurve r0 =
       rankCurve(7, 1'000, 50'000, {bucket(1'000, 2'000, 10), bucket(2'000, 3'000, 30)});
   const RankCurve r1 = rankCurve(8, 900'000, 52'000, {bucket(900'000, 901'000, 50)});
@@ -183,13 +185,6 @@ TEST(Lanes, OutermostModulesBelowTheModelOutermostOpsAndKernels) {
 }
 
 TEST(StepCompare, CurvesStartAtTheirStepAndKeepTheirPeaks) {
-  auto bucket = [](int64_t from, int64_t to, int64_t highest) {
-    TimelineBucket b;
-    b.startNs = from;
-    b.endNs = to;
-    b.maxBytes[0] = highest;
-    return b;
-  };
   // Step 3 ran 1000..1300, step 7 ran 5000..5200 (buckets may begin before the step).
   const StepCurve a = stepCurve(3, 1000,
                                 {bucket(900, 1000, 99), bucket(990, 1100, 40),
