@@ -28,17 +28,14 @@ int64_t medianStepNs(const core::Recording& steps) {
   return lengths[middle];
 }
 
-void fillSummary(const JobRecord& j, const std::vector<SessionRecord>& sessions, uid_t storeOwner,
-                 v1::JobSummary* out) {
+void fillSummary(const JobRecord& j, uid_t storeOwner, v1::JobSummary* out) {
   out->set_id(static_cast<uint64_t>(j.id));
   out->set_key(j.key);
   out->set_start_wall_ns(j.startWallNs);
   out->set_world_size(j.worldSize);
   out->set_owner_uid(static_cast<uint32_t>(j.ownerUid.value_or(storeOwner)));
-  out->set_ranks_recorded(static_cast<uint32_t>(sessions.size()));
-  out->set_ranks_live(static_cast<uint32_t>(
-      std::count_if(sessions.begin(), sessions.end(),
-                    [](const SessionRecord& s) { return s.state == v1::SESSION_STATE_LIVE; })));
+  out->set_ranks_recorded(static_cast<uint32_t>(j.ranksRecorded));
+  out->set_ranks_live(static_cast<uint32_t>(j.ranksLive));
 }
 }  // namespace
 
@@ -54,11 +51,7 @@ grpc::Status QueryService::ListJobs(grpc::ServerContext* ctx, const v1::ListJobs
   auto jobs = Store::listJobs(m_dbPath, visibleOwner(caller->uid),
                               static_cast<int64_t>(m_access.storeOwner()));
   if (!jobs.ok()) return toGrpc(jobs.status());
-  for (const JobRecord& j : *jobs) {
-    auto sessions = Store::jobSessions(m_dbPath, j.id);
-    if (!sessions.ok()) return toGrpc(sessions.status());
-    fillSummary(j, *sessions, m_access.storeOwner(), response->add_jobs());
-  }
+  for (const JobRecord& j : *jobs) fillSummary(j, m_access.storeOwner(), response->add_jobs());
   return grpc::Status::OK;
 }
 
@@ -90,7 +83,7 @@ grpc::Status QueryService::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequ
     if (ka != kb) return ka;
     return ka ? std::tie(a.header.rank, a.id) < std::tie(b.header.rank, b.id) : a.id < b.id;
   });
-  fillSummary(*job, *sessions, m_access.storeOwner(), response->mutable_job());
+  fillSummary(*job, m_access.storeOwner(), response->mutable_job());
 
   int64_t mostSteps = 0;
   int64_t latestEnd = 0;

@@ -1175,8 +1175,11 @@ absl::StatusOr<std::vector<JobRecord>> Store::listJobs(const std::string& path,
     where = " WHERE owner_uid = " + std::to_string(*owner) +
             (*owner == storeOwner ? " OR owner_uid IS NULL" : "");
   }
-  Statement st = db.prepare("SELECT id, key, owner_uid, world_size, start_wall_ns FROM job" +
-                            where + " ORDER BY id");
+  Statement st = db.prepare(
+      "SELECT id, key, owner_uid, world_size, start_wall_ns, "
+      "(SELECT COUNT(*) FROM session s WHERE s.job_id = job.id), "
+      "(SELECT COUNT(*) FROM session s WHERE s.job_id = job.id AND s.state = 1) FROM job" +
+      where + " ORDER BY id");
   if (auto s = checkPrepared(st, db); !s.ok()) return s;
   std::vector<JobRecord> out;
   while (st.step()) {
@@ -1186,6 +1189,8 @@ absl::StatusOr<std::vector<JobRecord>> Store::listJobs(const std::string& path,
     if (!st.columnNull(2)) j.ownerUid = st.columnInt(2);
     j.worldSize = static_cast<int32_t>(st.columnInt(3));
     j.startWallNs = st.columnInt(4);
+    j.ranksRecorded = st.columnInt(5);
+    j.ranksLive = st.columnInt(6);
     out.push_back(std::move(j));
   }
   return out;

@@ -40,7 +40,9 @@ struct JobRecord {
   std::string key;
   std::optional<int64_t> ownerUid;
   int32_t worldSize = 0;
-  int64_t startWallNs = 0;  // its first rank's start
+  int64_t startWallNs = 0;    // its first rank's start
+  int64_t ranksRecorded = 0;  // its sessions
+  int64_t ranksLive = 0;      // of them, live
 };
 
 struct BlockRow {

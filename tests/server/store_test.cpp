@@ -221,6 +221,8 @@ TEST(StoreTest, TheRanksOfAJobAreGroupedByOwnerKeyAndRun) {
   EXPECT_EQ(first.key, "run-a");
   EXPECT_EQ(first.worldSize, 4);
   EXPECT_EQ(first.startWallNs, kStart + 2 * kSecond);  // its first rank's
+  EXPECT_EQ(first.ranksRecorded, 4);
+  EXPECT_EQ(first.ranksLive, 4);  // created, none ended
   auto sessions = Store::jobSessions(db, first.id);
   ASSERT_TRUE(sessions.ok());
   ASSERT_EQ(sessions->size(), 4u);
