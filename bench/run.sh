@@ -119,7 +119,9 @@ echo
 echo "== 2b. bursts: 8 threads, bursts of up to 40,000 aligned blocks each (tests/agent/burst_program.cpp):"
 echo "   the bursts' own time (the job held up) and the whole run's wall time (the recording"
 echo "   delivered to tidemarkd, or handed to it in a file at exit; written by heaptrack), best of 3"
-echo "   interleaved"
+echo "   interleaved. Every run starts on a quiet machine: after the daemon has stored the runs"
+echo "   before it (on this machine's 2 cores its storing a handed-off run would be timed as the next"
+echo "   run's); how long that storing took after the job's exit is its own column"
 BURST="$BIN/tidemark_burst_program 40000"
 burst() {  # "<bursts' seconds> <wall seconds>" of a run of "$@" (the program's JSON on stdout)
   $PY -c "
@@ -130,7 +132,21 @@ wall = time.perf_counter() - t
 line = [l for l in out.decode().splitlines() if l.startswith('{')][-1]  # heaptrack talks too
 print(json.loads(line)['elapsed_s'], wall)" "$@"
 }
-declare -A job wall
+stored_after() {  # seconds until no burst session is live any more (the daemon has stored them)
+  $PY - "$BIN/tidemark" "$SERVER" <<'PYEOF'
+import json, subprocess, sys, time
+t = time.perf_counter()
+for _ in range(1200):
+    out = subprocess.run([sys.argv[1], "--server", sys.argv[2], "sessions", "--json"],
+                         stdout=subprocess.PIPE, check=True).stdout
+    if all(x['state'] != 'live' for x in json.loads(out)['sessions']
+           if 'burst_program' in x['command_line']):
+        break
+    time.sleep(0.05)
+print("%.3f" % (time.perf_counter() - t))
+PYEOF
+}
+declare -A job wall stored
 for _ in 1 2 3; do
   for kind in plain lossless lossy heaptrack; do
     case $kind in
@@ -142,6 +158,8 @@ for _ in 1 2 3; do
     esac
     job[$kind]=$(minof "${job[$kind]:-}" "${r% *}")
     wall[$kind]=$(minof "${wall[$kind]:-}" "${r#* }")
+    s=$(stored_after)
+    stored[$kind]=$(minof "${stored[$kind]:-}" "$s")
   done
 done
 # What the last lossless and lossy runs kept (sessions are listed in the order they ran), once
@@ -159,17 +177,22 @@ print(s[-2]['events_dropped'], s[-1]['events_dropped'], s[-2]['events_stored'])
 PYEOF
 )
 $PY - "${job[plain]}" "${wall[plain]}" "${job[lossless]}" "${wall[lossless]}" "${job[lossy]}" \
-  "${wall[lossy]}" "${job[heaptrack]:-0}" "${wall[heaptrack]:-0}" $kept <<'PYEOF'
+  "${wall[lossy]}" "${job[heaptrack]:-0}" "${wall[heaptrack]:-0}" $kept \
+  "${stored[lossless]}" "${stored[lossy]}" <<'PYEOF'
 import sys
 v = list(map(float, sys.argv[1:9]))
 drop_lossless, drop_lossy, stored = map(int, sys.argv[9:12])
-rows = [("plain", v[0], v[1], "-"), ("tidemark run (lossless, default)", v[2], v[3], drop_lossless),
-        ("tidemark run --lossy", v[4], v[5], drop_lossy)]
+later_lossless, later_lossy = map(float, sys.argv[12:14])
+rows = [("plain", v[0], v[1], "-", "-"),
+        ("tidemark run (lossless, default)", v[2], v[3], drop_lossless, "%.2f" % later_lossless),
+        ("tidemark run --lossy", v[4], v[5], drop_lossy, "%.2f" % later_lossy)]
 if v[6] > 0:
-    rows.append(("heaptrack (lossless)", v[6], v[7], 0))
-print("%-36s %10s %7s %10s %7s %10s" % ("", "bursts (s)", "ratio", "wall (s)", "ratio", "dropped"))
-for name, job, wall, dropped in rows:
-    print("%-36s %10.3f %7.2f %10.3f %7.2f %10s" % (name, job, job / v[0], wall, wall / v[1], dropped))
+    rows.append(("heaptrack (lossless)", v[6], v[7], 0, "-"))
+print("%-36s %10s %7s %10s %7s %10s %12s" % ("", "bursts (s)", "ratio", "wall (s)", "ratio",
+                                             "dropped", "stored +(s)"))
+for name, job, wall, dropped, later in rows:
+    print("%-36s %10.3f %7.2f %10.3f %7.2f %10s %12s" % (name, job, job / v[0], wall, wall / v[1],
+                                                         dropped, later))
 if v[6] > 0:
     print("lossless, tidemark / heaptrack: bursts %.3f, wall %.3f (target <= 0.5); %d events stored"
           % (v[2] / v[6], v[3] / v[7], stored))

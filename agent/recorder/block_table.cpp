@@ -29,12 +29,28 @@ bool BlockTable::init(size_t bucketCount) noexcept {
   while (n < bucketCount) n <<= 1;
   const size_t slots = n * kSlotsPerBucket;
   const size_t bytes = 2 * slots * sizeof(uint64_t) + n * sizeof(uint32_t);
-  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) return false;
+  // In huge pages where the kernel gives them for the asking (transparent huge pages, "madvise"
+  // or "always"): the table is read at random, and with 4 KiB pages nearly every lookup of a
+  // large table also missed the TLB; and the table is made in a few faults instead of 4,200 (the
+  // agent's load took 9 ms more for them). Aligned to a huge page so that all of it can be.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t mapped = bytes + kHuge;
+  void* region = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED) return false;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(region);
+  const uintptr_t aligned = (start + kHuge - 1) & ~(uintptr_t{kHuge} - 1);
+  if (aligned > start) munmap(region, aligned - start);
+  if (const uintptr_t end = start + mapped, used = aligned + bytes; end > used)
+    munmap(reinterpret_cast<void*>(used), end - used);
+  void* memory = reinterpret_cast<void*>(aligned);
+#ifdef MADV_HUGEPAGE
+  madvise(memory, bytes, MADV_HUGEPAGE);  // refused where there are none: 4 KiB pages, as before
+#endif
+  m_mappedBytes = bytes;
   // Every page written once now (16.5 MiB for the default 2^17 buckets): a page first read (a
-  // lookup maps the shared zero page; MAP_POPULATE maps it too) and then written (an insert)
-  // costs a copy-on-write fault whose TLB flush interrupts every processor running the job's
-  // threads, on the hot path (measured on the 8-thread burst program: 2.3 % of its time).
+  // lookup maps the shared zero page) and then written (an insert) costs a copy-on-write fault
+  // whose TLB flush interrupts every processor running the job's threads, on the hot path
+  // (measured on the 8-thread burst program: 2.3 % of its time).
   const long page = sysconf(_SC_PAGESIZE);
   for (size_t at = 0; at < bytes; at += static_cast<size_t>(page > 0 ? page : 4096))
     static_cast<volatile char*>(memory)[at] = 0;
@@ -52,8 +68,7 @@ bool BlockTable::init(size_t bucketCount) noexcept {
 void BlockTable::clear() noexcept {
   if (m_keys == nullptr) return;
   // Private anonymous pages read back as zeros (empty slots, nothing spilled) once dropped.
-  madvise(m_keys, 2 * capacity() * sizeof(uint64_t) + m_bucketCount * sizeof(uint32_t),
-          MADV_DONTNEED);
+  madvise(m_keys, m_mappedBytes, MADV_DONTNEED);
 }
 
 size_t BlockTable::homeBucket(uint64_t address) const noexcept {

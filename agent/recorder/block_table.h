@@ -57,6 +57,7 @@ class BlockTable {
   // Per bucket: how many keys whose home it is live in their other bucket.
   std::atomic<uint32_t>* m_spilled = nullptr;
   size_t m_bucketCount = 0;  // power of two
+  size_t m_mappedBytes = 0;
 };
 
 }  // namespace tidemark::agent

@@ -144,8 +144,7 @@ void Recorder::collectorStopped() noexcept {
   }
 }
 
-void Recorder::awaitDrainRequest(int timeoutMs) noexcept {
-  const uint32_t seen = m_drainRequest.load(std::memory_order_acquire);
+void Recorder::awaitDrainRequest(uint32_t seen, int timeoutMs) noexcept {
   if (m_waiters.load(std::memory_order_acquire) != 0) return;  // someone waits already
   futexWait(m_drainRequest, seen, static_cast<int64_t>(timeoutMs) * 1000000);
 }

@@ -71,8 +71,11 @@ class Recorder {
   // is released (it drops).
   void collectorStarted() noexcept;
   void collectorStopped() noexcept;
-  // Sleeps until a thread asks for room (or requestDrain is called) or timeoutMs passes.
-  void awaitDrainRequest(int timeoutMs) noexcept;
+  // Sleeps until a thread asks for room (or requestDrain is called) or timeoutMs passes. The
+  // collector reads drainRequests() before a pass and passes it here: a request made during the
+  // pass then ends the wait at once instead of being slept through.
+  uint32_t drainRequests() const noexcept { return m_drainRequest.load(std::memory_order_acquire); }
+  void awaitDrainRequest(uint32_t seen, int timeoutMs) noexcept;
   void requestDrain() noexcept;
   // After a pass over the rings: wakes the threads waiting for room.
   void notifyDrained() noexcept;

@@ -1,6 +1,7 @@
 #include "agent/transport/batch_encoder.h"
 
 #include <cstddef>
+#include <cstring>
 
 namespace tidemark::agent {
 
@@ -39,11 +40,6 @@ struct Buffer {
     varint(v);
   }
   void signedField(uint32_t number, int64_t v) noexcept { field(number, static_cast<uint64_t>(v)); }
-  void message(uint32_t number, const Buffer& inner) noexcept {
-    key(number, kLengthDelimited);
-    varint(inner.size);
-    for (size_t i = 0; i < inner.size; ++i) bytes[size++] = inner.bytes[i];
-  }
 };
 
 size_t varintSize(uint64_t v) noexcept {
@@ -54,14 +50,6 @@ size_t varintSize(uint64_t v) noexcept {
 
 void append(std::string& out, const Buffer& b) {
   out.append(reinterpret_cast<const char*>(b.bytes), b.size);
-}
-
-void appendMessage(std::string& out, uint32_t number, const Buffer& inner) {
-  Buffer head;
-  head.key(number, kLengthDelimited);
-  head.varint(inner.size);
-  append(out, head);
-  append(out, inner);
 }
 
 // The Event message's payload (the oneof member) of a record: its field number and body.
@@ -136,7 +124,7 @@ std::string encodeBatchMessage(uint64_t batchSeq,
   std::string body;
   size_t stringBytes = 0;
   for (const auto& s : strings) stringBytes += s.second.size() + 16;
-  body.reserve(16 + stringBytes + records.size() * 40);
+  body.reserve(16 + stringBytes);
   {
     Buffer seq;
     seq.field(kBatchSeq, batchSeq);
@@ -157,23 +145,59 @@ std::string encodeBatchMessage(uint64_t batchSeq,
     append(body, head);
     body.append(value);
   }
+  // The events, written in place: an event takes at most 70 bytes (key, length, seq, ts,
+  // thread and the largest payload), so each one's length and its payload's fit one byte, and
+  // the room for all of them is reserved once (a Buffer per event and two appends each made the
+  // encoding the exit's longest part).
+  // (In a buffer of the thread's, kept: a string's resize would clear the room each time.)
+  constexpr size_t kMaxEventBytes = 72;
+  thread_local std::vector<uint8_t> events;
+  if (events.size() < records.size() * kMaxEventBytes)
+    events.resize(records.size() * kMaxEventBytes);
+  uint8_t* const start = events.data();
+  uint8_t* p = start;
   for (const Record& r : records) {
     Buffer payload;
     const uint32_t number = encodePayload(r, payload);
-    Buffer event;
-    event.field(kEventSeq, r.seq);
-    event.signedField(kEventTs, r.tsNs);
-    event.field(kEventThread, r.threadId);
-    if (number != 0) event.message(number, payload);
-    appendMessage(body, kBatchEvents, event);
+    uint8_t* const event = p;
+    p += 2;  // the event's key and one-byte length
+    const auto varint = [&p](uint64_t v) {
+      while (v >= 0x80) {
+        *p++ = static_cast<uint8_t>(v | 0x80);
+        v >>= 7;
+      }
+      *p++ = static_cast<uint8_t>(v);
+    };
+    if (r.seq != 0) {
+      *p++ = (kEventSeq << 3) | kVarint;
+      varint(r.seq);
+    }
+    if (r.tsNs != 0) {
+      *p++ = (kEventTs << 3) | kVarint;
+      varint(static_cast<uint64_t>(r.tsNs));
+    }
+    if (r.threadId != 0) {
+      *p++ = (kEventThread << 3) | kVarint;
+      varint(r.threadId);
+    }
+    if (number != 0) {
+      varint((number << 3) | kLengthDelimited);  // 10..22: one byte
+      *p++ = static_cast<uint8_t>(payload.size);
+      std::memcpy(p, payload.bytes, payload.size);
+      p += payload.size;
+    }
+    event[0] = (kBatchEvents << 3) | kLengthDelimited;
+    event[1] = static_cast<uint8_t>(p - event - 2);
   }
+  const size_t eventBytes = static_cast<size_t>(p - start);
   std::string out;
-  out.reserve(body.size() + 8);
+  out.reserve(body.size() + eventBytes + 8);
   Buffer head;
   head.key(kAgentMessageBatch, kLengthDelimited);
-  head.varint(body.size());
+  head.varint(body.size() + eventBytes);
   append(out, head);
   out.append(body);
+  out.append(reinterpret_cast<const char*>(start), eventBytes);
   return out;
 }
 

@@ -14,7 +14,7 @@
 namespace tidemark::agent {
 
 namespace {
-constexpr size_t kChunkRecords = 1u << 14;  // 768 KiB
+constexpr size_t kChunkRecords = 1u << 13;  // 384 KiB: the sender's batch, taken whole
 
 // pwrite or pread of the whole range, across short transfers and signals.
 template <typename Buffer, typename Op>
@@ -118,6 +118,16 @@ size_t RecordLog::take(std::vector<Record>& out, size_t max) {
   size_t taken = 0;
   while (taken < max && !m_chunks.empty()) {
     std::vector<Record>& chunk = m_chunks.front();
+    if (out.empty() && m_frontRead == 0 && chunk.size() <= max &&
+        (chunk.size() == kChunkRecords || m_chunks.size() > 1)) {
+      // A whole chunk no longer written to: its buffer changes hands, no record is copied (the
+      // taker's old buffer goes with the chunk).
+      out.swap(chunk);
+      taken = out.size();
+      m_memoryRecords -= taken;
+      m_chunks.pop_front();
+      continue;
+    }
     const size_t k = std::min(max - taken, chunk.size() - m_frontRead);
     out.insert(out.end(), chunk.begin() + static_cast<long>(m_frontRead),
                chunk.begin() + static_cast<long>(m_frontRead + k));

@@ -86,6 +86,7 @@ void Transport::collect() {
   std::vector<Record> scratch;
   std::vector<Record> kept;
   for (;;) {
+    const uint32_t requests = m_recorder.drainRequests();
     const bool last = m_collectorStop.load(std::memory_order_acquire);
     records.clear();
     m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
@@ -119,7 +120,7 @@ void Transport::collect() {
     }
     m_progress.notify_all();
     if (last) break;
-    m_recorder.awaitDrainRequest(m_config.flushIntervalMs);
+    m_recorder.awaitDrainRequest(requests, m_config.flushIntervalMs);
   }
 }
 
@@ -140,11 +141,21 @@ void Transport::run() {
     if (m_link == LinkState::kDown && std::chrono::steady_clock::now() >= m_nextConnect) {
       tryConnect();
     }
+    // A stop asked meanwhile (a handshake answered late, the job already exiting): the exit's
+    // own path at once — a pump here would write the window at the daemon's pace first, where
+    // the exit may hand it over in a file instead.
+    if (m_stopRequested.load()) {
+      lock.lock();
+      break;
+    }
     pump();
     lock.lock();
     ++m_passes;
     m_progress.notify_all();
-    m_wake.wait_for(lock, std::chrono::milliseconds(m_config.flushIntervalMs));
+    // (A stop asked while this thread was busy — connecting, writing — ends the wait at once: a
+    // plain wait slept a whole interval more at every exit.)
+    m_wake.wait_for(lock, std::chrono::milliseconds(m_config.flushIntervalMs),
+                    [this] { return m_stopRequested.load(); });
   }
   lock.unlock();
 
@@ -787,12 +798,15 @@ void Transport::shutdown(int timeoutMs) {
       std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandoffAfterMs);
   bool done = false;
   while (!done && std::chrono::steady_clock::now() < end) {
-    // In slices: the session may become known (a late handshake) after the first second.
+    // In slices: the session may become known (a late handshake) at any moment.
     done = m_progress.wait_until(
-        lock, std::min(end, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)),
+        lock, std::min(end, std::chrono::steady_clock::now() + std::chrono::milliseconds(20)),
         stopped);
-    if (!done && !m_handingOff && std::chrono::steady_clock::now() >= handoverFrom &&
-        handoffPossible()) {
+    // Offered once the session is known (a handshake answered after the exit began), or
+    // possible and the exit slower than kHandoffAfterMs.
+    if (!done && !m_handingOff &&
+        (handoffOffered() ||
+         (std::chrono::steady_clock::now() >= handoverFrom && handoffPossible()))) {
       handOver();
     }
   }

@@ -161,7 +161,7 @@ class Transport {
   std::mutex m_mutex;
   std::condition_variable m_wake;
   std::condition_variable m_progress;
-  bool m_stopRequested = false;
+  std::atomic<bool> m_stopRequested{false};
   bool m_stopped = false;
   bool m_started = false;
   uint64_t m_passes = 0;

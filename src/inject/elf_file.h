@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +30,13 @@ class ElfFile {
   std::optional<uint64_t> symbol(const std::string& name) const;
 
  private:
-  std::vector<uint8_t> m_bytes;
+  static absl::StatusOr<ElfFile> parseView(std::shared_ptr<const void> owner, const uint8_t* data,
+                                           size_t size, const std::string& path);
+
+  // The file's bytes: mapped (read) or owned (parse); m_owner keeps them.
+  std::shared_ptr<const void> m_owner;
+  const uint8_t* m_data = nullptr;
+  size_t m_size = 0;
   bool m_class64 = false;
   uint16_t m_machine = 0;
   uint64_t m_firstLoad = 0;
