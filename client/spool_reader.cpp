@@ -4,6 +4,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <vector>
+
+#include "agent/transport/batch_encoder.h"
 
 namespace tidemark::client {
 
@@ -25,6 +29,12 @@ SpoolReader::~SpoolReader() {
 }
 
 bool SpoolReader::next(v1::AgentMessage* message) {
+  if (!m_decoded.empty()) {
+    const bool parsed = message->ParseFromString(m_decoded.front());
+    m_decoded.pop_front();
+    if (!parsed) m_error = "corrupt spool: raw records that do not encode";
+    return parsed;
+  }
   if (m_file == nullptr) return false;
   unsigned char len[4];
   const size_t got = std::fread(len, 1, 4, m_file);
@@ -47,6 +57,17 @@ bool SpoolReader::next(v1::AgentMessage* message) {
   if (!message->ParseFromString(m_buffer)) {
     m_error = "corrupt spool: message does not parse";
     return false;
+  }
+  if (message->has_raw_records()) {
+    std::vector<std::string> batches;
+    std::string why;
+    if (!agent::decodeRawRecords(message->raw_records(), &batches, &why)) {
+      m_error = "unreadable spool: " + why;
+      return false;
+    }
+    m_decoded.assign(std::make_move_iterator(batches.begin()),
+                     std::make_move_iterator(batches.end()));
+    return next(message);
   }
   return true;
 }

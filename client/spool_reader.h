@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdio>
+#include <deque>
 #include <string>
 
 #include "tidemark/v1/ingest.pb.h"
@@ -9,6 +10,7 @@ namespace tidemark::client {
 
 // Reads a spool file (the agent's SpoolWriter: each message a little-endian u32 length, then the
 // AgentMessage). next() returns false at the end or on a bad record (then error() says which).
+// A RawRecords message (a handed-off exit) comes out as the batches the agent would have sent.
 class SpoolReader {
  public:
   static constexpr uint32_t kMaxMessageBytes = 256u << 20;
@@ -28,6 +30,7 @@ class SpoolReader {
   std::FILE* m_file = nullptr;
   std::string m_error;
   std::string m_buffer;
+  std::deque<std::string> m_decoded;  // batches of a RawRecords not returned yet
 };
 
 }  // namespace tidemark::client

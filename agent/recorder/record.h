@@ -43,4 +43,8 @@ struct Record {
 };
 static_assert(sizeof(Record) == 48, "keep records small: they are copied on the hot path");
 
+// The layout above as files carry it (v1.RawRecords.layout): raised whenever a field, its place
+// or a kind's meaning changes, so that a reader of another build refuses what it would misread.
+inline constexpr uint32_t kRecordLayout = 1;
+
 }  // namespace tidemark::agent

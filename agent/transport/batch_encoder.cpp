@@ -1,5 +1,6 @@
 #include "agent/transport/batch_encoder.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -8,7 +9,8 @@ namespace tidemark::agent {
 namespace {
 
 // Field numbers of proto/tidemark/v1/events.proto and ingest.proto.
-constexpr uint32_t kAgentMessageBatch = 2;
+constexpr uint32_t kAgentMessageBatch = 2, kAgentMessageRawRecords = 6;
+constexpr uint32_t kRawRecordsRecords = 4;
 constexpr uint32_t kBatchSeq = 1, kBatchStrings = 2, kBatchEvents = 3;
 constexpr uint32_t kStringIid = 1, kStringValue = 2;
 constexpr uint32_t kEventSeq = 1, kEventTs = 2, kEventThread = 3;
@@ -199,6 +201,63 @@ std::string encodeBatchMessage(uint64_t batchSeq,
   out.append(body);
   out.append(reinterpret_cast<const char*>(start), eventBytes);
   return out;
+}
+
+std::string rawRecordsHead(uint64_t firstBatchSeq,
+                           const std::vector<std::pair<uint32_t, std::string>>& strings,
+                           size_t recordBytes) {
+  v1::RawRecords raw;
+  raw.set_first_batch_seq(firstBatchSeq);
+  raw.set_layout(kRecordLayout);
+  for (const auto& [iid, value] : strings) {
+    v1::InternedString* s = raw.add_strings();
+    s->set_iid(iid);
+    s->set_value(value);
+  }
+  std::string inner = raw.SerializeAsString();
+  if (recordBytes > 0) {  // field 4, last in number order as protobuf writes it
+    Buffer key;
+    key.key(kRawRecordsRecords, kLengthDelimited);
+    key.varint(recordBytes);
+    append(inner, key);
+  }
+  Buffer head;
+  head.key(kAgentMessageRawRecords, kLengthDelimited);
+  head.varint(inner.size() + recordBytes);
+  std::string out;
+  out.reserve(head.size + inner.size());
+  append(out, head);
+  out.append(inner);
+  return out;
+}
+
+bool decodeRawRecords(const v1::RawRecords& raw, std::vector<std::string>* batches,
+                      std::string* why) {
+  if (raw.layout() != kRecordLayout) {
+    *why = "records of layout " + std::to_string(raw.layout()) + " (this build reads layout " +
+           std::to_string(kRecordLayout) + ")";
+    return false;
+  }
+  const std::string& bytes = raw.records();
+  if (bytes.size() % sizeof(Record) != 0) {
+    *why = "raw records of " + std::to_string(bytes.size()) + " bytes: not whole records";
+    return false;
+  }
+  std::vector<std::pair<uint32_t, std::string>> strings;
+  for (const v1::InternedString& s : raw.strings()) strings.emplace_back(s.iid(), s.value());
+  const size_t total = bytes.size() / sizeof(Record);
+  std::vector<Record> records;
+  uint64_t batchSeq = raw.first_batch_seq();
+  size_t at = 0;
+  do {
+    const size_t n = std::min(kMaxEventsPerBatch, total - at);
+    records.resize(n);
+    std::memcpy(records.data(), bytes.data() + at * sizeof(Record), n * sizeof(Record));
+    batches->push_back(encodeBatchMessage(batchSeq++, strings, records));
+    strings.clear();
+    at += n;
+  } while (at < total);
+  return true;
 }
 
 }  // namespace tidemark::agent

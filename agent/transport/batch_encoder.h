@@ -1,11 +1,13 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "agent/recorder/record.h"
+#include "tidemark/v1/ingest.pb.h"
 
 namespace tidemark::agent {
 
@@ -17,5 +19,25 @@ namespace tidemark::agent {
 std::string encodeBatchMessage(uint64_t batchSeq,
                                const std::vector<std::pair<uint32_t, std::string>>& strings,
                                const std::vector<Record>& records);
+
+// At most this many events a batch (the agent's sender and decodeRawRecords alike).
+inline constexpr size_t kMaxEventsPerBatch = 8192;
+
+// An AgentMessage holding a RawRecords of recordBytes of records, serialized but for the
+// records themselves: these bytes, then the records as they lie in memory, are the message.
+std::string rawRecordsHead(uint64_t firstBatchSeq,
+                           const std::vector<std::pair<uint32_t, std::string>>& strings,
+                           size_t recordBytes);
+
+// How many batches a RawRecords message of n records becomes (at least one: its strings).
+inline uint64_t rawBatchCount(uint64_t records) {
+  return records == 0 ? 1 : (records + kMaxEventsPerBatch - 1) / kMaxEventsPerBatch;
+}
+
+// The AgentMessages (each one batch, serialized) that a v1.RawRecords holds: its records in
+// batches of kMaxEventsPerBatch numbered from first_batch_seq, its strings in the first. False
+// (and why) for another layout or a length that is not a whole number of records.
+bool decodeRawRecords(const v1::RawRecords& raw, std::vector<std::string>* batches,
+                      std::string* why);
 
 }  // namespace tidemark::agent

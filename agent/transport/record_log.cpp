@@ -164,6 +164,48 @@ size_t RecordLog::take(std::vector<Record>& out, size_t max) {
   return taken;
 }
 
+bool RecordLog::visit(const std::function<bool(const Record* records, size_t n)>& fn) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  size_t from = m_frontRead;
+  for (const std::vector<Record>& chunk : m_chunks) {
+    if (chunk.size() > from && !fn(chunk.data() + from, chunk.size() - from)) return false;
+    from = 0;
+  }
+  std::vector<Record> piece;
+  for (uint64_t at = m_spillRead; at < m_spillWritten;) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(kChunkRecords, m_spillWritten - at));
+    piece.resize(k);
+    if (!readAll(m_spillFd, piece.data(), k * sizeof(Record),
+                 static_cast<off_t>(at * sizeof(Record))) ||
+        !fn(piece.data(), k))
+      return false;
+    at += k;
+  }
+  return true;
+}
+
+void RecordLog::discard(uint64_t n) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  while (n > 0 && !m_chunks.empty()) {
+    const size_t k =
+        static_cast<size_t>(std::min<uint64_t>(n, m_chunks.front().size() - m_frontRead));
+    m_frontRead += k;
+    m_memoryRecords -= k;
+    n -= k;
+    if (m_frontRead == m_chunks.front().size()) {
+      m_chunks.pop_front();
+      m_frontRead = 0;
+    }
+  }
+  const uint64_t k = std::min<uint64_t>(n, m_spillWritten - m_spillRead);
+  m_spillRead += k;
+  if (m_spillFd >= 0 && m_spillRead == m_spillWritten && m_spillWritten != 0) {
+    if (::ftruncate(m_spillFd, 0) != 0) {
+    }
+    m_spillRead = m_spillWritten = 0;
+  }
+}
+
 uint64_t RecordLog::spilledTotal() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_spilledTotal;

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ class RecordLog {
   size_t append(const Record* records, size_t n);
   // Moves up to max of the oldest records to out (appending); returns how many.
   size_t take(std::vector<Record>& out, size_t max);
+  // Shows every record held, oldest first, in runs of consecutive ones (a memory chunk, or a
+  // piece of the file), without taking them; stops when fn returns false. False when fn did, or
+  // the file could not be read.
+  bool visit(const std::function<bool(const Record* records, size_t n)>& fn) const;
+  // Forgets the n oldest records (those visit showed first), as take would without the copy.
+  void discard(uint64_t n);
 
   bool empty() const;
   uint64_t size() const;          // records held (memory and file)

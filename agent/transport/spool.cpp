@@ -27,8 +27,13 @@ bool SpoolWriter::append(const v1::AgentMessage& message) {
 }
 
 bool SpoolWriter::appendSerialized(const std::string& bytes) {
+  return appendSerialized(bytes, nullptr, 0);
+}
+
+bool SpoolWriter::appendSerialized(const std::string& bytes, const void* tail, size_t tailBytes) {
   if (m_failed) return false;
-  if (m_bytes + bytes.size() + 4 > m_cap) return false;
+  const uint64_t size = bytes.size() + tailBytes;
+  if (size > UINT32_MAX || m_bytes + size + 4 > m_cap) return false;
   if (m_file == nullptr) {
     m_failure = prepareSpoolDirectory(std::filesystem::path(m_path).parent_path().string());
     if (!m_failure.empty()) {
@@ -45,16 +50,17 @@ bool SpoolWriter::appendSerialized(const std::string& bytes) {
       return false;
     }
   }
-  const uint32_t n = static_cast<uint32_t>(bytes.size());
+  const uint32_t n = static_cast<uint32_t>(size);
   const unsigned char len[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
                                 static_cast<unsigned char>(n >> 16),
                                 static_cast<unsigned char>(n >> 24)};
   if (std::fwrite(len, 1, 4, m_file) != 4 ||
-      std::fwrite(bytes.data(), 1, bytes.size(), m_file) != bytes.size()) {
+      std::fwrite(bytes.data(), 1, bytes.size(), m_file) != bytes.size() ||
+      (tailBytes > 0 && std::fwrite(tail, 1, tailBytes, m_file) != tailBytes)) {
     m_failed = true;
     return false;
   }
-  m_bytes += bytes.size() + 4;
+  m_bytes += size + 4;
   return true;
 }
 

@@ -30,6 +30,9 @@ class SpoolWriter {
   bool append(const v1::AgentMessage& message);
   // A message serialized already.
   bool appendSerialized(const std::string& bytes);
+  // A message serialized in two parts, head then tail (the tail written from where it is: the
+  // raw records of a handed-off exit).
+  bool appendSerialized(const std::string& head, const void* tail, size_t tailBytes);
   void flush();
   const std::string& path() const { return m_path; }
   uint64_t bytes() const { return m_bytes; }

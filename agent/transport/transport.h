@@ -218,6 +218,7 @@ class Transport {
   std::atomic<uint64_t> m_eventsSent{0};
   std::atomic<uint64_t> m_eventsSpooled{0};
   std::atomic<uint64_t> m_eventsHandedOff{0};
+  bool m_takesRaw = false;  // the daemon reads RawRecords in a handed-off file (its reply said)
   // Events in the window not acknowledged (the sender's, for shutdown), and whether the exit
   // hands the rest over in a file.
   std::atomic<uint64_t> m_windowEvents{0};

@@ -412,6 +412,8 @@ grpc::Status IngestService::Stream(
   reply.mutable_handshake_reply()->set_session_id(static_cast<uint64_t>(sessionId));
   reply.mutable_handshake_reply()->set_server_protocol_version(kProtocolVersion);
   reply.mutable_handshake_reply()->set_next_batch_seq(ingest->nextBatchSeq());
+  // A handed-off file is read by client::SpoolReader, which reads RawRecords.
+  reply.mutable_handshake_reply()->set_takes_raw_records(true);
   stream->Write(reply);
   // Its mutex is held while a batch goes through `ingest`, so that queries and the advisor can
   // read its open blocks and its live analysis.
@@ -476,6 +478,10 @@ grpc::Status IngestService::Stream(
       // Nothing to do but the commit and acknowledgement below.
     } else if (message.has_handshake()) {
       error = absl::InvalidArgumentError("second handshake on one stream");
+      break;
+    } else if (message.has_raw_records()) {
+      error = absl::InvalidArgumentError(
+          "raw records are read from a handed-off file, never taken on a stream");
       break;
     } else {
       error = absl::InvalidArgumentError("empty agent message");

@@ -260,6 +260,29 @@ class DaemonRestartTest(unittest.TestCase):
         self.interrupted_run(lambda daemon: daemon.stop(signal.SIGKILL),
                              env={"TIDEMARK_SPOOL_DIR": spool_dir}, after_job=upload)
 
+    def test_a_hung_daemon_at_the_exit_gets_nothing_handed_and_the_spool_has_it_all(self):
+        spool_dir = tempfile.mkdtemp(prefix="spool-", dir=self.dir)
+
+        def upload(daemon, err):
+            # The exit wrote the rest (the buffer's records raw) for a handoff that no one
+            # answered, took it back, and spooled everything instead: nothing handed over.
+            self.assertNotIn("handed to the daemon", err)
+            self.assertEqual([f for f in os.listdir(spool_dir) if "handoff" in f], [])
+            self.assertIn("complete the session with: tidemark upload", err)
+            spool = err.split("tidemark upload ")[-1].strip()
+            daemon.proc.send_signal(signal.SIGCONT)
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", daemon.address,
+                                "upload", spool], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return err + r.stdout
+        # Hung at a random moment and never answering again while the job runs: every exit
+        # offers a handoff (a minimum of one event), which goes unanswered.
+        self.interrupted_run(lambda daemon: daemon.proc.send_signal(signal.SIGSTOP),
+                             env={"TIDEMARK_SPOOL_DIR": spool_dir,
+                                  "TIDEMARK_HANDOFF_MIN_EVENTS": "1",
+                                  "TIDEMARK_ACK_TIMEOUT_MS": "500"},
+                             after_job=upload)
+
     def test_store_that_cannot_be_written_for_a_while(self):
         import resource
 

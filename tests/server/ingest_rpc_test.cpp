@@ -233,6 +233,26 @@ TEST_F(IngestRpcTest, MalformedBatchEndsTheStreamAndKeepsWhatCameBefore) {
   expectHealthy();
 }
 
+// Raw records are a handed-off file's (read and encoded by client::SpoolReader), never a
+// stream's: one that comes on a stream ends it, keeping what came before.
+TEST_F(IngestRpcTest, RawRecordsOnAStreamAreRefused) {
+  v1::AgentMessage raw;
+  raw.mutable_raw_records()->set_first_batch_seq(2);
+  raw.mutable_raw_records()->set_layout(1);
+  raw.mutable_raw_records()->set_records(std::string(48, '\0'));
+  uint64_t session = 0;
+  const grpc::Status s = send({hello(), goodBatch(1, 1), raw}, &session);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("handed-off file"), std::string::npos) << s.error_message();
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id(session);
+  v1::SessionInfo info;
+  ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+  EXPECT_EQ(info.blocks(), 1u);
+  expectHealthy();
+}
+
 TEST_F(IngestRpcTest, BytesThatAreNotAMessageGetAnErrorStatus) {
   grpc::GenericStub generic(m_channel);
   grpc::ClientContext ctx;

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <limits>
 #include <random>
 
+#include "agent/transport/spool.h"
+#include "client/spool_reader.h"
 #include "tidemark/v1/ingest.pb.h"
 
 namespace tidemark::agent {
@@ -154,6 +159,78 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
   }
   // Nothing at all: an AgentMessage whose batch is present and empty.
   EXPECT_EQ(encodeBatchMessage(0, {}, {}), reference(0, {}, {}).SerializeAsString());
+}
+
+// The agent's exit writes what its buffer holds raw (rawRecordsHead, then the records as they lie
+// in memory) into the handed-off file; whoever reads the file gets exactly the batches the sender
+// would have made of the same records: the same numbers, at most kMaxEventsPerBatch events each,
+// the strings in the first.
+TEST(BatchEncoderTest, RawRecordsInAFileReadBackAsTheSendersBatches) {
+  std::vector<Record> records;
+  std::mt19937_64 random(5);
+  for (uint64_t seq = 1; seq <= 2 * kMaxEventsPerBatch + 100; ++seq) {
+    Record r = record(static_cast<RecordKind>(1 + random() % 13), seq);
+    r.threadId = static_cast<uint32_t>(random());
+    r.tsNs = static_cast<int64_t>(random() >> 4);
+    r.address = random();
+    r.sizeBytes = random() >> 20;
+    r.device = -1;
+    records.push_back(r);
+  }
+  const std::vector<std::pair<uint32_t, std::string>> strings = {{3, "model.fc"}, {4, ""}};
+  char dir[] = "/tmp/tidemark-raw-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/handoff.bin";
+  {
+    SpoolWriter file(path, 1u << 30);
+    // Two runs of the buffer (a whole chunk, then the rest), then a message of strings alone.
+    const size_t first = kMaxEventsPerBatch;
+    ASSERT_TRUE(file.appendSerialized(rawRecordsHead(7, strings, first * sizeof(Record)),
+                                      records.data(), first * sizeof(Record)));
+    const size_t rest = records.size() - first;
+    ASSERT_TRUE(file.appendSerialized(rawRecordsHead(8, {}, rest * sizeof(Record)),
+                                      records.data() + first, rest * sizeof(Record)));
+    ASSERT_TRUE(file.appendSerialized(rawRecordsHead(10, {{9, "late"}}, 0), nullptr, 0));
+    file.flush();
+  }
+  client::SpoolReader reader(path);
+  std::vector<std::string> got;
+  v1::AgentMessage message;
+  while (reader.next(&message)) got.push_back(message.SerializeAsString());
+  EXPECT_EQ(reader.error(), "");
+  auto part = [&](size_t from, size_t n) {
+    return std::vector<Record>(records.begin() + static_cast<long>(from),
+                               records.begin() + static_cast<long>(from + n));
+  };
+  const size_t k = kMaxEventsPerBatch;
+  const std::vector<std::string> expected = {reference(7, strings, part(0, k)).SerializeAsString(),
+                                             reference(8, {}, part(k, k)).SerializeAsString(),
+                                             reference(9, {}, part(2 * k, 100)).SerializeAsString(),
+                                             reference(10, {{9, "late"}}, {}).SerializeAsString()};
+  EXPECT_EQ(got, expected);
+
+  // Another build's layout, or bytes that are not whole records: refused, never misread.
+  const std::string other = std::string(dir) + "/other.bin";
+  {
+    SpoolWriter file(other, 1u << 30);
+    v1::AgentMessage m;
+    m.mutable_raw_records()->set_layout(kRecordLayout + 1);
+    m.mutable_raw_records()->set_records(std::string(sizeof(Record), '\0'));
+    ASSERT_TRUE(file.append(m));
+    file.flush();
+  }
+  client::SpoolReader bad(other);
+  EXPECT_FALSE(bad.next(&message));
+  EXPECT_NE(bad.error().find("layout"), std::string::npos) << bad.error();
+  v1::RawRecords torn;
+  torn.set_layout(kRecordLayout);
+  torn.set_records(std::string(sizeof(Record) + 1, '\0'));
+  std::vector<std::string> batches;
+  std::string why;
+  EXPECT_FALSE(decodeRawRecords(torn, &batches, &why));
+  EXPECT_NE(why.find("not whole records"), std::string::npos) << why;
+  EXPECT_TRUE(batches.empty());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
