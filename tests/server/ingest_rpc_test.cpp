@@ -220,11 +220,8 @@ TEST_F(IngestRpcTest, MalformedBatchEndsTheStreamAndKeepsWhatCameBefore) {
   uint64_t session = 0;
   const grpc::Status s = send({hello(), goodBatch(1, 1), bad}, &session);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  grpc::ClientContext ctx;
-  v1::GetSessionRequest req;
-  req.set_session_id(session);
   v1::SessionInfo info;
-  ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
   EXPECT_EQ(info.state(), v1::SESSION_STATE_ABORTED);
   EXPECT_EQ(info.blocks(), 1u);
   bool sawError = false;
@@ -244,11 +241,8 @@ TEST_F(IngestRpcTest, RawRecordsOnAStreamAreRefused) {
   const grpc::Status s = send({hello(), goodBatch(1, 1), raw}, &session);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("handed-off file"), std::string::npos) << s.error_message();
-  grpc::ClientContext ctx;
-  v1::GetSessionRequest req;
-  req.set_session_id(session);
   v1::SessionInfo info;
-  ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
   EXPECT_EQ(info.blocks(), 1u);
   expectHealthy();
 }
@@ -586,11 +580,8 @@ TEST_F(IngestRpcTest, RanksOfAJobAreGroupedAndBadJobMembersRecordedAlone) {
     uint64_t id = 0;
     const grpc::Status s = send({bad, goodBatch(1, 1), bye}, &id);
     ASSERT_TRUE(s.ok()) << s.error_message();
-    grpc::ClientContext ctx;
-    v1::GetSessionRequest req;
-    req.set_session_id(id);
     v1::SessionInfo info;
-    ASSERT_TRUE(m_query->GetSession(&ctx, req, &info).ok());
+    ASSERT_TRUE(sessionInfo(id, &info).ok());
     EXPECT_EQ(info.job_id(), 0u);
     EXPECT_GT(info.events_stored(), 0u);
     bool said = false;
