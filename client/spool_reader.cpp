@@ -4,8 +4,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <iterator>
-#include <vector>
 
 #include "agent/transport/batch_encoder.h"
 
@@ -29,11 +27,12 @@ SpoolReader::~SpoolReader() {
 }
 
 bool SpoolReader::next(v1::AgentMessage* message) {
-  if (!m_decoded.empty()) {
-    const bool parsed = message->ParseFromString(m_decoded.front());
-    m_decoded.pop_front();
-    if (!parsed) m_error = "corrupt spool: raw records that do not encode";
-    return parsed;
+  if (m_rawNext < m_rawBatches) {
+    if (!message->ParseFromString(agent::rawRecordsBatch(m_raw.raw_records(), m_rawNext++))) {
+      m_error = "corrupt spool: raw records that do not encode";
+      return false;
+    }
+    return true;
   }
   if (m_file == nullptr) return false;
   unsigned char len[4];
@@ -59,14 +58,14 @@ bool SpoolReader::next(v1::AgentMessage* message) {
     return false;
   }
   if (message->has_raw_records()) {
-    std::vector<std::string> batches;
-    std::string why;
-    if (!agent::decodeRawRecords(message->raw_records(), &batches, &why)) {
+    if (const std::string why = agent::rawRecordsProblem(message->raw_records()); !why.empty()) {
       m_error = "unreadable spool: " + why;
       return false;
     }
-    m_decoded.assign(std::make_move_iterator(batches.begin()),
-                     std::make_move_iterator(batches.end()));
+    m_raw.Swap(message);
+    m_rawNext = 0;
+    m_rawBatches =
+        agent::rawBatchCount(m_raw.raw_records().records().size() / sizeof(agent::Record));
     return next(message);
   }
   return true;

@@ -1,7 +1,7 @@
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <string>
 
 #include "tidemark/v1/ingest.pb.h"
@@ -30,7 +30,10 @@ class SpoolReader {
   std::FILE* m_file = nullptr;
   std::string m_error;
   std::string m_buffer;
-  std::deque<std::string> m_decoded;  // batches of a RawRecords not returned yet
+  // A RawRecords being read: its batches come out one at a time.
+  v1::AgentMessage m_raw;
+  uint64_t m_rawNext = 0;
+  uint64_t m_rawBatches = 0;
 };
 
 }  // namespace tidemark::client

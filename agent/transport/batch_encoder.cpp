@@ -231,33 +231,28 @@ std::string rawRecordsHead(uint64_t firstBatchSeq,
   return out;
 }
 
-bool decodeRawRecords(const v1::RawRecords& raw, std::vector<std::string>* batches,
-                      std::string* why) {
+std::string rawRecordsProblem(const v1::RawRecords& raw) {
   if (raw.layout() != kRecordLayout) {
-    *why = "records of layout " + std::to_string(raw.layout()) + " (this build reads layout " +
+    return "records of layout " + std::to_string(raw.layout()) + " (this build reads layout " +
            std::to_string(kRecordLayout) + ")";
-    return false;
   }
-  const std::string& bytes = raw.records();
-  if (bytes.size() % sizeof(Record) != 0) {
-    *why = "raw records of " + std::to_string(bytes.size()) + " bytes: not whole records";
-    return false;
+  if (raw.records().size() % sizeof(Record) != 0) {
+    return "raw records of " + std::to_string(raw.records().size()) + " bytes: not whole records";
   }
+  return "";
+}
+
+std::string rawRecordsBatch(const v1::RawRecords& raw, uint64_t index) {
+  const size_t total = raw.records().size() / sizeof(Record);
+  const size_t from = std::min<size_t>(total, index * kMaxEventsPerBatch);
+  const size_t n = std::min(kMaxEventsPerBatch, total - from);
+  std::vector<Record> records(n);
+  std::memcpy(records.data(), raw.records().data() + from * sizeof(Record), n * sizeof(Record));
   std::vector<std::pair<uint32_t, std::string>> strings;
-  for (const v1::InternedString& s : raw.strings()) strings.emplace_back(s.iid(), s.value());
-  const size_t total = bytes.size() / sizeof(Record);
-  std::vector<Record> records;
-  uint64_t batchSeq = raw.first_batch_seq();
-  size_t at = 0;
-  do {
-    const size_t n = std::min(kMaxEventsPerBatch, total - at);
-    records.resize(n);
-    std::memcpy(records.data(), bytes.data() + at * sizeof(Record), n * sizeof(Record));
-    batches->push_back(encodeBatchMessage(batchSeq++, strings, records));
-    strings.clear();
-    at += n;
-  } while (at < total);
-  return true;
+  if (index == 0) {
+    for (const v1::InternedString& s : raw.strings()) strings.emplace_back(s.iid(), s.value());
+  }
+  return encodeBatchMessage(raw.first_batch_seq() + index, strings, records);
 }
 
 }  // namespace tidemark::agent

@@ -20,7 +20,7 @@ std::string encodeBatchMessage(uint64_t batchSeq,
                                const std::vector<std::pair<uint32_t, std::string>>& strings,
                                const std::vector<Record>& records);
 
-// At most this many events a batch (the agent's sender and decodeRawRecords alike).
+// At most this many events a batch (the agent's sender and rawRecordsBatch alike).
 inline constexpr size_t kMaxEventsPerBatch = 8192;
 
 // An AgentMessage holding a RawRecords of recordBytes of records, serialized but for the
@@ -34,10 +34,13 @@ inline uint64_t rawBatchCount(uint64_t records) {
   return records == 0 ? 1 : (records + kMaxEventsPerBatch - 1) / kMaxEventsPerBatch;
 }
 
-// The AgentMessages (each one batch, serialized) that a v1.RawRecords holds: its records in
-// batches of kMaxEventsPerBatch numbered from first_batch_seq, its strings in the first. False
-// (and why) for another layout or a length that is not a whole number of records.
-bool decodeRawRecords(const v1::RawRecords& raw, std::vector<std::string>* batches,
-                      std::string* why);
+// Whether a v1.RawRecords can be read: "" if so, else why not (another layout, a length that is
+// not a whole number of records).
+std::string rawRecordsProblem(const v1::RawRecords& raw);
+// The index-th (from 0) of the rawBatchCount(records) batches a readable RawRecords holds,
+// serialized as an AgentMessage: its records index * kMaxEventsPerBatch on, numbered
+// first_batch_seq + index, its strings in the first. One batch at a time, so a reader holds the
+// message and one batch, never all of them.
+std::string rawRecordsBatch(const v1::RawRecords& raw, uint64_t index);
 
 }  // namespace tidemark::agent
