@@ -5,7 +5,8 @@
 #      torch.profiler(profile_memory, record_shapes) and memray (native)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's; then
 #      bursts from 8 threads (tests/agent/burst_program.cpp) plain, under tidemark lossless and
-#      --lossy, and under heaptrack (lossless too): wall time and what was lost
+#      --lossy, and under heaptrack (lossless too): wall time, what was lost, and how long the
+#      daemon took to store a handed-off run after the job's exit (each run starts once it has)
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed); then the
 #      analysis of a session as large whose blocks are tensors in device segments (a GPU job's);
