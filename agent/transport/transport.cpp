@@ -716,7 +716,12 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
   uint64_t nextEvent = m_nextEventSeq;
   bool written = false;
   {
-    SpoolWriter file(m_config.handoffPath, m_config.spoolCapBytes);
+    // Room for everything the agent may hold (the window, the buffer's memory and its file, the
+    // strings): a handoff never fails for its size (with the spool's cap it did past 256 MiB,
+    // and the exit then went at the daemon's pace, into a spool as capped). The daemon removes
+    // the file once stored.
+    SpoolWriter file(m_config.handoffPath, m_config.windowBytes + m_config.bufferMemoryBytes +
+                                               m_config.bufferFileBytes + (64ull << 20));
     v1::AgentMessage hello;
     *hello.mutable_handshake() = m_config.handshake;
     hello.mutable_handshake()->set_first_batch_seq(firstBatch);

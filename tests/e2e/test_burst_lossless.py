@@ -10,6 +10,7 @@ import os
 import re
 import time
 import unittest
+import unittest.mock
 
 from tidemark_env import BIN, DaemonTestCase
 
@@ -66,6 +67,18 @@ class BurstLosslessTest(DaemonTestCase):
         self.daemon.wait_analyzed(s["id"])
         peak = self.daemon.cli_json("peak", str(s["id"]))
         self.assertEqual(peak["breakdown"]["tracked_bytes"], truth["peak_bytes"])
+
+    def test_a_handoff_larger_than_the_spool_cap_goes_whole(self):
+        # The handed-off file holds whatever the agent holds (its window, its buffer and the
+        # buffer's file): an 8 MiB spool cap, far below the run's ~80 MB, does not cut it (with
+        # the spool's cap the file failed, and the exit went at the daemon's pace — past the
+        # exit's time, into a spool as capped).
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_SPOOL_MAX_BYTES": str(8 << 20)}):
+            truth, s, err = self.run_burst()
+        self.assert_whole(truth, s)
+        handed, path = self.handed_off(err)
+        self.assertGreater(handed * 40, 8 << 20)
+        self.assert_removed(path)
 
     def test_a_daemon_killed_while_it_stores_a_handed_over_file_finishes_it_after_a_restart(self):
         r = self.daemon.cli("run", "--", PROGRAM, "40000")
