@@ -1,5 +1,6 @@
 #include "agent/transport/record_log.h"
 
+#include "agent/transport/batch_encoder.h"
 #include "agent/transport/spool.h"
 
 #include <fcntl.h>
@@ -14,7 +15,8 @@
 namespace tidemark::agent {
 
 namespace {
-constexpr size_t kChunkRecords = 1u << 13;  // 384 KiB: the sender's batch, taken whole
+// A chunk is a sender's batch (384 KiB), which take hands over whole.
+constexpr size_t kChunkRecords = kMaxEventsPerBatch;
 
 // pwrite or pread of the whole range, across short transfers and signals.
 template <typename Buffer, typename Op>
