@@ -70,14 +70,20 @@ class BurstLosslessTest(DaemonTestCase):
 
     def test_a_handoff_larger_than_the_spool_cap_goes_whole(self):
         # The handed-off file holds whatever the agent holds (its window, its buffer and the
-        # buffer's file): an 8 MiB spool cap, far below the run's ~80 MB, does not cut it (with
-        # the spool's cap the file failed, and the exit went at the daemon's pace — past the
-        # exit's time, into a spool as capped).
-        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_SPOOL_MAX_BYTES": str(8 << 20)}):
+        # buffer's file): a 1 MiB spool cap, far below what is left at the exit, does not cut it
+        # (with the spool's cap the file failed, and the exit went at the daemon's pace — past
+        # the exit's time, into a spool as capped). Every exit hands off here (a minimum of one
+        # event), whatever the daemon's pace: the end of the run is never acknowledged yet. (The
+        # spool's cap is also the cap of the buffer's file: the buffer's memory is made large
+        # enough for the whole run, so that the small cap cuts nothing before the exit.)
+        cap = 1 << 20
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_SPOOL_MAX_BYTES": str(cap),
+                                                   "TIDEMARK_BUFFER_MAX_BYTES": str(512 << 20),
+                                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
             truth, s, err = self.run_burst()
         self.assert_whole(truth, s)
         handed, path = self.handed_off(err)
-        self.assertGreater(handed * 40, 8 << 20)
+        self.assertGreater(handed, cap // 40, "the file (about 40 bytes an event) passed the cap")
         self.assert_removed(path)
 
     def test_a_daemon_killed_while_it_stores_a_handed_over_file_finishes_it_after_a_restart(self):
