@@ -8,7 +8,7 @@
 #include "server/rpc/live_agents.h"
 #include "server/rpc/query_service.h"
 #include "server/server.h"
-#include "server/store/sqlite.h"
+#include "server/store/database.h"
 
 namespace tidemark::server {
 

@@ -16,17 +16,20 @@ template <typename T>
 class StatementCursor : public core::Cursor<T> {
  public:
   using Read = std::function<void(const Statement&, T&)>;
-  StatementCursor(StoredRecordingStream& owner, Statement st, Read read)
-      : m_owner(owner), m_st(std::move(st)), m_read(std::move(read)) {
+  StatementCursor(StoredRecordingStream& owner, std::string_view sql, int64_t session, int kind,
+                  Read read)
+      : m_owner(owner), m_st(owner.prepareCursor(sql, &m_own)), m_read(std::move(read)) {
+    if (m_st.ok()) {
+      m_st.bind(1, session);
+      if (kind >= 0) m_st.bind(2, kind);
+    }
     if (!m_st.ok()) m_owner.noteError("preparing a read of the session failed");
   }
   bool next(T& out) override {
     if (!m_st.ok() || m_done) return false;
     if (!m_st.step()) {
       m_done = true;
-      if (m_st.lastError() != SQLITE_DONE)
-        m_owner.noteError("reading the session failed (SQLite error " +
-                          std::to_string(m_st.lastError()) + ")");
+      if (m_st.failed()) m_owner.noteError("reading the session failed: " + m_st.error());
       return false;
     }
     m_read(m_st, out);
@@ -35,6 +38,7 @@ class StatementCursor : public core::Cursor<T> {
 
  private:
   StoredRecordingStream& m_owner;
+  Database m_own;  // PostgreSQL: the cursor's own connection (its rows arrive as it reads them)
   Statement m_st;
   Read m_read;
   bool m_done = false;
@@ -44,11 +48,13 @@ class StatementCursor : public core::Cursor<T> {
 
 absl::StatusOr<std::unique_ptr<StoredRecordingStream>> StoredRecordingStream::open(
     const std::string& path, int64_t sessionId) {
-  std::unique_ptr<StoredRecordingStream> s(new StoredRecordingStream(sessionId));
+  std::unique_ptr<StoredRecordingStream> s(new StoredRecordingStream(path, sessionId));
   if (auto st = Database::open(path, true, &s->m_db); !st.ok()) return st;
   // Rows are read once, in order: no memory map (its pages would count as the daemon's), and a
   // page cache of 8 MiB.
-  if (auto st = s->m_db.exec("PRAGMA mmap_size=0; PRAGMA cache_size=-8192;"); !st.ok()) return st;
+  if (s->m_db.dialect() == Dialect::kSqlite) {
+    if (auto st = s->m_db.exec("PRAGMA mmap_size=0; PRAGMA cache_size=-8192;"); !st.ok()) return st;
+  }
   Statement names = s->m_db.prepare("SELECT iid, value FROM string WHERE session_id = ?1");
   names.bind(1, sessionId);
   while (names.step()) s->m_names[static_cast<uint32_t>(names.columnInt(0))] = names.columnText(1);
@@ -56,13 +62,13 @@ absl::StatusOr<std::unique_ptr<StoredRecordingStream>> StoredRecordingStream::op
 }
 
 std::unique_ptr<core::Cursor<core::Block>> StoredRecordingStream::blocks() {
-  Statement st = m_db.prepare(
+  return std::make_unique<StatementCursor<core::Block>>(
+      *this,
       "SELECT a.id, address, size_bytes, device, thread_id, alloc_seq, alloc_ts_ns, free_seq, "
       "free_ts_ns, memory_kind FROM session s JOIN allocation a ON a.id BETWEEN "
-      "s.first_block_id AND s.last_block_id AND a.session_id = s.id WHERE s.id = ?1");
-  st.bind(1, m_id);
-  return std::make_unique<StatementCursor<core::Block>>(
-      *this, std::move(st), [](const Statement& r, core::Block& b) {
+      "s.first_block_id AND s.last_block_id AND a.session_id = s.id WHERE s.id = ?1 "
+      "ORDER BY a.id",
+      m_id, -1, [](const Statement& r, core::Block& b) {
         b.id = r.columnInt(0);
         b.address = u64(r.columnInt(1));
         b.sizeBytes = u64(r.columnInt(2));
@@ -77,12 +83,11 @@ std::unique_ptr<core::Cursor<core::Block>> StoredRecordingStream::blocks() {
 }
 
 std::unique_ptr<core::Cursor<core::TagRef>> StoredRecordingStream::tags() {
-  Statement st = m_db.prepare(
-      "SELECT seq, ts_ns, address, size_bytes, category, name_id FROM tag WHERE session_id = ?1 "
-      "ORDER BY seq");
-  st.bind(1, m_id);
   return std::make_unique<StatementCursor<core::TagRef>>(
-      *this, std::move(st), [](const Statement& r, core::TagRef& t) {
+      *this,
+      "SELECT seq, ts_ns, address, size_bytes, category, name_id FROM tag WHERE session_id = ?1 "
+      "ORDER BY seq",
+      m_id, -1, [](const Statement& r, core::TagRef& t) {
         t.seq = u64(r.columnInt(0));
         t.tsNs = r.columnInt(1);
         t.address = u64(r.columnInt(2));
@@ -94,12 +99,11 @@ std::unique_ptr<core::Cursor<core::TagRef>> StoredRecordingStream::tags() {
 }
 
 std::unique_ptr<core::Cursor<core::PhaseInterval>> StoredRecordingStream::phases() {
-  Statement st = m_db.prepare(
-      "SELECT thread_id, phase, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM phase "
-      "WHERE session_id = ?1 ORDER BY begin_seq");
-  st.bind(1, m_id);
   return std::make_unique<StatementCursor<core::PhaseInterval>>(
-      *this, std::move(st), [](const Statement& r, core::PhaseInterval& p) {
+      *this,
+      "SELECT thread_id, phase, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM phase "
+      "WHERE session_id = ?1 ORDER BY begin_seq",
+      m_id, -1, [](const Statement& r, core::PhaseInterval& p) {
         p.threadId = static_cast<uint32_t>(r.columnInt(0));
         p.phase =
             core::phaseFromWire(static_cast<int>(r.columnInt(1))).value_or(core::Phase::kNone);
@@ -111,12 +115,11 @@ std::unique_ptr<core::Cursor<core::PhaseInterval>> StoredRecordingStream::phases
 }
 
 std::unique_ptr<core::Cursor<core::ScopeRef>> StoredRecordingStream::scopes(bool ops) {
-  Statement st = m_db.prepare(
-      "SELECT begin_seq, end_seq, thread_id, name_id FROM scope "
-      "WHERE session_id = ?1 AND kind = ?2 ORDER BY begin_seq");
-  st.bind(1, m_id).bind(2, ops ? 1 : 0);
   return std::make_unique<StatementCursor<core::ScopeRef>>(
-      *this, std::move(st), [](const Statement& r, core::ScopeRef& s) {
+      *this,
+      "SELECT begin_seq, end_seq, thread_id, name_id FROM scope "
+      "WHERE session_id = ?1 AND kind = ?2 ORDER BY begin_seq",
+      m_id, ops ? 1 : 0, [](const Statement& r, core::ScopeRef& s) {
         s.beginSeq = u64(r.columnInt(0));
         s.endSeq = endSeq(r, 1);
         s.threadId = static_cast<uint32_t>(r.columnInt(2));
@@ -140,7 +143,7 @@ absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64
     s.endTsNs = st.columnInt(4);
     out.push_back(s);
   }
-  if (st.lastError() != SQLITE_DONE) return absl::InternalError("reading the steps failed");
+  if (st.failed()) return absl::InternalError("reading the steps failed: " + st.error());
   return out;
 }
 
@@ -151,6 +154,17 @@ std::vector<core::StepInterval> StoredRecordingStream::steps() {
     return {};
   }
   return std::move(*steps);
+}
+
+Statement StoredRecordingStream::prepareCursor(std::string_view sql, Database* own) {
+  if (m_db.dialect() == Dialect::kSqlite) return m_db.prepare(sql);
+  // One PostgreSQL connection streams one result at a time: the analysis reads its cursors in
+  // step, so each has its own.
+  if (auto s = Database::open(m_path, true, own); !s.ok()) {
+    noteError(std::string(s.message()));
+    return Statement();
+  }
+  return own->prepare(sql);
 }
 
 std::string StoredRecordingStream::name(uint32_t id) {

@@ -6,16 +6,16 @@
 #include <unordered_map>
 
 #include "absl/status/statusor.h"
-#include "server/store/sqlite.h"
+#include "server/store/database.h"
 #include "src/core/streaming_analysis.h"
 
 namespace tidemark::server {
 
-// A stored session read as a stream for the streaming analysis: each cursor is one SQL query on
-// its own read-only connection (no memory map, a small page cache), stepping row by row, so
-// reading costs the same memory for a session of a thousand events as for one of a billion.
-// Only the session's interned names are held (bounded by ingest, 64 MiB at most).
-// A session's steps in begin order; markedOnly: the adapter's marks, not earlier inferences.
+// A stored session read as a stream for the streaming analysis: each cursor is one SQL query
+// (on its own connection with PostgreSQL) (no memory map, a small page cache), stepping row by row,
+// so reading costs the same memory for a session of a thousand events as for one of a billion. Only
+// the session's interned names are held (bounded by ingest, 64 MiB at most). A session's steps in
+// begin order; markedOnly: the adapter's marks, not earlier inferences.
 absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64_t sessionId,
                                                              bool markedOnly);
 
@@ -36,9 +36,13 @@ class StoredRecordingStream : public core::RecordingStream {
   void noteError(const std::string& what) {
     if (m_error.empty()) m_error = what;
   }
+  // A cursor's statement: on the stream's connection (SQLite), or on one of its own opened into
+  // `own` (PostgreSQL). !ok() after noteError when it cannot be had.
+  Statement prepareCursor(std::string_view sql, Database* own);
 
  private:
-  StoredRecordingStream(int64_t id) : m_id(id) {}
+  StoredRecordingStream(std::string path, int64_t id) : m_path(std::move(path)), m_id(id) {}
+  std::string m_path;
   Database m_db;
   int64_t m_id;
   std::unordered_map<uint32_t, std::string> m_names;

@@ -1,6 +1,7 @@
 #include "server/store/store.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -31,6 +32,26 @@ void bindEnd(Statement& st, int index, uint64_t endSeq, int64_t endTs) {
   }
 }
 
+bool isPostgres(const Database& db) { return db.dialect() == Dialect::kPostgres; }
+
+// SQLite is told which index serves a range read; PostgreSQL's planner chooses.
+std::string indexedBy(const Database& db, const char* index) {
+  return isPostgres(db) ? std::string() : std::string("INDEXED BY ") + index + " ";
+}
+
+// The id of the row just inserted by `st`, an INSERT ... RETURNING id.
+absl::StatusOr<int64_t> runReturningId(Statement& st) {
+  if (!st.ok()) return absl::InternalError("statement failed to prepare");
+  if (!st.step()) {
+    const std::string why = st.failed() ? st.error() : "no id returned";
+    st.reset();
+    return absl::InternalError(why);
+  }
+  const int64_t id = st.columnInt(0);
+  st.reset();
+  return id;
+}
+
 absl::Status checkPrepared(const Statement& st, const Database& db) {
   if (!st.ok()) return absl::InternalError("cannot prepare statement: " + db.error());
   return absl::OkStatus();
@@ -47,11 +68,14 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
                                                         int64_t limit = -1) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
-  // A store older than schema 5 read without a daemon (--db) has no jobs.
-  Statement hasJobs =
-      db.prepare("SELECT count(*) FROM pragma_table_info('session') WHERE name = 'job_id'");
-  const bool jobs = hasJobs.step() && hasJobs.columnInt(0) > 0;
-  hasJobs = Statement();
+  // A store older than schema 5 read without a daemon (--db) has no jobs (a PostgreSQL store
+  // began at 5).
+  bool jobs = true;
+  if (!isPostgres(db)) {
+    Statement hasJobs =
+        db.prepare("SELECT count(*) FROM pragma_table_info('session') WHERE name = 'job_id'");
+    jobs = hasJobs.step() && hasJobs.columnInt(0) > 0;
+  }
   Statement st = db.prepare(
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
@@ -62,7 +86,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       std::string(jobs ? "job_id, rank, local_rank, world_size, "
                          "(SELECT key FROM job j WHERE j.id = s.job_id) "
                        : "0, NULL, NULL, 0, '' ") +
-      "FROM session s " + where + " ORDER BY id LIMIT " + std::to_string(limit));
+      "FROM session s " + where + " ORDER BY id" +
+      (limit >= 0 ? " LIMIT " + std::to_string(limit) : std::string()));
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   if (where.find("?1") != std::string::npos) st.bind(1, id);
   std::vector<SessionRecord> out;
@@ -112,6 +137,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int64_t cacheBytes) {
+  if (isPostgresLocator(path)) return openPostgres(path);
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
@@ -206,13 +232,55 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
   return store;
 }
 
+absl::StatusOr<std::unique_ptr<Store>> Store::openPostgres(const std::string& uri) {
+  std::unique_ptr<Store> store(new Store(uri));
+  if (auto s = Database::open(uri, false, &store->m_db); !s.ok()) return s;
+  // The schema (the same tables as SQLite's, in PostgreSQL's types), made once: daemons that
+  // start together wait for each other's transaction (a lock of the transaction, released at
+  // its commit), and then find the tables there.
+  const std::string where = displayLocator(uri);
+  if (auto s = store->m_db.exec("BEGIN; SELECT pg_advisory_xact_lock(7205759403792793600); " +
+                                postgresDdl(kSchemaSql) +
+                                "CREATE INDEX IF NOT EXISTS session_by_job ON session(job_id);");
+      !s.ok()) {
+    store->m_db.exec("ROLLBACK").IgnoreError();
+    return absl::FailedPreconditionError("cannot apply the schema to " + where + ": " +
+                                         std::string(s.message()));
+  }
+  Statement version = store->m_db.prepare("SELECT value FROM meta WHERE key = 'schema_version'");
+  if (version.step()) {
+    const int found = std::stoi(version.columnText(0));
+    version = Statement();
+    if (found != kSchemaVersion) {
+      store->m_db.exec("ROLLBACK").IgnoreError();
+      return absl::FailedPreconditionError(
+          where + " has schema version " + std::to_string(found) + ", this tidemarkd's is " +
+          std::to_string(kSchemaVersion) +
+          (found > kSchemaVersion ? " (a newer tidemark made it)"
+                                  : " (PostgreSQL stores are not migrated yet)"));
+    }
+  } else {
+    version = Statement();
+    if (auto s = store->m_db.exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
+                                  std::to_string(kSchemaVersion) + "')");
+        !s.ok()) {
+      store->m_db.exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+  }
+  if (auto s = store->m_db.exec("COMMIT"); !s.ok()) return s;
+  if (auto s = store->prepareStatements(); !s.ok()) return s;
+  return store;
+}
+
 absl::Status Store::prepareStatements() {
   m_insertSession = m_db.prepare(
       "INSERT INTO session(name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, state, owner_uid, job_id, rank, local_rank, world_size) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12, ?13)");
-  m_insertString =
-      m_db.prepare("INSERT OR REPLACE INTO string(session_id, iid, value) VALUES (?1, ?2, ?3)");
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12, ?13) RETURNING id");
+  m_insertString = m_db.prepare(
+      "INSERT INTO string(session_id, iid, value) VALUES (?1, ?2, ?3) "
+      "ON CONFLICT (session_id, iid) DO UPDATE SET value = excluded.value");
   m_insertBlock = m_db.prepare(
       "INSERT INTO allocation(session_id, address, size_bytes, memory_kind, device, stream, "
       "thread_id, alloc_seq, alloc_ts_ns, free_seq, free_ts_ns) "
@@ -227,11 +295,14 @@ absl::Status Store::prepareStatements() {
       "INSERT INTO phase(session_id, thread_id, phase, begin_seq, begin_ts_ns, end_seq, "
       "end_ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   m_insertStep = m_db.prepare(
-      "INSERT OR REPLACE INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, end_ts_ns) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+      "INSERT INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, end_ts_ns) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, step) DO UPDATE SET "
+      "begin_seq = excluded.begin_seq, begin_ts_ns = excluded.begin_ts_ns, "
+      "end_seq = excluded.end_seq, end_ts_ns = excluded.end_ts_ns, inferred = 0");
   m_insertStepFigure = m_db.prepare(
-      "INSERT OR REPLACE INTO step_figure(session_id, step, device, figure, category, ts_ns, "
-      "value) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      "INSERT INTO step_figure(session_id, step, device, figure, category, ts_ns, "
+      "value) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, step, device, figure, "
+      "category) DO UPDATE SET ts_ns = excluded.ts_ns, value = excluded.value");
   m_addCounts = m_db.prepare(
       "UPDATE session SET events_received = events_received + ?2, "
       "events_stored = events_stored + ?3, block_count = block_count + ?6, "
@@ -243,7 +314,12 @@ absl::Status Store::prepareStatements() {
   m_upsertStat = m_db.prepare(
       "INSERT INTO stat(session_id, name, severity, value, description) "
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(session_id, name) DO UPDATE SET "
-      "value = value + excluded.value");
+      "value = stat.value + excluded.value");
+  if (isPostgres(m_db)) {
+    m_reserveBlockIds = m_db.prepare(
+        "SELECT nextval(pg_get_serial_sequence('allocation', 'id')) FROM generate_series(1, ?1)");
+    if (auto s = checkPrepared(m_reserveBlockIds, m_db); !s.ok()) return s;
+  }
   for (const Statement* st : {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag,
                               &m_insertScope, &m_insertPhase, &m_insertStep, &m_insertStepFigure,
                               &m_addCounts, &m_endSession, &m_upsertStat}) {
@@ -252,7 +328,7 @@ absl::Status Store::prepareStatements() {
   return absl::OkStatus();
 }
 
-absl::Status Store::begin() { return m_db.exec("BEGIN IMMEDIATE"); }
+absl::Status Store::begin() { return m_db.exec(isPostgres(m_db) ? "BEGIN" : "BEGIN IMMEDIATE"); }
 absl::Status Store::commit() { return m_db.exec("COMMIT"); }
 absl::Status Store::rollback() { return m_db.exec("ROLLBACK"); }
 
@@ -287,8 +363,7 @@ absl::StatusOr<int64_t> Store::createSession(const SessionHeader& h) {
       m_insertSession.bindNull(13);
     }
   }
-  if (auto s = m_insertSession.run(); !s.ok()) return s;
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+  return runReturningId(m_insertSession);
 }
 
 absl::Status Store::addStat(int64_t session, const StatRow& st) {
@@ -301,7 +376,7 @@ absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
   // The owner's newest job of this key, if this rank could be one of it: begun within the
   // window and without this rank yet (a rerun of the job, which repeats its ranks, is a new one).
   Statement newest = m_db.prepare(
-      "SELECT id, start_wall_ns FROM job WHERE key = ?1 AND owner_uid IS ?2 "
+      "SELECT id, start_wall_ns FROM job WHERE key = ?1 AND owner_uid IS NOT DISTINCT FROM ?2 "
       "ORDER BY id DESC LIMIT 1");
   if (auto s = checkPrepared(newest, m_db); !s.ok()) return s;
   newest.bind(1, h.jobKey);
@@ -321,8 +396,9 @@ absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
     }
     if (!taken) {
       if (h.worldSize > 0) {
-        Statement world =
-            m_db.prepare("UPDATE job SET world_size = MAX(world_size, ?2) WHERE id = ?1");
+        Statement world = m_db.prepare(
+            "UPDATE job SET world_size = CASE WHEN world_size > ?2 THEN world_size "
+            "ELSE ?2 END WHERE id = ?1");
         if (auto s = checkPrepared(world, m_db); !s.ok()) return s;
         world.bind(1, job).bind(2, h.worldSize);
         if (auto s = world.run(); !s.ok()) return s;
@@ -332,7 +408,8 @@ absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
   }
   newest = Statement();
   Statement insert = m_db.prepare(
-      "INSERT INTO job(key, owner_uid, world_size, start_wall_ns) VALUES (?1, ?2, ?3, ?4)");
+      "INSERT INTO job(key, owner_uid, world_size, start_wall_ns) VALUES (?1, ?2, ?3, ?4) "
+      "RETURNING id");
   if (auto s = checkPrepared(insert, m_db); !s.ok()) return s;
   insert.bind(1, h.jobKey).bind(3, std::max(0, h.worldSize)).bind(4, h.startWallNs);
   if (h.ownerUid) {
@@ -340,8 +417,113 @@ absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
   } else {
     insert.bindNull(2);
   }
-  if (auto s = insert.run(); !s.ok()) return s;
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+  return runReturningId(insert);
+}
+
+namespace {
+// Rows in COPY's text format: tab-separated, \N for NULL, a line each (numbers only).
+class CopyText {
+ public:
+  CopyText& num(int64_t v) {
+    sep();
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    m_text.append(buf, r.ptr);
+    return *this;
+  }
+  CopyText& null() {
+    sep();
+    m_text += "\\N";
+    return *this;
+  }
+  // An interval's end: NULL while open.
+  CopyText& end(uint64_t endSeq, int64_t endTs) {
+    if (endSeq == core::kOpenSeq) return null().null();
+    return num(s64(endSeq)).num(endTs);
+  }
+  void row() {
+    m_text += '\n';
+    m_first = true;
+  }
+  const std::string& text() const { return m_text; }
+  bool empty() const { return m_text.empty(); }
+
+ private:
+  void sep() {
+    if (!m_first) m_text += '\t';
+    m_first = false;
+  }
+  std::string m_text;
+  bool m_first = true;
+};
+}  // namespace
+
+absl::StatusOr<std::pair<int64_t, int64_t>> Store::copyBulkRows(const SessionRows& r) {
+  const int64_t sid = r.sessionId;
+  std::pair<int64_t, int64_t> range{0, 0};
+  if (!r.blocks.empty()) {
+    // The blocks' ids come from the table's own sequence (other daemons take theirs from it at
+    // the same time), in order: the session's rows lie in [first, last] as with SQLite.
+    m_reserveBlockIds.bind(1, static_cast<int64_t>(r.blocks.size()));
+    std::vector<int64_t> ids;
+    ids.reserve(r.blocks.size());
+    while (m_reserveBlockIds.step()) ids.push_back(m_reserveBlockIds.columnInt(0));
+    const bool failed = m_reserveBlockIds.failed();
+    const std::string why = failed ? m_reserveBlockIds.error() : "";
+    m_reserveBlockIds.reset();
+    if (failed || ids.size() != r.blocks.size())
+      return absl::InternalError("cannot reserve block ids: " + why);
+    std::sort(ids.begin(), ids.end());
+    CopyText rows;
+    for (size_t i = 0; i < r.blocks.size(); ++i) {
+      const BlockRow& b = r.blocks[i];
+      rows.num(ids[i]).num(sid).num(s64(b.address)).num(s64(b.sizeBytes)).num(b.memoryKind);
+      rows.num(b.device).num(s64(b.stream)).num(b.threadId).num(s64(b.allocSeq));
+      rows.num(b.allocTsNs).end(b.freeSeq, b.freeTsNs).row();
+    }
+    if (auto s = m_db.copyIn("allocation",
+                             "id, session_id, address, size_bytes, memory_kind, device, stream, "
+                             "thread_id, alloc_seq, alloc_ts_ns, free_seq, free_ts_ns",
+                             rows.text());
+        !s.ok()) {
+      return s;
+    }
+    range = {ids.front(), ids.back()};
+  }
+  if (!r.tags.empty()) {
+    CopyText rows;
+    for (const TagRow& t : r.tags) {
+      rows.num(sid).num(s64(t.seq)).num(t.tsNs).num(s64(t.address)).num(s64(t.sizeBytes));
+      rows.num(t.category).num(t.nameIid).row();
+    }
+    if (auto s = m_db.copyIn(
+            "tag", "session_id, seq, ts_ns, address, size_bytes, category, name_id", rows.text());
+        !s.ok()) {
+      return s;
+    }
+  }
+  CopyText scopes, launches, phases;
+  for (const IntervalRow& i : r.scopes) {
+    scopes.num(sid).num(i.threadId).num(i.nameIid).num(i.depth).num(s64(i.beginSeq));
+    scopes.num(i.beginTsNs).end(i.endSeq, i.endTsNs).num(i.kind).row();
+    if (i.correlationId != 0) launches.num(sid).num(s64(i.beginSeq)).num(i.correlationId).row();
+  }
+  for (const IntervalRow& i : r.phases) {
+    phases.num(sid).num(i.threadId).num(i.phase).num(s64(i.beginSeq)).num(i.beginTsNs);
+    phases.end(i.endSeq, i.endTsNs).row();
+  }
+  const std::tuple<const char*, const char*, const CopyText*> tables[] = {
+      {"scope",
+       "session_id, thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, end_ts_ns, kind",
+       &scopes},
+      {"kernel_launch", "session_id, kernel_begin_seq, correlation_id", &launches},
+      {"phase", "session_id, thread_id, phase, begin_seq, begin_ts_ns, end_seq, end_ts_ns",
+       &phases}};
+  for (const auto& [table, columns, rows] : tables) {
+    if (rows->empty()) continue;
+    if (auto s = m_db.copyIn(table, columns, rows->text()); !s.ok()) return s;
+  }
+  return range;
 }
 
 absl::Status Store::writeRows(const SessionRows& r) {
@@ -351,19 +533,26 @@ absl::Status Store::writeRows(const SessionRows& r) {
     if (auto s = m_insertString.run(); !s.ok()) return s;
   }
   int64_t firstBlock = 0;
-  for (const BlockRow& b : r.blocks) {
-    m_insertBlock.bind(1, sid).bind(2, s64(b.address)).bind(3, s64(b.sizeBytes));
-    m_insertBlock.bind(4, b.memoryKind).bind(5, b.device).bind(6, s64(b.stream));
-    m_insertBlock.bind(7, b.threadId).bind(8, s64(b.allocSeq)).bind(9, b.allocTsNs);
-    bindEnd(m_insertBlock, 10, b.freeSeq, b.freeTsNs);
-    if (auto s = m_insertBlock.run(); !s.ok()) return s;
-    if (firstBlock == 0) firstBlock = sqlite3_last_insert_rowid(m_db.handle());
-  }
-  const int64_t lastBlock = r.blocks.empty() ? 0 : sqlite3_last_insert_rowid(m_db.handle());
-  for (const TagRow& t : r.tags) {
-    m_insertTag.bind(1, sid).bind(2, s64(t.seq)).bind(3, t.tsNs).bind(4, s64(t.address));
-    m_insertTag.bind(5, s64(t.sizeBytes)).bind(6, t.category).bind(7, t.nameIid);
-    if (auto s = m_insertTag.run(); !s.ok()) return s;
+  int64_t lastBlock = 0;
+  if (isPostgres(m_db)) {
+    auto range = copyBulkRows(r);
+    if (!range.ok()) return range.status();
+    std::tie(firstBlock, lastBlock) = *range;
+  } else {
+    for (const BlockRow& b : r.blocks) {
+      m_insertBlock.bind(1, sid).bind(2, s64(b.address)).bind(3, s64(b.sizeBytes));
+      m_insertBlock.bind(4, b.memoryKind).bind(5, b.device).bind(6, s64(b.stream));
+      m_insertBlock.bind(7, b.threadId).bind(8, s64(b.allocSeq)).bind(9, b.allocTsNs);
+      bindEnd(m_insertBlock, 10, b.freeSeq, b.freeTsNs);
+      if (auto s = m_insertBlock.run(); !s.ok()) return s;
+      if (firstBlock == 0) firstBlock = m_db.lastInsertId();
+    }
+    if (!r.blocks.empty()) lastBlock = m_db.lastInsertId();
+    for (const TagRow& t : r.tags) {
+      m_insertTag.bind(1, sid).bind(2, s64(t.seq)).bind(3, t.tsNs).bind(4, s64(t.address));
+      m_insertTag.bind(5, s64(t.sizeBytes)).bind(6, t.category).bind(7, t.nameIid);
+      if (auto s = m_insertTag.run(); !s.ok()) return s;
+    }
   }
   if (!r.stacks.empty()) {
     // Imported recordings only: prepared per batch rather than kept.
@@ -395,27 +584,29 @@ absl::Status Store::writeRows(const SessionRows& r) {
       if (auto s = ins.run(); !s.ok()) return s;
     }
   }
-  std::optional<Statement> kernelLaunch;
-  for (const IntervalRow& i : r.scopes) {
-    m_insertScope.bind(1, sid).bind(2, i.threadId).bind(3, i.nameIid).bind(4, i.depth);
-    m_insertScope.bind(5, s64(i.beginSeq)).bind(6, i.beginTsNs);
-    bindEnd(m_insertScope, 7, i.endSeq, i.endTsNs);
-    m_insertScope.bind(9, i.kind);
-    if (auto s = m_insertScope.run(); !s.ok()) return s;
-    if (i.correlationId != 0) {
-      if (!kernelLaunch)
-        kernelLaunch = m_db.prepare(
-            "INSERT INTO kernel_launch(session_id, kernel_begin_seq, correlation_id) "
-            "VALUES (?1, ?2, ?3)");
-      kernelLaunch->bind(1, sid).bind(2, s64(i.beginSeq)).bind(3, i.correlationId);
-      if (auto s = kernelLaunch->run(); !s.ok()) return s;
+  if (!isPostgres(m_db)) {
+    std::optional<Statement> kernelLaunch;
+    for (const IntervalRow& i : r.scopes) {
+      m_insertScope.bind(1, sid).bind(2, i.threadId).bind(3, i.nameIid).bind(4, i.depth);
+      m_insertScope.bind(5, s64(i.beginSeq)).bind(6, i.beginTsNs);
+      bindEnd(m_insertScope, 7, i.endSeq, i.endTsNs);
+      m_insertScope.bind(9, i.kind);
+      if (auto s = m_insertScope.run(); !s.ok()) return s;
+      if (i.correlationId != 0) {
+        if (!kernelLaunch)
+          kernelLaunch = m_db.prepare(
+              "INSERT INTO kernel_launch(session_id, kernel_begin_seq, correlation_id) "
+              "VALUES (?1, ?2, ?3)");
+        kernelLaunch->bind(1, sid).bind(2, s64(i.beginSeq)).bind(3, i.correlationId);
+        if (auto s = kernelLaunch->run(); !s.ok()) return s;
+      }
     }
-  }
-  for (const IntervalRow& i : r.phases) {
-    m_insertPhase.bind(1, sid).bind(2, i.threadId).bind(3, i.phase);
-    m_insertPhase.bind(4, s64(i.beginSeq)).bind(5, i.beginTsNs);
-    bindEnd(m_insertPhase, 6, i.endSeq, i.endTsNs);
-    if (auto s = m_insertPhase.run(); !s.ok()) return s;
+    for (const IntervalRow& i : r.phases) {
+      m_insertPhase.bind(1, sid).bind(2, i.threadId).bind(3, i.phase);
+      m_insertPhase.bind(4, s64(i.beginSeq)).bind(5, i.beginTsNs);
+      bindEnd(m_insertPhase, 6, i.endSeq, i.endTsNs);
+      if (auto s = m_insertPhase.run(); !s.ok()) return s;
+    }
   }
   for (const StepRow& st : r.steps) {
     m_insertStep.bind(1, sid).bind(2, st.step).bind(3, s64(st.beginSeq)).bind(4, st.beginTsNs);
@@ -529,8 +720,10 @@ absl::Status Store::saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const s
                                    const std::vector<BlockRow>& closed) {
   if (full) {
     Statement st = m_db.prepare(
-        "INSERT OR REPLACE INTO ingest_checkpoint(session_id, batch_seq, state, open_blocks) "
-        "VALUES (?1, ?2, ?3, ?4)");
+        "INSERT INTO ingest_checkpoint(session_id, batch_seq, state, open_blocks) "
+        "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (session_id) DO UPDATE SET "
+        "batch_seq = excluded.batch_seq, state = excluded.state, "
+        "open_blocks = excluded.open_blocks");
     if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
     st.bind(1, sessionId).bind(2, s64(batchSeq)).bindBlob(3, state).bindBlob(4, packBlocks(opened));
     if (auto s = st.run(); !s.ok()) return s;
@@ -540,10 +733,10 @@ absl::Status Store::saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const s
   }
   Statement st = m_db.prepare(
       "INSERT INTO ingest_checkpoint(session_id, batch_seq, state, open_blocks) "
-      "VALUES (?1, ?2, ?3, x'') ON CONFLICT(session_id) DO UPDATE SET "
+      "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(session_id) DO UPDATE SET "
       "batch_seq = excluded.batch_seq, state = excluded.state");
   if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
-  st.bind(1, sessionId).bind(2, s64(batchSeq)).bindBlob(3, state);
+  st.bind(1, sessionId).bind(2, s64(batchSeq)).bindBlob(3, state).bindBlob(4, "");
   if (auto s = st.run(); !s.ok()) return s;
   if (opened.empty() && closed.empty()) return absl::OkStatus();
   Statement delta = m_db.prepare(
@@ -685,8 +878,10 @@ absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakRepo
   }
   if (!inferredSteps.empty()) {
     Statement step = m_db.prepare(
-        "INSERT OR REPLACE INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, "
-        "end_ts_ns, inferred) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)");
+        "INSERT INTO step(session_id, step, begin_seq, begin_ts_ns, end_seq, "
+        "end_ts_ns, inferred) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1) ON CONFLICT (session_id, step) "
+        "DO UPDATE SET begin_seq = excluded.begin_seq, begin_ts_ns = excluded.begin_ts_ns, "
+        "end_seq = excluded.end_seq, end_ts_ns = excluded.end_ts_ns, inferred = 1");
     for (const core::StepInterval& st : inferredSteps) {
       step.bind(1, sid).bind(2, st.step).bind(3, s64(st.beginSeq)).bind(4, st.beginTsNs);
       step.bind(5, s64(st.endSeq)).bind(6, st.endTsNs);
@@ -725,8 +920,7 @@ absl::Status Store::markRawPruned(int64_t sid, int64_t wallNs) {
   Statement mark = m_db.prepare("UPDATE session SET raw_pruned_wall_ns = ?2 WHERE id = ?1");
   mark.bind(1, sid).bind(2, wallNs);
   if (auto s = mark.run(); !s.ok()) return s;
-  if (sqlite3_changes(m_db.handle()) == 0)
-    return absl::NotFoundError("no session " + std::to_string(sid));
+  if (m_db.changes() == 0) return absl::NotFoundError("no session " + std::to_string(sid));
   return absl::OkStatus();
 }
 
@@ -735,7 +929,7 @@ absl::StatusOr<int64_t> Store::deleteRawSlice(int64_t sid, int64_t maxRows) {
   auto run = [&](Statement& del) -> absl::Status {
     del.bind(1, sid).bind(2, maxRows - deleted);
     if (auto s = del.run(); !s.ok()) return s;
-    deleted += sqlite3_changes(m_db.handle());
+    deleted += m_db.changes();
     return absl::OkStatus();
   };
   {
@@ -748,9 +942,11 @@ absl::StatusOr<int64_t> Store::deleteRawSlice(int64_t sid, int64_t maxRows) {
   }
   for (const char* table : kRawRowTables) {
     if (deleted >= maxRows) break;
+    // (PostgreSQL has no rowid: a row's place, ctid, serves.)
+    const std::string row = isPostgres(m_db) ? "ctid" : "rowid";
     Statement del =
-        m_db.prepare(std::string("DELETE FROM ") + table + " WHERE rowid IN (SELECT rowid FROM " +
-                     table + " WHERE session_id = ?1 LIMIT ?2)");
+        m_db.prepare(std::string("DELETE FROM ") + table + " WHERE " + row + " IN (SELECT " + row +
+                     " FROM " + table + " WHERE session_id = ?1 LIMIT ?2)");
     if (auto s = run(del); !s.ok()) return s;
   }
   if (deleted < maxRows) {
@@ -773,8 +969,9 @@ absl::StatusOr<int64_t> Store::deleteRawSlice(int64_t sid, int64_t maxRows) {
 
 absl::Status Store::addHandoff(const HandoffRow& row) {
   Statement st = m_db.prepare(
-      "INSERT OR REPLACE INTO handoff(session_id, path, owner_uid, device, inode) "
-      "VALUES (?1, ?2, ?3, ?4, ?5)");
+      "INSERT INTO handoff(session_id, path, owner_uid, device, inode) "
+      "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session_id) DO UPDATE SET path = excluded.path, "
+      "owner_uid = excluded.owner_uid, device = excluded.device, inode = excluded.inode");
   st.bind(1, row.sessionId).bind(2, row.path).bind(3, row.ownerUid).bind(4, row.device);
   st.bind(5, row.inode);
   return st.run();
@@ -805,6 +1002,11 @@ absl::Status Store::deleteSession(int64_t sid) {
 }
 
 absl::StatusOr<int64_t> Store::bytesInUse() {
+  if (isPostgres(m_db)) {
+    Statement st = m_db.prepare("SELECT pg_database_size(current_database())");
+    if (!st.step()) return absl::InternalError("pg_database_size failed: " + st.error());
+    return st.columnInt(0);
+  }
   int64_t v[3] = {0, 0, 0};
   const char* pragmas[] = {"PRAGMA page_count", "PRAGMA freelist_count", "PRAGMA page_size"};
   for (int i = 0; i < 3; ++i) {
@@ -816,12 +1018,14 @@ absl::StatusOr<int64_t> Store::bytesInUse() {
 }
 
 absl::StatusOr<int64_t> Store::freePageCount() {
+  if (isPostgres(m_db)) return 0;  // the server's autovacuum reclaims dead rows
   Statement st = m_db.prepare("PRAGMA freelist_count");
   if (!st.step()) return absl::InternalError("PRAGMA freelist_count failed");
   return st.columnInt(0);
 }
 
 absl::Status Store::releaseFreePages(int64_t maxPages) {
+  if (isPostgres(m_db)) return absl::OkStatus();
   return m_db.exec("PRAGMA incremental_vacuum(" + std::to_string(maxPages) + ")");
 }
 
@@ -914,12 +1118,11 @@ absl::StatusOr<int64_t> Store::createAppliedPlan(const AppliedPlanRow& r) {
   Statement st = m_db.prepare(
       "INSERT INTO applied_plan (session_id, plan_json, strategy, budget_bytes, "
       "predicted_peak_bytes, predicted_extra_ns, predicted_step_ns, sent_wall_ns) VALUES "
-      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id");
   st.bind(1, r.sessionId).bind(2, r.planJson).bind(3, r.strategy).bind(4, r.budgetBytes);
   st.bind(5, r.predictedPeakBytes).bind(6, r.predictedExtraNs).bind(7, r.predictedStepNs);
   st.bind(8, r.sentWallNs);
-  if (auto s = st.run(); !s.ok()) return s;
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+  return runReturningId(st);
 }
 
 absl::Status Store::setPlanResult(int64_t sessionId, int64_t planId, int state,
@@ -995,9 +1198,12 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     p.state.blocks[core::categoryIndex(*c)] = cats.columnInt(2);
   }
   // A store of schema version 3 read without a daemon (--db) has no addresses.
-  Statement hasAddress =
-      db.prepare("SELECT count(*) FROM pragma_table_info('peak_item') WHERE name = 'address'");
-  const bool addresses = hasAddress.step() && hasAddress.columnInt(0) > 0;
+  bool addresses = true;
+  if (!isPostgres(db)) {
+    Statement hasAddress =
+        db.prepare("SELECT count(*) FROM pragma_table_info('peak_item') WHERE name = 'address'");
+    addresses = hasAddress.step() && hasAddress.columnInt(0) > 0;
+  }
   Statement items =
       db.prepare(std::string("SELECT kind, name, category, bytes, blocks, rule, ") +
                  (addresses ? "address" : "0") +
@@ -1068,13 +1274,14 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
     if (top.step() && !top.columnNull(0)) maxLevel = top.columnInt(0);
   }
   Statement firstChunk = db.prepare(
-      "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
-      "INDEXED BY timeline_chunk_by_last WHERE session_id = ?1 AND level = ?2 AND "
-      "last_ts_ns >= ?3 ORDER BY last_ts_ns LIMIT 1");
+      "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk " +
+      indexedBy(db, "timeline_chunk_by_last") +
+      "WHERE session_id = ?1 AND level = ?2 AND last_ts_ns >= ?3 ORDER BY last_ts_ns LIMIT 1");
   Statement lastChunk = db.prepare(
-      "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk "
-      "INDEXED BY timeline_chunk_by_first WHERE session_id = ?1 AND level = ?2 AND "
-      "first_ts_ns <= ?3 ORDER BY first_ts_ns DESC LIMIT 1");
+      "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk " +
+      indexedBy(db, "timeline_chunk_by_first") +
+      "WHERE session_id = ?1 AND level = ?2 AND first_ts_ns <= ?3 ORDER BY first_ts_ns DESC "
+      "LIMIT 1");
   auto covered = [&](const Statement& st) {
     const int64_t first = st.columnInt(1);
     const int64_t last = st.columnInt(2);
@@ -1122,9 +1329,10 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
   }
   // A coarse sample across an idle stretch is read again from the level below: the chunks
   // there that overlap its time, the samples within its events.
-  Statement finerRows = db.prepare(
-      "SELECT samples FROM timeline_chunk INDEXED BY timeline_chunk_by_last WHERE session_id = ?1 "
-      "AND level = ?2 AND last_ts_ns >= ?3 AND first_ts_ns <= ?4 ORDER BY last_ts_ns");
+  Statement finerRows =
+      db.prepare("SELECT samples FROM timeline_chunk " + indexedBy(db, "timeline_chunk_by_last") +
+                 "WHERE session_id = ?1 AND level = ?2 AND last_ts_ns >= ?3 AND first_ts_ns <= ?4 "
+                 "ORDER BY last_ts_ns");
   bool corrupt = false;
   auto finer = [&](int l, const core::TimelineSample& coarser) {
     std::vector<core::TimelineSample> out, chunk;
@@ -1167,9 +1375,10 @@ absl::StatusOr<std::vector<JobRecord>> Store::listJobs(const std::string& path,
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   // A store older than schema 5 read without a daemon (--db) has no jobs.
-  Statement hasJobs = db.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'job'");
-  if (!hasJobs.step() || hasJobs.columnInt(0) == 0) return std::vector<JobRecord>();
-  hasJobs = Statement();
+  if (!isPostgres(db)) {
+    Statement hasJobs = db.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'job'");
+    if (!hasJobs.step() || hasJobs.columnInt(0) == 0) return std::vector<JobRecord>();
+  }
   std::string where;
   if (owner) {
     where = " WHERE owner_uid = " + std::to_string(*owner) +
@@ -1203,11 +1412,11 @@ absl::StatusOr<std::vector<SessionRecord>> Store::jobSessions(const std::string&
 
 absl::StatusOr<int64_t> Store::insertToken(const TokenRow& t) {
   Statement st = m_db.prepare(
-      "INSERT INTO token(name, role, uid, hash, created_wall_ns) VALUES (?1, ?2, ?3, ?4, ?5)");
+      "INSERT INTO token(name, role, uid, hash, created_wall_ns) VALUES (?1, ?2, ?3, ?4, ?5) "
+      "RETURNING id");
   if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
   st.bind(1, t.name).bind(2, t.role).bind(3, t.uid).bindBlob(4, t.hash).bind(5, t.createdWallNs);
-  if (auto s = st.run(); !s.ok()) return s;
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(m_db.handle()));
+  return runReturningId(st);
 }
 
 absl::Status Store::revokeToken(int64_t id) {
@@ -1215,7 +1424,7 @@ absl::Status Store::revokeToken(int64_t id) {
   if (auto s = checkPrepared(st, m_db); !s.ok()) return s;
   st.bind(1, id);
   if (auto s = st.run(); !s.ok()) return s;
-  if (sqlite3_changes(m_db.handle()) == 0) {
+  if (m_db.changes() == 0) {
     return absl::NotFoundError("no token " + std::to_string(id));
   }
   return absl::OkStatus();

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/store/sqlite.h"
+#include "server/store/database.h"
 #include "src/core/analysis.h"
 #include "src/core/recording.h"
 
@@ -375,14 +375,19 @@ class Store {
 
  private:
   explicit Store(std::string path) : m_path(std::move(path)) {}
+  static absl::StatusOr<std::unique_ptr<Store>> openPostgres(const std::string& uri);
   absl::Status prepareStatements();
+  // PostgreSQL: the blocks, tags, scopes (with their kernels' launches) and phases of a batch
+  // with COPY; returns the blocks' id range ({0, 0}: none).
+  absl::StatusOr<std::pair<int64_t, int64_t>> copyBulkRows(const SessionRows& rows);
   // The job a new session with a job key belongs to (createSession's rule), made if needed.
   absl::StatusOr<int64_t> jobFor(const SessionHeader& header);
 
   std::string m_path;
   Database m_db;
   Statement m_insertSession, m_insertString, m_insertBlock, m_insertTag, m_insertScope,
-      m_insertPhase, m_insertStep, m_insertStepFigure, m_addCounts, m_endSession, m_upsertStat;
+      m_insertPhase, m_insertStep, m_insertStepFigure, m_addCounts, m_endSession, m_upsertStat,
+      m_reserveBlockIds;
 };
 
 }  // namespace tidemark::server

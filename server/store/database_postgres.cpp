@@ -1,0 +1,390 @@
+// The PostgreSQL backend of Database (database.h), over libpq: statements are prepared on the
+// server with their ?N parameters renamed $N, run with text parameters (blobs in binary) and read
+// a row at a time (single-row mode), so a large read holds one row, not the whole result.
+#include <libpq-fe.h>
+
+#include <cstdlib>
+#include <deque>
+#include <vector>
+
+#include "server/store/database.h"
+
+namespace tidemark::server {
+namespace {
+
+// ?N -> $N; a bare ? -> $(largest so far + 1), as SQLite numbers them. Quoted text is left alone.
+std::string renameParameters(std::string_view sql, int* count) {
+  std::string out;
+  out.reserve(sql.size() + 16);
+  int largest = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < sql.size(); ++i) {
+    const char c = sql[i];
+    if (c == '\'') quoted = !quoted;
+    if (quoted || c != '?') {
+      out += c;
+      continue;
+    }
+    size_t j = i + 1;
+    int n = 0;
+    while (j < sql.size() && sql[j] >= '0' && sql[j] <= '9') n = n * 10 + (sql[j++] - '0');
+    if (j == i + 1) n = largest + 1;
+    largest = std::max(largest, n);
+    out += '$';
+    out += std::to_string(n);
+    i = j - 1;
+  }
+  *count = largest;
+  return out;
+}
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return 0;
+}
+
+class PgConnection {
+ public:
+  explicit PgConnection(PGconn* conn) : conn(conn) {}
+  ~PgConnection() { PQfinish(conn); }
+  PGconn* conn;
+  class PgStatement* streaming = nullptr;  // a statement whose rows are still coming
+  std::string lastError;
+  int64_t changes = 0;
+  int64_t nextName = 0;
+  void finishStreaming();
+  void noteError(const char* what) {
+    lastError = what;
+    while (!lastError.empty() && (lastError.back() == '\n' || lastError.back() == ' '))
+      lastError.pop_back();
+  }
+  // Reads results to the end of the command in flight; returns the last one's status.
+  ExecStatusType drain(std::string* error) {
+    ExecStatusType last = PGRES_COMMAND_OK;
+    while (PGresult* r = PQgetResult(conn)) {
+      const ExecStatusType st = PQresultStatus(r);
+      if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE) {
+        if (error != nullptr) *error = PQresultErrorMessage(r);
+        last = st;
+      } else if (last != PGRES_FATAL_ERROR && last != PGRES_BAD_RESPONSE) {
+        last = st;
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+          const char* n = PQcmdTuples(r);
+          changes = (n != nullptr && *n != 0) ? std::strtoll(n, nullptr, 10) : 0;
+        }
+      }
+      PQclear(r);
+    }
+    return last;
+  }
+};
+
+class PgStatement final : public Statement::Impl {
+ public:
+  PgStatement(std::shared_ptr<PgConnection> c, std::string name, int params)
+      : m_c(std::move(c)),
+        m_name(std::move(name)),
+        m_values(static_cast<size_t>(params)),
+        m_null(static_cast<size_t>(params), true),
+        m_binary(static_cast<size_t>(params), 0) {}
+  ~PgStatement() override {
+    reset();
+    m_c->finishStreaming();
+    PQclear(PQexec(m_c->conn, ("DEALLOCATE " + m_name).c_str()));
+  }
+
+  void bindInt(int index, int64_t v) override { set(index, std::to_string(v), false); }
+  void bindText(int index, std::string_view v) override { set(index, std::string(v), false); }
+  void bindBlob(int index, std::string_view v) override { set(index, std::string(v), true); }
+  void bindNull(int index) override {
+    if (index >= 1 && static_cast<size_t>(index) <= m_values.size())
+      m_null[static_cast<size_t>(index - 1)] = true;
+  }
+
+  bool step() override {
+    clearRow();
+    if (m_state == State::kIdle && !start()) return false;
+    if (m_state == State::kBuffered) {
+      if (!m_buffer.empty()) {
+        m_row = m_buffer.front();
+        m_buffer.pop_front();
+        return true;
+      }
+      m_state = m_bufferedFailed ? State::kFailed : State::kDone;
+      return false;
+    }
+    if (m_state != State::kStreaming) return false;
+    PGresult* r = PQgetResult(m_c->conn);
+    if (r != nullptr && PQresultStatus(r) == PGRES_SINGLE_TUPLE) {
+      m_row = r;
+      return true;
+    }
+    finishWith(r);
+    return false;
+  }
+  bool failed() const override { return m_state == State::kFailed; }
+  void reset() override {
+    clearRow();
+    if (m_state == State::kStreaming) {
+      m_c->drain(nullptr);
+      m_c->streaming = nullptr;
+    }
+    for (PGresult* r : m_buffer) PQclear(r);
+    m_buffer.clear();
+    m_state = State::kIdle;
+    std::fill(m_null.begin(), m_null.end(), true);
+  }
+  int64_t columnInt(int i) const override {
+    const char* v = value(i);
+    if (v == nullptr) return 0;
+    if (*v == 't') return 1;  // a boolean
+    if (*v == 'f') return 0;
+    return std::strtoll(v, nullptr, 10);
+  }
+  bool columnNull(int i) const override {
+    return m_row == nullptr || PQgetisnull(m_row, 0, i) != 0;
+  }
+  std::string columnText(int i) const override {
+    const char* v = value(i);
+    return v ? std::string(v, static_cast<size_t>(PQgetlength(m_row, 0, i))) : std::string();
+  }
+  std::string_view columnBlob(int i) const override {
+    const char* v = value(i);
+    if (v == nullptr) return {};
+    const size_t n = static_cast<size_t>(PQgetlength(m_row, 0, i));
+    if (n < 2 || v[0] != '\\' || v[1] != 'x') return std::string_view(v, n);  // not bytea
+    std::string& out = blobSlot(i);
+    out.resize((n - 2) / 2);
+    for (size_t k = 0; k < out.size(); ++k)
+      out[k] = static_cast<char>(hexValue(v[2 + 2 * k]) << 4 | hexValue(v[3 + 2 * k]));
+    return out;
+  }
+  std::string error() const override { return m_error.empty() ? m_c->lastError : m_error; }
+
+  // Another command needs the connection: the rest of the rows wait here.
+  void bufferRest() {
+    while (PGresult* r = PQgetResult(m_c->conn)) {
+      const ExecStatusType st = PQresultStatus(r);
+      if (st == PGRES_SINGLE_TUPLE) {
+        m_buffer.push_back(r);
+        continue;
+      }
+      if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE) {
+        m_bufferedFailed = true;
+        m_error = PQresultErrorMessage(r);
+      }
+      PQclear(r);
+    }
+    m_state = State::kBuffered;
+    m_c->streaming = nullptr;
+  }
+
+ private:
+  enum class State { kIdle, kStreaming, kBuffered, kDone, kFailed };
+
+  void set(int index, std::string v, bool binary) {
+    if (index < 1 || static_cast<size_t>(index) > m_values.size()) return;
+    const size_t k = static_cast<size_t>(index - 1);
+    m_values[k] = std::move(v);
+    m_null[k] = false;
+    m_binary[k] = binary ? 1 : 0;
+  }
+  bool start() {
+    m_c->finishStreaming();
+    m_error.clear();
+    m_bufferedFailed = false;
+    const size_t n = m_values.size();
+    std::vector<const char*> values(n);
+    std::vector<int> lengths(n);
+    for (size_t k = 0; k < n; ++k) {
+      values[k] = m_null[k] ? nullptr : m_values[k].data();
+      lengths[k] = static_cast<int>(m_values[k].size());
+    }
+    if (PQsendQueryPrepared(m_c->conn, m_name.c_str(), static_cast<int>(n), values.data(),
+                            lengths.data(), m_binary.data(), 0) == 0) {
+      m_error = PQerrorMessage(m_c->conn);
+      m_state = State::kFailed;
+      return false;
+    }
+    PQsetSingleRowMode(m_c->conn);
+    m_state = State::kStreaming;
+    m_c->streaming = this;
+    return true;
+  }
+  // r: the first result that is not a row (or none).
+  void finishWith(PGresult* r) {
+    bool bad = false;
+    if (r != nullptr) {
+      const ExecStatusType st = PQresultStatus(r);
+      bad = st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE;
+      if (bad) {
+        m_error = PQresultErrorMessage(r);
+      } else {
+        const char* n = PQcmdTuples(r);
+        m_c->changes = (n != nullptr && *n != 0) ? std::strtoll(n, nullptr, 10) : 0;
+      }
+      PQclear(r);
+    }
+    std::string more;
+    if (m_c->drain(&more) == PGRES_FATAL_ERROR) {
+      bad = true;
+      m_error = more;
+    }
+    m_c->streaming = nullptr;
+    if (bad) m_c->noteError(m_error.c_str());
+    m_state = bad ? State::kFailed : State::kDone;
+  }
+  const char* value(int i) const {
+    if (m_row == nullptr || i < 0 || i >= PQnfields(m_row) || PQgetisnull(m_row, 0, i))
+      return nullptr;
+    return PQgetvalue(m_row, 0, i);
+  }
+  std::string& blobSlot(int i) const {
+    if (m_blobs.size() <= static_cast<size_t>(i)) m_blobs.resize(static_cast<size_t>(i) + 1);
+    return m_blobs[static_cast<size_t>(i)];
+  }
+  void clearRow() {
+    if (m_row != nullptr) PQclear(m_row);
+    m_row = nullptr;
+  }
+
+  std::shared_ptr<PgConnection> m_c;
+  std::string m_name;
+  std::vector<std::string> m_values;
+  std::vector<bool> m_null;
+  std::vector<int> m_binary;
+  State m_state = State::kIdle;
+  PGresult* m_row = nullptr;
+  std::deque<PGresult*> m_buffer;
+  bool m_bufferedFailed = false;
+  std::string m_error;
+  mutable std::vector<std::string> m_blobs;
+};
+
+void PgConnection::finishStreaming() {
+  if (streaming != nullptr) streaming->bufferRest();
+}
+
+class PgDatabase final : public Database::Impl {
+ public:
+  explicit PgDatabase(PGconn* conn) : m_c(std::make_shared<PgConnection>(conn)) {}
+
+  Dialect dialect() const override { return Dialect::kPostgres; }
+  absl::Status exec(std::string_view sql) override {
+    m_c->finishStreaming();
+    if (PQsendQuery(m_c->conn, std::string(sql).c_str()) == 0) return failure();
+    std::string error;
+    if (m_c->drain(&error) == PGRES_FATAL_ERROR) {
+      m_c->noteError(error.c_str());
+      return absl::InternalError(m_c->lastError);
+    }
+    return absl::OkStatus();
+  }
+  std::unique_ptr<Statement::Impl> prepare(std::string_view sql) override {
+    m_c->finishStreaming();
+    int params = 0;
+    const std::string text = renameParameters(sql, &params);
+    std::string name = "tidemark_" + std::to_string(++m_c->nextName);
+    PGresult* r = PQprepare(m_c->conn, name.c_str(), text.c_str(), 0, nullptr);
+    const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
+    m_c->noteError(r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn));
+    PQclear(r);
+    if (!ok) return nullptr;
+    return std::make_unique<PgStatement>(m_c, std::move(name), params);
+  }
+  std::string error() const override { return m_c->lastError; }
+  int64_t changes() const override { return m_c->changes; }
+  int64_t lastInsertId() const override { return -1; }
+  absl::Status copyIn(std::string_view table, std::string_view columns,
+                      std::string_view rows) override {
+    m_c->finishStreaming();
+    const std::string sql =
+        "COPY " + std::string(table) + " (" + std::string(columns) + ") FROM STDIN";
+    PGresult* r = PQexec(m_c->conn, sql.c_str());
+    const bool copying = r != nullptr && PQresultStatus(r) == PGRES_COPY_IN;
+    if (!copying) m_c->noteError(r ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn));
+    PQclear(r);
+    if (!copying) {
+      m_c->drain(nullptr);
+      return absl::InternalError(m_c->lastError);
+    }
+    constexpr size_t kPiece = size_t{1} << 20;
+    bool sent = true;
+    for (size_t at = 0; at < rows.size() && sent; at += kPiece) {
+      const size_t n = std::min(kPiece, rows.size() - at);
+      sent = PQputCopyData(m_c->conn, rows.data() + at, static_cast<int>(n)) == 1;
+    }
+    if (PQputCopyEnd(m_c->conn, sent ? nullptr : "tidemark stopped sending") != 1) return failure();
+    std::string error;
+    if (m_c->drain(&error) == PGRES_FATAL_ERROR || !sent) {
+      m_c->noteError(error.empty() ? PQerrorMessage(m_c->conn) : error.c_str());
+      return absl::InternalError(m_c->lastError);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status failure() {
+    m_c->noteError(PQerrorMessage(m_c->conn));
+    return absl::UnavailableError(m_c->lastError);
+  }
+  std::shared_ptr<PgConnection> m_c;
+};
+
+}  // namespace
+
+absl::Status openPostgres(const std::string& uri, std::unique_ptr<Database::Impl>* out) {
+  PGconn* conn = PQconnectdb(uri.c_str());
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    std::string why = conn ? PQerrorMessage(conn) : "out of memory";
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    PQfinish(conn);
+    return absl::UnavailableError("cannot connect to " + displayLocator(uri) + ": " + why);
+  }
+  // CREATE ... IF NOT EXISTS and the like say NOTICE: not for the daemon's log.
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);
+  *out = std::make_unique<PgDatabase>(conn);
+  return absl::OkStatus();
+}
+
+std::string postgresDdl(std::string_view sqlite) {
+  std::string out;
+  out.reserve(sqlite.size() + 1024);
+  size_t i = 0;
+  auto word = [&](std::string_view w) { return sqlite.substr(i, w.size()) == w; };
+  bool comment = false;
+  while (i < sqlite.size()) {
+    const char c = sqlite[i];
+    if (comment || c == '\n') {
+      comment = comment && c != '\n';
+      out += c;
+      ++i;
+      continue;
+    }
+    if (word("--")) {
+      comment = true;
+      continue;
+    }
+    if (word("INTEGER PRIMARY KEY,") || word("INTEGER PRIMARY KEY\n")) {
+      out += "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY";
+      i += 19;
+    } else if (word("INTEGER")) {
+      out += "BIGINT";
+      i += 7;
+    } else if (word("BLOB")) {
+      out += "BYTEA";
+      i += 4;
+    } else if (word(" WITHOUT ROWID")) {
+      i += 14;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace tidemark::server
