@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "server/server.h"
+#include "server/store/database.h"
 #include "src/advisor/planner.h"
 
 namespace {
@@ -36,6 +37,11 @@ options:
   --require-token   every call must present a token (TIDEMARK_TOKEN; made by this daemon's
                     user or root with `tidemark token create`), even from this host
   --db PATH         the SQLite store (default $XDG_DATA_HOME/tidemark/tidemark.db)
+  --store S         the store: a SQLite file's path (as --db), or a PostgreSQL server,
+                    postgresql://USER@HOST[:PORT]/DB, shared by the daemons of several nodes
+                    (docs/deployment.md)
+  --name N          this daemon's name in a shared store (default: the host's name); each
+                    daemon resumes, closes and analyses the sessions it took
   --port-file FILE  write the TCP port to FILE once listening (for scripts and tests)
   --resume-grace S  how long a session whose stream broke waits for its agent to resume it
                     before it is closed as aborted (default 600 seconds; sooner when its
@@ -100,10 +106,18 @@ int main(int argc, char** argv) {
       options.unixSocket = v;
     } else if (arg == "--no-unix") {
       options.unixSocket.clear();
-    } else if (arg == "--db") {
-      const char* v = value("--db");
-      if (!v) return usageError("--db needs a path");
+    } else if (arg == "--db" || arg == "--store") {
+      const char* v = value(arg.c_str());
+      if (!v || *v == '\0')
+        return usageError(arg + " needs a path" + (arg == "--db" ? "" : " or a URI"));
+      if (arg == "--db" && tidemark::server::isPostgresLocator(v))
+        return usageError("--db is a SQLite file: give a PostgreSQL server with --store");
       options.dbPath = v;
+    } else if (arg == "--name") {
+      const char* v = value("--name");
+      if (!v || *v == '\0' || std::strlen(v) > 255)
+        return usageError("--name needs a name (1 to 255 bytes)");
+      options.daemonName = v;
     } else if (arg == "--resume-grace") {
       const char* v = value("--resume-grace");
       char* end = nullptr;
@@ -209,7 +223,7 @@ int main(int argc, char** argv) {
   const bool both = !options.listen.empty() && !options.unixSocket.empty();
   std::fprintf(stderr, "tidemarkd: listening on %s%s%s; store %s\n", server.address().c_str(),
                both ? " and unix:" : "", both ? options.unixSocket.c_str() : "",
-               options.dbPath.c_str());
+               tidemark::server::displayLocator(options.dbPath).c_str());
   if (!portFile.empty()) {
     const std::string tmp = portFile + ".tmp";
     std::ofstream(tmp) << server.port() << "\n";

@@ -60,10 +60,18 @@ MemoryShares MemoryShares::of(int64_t budgetBytes) {
 Server::~Server() { shutdown(); }
 
 absl::Status Server::start() {
-  // Before anything touches the store or the socket: a second daemon changes nothing.
-  auto lock = StoreLock::acquire(m_options.dbPath);
-  if (!lock.ok()) return lock.status();
-  m_storeLock = std::make_unique<StoreLock>(std::move(*lock));
+  // Before anything touches the store or the socket: a second daemon changes nothing. (A
+  // PostgreSQL store is shared by several daemons: each looks after the sessions it ingests.)
+  if (!isPostgresLocator(m_options.dbPath)) {
+    auto lock = StoreLock::acquire(m_options.dbPath);
+    if (!lock.ok()) return lock.status();
+    m_storeLock = std::make_unique<StoreLock>(std::move(*lock));
+  }
+  if (m_options.daemonName.empty()) {
+    char host[256] = "";
+    ::gethostname(host, sizeof host - 1);
+    m_options.daemonName = host;
+  }
   if (!m_options.unixSocket.empty()) {
     const std::string dir = std::filesystem::path(m_options.unixSocket).parent_path().string();
     if (auto s = makePrivateDirectory(dir.empty() ? "." : dir); !s.ok()) {
@@ -104,7 +112,7 @@ absl::Status Server::start() {
     if (auto s = m_listeners.listenUnix(m_options.unixSocket); !s.ok()) return s;
   }
   const MemoryShares shares = MemoryShares::of(m_options.memoryBudgetBytes);
-  auto store = Store::open(m_options.dbPath, shares.storeCacheBytes);
+  auto store = Store::open(m_options.dbPath, shares.storeCacheBytes, m_options.daemonName);
   if (!store.ok()) return store.status();
   m_writer = std::make_unique<StoreWriter>(std::move(*store));
   m_tokens = std::make_unique<TokenBook>(*m_writer, m_options.dbPath);

@@ -38,7 +38,9 @@ struct ServerOptions {
   std::string tlsCert;
   std::string tlsKey;
   std::string tlsClientCa;
-  std::string dbPath;
+  std::string dbPath;  // the store: a SQLite file, or a PostgreSQL URI (tidemarkd --store)
+  // The daemon's name in a store shared with other daemons (tidemarkd --name; "": the host's).
+  std::string daemonName;
   // How long a session whose stream broke waits for its agent to resume it (tidemarkd
   // --resume-grace); sooner closed when its process is gone from this host.
   std::chrono::seconds resumeGrace{600};

@@ -105,7 +105,7 @@ void AnalysisRunner::enqueue(int64_t sessionId) {
 }
 
 void AnalysisRunner::enqueuePending() {
-  auto ids = Store::sessionsToAnalyze(m_writer.path());
+  auto ids = Store::sessionsToAnalyze(m_writer.path(), m_writer.daemonName());
   if (!ids.ok()) return;
   for (int64_t id : *ids) enqueue(id);
 }
@@ -138,8 +138,11 @@ absl::Status AnalysisRunner::analyze(int64_t id) {
     return s;
   WriterSink sink(m_writer, id);
   core::StreamingOptions options;
-  // The sorts' runs lie beside the store (a private directory, the same disk).
-  const std::filesystem::path dir = std::filesystem::path(m_writer.path()).parent_path();
+  // The sorts' runs lie beside a SQLite store (a private directory, the same disk); with a
+  // PostgreSQL store, in the temporary directory (files of mode 0600).
+  const std::filesystem::path dir = isPostgresLocator(m_writer.path())
+                                        ? std::filesystem::temp_directory_path()
+                                        : std::filesystem::path(m_writer.path()).parent_path();
   options.tempDir = dir.empty() ? "." : dir.string();
   // Three quarters to the sorts, a quarter to the totals kept for step inference.
   options.memoryBytes = m_memoryBytes / 4 * 3;

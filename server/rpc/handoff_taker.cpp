@@ -93,7 +93,7 @@ void HandoffTaker::start(grpc::Server& server) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(static_cast<int>(client::SpoolReader::kMaxMessageBytes) + 1024);
   m_channel = server.InProcessChannel(args);
-  auto pending = Store::pendingHandoffs(m_writer.path());
+  auto pending = Store::pendingHandoffs(m_writer.path(), m_writer.daemonName());
   if (!pending.ok()) {
     std::fprintf(stderr, "tidemarkd: cannot read the handed-over files to take up: %s\n",
                  std::string(pending.status().message()).c_str());

@@ -230,7 +230,7 @@ void IngestService::stop() {
 }
 
 absl::Status IngestService::detachLiveSessions() {
-  auto live = Store::liveSessions(m_writer.path());
+  auto live = Store::liveSessions(m_writer.path(), m_writer.daemonName());
   if (!live.ok()) return live.status();
   for (const SessionRecord& r : *live) {
     m_sessions.detachAtStart(r.id, r.header.pid, r.header.hostname);

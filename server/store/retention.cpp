@@ -133,6 +133,10 @@ RetentionKeeper::Pass RetentionKeeper::runOnce() {
     std::fprintf(stderr, "tidemarkd: retention: %s\n", sessions.status().ToString().c_str());
     return pass;
   }
+  // A store shared by several daemons: each keeps its own sessions within the limits.
+  std::erase_if(*sessions, [&](const SessionRecord& r) {
+    return !Store::isOwnSession(m_writer.path(), r, m_writer.daemonName());
+  });
   auto say = [](const absl::Status& s, const char* what, int64_t id) {
     if (!s.ok())
       std::fprintf(stderr, "tidemarkd: retention: %s session %lld: %s\n", what,

@@ -40,7 +40,10 @@ CREATE TABLE IF NOT EXISTS session (
   job_id INTEGER,
   rank INTEGER,
   local_rank INTEGER,
-  world_size INTEGER
+  world_size INTEGER,
+  -- The daemon that ingests it (tidemarkd --name; NULL: stored before schema 6). Daemons sharing
+  -- a PostgreSQL store each resume, close, take handed-off files of and analyse their own.
+  daemon TEXT
 );
 
 -- Training jobs: the sessions of one owner whose agents found the same key (docs/jobs.md).

@@ -71,10 +71,13 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
   // A store older than schema 5 read without a daemon (--db) has no jobs (a PostgreSQL store
   // began at 5).
   bool jobs = true;
+  bool daemons = true;  // (schema 6)
   if (!isPostgres(db)) {
-    Statement hasJobs =
-        db.prepare("SELECT count(*) FROM pragma_table_info('session') WHERE name = 'job_id'");
-    jobs = hasJobs.step() && hasJobs.columnInt(0) > 0;
+    Statement has = db.prepare(
+        "SELECT count(*) FILTER (WHERE name = 'job_id'), count(*) FILTER (WHERE name = 'daemon') "
+        "FROM pragma_table_info('session')");
+    jobs = has.step() && has.columnInt(0) > 0;
+    daemons = has.columnInt(1) > 0;
   }
   Statement st = db.prepare(
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
@@ -86,7 +89,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       std::string(jobs ? "job_id, rank, local_rank, world_size, "
                          "(SELECT key FROM job j WHERE j.id = s.job_id) "
                        : "0, NULL, NULL, 0, '' ") +
-      "FROM session s " + where + " ORDER BY id" +
+      (daemons ? ", daemon " : ", NULL ") + "FROM session s " + where + " ORDER BY id" +
       (limit >= 0 ? " LIMIT " + std::to_string(limit) : std::string()));
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   if (where.find("?1") != std::string::npos) st.bind(1, id);
@@ -120,6 +123,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     r.header.localRank = st.columnNull(24) ? -1 : static_cast<int32_t>(st.columnInt(24));
     r.header.worldSize = static_cast<int32_t>(st.columnInt(25));
     r.header.jobKey = st.columnText(26);
+    r.daemon = st.columnText(27);
     out.push_back(std::move(r));
   }
   Statement stats = db.prepare(
@@ -136,12 +140,18 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
 }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int64_t cacheBytes) {
-  if (isPostgresLocator(path)) return openPostgres(path);
+absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int64_t cacheBytes,
+                                                   std::string daemonName) {
+  if (isPostgresLocator(path)) {
+    auto store = openPostgres(path);
+    if (store.ok()) (*store)->m_daemonName = std::move(daemonName);
+    return store;
+  }
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::unique_ptr<Store> store(new Store(path));
+  store->m_daemonName = std::move(daemonName);
   if (auto s = Database::open(path, false, &store->m_db); !s.ok()) return s;
   // auto_vacuum before the first table: a new store gives the pages of deleted sessions back to
   // the file system (releaseFreePages). On an existing store it changes nothing.
@@ -201,16 +211,27 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
         "SELECT count(*) FROM pragma_table_info('session') WHERE name = 'job_id'");
     const bool jobColumns = hasJobs.step() && hasJobs.columnInt(0) > 0;
     hasJobs = Statement();
+    Statement hasDaemon = store->m_db.prepare(
+        "SELECT count(*) FROM pragma_table_info('session') WHERE name = 'daemon'");
+    const bool daemonColumn = hasDaemon.step() && hasDaemon.columnInt(0) > 0;
+    hasDaemon = Statement();
+    if (found < 6 && !daemonColumn) {
+      // 6: the daemon that ingests each session (stores shared by several daemons).
+      if (auto s = store->m_db.exec("ALTER TABLE session ADD COLUMN daemon TEXT"); !s.ok()) {
+        return absl::FailedPreconditionError("cannot migrate " + path +
+                                             " to schema version 6: " + std::string(s.message()));
+      }
+    }
     if (found < 5) {
       // 5: sessions that are ranks of a training job (the job table is new: made by the schema).
-      if (auto s = store->m_db.exec(
-              std::string("BEGIN IMMEDIATE; ") +
-              (jobColumns ? ""
-                          : "ALTER TABLE session ADD COLUMN job_id INTEGER; "
-                            "ALTER TABLE session ADD COLUMN rank INTEGER; "
-                            "ALTER TABLE session ADD COLUMN local_rank INTEGER; "
-                            "ALTER TABLE session ADD COLUMN world_size INTEGER; ") +
-              "UPDATE meta SET value = '5' WHERE key = 'schema_version'; COMMIT;");
+      if (auto s = store->m_db.exec(std::string("BEGIN IMMEDIATE; ") +
+                                    (jobColumns
+                                         ? ""
+                                         : "ALTER TABLE session ADD COLUMN job_id INTEGER; "
+                                           "ALTER TABLE session ADD COLUMN rank INTEGER; "
+                                           "ALTER TABLE session ADD COLUMN local_rank INTEGER; "
+                                           "ALTER TABLE session ADD COLUMN world_size INTEGER; ") +
+                                    "COMMIT;");
           !s.ok()) {
         return absl::FailedPreconditionError("cannot migrate " + path +
                                              " to schema version 5: " + std::string(s.message()));
@@ -222,6 +243,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
         !s.ok()) {
       return s;
     }
+  }
+  if (auto s = store->m_db.exec("UPDATE meta SET value = '" + std::to_string(kSchemaVersion) +
+                                "' WHERE key = 'schema_version'");
+      !s.ok()) {
+    return s;
   }
   // After the migrations: a store older than schema 5 has no job_id column before them.
   if (auto s = store->m_db.exec("CREATE INDEX IF NOT EXISTS session_by_job ON session(job_id)");
@@ -276,8 +302,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::openPostgres(const std::string& ur
 absl::Status Store::prepareStatements() {
   m_insertSession = m_db.prepare(
       "INSERT INTO session(name, pid, hostname, command_line, protocol_version, agent_version, "
-      "start_ts_ns, start_wall_ns, state, owner_uid, job_id, rank, local_rank, world_size) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12, ?13) RETURNING id");
+      "start_ts_ns, start_wall_ns, state, owner_uid, job_id, rank, local_rank, world_size, "
+      "daemon) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12, ?13, ?14) "
+      "RETURNING id");
   m_insertString = m_db.prepare(
       "INSERT INTO string(session_id, iid, value) VALUES (?1, ?2, ?3) "
       "ON CONFLICT (session_id, iid) DO UPDATE SET value = excluded.value");
@@ -363,6 +390,7 @@ absl::StatusOr<int64_t> Store::createSession(const SessionHeader& h) {
       m_insertSession.bindNull(13);
     }
   }
+  m_insertSession.bind(14, m_daemonName);
   return runReturningId(m_insertSession);
 }
 
@@ -746,16 +774,37 @@ absl::Status Store::saveCheckpoint(int64_t sessionId, uint64_t batchSeq, const s
   return delta.run();
 }
 
-absl::StatusOr<std::vector<SessionRecord>> Store::liveSessions(const std::string& path) {
-  return readSessions(path, "WHERE state = 1", 0);
+bool Store::isOwnSession(const std::string& path, const SessionRecord& record,
+                         const std::string& daemon) {
+  return !isPostgresLocator(path) || record.daemon.empty() || record.daemon == daemon;
 }
 
-absl::StatusOr<std::vector<HandoffRow>> Store::pendingHandoffs(const std::string& path) {
+namespace {
+// The condition on `session` rows (alias s) that keeps a daemon's own (Store::isOwnSession);
+// its name is parameter ?1.
+std::string ownSessions(const std::string& path) {
+  return isPostgresLocator(path) ? "(s.daemon IS NULL OR s.daemon = ?1)" : "?1 = ?1";
+}
+}  // namespace
+
+absl::StatusOr<std::vector<SessionRecord>> Store::liveSessions(const std::string& path,
+                                                               const std::string& daemon) {
+  auto live = readSessions(path, "WHERE state = 1", 0);
+  if (!live.ok()) return live;
+  std::erase_if(*live, [&](const SessionRecord& r) { return !isOwnSession(path, r, daemon); });
+  return live;
+}
+
+absl::StatusOr<std::vector<HandoffRow>> Store::pendingHandoffs(const std::string& path,
+                                                               const std::string& daemon) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare(
-      "SELECT session_id, path, owner_uid, device, inode FROM handoff ORDER BY session_id");
+      "SELECT h.session_id, h.path, h.owner_uid, h.device, h.inode FROM handoff h JOIN session s "
+      "ON s.id = h.session_id WHERE " +
+      ownSessions(path) + " ORDER BY h.session_id");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  st.bind(1, daemon);
   std::vector<HandoffRow> out;
   while (st.step()) {
     out.push_back(
@@ -1066,10 +1115,14 @@ absl::StatusOr<core::Recording> Store::loadSteps(const std::string& path, int64_
   return rec;
 }
 
-absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string& path) {
+absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string& path,
+                                                              const std::string& daemon) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
-  Statement st = db.prepare("SELECT id FROM session WHERE state != 1 AND analyzed = 0 ORDER BY id");
+  Statement st = db.prepare("SELECT id FROM session s WHERE state != 1 AND analyzed = 0 AND " +
+                            ownSessions(path) + " ORDER BY id");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  st.bind(1, daemon);
   std::vector<int64_t> ids;
   while (st.step()) ids.push_back(st.columnInt(0));
   return ids;

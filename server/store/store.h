@@ -14,8 +14,8 @@
 
 namespace tidemark::server {
 
-// 2: session.owner_uid; 3: raw_pruned_wall_ns; 4: peak_item.address
-inline constexpr int kSchemaVersion = 5;
+// 2: session.owner_uid; 3: raw_pruned_wall_ns; 4: peak_item.address; 5: jobs; 6: session.daemon
+inline constexpr int kSchemaVersion = 6;
 
 struct SessionHeader {
   std::string name;
@@ -213,7 +213,8 @@ struct SessionRecord {
   // When it ended, on the daemon's realtime clock (none: live, or ended before schema 3).
   std::optional<int64_t> endWallNs;
   std::vector<StatRow> stats;
-  int64_t jobId = 0;  // 0: not a rank of a job
+  int64_t jobId = 0;   // 0: not a rank of a job
+  std::string daemon;  // the daemon that ingests it ("": stored before schema 6)
   // When it ended: endWallNs, else its start on the agent's realtime clock plus its length.
   int64_t endedWallNs() const {
     return endWallNs ? *endWallNs : header.startWallNs + (endTsNs - header.startTsNs);
@@ -245,10 +246,14 @@ class Store {
  public:
   // Creates the file (and its directory) if needed, sets WAL, applies the schema, checks the
   // schema version. cacheBytes: the write connection's page cache.
+  // path: a SQLite file, or a PostgreSQL URI (database.h). daemonName: the daemon writing
+  // through it, recorded with each new session (tidemarkd --name).
   static absl::StatusOr<std::unique_ptr<Store>> open(const std::string& path,
-                                                     int64_t cacheBytes = int64_t{128} << 20);
+                                                     int64_t cacheBytes = int64_t{128} << 20,
+                                                     std::string daemonName = "");
 
   const std::string& path() const { return m_path; }
+  const std::string& daemonName() const { return m_daemonName; }
 
   // Writer side.
   absl::Status begin();
@@ -325,10 +330,14 @@ class Store {
                                                          int64_t storeOwner);
   static absl::StatusOr<std::vector<SessionRecord>> jobSessions(const std::string& path,
                                                                 int64_t jobId);
+  // In a store shared by several daemons (PostgreSQL), each looks after its own sessions: those
+  // it ingested (and those stored before schema 6). A SQLite store has one daemon: all of them.
   // Sessions still live (a daemon stopped or died while their agents streamed).
-  static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path);
-  // Handed-off files not ingested yet, and one session's (nullopt: none).
-  static absl::StatusOr<std::vector<HandoffRow>> pendingHandoffs(const std::string& path);
+  static absl::StatusOr<std::vector<SessionRecord>> liveSessions(const std::string& path,
+                                                                 const std::string& daemon);
+  // Handed-off files not ingested yet.
+  static absl::StatusOr<std::vector<HandoffRow>> pendingHandoffs(const std::string& path,
+                                                                 const std::string& daemon);
   // A live session's last checkpoint, or nullopt when none was committed yet.
   struct StoredCheckpoint {
     std::string state;  // tidemark.v1.IngestCheckpoint
@@ -360,7 +369,11 @@ class Store {
   static absl::StatusOr<std::vector<AppliedPlanRow>> appliedPlans(const std::string& path,
                                                                   int64_t id);
   // Ended sessions whose analysis is not stored yet.
-  static absl::StatusOr<std::vector<int64_t>> sessionsToAnalyze(const std::string& path);
+  static absl::StatusOr<std::vector<int64_t>> sessionsToAnalyze(const std::string& path,
+                                                                const std::string& daemon);
+  // Whether `record` is `daemon`'s to look after (as above).
+  static bool isOwnSession(const std::string& path, const SessionRecord& record,
+                           const std::string& daemon);
   static absl::StatusOr<bool> isAnalyzed(const std::string& path, int64_t id);
   // A stored peak: step -1 for the whole session. NOT_FOUND if there is none.
   static absl::StatusOr<core::PeakReport> readPeak(const std::string& path, int64_t id,
@@ -384,6 +397,7 @@ class Store {
   absl::StatusOr<int64_t> jobFor(const SessionHeader& header);
 
   std::string m_path;
+  std::string m_daemonName;
   Database m_db;
   Statement m_insertSession, m_insertString, m_insertBlock, m_insertTag, m_insertScope,
       m_insertPhase, m_insertStep, m_insertStepFigure, m_addCounts, m_endSession, m_upsertStat,

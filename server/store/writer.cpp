@@ -5,7 +5,7 @@
 namespace tidemark::server {
 
 StoreWriter::StoreWriter(std::unique_ptr<Store> store)
-    : m_store(std::move(store)), m_path(m_store->path()) {
+    : m_store(std::move(store)), m_path(m_store->path()), m_daemonName(m_store->daemonName()) {
   m_thread = std::thread([this] { run(); });
 }
 

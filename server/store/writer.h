@@ -34,6 +34,7 @@ class StoreWriter {
   void post(Operation op);
 
   const std::string& path() const { return m_path; }
+  const std::string& daemonName() const { return m_daemonName; }
   // Stops after everything queued so far is committed.
   void stop();
 
@@ -49,6 +50,7 @@ class StoreWriter {
 
   std::unique_ptr<Store> m_store;
   std::string m_path;
+  std::string m_daemonName;
   std::mutex m_mutex;
   std::condition_variable m_cv;
   std::deque<Item> m_queue;

@@ -21,7 +21,7 @@
 #include <sstream>
 
 #include "server/server.h"
-#include "server/store/sqlite.h"
+#include "server/store/database.h"
 #include "src/core/categorize.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"

@@ -708,7 +708,7 @@ TEST_F(IngestRpcTest, AFileHandedOverCompletesTheSessionAndGoes) {
   EXPECT_FALSE(hasStat(info, "seq_gap"));
   // Stored, so removed (the daemon runs as the file's owner), and nothing left to take up.
   EXPECT_TRUE(awaitRemoved(file));
-  auto pending = Store::pendingHandoffs((m_dir / "store.db").string());
+  auto pending = Store::pendingHandoffs((m_dir / "store.db").string(), "");
   ASSERT_TRUE(pending.ok());
   EXPECT_TRUE(pending->empty());
   expectHealthy();
@@ -764,7 +764,7 @@ TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
   }
   EXPECT_FALSE(offer(junk.string()).accepted());
   // Nothing was taken: the session goes on on its stream and ends whole.
-  auto pending = Store::pendingHandoffs((m_dir / "store.db").string());
+  auto pending = Store::pendingHandoffs((m_dir / "store.db").string(), "");
   ASSERT_TRUE(pending.ok());
   EXPECT_TRUE(pending->empty());
   v1::AgentMessage bye;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A real PostgreSQL server for the tests (Debian's postgresql package): made with initdb in a
+# temporary directory, listening on a Unix socket there only, stopped and removed at the end.
+#
+#   scripts/postgres-test-server.sh start URI_FILE   starts one; writes its admin URI to URI_FILE
+#   scripts/postgres-test-server.sh stop URI_FILE    stops the one URI_FILE names, removes it
+#
+# The tests make a database of their own on it for each case (tests/support/postgres_test_db.*).
+# Run as root, the server runs as the `postgres` user the package made (initdb refuses root).
+# Its settings are for tests: fsync off (a crash loses nothing a test needs).
+set -euo pipefail
+cmd=${1:-}
+uri_file=${2:-}
+if [[ -z "$cmd" || -z "$uri_file" ]]; then
+  echo "usage: $0 start|stop URI_FILE" >&2
+  exit 2
+fi
+bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+if [[ -z "$bin" || ! -x "$bin/initdb" ]]; then
+  echo "postgres-test-server: PostgreSQL's server is not installed (apt-get install postgresql;" \
+       "scripts/install-deps.sh does it)" >&2
+  exit 1
+fi
+as_server() {
+  if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+port=54329
+
+case "$cmd" in
+start)
+  dir=$(mktemp -d /tmp/tidemark-pg.XXXXXX)
+  [[ $(id -u) == 0 ]] && chown postgres: "$dir"
+  as_server "$bin/initdb" -D "$dir/data" -U tidemark --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 || {
+    cat "$dir/initdb.log" >&2
+    exit 1
+  }
+  as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-k $dir -c listen_addresses='' -p $port -c fsync=off -c synchronous_commit=off -c max_connections=200" \
+    start >/dev/null || {
+    cat "$dir/server.log" >&2
+    exit 1
+  }
+  as_server "$bin/createdb" -h "$dir" -p "$port" -U tidemark tidemark
+  echo "postgresql://tidemark@/tidemark?host=$dir&port=$port" >"$uri_file"
+  echo "postgres-test-server: started in $dir ($(cat "$uri_file"))"
+  ;;
+stop)
+  [[ -f "$uri_file" ]] || exit 0
+  dir=$(sed -e 's/.*host=\([^&]*\).*/\1/' "$uri_file")
+  rm -f "$uri_file"
+  case "$dir" in /tmp/tidemark-pg.*) ;; *) echo "postgres-test-server: not one of ours: $dir" >&2; exit 1 ;; esac
+  as_server "$bin/pg_ctl" -D "$dir/data" -w -m fast stop >/dev/null 2>&1 || true
+  rm -rf "$dir"
+  echo "postgres-test-server: stopped and removed $dir"
+  ;;
+*)
+  echo "usage: $0 start|stop URI_FILE" >&2
+  exit 2
+  ;;
+esac
