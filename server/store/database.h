@@ -45,33 +45,37 @@ class Statement {
   explicit Statement(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 
   bool ok() const { return m_impl != nullptr; }
+  // A statement that failed to prepare takes binds and steps as no-ops: step() is false and
+  // failed() true.
   Statement& bind(int index, int64_t v) {
-    m_impl->bindInt(index, v);
+    if (m_impl) m_impl->bindInt(index, v);
     return *this;
   }
   Statement& bind(int index, uint64_t v) { return bind(index, static_cast<int64_t>(v)); }
   Statement& bind(int index, int v) { return bind(index, static_cast<int64_t>(v)); }
   Statement& bind(int index, uint32_t v) { return bind(index, static_cast<int64_t>(v)); }
   Statement& bind(int index, std::string_view v) {
-    m_impl->bindText(index, v);
+    if (m_impl) m_impl->bindText(index, v);
     return *this;
   }
   Statement& bind(int index, const std::string& v) { return bind(index, std::string_view(v)); }
   Statement& bind(int index, const char* v) { return bind(index, std::string_view(v)); }
   Statement& bindBlob(int index, std::string_view v) {
-    m_impl->bindBlob(index, v);
+    if (m_impl) m_impl->bindBlob(index, v);
     return *this;
   }
   Statement& bindNull(int index) {
-    m_impl->bindNull(index);
+    if (m_impl) m_impl->bindNull(index);
     return *this;
   }
   // true: a row to read; false: no more rows, or an error (failed()). Reset before reuse.
-  bool step() { return m_impl->step(); }
+  bool step() { return m_impl && m_impl->step(); }
   // The last step ended in an error rather than at the end of the rows.
-  bool failed() const { return m_impl->failed(); }
+  bool failed() const { return !m_impl || m_impl->failed(); }
   absl::Status run();  // steps to completion and resets
-  void reset() { m_impl->reset(); }
+  void reset() {
+    if (m_impl) m_impl->reset();
+  }
   int64_t columnInt(int i) const { return m_impl->columnInt(i); }
   bool columnNull(int i) const { return m_impl->columnNull(i); }
   std::string columnText(int i) const { return m_impl->columnText(i); }

@@ -3,6 +3,7 @@
 // a row at a time (single-row mode), so a large read holds one row, not the whole result.
 #include <libpq-fe.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <vector>
@@ -291,7 +292,12 @@ class PgDatabase final : public Database::Impl {
     const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
     m_c->noteError(r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn));
     PQclear(r);
-    if (!ok) return nullptr;
+    if (!ok) {
+      // A statement of tidemark's own the server refuses is a bug: said, not only returned.
+      std::fprintf(stderr, "tidemarkd: PostgreSQL refused a statement: %s\n  %s\n",
+                   m_c->lastError.c_str(), text.c_str());
+      return nullptr;
+    }
     return std::make_unique<PgStatement>(m_c, std::move(name), params);
   }
   std::string error() const override { return m_c->lastError; }

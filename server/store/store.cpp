@@ -401,6 +401,14 @@ absl::Status Store::addStat(int64_t session, const StatRow& st) {
 }
 
 absl::StatusOr<int64_t> Store::jobFor(const SessionHeader& h) {
+  if (isPostgres(m_db)) {
+    // Daemons sharing the store take ranks of one job at the same moment: each waits for the
+    // other's transaction (a lock of the database on this key, held to its commit), then finds
+    // the job the other made rather than making a second.
+    Statement lock = m_db.prepare("SELECT pg_advisory_xact_lock(hashtext(?1), ?2)");
+    lock.bind(1, h.jobKey).bind(2, static_cast<int>(h.ownerUid.value_or(-1)));
+    if (auto s = lock.run(); !s.ok()) return s;
+  }
   // The owner's newest job of this key, if this rank could be one of it: begun within the
   // window and without this rank yet (a rerun of the job, which repeats its ranks, is a new one).
   Statement newest = m_db.prepare(
@@ -1085,7 +1093,7 @@ absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(const std::str
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare(
       "SELECT step, device, figure, category, ts_ns, value FROM step_figure WHERE session_id = ?1 "
-      "AND (?2 IS NULL OR step = ?2) ORDER BY step, device, figure, category");
+      "AND (CAST(?2 AS BIGINT) IS NULL OR step = ?2) ORDER BY step, device, figure, category");
   st.bind(1, id);
   if (step) {
     st.bind(2, *step);

@@ -1,6 +1,8 @@
 // Golden tests, perfetto-style: a small event stream in (tests/golden/<case>.events), sent
 // through the real Ingest API to an in-process tidemarkd with a real SQLite file, analysed,
-// queried, rendered as text and compared with tests/golden/<case>.expected.
+// queried, rendered as text and compared with tests/golden/<case>.expected. Each case runs again
+// with a real PostgreSQL store (the tests' server, tests/support/postgres_test_db.h) against the
+// same expected text: the two backends' conformance.
 //
 // Event lines (one event each; `batch` starts a new EventBatch, so batches can arrive out of
 // order by listing later sequence numbers first):
@@ -23,6 +25,7 @@
 #include "server/server.h"
 #include "server/store/database.h"
 #include "src/core/categorize.h"
+#include "tests/support/postgres_test_db.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -248,21 +251,29 @@ std::string render(v1::Query::Stub& query, const std::string& db, uint64_t sessi
   return out.str();
 }
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+// A case and the store it runs on ("sqlite" or "postgresql").
+class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(GoldenTest, MatchesExpected) {
-  const fs::path events = kGoldenDir / (GetParam() + ".events");
-  const fs::path expected = kGoldenDir / (GetParam() + ".expected");
+  const std::string name = std::get<0>(GetParam());
+  const bool postgres = std::get<1>(GetParam()) == "postgresql";
+  const fs::path events = kGoldenDir / (name + ".events");
+  const fs::path expected = kGoldenDir / (name + ".expected");
   std::string error;
   const std::vector<v1::AgentMessage> messages = parseEvents(events, &error);
   ASSERT_TRUE(error.empty()) << events << ": " << error;
 
-  const fs::path dir = fs::temp_directory_path() /
-                       ("tidemark-golden-" + std::to_string(getpid()) + "-" + GetParam());
+  const fs::path dir =
+      fs::temp_directory_path() / ("tidemark-golden-" + std::to_string(getpid()) + "-" + name);
   fs::remove_all(dir);
   ServerOptions o;
   o.listen = "127.0.0.1:0";
   o.dbPath = (dir / "store.db").string();
+  if (postgres) {
+    auto uri = tidemark::test_support::freshPostgresDatabase();
+    ASSERT_TRUE(uri.ok()) << uri.status();
+    o.dbPath = *uri;
+  }
   Server server(o);
   ASSERT_TRUE(server.start().ok());
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
@@ -283,14 +294,14 @@ TEST_P(GoldenTest, MatchesExpected) {
   server.shutdown();
   fs::remove_all(dir);
 
-  if (std::getenv("TIDEMARK_GOLDEN_UPDATE") != nullptr) {
+  if (std::getenv("TIDEMARK_GOLDEN_UPDATE") != nullptr && !postgres) {
     std::ofstream(expected) << actual;
     GTEST_SKIP() << "rewrote " << expected;
   }
   std::ifstream in(expected);
   ASSERT_TRUE(in.good()) << expected << " is missing (TIDEMARK_GOLDEN_UPDATE=1 writes it)";
   const std::string want((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(actual, want) << "golden case " << GetParam();
+  EXPECT_EQ(actual, want) << "golden case " << name << " on " << std::get<1>(GetParam());
 }
 
 std::vector<std::string> cases() {
@@ -302,8 +313,12 @@ std::vector<std::string> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(cases()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest,
+                         ::testing::Combine(::testing::ValuesIn(cases()),
+                                            ::testing::Values("sqlite", "postgresql")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 }  // namespace
 }  // namespace tidemark::server

@@ -1,6 +1,9 @@
-// The SQLite store: schema version, reopening, refusing what it cannot read.
+// The store: what it writes is read back the same on both backends (SQLite, and a real
+// PostgreSQL server: tests/support/postgres_test_db.h); daemons sharing a PostgreSQL store; the
+// SQLite file's schema versions, reopening, refusing what it cannot read.
 #include "server/store/store.h"
 #include "server/store/writer.h"
+#include "tests/support/postgres_test_db.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -23,9 +26,29 @@ std::filesystem::path tempPath(const char* name) {
   return p;
 }
 
-TEST(StoreTest, RowsWrittenAreReadBackAsARecording) {
-  const auto dir = tempPath("rows");
-  const std::string db = (dir / "nested" / "store.db").string();  // directories are created
+// A test run on each backend: freshStore() is a new, empty store of it.
+class StoreBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string freshStore(const char* name) {
+    if (GetParam() == "postgresql") {
+      auto uri = test_support::freshPostgresDatabase();
+      EXPECT_TRUE(uri.ok()) << uri.status();
+      return uri.ok() ? *uri : "postgresql://no-test-server.invalid/none";
+    }
+    m_dir = tempPath(name);
+    return (m_dir / "nested" / "store.db").string();  // directories are created
+  }
+  void TearDown() override {
+    if (!m_dir.empty()) std::filesystem::remove_all(m_dir);
+  }
+  std::filesystem::path m_dir;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreBackendTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(StoreBackendTest, RowsWrittenAreReadBackAsARecording) {
+  const std::string db = freshStore("rows");
   {
     auto store = Store::open(db);
     ASSERT_TRUE(store.ok()) << store.status();
@@ -61,12 +84,10 @@ TEST(StoreTest, RowsWrittenAreReadBackAsARecording) {
   EXPECT_EQ(rec->tags[0].name, "model.fc");
   EXPECT_EQ(rec->tags[0].category, core::Category::kWeight);
   EXPECT_EQ(Store::getSession(db, 2).status().code(), absl::StatusCode::kNotFound);
-  std::filesystem::remove_all(dir);
 }
 
-TEST(StoreTest, RawEventsGoInSlicesAndTheSessionSaysSo) {
-  const auto dir = tempPath("slices");
-  const std::string db = (dir / "store.db").string();
+TEST_P(StoreBackendTest, RawEventsGoInSlicesAndTheSessionSaysSo) {
+  const std::string db = freshStore("slices");
   auto store = Store::open(db);
   ASSERT_TRUE(store.ok()) << store.status();
   Store& st = **store;
@@ -120,7 +141,6 @@ TEST(StoreTest, RawEventsGoInSlicesAndTheSessionSaysSo) {
   ASSERT_TRUE(st.deleteSession(*id).ok());
   EXPECT_EQ(Store::getSession(db, *id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(st.deleteSession(*id).code(), absl::StatusCode::kNotFound);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(StoreTest, AStoreFromANewerTidemarkIsRefused) {
@@ -187,9 +207,8 @@ SessionHeader rankHeader(const std::string& key, int32_t rank, int64_t owner, in
   return h;
 }
 
-TEST(StoreTest, TheRanksOfAJobAreGroupedByOwnerKeyAndRun) {
-  const auto dir = tempPath("jobs");
-  const std::string db = (dir / "store.db").string();
+TEST_P(StoreBackendTest, TheRanksOfAJobAreGroupedByOwnerKeyAndRun) {
+  const std::string db = freshStore("jobs");
   constexpr int64_t kStart = 1'700'000'000'000'000'000;
   constexpr int64_t kSecond = 1'000'000'000;
   auto store = Store::open(db);
@@ -246,7 +265,6 @@ TEST(StoreTest, TheRanksOfAJobAreGroupedByOwnerKeyAndRun) {
   auto lateRow = Store::getSession(db, *late), laterRow = Store::getSession(db, *later);
   ASSERT_TRUE(lateRow.ok() && laterRow.ok());
   EXPECT_NE(lateRow->jobId, laterRow->jobId);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(StoreTest, AVersion4StoreIsReadWithoutJobsAndMigrated) {
@@ -340,6 +358,122 @@ TEST(StoreWriterTest, AnUrgentWriteGoesBeforeTheQueuedOnesAndNeverWaitsForThemAl
   EXPECT_EQ(normalDone.load(), 10);
   writer.stop();
   std::filesystem::remove_all(dir);
+}
+
+// Two daemons (two write connections, each its own name) on one PostgreSQL store.
+class SharedStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto uri = test_support::freshPostgresDatabase();
+    ASSERT_TRUE(uri.ok()) << uri.status();
+    m_uri = *uri;
+  }
+  std::string m_uri;
+};
+
+TEST_F(SharedStoreTest, EachDaemonLooksAfterItsOwnSessionsAndReadsEveryOne) {
+  auto a = Store::open(m_uri, int64_t{8} << 20, "node-a");
+  auto b = Store::open(m_uri, int64_t{8} << 20, "node-b");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  // Both write a session's blocks in transactions open at the same time: the block ids
+  // interleave, each session's rows stay its own and in order.
+  ASSERT_TRUE((*a)->begin().ok());
+  ASSERT_TRUE((*b)->begin().ok());
+  SessionHeader h;
+  h.pid = 7;
+  auto sa = (*a)->createSession(h);
+  auto sb = (*b)->createSession(h);
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  for (int batch = 0; batch < 3; ++batch) {
+    for (auto [store, sid] : {std::pair{a->get(), *sa}, std::pair{b->get(), *sb}}) {
+      SessionRows rows;
+      rows.sessionId = sid;
+      for (uint64_t i = 0; i < 100; ++i) {
+        BlockRow blk;
+        blk.address = (static_cast<uint64_t>(sid) << 32) + batch * 100 + i;
+        blk.sizeBytes = 64 * (i + 1);
+        blk.allocSeq = batch * 100 + i;
+        rows.blocks.push_back(blk);
+      }
+      ASSERT_TRUE(store->writeRows(rows).ok());
+    }
+  }
+  ASSERT_TRUE((*a)->commit().ok());
+  ASSERT_TRUE((*b)->commit().ok());
+  for (int64_t sid : {*sa, *sb}) {
+    auto rec = Store::loadRecording(m_uri, sid);
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    ASSERT_EQ(rec->blocks.size(), 300u);
+    for (size_t i = 0; i < rec->blocks.size(); ++i) {
+      EXPECT_EQ(rec->blocks[i].address, (static_cast<uint64_t>(sid) << 32) + i);
+      EXPECT_EQ(rec->blocks[i].allocSeq, i);
+    }
+  }
+  // Live sessions to resume, sessions to analyse: each daemon its own; queries: every one.
+  auto liveA = Store::liveSessions(m_uri, "node-a");
+  auto liveB = Store::liveSessions(m_uri, "node-b");
+  ASSERT_TRUE(liveA.ok() && liveB.ok());
+  ASSERT_EQ(liveA->size(), 1u);
+  EXPECT_EQ(liveA->front().id, *sa);
+  EXPECT_EQ(liveA->front().daemon, "node-a");
+  ASSERT_EQ(liveB->size(), 1u);
+  EXPECT_EQ(liveB->front().id, *sb);
+  SessionEnd end;
+  end.sessionId = *sb;
+  end.endTsNs = 5;
+  ASSERT_TRUE((*b)->endSession(end).ok());
+  auto toAnalyzeA = Store::sessionsToAnalyze(m_uri, "node-a");
+  auto toAnalyzeB = Store::sessionsToAnalyze(m_uri, "node-b");
+  ASSERT_TRUE(toAnalyzeA.ok() && toAnalyzeB.ok());
+  EXPECT_TRUE(toAnalyzeA->empty());
+  EXPECT_EQ(*toAnalyzeB, std::vector<int64_t>{*sb});
+  auto all = Store::listSessions(m_uri);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 2u);
+}
+
+TEST_F(SharedStoreTest, RanksTakenByTwoDaemonsAtOnceJoinOneJob) {
+  auto a = Store::open(m_uri, int64_t{8} << 20, "node-a");
+  auto b = Store::open(m_uri, int64_t{8} << 20, "node-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto rank = [](int32_t r) {
+    SessionHeader h;
+    h.pid = 100 + r;
+    h.ownerUid = 1000;
+    h.jobKey = "10.0.0.1:29500";
+    h.rank = r;
+    h.worldSize = 2;
+    h.startWallNs = 1'700'000'000'000'000'000;
+    return h;
+  };
+  // Daemon a takes rank 0 in a transaction it keeps open a while; daemon b takes rank 1 in the
+  // meantime. Without the database's lock b would not see a's job yet and make another.
+  ASSERT_TRUE((*a)->begin().ok());
+  auto r0 = (*a)->createSession(rank(0));
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  auto second = std::async(std::launch::async, [&] {
+    EXPECT_TRUE((*b)->begin().ok());
+    auto id = (*b)->createSession(rank(1));
+    EXPECT_TRUE((*b)->commit().ok());
+    return id;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE((*a)->commit().ok());
+  auto r1 = second.get();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  auto jobs = Store::listJobs(m_uri, std::nullopt, 0);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(jobs->front().ranksRecorded, 2);
+}
+
+TEST(StoreTest, APostgresqlServerThatIsNotThereIsRefusedClearly) {
+  // A socket directory with no server in it: refused at once, saying where it looked.
+  auto store = Store::open("postgresql://nobody@/none?host=/nonexistent-tidemark&port=1");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(store.status().message().find("cannot connect to postgresql://"), std::string::npos)
+      << store.status();
 }
 
 }  // namespace
