@@ -10,7 +10,7 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config git clang-format clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libssl-dev openssl
   libsqlite3-dev sqlite3 nlohmann-json3-dev zlib1g-dev
-  libpq-dev postgresql
+  libpq-dev postgresql python3-psycopg2
   qt6-base-dev libgl-dev
   libgtest-dev
   python3 python3-venv python3-torch libtorch-dev libopenblas0-pthread

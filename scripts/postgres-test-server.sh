@@ -15,6 +15,8 @@ if [[ -z "$cmd" || -z "$uri_file" ]]; then
   echo "usage: $0 start|stop URI_FILE" >&2
   exit 2
 fi
+uri_file=$(realpath -m "$uri_file")
+cd /  # the server's user may not be allowed into the caller's directory
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [[ -z "$bin" || ! -x "$bin/initdb" ]]; then
   echo "postgres-test-server: PostgreSQL's server is not installed (apt-get install postgresql;" \

@@ -1,5 +1,9 @@
 """Shared helpers for the end-to-end tests: start a real tidemarkd on a free loopback port with its
-own SQLite file, run the real CLI, and read the store directly for ground-truth joins."""
+own SQLite file, run the real CLI, and read the store directly for ground-truth joins.
+
+With TIDEMARK_TEST_STORE=postgresql the daemons of a suite keep their store in a database of
+their own on the tests' PostgreSQL server (its URI in the file TIDEMARK_TEST_POSTGRES_FILE names;
+ctest's `postgres` fixture starts it): the same suite, the same assertions, the other backend."""
 import atexit
 import functools
 import json
@@ -45,6 +49,39 @@ for _var in ("XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME"):
     os.environ[_var] = os.path.join(PRIVATE_DIRS, _var.lower())
 
 
+STORE_BACKEND = os.environ.get("TIDEMARK_TEST_STORE", "sqlite")
+if STORE_BACKEND not in ("sqlite", "postgresql"):
+    raise RuntimeError("TIDEMARK_TEST_STORE=%s: sqlite or postgresql" % STORE_BACKEND)
+
+
+def fresh_postgres_database():
+    """A new, empty database on the tests' PostgreSQL server: its URI (fails, saying how to get a
+    server, when there is none)."""
+    import psycopg2  # Debian's python3-psycopg2 (scripts/install-deps.sh)
+    uri_file = os.environ.get("TIDEMARK_TEST_POSTGRES_FILE", "")
+    if not uri_file or not os.path.exists(uri_file):
+        raise RuntimeError("TIDEMARK_TEST_STORE=postgresql needs the tests' PostgreSQL server: run "
+                           "the suite with ctest (its postgres fixture), or start one with "
+                           "scripts/postgres-test-server.sh start FILE and set "
+                           "TIDEMARK_TEST_POSTGRES_FILE=FILE")
+    with open(uri_file) as f:
+        admin = f.read().strip()
+    name = "e2e_%d_%d" % (os.getpid(), fresh_postgres_database.count)
+    fresh_postgres_database.count += 1
+    con = psycopg2.connect(admin)
+    try:
+        con.autocommit = True
+        con.cursor().execute("DROP DATABASE IF EXISTS " + name)
+        con.cursor().execute("CREATE DATABASE " + name)
+    finally:
+        con.close()
+    head, _, query = admin.partition("?")
+    return head[:head.index("/", head.index("://") + 3) + 1] + name + ("?" + query if query else "")
+
+
+fresh_postgres_database.count = 0
+
+
 def stop_daemon_of_store(db):
     """Stops the tidemarkd holding the store db (its pid is in the store's lock file)."""
     try:
@@ -74,6 +111,8 @@ class Daemon:
     def __init__(self, *extra_args):
         self.dir = tempfile.mkdtemp(prefix="tidemark-e2e-")
         self.db = os.path.join(self.dir, "store.db")
+        # The store the daemon is given: this file, or a PostgreSQL database (see the top).
+        self.store = fresh_postgres_database() if STORE_BACKEND == "postgresql" else self.db
         self.log = open(os.path.join(self.dir, "tidemarkd.log"), "w")
         self._start(extra_args)
 
@@ -82,8 +121,8 @@ class Daemon:
         if os.path.exists(port_file):
             os.unlink(port_file)
         self.proc = subprocess.Popen(
-            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--db",
-             self.db, "--port-file", port_file, *extra_args], stdout=self.log,
+            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--store",
+             self.store, "--port-file", port_file, *extra_args], stdout=self.log,
             stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
@@ -170,6 +209,15 @@ class Daemon:
         return sessions[-1]
 
     def sql(self, query, *params):
+        if self.store != self.db:
+            import psycopg2
+            con = psycopg2.connect(self.store)
+            try:
+                cur = con.cursor()
+                cur.execute(query.replace("?", "%s"), params)
+                return cur.fetchall()
+            finally:
+                con.close()
         con = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True)
         try:
             return con.execute(query, params).fetchall()
