@@ -88,7 +88,8 @@ void printSessionJson(const v1::SessionInfo& s, std::string& out) {
          ", \"raw_pruned_wall_ns\": " + std::to_string(s.raw_pruned_wall_ns()) +
          ", \"job_id\": " + std::to_string(s.job_id()) + ", \"rank\": " + std::to_string(s.rank()) +
          ", \"local_rank\": " + std::to_string(s.local_rank()) +
-         ", \"world_size\": " + std::to_string(s.world_size()) + ", \"stats\": {";
+         ", \"world_size\": " + std::to_string(s.world_size()) +
+         ", \"daemon\": " + jsonString(s.daemon()) + ", \"stats\": {";
   for (int i = 0; i < s.stats_size(); ++i) {
     const v1::Stat& st = s.stats(i);
     if (i) out += ", ";

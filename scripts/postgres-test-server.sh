@@ -2,7 +2,10 @@
 # A real PostgreSQL server for the tests (Debian's postgresql package): made with initdb in a
 # temporary directory, listening on a Unix socket there only, stopped and removed at the end.
 #
-#   scripts/postgres-test-server.sh start URI_FILE   starts one; writes its admin URI to URI_FILE
+#   scripts/postgres-test-server.sh start URI_FILE [ADDR]
+#       starts one; writes its admin URI to URI_FILE. With ADDR it also listens on that IPv4
+#       address (tests/e2e/test_two_hosts.py: a network namespace's end of a veth link), and
+#       takes clients of ADDR's /24 without a password; the URI names it.
 #   scripts/postgres-test-server.sh stop URI_FILE    stops the one URI_FILE names, removes it
 #
 # The tests make a database of their own on it for each case (tests/support/postgres_test_db.*).
@@ -11,6 +14,7 @@
 set -euo pipefail
 cmd=${1:-}
 uri_file=${2:-}
+listen=${3:-}
 if [[ -z "$cmd" || -z "$uri_file" ]]; then
   echo "usage: $0 start|stop URI_FILE" >&2
   exit 2
@@ -36,20 +40,32 @@ start)
     cat "$dir/initdb.log" >&2
     exit 1
   }
+  if [[ -n "$listen" ]]; then
+    echo "host all all ${listen%.*}.0/24 trust" >>"$dir/data/pg_hba.conf"
+  fi
   as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-k $dir -c listen_addresses='' -p $port -c fsync=off -c synchronous_commit=off -c max_connections=200" \
+    -o "-k $dir -c listen_addresses='$listen' -p $port -c fsync=off -c synchronous_commit=off -c max_connections=200" \
     start >/dev/null || {
     cat "$dir/server.log" >&2
     exit 1
   }
   as_server "$bin/createdb" -h "$dir" -p "$port" -U tidemark tidemark
-  echo "postgresql://tidemark@/tidemark?host=$dir&port=$port" >"$uri_file"
+  if [[ -n "$listen" ]]; then
+    echo "postgresql://tidemark@$listen:$port/tidemark?sslmode=disable" >"$uri_file"
+    echo "$dir" >"$uri_file.dir"
+  else
+    echo "postgresql://tidemark@/tidemark?host=$dir&port=$port" >"$uri_file"
+  fi
   echo "postgres-test-server: started in $dir ($(cat "$uri_file"))"
   ;;
 stop)
   [[ -f "$uri_file" ]] || exit 0
-  dir=$(sed -e 's/.*host=\([^&]*\).*/\1/' "$uri_file")
-  rm -f "$uri_file"
+  if [[ -f "$uri_file.dir" ]]; then
+    dir=$(cat "$uri_file.dir")
+  else
+    dir=$(sed -e 's/.*host=\([^&]*\).*/\1/' "$uri_file")
+  fi
+  rm -f "$uri_file" "$uri_file.dir"
   case "$dir" in /tmp/tidemark-pg.*) ;; *) echo "postgres-test-server: not one of ours: $dir" >&2; exit 1 ;; esac
   as_server "$bin/pg_ctl" -D "$dir/data" -w -m fast stop >/dev/null 2>&1 || true
   rm -rf "$dir"

@@ -45,6 +45,7 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
   out->set_rank(r.header.rank);
   out->set_local_rank(r.header.localRank);
   out->set_world_size(r.header.worldSize);
+  out->set_daemon(r.daemon);
   for (const StatRow& s : r.stats) {
     v1::Stat* st = out->add_stats();
     st->set_name(s.name);

@@ -86,7 +86,10 @@ def main():
     with open(os.path.join(args.out_dir, "rank%d.json" % rank), "w") as f:
         json.dump({"rank": rank, "world_size": world, "pid": os.getpid(), "batch": batch,
                    "param_bytes": sum(params.values()), "optimizer_bytes": sum(state.values()),
-                   "losses": losses, "hooks_between_steps": hooks_between_steps}, f)
+                   "losses": losses, "hooks_between_steps": hooks_between_steps,
+                   # Equal on every rank when the gradients were all-reduced (DDP).
+                   "param_sum": float(sum(p.detach().double().sum() for p in model.parameters()))},
+                  f)
     dist.barrier()
     dist.destroy_process_group()
 
