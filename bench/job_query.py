@@ -4,7 +4,9 @@ program of the agent tests, a session each) recorded under `tidemark run` as the
 sessions` and one rank's `tidemark peak` (each a CLI process: its start is in every figure),
 median of REPEATS.
 
-    python3 bench/job_query.py BIN [RANKS] [REPEATS]
+    python3 bench/job_query.py BIN [RANKS] [REPEATS] [STORE]
+
+STORE: the daemon's store (tidemarkd --store; default a SQLite file of its own).
 """
 import json
 import os
@@ -22,9 +24,10 @@ def main():
     tidemark = os.path.join(bin_dir, "tidemark")
     work = tempfile.mkdtemp(prefix="tidemark-bench-job-")
     port_file = os.path.join(work, "port")
+    store = sys.argv[4] if len(sys.argv) > 4 else os.path.join(work, "job.db")
     daemon = subprocess.Popen([os.path.join(bin_dir, "tidemarkd"), "--listen", "127.0.0.1:0",
-                               "--no-unix", "--db", os.path.join(work, "job.db"), "--port-file",
-                               port_file], stderr=subprocess.DEVNULL)
+                               "--no-unix", "--store", store, "--port-file", port_file],
+                              stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
             if os.path.exists(port_file) and open(port_file).read().strip():

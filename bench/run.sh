@@ -21,6 +21,9 @@
 #   6. a load run: 16 native burst jobs and 8 trainings against one fresh daemon at once, all
 #      lossless: sessions whole, the daemon's peak memory, query latency while ingesting
 #   7. the job query on a 64-rank job (a session per rank), beside sessions and one rank's peak
+#   8. the PostgreSQL store beside SQLite (bench/postgres_bench.py, a real server of its own):
+#      the session of 3 into each (ingest, analysis, queries, ratios), 8 ranks at once into one
+#      SQLite daemon and through two daemons into one PostgreSQL, the job query of 7 on it
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -40,7 +43,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
-SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7} "
+SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7 8} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
@@ -345,4 +348,11 @@ if want 7; then
 echo
 echo "== 7. the job query on a 64-rank job (bench/job_query.py; median of 9, CLI start included)"
 $PY bench/job_query.py "$BIN" 64 9
+fi
+
+if want 8; then
+echo
+echo "== 8. the PostgreSQL store beside SQLite (bench/postgres_bench.py; a server on this machine,"
+echo "   fsync on, commits not waiting for it: as SQLite's WAL with synchronous=NORMAL)"
+$PY bench/postgres_bench.py "$BIN" "$EVENTS"
 fi

@@ -10,7 +10,11 @@
 #
 # The tests make a database of their own on it for each case (tests/support/postgres_test_db.*).
 # Run as root, the server runs as the `postgres` user the package made (initdb refuses root).
-# Its settings are for tests: fsync off (a crash loses nothing a test needs).
+# Its settings are for tests: fsync off (a crash loses nothing a test needs); POSTGRES_FSYNC=on
+# keeps it (bench/postgres_bench.py: against SQLite's write-ahead log, which syncs too). Commits
+# do not wait for their log flush either way (synchronous_commit off, as SQLite's
+# synchronous=NORMAL in WAL mode: a crash of the machine may lose the last commits, never the
+# database).
 set -euo pipefail
 cmd=${1:-}
 uri_file=${2:-}
@@ -44,7 +48,7 @@ start)
     echo "host all all ${listen%.*}.0/24 trust" >>"$dir/data/pg_hba.conf"
   fi
   as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-k $dir -c listen_addresses='$listen' -p $port -c fsync=off -c synchronous_commit=off -c max_connections=200" \
+    -o "-k $dir -c listen_addresses='$listen' -p $port -c fsync=${POSTGRES_FSYNC:-off} -c synchronous_commit=off -c max_connections=200" \
     start >/dev/null || {
     cat "$dir/server.log" >&2
     exit 1

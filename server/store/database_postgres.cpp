@@ -3,9 +3,12 @@
 // a row at a time (single-row mode), so a large read holds one row, not the whole result.
 #include <libpq-fe.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "server/store/database.h"
@@ -46,15 +49,50 @@ int hexValue(char c) {
   return 0;
 }
 
+// Connections kept open for the next reader of the same store: a PostgreSQL connection costs a
+// server process's start (milliseconds), and every query opens one (Store's readers).
+class ConnectionPool {
+ public:
+  static constexpr size_t kMaxIdlePerStore = 8;
+  static ConnectionPool& instance() {
+    static ConnectionPool* pool = new ConnectionPool();  // outlives every static user
+    return *pool;
+  }
+  PGconn* take(const std::string& uri) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    auto it = m_idle.find(uri);
+    if (it == m_idle.end() || it->second.empty()) return nullptr;
+    PGconn* conn = it->second.back();
+    it->second.pop_back();
+    return conn;
+  }
+  // Keeps an idle connection (no transaction open, nothing in flight), or closes it.
+  void give(const std::string& uri, PGconn* conn) {
+    if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE) {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      std::vector<PGconn*>& idle = m_idle[uri];
+      if (idle.size() < kMaxIdlePerStore) {
+        idle.push_back(conn);
+        return;
+      }
+    }
+    PQfinish(conn);
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::unordered_map<std::string, std::vector<PGconn*>> m_idle;
+};
+
 class PgConnection {
  public:
-  explicit PgConnection(PGconn* conn) : conn(conn) {}
-  ~PgConnection() { PQfinish(conn); }
+  PgConnection(PGconn* conn, std::string uri) : conn(conn), uri(std::move(uri)) {}
+  ~PgConnection() { ConnectionPool::instance().give(uri, conn); }  // idle: kept for the next
   PGconn* conn;
+  const std::string uri;
   class PgStatement* streaming = nullptr;  // a statement whose rows are still coming
   std::string lastError;
   int64_t changes = 0;
-  int64_t nextName = 0;
   void finishStreaming();
   void noteError(const char* what) {
     lastError = what;
@@ -270,7 +308,8 @@ void PgConnection::finishStreaming() {
 
 class PgDatabase final : public Database::Impl {
  public:
-  explicit PgDatabase(PGconn* conn) : m_c(std::make_shared<PgConnection>(conn)) {}
+  PgDatabase(PGconn* conn, std::string uri)
+      : m_c(std::make_shared<PgConnection>(conn, std::move(uri))) {}
 
   Dialect dialect() const override { return Dialect::kPostgres; }
   absl::Status exec(std::string_view sql) override {
@@ -287,7 +326,9 @@ class PgDatabase final : public Database::Impl {
     m_c->finishStreaming();
     int params = 0;
     const std::string text = renameParameters(sql, &params);
-    std::string name = "tidemark_" + std::to_string(++m_c->nextName);
+    // Names unique in the process: a pooled connection may hold its earlier users' (released).
+    static std::atomic<int64_t> names{0};
+    std::string name = "tidemark_" + std::to_string(names.fetch_add(1) + 1);
     PGresult* r = PQprepare(m_c->conn, name.c_str(), text.c_str(), 0, nullptr);
     const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
     m_c->noteError(r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn));
@@ -342,6 +383,10 @@ class PgDatabase final : public Database::Impl {
 }  // namespace
 
 absl::Status openPostgres(const std::string& uri, std::unique_ptr<Database::Impl>* out) {
+  if (PGconn* pooled = ConnectionPool::instance().take(uri)) {
+    *out = std::make_unique<PgDatabase>(pooled, uri);
+    return absl::OkStatus();
+  }
   PGconn* conn = PQconnectdb(uri.c_str());
   if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
     std::string why = conn ? PQerrorMessage(conn) : "out of memory";
@@ -352,7 +397,7 @@ absl::Status openPostgres(const std::string& uri, std::unique_ptr<Database::Impl
   // CREATE ... IF NOT EXISTS and the like say NOTICE: not for the daemon's log.
   PQsetNoticeProcessor(
       conn, [](void*, const char*) {}, nullptr);
-  *out = std::make_unique<PgDatabase>(conn);
+  *out = std::make_unique<PgDatabase>(conn, uri);
   return absl::OkStatus();
 }
 
