@@ -267,7 +267,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::openPostgres(const std::string& ur
   const std::string where = displayLocator(uri);
   if (auto s = store->m_db.exec("BEGIN; SELECT pg_advisory_xact_lock(7205759403792793600); " +
                                 postgresDdl(kSchemaSql) +
-                                "CREATE INDEX IF NOT EXISTS session_by_job ON session(job_id);");
+                                "CREATE INDEX IF NOT EXISTS session_by_job ON session(job_id);" +
+                                "CREATE SEQUENCE IF NOT EXISTS allocation_id_ranges INCREMENT BY " +
+                                std::to_string(kBlockIdRange) + ";");
       !s.ok()) {
     store->m_db.exec("ROLLBACK").IgnoreError();
     return absl::FailedPreconditionError("cannot apply the schema to " + where + ": " +
@@ -343,8 +345,7 @@ absl::Status Store::prepareStatements() {
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(session_id, name) DO UPDATE SET "
       "value = stat.value + excluded.value");
   if (isPostgres(m_db)) {
-    m_reserveBlockIds = m_db.prepare(
-        "SELECT nextval(pg_get_serial_sequence('allocation', 'id')) FROM generate_series(1, ?1)");
+    m_reserveBlockIds = m_db.prepare("SELECT nextval('allocation_id_ranges')");
     if (auto s = checkPrepared(m_reserveBlockIds, m_db); !s.ok()) return s;
   }
   for (const Statement* st : {&m_insertSession, &m_insertString, &m_insertBlock, &m_insertTag,
@@ -498,22 +499,26 @@ absl::StatusOr<std::pair<int64_t, int64_t>> Store::copyBulkRows(const SessionRow
   const int64_t sid = r.sessionId;
   std::pair<int64_t, int64_t> range{0, 0};
   if (!r.blocks.empty()) {
-    // The blocks' ids come from the table's own sequence (other daemons take theirs from it at
-    // the same time), in order: the session's rows lie in [first, last] as with SQLite.
-    m_reserveBlockIds.bind(1, static_cast<int64_t>(r.blocks.size()));
-    std::vector<int64_t> ids;
-    ids.reserve(r.blocks.size());
-    while (m_reserveBlockIds.step()) ids.push_back(m_reserveBlockIds.columnInt(0));
-    const bool failed = m_reserveBlockIds.failed();
-    const std::string why = failed ? m_reserveBlockIds.error() : "";
-    m_reserveBlockIds.reset();
-    if (failed || ids.size() != r.blocks.size())
-      return absl::InternalError("cannot reserve block ids: " + why);
-    std::sort(ids.begin(), ids.end());
+    // The blocks' ids: from a range of kBlockIdRange this daemon took from the store's sequence
+    // (other daemons take theirs from it at the same time), in increasing order, so that the
+    // session's rows lie in [first, last] as with SQLite (with other daemons' between them).
     CopyText rows;
     for (size_t i = 0; i < r.blocks.size(); ++i) {
+      if (m_nextBlockId == m_blockIdsEnd) {
+        if (!m_reserveBlockIds.step()) {
+          const std::string why = m_reserveBlockIds.error();
+          m_reserveBlockIds.reset();
+          return absl::InternalError("cannot reserve block ids: " + why);
+        }
+        m_nextBlockId = m_reserveBlockIds.columnInt(0);
+        m_blockIdsEnd = m_nextBlockId + kBlockIdRange;
+        m_reserveBlockIds.reset();
+      }
+      const int64_t id = m_nextBlockId++;
+      if (i == 0) range.first = id;
+      range.second = id;
       const BlockRow& b = r.blocks[i];
-      rows.num(ids[i]).num(sid).num(s64(b.address)).num(s64(b.sizeBytes)).num(b.memoryKind);
+      rows.num(id).num(sid).num(s64(b.address)).num(s64(b.sizeBytes)).num(b.memoryKind);
       rows.num(b.device).num(s64(b.stream)).num(b.threadId).num(s64(b.allocSeq));
       rows.num(b.allocTsNs).end(b.freeSeq, b.freeTsNs).row();
     }
@@ -524,7 +529,6 @@ absl::StatusOr<std::pair<int64_t, int64_t>> Store::copyBulkRows(const SessionRow
         !s.ok()) {
       return s;
     }
-    range = {ids.front(), ids.back()};
   }
   if (!r.tags.empty()) {
     CopyText rows;

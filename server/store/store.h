@@ -402,6 +402,10 @@ class Store {
   Statement m_insertSession, m_insertString, m_insertBlock, m_insertTag, m_insertScope,
       m_insertPhase, m_insertStep, m_insertStepFigure, m_addCounts, m_endSession, m_upsertStat,
       m_reserveBlockIds;
+  // PostgreSQL: the block ids this daemon holds, [m_nextBlockId, m_blockIdsEnd).
+  static constexpr int64_t kBlockIdRange = 65536;
+  int64_t m_nextBlockId = 0;
+  int64_t m_blockIdsEnd = 0;
 };
 
 }  // namespace tidemark::server
