@@ -62,9 +62,16 @@ class ConnectionPool {
     std::lock_guard<std::mutex> lock(m_mutex);
     auto it = m_idle.find(uri);
     if (it == m_idle.end() || it->second.empty()) return nullptr;
-    PGconn* conn = it->second.back();
-    it->second.pop_back();
-    return conn;
+    while (!it->second.empty()) {
+      PGconn* conn = it->second.back();
+      it->second.pop_back();
+      // One the server closed while it waited here (a restart): its end is read now, not by
+      // the next query.
+      PQconsumeInput(conn);
+      if (PQstatus(conn) == CONNECTION_OK) return conn;
+      PQfinish(conn);
+    }
+    return nullptr;
   }
   // Keeps an idle connection (no transaction open, nothing in flight), or closes it.
   void give(const std::string& uri, PGconn* conn) {
@@ -93,7 +100,24 @@ class PgConnection {
   class PgStatement* streaming = nullptr;  // a statement whose rows are still coming
   std::string lastError;
   int64_t changes = 0;
+  // Between an exec of BEGIN and of COMMIT or ROLLBACK: a connection lost then is not
+  // reconnected (the transaction is gone; its caller rolls back and begins again).
+  bool inTransaction = false;
+  // Counts reconnections: statements prepared before the last one prepare again.
+  int64_t generation = 0;
   void finishStreaming();
+  // A lost connection (the server restarted, or ended this session), outside a transaction:
+  // connected again. False when it stays lost.
+  bool reconnectIfLost() {
+    // A connection the server ended while idle still says OK until its end is read.
+    if (PQstatus(conn) == CONNECTION_OK && streaming == nullptr) PQconsumeInput(conn);
+    if (PQstatus(conn) == CONNECTION_OK) return true;
+    if (inTransaction) return false;
+    PQreset(conn);
+    if (PQstatus(conn) != CONNECTION_OK) return false;
+    ++generation;
+    return true;
+  }
   void noteError(const char* what) {
     lastError = what;
     while (!lastError.empty() && (lastError.back() == '\n' || lastError.back() == ' '))
@@ -122,9 +146,11 @@ class PgConnection {
 
 class PgStatement final : public Statement::Impl {
  public:
-  PgStatement(std::shared_ptr<PgConnection> c, std::string name, int params)
+  PgStatement(std::shared_ptr<PgConnection> c, std::string name, std::string sql, int params)
       : m_c(std::move(c)),
         m_name(std::move(name)),
+        m_sql(std::move(sql)),
+        m_generation(m_c->generation),
         m_values(static_cast<size_t>(params)),
         m_null(static_cast<size_t>(params), true),
         m_binary(static_cast<size_t>(params), 0) {}
@@ -144,7 +170,8 @@ class PgStatement final : public Statement::Impl {
 
   bool step() override {
     clearRow();
-    if (m_state == State::kIdle && !start()) return false;
+    const bool first = m_state == State::kIdle;
+    if (first && !start()) return false;
     if (m_state == State::kBuffered) {
       if (!m_buffer.empty()) {
         m_row = m_buffer.front();
@@ -161,6 +188,13 @@ class PgStatement final : public Statement::Impl {
       return true;
     }
     finishWith(r);
+    // The connection turned out lost (the server ended it while it was idle) before a row of
+    // a statement outside a transaction: once more on a new connection.
+    if (first && m_state == State::kFailed && PQstatus(m_c->conn) != CONNECTION_OK &&
+        !m_c->inTransaction) {
+      m_state = State::kIdle;
+      return step();
+    }
     return false;
   }
   bool failed() const override { return m_state == State::kFailed; }
@@ -233,6 +267,24 @@ class PgStatement final : public Statement::Impl {
   bool start() {
     m_c->finishStreaming();
     m_error.clear();
+    if (!m_c->reconnectIfLost()) {
+      m_error = "the connection to PostgreSQL is lost: " + std::string(PQerrorMessage(m_c->conn));
+      m_c->noteError(m_error.c_str());
+      m_state = State::kFailed;
+      return false;
+    }
+    if (m_generation != m_c->generation) {  // reconnected since: the server forgot it
+      PGresult* r = PQprepare(m_c->conn, m_name.c_str(), m_sql.c_str(), 0, nullptr);
+      const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
+      if (!ok) m_error = r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn);
+      PQclear(r);
+      if (!ok) {
+        m_c->noteError(m_error.c_str());
+        m_state = State::kFailed;
+        return false;
+      }
+      m_generation = m_c->generation;
+    }
     m_bufferedFailed = false;
     const size_t n = m_values.size();
     std::vector<const char*> values(n);
@@ -291,6 +343,8 @@ class PgStatement final : public Statement::Impl {
 
   std::shared_ptr<PgConnection> m_c;
   std::string m_name;
+  std::string m_sql;     // as prepared ($N parameters)
+  int64_t m_generation;  // the connection's when prepared
   std::vector<std::string> m_values;
   std::vector<bool> m_null;
   std::vector<int> m_binary;
@@ -314,9 +368,29 @@ class PgDatabase final : public Database::Impl {
   Dialect dialect() const override { return Dialect::kPostgres; }
   absl::Status exec(std::string_view sql) override {
     m_c->finishStreaming();
-    if (PQsendQuery(m_c->conn, std::string(sql).c_str()) == 0) return failure();
+    const bool begins = sql.starts_with("BEGIN");
+    const bool ends =
+        sql == "COMMIT" || sql == "END" || (sql.starts_with("ROLLBACK") && sql.size() == 8);
+    if (ends && PQstatus(m_c->conn) != CONNECTION_OK) {
+      // The transaction went with the connection: nothing to end but the flag.
+      m_c->inTransaction = false;
+      return absl::UnavailableError("the connection to PostgreSQL was lost in a transaction");
+    }
+    if (!m_c->reconnectIfLost()) return failure();
     std::string error;
-    if (m_c->drain(&error) == PGRES_FATAL_ERROR) {
+    bool failed = PQsendQuery(m_c->conn, std::string(sql).c_str()) == 0 ||
+                  m_c->drain(&error) == PGRES_FATAL_ERROR;
+    if (failed && PQstatus(m_c->conn) != CONNECTION_OK && !m_c->inTransaction) {
+      // Lost while idle (the server ended it): once more on a new connection.
+      if (!m_c->reconnectIfLost()) return failure();
+      error.clear();
+      failed = PQsendQuery(m_c->conn, std::string(sql).c_str()) == 0 ||
+               m_c->drain(&error) == PGRES_FATAL_ERROR;
+    }
+    if (failed && error.empty()) error = PQerrorMessage(m_c->conn);
+    if (ends) m_c->inTransaction = false;
+    if (begins) m_c->inTransaction = PQtransactionStatus(m_c->conn) != PQTRANS_IDLE;
+    if (failed) {
       m_c->noteError(error.c_str());
       return absl::InternalError(m_c->lastError);
     }
@@ -324,6 +398,7 @@ class PgDatabase final : public Database::Impl {
   }
   std::unique_ptr<Statement::Impl> prepare(std::string_view sql) override {
     m_c->finishStreaming();
+    m_c->reconnectIfLost();  // (else PQprepare says why)
     int params = 0;
     const std::string text = renameParameters(sql, &params);
     // Names unique in the process: a pooled connection may hold its earlier users' (released).
@@ -339,7 +414,7 @@ class PgDatabase final : public Database::Impl {
                    m_c->lastError.c_str(), text.c_str());
       return nullptr;
     }
-    return std::make_unique<PgStatement>(m_c, std::move(name), params);
+    return std::make_unique<PgStatement>(m_c, std::move(name), text, params);
   }
   std::string error() const override { return m_c->lastError; }
   int64_t changes() const override { return m_c->changes; }

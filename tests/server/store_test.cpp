@@ -467,6 +467,53 @@ TEST_F(SharedStoreTest, RanksTakenByTwoDaemonsAtOnceJoinOneJob) {
   EXPECT_EQ(jobs->front().ranksRecorded, 2);
 }
 
+// Ends every other connection to the store's database (as a server restart does).
+void endOtherConnections(const std::string& uri) {
+  Database admin;
+  ASSERT_TRUE(Database::open(uri, false, &admin).ok());
+  ASSERT_TRUE(admin
+                  .exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                        "current_database() AND pid <> pg_backend_pid()")
+                  .ok());
+}
+
+TEST_F(SharedStoreTest, ADaemonConnectsAgainWhenTheServerEndsItsConnections) {
+  auto store = Store::open(m_uri, int64_t{8} << 20, "node-a");
+  ASSERT_TRUE(store.ok()) << store.status();
+  Store& st = **store;
+  SessionHeader h;
+  h.pid = 1;
+  ASSERT_TRUE(st.begin().ok());
+  ASSERT_TRUE(st.createSession(h).ok());
+  ASSERT_TRUE(st.commit().ok());
+  ASSERT_TRUE(Store::getSession(m_uri, 1).ok());  // a reader's connection, kept for the next
+  endOtherConnections(m_uri);
+  // Between transactions: the next one connects again; its statements, prepared on the lost
+  // connection, are prepared again.
+  ASSERT_TRUE(st.begin().ok());
+  auto second = st.createSession(h);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(st.commit().ok());
+  // Readers: the kept connections the server ended are not handed out.
+  auto all = Store::listSessions(m_uri);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 2u);
+  // Inside a transaction: it fails (its writes are gone with the connection), the rollback says
+  // so, and the next transaction connects again and commits.
+  ASSERT_TRUE(st.begin().ok());
+  ASSERT_TRUE(st.createSession(h).ok());
+  endOtherConnections(m_uri);
+  EXPECT_FALSE(st.createSession(h).ok());
+  EXPECT_FALSE(st.commit().ok());
+  (void)st.rollback();
+  ASSERT_TRUE(st.begin().ok());
+  ASSERT_TRUE(st.createSession(h).ok());
+  ASSERT_TRUE(st.commit().ok());
+  all = Store::listSessions(m_uri);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 3u);  // the lost transaction's session is not there
+}
+
 TEST(StoreTest, APostgresqlServerThatIsNotThereIsRefusedClearly) {
   // A socket directory with no server in it: refused at once, saying where it looked.
   auto store = Store::open("postgresql://nobody@/none?host=/nonexistent-tidemark&port=1");
