@@ -7,6 +7,8 @@
 #       address (tests/e2e/test_two_hosts.py: a network namespace's end of a veth link), and
 #       takes clients of ADDR's /24 without a password; the URI names it.
 #   scripts/postgres-test-server.sh stop URI_FILE    stops the one URI_FILE names, removes it
+#   scripts/postgres-test-server.sh halt URI_FILE    stops it, keeping its data (a server down)
+#   scripts/postgres-test-server.sh resume URI_FILE  starts a halted one again
 #
 # The tests make a database of their own on it for each case (tests/support/postgres_test_db.*).
 # Run as root, the server runs as the `postgres` user the package made (initdb refuses root).
@@ -20,7 +22,7 @@ cmd=${1:-}
 uri_file=${2:-}
 listen=${3:-}
 if [[ -z "$cmd" || -z "$uri_file" ]]; then
-  echo "usage: $0 start|stop URI_FILE" >&2
+  echo "usage: $0 start|stop|halt|resume URI_FILE" >&2
   exit 2
 fi
 uri_file=$(realpath -m "$uri_file")
@@ -47,8 +49,9 @@ start)
   if [[ -n "$listen" ]]; then
     echo "host all all ${listen%.*}.0/24 trust" >>"$dir/data/pg_hba.conf"
   fi
-  as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-k $dir -c listen_addresses='$listen' -p $port -c fsync=${POSTGRES_FSYNC:-off} -c synchronous_commit=off -c max_connections=200" \
+  options="-k $dir -c listen_addresses='$listen' -p $port -c fsync=${POSTGRES_FSYNC:-off} -c synchronous_commit=off -c max_connections=200"
+  echo "$options" >"$dir/options"
+  as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$options" \
     start >/dev/null || {
     cat "$dir/server.log" >&2
     exit 1
@@ -62,21 +65,29 @@ start)
   fi
   echo "postgres-test-server: started in $dir ($(cat "$uri_file"))"
   ;;
-stop)
+stop | halt | resume)
   [[ -f "$uri_file" ]] || exit 0
   if [[ -f "$uri_file.dir" ]]; then
     dir=$(cat "$uri_file.dir")
   else
     dir=$(sed -e 's/.*host=\([^&]*\).*/\1/' "$uri_file")
   fi
-  rm -f "$uri_file" "$uri_file.dir"
   case "$dir" in /tmp/tidemark-pg.*) ;; *) echo "postgres-test-server: not one of ours: $dir" >&2; exit 1 ;; esac
+  if [[ "$cmd" == halt ]]; then
+    as_server "$bin/pg_ctl" -D "$dir/data" -w -m fast stop >/dev/null
+    exit 0
+  elif [[ "$cmd" == resume ]]; then
+    as_server "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$(cat "$dir/options")" \
+      start >/dev/null
+    exit 0
+  fi
+  rm -f "$uri_file" "$uri_file.dir"
   as_server "$bin/pg_ctl" -D "$dir/data" -w -m fast stop >/dev/null 2>&1 || true
   rm -rf "$dir"
   echo "postgres-test-server: stopped and removed $dir"
   ;;
 *)
-  echo "usage: $0 start|stop URI_FILE" >&2
+  echo "usage: $0 start|stop|halt|resume URI_FILE" >&2
   exit 2
   ;;
 esac
