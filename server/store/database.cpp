@@ -30,7 +30,7 @@ absl::Status Statement::run() {
 
 absl::Status Database::open(const std::string& locator, bool readOnly, Database* out) {
   std::unique_ptr<Impl> impl;
-  absl::Status s = isPostgresLocator(locator) ? openPostgres(locator, &impl)
+  absl::Status s = isPostgresLocator(locator) ? openPostgres(locator, readOnly, &impl)
                                               : openSqlite(locator, readOnly, &impl);
   if (!s.ok()) return s;
   out->m_impl = std::move(impl);

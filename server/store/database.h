@@ -95,6 +95,9 @@ class Database {
     virtual Dialect dialect() const = 0;
     virtual absl::Status exec(std::string_view sql) = 0;
     virtual std::unique_ptr<Statement::Impl> prepare(std::string_view sql) = 0;
+    virtual std::unique_ptr<Statement::Impl> prepareStream(std::string_view sql) {
+      return prepare(sql);
+    }
     virtual std::string error() const = 0;
     virtual int64_t changes() const = 0;
     virtual int64_t lastInsertId() const = 0;
@@ -103,7 +106,8 @@ class Database {
   };
 
   // locator: a SQLite file's path, or a PostgreSQL URI (isPostgresLocator). readOnly: a SQLite
-  // file opened read-only (PostgreSQL connections read what their role may).
+  // file opened read-only; a PostgreSQL reader's connection (its statements are prepared on the
+  // server only when they run a second time; the role decides what it may do).
   static absl::Status open(const std::string& locator, bool readOnly, Database* out);
   Database() = default;
 
@@ -112,6 +116,10 @@ class Database {
   absl::Status exec(std::string_view sql) { return m_impl->exec(sql); }
   // A statement that failed to prepare is !ok(); error() says why.
   Statement prepare(std::string_view sql) { return Statement(m_impl->prepare(sql)); }
+  // A SELECT whose many rows are read once, in order (the analysis's cursors): PostgreSQL
+  // fetches them thousands at a time from a cursor, in a read-only transaction of their own
+  // (the connection must be the statement's alone while it reads); SQLite as prepare.
+  Statement prepareStream(std::string_view sql) { return Statement(m_impl->prepareStream(sql)); }
   std::string error() const { return m_impl ? m_impl->error() : "no database"; }
   // Rows changed by the last INSERT, UPDATE or DELETE.
   int64_t changes() const { return m_impl->changes(); }
@@ -130,7 +138,8 @@ class Database {
 // The backends (database_sqlite.cpp, database_postgres.cpp).
 absl::Status openSqlite(const std::string& path, bool readOnly,
                         std::unique_ptr<Database::Impl>* out);
-absl::Status openPostgres(const std::string& uri, std::unique_ptr<Database::Impl>* out);
+absl::Status openPostgres(const std::string& uri, bool readOnly,
+                          std::unique_ptr<Database::Impl>* out);
 // The store's schema (written for SQLite) as PostgreSQL takes it: 64-bit integers, identity ids,
 // BYTEA for blobs.
 std::string postgresDdl(std::string_view sqliteDdl);

@@ -42,11 +42,30 @@ std::string renameParameters(std::string_view sql, int* count) {
   return out;
 }
 
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return 0;
+// Results come in PostgreSQL's binary format (blobs as they are, not hex text): a value's bytes
+// are read by its column's type.
+constexpr Oid kBoolOid = 16, kInt8Oid = 20, kInt2Oid = 21, kInt4Oid = 23, kOidOid = 26,
+              kNumericOid = 1700;
+
+uint64_t bigEndian(const char* v, int bytes) {
+  uint64_t out = 0;
+  for (int k = 0; k < bytes; ++k) out = out << 8 | static_cast<unsigned char>(v[k]);
+  return out;
+}
+
+// A NUMERIC's integer part (base-10000 digits: ndigits, weight, sign, dscale, digits...).
+int64_t numericInteger(const char* v, int len) {
+  if (len < 8) return 0;
+  const int ndigits = static_cast<int16_t>(bigEndian(v, 2));
+  const int weight = static_cast<int16_t>(bigEndian(v + 2, 2));
+  const bool negative = bigEndian(v + 4, 2) == 0x4000;
+  int64_t out = 0;
+  for (int d = 0; d <= weight; ++d) {
+    const int64_t digit =
+        d < ndigits && 8 + 2 * d + 2 <= len ? static_cast<int16_t>(bigEndian(v + 8 + 2 * d, 2)) : 0;
+    out = out * 10000 + digit;
+  }
+  return negative ? -out : out;
 }
 
 // Connections kept open for the next reader of the same store: a PostgreSQL connection costs a
@@ -146,10 +165,17 @@ class PgConnection {
 
 class PgStatement final : public Statement::Impl {
  public:
-  PgStatement(std::shared_ptr<PgConnection> c, std::string name, std::string sql, int params)
+  // cursor: the rows are fetched kFetchRows at a time from a cursor of the server's (the SQL is
+  // DECLARE name CURSOR FOR ...), in a transaction of its own unless one is open.
+  // prepared: prepared on the server under `name` already; else it runs unnamed (parsed with
+  // its run: one round trip) the first time and is prepared for the second.
+  PgStatement(std::shared_ptr<PgConnection> c, std::string name, std::string sql, int params,
+              bool cursor, bool prepared)
       : m_c(std::move(c)),
         m_name(std::move(name)),
         m_sql(std::move(sql)),
+        m_cursor(cursor),
+        m_prepared(prepared),
         m_generation(m_c->generation),
         m_values(static_cast<size_t>(params)),
         m_null(static_cast<size_t>(params), true),
@@ -157,7 +183,8 @@ class PgStatement final : public Statement::Impl {
   ~PgStatement() override {
     reset();
     m_c->finishStreaming();
-    PQclear(PQexec(m_c->conn, ("DEALLOCATE " + m_name).c_str()));
+    if (m_prepared && PQstatus(m_c->conn) == CONNECTION_OK)
+      PQclear(PQexec(m_c->conn, ("DEALLOCATE " + m_name).c_str()));
   }
 
   void bindInt(int index, int64_t v) override { set(index, std::to_string(v), false); }
@@ -171,10 +198,11 @@ class PgStatement final : public Statement::Impl {
   bool step() override {
     clearRow();
     const bool first = m_state == State::kIdle;
+    if (m_cursor) return stepCursor();
     if (first && !start()) return false;
     if (m_state == State::kBuffered) {
       if (!m_buffer.empty()) {
-        m_row = m_buffer.front();
+        showRow(m_buffer.front());
         m_buffer.pop_front();
         return true;
       }
@@ -184,7 +212,7 @@ class PgStatement final : public Statement::Impl {
     if (m_state != State::kStreaming) return false;
     PGresult* r = PQgetResult(m_c->conn);
     if (r != nullptr && PQresultStatus(r) == PGRES_SINGLE_TUPLE) {
-      m_row = r;
+      showRow(r);
       return true;
     }
     finishWith(r);
@@ -200,6 +228,7 @@ class PgStatement final : public Statement::Impl {
   bool failed() const override { return m_state == State::kFailed; }
   void reset() override {
     clearRow();
+    endCursor();
     if (m_state == State::kStreaming) {
       m_c->drain(nullptr);
       m_c->streaming = nullptr;
@@ -212,27 +241,35 @@ class PgStatement final : public Statement::Impl {
   int64_t columnInt(int i) const override {
     const char* v = value(i);
     if (v == nullptr) return 0;
-    if (*v == 't') return 1;  // a boolean
-    if (*v == 'f') return 0;
-    return std::strtoll(v, nullptr, 10);
+    const int len = PQgetlength(m_res, m_resRow, i);
+    switch (PQftype(m_res, i)) {
+      case kInt8Oid:
+        return static_cast<int64_t>(bigEndian(v, 8));
+      case kInt4Oid:
+        return static_cast<int32_t>(bigEndian(v, 4));
+      case kInt2Oid:
+        return static_cast<int16_t>(bigEndian(v, 2));
+      case kOidOid:
+        return static_cast<uint32_t>(bigEndian(v, 4));
+      case kBoolOid:
+        return v[0] != 0;
+      case kNumericOid:
+        return numericInteger(v, len);
+      default:  // text
+        return std::strtoll(std::string(v, static_cast<size_t>(len)).c_str(), nullptr, 10);
+    }
   }
   bool columnNull(int i) const override {
-    return m_row == nullptr || PQgetisnull(m_row, 0, i) != 0;
+    return m_res == nullptr || PQgetisnull(m_res, m_resRow, i) != 0;
   }
   std::string columnText(int i) const override {
     const char* v = value(i);
-    return v ? std::string(v, static_cast<size_t>(PQgetlength(m_row, 0, i))) : std::string();
+    return v ? std::string(v, static_cast<size_t>(PQgetlength(m_res, m_resRow, i))) : std::string();
   }
   std::string_view columnBlob(int i) const override {
     const char* v = value(i);
     if (v == nullptr) return {};
-    const size_t n = static_cast<size_t>(PQgetlength(m_row, 0, i));
-    if (n < 2 || v[0] != '\\' || v[1] != 'x') return std::string_view(v, n);  // not bytea
-    std::string& out = blobSlot(i);
-    out.resize((n - 2) / 2);
-    for (size_t k = 0; k < out.size(); ++k)
-      out[k] = static_cast<char>(hexValue(v[2 + 2 * k]) << 4 | hexValue(v[3 + 2 * k]));
-    return out;
+    return std::string_view(v, static_cast<size_t>(PQgetlength(m_res, m_resRow, i)));
   }
   std::string error() const override { return m_error.empty() ? m_c->lastError : m_error; }
 
@@ -255,7 +292,106 @@ class PgStatement final : public Statement::Impl {
   }
 
  private:
-  enum class State { kIdle, kStreaming, kBuffered, kDone, kFailed };
+  enum class State { kIdle, kStreaming, kBuffered, kCursor, kDone, kFailed };
+  static constexpr int kFetchRows = 8192;
+
+  bool stepCursor() {
+    if (m_state == State::kIdle) {
+      m_c->finishStreaming();
+      m_error.clear();
+      if (!m_c->reconnectIfLost() || !prepareAgainIfReconnected()) return fail();
+      if (!m_c->inTransaction) {
+        PGresult* r = PQexec(m_c->conn, "BEGIN READ ONLY");
+        const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        if (!ok) m_error = PQresultErrorMessage(r);
+        PQclear(r);
+        if (!ok) return fail();
+        m_ownTransaction = true;
+        m_c->inTransaction = true;
+      }
+      std::vector<const char*> values;
+      std::vector<int> lengths;
+      paramArrays(&values, &lengths);
+      PGresult* r = PQexecPrepared(m_c->conn, m_name.c_str(), static_cast<int>(values.size()),
+                                   values.data(), lengths.data(), m_binary.data(), 1);
+      const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+      if (!ok) m_error = PQresultErrorMessage(r);
+      PQclear(r);
+      if (!ok) return fail();
+      m_state = State::kCursor;
+      m_cursorOpen = true;
+    }
+    if (m_state != State::kCursor) return false;
+    if (m_batch != nullptr && ++m_batchRow < PQntuples(m_batch)) {
+      m_res = m_batch;
+      m_resRow = m_batchRow;
+      return true;
+    }
+    if (m_batch != nullptr) PQclear(m_batch);
+    m_batch = PQexecParams(
+        m_c->conn, ("FETCH " + std::to_string(kFetchRows) + " FROM " + cursorName()).c_str(), 0,
+        nullptr, nullptr, nullptr, nullptr, 1);
+    m_batchRow = 0;
+    if (PQresultStatus(m_batch) != PGRES_TUPLES_OK) {
+      m_error = PQresultErrorMessage(m_batch);
+      return fail();
+    }
+    if (PQntuples(m_batch) == 0) {
+      endCursor();
+      m_state = State::kDone;
+      return false;
+    }
+    m_res = m_batch;
+    m_resRow = 0;
+    return true;
+  }
+  // The cursor closed, its transaction ended (when it began one).
+  void endCursor() {
+    if (m_batch != nullptr) PQclear(m_batch);
+    m_batch = nullptr;
+    if (m_cursorOpen && PQstatus(m_c->conn) == CONNECTION_OK)
+      PQclear(PQexec(m_c->conn, ("CLOSE " + cursorName()).c_str()));
+    m_cursorOpen = false;
+    if (m_ownTransaction) {
+      if (PQstatus(m_c->conn) == CONNECTION_OK) PQclear(PQexec(m_c->conn, "COMMIT"));
+      m_c->inTransaction = false;
+      m_ownTransaction = false;
+    }
+  }
+  bool fail() {
+    m_c->noteError(m_error.empty() ? PQerrorMessage(m_c->conn) : m_error.c_str());
+    if (m_error.empty()) m_error = m_c->lastError;
+    if (m_ownTransaction) {
+      if (PQstatus(m_c->conn) == CONNECTION_OK) PQclear(PQexec(m_c->conn, "ROLLBACK"));
+      m_c->inTransaction = false;
+      m_ownTransaction = false;
+    }
+    m_cursorOpen = false;
+    if (m_batch != nullptr) PQclear(m_batch);
+    m_batch = nullptr;
+    m_state = State::kFailed;
+    return false;
+  }
+  std::string cursorName() const { return m_name + "_rows"; }
+  void paramArrays(std::vector<const char*>* values, std::vector<int>* lengths) const {
+    const size_t n = m_values.size();
+    values->resize(n);
+    lengths->resize(n);
+    for (size_t k = 0; k < n; ++k) {
+      (*values)[k] = m_null[k] ? nullptr : m_values[k].data();
+      (*lengths)[k] = static_cast<int>(m_values[k].size());
+    }
+  }
+  // A statement prepared before the connection was made again is prepared again.
+  bool prepareAgainIfReconnected() {
+    if (!m_prepared || m_generation == m_c->generation) return true;
+    PGresult* r = PQprepare(m_c->conn, m_name.c_str(), m_sql.c_str(), 0, nullptr);
+    const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) m_error = r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn);
+    PQclear(r);
+    if (ok) m_generation = m_c->generation;
+    return ok;
+  }
 
   void set(int index, std::string v, bool binary) {
     if (index < 1 || static_cast<size_t>(index) > m_values.size()) return;
@@ -273,28 +409,29 @@ class PgStatement final : public Statement::Impl {
       m_state = State::kFailed;
       return false;
     }
-    if (m_generation != m_c->generation) {  // reconnected since: the server forgot it
+    if (!prepareAgainIfReconnected()) {  // reconnected since: the server forgot it
+      m_c->noteError(m_error.c_str());
+      m_state = State::kFailed;
+      return false;
+    }
+    if (!m_prepared && m_runs > 0) {  // its second run: prepared from now on
       PGresult* r = PQprepare(m_c->conn, m_name.c_str(), m_sql.c_str(), 0, nullptr);
-      const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
-      if (!ok) m_error = r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn);
-      PQclear(r);
-      if (!ok) {
-        m_c->noteError(m_error.c_str());
-        m_state = State::kFailed;
-        return false;
-      }
+      m_prepared = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
       m_generation = m_c->generation;
+      PQclear(r);
     }
+    ++m_runs;
     m_bufferedFailed = false;
-    const size_t n = m_values.size();
-    std::vector<const char*> values(n);
-    std::vector<int> lengths(n);
-    for (size_t k = 0; k < n; ++k) {
-      values[k] = m_null[k] ? nullptr : m_values[k].data();
-      lengths[k] = static_cast<int>(m_values[k].size());
-    }
-    if (PQsendQueryPrepared(m_c->conn, m_name.c_str(), static_cast<int>(n), values.data(),
-                            lengths.data(), m_binary.data(), 0) == 0) {
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+    paramArrays(&values, &lengths);
+    const int n = static_cast<int>(values.size());
+    const int sent = m_prepared
+                         ? PQsendQueryPrepared(m_c->conn, m_name.c_str(), n, values.data(),
+                                               lengths.data(), m_binary.data(), 1)
+                         : PQsendQueryParams(m_c->conn, m_sql.c_str(), n, nullptr, values.data(),
+                                             lengths.data(), m_binary.data(), 1);
+    if (sent == 0) {
       m_error = PQerrorMessage(m_c->conn);
       m_state = State::kFailed;
       return false;
@@ -312,6 +449,11 @@ class PgStatement final : public Statement::Impl {
       bad = st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE;
       if (bad) {
         m_error = PQresultErrorMessage(r);
+        // Class 42 (syntax, unknown names, types): SQL of tidemark's own refused, a bug. Said.
+        const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (state != nullptr && state[0] == '4' && state[1] == '2')
+          std::fprintf(stderr, "tidemarkd: PostgreSQL refused a statement: %s  %s\n",
+                       m_error.c_str(), m_sql.c_str());
       } else {
         const char* n = PQcmdTuples(r);
         m_c->changes = (n != nullptr && *n != 0) ? std::strtoll(n, nullptr, 10) : 0;
@@ -328,32 +470,43 @@ class PgStatement final : public Statement::Impl {
     m_state = bad ? State::kFailed : State::kDone;
   }
   const char* value(int i) const {
-    if (m_row == nullptr || i < 0 || i >= PQnfields(m_row) || PQgetisnull(m_row, 0, i))
+    if (m_res == nullptr || i < 0 || i >= PQnfields(m_res) || PQgetisnull(m_res, m_resRow, i))
       return nullptr;
-    return PQgetvalue(m_row, 0, i);
-  }
-  std::string& blobSlot(int i) const {
-    if (m_blobs.size() <= static_cast<size_t>(i)) m_blobs.resize(static_cast<size_t>(i) + 1);
-    return m_blobs[static_cast<size_t>(i)];
+    return PQgetvalue(m_res, m_resRow, i);
   }
   void clearRow() {
     if (m_row != nullptr) PQclear(m_row);
     m_row = nullptr;
+    m_res = nullptr;
+  }
+  void showRow(PGresult* row) {
+    m_row = row;
+    m_res = row;
+    m_resRow = 0;
   }
 
   std::shared_ptr<PgConnection> m_c;
   std::string m_name;
-  std::string m_sql;     // as prepared ($N parameters)
+  std::string m_sql;  // as prepared ($N parameters)
+  const bool m_cursor;
+  bool m_prepared;
+  int64_t m_runs = 0;
   int64_t m_generation;  // the connection's when prepared
   std::vector<std::string> m_values;
   std::vector<bool> m_null;
   std::vector<int> m_binary;
   State m_state = State::kIdle;
-  PGresult* m_row = nullptr;
+  PGresult* m_row = nullptr;  // the row of single-row mode (owned)
+  // The row the columns read: m_row, or a row of a cursor's batch.
+  const PGresult* m_res = nullptr;
+  int m_resRow = 0;
+  PGresult* m_batch = nullptr;  // a cursor's fetched rows
+  int m_batchRow = 0;
+  bool m_cursorOpen = false;
+  bool m_ownTransaction = false;
   std::deque<PGresult*> m_buffer;
   bool m_bufferedFailed = false;
   std::string m_error;
-  mutable std::vector<std::string> m_blobs;
 };
 
 void PgConnection::finishStreaming() {
@@ -362,8 +515,8 @@ void PgConnection::finishStreaming() {
 
 class PgDatabase final : public Database::Impl {
  public:
-  PgDatabase(PGconn* conn, std::string uri)
-      : m_c(std::make_shared<PgConnection>(conn, std::move(uri))) {}
+  PgDatabase(PGconn* conn, std::string uri, bool readOnly)
+      : m_c(std::make_shared<PgConnection>(conn, std::move(uri))), m_readOnly(readOnly) {}
 
   Dialect dialect() const override { return Dialect::kPostgres; }
   absl::Status exec(std::string_view sql) override {
@@ -397,13 +550,25 @@ class PgDatabase final : public Database::Impl {
     return absl::OkStatus();
   }
   std::unique_ptr<Statement::Impl> prepare(std::string_view sql) override {
+    return prepareAs(sql, false);
+  }
+  std::unique_ptr<Statement::Impl> prepareStream(std::string_view sql) override {
+    return prepareAs(sql, true);
+  }
+  std::unique_ptr<Statement::Impl> prepareAs(std::string_view sql, bool cursor) {
     m_c->finishStreaming();
     m_c->reconnectIfLost();  // (else PQprepare says why)
     int params = 0;
-    const std::string text = renameParameters(sql, &params);
     // Names unique in the process: a pooled connection may hold its earlier users' (released).
     static std::atomic<int64_t> names{0};
     std::string name = "tidemark_" + std::to_string(names.fetch_add(1) + 1);
+    const std::string text =
+        (cursor ? "DECLARE " + name + "_rows NO SCROLL CURSOR FOR " : std::string()) +
+        renameParameters(sql, &params);
+    if (m_readOnly && !cursor) {
+      // A reader's statement mostly runs once: not prepared until it runs a second time.
+      return std::make_unique<PgStatement>(m_c, std::move(name), text, params, false, false);
+    }
     PGresult* r = PQprepare(m_c->conn, name.c_str(), text.c_str(), 0, nullptr);
     const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
     m_c->noteError(r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(m_c->conn));
@@ -414,7 +579,7 @@ class PgDatabase final : public Database::Impl {
                    m_c->lastError.c_str(), text.c_str());
       return nullptr;
     }
-    return std::make_unique<PgStatement>(m_c, std::move(name), text, params);
+    return std::make_unique<PgStatement>(m_c, std::move(name), text, params, cursor, true);
   }
   std::string error() const override { return m_c->lastError; }
   int64_t changes() const override { return m_c->changes; }
@@ -453,13 +618,15 @@ class PgDatabase final : public Database::Impl {
     return absl::UnavailableError(m_c->lastError);
   }
   std::shared_ptr<PgConnection> m_c;
+  const bool m_readOnly;  // a reader's (Database::open's readOnly)
 };
 
 }  // namespace
 
-absl::Status openPostgres(const std::string& uri, std::unique_ptr<Database::Impl>* out) {
+absl::Status openPostgres(const std::string& uri, bool readOnly,
+                          std::unique_ptr<Database::Impl>* out) {
   if (PGconn* pooled = ConnectionPool::instance().take(uri)) {
-    *out = std::make_unique<PgDatabase>(pooled, uri);
+    *out = std::make_unique<PgDatabase>(pooled, uri, readOnly);
     return absl::OkStatus();
   }
   PGconn* conn = PQconnectdb(uri.c_str());
@@ -472,7 +639,7 @@ absl::Status openPostgres(const std::string& uri, std::unique_ptr<Database::Impl
   // CREATE ... IF NOT EXISTS and the like say NOTICE: not for the daemon's log.
   PQsetNoticeProcessor(
       conn, [](void*, const char*) {}, nullptr);
-  *out = std::make_unique<PgDatabase>(conn, uri);
+  *out = std::make_unique<PgDatabase>(conn, uri, readOnly);
   return absl::OkStatus();
 }
 

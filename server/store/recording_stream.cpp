@@ -164,7 +164,7 @@ Statement StoredRecordingStream::prepareCursor(std::string_view sql, Database* o
     noteError(std::string(s.message()));
     return Statement();
   }
-  return own->prepare(sql);
+  return own->prepareStream(sql);
 }
 
 std::string StoredRecordingStream::name(uint32_t id) {
