@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -23,8 +22,6 @@ namespace {
 
 // The step the job's ranks switch at, unless --at-step says: this many after the furthest rank's
 // (the plan must reach every rank before its step begins there).
-constexpr int64_t kLeadSteps = 3;
-
 std::string rankName(int32_t rank) {
   return rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?");
 }
@@ -170,17 +167,21 @@ int applyToJob(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitError;
   }
   if (atStep == 0) {
-    int64_t furthest = 0;
+    std::vector<int64_t> lastSteps;
     for (const v1::JobRank* r : running) {
       int64_t step = 0;
       if (int code = lastStep(g, r->session().id(), &step); code != kExitOk) return code;
-      furthest = std::max(furthest, step);
+      lastSteps.push_back(step);
     }
-    atStep = furthest + kLeadSteps;
+    atStep = core::jobApplyStep(lastSteps);
   }
-  nlohmann::json doc = nlohmann::json::parse(text);
-  doc["apply_at_step"] = atStep;
-  const std::string stamped = doc.dump(2) + "\n";
+  auto stampedPlan = core::withApplyAtStep(text, atStep);
+  if (!stampedPlan.ok()) {
+    std::fprintf(stderr, "tidemark apply: %s\n",
+                 std::string(stampedPlan.status().message()).c_str());
+    return kExitUsage;
+  }
+  const std::string& stamped = *stampedPlan;
 
   struct Sent {
     const v1::JobRank* rank;

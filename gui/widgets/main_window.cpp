@@ -1,5 +1,6 @@
 #include "gui/widgets/main_window.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
@@ -21,6 +22,7 @@
 #include <QVBoxLayout>
 #include <algorithm>
 
+#include "gui/client/job_plan.h"
 #include "gui/model/format.h"
 #include "gui/widgets/async.h"
 #include "gui/widgets/job_view.h"
@@ -70,19 +72,38 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   // The plan panel.
   auto* plan = new QWidget;
   auto* planLayout = new QHBoxLayout(plan);
-  auto* left = new QVBoxLayout;
+  // The slider, the plan and its outcomes (a job's: a line per rank) scroll when they outgrow
+  // the panel.
+  auto* leftArea = new QScrollArea;
+  leftArea->setWidgetResizable(true);
+  leftArea->setFrameShape(QFrame::NoFrame);
+  leftArea->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the labels wrap instead
+  auto* leftWidget = new QWidget;
+  auto* left = new QVBoxLayout(leftWidget);
+  left->setContentsMargins(0, 0, 0, 0);
+  leftArea->setWidget(leftWidget);
   m_budget = new QSlider(Qt::Horizontal);
   m_budget->setRange(10, 100);
   m_budget->setValue(70);
   m_budget->setObjectName(QStringLiteral("budget"));
   m_budgetLabel = new QLabel;
+  m_budgetLabel->setWordWrap(true);
   m_planSummary = new QLabel(tr("choose a session"));
   m_planSummary->setWordWrap(true);
+  m_planSummary->setObjectName(QStringLiteral("planSummary"));
   m_apply = new QPushButton(tr("Apply to the running job"));
   m_apply->setEnabled(false);
   m_apply->setObjectName(QStringLiteral("apply"));
+  m_wholeJob = new QCheckBox(tr("Plan for the whole job"));
+  m_wholeJob->setToolTip(
+      tr("The plan is made from the rank that sets the job's memory need; Apply sends it to every "
+         "running rank, and all switch at one step"));
+  m_wholeJob->setObjectName(QStringLiteral("wholeJob"));
+  m_wholeJob->setChecked(true);
+  m_wholeJob->setVisible(false);
   left->addWidget(m_budgetLabel);
   left->addWidget(m_budget);
+  left->addWidget(m_wholeJob);
   left->addWidget(m_planSummary);
   left->addWidget(m_apply);
   m_planCheck = new QLabel;
@@ -93,7 +114,7 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_planSegments = new QTreeWidget;
   m_planSegments->setHeaderLabels({tr("Mode"), tr("Modules")});
   m_pareto = new ParetoView;
-  planLayout->addLayout(left, 2);
+  planLayout->addWidget(leftArea, 2);
   planLayout->addWidget(m_planSegments, 2);
   planLayout->addWidget(m_pareto, 2);
 
@@ -202,6 +223,11 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_timeline, &TimelineView::peakClicked, this, [this] { inspectPeak(); });
   connect(m_budget, &QSlider::valueChanged, this, [this] { requestPlan(); });
   connect(m_apply, &QPushButton::clicked, this, &MainWindow::applyPlan);
+  connect(m_wholeJob, &QCheckBox::toggled, this, [this] {
+    m_planCheck->clear();
+    requestPlan();
+    checkPlans();
+  });
   connect(m_steps, &QTreeWidget::itemSelectionChanged, this, &MainWindow::stepSelectionChanged);
   resize(1280, 800);
   requestPlan();  // labels the budget slider; plans come once a session is open
@@ -308,6 +334,7 @@ void MainWindow::openSession(uint64_t id) {
   else
     m_follow->stop();
   m_planCheck->clear();
+  m_wholeJob->setVisible(m_current->jobId != 0);
   loadTimeline();
   inspectPeak();
   loadSteps();
@@ -682,17 +709,40 @@ void MainWindow::setDevice(const std::string& device) {
 
 void MainWindow::setBudgetPercent(int percent) { m_budget->setValue(percent); }
 
+bool MainWindow::planForWholeJob() const {
+  return m_current && m_current->jobId != 0 && m_wholeJob->isChecked();
+}
+
 void MainWindow::requestPlan() {
   m_budgetLabel->setText(
       tr("Budget: %1 % of the store-all peak above static memory").arg(m_budget->value()));
   if (!m_current) return;
   const uint64_t id = m_current->id;
   const std::string budget = std::to_string(m_budget->value()) + "%";
-  const int gen = m_generation;
-  runAsync<absl::StatusOr<PlanSummary>>(
-      this, [c = m_client, id, budget] { return c->plan(id, budget); },
-      [this, gen](absl::StatusOr<PlanSummary> p) {
-        if (gen != m_generation) return;
+  const int gen = ++m_planGeneration;
+  const int sessionGen = m_generation;
+  const uint64_t job = planForWholeJob() ? m_current->jobId : 0;
+  // A plan for the session, or for its job: made from the rank that sets the job's memory need.
+  runAsync<absl::StatusOr<JobPlan>>(
+      this,
+      [c = m_client, id, job, budget]() -> absl::StatusOr<JobPlan> {
+        if (job != 0) return planForJob(*c, job, id, budget);
+        auto plan = c->plan(id, budget);
+        if (!plan.ok()) return plan.status();
+        return JobPlan{std::move(*plan), id, -1};
+      },
+      [this, gen, sessionGen, job, id](absl::StatusOr<JobPlan> jp) {
+        if (gen != m_planGeneration || sessionGen != m_generation) return;
+        absl::StatusOr<PlanSummary> p =
+            jp.ok() ? absl::StatusOr<PlanSummary>(jp->plan) : jp.status();
+        const QString whose =
+            !jp.ok() || job == 0
+                ? QString()
+                : tr("job %1, from rank %2 (session %3%4) · ")
+                      .arg(job)
+                      .arg(jp->fromRank)
+                      .arg(jp->fromSession)
+                      .arg(jp->fromSession == id ? tr(", this one") : tr(", its memory need"));
         m_planSegments->clear();
         if (!p.ok()) {
           m_planSummary->setText(tr("no plan: %1").arg(q(std::string(p.status().message()))));
@@ -703,22 +753,25 @@ void MainWindow::requestPlan() {
         }
         m_plan = *p;
         m_planSummary->setText(
-            tr("%1budget %2 · predicted peak %3 (store-all %4) · +%5 ms per step (+%6 %)")
-                .arg(p->feasible ? QString()
-                                 : tr("DOES NOT FIT (least feasible %1) · ")
-                                       .arg(bytes(p->minFeasibleBudgetBytes)))
-                .arg(bytes(p->budgetBytes), bytes(p->predictedPeakBytes),
-                     bytes(p->storeAllPeakBytes))
-                .arg(p->predictedExtraNs / 1e6, 0, 'f', 1)
-                .arg(p->baseStepNs > 0 ? 100.0 * p->predictedExtraNs / p->baseStepNs : 0.0, 0, 'f',
-                     1));
+            whose + tr("%1budget %2 · predicted peak %3 (store-all %4) · +%5 ms per step (+%6 %)")
+                        .arg(p->feasible ? QString()
+                                         : tr("DOES NOT FIT (least feasible %1) · ")
+                                               .arg(bytes(p->minFeasibleBudgetBytes)))
+                        .arg(bytes(p->budgetBytes), bytes(p->predictedPeakBytes),
+                             bytes(p->storeAllPeakBytes))
+                        .arg(p->predictedExtraNs / 1e6, 0, 'f', 1)
+                        .arg(p->baseStepNs > 0 ? 100.0 * p->predictedExtraNs / p->baseStepNs : 0.0,
+                             0, 'f', 1));
         for (const auto& [mode, mods] : p->segments)
           if (mode != "store") new QTreeWidgetItem(m_planSegments, {q(mode), q(mods)});
         m_timeline->setPredictedPeak(p->predictedPeakBytes);
-        m_timeline->setPredictedSeries(p->predicted);
+        // The plan's memory over the step it was made from: that step is this timeline's only
+        // when the plan comes from this session.
+        m_timeline->setPredictedSeries(
+            jp->fromSession == id ? p->predicted : std::vector<std::pair<int64_t, int64_t>>{});
         m_timeline->setBudget(p->budgetBytes);
         m_pareto->setChosen(p->budgetBytes);
-        m_apply->setEnabled(m_current && m_current->live && p->feasible);
+        m_apply->setEnabled(m_current && (m_current->live || job != 0) && p->feasible);
         m_planLoaded = true;
         emit planReady();
       });
@@ -728,6 +781,33 @@ void MainWindow::applyPlan() {
   if (!m_current || !m_plan) return;
   const uint64_t id = m_current->id;
   const std::string json = m_plan->json;
+  if (planForWholeJob()) {
+    const uint64_t job = m_current->jobId;
+    runAsync<absl::StatusOr<JobPlanSent>>(
+        this, [c = m_client, job, json] { return applyToJob(*c, job, json); },
+        [this, job](absl::StatusOr<JobPlanSent> sent) {
+          bool all = sent.ok();
+          QString text;
+          if (!sent.ok()) {
+            text = tr("apply: %1").arg(q(std::string(sent.status().message())));
+          } else {
+            QStringList failed;
+            for (const JobPlanSent::Rank& r : sent->ranks)
+              if (r.planId == 0) failed << tr("rank %1: %2").arg(r.rank).arg(q(r.error));
+            all = failed.isEmpty();
+            text = tr("plan sent to %1 running rank(s) of job %2, to apply from step %3")
+                       .arg(sent->ranks.size() - static_cast<size_t>(failed.size()))
+                       .arg(job)
+                       .arg(sent->atStep);
+            if (!failed.isEmpty())
+              text += QStringLiteral(" · not sent: ") + failed.join(QStringLiteral("; "));
+          }
+          m_status->setText(text);
+          if (!m_follow->isActive()) m_follow->start();  // the ranks' outcomes, as they come
+          emit planSent(all);
+        });
+    return;
+  }
   runAsync<absl::StatusOr<uint64_t>>(
       this, [c = m_client, id, json] { return c->apply(id, json); },
       [this](absl::StatusOr<uint64_t> planId) {
@@ -738,31 +818,56 @@ void MainWindow::applyPlan() {
       });
 }
 
+namespace {
+// A plan's outcome as the panel says it.
+QString outcomeText(const PlanOutcome& o) {
+  QString text = MainWindow::tr("plan %1: %2").arg(o.planId).arg(q(o.state));
+  if (o.state == "refused") text += QStringLiteral(" — ") + q(o.message);
+  if (o.state == "applied" && o.stepsMeasured > 0) {
+    const double err = o.predictedPeakBytes > 0
+                           ? 100.0 * (o.measuredPeakBytes - o.predictedPeakBytes) /
+                                 static_cast<double>(o.predictedPeakBytes)
+                           : 0.0;
+    text += MainWindow::tr(" from step %1 · measured peak %2, predicted %3 (%4%5 %) · %6")
+                .arg(o.fromStep)
+                .arg(bytes(o.measuredPeakBytes), bytes(o.predictedPeakBytes))
+                .arg(err >= 0 ? QStringLiteral("+") : QString())
+                .arg(err, 0, 'f', 1)
+                .arg(o.measuredPeakBytes <= o.budgetBytes ? MainWindow::tr("within budget")
+                                                          : MainWindow::tr("OVER BUDGET"));
+  }
+  return text;
+}
+}  // namespace
+
 void MainWindow::checkPlans() {
   if (!m_current) return;
   const uint64_t id = m_current->id;
   const int gen = m_generation;
+  if (planForWholeJob()) {
+    const uint64_t job = m_current->jobId;
+    runAsync<absl::StatusOr<std::vector<RankPlanOutcome>>>(
+        this, [c = m_client, job] { return checkJobPlans(*c, job); },
+        [this, gen](absl::StatusOr<std::vector<RankPlanOutcome>> ranks) {
+          if (gen != m_generation || !ranks.ok() || ranks->empty() || !planForWholeJob()) return;
+          QStringList lines;
+          bool anySent = false;
+          for (const RankPlanOutcome& r : *ranks) {
+            lines << tr("rank %1: %2").arg(r.rank).arg(outcomeText(r.outcome));
+            anySent = anySent || r.outcome.state == "sent";
+          }
+          m_planCheck->setText(lines.join(QLatin1Char('\n')));
+          // Every rank's outcome is in: no need to ask again unless the open session is live.
+          if (!anySent && !m_current->live) m_follow->stop();
+          emit planChecked();
+        });
+    return;
+  }
   runAsync<absl::StatusOr<std::vector<PlanOutcome>>>(
       this, [c = m_client, id] { return c->planCheck(id); },
       [this, gen](absl::StatusOr<std::vector<PlanOutcome>> plans) {
         if (gen != m_generation || !plans.ok() || plans->empty()) return;
-        const PlanOutcome& o = plans->back();
-        QString text = tr("plan %1: %2").arg(o.planId).arg(q(o.state));
-        if (o.state == "refused") text += QStringLiteral(" — ") + q(o.message);
-        if (o.state == "applied" && o.stepsMeasured > 0) {
-          const double err = o.predictedPeakBytes > 0
-                                 ? 100.0 * (o.measuredPeakBytes - o.predictedPeakBytes) /
-                                       static_cast<double>(o.predictedPeakBytes)
-                                 : 0.0;
-          text += tr(" from step %1 · measured peak %2, predicted %3 (%4%5 %) · %6")
-                      .arg(o.fromStep)
-                      .arg(bytes(o.measuredPeakBytes), bytes(o.predictedPeakBytes))
-                      .arg(err >= 0 ? QStringLiteral("+") : QString())
-                      .arg(err, 0, 'f', 1)
-                      .arg(o.measuredPeakBytes <= o.budgetBytes ? tr("within budget")
-                                                                : tr("OVER BUDGET"));
-        }
-        m_planCheck->setText(text);
+        m_planCheck->setText(outcomeText(plans->back()));
         emit planChecked();
       });
 }

@@ -8,6 +8,7 @@
 
 class QComboBox;
 class QLineEdit;
+class QCheckBox;
 class QLabel;
 class QListWidget;
 class QPushButton;
@@ -96,6 +97,9 @@ class MainWindow : public QMainWindow {
   QSlider* m_budget = nullptr;
   QLabel* m_budgetLabel = nullptr;
   QLabel* m_planSummary = nullptr;
+  // On a rank of a training job: plan for the whole job (from the rank that sets its memory
+  // need; Apply sends it to every running rank, to switch at one step) or for this rank alone.
+  QCheckBox* m_wholeJob = nullptr;
   QLabel* m_planCheck = nullptr;  // predicted against measured, for plans sent to the session
   QTreeWidget* m_planSegments = nullptr;
   ParetoView* m_pareto = nullptr;
@@ -105,6 +109,7 @@ class MainWindow : public QMainWindow {
   std::vector<SessionRow> m_rows;
   std::optional<SessionRow> m_current;
   std::optional<PlanSummary> m_plan;
+  bool planForWholeJob() const;
   int64_t m_storeAll = 0;
   int m_generation = 0;     // answers for an older session or range are dropped
   int64_t m_shownTsNs = 0;  // the moment the inspector shows
@@ -112,6 +117,7 @@ class MainWindow : public QMainWindow {
   QComboBox* m_deviceBox = nullptr;
   bool m_timelineLoaded = false;
   bool m_planLoaded = false;
+  int m_planGeneration = 0;  // the newest plan asked for (a slow one's answer is dropped)
   JobView* m_jobView = nullptr;
   bool m_jobLoaded = false;
 };

@@ -1,5 +1,6 @@
 #include "src/advisor/plan_json.h"
 
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -331,6 +332,20 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
     d.segments.push_back(std::move(seg));
   }
   return d;
+}
+
+int64_t jobApplyStep(const std::vector<int64_t>& ranksLastSteps) {
+  int64_t furthest = 0;
+  for (int64_t s : ranksLastSteps) furthest = std::max(furthest, s);
+  return furthest + kJobApplyLeadSteps;
+}
+
+absl::StatusOr<std::string> withApplyAtStep(std::string_view planJson, int64_t step) {
+  nlohmann::json doc = nlohmann::json::parse(planJson, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object())
+    return absl::InvalidArgumentError("the plan is not a JSON object");
+  doc["apply_at_step"] = step;
+  return doc.dump(2) + "\n";
 }
 
 }  // namespace tidemark::core

@@ -58,4 +58,11 @@ struct PlanDocument {
 };
 absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view json);
 
+// One plan for every rank of a training job (docs/jobs.md): its running ranks switch at one step,
+// kJobApplyLeadSteps after the furthest one's last (so that each is sent it before it gets there).
+inline constexpr int64_t kJobApplyLeadSteps = 3;
+int64_t jobApplyStep(const std::vector<int64_t>& ranksLastSteps);
+// The plan document with its apply_at_step set to `step`.
+absl::StatusOr<std::string> withApplyAtStep(std::string_view planJson, int64_t step);
+
 }  // namespace tidemark::core

@@ -213,6 +213,51 @@ class GuiJobTest(unittest.TestCase):
             shutil.rmtree(out, ignore_errors=True)
 
 
+class GuiJobPlanTest(unittest.TestCase):
+    """The plan panel on a rank of a running data-parallel job (2 ranks of the examples' GPT):
+    QTest opens the rank that is not the memory need, checks that the plan comes from the memory
+    need's rank, clicks Apply, and waits for both ranks' outcomes: applied from one step, each
+    measured beside the prediction. The CLI then says the same, and the job trained on."""
+
+    def test_a_plan_for_the_whole_job(self):
+        daemon = Daemon()
+        out = tempfile.mkdtemp(prefix="tidemark-gui-jobplan-")
+        ranks = []
+        try:
+            port, ranks = start_ranks(daemon, out, world=2, steps=120, model="gpt", wait=False)
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                live = [s for s in daemon.cli_json("sessions")["sessions"]
+                        if s["state"] == "live" and s["job_id"] != 0 and s["steps"] >= 3]
+                if len(live) == 2:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(len(live), 2, "the ranks did not run 3 steps each")
+            job = daemon.cli_json("job", str(live[0]["job_id"]))
+            need = job["memory_session_id"]
+            other = [s["id"] for s in live if s["id"] != need][0]
+            interaction_passes(self, daemon, "planAndApplyToAJob",
+                               TIDEMARK_GUI_JOB_SESSION=str(other),
+                               TIDEMARK_GUI_JOB_NEED=str(need))
+            for p in ranks:
+                _, err = p.communicate(timeout=600)
+                self.assertEqual(p.returncode, 0, err)
+            check = daemon.cli_json("plan-check", "--job", "127.0.0.1:%d" % port)
+            steps = set()
+            for rank in check["ranks"]:
+                [plan] = rank["plans"]
+                self.assertEqual(plan["state"], "applied")
+                self.assertGreaterEqual(plan["steps_measured"], 2)
+                steps.add(plan["from_step"])
+            self.assertEqual(len(steps), 1, "every rank switched at one step")
+        finally:
+            for p in ranks:
+                if p.poll() is None:
+                    p.kill()
+            daemon.cleanup()
+            shutil.rmtree(out, ignore_errors=True)
+
+
 class GuiInteractionTest(unittest.TestCase):
     """QTest drives the real window (tests/gui/gui_interaction_test.cpp): select a session, zoom,
     click the peak, move the budget slider; on a live session, Apply sends the plan, which the

@@ -2,12 +2,14 @@
 // (tests/e2e/test_gui.py starts both and passes TIDEMARK_SERVER and TIDEMARK_GUI_SESSION): select
 // the session, zoom, click the peak, move the budget slider, and Apply where the session is live.
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMouseEvent>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QTabWidget>
@@ -355,6 +357,50 @@ class GuiInteraction : public QObject {
     QVERIFY(list && list->currentItem());
     QVERIFY2(list->currentItem()->text().startsWith(QString::fromLatin1(need) + QLatin1Char(' ')),
              qPrintable(list->currentItem()->text()));
+  }
+
+  // A rank of a running training job (TIDEMARK_GUI_JOB_SESSION, not the memory need's,
+  // TIDEMARK_GUI_JOB_NEED): the plan panel plans for the whole job from the memory need's rank,
+  // and Apply sends the plan to every running rank, which all switch at one step; the panel then
+  // shows each rank's measured peak beside the prediction.
+  void planAndApplyToAJob() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_JOB_SESSION");
+    const char* need = std::getenv("TIDEMARK_GUI_JOB_NEED");
+    if (!server || !session || !need) QSKIP("no TIDEMARK_GUI_JOB_SESSION (a running job)");
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.setBudgetPercent(50);
+    w.refreshSessions(std::strtoull(session, nullptr, 10));
+    QTRY_VERIFY_WITH_TIMEOUT(w.planLoaded(), 60000);
+    auto* wholeJob = w.findChild<QCheckBox*>(QStringLiteral("wholeJob"));
+    QVERIFY(wholeJob && wholeJob->isVisible() && wholeJob->isChecked());
+    auto* summary = w.findChild<QLabel*>(QStringLiteral("planSummary"));
+    QVERIFY(summary);
+    QTRY_VERIFY_WITH_TIMEOUT(summary->text().contains(QStringLiteral("predicted peak")), 60000);
+    QVERIFY2(summary->text().contains(
+                 QStringLiteral("(session %1, its memory need)").arg(QString::fromLatin1(need))),
+             qPrintable(summary->text()));
+    auto* apply = w.findChild<QPushButton*>(QStringLiteral("apply"));
+    QVERIFY(apply && apply->isEnabled());
+    QSignalSpy sent(&w, &MainWindow::planSent);
+    QTest::mouseClick(apply, Qt::LeftButton);
+    QVERIFY(sent.wait(60000));
+    QVERIFY(sent.takeFirst().at(0).toBool());
+    // Each rank's line: applied from the same step, measured beside predicted.
+    auto* check = w.findChild<QLabel*>(QStringLiteral("planCheck"));
+    QVERIFY(check);
+    QTRY_VERIFY_WITH_TIMEOUT(check->text().count(QStringLiteral("measured peak")) == 2, 300000);
+    const QStringList lines = check->text().split(QLatin1Char('\n'));
+    QCOMPARE(lines.size(), 2);
+    const QRegularExpression from(QStringLiteral("applied from step (\\d+)"));
+    const auto a = from.match(lines[0]), b = from.match(lines[1]);
+    QVERIFY2(a.hasMatch() && b.hasMatch(), qPrintable(check->text()));
+    QCOMPARE(a.captured(1), b.captured(1));
+    QVERIFY2(lines[0].startsWith(QStringLiteral("rank 0: ")) &&
+                 lines[1].startsWith(QStringLiteral("rank 1: ")),
+             qPrintable(check->text()));
   }
 };
 

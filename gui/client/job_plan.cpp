@@ -1,0 +1,64 @@
+#include "gui/client/job_plan.h"
+
+#include "src/advisor/plan_json.h"
+
+namespace tidemark::gui {
+
+absl::StatusOr<JobPlan> planForJob(DaemonClient& client, uint64_t jobId, uint64_t openSession,
+                                   const std::string& budget) {
+  auto job = client.job(jobId);
+  if (!job.ok()) return job.status();
+  JobPlan out;
+  out.fromSession = job->memorySession != 0 ? job->memorySession : openSession;
+  for (const JobRank& r : job->ranks)
+    if (r.session == out.fromSession) out.fromRank = r.rank;
+  auto plan = client.plan(out.fromSession, budget);
+  if (!plan.ok()) return plan.status();
+  out.plan = std::move(*plan);
+  return out;
+}
+
+absl::StatusOr<JobPlanSent> applyToJob(DaemonClient& client, uint64_t jobId,
+                                       const std::string& planJson) {
+  auto job = client.job(jobId);
+  if (!job.ok()) return job.status();
+  JobPlanSent out;
+  std::vector<int64_t> lastSteps;
+  for (const JobRank& r : job->ranks) {
+    if (r.state != "live") continue;
+    auto steps = client.steps(r.session);
+    if (!steps.ok()) return steps.status();
+    int64_t last = 0;
+    for (const StepRow& s : *steps) last = std::max(last, s.step);
+    lastSteps.push_back(last);
+    out.ranks.push_back({r.rank, r.session, 0, {}});
+  }
+  if (out.ranks.empty())
+    return absl::FailedPreconditionError("job " + std::to_string(jobId) + " has no running rank");
+  out.atStep = core::jobApplyStep(lastSteps);
+  auto stamped = core::withApplyAtStep(planJson, out.atStep);
+  if (!stamped.ok()) return stamped.status();
+  for (JobPlanSent::Rank& r : out.ranks) {
+    auto id = client.apply(r.session, *stamped);
+    if (id.ok()) {
+      r.planId = *id;
+    } else {
+      r.error = std::string(id.status().message());
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<RankPlanOutcome>> checkJobPlans(DaemonClient& client, uint64_t jobId) {
+  auto job = client.job(jobId);
+  if (!job.ok()) return job.status();
+  std::vector<RankPlanOutcome> out;
+  for (const JobRank& r : job->ranks) {
+    auto plans = client.planCheck(r.session);
+    if (!plans.ok()) return plans.status();
+    if (!plans->empty()) out.push_back({r.rank, r.session, plans->back()});
+  }
+  return out;
+}
+
+}  // namespace tidemark::gui
