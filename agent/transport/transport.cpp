@@ -166,11 +166,19 @@ void Transport::run() {
   // never seen gets one more try (the job's exit is not held up for nothing) — and the whole
   // time once it answers (a short job on a loaded machine may end before its first handshake).
   // (Asked of the kernel: a loaded machine may not have let gRPC connect yet.)
-  if (!m_daemonSeen && base::daemonListening(m_config.server)) m_daemonSeen = true;
+  // Nobody listening on this host's socket or port (the kernel says so at once): no try at all,
+  // the run goes to the spool file without waiting.
+  bool nobody = false;
+  if (!m_daemonSeen) {
+    m_daemonSeen = base::daemonListening(m_config.server);
+    nobody = !m_daemonSeen && base::isProbedTarget(m_config.server);
+  }
   const auto now = std::chrono::steady_clock::now();
   m_exitFullDeadline =
       now + std::chrono::milliseconds(std::max(500, m_config.exitTimeoutMs - 1500));
-  m_exitDeadline = m_daemonSeen ? m_exitFullDeadline : now + std::chrono::milliseconds(300);
+  m_exitDeadline = m_daemonSeen ? m_exitFullDeadline
+                   : nobody     ? now
+                                : now + std::chrono::milliseconds(300);
   const auto& deadline = m_exitDeadline;  // extended by tryConnect when a daemon answers
   if (m_link == LinkState::kDown) m_nextConnect = now;
   // Much not confirmed yet (shutdown ended the stream for it): the rest goes to the daemon in a
@@ -422,7 +430,9 @@ bool Transport::tryConnect() {
       return false;
     }
   }
-  if (!m_channel->WaitForConnected(std::chrono::system_clock::now() +
+  // Nobody listening on this host's socket or port: not waited for (a stop would wait for it).
+  if ((base::isProbedTarget(m_config.server) && !base::daemonListening(m_config.server)) ||
+      !m_channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(200))) {
     scheduleReconnect();
     return false;

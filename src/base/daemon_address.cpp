@@ -101,6 +101,14 @@ std::string readToken(const std::string& value, const std::string& file) {
   return token.substr(begin, end - begin + 1);
 }
 
+bool isProbedTarget(const std::string& target) {
+  if (target.rfind("unix:", 0) == 0) return true;
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos) return false;
+  const std::string host = target.substr(0, colon);
+  return host == "127.0.0.1" || host == "localhost" || host == "[::1]";
+}
+
 bool daemonListening(const std::string& target) {
   int fd = -1;
   int rc = -1;

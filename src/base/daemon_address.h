@@ -24,6 +24,8 @@ std::string untrustedDaemon(const std::string& target, bool tlsVerified = false)
 // "unix:PATH" or a loopback "HOST:PORT"; false for any other address (not probed). Fast, and
 // independent of gRPC's threads, which a loaded machine may hold up.
 bool daemonListening(const std::string& target);
+// Whether daemonListening's "no" means nobody listens (a Unix socket or a loopback address).
+bool isProbedTarget(const std::string& target);
 
 // The environment variable's value, "" when unset.
 const char* env(const char* name);
