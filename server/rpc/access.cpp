@@ -216,13 +216,14 @@ bool Access::seesAll(uid_t uid) const {
   return false;
 }
 
-std::optional<uid_t> Access::ownerOf(int64_t session) const {
+absl::StatusOr<std::optional<uid_t>> Access::ownerOf(int64_t session) const {
   {
     std::lock_guard<std::mutex> lock(m_mutex);
     if (auto it = m_owners.find(session); it != m_owners.end()) return it->second;
   }
   auto owner = Store::sessionOwner(m_dbPath, session);
-  if (!owner.ok()) return std::nullopt;
+  if (owner.status().code() == absl::StatusCode::kNotFound) return std::optional<uid_t>();
+  if (!owner.ok()) return owner.status();
   const uid_t uid = owner->value_or(m_storeOwner);
   std::lock_guard<std::mutex> lock(m_mutex);
   m_owners[session] = uid;
@@ -233,7 +234,9 @@ grpc::Status Access::check(const grpc::ServerContext& ctx, int64_t session, cons
                            unsigned need) const {
   auto c = caller(ctx, what, need);
   if (!c.ok()) return toGrpc(c.status());
-  const std::optional<uid_t> owner = ownerOf(session);
+  const auto known = ownerOf(session);
+  if (!known.ok()) return toGrpc(known.status());  // the store unreadable: nobody let in
+  const std::optional<uid_t> owner = *known;
   if (!owner || *owner == c->uid || seesAll(c->uid)) return grpc::Status::OK;
   return toGrpc(refuse(
       ctx, absl::PermissionDeniedError(

@@ -67,8 +67,9 @@ class Access {
   // The caller of an Admin call: the daemon's own user or root, as the kernel says (a token
   // never opens token management).
   absl::StatusOr<uid_t> administrator(const grpc::ServerContext& ctx, const char* what) const;
-  // The uid a session belongs to (the store's owner for one stored without); nullopt when none.
-  std::optional<uid_t> ownerOf(int64_t session) const;
+  // The uid a session belongs to (the store's owner for one stored without); nullopt when there
+  // is no such session; an error when the store cannot be read (then nobody is let in).
+  absl::StatusOr<std::optional<uid_t>> ownerOf(int64_t session) const;
   uid_t storeOwner() const { return m_storeOwner; }
 
  private:

@@ -139,7 +139,7 @@ std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::str
     const int64_t session = *resumes;
     // Its session still waits for the rest, and is this user's.
     if (!sessionWaits(m_writer.path(), session).ok() ||
-        m_access.ownerOf(session) != std::optional<uid_t>(::geteuid())) {
+        m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
       continue;
     }
     out.push_back({session, path, static_cast<int64_t>(::geteuid()),

@@ -1,6 +1,10 @@
-// The PostgreSQL backend of Database (database.h), over libpq: statements are prepared on the
-// server with their ?N parameters renamed $N, run with text parameters (blobs in binary) and read
-// a row at a time (single-row mode), so a large read holds one row, not the whole result.
+// The PostgreSQL backend of Database (database.h), over libpq. Statements have their ?N
+// parameters renamed $N and run with text parameters (blobs in binary); results come in binary.
+// Rows are read one at a time (single-row mode), so a large read holds one row, not the whole
+// result; the analysis's streams (prepareStream) fetch thousands at a time from a server-side
+// cursor. The writer's statements are prepared on the server; a reader's only once it runs a
+// second time. Idle connections are kept for the next reader; a connection the server ended is
+// made again outside transactions (ConnectionPool, PgConnection::reconnectIfLost).
 #include <libpq-fe.h>
 
 #include <atomic>

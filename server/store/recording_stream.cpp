@@ -58,6 +58,8 @@ absl::StatusOr<std::unique_ptr<StoredRecordingStream>> StoredRecordingStream::op
   Statement names = s->m_db.prepare("SELECT iid, value FROM string WHERE session_id = ?1");
   names.bind(1, sessionId);
   while (names.step()) s->m_names[static_cast<uint32_t>(names.columnInt(0))] = names.columnText(1);
+  if (names.failed())
+    return absl::UnavailableError("reading the session's names failed: " + names.error());
   return s;
 }
 

@@ -52,14 +52,22 @@ absl::StatusOr<int64_t> runReturningId(Statement& st) {
   return id;
 }
 
+// A read of the store that ended in an error (a PostgreSQL server gone, a SQLite file locked
+// too long): said as such, never as a shorter answer.
+absl::Status readFailed(const Statement& st) {
+  return absl::UnavailableError("reading the store failed: " + st.error());
+}
+
 absl::Status checkPrepared(const Statement& st, const Database& db) {
   if (!st.ok()) return absl::InternalError("cannot prepare statement: " + db.error());
   return absl::OkStatus();
 }
 
-void readSteps(Database& db, int64_t id, core::Recording* rec) {
+absl::Status readSteps(Database& db, int64_t id, core::Recording* rec) {
   auto steps = readStepRows(db, id, /*markedOnly=*/false);
-  if (steps.ok()) rec->steps = std::move(*steps);
+  if (!steps.ok()) return steps.status();
+  rec->steps = std::move(*steps);
+  return absl::OkStatus();
 }
 
 // Reads `session` rows with their counts; `where` selects them.
@@ -126,6 +134,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     r.daemon = st.columnText(27);
     out.push_back(std::move(r));
   }
+  if (st.failed()) return readFailed(st);
   Statement stats = db.prepare(
       "SELECT name, severity, value, description FROM stat WHERE session_id = ?1 ORDER BY name");
   for (SessionRecord& r : out) {
@@ -134,6 +143,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
       r.stats.push_back(
           {stats.columnText(0), stats.columnText(1), stats.columnInt(2), stats.columnText(3)});
     }
+    if (stats.failed()) return readFailed(stats);
     stats.reset();
   }
   return out;
@@ -822,6 +832,7 @@ absl::StatusOr<std::vector<HandoffRow>> Store::pendingHandoffs(const std::string
     out.push_back(
         {st.columnInt(0), st.columnText(1), st.columnInt(2), st.columnInt(3), st.columnInt(4)});
   }
+  if (st.failed()) return readFailed(st);
   return out;
 }
 
@@ -833,7 +844,10 @@ absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
       db.prepare("SELECT state, open_blocks FROM ingest_checkpoint WHERE session_id = ?1");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   st.bind(1, id);
-  if (!st.step()) return std::optional<StoredCheckpoint>();
+  if (!st.step()) {
+    if (st.failed()) return readFailed(st);
+    return std::optional<StoredCheckpoint>();
+  }
   const auto damaged = [] { return absl::DataLossError("the checkpoint's blocks are damaged"); };
   StoredCheckpoint out;
   out.state = std::string(st.columnBlob(0));
@@ -856,6 +870,7 @@ absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
     for (const BlockRow& b : closed) open.erase(Key{b.memoryKind, b.device, b.address});
     for (const BlockRow& b : opened) open[Key{b.memoryKind, b.device, b.address}] = b;
   }
+  if (deltas.failed()) return readFailed(deltas);
   out.openBlocks.reserve(open.size());
   for (const auto& [key, b] : open) out.openBlocks.push_back(b);
   return std::optional<StoredCheckpoint>(std::move(out));
@@ -1048,7 +1063,10 @@ absl::Status Store::deleteSession(int64_t sid) {
   {
     Statement find = m_db.prepare("SELECT 1 FROM session WHERE id = ?1");
     find.bind(1, sid);
-    if (!find.step()) return absl::NotFoundError("no session " + std::to_string(sid));
+    if (!find.step()) {
+      if (find.failed()) return readFailed(find);
+      return absl::NotFoundError("no session " + std::to_string(sid));
+    }
   }
   // Whatever raw events are left (none when deleteRawSlice ran to the end before).
   if (auto s = deleteRawSlice(sid, std::numeric_limits<int64_t>::max()); !s.ok()) return s.status();
@@ -1115,6 +1133,7 @@ absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(const std::str
     f.value = st.columnInt(5);
     out.push_back(f);
   }
+  if (st.failed()) return readFailed(st);
   return out;
 }
 
@@ -1122,7 +1141,7 @@ absl::StatusOr<core::Recording> Store::loadSteps(const std::string& path, int64_
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   core::Recording rec;
-  readSteps(db, id, &rec);
+  if (auto s = readSteps(db, id, &rec); !s.ok()) return s;
   rec.sortBySeq();
   return rec;
 }
@@ -1137,6 +1156,7 @@ absl::StatusOr<std::vector<int64_t>> Store::sessionsToAnalyze(const std::string&
   st.bind(1, daemon);
   std::vector<int64_t> ids;
   while (st.step()) ids.push_back(st.columnInt(0));
+  if (st.failed()) return readFailed(st);
   return ids;
 }
 
@@ -1150,6 +1170,7 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> Store::loadStacks(
   st.bind(1, id).bind(2, s64(address));
   std::vector<std::pair<uint64_t, std::string>> out;
   while (st.step()) out.emplace_back(static_cast<uint64_t>(st.columnInt(0)), st.columnText(1));
+  if (st.failed()) return readFailed(st);
   return out;
 }
 
@@ -1174,6 +1195,7 @@ absl::StatusOr<std::vector<std::optional<int64_t>>> Store::countersAt(
   for (uint64_t seq : seqs) {
     st.bind(1, id).bind(2, name).bind(3, s64(seq));
     out.push_back(st.step() ? std::optional<int64_t>(st.columnInt(0)) : std::nullopt);
+    if (st.failed()) return readFailed(st);
     st.reset();
   }
   return out;
@@ -1225,6 +1247,7 @@ absl::StatusOr<std::vector<AppliedPlanRow>> Store::appliedPlans(const std::strin
     r.fromStep = st.columnInt(10);
     out.push_back(std::move(r));
   }
+  if (st.failed()) return readFailed(st);
   return out;
 }
 
@@ -1233,7 +1256,10 @@ absl::StatusOr<bool> Store::isAnalyzed(const std::string& path, int64_t id) {
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare("SELECT analyzed FROM session WHERE id = ?1");
   st.bind(1, id);
-  if (!st.step()) return absl::NotFoundError("no session " + std::to_string(id));
+  if (!st.step()) {
+    if (st.failed()) return readFailed(st);
+    return absl::NotFoundError("no session " + std::to_string(id));
+  }
   return st.columnInt(0) != 0;
 }
 
@@ -1245,7 +1271,10 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
       "SELECT seq, ts_ns, tracked_bytes, phase, scope FROM peak WHERE session_id = ?1 AND "
       "step = ?2");
   st.bind(1, id).bind(2, step);
-  if (!st.step()) return absl::NotFoundError("no stored peak");
+  if (!st.step()) {
+    if (st.failed()) return readFailed(st);
+    return absl::NotFoundError("no stored peak");
+  }
   core::PeakReport p;
   p.step = step;
   p.state.seq = u64(st.columnInt(0));
@@ -1262,6 +1291,7 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     p.state.bytes[core::categoryIndex(*c)] = cats.columnInt(1);
     p.state.blocks[core::categoryIndex(*c)] = cats.columnInt(2);
   }
+  if (cats.failed()) return readFailed(cats);
   // A store of schema version 3 read without a daemon (--db) has no addresses.
   bool addresses = true;
   if (!isPostgres(db)) {
@@ -1286,6 +1316,7 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
     const std::string kind = items.columnText(0);
     (kind == "module" ? p.modules : kind == "op" ? p.ops : p.tensors).push_back(std::move(it));
   }
+  if (items.failed()) return readFailed(items);
   return p;
 }
 
@@ -1310,6 +1341,7 @@ absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string
     index[p.step] = out.size();
     out.push_back(std::move(p));
   }
+  if (st.failed()) return readFailed(st);
   Statement cats =
       db.prepare("SELECT step, category, bytes, blocks FROM peak_category WHERE session_id = ?1");
   cats.bind(1, id);
@@ -1320,6 +1352,7 @@ absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string
     out[it->second].state.bytes[core::categoryIndex(*c)] = cats.columnInt(2);
     out[it->second].state.blocks[core::categoryIndex(*c)] = cats.columnInt(3);
   }
+  if (cats.failed()) return readFailed(cats);
   return out;
 }
 
@@ -1337,6 +1370,7 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
     Statement top = db.prepare("SELECT MAX(level) FROM timeline_chunk WHERE session_id = ?1");
     top.bind(1, id);
     if (top.step() && !top.columnNull(0)) maxLevel = top.columnInt(0);
+    if (top.failed()) return readFailed(top);
   }
   Statement firstChunk = db.prepare(
       "SELECT chunk, first_ts_ns, last_ts_ns, sample_count FROM timeline_chunk " +
@@ -1363,7 +1397,10 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
   for (int64_t l = 0; l <= maxLevel; ++l) {
     firstChunk.bind(1, id).bind(2, l).bind(3, fromTs);
     lastChunk.bind(1, id).bind(2, l).bind(3, toTs);
-    if (firstChunk.step() && lastChunk.step()) {
+    const bool found = firstChunk.step() && lastChunk.step();
+    if (firstChunk.failed() || (!found && lastChunk.failed()))
+      return readFailed(firstChunk.failed() ? firstChunk : lastChunk);
+    if (found) {
       Range r{firstChunk.columnInt(0), lastChunk.columnInt(0)};
       if (r.firstChunk <= r.lastChunk) {
         double n = covered(firstChunk);
@@ -1392,6 +1429,7 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
       return absl::DataLossError("corrupt timeline chunk in session " + std::to_string(id));
     }
   }
+  if (rows.failed()) return readFailed(rows);
   // A coarse sample across an idle stretch is read again from the level below: the chunks
   // there that overlap its time, the samples within its events.
   Statement finerRows =
@@ -1399,6 +1437,7 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
                  "WHERE session_id = ?1 AND level = ?2 AND last_ts_ns >= ?3 AND first_ts_ns <= ?4 "
                  "ORDER BY last_ts_ns");
   bool corrupt = false;
+  absl::Status readError;
   auto finer = [&](int l, const core::TimelineSample& coarser) {
     std::vector<core::TimelineSample> out, chunk;
     finerRows.bind(1, id).bind(2, l).bind(3, coarser.firstTsNs).bind(4, coarser.lastTsNs);
@@ -1411,6 +1450,7 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
       for (const core::TimelineSample& s : chunk)
         if (s.firstSeq >= coarser.firstSeq && s.lastSeq <= coarser.lastSeq) out.push_back(s);
     }
+    if (finerRows.failed() && readError.ok()) readError = readFailed(finerRows);
     finerRows.reset();
     return out;
   };
@@ -1419,6 +1459,7 @@ absl::StatusOr<std::vector<core::TimelineBucket>> Store::readTimeline(const std:
                          static_cast<int>(level), finer);
   if (corrupt)
     return absl::DataLossError("corrupt timeline chunk in session " + std::to_string(id));
+  if (!readError.ok()) return readError;
   return folded;
 }
 
@@ -1467,6 +1508,7 @@ absl::StatusOr<std::vector<JobRecord>> Store::listJobs(const std::string& path,
     j.ranksLive = st.columnInt(6);
     out.push_back(std::move(j));
   }
+  if (st.failed()) return readFailed(st);
   return out;
 }
 
@@ -1513,6 +1555,7 @@ absl::StatusOr<std::vector<TokenRow>> Store::readTokens(const std::string& path)
     t.revoked = st.columnInt(6) != 0;
     out.push_back(std::move(t));
   }
+  if (st.failed()) return readFailed(st);
   return out;
 }
 
@@ -1522,7 +1565,10 @@ absl::StatusOr<std::optional<int64_t>> Store::sessionOwner(const std::string& pa
   Statement st = db.prepare("SELECT owner_uid FROM session WHERE id = ?1");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
   st.bind(1, id);
-  if (!st.step()) return absl::NotFoundError("no session " + std::to_string(id));
+  if (!st.step()) {
+    if (st.failed()) return readFailed(st);
+    return absl::NotFoundError("no session " + std::to_string(id));
+  }
   if (st.columnNull(0)) return std::optional<int64_t>();
   return std::optional<int64_t>(st.columnInt(0));
 }
@@ -1542,6 +1588,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
     Statement pruned = db.prepare("SELECT raw_pruned_wall_ns FROM session WHERE id = ?1");
     pruned.bind(1, id);
     if (pruned.step() && !pruned.columnNull(0)) return rawEventsPruned(id, pruned.columnInt(0));
+    if (pruned.failed()) return readFailed(pruned);
   }
   // Blocks, tags and phases as the streaming analysis reads them (recording_stream.h).
   auto stream = StoredRecordingStream::open(path, id);
@@ -1565,7 +1612,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
   auto endSeq = [](const Statement& st, int i) {
     return st.columnNull(i) ? core::kOpenSeq : u64(st.columnInt(i));
   };
-  readSteps(db, id, &rec);
+  if (auto s = readSteps(db, id, &rec); !s.ok()) return s;
   {
     Statement st = db.prepare(
         "SELECT thread_id, name_id, depth, begin_seq, begin_ts_ns, end_seq, end_ts_ns, kind "
@@ -1584,6 +1631,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
       s.isKernel = st.columnInt(7) == 2;
       (s.isKernel ? rec.kernels : s.isOp ? rec.ops : rec.scopes).push_back(std::move(s));
     }
+    if (st.failed()) return readFailed(st);
   }
   if (!rec.kernels.empty()) {
     // Which CUDA call launched each kernel: its thread and moment.
@@ -1593,6 +1641,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
     kl.bind(1, id);
     while (kl.step())
       kernelCorrelation[u64(kl.columnInt(0))] = static_cast<uint32_t>(kl.columnInt(1));
+    if (kl.failed()) return readFailed(kl);
     for (core::ScopeInterval& k : rec.kernels)
       if (auto it = kernelCorrelation.find(k.beginSeq); it != kernelCorrelation.end())
         k.correlationId = it->second;
@@ -1602,6 +1651,7 @@ absl::StatusOr<core::Recording> Store::loadRecording(const std::string& path, in
     while (la.step())
       rec.launches.push_back({static_cast<uint32_t>(la.columnInt(0)),
                               static_cast<uint32_t>(la.columnInt(1)), u64(la.columnInt(2))});
+    if (la.failed()) return readFailed(la);
   }
   rec.sortBySeq();
   return rec;

@@ -73,6 +73,17 @@ size_t StoreWriter::commitSome(std::deque<Item>& items, size_t from, bool yieldT
       (void)m_store->rollback();
     }
   }
+  // An outage of the store (a full disk, a PostgreSQL server down) said once, and its end.
+  if (!txn.ok() && !m_failing) {
+    std::fprintf(stderr,
+                 "tidemarkd: the store cannot be written: %s (the agents keep their events and "
+                 "retry)\n",
+                 std::string(txn.message()).c_str());
+    m_failing = true;
+  } else if (txn.ok() && m_failing) {
+    std::fprintf(stderr, "tidemarkd: the store can be written again\n");
+    m_failing = false;
+  }
   for (size_t i = from; i < end; ++i) {
     items[i].done->set_value(txn.ok() ? results[i - from] : txn);
   }

@@ -56,6 +56,7 @@ class StoreWriter {
   std::deque<Item> m_queue;
   std::deque<Item> m_urgent;
   std::atomic<bool> m_urgentWaiting{false};
+  bool m_failing = false;  // the last transaction failed (the writer's thread only)
   bool m_stopping = false;
   std::thread m_thread;
 };

@@ -89,7 +89,9 @@ class StoreServerDownTest(unittest.TestCase):
         self.assertGreater(b["categories"]["OPTIMIZER_STATE"]["bytes"], 0)
         with open(self.log.name) as f:
             log = f.read()
-        self.assertIn("PostgreSQL", log)  # the outage was seen, and said
+        # The outage was seen and said, and its end.
+        self.assertIn("tidemarkd: the store cannot be written", log)
+        self.assertIn("tidemarkd: the store can be written again", log)
 
 
 if __name__ == "__main__":

@@ -514,6 +514,40 @@ TEST_F(SharedStoreTest, ADaemonConnectsAgainWhenTheServerEndsItsConnections) {
   EXPECT_EQ(all->size(), 3u);  // the lost transaction's session is not there
 }
 
+TEST_F(SharedStoreTest, EveryColumnTypeReadsBackFromPostgresqlBinaryResults) {
+  for (bool readOnly : {true, false}) {  // a reader's statement (unnamed), the writer's
+    Database db;
+    ASSERT_TRUE(Database::open(m_uri, readOnly, &db).ok());
+    Statement st = db.prepare(
+        "SELECT CAST(-2 AS SMALLINT), CAST(-70000 AS INTEGER), CAST(?1 AS BIGINT), TRUE, FALSE, "
+        "CAST(12345678901234 AS NUMERIC), CAST(-20000 AS NUMERIC), CAST(0 AS NUMERIC), "
+        "CAST(42 AS OID), 'text ü', CAST(?2 AS BYTEA), NULL, SUM(x) FROM (VALUES (CAST(?1 AS "
+        "BIGINT)), (CAST(1 AS BIGINT))) AS t(x)");
+    ASSERT_TRUE(st.ok()) << db.error();
+    for (int run = 0; run < 2; ++run) {  // the second run prepared on the server
+      st.bind(1, int64_t{-9'000'000'000'000'000'000}).bindBlob(2, std::string("\0\x01\xff", 3));
+      ASSERT_TRUE(st.step()) << st.error();
+      EXPECT_EQ(st.columnInt(0), -2);
+      EXPECT_EQ(st.columnInt(1), -70000);
+      EXPECT_EQ(st.columnInt(2), -9'000'000'000'000'000'000);
+      EXPECT_EQ(st.columnInt(3), 1);
+      EXPECT_EQ(st.columnInt(4), 0);
+      EXPECT_EQ(st.columnInt(5), 12345678901234);
+      EXPECT_EQ(st.columnInt(6), -20000);
+      EXPECT_EQ(st.columnInt(7), 0);
+      EXPECT_EQ(st.columnInt(8), 42);
+      EXPECT_EQ(st.columnText(9), "text ü");
+      EXPECT_EQ(st.columnBlob(10), std::string_view("\0\x01\xff", 3));
+      EXPECT_TRUE(st.columnNull(11));
+      EXPECT_FALSE(st.columnNull(10));
+      EXPECT_EQ(st.columnInt(12), -8'999'999'999'999'999'999);  // SUM of BIGINT is a NUMERIC
+      EXPECT_FALSE(st.step());
+      EXPECT_FALSE(st.failed());
+      st.reset();
+    }
+  }
+}
+
 TEST(StoreTest, APostgresqlServerThatIsNotThereIsRefusedClearly) {
   // A socket directory with no server in it: refused at once, saying where it looked.
   auto store = Store::open("postgresql://nobody@/none?host=/nonexistent-tidemark&port=1");
