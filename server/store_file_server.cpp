@@ -13,6 +13,11 @@
 namespace tidemark::server {
 
 absl::StatusOr<std::unique_ptr<StoreFileServer>> StoreFileServer::open(const std::string& path) {
+  if (isPostgresLocator(path)) {
+    return absl::InvalidArgumentError(
+        "--db reads a SQLite store file; a PostgreSQL store is read through any daemon storing "
+        "into it (--server ADDRESS): its daemons decide who sees which session");
+  }
   struct stat file {};
   if (::stat(path.c_str(), &file) != 0 || !S_ISREG(file.st_mode))
     return absl::FailedPreconditionError(path + ": no such store file");

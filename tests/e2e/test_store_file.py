@@ -82,6 +82,10 @@ class StoreFileTest(unittest.TestCase):
         r = tidemark("--db", empty, "sessions")
         self.assertEqual(r.returncode, 3)
         self.assertIn("not a tidemark store", r.stderr)
+        # A PostgreSQL store is its daemons' to show (they decide who sees what).
+        r = tidemark("--db", "postgresql://tidemark@db.example/tidemark", "sessions")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("a PostgreSQL store is read through any daemon", r.stderr)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to act as a second user")
     def test_another_user_reads_nothing(self):
