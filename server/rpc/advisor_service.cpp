@@ -26,10 +26,21 @@ absl::StatusOr<core::Recording> AdvisorService::loadRecording(int64_t session) {
 }
 
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {
-  auto rec = loadRecording(static_cast<int64_t>(selector.session_id()));
+  const auto session = static_cast<int64_t>(selector.session_id());
+  auto rec = loadRecording(session);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
-  return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks());
+  // A job that applied a plan is modelled from a step before it (chainFromRecording).
+  int64_t firstPlannedStep = 0;
+  if (selector.step() == 0) {
+    auto plans = Store::appliedPlans(m_dbPath, session);
+    if (!plans.ok()) return plans.status();
+    for (const AppliedPlanRow& p : *plans)
+      if (p.state == 1 && p.fromStep > 0 &&
+          (firstPlannedStep == 0 || p.fromStep < firstPlannedStep))
+        firstPlannedStep = p.fromStep;
+  }
+  return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks(), firstPlannedStep);
 }
 
 grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,

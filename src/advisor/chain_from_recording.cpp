@@ -152,7 +152,8 @@ std::pair<int64_t, int64_t> backwardPeaks(const Recording& rec, const Window& w,
 
 absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                                                  const std::vector<BlockCategory>& categories,
-                                                 int64_t stepNo, std::string_view blocksPrefix) {
+                                                 int64_t stepNo, std::string_view blocksPrefix,
+                                                 int64_t firstPlannedStep) {
   // 1. The step.
   const StepInterval* step = nullptr;
   if (stepNo > 0) {
@@ -179,12 +180,22 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                                                                : ph.phase == Phase::kBackward ? 2
                                                                                               : 4;
     }
+    // Steps under a plan the job applied are no candidates (when any step ran before it).
+    auto before = [&](const StepInterval& s) {
+      return firstPlannedStep <= 0 || s.step < firstPlannedStep;
+    };
+    bool anyBefore = false;
+    for (const StepInterval& s : rec.steps)
+      anyBefore = anyBefore || (before(s) && s.endSeq != kOpenSeq);
+    auto candidate = [&](size_t i) {
+      return rec.steps[i].endSeq != kOpenSeq && (!anyBefore || before(rec.steps[i]));
+    };
     for (size_t i = rec.steps.size(); i-- > 0 && step == nullptr;)
-      if (rec.steps[i].endSeq != kOpenSeq && seen[i] == 3) step = &rec.steps[i];
+      if (candidate(i) && seen[i] == 3) step = &rec.steps[i];
     for (size_t i = rec.steps.size(); i-- > 0 && step == nullptr;)
-      if (rec.steps[i].endSeq != kOpenSeq && (seen[i] & 3) == 3) step = &rec.steps[i];
-    for (auto it = rec.steps.rbegin(); it != rec.steps.rend() && step == nullptr; ++it)
-      if (it->endSeq != kOpenSeq) step = &*it;
+      if (candidate(i) && (seen[i] & 3) == 3) step = &rec.steps[i];
+    for (size_t i = rec.steps.size(); i-- > 0 && step == nullptr;)
+      if (candidate(i)) step = &rec.steps[i];
     if (step == nullptr)
       return absl::FailedPreconditionError(
           "the session has no complete training step (the advisor needs one forward, backward "

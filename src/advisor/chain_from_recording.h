@@ -34,10 +34,14 @@ struct RecordedChain {
 // by them, their output and working sets from the blocks born inside them. Everything the chain
 // does not explain at each moment becomes the static and outside terms, so that the model
 // reproduces the recorded step. step 0 takes the last complete step (the last without
-// recomputation, when some ran without).
+// recomputation, when some ran without); firstPlannedStep > 0: among the steps before it only (a
+// job that ran a recompute plan from that step on: the steps under the plan recompute what the
+// plan chose, and a model that checkpoints by itself recomputes in every step, so recomputation
+// alone does not tell them apart).
 // Expects recording.sortBySeq() and categories = categorize(recording).
 absl::StatusOr<RecordedChain> chainFromRecording(const Recording& recording,
                                                  const std::vector<BlockCategory>& categories,
-                                                 int64_t step, std::string_view blocksPrefix);
+                                                 int64_t step, std::string_view blocksPrefix,
+                                                 int64_t firstPlannedStep = 0);
 
 }  // namespace tidemark::core

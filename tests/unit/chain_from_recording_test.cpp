@@ -140,6 +140,32 @@ TEST(ChainFromRecording, TakesTheLastStepRecordedInDetail) {
   EXPECT_NE(c.status().message().find("step 3 has no forward and backward"), std::string::npos);
 }
 
+// A model that checkpoints by itself recomputes in every step; a job that then ran a plan from
+// step 2 on recomputes differently there. Asked for no step, the advisor models the last step
+// before the plan, not the last step.
+TEST(ChainFromRecording, AJobUnderAPlanIsModelledFromAStepBeforeIt) {
+  Recording rec = twoBlocks();
+  rec.phases.push_back(phase(Phase::kRecompute, 31, 33));  // the model's own checkpointing
+  StepInterval planned;
+  planned.step = 2;
+  planned.beginSeq = 101;
+  planned.endSeq = 200;
+  rec.steps.push_back(planned);
+  for (PhaseInterval p : {phase(Phase::kForward, 102, 129), phase(Phase::kBackward, 130, 160),
+                          phase(Phase::kRecompute, 131, 133)})
+    rec.phases.push_back(p);
+  rec.sortBySeq();
+  const std::vector<BlockCategory> cats = categorize(rec);
+  absl::StatusOr<RecordedChain> last = chainFromRecording(rec, cats, 0, "");
+  EXPECT_TRUE(!last.ok() || last->step == 2);  // recomputation in both: the last step
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, cats, 0, "", /*firstPlannedStep=*/2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 1);
+  // No step before the plan recorded: the rule as without one.
+  c = chainFromRecording(rec, cats, 0, "", /*firstPlannedStep=*/1);
+  EXPECT_TRUE(!c.ok() || c->step == 2);
+}
+
 // The last block ran under checkpoint: at the start of the backward it is recomputed (a1' and
 // its output regenerated) before its backward scope begins. That moment is the model's
 // recomputation of the block, not the end of the forward: the memory outside the chain at the end
