@@ -165,8 +165,9 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   } else {
     // The last complete step with a forward and a backward (a capture schedule's summarized
     // steps have none: the last one recorded in detail), else the last complete one. Among
-    // those, one without recomputation when there is one: a job planned in mid-run (tidemark
-    // apply) is modelled from its steps before the plan, which show every block's activations.
+    // those, one without recomputation when there is one, and one before the first plan the job
+    // applied (firstPlannedStep): a job planned in mid-run (tidemark apply) is modelled from its
+    // steps before the plan, which show every block's activations.
     std::vector<uint8_t> seen(rec.steps.size(), 0);  // 1 forward, 2 backward, 4 recomputation
     for (const PhaseInterval& ph : rec.phases) {
       if (ph.phase != Phase::kForward && ph.phase != Phase::kBackward &&
