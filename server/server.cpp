@@ -134,6 +134,8 @@ absl::Status Server::start() {
   m_handoffs = std::make_unique<HandoffTaker>(*m_writer, *m_access);
   m_ingest->setHandoffTaker(m_handoffs.get());
   m_control = std::make_unique<ControlService>(*m_writer, m_agents, *m_access);
+  m_courier =
+      std::make_unique<PlanCourier>(*m_writer, m_agents, isPostgresLocator(m_options.dbPath));
   m_query = std::make_unique<QueryService>(m_options.dbPath, m_writer.get(), m_agents, *m_access,
                                            shares.queryBlocks);
   m_advisor = std::make_unique<AdvisorService>(m_options.dbPath, m_writer.get(), m_agents,
@@ -184,6 +186,7 @@ void Server::shutdown() {
     m_server->Wait();
     m_server.reset();
   }
+  if (m_courier) m_courier->stop();
   if (m_ingest) m_ingest->stop();  // no session is closed from here on
   if (m_analysis) {
     m_analysis->stop();  // an analysis cut short is redone at the next start

@@ -18,6 +18,7 @@
 #include "server/rpc/control_service.h"
 #include "server/rpc/handoff_taker.h"
 #include "server/rpc/ingest_service.h"
+#include "server/rpc/plan_courier.h"
 #include "server/rpc/query_service.h"
 #include "server/store/retention.h"
 #include "server/store/store_lock.h"
@@ -97,6 +98,7 @@ class Server {
   std::unique_ptr<AdvisorService> m_advisor;
   LiveAgents m_agents;
   std::unique_ptr<ControlService> m_control;
+  std::unique_ptr<PlanCourier> m_courier;
   std::unique_ptr<grpc::Server> m_server;
   int m_port = 0;
 };

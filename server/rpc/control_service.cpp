@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/plan_courier.h"
 #include "server/store/retention.h"
 #include "src/advisor/plan_json.h"
 
@@ -20,6 +21,14 @@ grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
   if (!doc.ok())
     return toGrpc(absl::InvalidArgumentError("not a plan: " + std::string(doc.status().message())));
   const auto session = static_cast<int64_t>(request->session_id());
+  // A session another daemon of a shared store ingests: its agent is connected there, so the
+  // plan is left in the store for that daemon to send (PlanCourier).
+  auto record = Store::getSession(m_writer.path(), session);
+  if (!record.ok()) return toGrpc(record.status());
+  const bool elsewhere = !Store::isOwnSession(m_writer.path(), *record, m_writer.daemonName());
+  if (elsewhere && record->state != 1)
+    return toGrpc(absl::FailedPreconditionError("session " + std::to_string(session) +
+                                                " is not running (it has ended)"));
   AppliedPlanRow row;
   row.sessionId = session;
   row.planJson = request->plan_json();
@@ -32,21 +41,29 @@ grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
   auto id = std::make_shared<int64_t>(0);
-  absl::Status created = m_writer
-                             .submit([row, id](Store& store) -> absl::Status {
-                               auto r = store.createAppliedPlan(row);
-                               if (!r.ok()) return r.status();
-                               *id = *r;
-                               return absl::OkStatus();
-                             })
-                             .get();
+  absl::Status created =
+      m_writer
+          .submit([row, id, elsewhere](Store& store) -> absl::Status {
+            auto r = store.createAppliedPlan(row);
+            if (!r.ok()) return r.status();
+            *id = *r;
+            if (!elsewhere) return absl::OkStatus();
+            absl::Status queued = store.queuePlanDelivery(*r, row.sessionId);
+            if (!queued.ok())
+              store
+                  .setPlanResult(row.sessionId, *r, 2,
+                                 "not delivered: " + std::string(queued.message()), 0)
+                  .IgnoreError();
+            return queued;
+          })
+          .get();
   if (!created.ok()) return toGrpc(created);
-  v1::ServerMessage message;
-  v1::Command* cmd = message.mutable_command();
-  cmd->set_command_id(static_cast<uint64_t>(*id));
-  cmd->mutable_apply_plan()->set_plan_id(static_cast<uint64_t>(*id));
-  cmd->mutable_apply_plan()->set_plan_json(request->plan_json());
-  if (absl::Status sent = m_agents.send(session, message); !sent.ok()) {
+  if (elsewhere) {
+    response->set_plan_id(static_cast<uint64_t>(*id));
+    return grpc::Status::OK;
+  }
+  if (absl::Status sent = m_agents.send(session, applyPlanCommand(*id, request->plan_json()));
+      !sent.ok()) {
     m_writer.post([session, planId = *id, why = std::string(sent.message())](Store& s) {
       return s.setPlanResult(session, planId, 2, "not delivered: " + why, 0);
     });

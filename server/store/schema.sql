@@ -328,6 +328,13 @@ CREATE TABLE IF NOT EXISTS applied_plan (
 );
 CREATE INDEX IF NOT EXISTS applied_plan_by_session ON applied_plan (session_id, id);
 
+-- Plans recorded by one daemon for a live session that another daemon ingests (a store shared by
+-- several daemons): the session's own daemon sends each to its agent and deletes the row.
+CREATE TABLE IF NOT EXISTS plan_outbox (
+  plan_id INTEGER NOT NULL PRIMARY KEY,
+  session_id INTEGER NOT NULL
+);
+
 -- Tokens for callers the daemon cannot identify by uid (tidemark token create): only a
 -- SHA-256 hash of each is kept.
 CREATE TABLE IF NOT EXISTS token (

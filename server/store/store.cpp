@@ -987,9 +987,9 @@ constexpr const char* kRawRowTables[] = {
     "tag", "stack", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
 constexpr const char* kRawSmallTables[] = {"string", "block_category", "ingest_checkpoint"};
 // What remains of a pruned session, dropped with it.
-constexpr const char* kSummaryTables[] = {"step",           "step_figure",  "stat",
-                                          "timeline_chunk", "peak",         "peak_category",
-                                          "peak_item",      "applied_plan", "handoff"};
+constexpr const char* kSummaryTables[] = {"step",    "step_figure",   "stat",      "timeline_chunk",
+                                          "peak",    "peak_category", "peak_item", "applied_plan",
+                                          "handoff", "plan_outbox"};
 }  // namespace
 
 absl::Status Store::markRawPruned(int64_t sid, int64_t wallNs) {
@@ -1219,6 +1219,42 @@ absl::Status Store::setPlanResult(int64_t sessionId, int64_t planId, int state,
       "AND id = ?2");
   st.bind(1, sessionId).bind(2, planId).bind(3, state).bind(4, message).bind(5, fromStep);
   return st.run();
+}
+
+absl::Status Store::queuePlanDelivery(int64_t planId, int64_t sessionId) {
+  Statement st = m_db.prepare("INSERT INTO plan_outbox (plan_id, session_id) VALUES (?1, ?2)");
+  st.bind(1, planId).bind(2, sessionId);
+  return st.run();
+}
+
+absl::Status Store::removePlanDelivery(int64_t planId) {
+  Statement st = m_db.prepare("DELETE FROM plan_outbox WHERE plan_id = ?1");
+  st.bind(1, planId);
+  return st.run();
+}
+
+absl::StatusOr<std::vector<PlanDelivery>> Store::plansToDeliver(const std::string& path,
+                                                                const std::string& daemon) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare(
+      "SELECT o.plan_id, o.session_id, p.plan_json, p.sent_wall_ns, s.state FROM plan_outbox o "
+      "JOIN applied_plan p ON p.id = o.plan_id JOIN session s ON s.id = o.session_id WHERE " +
+      ownSessions(path) + " ORDER BY o.plan_id");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  st.bind(1, daemon);
+  std::vector<PlanDelivery> out;
+  while (st.step()) {
+    PlanDelivery d;
+    d.planId = st.columnInt(0);
+    d.sessionId = st.columnInt(1);
+    d.planJson = st.columnText(2);
+    d.sentWallNs = st.columnInt(3);
+    d.sessionLive = st.columnInt(4) == 1;
+    out.push_back(std::move(d));
+  }
+  if (st.failed()) return readFailed(st);
+  return out;
 }
 
 absl::StatusOr<std::vector<AppliedPlanRow>> Store::appliedPlans(const std::string& path,

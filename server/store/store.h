@@ -239,6 +239,15 @@ struct AppliedPlanRow {
   int64_t fromStep = 0;
 };
 
+// A plan recorded by another daemon for a session this daemon ingests (plan_outbox).
+struct PlanDelivery {
+  int64_t planId = 0;
+  int64_t sessionId = 0;
+  std::string planJson;
+  int64_t sentWallNs = 0;
+  bool sessionLive = false;
+};
+
 // FAILED_PRECONDITION saying that retention dropped the session's raw events at wallNs.
 absl::Status rawEventsPruned(int64_t sessionId, int64_t wallNs);
 
@@ -278,6 +287,10 @@ class Store {
   absl::StatusOr<int64_t> createAppliedPlan(const AppliedPlanRow& row);
   absl::Status setPlanResult(int64_t sessionId, int64_t planId, int state,
                              const std::string& message, int64_t fromStep);
+  // A plan for a session another daemon ingests, left for that daemon to send (shared stores),
+  // and its removal once sent or given up.
+  absl::Status queuePlanDelivery(int64_t planId, int64_t sessionId);
+  absl::Status removePlanDelivery(int64_t planId);
   // The ingest state of a live session at this commit (replacing the previous one); batchSeq:
   // the last batch it accounts for; its open blocks changed by `closed` (removed first, by
   // memory kind, device and address) and `opened` (added, replacing).
@@ -368,6 +381,9 @@ class Store {
   // The plans sent to a session, oldest first.
   static absl::StatusOr<std::vector<AppliedPlanRow>> appliedPlans(const std::string& path,
                                                                   int64_t id);
+  // The plans other daemons left for `daemon`'s sessions, oldest first.
+  static absl::StatusOr<std::vector<PlanDelivery>> plansToDeliver(const std::string& path,
+                                                                  const std::string& daemon);
   // Ended sessions whose analysis is not stored yet.
   static absl::StatusOr<std::vector<int64_t>> sessionsToAnalyze(const std::string& path,
                                                                 const std::string& daemon);

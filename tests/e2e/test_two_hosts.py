@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -93,14 +94,17 @@ class TwoHostsTest(unittest.TestCase):
             subprocess.run(["ip", "netns", "del", cls.ns[h]], capture_output=True)
         shutil.rmtree(cls.out, ignore_errors=True)
 
-    def cli(self, h, *args):
+    def cli(self, h, *args, as_json=True):
         r = subprocess.run(["ip", "netns", "exec", self.ns[h], os.path.join(BIN, "tidemark"),
-                            "--server", self.daemons[h]["address"], *args, "--json"],
+                            "--server", self.daemons[h]["address"], *args] +
+                           (["--json"] if as_json else []),
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
-        return json.loads(r.stdout)
+        return json.loads(r.stdout) if as_json else r
 
-    def test_a_job_across_two_hosts_is_one_job_on_both_daemons(self):
+    def start_job(self, out, steps, model="mlp"):
+        """The 2 x 2 ranks of one job, each under `tidemark run` with its own host's daemon.
+        Returns the job's key and the ranks' processes."""
         master_port = free_port()
         procs = []
         for rank in range(4):
@@ -111,16 +115,29 @@ class TwoHostsTest(unittest.TestCase):
             procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", self.ns[h], os.path.join(BIN, "tidemark"), "--server",
                  self.daemons[h]["address"], "run", "--", PYTHON,
-                 os.path.join(HERE, "ddp_train.py"), "--steps", str(STEPS), "--out-dir",
-                 self.out], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        for p in procs:
-            _, err = p.communicate(timeout=600)
-            self.assertEqual(p.returncode, 0, err)
+                 os.path.join(HERE, "ddp_train.py"), "--model", model, "--steps", str(steps),
+                 "--out-dir", out], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True))
+        return "%s:%d" % (self.addr["a"], master_port), procs
+
+    def finish_job(self, procs, out):
+        try:
+            for p in procs:
+                _, err = p.communicate(timeout=600)
+                self.assertEqual(p.returncode, 0, err)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
         truths = {}
         for rank in range(4):
-            with open(os.path.join(self.out, "rank%d.json" % rank)) as f:
+            with open(os.path.join(out, "rank%d.json" % rank)) as f:
                 truths[rank] = json.load(f)
-        key = "%s:%d" % (self.addr["a"], master_port)
+        return truths
+
+    def test_a_job_across_two_hosts_is_one_job_on_both_daemons(self):
+        key, procs = self.start_job(self.out, STEPS)
+        truths = self.finish_job(procs, self.out)
         # Each daemon answers for the whole job: the ranks it took and the other host's.
         for h in ("a", "b"):
             with self.subTest(daemon=h):
@@ -157,6 +174,57 @@ class TwoHostsTest(unittest.TestCase):
         for s in sums[1:]:
             self.assertAlmostEqual(s, sums[0], delta=1e-6 * max(1.0, abs(sums[0])))
         self.assertNotEqual(truths[0]["losses"], truths[2]["losses"])
+
+    def test_a_plan_asked_of_one_daemon_reaches_every_rank_on_both_hosts(self):
+        # `tidemark apply --job` asked of host a's daemon: the ranks on host b stream to the
+        # other daemon, which sends them the plan from the shared store. All four switch at the
+        # same step, train on together, and measure the predicted peak.
+        out = os.path.join(self.out, "planned")
+        os.makedirs(out)
+        steps = 24
+        key, procs = self.start_job(out, steps, model="gpt")
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                job = self.cli("a", "job", key) if [
+                    j for j in self.cli("a", "jobs")["jobs"] if j["key"] == key] else None
+                live = [r for r in (job or {}).get("ranks", [])
+                        if r["session"]["state"] == "live" and r["session"]["steps"] >= 3]
+                if len(live) == 4:
+                    break
+                time.sleep(0.3)
+            self.assertEqual(len(live), 4, "the ranks did not run 3 steps each")
+            plan = os.path.join(out, "plan.json")
+            self.cli("a", "plan", "--job", key, "--budget", "50%", "--out", plan, as_json=False)
+            applied = self.cli("a", "apply", "--job", key, plan)
+            at = applied["at_step"]
+            self.assertLess(at, steps - 2, "applied too late to measure")
+            self.assertEqual(sorted(r["rank"] for r in applied["ranks"]), [0, 1, 2, 3])
+            for r in applied["ranks"]:
+                self.assertEqual((r["state"], r["from_step"]), ("applied", at), r)
+        finally:
+            truths = self.finish_job(procs, out)
+        sums = [truths[r]["param_sum"] for r in range(4)]
+        for s in sums[1:]:
+            self.assertAlmostEqual(s, sums[0], delta=1e-6 * max(1.0, abs(sums[0])))
+        for h in ("a", "b"):
+            deadline = time.time() + 120
+            while not all(r["session"]["analyzed"] for r in self.cli(h, "job", key)["ranks"]):
+                self.assertLess(time.time(), deadline, "the job's sessions were not analysed")
+                time.sleep(0.3)
+        for h in ("a", "b"):
+            check = self.cli(h, "plan-check", "--job", key)
+            self.assertEqual(sorted(r["rank"] for r in check["ranks"]), [0, 1, 2, 3])
+            for r in check["ranks"]:
+                [p] = r["plans"]
+                print("asked of host %s, rank %d (on host %s): applied from step %d, predicted %d, "
+                      "measured %d (%+.2f %%)" % (h, r["rank"], "a" if r["rank"] < 2 else "b", at,
+                                      p["predicted_peak_bytes"], p["measured_peak_bytes"],
+                                      100 * p["peak_error"]), file=sys.stderr)
+                with self.subTest(daemon=h, rank=r["rank"]):
+                    self.assertEqual((p["state"], p["from_step"]), ("applied", at))
+                    self.assertGreaterEqual(p["steps_measured"], 2)
+                    self.assertLessEqual(abs(p["peak_error"]), 0.05, p)
 
 
 if __name__ == "__main__":

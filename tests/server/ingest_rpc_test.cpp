@@ -18,6 +18,10 @@
 #include "server/ingest/session_ingest.h"
 #include "server/server.h"
 #include "server/store/store.h"
+#include "src/advisor/plan_json.h"
+#include "src/advisor/planner.h"
+#include "tests/support/postgres_test_db.h"
+#include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
 
@@ -843,6 +847,187 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-spool-4242-1.bin"));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4242-2.bin"));
   expectHealthy();
+}
+
+// A store shared by two daemons (PostgreSQL): `tidemark apply` asked of one daemon reaches a job
+// whose agent streams to the other (a job across nodes), through the store (PlanCourier); the
+// agent's answer, stored by its own daemon, is what the first daemon reads back.
+TEST(SharedStoreRpcTest, APlanAskedOfOneDaemonReachesTheAgentOfAnother) {
+  auto uri = test_support::freshPostgresDatabase();
+  ASSERT_TRUE(uri.ok()) << uri.status();
+  auto daemon = [&](const char* name) {
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.dbPath = *uri;
+    o.daemonName = name;
+    auto server = std::make_unique<Server>(o);
+    EXPECT_TRUE(server->start().ok());
+    return server;
+  };
+  auto a = daemon("node-a");
+  auto b = daemon("node-b");
+  auto channelA = grpc::CreateChannel(a->address(), grpc::InsecureChannelCredentials());
+  auto channelB = grpc::CreateChannel(b->address(), grpc::InsecureChannelCredentials());
+  auto control = v1::Control::NewStub(channelA);
+  auto ingest = v1::Ingest::NewStub(channelB);
+
+  core::ChainProfile profile;
+  profile.name = "two";
+  profile.staticBytes = 100;
+  profile.inputBytes = 10;
+  for (const char* name : {"blocks.0", "blocks.1"}) {
+    core::Stage st;
+    st.name = name;
+    st.forwardNs = 5;
+    st.backwardNs = 10;
+    st.savedBytes = 50;
+    st.outputBytes = 20;
+    profile.stages.push_back(st);
+  }
+  const std::string plan =
+      core::planToJson(profile, core::makePlan(profile, 200, core::Strategy::kOptimal));
+  ASSERT_TRUE(core::parsePlanDocument(plan).ok());
+
+  grpc::ClientContext streamCtx;
+  streamCtx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = ingest->Stream(&streamCtx);
+  v1::AgentMessage hi;
+  hi.mutable_handshake()->set_magic(kHandshakeMagic);
+  hi.mutable_handshake()->set_protocol_version(1);
+  hi.mutable_handshake()->set_pid(4242);
+  v1::ServerMessage reply;
+  ASSERT_TRUE(stream->Write(hi));
+  ASSERT_TRUE(stream->Read(&reply));
+  const uint64_t session = reply.handshake_reply().session_id();
+  ASSERT_NE(session, 0u);
+
+  v1::ApplyPlanRequest req;
+  req.set_session_id(session);
+  req.set_plan_json(plan);
+  v1::ApplyPlanResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = control->ApplyPlan(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  ASSERT_NE(resp.plan_id(), 0u);
+  // The agent of node-b's stream gets the plan node-a recorded, whole.
+  do {
+    ASSERT_TRUE(stream->Read(&reply));
+  } while (!reply.has_command());
+  ASSERT_TRUE(reply.has_command() && reply.command().has_apply_plan());
+  EXPECT_EQ(reply.command().apply_plan().plan_id(), resp.plan_id());
+  EXPECT_EQ(reply.command().apply_plan().plan_json(), plan);
+  auto waiting = Store::plansToDeliver(*uri, "node-b");
+  ASSERT_TRUE(waiting.ok());
+  for (int i = 0; i < 100 && !waiting->empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    waiting = Store::plansToDeliver(*uri, "node-b");
+    ASSERT_TRUE(waiting.ok());
+  }
+  EXPECT_TRUE(waiting->empty()) << "a delivered plan stays in the outbox";
+
+  // The agent applies it; node-a reads the outcome node-b stored.
+  v1::AgentMessage result;
+  result.mutable_plan_result()->set_plan_id(resp.plan_id());
+  result.mutable_plan_result()->set_applied(true);
+  result.mutable_plan_result()->set_step(3);
+  ASSERT_TRUE(stream->Write(result));
+  std::optional<AppliedPlanRow> seen;
+  for (int i = 0; i < 250 && !(seen && seen->state == 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto plans = Store::appliedPlans(*uri, static_cast<int64_t>(session));
+    ASSERT_TRUE(plans.ok());
+    if (plans->size() == 1) seen = plans->front();
+  }
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->state, 1);
+  EXPECT_EQ(seen->fromStep, 3);
+
+  v1::AgentMessage bye;
+  bye.mutable_goodbye();
+  ASSERT_TRUE(stream->Write(bye));
+  stream->WritesDone();
+  while (stream->Read(&reply)) {
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+  // A session that has ended: refused by the daemon asked, nothing left in the store for the
+  // other to send.
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = control->ApplyPlan(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  }
+  auto left = Store::plansToDeliver(*uri, "node-b");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  a->shutdown();
+  b->shutdown();
+}
+
+// Plans left for a daemon whose agent is not connected: one waits (the agent may be resuming its
+// stream) until a minute has passed since it was asked, then is refused with the reason; one whose
+// session ends first is refused as such. Either leaves the outbox.
+TEST(SharedStoreRpcTest, APlanThatCannotBeDeliveredIsRefusedWithTheReason) {
+  auto uri = test_support::freshPostgresDatabase();
+  ASSERT_TRUE(uri.ok()) << uri.status();
+  auto store = Store::open(*uri, int64_t{8} << 20, "node-b");
+  ASSERT_TRUE(store.ok()) << store.status();
+  StoreWriter writer(std::move(*store));
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  auto sid = std::make_shared<int64_t>(0);
+  auto plans = std::make_shared<std::vector<int64_t>>();
+  ASSERT_TRUE(writer
+                  .submit([sid, plans, now](Store& s) -> absl::Status {
+                    auto id = s.createSession(SessionHeader{});
+                    if (!id.ok()) return id.status();
+                    *sid = *id;
+                    // Asked a minute and a second ago, and now.
+                    for (int64_t sent : {now - PlanCourier::kGiveUpAfterNs - 1'000'000'000, now}) {
+                      AppliedPlanRow row;
+                      row.sessionId = *id;
+                      row.planJson = "{}";
+                      row.strategy = "optimal";
+                      row.sentWallNs = sent;
+                      auto p = s.createAppliedPlan(row);
+                      if (!p.ok()) return p.status();
+                      plans->push_back(*p);
+                      if (auto q = s.queuePlanDelivery(*p, *id); !q.ok()) return q;
+                    }
+                    return absl::OkStatus();
+                  })
+                  .get()
+                  .ok());
+  LiveAgents agents;  // its agent is not connected
+  PlanCourier courier(writer, agents, /*shared=*/false);
+  EXPECT_EQ(courier.deliverOnce(), 1);  // the old one only
+  auto waiting = Store::plansToDeliver(*uri, "node-b");
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_EQ(waiting->size(), 1u);
+  EXPECT_EQ(waiting->front().planId, (*plans)[1]);
+  EXPECT_TRUE(Store::plansToDeliver(*uri, "node-a")->empty());  // not another daemon's
+  ASSERT_TRUE(writer
+                  .submit([sid](Store& s) {
+                    SessionEnd end;
+                    end.sessionId = *sid;
+                    end.endTsNs = 1;
+                    return s.endSession(end);
+                  })
+                  .get()
+                  .ok());
+  EXPECT_EQ(courier.deliverOnce(), 1);
+  auto rows = Store::appliedPlans(*uri, *sid);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  for (const AppliedPlanRow& r : *rows) EXPECT_EQ(r.state, 2);
+  EXPECT_NE((*rows)[0].message.find("not delivered: session"), std::string::npos)
+      << (*rows)[0].message;
+  EXPECT_NE((*rows)[1].message.find("not delivered: the session ended"), std::string::npos)
+      << (*rows)[1].message;
+  EXPECT_TRUE(Store::plansToDeliver(*uri, "node-b")->empty());
+  writer.stop();
 }
 
 }  // namespace
