@@ -97,6 +97,8 @@ class SessionIngest {
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
   void setFirstEventSeq(uint64_t seq) { m_nextSeq = seq; }
   uint64_t nextBatchSeq() const { return m_nextBatchSeq; }
+  // The sequence number of the next event to release: every event before it is applied.
+  uint64_t nextEventSeq() const { return m_nextSeq; }
 
   // The state between batches, for the store, as of the rows taken so far: the small part
   // whole (open intervals and steps, the next sequence numbers, the reorder buffer, the counts)

@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/ingest/session_ingest.h"
 #include "server/store/store.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
@@ -119,52 +120,63 @@ class LiveAgents {
   // writes do not wait for it. False when the session has no connected agent.
   // A session whose stream is ending is waited for (up to kEndingWait), then false.
   bool visit(int64_t session, const IngestFn& fn) {
-    std::shared_ptr<IngestGuard> guard;
-    {
-      std::unique_lock<std::mutex> lock(m_mutex);
-      auto it = m_streams.find(session);
-      if (it == m_streams.end()) {
-        m_endingChanged.wait_for(lock, kEndingWait, [&] {
-          return m_ending.count(session) == 0 || m_streams.count(session) != 0;
-        });
-        it = m_streams.find(session);
-        if (it == m_streams.end()) return false;
-      }
-      guard = it->second.guard;
-    }
+    std::shared_ptr<IngestGuard> guard = findGuard(session);
+    if (!guard) return false;
     std::lock_guard<std::mutex> lock(guard->mutex);
     if (guard->ingest == nullptr) return false;
     fn(*guard->ingest);
     return true;
   }
-  // Waits (up to `timeout`) until the rows of every batch the session's ingest took so far are
-  // handed to the store's writer, so that a read after the writer's next commit sees them. False
-  // when the session has no connected agent or the wait timed out.
-  bool awaitRowsPosted(int64_t session, std::chrono::milliseconds timeout) {
-    std::shared_ptr<IngestGuard> guard;
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      auto it = m_streams.find(session);
-      if (it == m_streams.end()) return false;
-      guard = it->second.guard;
+  // The blocks the session's ingest holds open, taken at a moment when the rows of every batch
+  // it took are handed to the store's writer: one cut of the session, so that a block freed in a
+  // batch is either open here or in a row the writer commits next, never in neither (a snapshot
+  // taken after later batches, whose rows are not handed over yet, loses the blocks they freed).
+  // Waits up to `timeout` for the stream's handler to hand its rows over (it does at its next
+  // message when asked). nullopt: the session has no connected agent (a stream that was ending
+  // is waited for, as visit does, so that its rows are committed); UNAVAILABLE: no cut in time.
+  struct Cut {
+    std::vector<BlockRow> openBlocks;
+    uint64_t nextEventSeq = 0;  // every event before it is in the cut, none after
+  };
+  absl::StatusOr<std::optional<Cut>> openBlocksAtPostedCut(int64_t session,
+                                                           std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::shared_ptr<IngestGuard> guard = findGuard(session);
+      if (!guard) return std::nullopt;
+      std::unique_lock<std::mutex> lock(guard->mutex);
+      auto behind = [&] {
+        return guard->ingest != nullptr && guard->postedBatch + 1 < guard->ingest->nextBatchSeq();
+      };
+      while (behind()) {
+        guard->commitWanted.store(true, std::memory_order_relaxed);
+        if (guard->posted.wait_until(lock, deadline) == std::cv_status::timeout && behind())
+          return absl::UnavailableError(
+              "session " + std::to_string(session) +
+              " is live and its latest rows were not handed to the store in time (a busy "
+              "daemon): ask again");
+      }
+      if (guard->ingest == nullptr) continue;  // its stream ended meanwhile: wait for its end
+      return std::optional<Cut>(Cut{guard->ingest->openBlocks(), guard->ingest->nextEventSeq()});
     }
-    std::unique_lock<std::mutex> lock(guard->mutex);
-    if (guard->ingest == nullptr) return false;
-    const uint64_t want = guard->ingest->nextBatchSeq() - 1;
-    if (guard->postedBatch >= want) return true;
-    guard->commitWanted.store(true, std::memory_order_relaxed);
-    return guard->posted.wait_for(lock, timeout, [&] {
-      return guard->ingest == nullptr || guard->postedBatch >= want;
-    }) && guard->ingest != nullptr;
-  }
-  // nullopt when the session has no connected agent.
-  std::optional<std::vector<BlockRow>> openBlocks(int64_t session) {
-    std::optional<std::vector<BlockRow>> out;
-    visit(session, [&out](const SessionIngest& in) { out = in.openBlocks(); });
-    return out;
+    return std::nullopt;
   }
 
  private:
+  // The session's guard; a session whose stream is ending is waited for (up to kEndingWait),
+  // then none.
+  std::shared_ptr<IngestGuard> findGuard(int64_t session) {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    auto it = m_streams.find(session);
+    if (it == m_streams.end()) {
+      m_endingChanged.wait_for(lock, kEndingWait, [&] {
+        return m_ending.count(session) == 0 || m_streams.count(session) != 0;
+      });
+      it = m_streams.find(session);
+      if (it == m_streams.end()) return nullptr;
+    }
+    return it->second.guard;
+  }
   struct Entry {
     Stream* stream = nullptr;
     std::shared_ptr<IngestGuard> guard;

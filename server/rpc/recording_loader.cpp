@@ -9,9 +9,12 @@ namespace tidemark::server {
 
 absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
   // A live session's rows are committed at its checkpoints: what came since would be missing
-  // (its last steps, say, while their blocks are here). Its handler hands them over now.
-  m_agents.awaitRowsPosted(session, kRowsWait);
-  const std::optional<std::vector<BlockRow>> open = m_agents.openBlocks(session);
+  // (its last steps, say, while their blocks are here). Its handler hands them over, and its
+  // open blocks are taken at that same cut.
+  auto cut = m_agents.openBlocksAtPostedCut(session, kRowsWait);
+  if (!cut.ok()) return cut.status();
+  const std::optional<std::vector<BlockRow>> open =
+      *cut ? std::optional<std::vector<BlockRow>>(std::move((*cut)->openBlocks)) : std::nullopt;
   auto info = Store::getSession(m_dbPath, session);
   if (!info.ok()) return info.status();
   const int64_t blocks = info->blocks + (open ? static_cast<int64_t>(open->size()) : 0);
@@ -28,7 +31,11 @@ absl::StatusOr<core::Recording> RecordingLoader::load(int64_t session) const {
     m_writer->submit([](Store&) { return absl::OkStatus(); }).get().IgnoreError();
   auto rec = Store::loadRecording(m_dbPath, session);
   if (!rec.ok() || !open) return rec;
-  // A block freed between the snapshot and the read is in both: keep the stored row.
+  // Rows of events after the cut may be in the store by now (a checkpoint since): the recording
+  // is read as it stood at the cut, so that a step that ended after it is not taken without
+  // its blocks still open. A block freed after the cut is in both: keep the stored row (open
+  // again at the cut).
+  rec->clipBefore((*cut)->nextEventSeq);
   std::set<std::pair<uint64_t, uint64_t>> stored;
   for (const core::Block& b : rec->blocks) stored.insert({b.address, b.allocSeq});
   int64_t id = -1;

@@ -24,7 +24,7 @@ class RecordingLoader {
   static constexpr int64_t kDefaultMaxBlocks = (int64_t{512} << 20) / kBytesPerBlock;
   // How long a load of a live session waits for its handler to hand over the rows taken since
   // its last checkpoint (it does at its next message: the agent writes every ~100 ms).
-  static constexpr std::chrono::milliseconds kRowsWait{2000};
+  static constexpr std::chrono::milliseconds kRowsWait{5000};
   RecordingLoader(std::string dbPath, StoreWriter* writer, LiveAgents& agents,
                   int64_t maxBlocks = kDefaultMaxBlocks)
       : m_dbPath(std::move(dbPath)), m_writer(writer), m_agents(agents), m_maxBlocks(maxBlocks) {}

@@ -38,6 +38,36 @@ void Recording::sortBySeq() {
   sortByBegin(kernels);
 }
 
+namespace {
+template <typename T>
+void clipIntervals(std::vector<T>& v, uint64_t seq) {
+  std::erase_if(v, [seq](const T& i) { return i.beginSeq >= seq; });
+  for (T& i : v) {
+    if (i.endSeq != kOpenSeq && i.endSeq >= seq) {
+      i.endSeq = kOpenSeq;
+      i.endTsNs = 0;
+    }
+  }
+}
+}  // namespace
+
+void Recording::clipBefore(uint64_t seq) {
+  std::erase_if(blocks, [seq](const Block& b) { return b.allocSeq >= seq; });
+  for (Block& b : blocks) {
+    if (!b.live() && b.freeSeq >= seq) {
+      b.freeSeq = kOpenSeq;
+      b.freeTsNs = 0;
+    }
+  }
+  std::erase_if(tags, [seq](const Tag& t) { return t.seq >= seq; });
+  clipIntervals(phases, seq);
+  clipIntervals(steps, seq);
+  clipIntervals(scopes, seq);
+  clipIntervals(ops, seq);
+  clipIntervals(kernels, seq);
+  std::erase_if(launches, [seq](const Launch& l) { return l.seq >= seq; });
+}
+
 const StepInterval* Recording::findStep(int64_t step) const {
   for (const StepInterval& s : steps) {
     if (s.step == step) return &s;

@@ -95,6 +95,10 @@ struct Recording {
 
   // Sorts every vector by its begin sequence number; the analysis functions expect this.
   void sortBySeq();
+  // The recording as it stood just before sequence number `seq`: what began at or after it
+  // goes, what ended at or after it is open again (a live session read at one cut of its
+  // stream, with rows of later events already in the store).
+  void clipBefore(uint64_t seq);
   const StepInterval* findStep(int64_t step) const;
   // The innermost phase / scope open at seq, or nullptr.
   const PhaseInterval* phaseAt(uint64_t seq) const;

@@ -490,6 +490,77 @@ TEST_F(IngestRpcTest, ALiveSessionsRecordingHoldsItsLatestRows) {
   EXPECT_EQ(read.breakdown().tracked_bytes(), 4096 + 2000);
 }
 
+// A live session read while its agent streams fast (what the advisor does on a running job): the
+// recording is one cut of the stream, so a block freed just after the cut is still there. Each
+// batch is a step k that allocates a 1000-byte block kept into the next step, a 500-byte
+// transient, then frees step k-1's block: every step from 2 on peaks at exactly 2500 bytes. A
+// recording that took the open blocks after later batches than the rows it read lost the blocks
+// those batches freed (a step's peak of 1500: seen as plans made from wrong steps on 4-rank jobs).
+TEST_F(IngestRpcTest, ALiveSessionIsReadAtOneCutOfItsStream) {
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const uint64_t session = handshake(stream.get()).session_id();
+  ASSERT_NE(session, 0u);
+  std::atomic<int64_t> written{0};
+  std::atomic<bool> stop{false};
+  std::thread agent([&] {
+    uint64_t seq = 0;
+    for (int64_t step = 1; !stop && step < 3000; ++step) {
+      v1::AgentMessage m;
+      v1::EventBatch* b = m.mutable_batch();
+      b->set_batch_seq(static_cast<uint64_t>(step));
+      auto add = [&] {
+        v1::Event* e = b->add_events();
+        e->set_seq(++seq);
+        e->set_ts_ns(static_cast<int64_t>(seq) * 1000);
+        return e;
+      };
+      add()->mutable_step_begin()->set_step(step);
+      v1::Event* kept = add();
+      kept->mutable_alloc()->set_address(0x100000 + 0x1000 * static_cast<uint64_t>(step));
+      kept->mutable_alloc()->set_size_bytes(1000);
+      v1::Event* t = add();
+      t->mutable_alloc()->set_address(0x10);
+      t->mutable_alloc()->set_size_bytes(500);
+      add()->mutable_free()->set_address(0x10);
+      if (step > 1)
+        add()->mutable_free()->set_address(0x100000 + 0x1000 * static_cast<uint64_t>(step - 1));
+      add()->mutable_step_end()->set_step(step);
+      if (!stream->Write(m)) break;
+      written = step;
+      if (step % 16 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  int answered = 0;
+  std::vector<std::string> wrong;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    grpc::ClientContext c;
+    v1::StepsRequest req;
+    req.set_session_id(session);
+    req.set_device("cuda");  // from the recording (the live analysis has no devices)
+    v1::Steps steps;
+    if (!m_query->GetSteps(&c, req, &steps).ok()) continue;
+    ++answered;
+    for (const v1::StepSummary& st : steps.steps()) {
+      if (st.step() >= 2 && st.end_ts_ns() != 0 && st.peak().tracked_bytes() != 2500)
+        wrong.push_back("step " + std::to_string(st.step()) + " of " +
+                        std::to_string(steps.steps_size()) + ": " +
+                        std::to_string(st.peak().tracked_bytes()));
+    }
+  }
+  stop = true;
+  agent.join();
+  stream->WritesDone();
+  v1::ServerMessage ignored;
+  while (stream->Read(&ignored)) {
+  }
+  stream->Finish();
+  EXPECT_GE(answered, 10);
+  EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << answered << " answers wrong, first "
+                             << wrong.front();
+}
+
 TEST_F(IngestRpcTest, StringsPastTheirLimitsAreRefused) {
   v1::AgentMessage big = goodBatch(1, 1);
   auto* str = big.mutable_batch()->add_strings();

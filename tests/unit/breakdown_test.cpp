@@ -78,6 +78,34 @@ TEST_F(BreakdownTest, LookupsOfIntervals) {
   EXPECT_EQ(rec.findStep(3), nullptr);
 }
 
+// A live session read at a cut of its stream (seq 5 released, 6 not yet): what came after goes,
+// what ended after is open again, and the peak and steps are those of the recording so far.
+TEST_F(BreakdownTest, ARecordingClippedAtACutIsTheRecordingSoFar) {
+  Recording cut = rec;
+  cut.tags.push_back(testing::tag(6, 0x3000, Category::kActivation));
+  cut.phases = {testing::phase(Phase::kForward, 4, 6), testing::phase(Phase::kBackward, 6, 8)};
+  cut.clipBefore(6);
+  ASSERT_EQ(cut.blocks.size(), 4u);      // the block allocated at 5 stays, freed later: open again
+  EXPECT_TRUE(cut.blocks[2].live());     // 0x3000, freed at 6
+  EXPECT_TRUE(cut.blocks[3].live());     // 0x2000 again, freed at 7
+  EXPECT_EQ(cut.blocks[1].freeSeq, 4u);  // freed before the cut: as it was
+  ASSERT_EQ(cut.tags.size(), 1u);
+  ASSERT_EQ(cut.steps.size(), 2u);
+  EXPECT_EQ(cut.steps[0].endSeq, 4u);
+  EXPECT_EQ(cut.steps[1].endSeq, kOpenSeq);  // step 2 had not ended at the cut
+  ASSERT_EQ(cut.phases.size(), 1u);          // the backward began at the cut: gone
+  EXPECT_EQ(cut.phases[0].endSeq, kOpenSeq);
+  Recording before = rec;
+  before.clipBefore(5);
+  ASSERT_EQ(before.blocks.size(), 3u);
+  const std::vector<BlockCategory> beforeCats = categorize(before);
+  EXPECT_EQ(LivenessReplay(before, beforeCats).peak().trackedBytes, 220);
+  Recording whole = rec;
+  whole.clipBefore(kOpenSeq);
+  EXPECT_EQ(whole.blocks.size(), rec.blocks.size());
+  EXPECT_EQ(whole.blocks[2].freeSeq, 6u);
+}
+
 TEST(PeakItems, ABlockOutsideModulesGoesToItsOwnerOrItsAllocatingCode) {
   PeakItemsBuilder items(false);
   const std::string mlp = "model.mlp";
