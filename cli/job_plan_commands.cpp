@@ -20,14 +20,13 @@ namespace tidemark::cli {
 
 namespace {
 
-// The step the job's ranks switch at, unless --at-step says: this many after the furthest rank's
-// (the plan must reach every rank before its step begins there).
 std::string rankName(int32_t rank) {
   return rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?");
 }
 
 // The highest step a session has begun (0: none yet).
-int lastStep(const GlobalOptions& g, uint64_t session, int64_t* step) {
+// A running rank's last step and recent step time (core::jobApplyStep).
+int rankProgress(const GlobalOptions& g, uint64_t session, core::RankProgress* out) {
   v1::StepsRequest req;
   req.set_session_id(session);
   v1::Steps steps;
@@ -35,8 +34,10 @@ int lastStep(const GlobalOptions& g, uint64_t session, int64_t* step) {
       code != kExitOk) {
     return code;
   }
-  *step = 0;
-  for (const v1::StepSummary& s : steps.steps()) *step = std::max(*step, s.step());
+  std::vector<core::StepSpan> spans;
+  for (const v1::StepSummary& s : steps.steps())
+    spans.push_back({s.step(), s.begin_ts_ns(), s.end_ts_ns()});
+  *out = core::rankProgress(spans);
   return kExitOk;
 }
 
@@ -107,10 +108,11 @@ int applyToJob(const GlobalOptions& g, const std::vector<std::string>& args) {
       "usage: tidemark apply --job JOB PLAN [--at-step N] [--no-wait | --wait SECONDS] [--json]\n\n"
       "Sends the plan document PLAN to every running rank of JOB (a job id, or a key): each\n"
       "rank's adapter applies it at the boundary before step N, so that all ranks switch at the\n"
-      "same step; by default N is 3 steps after the furthest rank's. Waits (default 120 s) until\n"
-      "every rank says it applied or refused the plan. Exit code 1 when a rank refused it, did "
-      "not\n"
-      "answer in time, or applied it from another step. `tidemark plan --job JOB` makes a plan\n"
+      "same step; by default N is far enough after the furthest rank's step for the plan to reach\n"
+      "every rank first: 3 steps, or 2 seconds at the fastest rank's pace when that is more.\n"
+      "Waits (default 120 s) until every rank says it applied or refused the plan. Exit code 1\n"
+      "when a rank refused it, did not answer in time, or applied it from another step. `tidemark "
+      "plan --job JOB` makes a plan\n"
       "from the rank that sets the job's memory need; `tidemark plan-check --job JOB` compares.\n";
   std::string job, planFile;
   int64_t atStep = 0;
@@ -167,13 +169,16 @@ int applyToJob(const GlobalOptions& g, const std::vector<std::string>& args) {
     return kExitError;
   }
   if (atStep == 0) {
-    std::vector<int64_t> lastSteps;
+    const auto reading = std::chrono::steady_clock::now();
+    std::vector<core::RankProgress> progress;
     for (const v1::JobRank* r : running) {
-      int64_t step = 0;
-      if (int code = lastStep(g, r->session().id(), &step); code != kExitOk) return code;
-      lastSteps.push_back(step);
+      core::RankProgress p;
+      if (int code = rankProgress(g, r->session().id(), &p); code != kExitOk) return code;
+      progress.push_back(p);
     }
-    atStep = core::jobApplyStep(lastSteps);
+    atStep = core::jobApplyStep(progress, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - reading)
+                                              .count());
   }
   auto stampedPlan = core::withApplyAtStep(text, atStep);
   if (!stampedPlan.ok()) {

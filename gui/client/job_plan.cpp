@@ -1,5 +1,7 @@
 #include "gui/client/job_plan.h"
 
+#include <chrono>
+
 #include "src/advisor/plan_json.h"
 
 namespace tidemark::gui {
@@ -23,19 +25,22 @@ absl::StatusOr<JobPlanSent> applyToJob(DaemonClient& client, uint64_t jobId,
   auto job = client.job(jobId);
   if (!job.ok()) return job.status();
   JobPlanSent out;
-  std::vector<int64_t> lastSteps;
+  const auto reading = std::chrono::steady_clock::now();
+  std::vector<core::RankProgress> progress;
   for (const JobRank& r : job->ranks) {
     if (r.state != "live") continue;
     auto steps = client.steps(r.session);
     if (!steps.ok()) return steps.status();
-    int64_t last = 0;
-    for (const StepRow& s : *steps) last = std::max(last, s.step);
-    lastSteps.push_back(last);
+    std::vector<core::StepSpan> spans;
+    for (const StepRow& s : *steps) spans.push_back({s.step, s.beginNs, s.endNs});
+    progress.push_back(core::rankProgress(spans));
     out.ranks.push_back({r.rank, r.session, 0, {}});
   }
   if (out.ranks.empty())
     return absl::FailedPreconditionError("job " + std::to_string(jobId) + " has no running rank");
-  out.atStep = core::jobApplyStep(lastSteps);
+  out.atStep = core::jobApplyStep(progress, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now() - reading)
+                                                .count());
   auto stamped = core::withApplyAtStep(planJson, out.atStep);
   if (!stamped.ok()) return stamped.status();
   for (JobPlanSent::Rank& r : out.ranks) {

@@ -334,10 +334,39 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
   return d;
 }
 
-int64_t jobApplyStep(const std::vector<int64_t>& ranksLastSteps) {
+RankProgress rankProgress(const std::vector<StepSpan>& steps) {
+  RankProgress p;
+  std::vector<const StepSpan*> closed;
+  for (const StepSpan& s : steps) {
+    p.lastStep = std::max(p.lastStep, s.step);
+    if (s.endTsNs > s.beginTsNs) closed.push_back(&s);
+  }
+  std::sort(closed.begin(), closed.end(),
+            [](const StepSpan* a, const StepSpan* b) { return a->step < b->step; });
+  constexpr size_t kRecent = 5;
+  std::vector<int64_t> times;
+  for (size_t i = closed.size() > kRecent ? closed.size() - kRecent : 0; i < closed.size(); ++i)
+    times.push_back(closed[i]->endTsNs - closed[i]->beginTsNs);
+  if (!times.empty()) {
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    p.stepNs = times[times.size() / 2];
+  }
+  return p;
+}
+
+int64_t jobApplyStep(const std::vector<RankProgress>& ranks, int64_t readingNs) {
   int64_t furthest = 0;
-  for (int64_t s : ranksLastSteps) furthest = std::max(furthest, s);
-  return furthest + kJobApplyLeadSteps;
+  int64_t fastestNs = 0;
+  for (const RankProgress& r : ranks) {
+    furthest = std::max(furthest, r.lastStep);
+    if (r.stepNs > 0 && (fastestNs == 0 || r.stepNs < fastestNs)) fastestNs = r.stepNs;
+  }
+  int64_t lead = kJobApplyLeadSteps;
+  if (fastestNs > 0) {
+    const int64_t ns = kJobApplyLeadNs + std::max<int64_t>(0, readingNs);
+    lead = std::max(lead, (ns + fastestNs - 1) / fastestNs);
+  }
+  return furthest + lead;
 }
 
 absl::StatusOr<std::string> withApplyAtStep(std::string_view planJson, int64_t step) {

@@ -59,9 +59,25 @@ struct PlanDocument {
 absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view json);
 
 // One plan for every rank of a training job (docs/jobs.md): its running ranks switch at one step,
-// kJobApplyLeadSteps after the furthest one's last (so that each is sent it before it gets there).
+// far enough after the furthest one's last that every rank is sent the plan before it gets
+// there: at least kJobApplyLeadSteps steps, and at least kJobApplyLeadNs (plus the time it took
+// to read the ranks' progress, during which they stepped on) at the fastest rank's pace.
 inline constexpr int64_t kJobApplyLeadSteps = 3;
-int64_t jobApplyStep(const std::vector<int64_t>& ranksLastSteps);
+inline constexpr int64_t kJobApplyLeadNs = 2'000'000'000;
+// A step of a rank as its steps list gives it (endTsNs 0 while open).
+struct StepSpan {
+  int64_t step = 0;
+  int64_t beginTsNs = 0;
+  int64_t endTsNs = 0;
+};
+// What the choice knows of a running rank: its last step and the median time of its last few
+// closed steps (0: none closed yet).
+struct RankProgress {
+  int64_t lastStep = 0;
+  int64_t stepNs = 0;
+};
+RankProgress rankProgress(const std::vector<StepSpan>& steps);
+int64_t jobApplyStep(const std::vector<RankProgress>& ranks, int64_t readingNs = 0);
 // The plan document with its apply_at_step set to `step`.
 absl::StatusOr<std::string> withApplyAtStep(std::string_view planJson, int64_t step);
 

@@ -128,11 +128,12 @@ class JobsTest(DaemonTestCase):
         self.check_job(job, 4, 3, truths)
 
     def test_one_plan_on_every_rank_from_one_step(self):
-        # A data-parallel job (DistributedDataParallel, the examples' GPT, 2 ranks started by the
-        # test): a plan made from the job (its memory need's rank) goes to both ranks and both
-        # switch at the same step, training on with the losses of the job without tidemark (the
-        # gradients all-reduced under recomputed blocks); each rank measures the predicted peak.
-        steps, world = 40, 2
+        # A data-parallel job (DistributedDataParallel, the examples' GPT, 4 ranks started by the
+        # test): a plan made from the running job (its memory need's rank) goes to every rank and
+        # all switch at the same step, training on with the losses of the job without tidemark
+        # (the gradients all-reduced under recomputed blocks); each rank measures the predicted
+        # peak.
+        steps, world = 30, 4
         plain = tempfile.mkdtemp(prefix="tidemark-jobs-plain-")
         try:
             start_ranks(self.daemon, plain, world, steps=steps, model="gpt",

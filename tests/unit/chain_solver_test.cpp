@@ -344,6 +344,29 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   EXPECT_EQ(doc->segments.front().inputBytes, back->inputBytes);
 }
 
+// apply --job: the ranks switch far enough ahead that every one is sent the plan in time — at
+// least 3 steps, and at least 2 s (plus the time spent reading the ranks) at the fastest pace.
+TEST(PlanJson, AJobSwitchesFarEnoughAheadOfItsFurthestRank) {
+  const int64_t ms = 1'000'000;
+  std::vector<StepSpan> steps;
+  for (int64_t i = 1; i <= 8; ++i)
+    steps.push_back({i, i * 1000 * ms, i * 1000 * ms + 100 * i * ms});
+  steps.push_back({9, 9000 * ms, 0});  // open
+  const RankProgress p = rankProgress(steps);
+  EXPECT_EQ(p.lastStep, 9);
+  EXPECT_EQ(p.stepNs, 600 * ms);  // the median of steps 4-8: 400 ... 800 ms
+  EXPECT_EQ(rankProgress({}).stepNs, 0);
+  EXPECT_EQ(rankProgress({{1, 5, 0}}).stepNs, 0);  // no step closed yet
+  // Slow steps: 3 ahead. Unknown pace: 3 ahead.
+  EXPECT_EQ(jobApplyStep({{10, 2000 * ms}, {12, 3000 * ms}}), 15);
+  EXPECT_EQ(jobApplyStep({{10, 0}, {12, 0}}), 15);
+  // 400 ms on the fastest rank: 5 steps are 2 s.
+  EXPECT_EQ(jobApplyStep({{10, 500 * ms}, {12, 400 * ms}}), 17);
+  // 10 ms steps: 200 ahead; 300 when reading the ranks took a second.
+  EXPECT_EQ(jobApplyStep({{12, 10 * ms}}), 212);
+  EXPECT_EQ(jobApplyStep({{12, 10 * ms}}, 1000 * ms), 312);
+}
+
 TEST(PlanJson, BadProfilesSayWhatIsWrong) {
   auto error = [](const std::string& text) {
     absl::StatusOr<ChainProfile> p = parseChainProfile(text);
