@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
       QStringLiteral("file"));
   const QCommandLineOption tab(QStringLiteral("tab"),
                                QStringLiteral("The side panel shown: inspector (default), steps "
-                                              "(each step's peak, two steps overlaid) or job "
-                                              "(the session's training job, a row per rank)."),
+                                              "(each step's peak, two steps overlaid), job "
+                                              "(the session's training job, a row per rank) or "
+                                              "icicle (memory at the peak by module)."),
                                QStringLiteral("name"));
   const QCommandLineOption device(
       QStringLiteral("device"),
@@ -81,8 +82,8 @@ int main(int argc, char** argv) {
   }
   const QString tabName = parser.isSet(tab) ? parser.value(tab) : QStringLiteral("inspector");
   if (tabName != QStringLiteral("inspector") && tabName != QStringLiteral("steps") &&
-      tabName != QStringLiteral("job"))
-    return fail(QStringLiteral("--tab is inspector, steps or job, not '%1'").arg(tabName));
+      tabName != QStringLiteral("job") && tabName != QStringLiteral("icicle"))
+    return fail(QStringLiteral("--tab is inspector, steps, job or icicle, not '%1'").arg(tabName));
 
   const std::string deviceName = parser.value(device).toStdString();
   if (std::string why; !tidemark::core::DeviceFilter::parse(deviceName, &why))
@@ -111,8 +112,10 @@ int main(int argc, char** argv) {
   window.setDevice(deviceName == "all" ? std::string() : deviceName);
   const bool steps = tabName == QStringLiteral("steps");
   const bool jobTab = tabName == QStringLiteral("job");
+  const bool icicleTab = tabName == QStringLiteral("icicle");
   if (steps) window.showStepsTab();
   if (jobTab) window.showJobTab();
+  if (icicleTab) window.showIcicleTab();
   window.show();
   window.refreshSessions(open);
 
@@ -125,10 +128,12 @@ int main(int argc, char** argv) {
     };
     // With a session: once its timeline and plan are in (or the timeline, without a plan), and
     // on the Steps tab the comparison of two steps.
-    auto check = [&window, open, shoot, steps, jobTab, shot = std::make_shared<bool>(false)] {
+    auto check = [&window, open, shoot, steps, jobTab, icicleTab,
+                  shot = std::make_shared<bool>(false)] {
       if (*shot || (open && !(window.timelineLoaded() && window.planLoaded()))) return;
       if (open && steps && !window.comparisonLoaded()) return;
       if (open && jobTab && !window.jobLoaded()) return;
+      if (open && icicleTab && !window.icicleLoaded()) return;
       *shot = true;
       shoot();
     };
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
     QObject::connect(&window, &tidemark::gui::MainWindow::planReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::comparisonReady, &window, check);
     QObject::connect(&window, &tidemark::gui::MainWindow::jobReady, &window, check);
+    QObject::connect(&window, &tidemark::gui::MainWindow::inspectorReady, &window, check);
     // Nothing to shoot: said on stderr, exit 2 at once (not after the 60 s wait).
     QObject::connect(&window, &tidemark::gui::MainWindow::failed, &window, [](const QString& why) {
       std::fprintf(stderr, "tidemark-gui: %s\n", qPrintable(why));

@@ -46,6 +46,15 @@ SessionRow rowOf(const v1::SessionInfo& si) {
   return r;
 }
 
+void addItems(const google::protobuf::RepeatedPtrField<v1::PeakItem>& modules,
+              const google::protobuf::RepeatedPtrField<v1::PeakItem>& tensors, Moment& m) {
+  for (const v1::PeakItem& it : modules)
+    m.modules.push_back({it.name(), v1::Category_Name(it.category()).substr(9), it.bytes()});
+  for (const v1::PeakItem& it : tensors)
+    m.tensors.push_back(
+        {it.name(), v1::Category_Name(it.category()).substr(9), it.bytes(), it.address()});
+}
+
 Moment fromBreakdown(const v1::Breakdown& b) {
   Moment m;
   m.tsNs = b.ts_ns();
@@ -199,11 +208,7 @@ absl::StatusOr<Moment> DaemonClient::peak(uint64_t session, const std::string& d
   v1::Peak resp;
   if (auto s = fromGrpc(m_stubs->query->GetPeak(&ctx, req, &resp)); !s.ok()) return s;
   Moment m = fromBreakdown(resp.breakdown());
-  for (const v1::PeakItem& it : resp.modules())
-    m.modules.push_back({it.name(), v1::Category_Name(it.category()).substr(9), it.bytes()});
-  for (const v1::PeakItem& it : resp.tensors())
-    m.tensors.push_back(
-        {it.name(), v1::Category_Name(it.category()).substr(9), it.bytes(), it.address()});
+  addItems(resp.modules(), resp.tensors(), m);
   return m;
 }
 
@@ -215,9 +220,12 @@ absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs, const st
   req.set_session_id(session);
   req.set_device(device);
   req.set_ts_ns(tsNs);
+  req.set_items(kMomentItems);
   v1::Breakdown resp;
   if (auto s = fromGrpc(m_stubs->query->GetBreakdown(&ctx, req, &resp)); !s.ok()) return s;
-  return fromBreakdown(resp);
+  Moment m = fromBreakdown(resp);
+  addItems(resp.modules(), resp.tensors(), m);
+  return m;
 }
 
 absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,

@@ -68,7 +68,8 @@ struct Moment {
   int64_t trackedBytes = 0;
   int64_t reservedBytes = -1;
   std::array<int64_t, kCategories> bytes{};
-  std::vector<Item> modules, tensors;  // at the peak only
+  // Largest first: the peak's (as stored) and a moment's (up to DaemonClient::kMomentItems).
+  std::vector<Item> modules, tensors;
 };
 
 struct StepRow {
@@ -128,6 +129,8 @@ class DaemonClient {
   absl::StatusOr<TimelineData> timeline(uint64_t session, int64_t fromNs, int64_t toNs, int buckets,
                                         const std::string& device = {});
   absl::StatusOr<Moment> peak(uint64_t session, const std::string& device = {});
+  // The moment's modules and tensors too (the largest kMomentItems of each).
+  static constexpr int kMomentItems = 200;
   absl::StatusOr<Moment> at(uint64_t session, int64_t tsNs, const std::string& device = {});
   absl::StatusOr<std::vector<StepRow>> steps(uint64_t session, const std::string& device = {});
   // Scopes lasting at least minNs in the range (both 0: the whole session), longest first.

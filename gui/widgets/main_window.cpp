@@ -25,6 +25,7 @@
 #include "gui/client/job_plan.h"
 #include "gui/model/format.h"
 #include "gui/widgets/async.h"
+#include "gui/widgets/icicle_view.h"
 #include "gui/widgets/job_view.h"
 #include "gui/widgets/pareto_view.h"
 #include "gui/widgets/step_compare_view.h"
@@ -166,6 +167,13 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   jobTab->setWidgetResizable(true);
   jobTab->setWidget(m_jobView);
   side->addTab(jobTab, tr("Job"));
+  // Memory at the inspector's moment by module hierarchy.
+  m_icicle = new IcicleView;
+  m_icicle->setObjectName(QStringLiteral("icicle"));
+  auto* icicleTab = new QScrollArea;
+  icicleTab->setWidgetResizable(true);
+  icicleTab->setWidget(m_icicle);
+  side->addTab(icicleTab, tr("Icicle"));
   connect(m_jobView, &JobView::rankClicked, this, [this](quint64 session) {
     for (size_t i = 0; i < m_rows.size(); ++i) {
       if (m_rows[i].id != session) continue;
@@ -315,7 +323,7 @@ void MainWindow::openSession(uint64_t id) {
     if (r.id == id) m_current = r;
   if (!m_current) return;
   ++m_generation;
-  m_timelineLoaded = m_planLoaded = false;
+  m_timelineLoaded = m_planLoaded = m_icicleLoaded = false;
   m_plan.reset();
   m_apply->setEnabled(false);
   m_timeline->setPredictedPeak(std::nullopt);
@@ -640,6 +648,10 @@ void MainWindow::showMoment(const Moment& m, const QString& title) {
   list(tr("By tensor"), m.tensors);
   applyFilter();
   m_inspector->expandAll();
+  std::vector<IcicleModule> modules;
+  for (const Item& it : m.modules) modules.push_back({it.name, it.category, it.bytes});
+  m_icicle->setMoment(title, icicleLayout(modules, m.trackedBytes), m.trackedBytes);
+  m_icicleLoaded = true;
   emit inspectorReady();
 }
 
@@ -648,6 +660,8 @@ bool MainWindow::comparisonLoaded() const { return m_compare->comparison().has_v
 void MainWindow::showStepsTab() { m_side->setCurrentIndex(1); }
 
 void MainWindow::showJobTab() { m_side->setCurrentIndex(2); }
+
+void MainWindow::showIcicleTab() { m_side->setCurrentIndex(3); }
 
 void MainWindow::loadJob() {
   m_jobLoaded = false;

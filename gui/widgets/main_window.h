@@ -22,6 +22,7 @@ namespace tidemark::gui {
 
 class TimelineView;
 class JobView;
+class IcicleView;
 class ParetoView;
 class StepCompareView;
 
@@ -40,6 +41,10 @@ class MainWindow : public QMainWindow {
   bool jobLoaded() const { return m_jobLoaded; }
   void showStepsTab();
   void showJobTab();
+  void showIcicleTab();
+  // The icicle shows a moment (the peak once a session is open, or a moment clicked).
+  bool icicleLoaded() const { return m_icicleLoaded; }
+  IcicleView* icicle() const { return m_icicle; }
   void setBudgetPercent(int percent);
   // Whose memory the timeline, inspector and steps show: "" host and devices, "cpu", "cuda",
   // "cuda:N" (reloads the open session).
@@ -119,6 +124,8 @@ class MainWindow : public QMainWindow {
   bool m_planLoaded = false;
   int m_planGeneration = 0;  // the newest plan asked for (a slow one's answer is dropped)
   JobView* m_jobView = nullptr;
+  IcicleView* m_icicle = nullptr;
+  bool m_icicleLoaded = false;
   bool m_jobLoaded = false;
 };
 

@@ -302,6 +302,20 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   return grpc::Status::OK;
 }
 
+namespace {
+// What a peak or moment's item says over the wire (a tensor's rule and block too).
+void toProto(const core::PeakItem& it, bool tensor, v1::PeakItem* out) {
+  out->set_name(it.name);
+  out->set_category(static_cast<v1::Category>(static_cast<int>(it.category)));
+  out->set_bytes(it.bytes);
+  out->set_blocks(it.blocks);
+  if (tensor) {
+    out->set_rule(std::string(core::ruleName(it.rule)));
+    out->set_address(it.address);
+  }
+}
+}  // namespace
+
 grpc::Status QueryService::GetBreakdown(grpc::ServerContext* ctx,
                                         const v1::BreakdownRequest* request,
                                         v1::Breakdown* response) {
@@ -356,6 +370,9 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
     }
     return grpc::Status::OK;
   }
+  if (request->items() < 0 || request->items() > kMaxMomentItems)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "items must be 0 to " + std::to_string(kMaxMomentItems));
   auto rec = load(id, *device);
   if (!rec.ok()) return toGrpc(rec.status());
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
@@ -382,6 +399,13 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
                 phase ? std::string(core::phaseName(phase->phase)) : std::string(),
                 scope ? scope->name : std::string(), false, response);
   response->set_offset_ns(state.tsNs - startTs);
+  if (request->items() > 0) {
+    core::PeakReport items;
+    items.state = state;
+    core::fillItems(*rec, cats, items, static_cast<size_t>(request->items()));
+    for (const core::PeakItem& it : items.modules) toProto(it, false, response->add_modules());
+    for (const core::PeakItem& it : items.tensors) toProto(it, true, response->add_tensors());
+  }
   return grpc::Status::OK;
 }
 
@@ -402,21 +426,9 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
   auto peak =
       peakReport(static_cast<int64_t>(request->session_id()), -1, *deviceOf(request->device()));
   if (!peak.ok()) return toGrpc(peak.status());
-  for (const auto* list : {&peak->modules, &peak->ops, &peak->tensors}) {
-    for (const core::PeakItem& it : *list) {
-      v1::PeakItem* out = list == &peak->modules ? response->add_modules()
-                          : list == &peak->ops   ? response->add_ops()
-                                                 : response->add_tensors();
-      out->set_name(it.name);
-      out->set_category(static_cast<v1::Category>(static_cast<int>(it.category)));
-      out->set_bytes(it.bytes);
-      out->set_blocks(it.blocks);
-      if (list == &peak->tensors) {
-        out->set_rule(std::string(core::ruleName(it.rule)));
-        out->set_address(it.address);
-      }
-    }
-  }
+  for (const core::PeakItem& it : peak->modules) toProto(it, false, response->add_modules());
+  for (const core::PeakItem& it : peak->ops) toProto(it, false, response->add_ops());
+  for (const core::PeakItem& it : peak->tensors) toProto(it, true, response->add_tensors());
   return grpc::Status::OK;
 }
 

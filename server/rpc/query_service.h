@@ -17,6 +17,8 @@ namespace tidemark::server {
 // so queries run beside the writer under WAL).
 class QueryService final : public v1::Query::Service {
  public:
+  // The most modules and tensors GetBreakdown lists at a moment (BreakdownRequest.items).
+  static constexpr int kMaxMomentItems = 1000;
   QueryService(std::string dbPath, StoreWriter* writer, LiveAgents& agents, const Access& access,
                int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
       : m_dbPath(dbPath),

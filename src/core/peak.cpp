@@ -101,6 +101,8 @@ std::vector<PeakItem> topGroups(const std::map<std::string, GroupSum>& groups, s
   return out;
 }
 
+}  // namespace
+
 void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, PeakReport& report,
                size_t topItems) {
   const uint64_t seq = report.state.seq;
@@ -129,8 +131,6 @@ void fillItems(const Recording& rec, const std::vector<BlockCategory>& cats, Pea
   }
   items.finish(report, topItems);
 }
-
-}  // namespace
 
 void PeakItemsBuilder::add(const std::string* moduleScope, const std::string* opScope,
                            const std::string& tagName, uint64_t address, int64_t size, Category c,

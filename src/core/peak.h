@@ -64,6 +64,11 @@ class PeakItemsBuilder {
   std::vector<PeakItem> m_tensors;
 };
 
+// The largest `topItems` modules, ops and tensors live at report.state (its seq), into report.
+// The recording's blocks sorted by allocSeq (Recording::sortBySeq).
+void fillItems(const Recording& recording, const std::vector<BlockCategory>& categories,
+               PeakReport& report, size_t topItems);
+
 // The peak of the whole recording, with the largest `topItems` modules and tensors live at it,
 // then the peak of every step (in step order; categories only).
 std::vector<PeakReport> computePeaks(const Recording& recording,

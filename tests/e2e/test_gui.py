@@ -167,6 +167,12 @@ class GuiSessionTest(unittest.TestCase):
             rgb = {p[:3] for p in png_pixels(out)[2]}
             self.assertIn(bytes((0x1f, 0x5f, 0xa8)), rgb, "step A's curve is not drawn")
             self.assertIn(bytes((0xe0, 0x7b, 0x00)), rgb, "step B's curve is not drawn")
+            # The Icicle tab: shot once it shows the peak's modules.
+            out = os.path.join(daemon.dir, "icicle.png")
+            r = screenshot(["--server", daemon.address, "--open", str(sid), "--tab", "icicle"],
+                           out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(os.path.getsize(out) > 0)
         finally:
             daemon.cleanup()
 
@@ -291,6 +297,16 @@ class GuiInteractionTest(unittest.TestCase):
             daemon.wait_analyzed(sid)
             interaction_passes(self, daemon, "tensorStackInTheInspector",
                                TIDEMARK_GUI_STACK_SESSION=str(sid))
+        finally:
+            daemon.cleanup()
+
+    def test_icicle_of_a_moment(self):
+        """The Icicle tab: memory at the peak, then at a moment clicked, by module hierarchy."""
+        daemon = Daemon()
+        try:
+            sid = record_training(self, daemon)
+            interaction_passes(self, daemon, "icicleOfTheInspectorsMoment",
+                               TIDEMARK_GUI_ICICLE_SESSION=str(sid))
         finally:
             daemon.cleanup()
 

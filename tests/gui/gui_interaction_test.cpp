@@ -21,12 +21,15 @@
 
 #include "gui/client/daemon_client.h"
 #include "gui/model/format.h"
+#include "gui/widgets/icicle_view.h"
 #include "gui/widgets/job_view.h"
 #include "gui/widgets/main_window.h"
 #include "gui/widgets/step_compare_view.h"
 #include "gui/widgets/timeline_view.h"
 
 using tidemark::gui::DaemonClient;
+using tidemark::gui::IcicleCell;
+using tidemark::gui::IcicleView;
 using tidemark::gui::JobView;
 using tidemark::gui::MainWindow;
 using tidemark::gui::StepCompareView;
@@ -326,6 +329,81 @@ class GuiInteraction : public QObject {
     QVERIFY(from->childCount() >= 2);
     QCOMPARE(from->child(0)->text(0), QStringLiteral("backward (_tensor.py:1)"));
     QCOMPARE(from->child(1)->text(0), QStringLiteral("train (train.py:1)"));
+  }
+
+  // A recorded training (TIDEMARK_GUI_ICICLE_SESSION): the Icicle tab shows memory at the peak by
+  // module hierarchy — every module the inspector lists is a cell holding those bytes itself, a
+  // module spans the modules inside it, hovering a cell names it in full — and a moment clicked
+  // on the timeline shows that moment's modules.
+  void icicleOfTheInspectorsMoment() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_ICICLE_SESSION");
+    if (!server || !session) QSKIP("no TIDEMARK_GUI_ICICLE_SESSION (a recorded training)");
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.resize(1300, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.refreshSessions(std::strtoull(session, nullptr, 10));
+    QTRY_VERIFY_WITH_TIMEOUT(w.icicleLoaded() && w.timelineLoaded(), 30000);
+    w.showIcicleTab();
+    IcicleView* icicle = w.icicle();
+    QVERIFY(!icicle->cells().empty());
+    auto cell = [&](const QString& path) -> const IcicleCell* {
+      for (const IcicleCell& c : icicle->cells())
+        if (QString::fromStdString(c.path) == path) return &c;
+      return nullptr;
+    };
+    auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
+    QTreeWidgetItem* modules = nullptr;
+    for (int i = 0; i < inspector->topLevelItemCount(); ++i)
+      if (inspector->topLevelItem(i)->text(0) == QStringLiteral("By module"))
+        modules = inspector->topLevelItem(i);
+    QVERIFY2(modules && modules->childCount() > 0, "no modules at the peak");
+    for (int i = 0; i < modules->childCount(); ++i) {
+      const QString name = modules->child(i)->text(0).section(QStringLiteral(" · "), 0, 0);
+      const IcicleCell* c = cell(name);
+      QVERIFY2(c, qPrintable(name));
+      QCOMPARE(QString::fromStdString(tidemark::gui::humanBytes(c->ownBytes)),
+               modules->child(i)->text(1));
+    }
+    // Inside its parent's span; the top row within the moment's total.
+    double top = 0;
+    const IcicleCell* deepest = nullptr;
+    for (const IcicleCell& c : icicle->cells()) {
+      const QString path = QString::fromStdString(c.path);
+      if (c.depth == 0) {
+        top += c.x1 - c.x0;
+      } else {
+        const IcicleCell* parent = cell(path.left(path.lastIndexOf(QLatin1Char('.'))));
+        QVERIFY2(parent && parent->depth == c.depth - 1, qPrintable(path));
+        QVERIFY2(parent->x0 <= c.x0 + 1e-9 && c.x1 <= parent->x1 + 1e-9, qPrintable(path));
+      }
+      if (icicle->cellRect(c).width() > 40 && (!deepest || c.depth > deepest->depth)) deepest = &c;
+    }
+    QVERIFY(top <= 1.0 + 1e-9);
+    QVERIFY(deepest);
+    const QString path = QString::fromStdString(deepest->path);
+    const QPoint at = icicle->cellRect(*deepest).center();
+    QCOMPARE(icicle->cellAt(at), deepest);
+    int jiggle = 0;
+    QTRY_VERIFY_WITH_TIMEOUT((QTest::mouseMove(icicle, at + QPoint((jiggle++ % 2) * 2, 0)),
+                              QToolTip::isVisible() && QToolTip::text().startsWith(path)),
+                             15000);
+    if (const char* shot = std::getenv("TIDEMARK_GUI_SHOT"))  // for docs/gui.md
+      QVERIFY(w.grab().save(QString::fromLocal8Bit(shot), "PNG"));
+    // A moment before the peak: the icicle follows the inspector there.
+    const std::vector<IcicleCell> atPeak = icicle->cells();
+    auto* t = w.findChild<TimelineView*>();
+    QVERIFY(t);
+    QSignalSpy inspected(&w, &MainWindow::inspectorReady);
+    const QPoint before(std::max(2, t->peakPoint().toPoint().x() - t->width() / 6),
+                        t->height() / 2);
+    QTest::mouseClick(t, Qt::LeftButton, {}, before);
+    QVERIFY(inspected.wait(30000));
+    bool changed = icicle->cells().size() != atPeak.size();
+    for (size_t i = 0; !changed && i < atPeak.size(); ++i)
+      changed = icicle->cells()[i].bytes != atPeak[i].bytes;
+    QVERIFY2(changed, "the icicle still shows the peak");
   }
 
   // A recorded job (TIDEMARK_GUI_JOB_SESSION, a rank's session; TIDEMARK_GUI_JOB_NEED, the

@@ -306,6 +306,35 @@ TEST_F(IngestRpcTest, BreakdownOfAStepThatDoesNotExistIsOutOfRange) {
   EXPECT_EQ(m_query->GetBreakdown(&ctx, req, &b).error_code(), grpc::StatusCode::OUT_OF_RANGE);
 }
 
+// What holds memory at a moment (the GUI's icicle and inspector): the live block as a tensor and
+// under its module, when asked; a count past the limit is refused, the daemon serving on.
+TEST_F(IngestRpcTest, AMomentListsItsModulesAndTensorsWhenAsked) {
+  expectHealthy();  // session 1: a 64-byte block from ts 100 to 200
+  auto at = [&](int items, v1::Breakdown* b) {
+    grpc::ClientContext ctx;
+    v1::BreakdownRequest req;
+    req.set_session_id(1);
+    req.set_ts_ns(150);
+    req.set_items(items);
+    return m_query->GetBreakdown(&ctx, req, b);
+  };
+  v1::Breakdown b;
+  ASSERT_TRUE(at(5, &b).ok());
+  EXPECT_EQ(b.tracked_bytes(), 64);
+  ASSERT_EQ(b.tensors_size(), 1);
+  EXPECT_EQ(b.tensors(0).bytes(), 64);
+  EXPECT_EQ(b.tensors(0).address(), 0x1000u);
+  ASSERT_EQ(b.modules_size(), 1);
+  EXPECT_EQ(b.modules(0).bytes(), 64);
+  v1::Breakdown plain;
+  ASSERT_TRUE(at(0, &plain).ok());
+  EXPECT_EQ(plain.tensors_size() + plain.modules_size(), 0);
+  EXPECT_EQ(at(QueryService::kMaxMomentItems + 1, &b).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(at(-1, &b).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  expectHealthy();
+}
+
 TEST_F(IngestRpcTest, CountersAndSizesPastTheLimitsNeverBecomeNegativeFigures) {
   // A size of 2^64-1 ends the stream with INVALID_ARGUMENT; what came before is kept.
   v1::AgentMessage huge = goodBatch(2, 3);

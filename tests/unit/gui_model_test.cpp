@@ -8,6 +8,7 @@
 #include "gui/model/axis_ticks.h"
 #include "gui/model/category_colors.h"
 #include "gui/model/format.h"
+#include "gui/model/icicle.h"
 #include "gui/model/job_rows.h"
 #include "gui/model/lanes.h"
 #include "gui/model/stacked_timeline.h"
@@ -212,6 +213,60 @@ TEST(StepCompare, DefaultIsFirstAgainstLastFinishedStep) {
   ASSERT_TRUE(pair);
   EXPECT_EQ(pair->first, 1u);
   EXPECT_EQ(pair->second, 3u);
+}
+
+// The icicle of a moment: a module as wide as what it and its children hold, children under it
+// largest first, what it holds itself the part no child covers, memory outside the listed
+// modules left blank at the top.
+TEST(Icicle, ModulesNestByTheirNamesAndSpanTheirBytes) {
+  const std::vector<IcicleModule> modules = {{"GPT.blocks.0.attn", "ACTIVATION", 300},
+                                             {"GPT.blocks.0.mlp", "ACTIVATION", 100},
+                                             {"GPT.blocks.1", "ACTIVATION", 500},
+                                             {"GPT", "WEIGHT", 100},
+                                             {"(no module)", "UNKNOWN", 0},
+                                             {"loss", "TEMPORARY", 50}};
+  const std::vector<IcicleCell> cells = icicleLayout(modules, 2000);
+  auto find = [&](const std::string& path) -> const IcicleCell& {
+    for (const IcicleCell& c : cells)
+      if (c.path == path) return c;
+    ADD_FAILURE() << "no cell " << path;
+    static IcicleCell none;
+    return none;
+  };
+  // GPT, loss, the rest, blocks, 1, 0, attn, mlp (the 0-byte one left out).
+  ASSERT_EQ(cells.size(), 8u);
+  EXPECT_EQ(cells[0].path, "GPT");
+  EXPECT_EQ(cells[1].path, "loss");
+  EXPECT_EQ(cells[2].path, kIcicleRest);  // 950 bytes in no listed module
+  EXPECT_EQ(cells[2].depth, 0);
+  EXPECT_EQ(cells[2].bytes, 950);
+  EXPECT_DOUBLE_EQ(cells[2].x0, 0.525);
+  EXPECT_DOUBLE_EQ(cells[2].x1, 1.0);
+  EXPECT_EQ(cells[2].category, "");
+  const IcicleCell& gpt = find("GPT");
+  EXPECT_EQ(gpt.bytes, 1000);
+  EXPECT_EQ(gpt.ownBytes, 100);
+  EXPECT_DOUBLE_EQ(gpt.x0, 0.0);
+  EXPECT_DOUBLE_EQ(gpt.x1, 0.5);          // of the moment's 2000 bytes
+  EXPECT_EQ(gpt.category, "ACTIVATION");  // its largest child's, above its own 100 of WEIGHT
+  EXPECT_DOUBLE_EQ(find("loss").x0, 0.5);
+  EXPECT_DOUBLE_EQ(find("loss").x1, 0.525);
+  const IcicleCell& blocks = find("GPT.blocks");
+  EXPECT_EQ(blocks.depth, 1);
+  EXPECT_EQ(blocks.label, "blocks");
+  EXPECT_EQ(blocks.ownBytes, 0);
+  // Block 1 (500) before block 0 (400), both under blocks.
+  EXPECT_DOUBLE_EQ(find("GPT.blocks.1").x0, 0.0);
+  EXPECT_DOUBLE_EQ(find("GPT.blocks.0").x0, 0.25);
+  EXPECT_DOUBLE_EQ(find("GPT.blocks.0").x1, 0.45);
+  EXPECT_DOUBLE_EQ(find("GPT.blocks.0.attn").x0, 0.25);
+  EXPECT_DOUBLE_EQ(find("GPT.blocks.0.mlp").x0, 0.40);
+  EXPECT_EQ(find("GPT.blocks.0.mlp").depth, 3);
+  // Modules that hold more than the moment's total (a smaller total given) fill the row.
+  const std::vector<IcicleCell> full = icicleLayout(modules, 10);
+  EXPECT_DOUBLE_EQ(full[1].x1, 1.0);
+  EXPECT_NE(full[2].path, kIcicleRest);
+  EXPECT_TRUE(icicleLayout({}, 0).empty());
 }
 
 }  // namespace
