@@ -110,6 +110,14 @@ class IngestRpcTest : public ::testing::Test {
     EXPECT_TRUE(s->Read(&reply));
     return reply.handshake_reply();
   }
+  // Ends an agent's stream from its side: no more writes, the server's messages drained.
+  static grpc::Status closeStream(AgentStream* s) {
+    s->WritesDone();
+    v1::ServerMessage ignored;
+    while (s->Read(&ignored)) {
+    }
+    return s->Finish();
+  }
   static bool hasStat(const v1::SessionInfo& info, const std::string& name) {
     for (const auto& st : info.stats()) {
       if (st.name() == name) return true;
@@ -509,11 +517,7 @@ TEST_F(IngestRpcTest, ALiveSessionsRecordingHoldsItsLatestRows) {
   const grpc::Status st = peak("cuda", &read);
   stop = true;
   agent.join();
-  stream->WritesDone();
-  v1::ServerMessage ignored;
-  while (stream->Read(&ignored)) {
-  }
-  stream->Finish();
+  closeStream(stream.get());
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(live.breakdown().tracked_bytes(), 4096 + 2000);
   EXPECT_EQ(read.breakdown().tracked_bytes(), 4096 + 2000);
@@ -580,11 +584,7 @@ TEST_F(IngestRpcTest, ALiveSessionIsReadAtOneCutOfItsStream) {
   }
   stop = true;
   agent.join();
-  stream->WritesDone();
-  v1::ServerMessage ignored;
-  while (stream->Read(&ignored)) {
-  }
-  stream->Finish();
+  closeStream(stream.get());
   EXPECT_GE(answered, 10);
   EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << answered << " answers wrong, first "
                              << wrong.front();
