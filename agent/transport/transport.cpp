@@ -619,7 +619,18 @@ void Transport::readCommands() {
     if (cmd.has_stop_capture()) m_recorder.setRecording(false);
     if (cmd.has_apply_plan()) {
       std::lock_guard<std::mutex> lock(m_controlMutex);
-      m_plans.emplace_back(cmd.apply_plan().plan_id(), cmd.apply_plan().plan_json());
+      // Delivery is at least once (a daemon that sent a plan and died before it wrote so sends
+      // it again after its restart, on a shared store): a plan this process took is not
+      // taken twice.
+      const uint64_t id = cmd.apply_plan().plan_id();
+      if (m_planIdsSeen.insert(id).second) {
+        m_planIdsInOrder.push_back(id);
+        if (m_planIdsInOrder.size() > kPlanIdsKept) {
+          m_planIdsSeen.erase(m_planIdsInOrder.front());
+          m_planIdsInOrder.pop_front();
+        }
+        m_plans.emplace_back(id, cmd.apply_plan().plan_json());
+      }
     }
   }
   {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -212,6 +213,10 @@ class Transport {
   // Plans in from the server, results out to it (both rare; one mutex).
   std::mutex m_controlMutex;
   std::deque<std::pair<uint64_t, std::string>> m_plans;
+  // The ids of the plans taken in (the latest kPlanIdsKept): a plan sent again is dropped.
+  static constexpr size_t kPlanIdsKept = 4096;
+  std::unordered_set<uint64_t> m_planIdsSeen;
+  std::deque<uint64_t> m_planIdsInOrder;
   std::vector<v1::AgentMessage> m_outbox;
 
   std::atomic<uint64_t> m_sessionId{0};

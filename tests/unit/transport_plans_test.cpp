@@ -1,0 +1,112 @@
+// The agent's transport takes each recompute plan once: delivery from the daemons is at least
+// once (a daemon on a shared store that sent a plan and died before it recorded so sends it again
+// after its restart). The daemon here is a gRPC server on loopback written by the test, since the
+// real one repeats a plan only when it dies at one exact moment.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/recorder/recorder.h"
+#include "agent/transport/interner.h"
+#include "agent/transport/transport.h"
+#include "tidemark/v1/ingest.grpc.pb.h"
+
+namespace tidemark::agent {
+namespace {
+
+v1::ServerMessage planCommand(uint64_t id) {
+  v1::ServerMessage m;
+  m.mutable_command()->set_command_id(id);
+  m.mutable_command()->mutable_apply_plan()->set_plan_id(id);
+  m.mutable_command()->mutable_apply_plan()->set_plan_json("{\"plan\": " + std::to_string(id) +
+                                                           "}");
+  return m;
+}
+
+// Answers the handshake, sends the plans in `sends` (repeats included), acknowledges every batch
+// and ends the stream with OK when the agent closes it.
+class RepeatingDaemon final : public v1::Ingest::Service {
+ public:
+  explicit RepeatingDaemon(std::vector<uint64_t> sends) : m_sends(std::move(sends)) {}
+  grpc::Status Stream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override {
+    v1::AgentMessage in;
+    if (!stream->Read(&in) || !in.has_handshake())
+      return {grpc::StatusCode::FAILED_PRECONDITION, "handshake first"};
+    v1::ServerMessage reply;
+    reply.mutable_handshake_reply()->set_session_id(77);
+    reply.mutable_handshake_reply()->set_server_protocol_version(in.handshake().protocol_version());
+    reply.mutable_handshake_reply()->set_next_batch_seq(1);
+    stream->Write(reply);
+    for (uint64_t id : m_sends) stream->Write(planCommand(id));
+    while (stream->Read(&in)) {
+      if (!in.has_batch()) continue;
+      v1::ServerMessage ack;
+      ack.mutable_ack()->set_batch_seq(in.batch().batch_seq());
+      stream->Write(ack);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::vector<uint64_t> m_sends;
+};
+
+TEST(TransportPlansTest, APlanSentAgainIsTakenOnce) {
+  // Plan 7 three times, 8 between them, 9 last: once 9 is taken, every send before it was read.
+  RepeatingDaemon daemon({7, 7, 8, 7, 9});
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&daemon);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+
+  Interner interner;
+  TransportConfig config;
+  config.server = "127.0.0.1:" + std::to_string(port);
+  config.quiet = true;
+  config.handoffMinEvents = 0;
+  Transport transport(Recorder::instance(), interner, config);
+  transport.start();
+
+  std::vector<uint64_t> taken;
+  std::vector<std::string> texts;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((taken.empty() || taken.back() != 9) && std::chrono::steady_clock::now() < deadline) {
+    uint64_t id = 0;
+    std::string json;
+    if (transport.takePlan(&id, &json)) {
+      taken.push_back(id);
+      texts.push_back(json);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  // Nothing more comes after the sentinel either.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  uint64_t id = 0;
+  std::string json;
+  EXPECT_FALSE(transport.takePlan(&id, &json)) << "plan " << id << " taken again";
+  EXPECT_EQ(taken, (std::vector<uint64_t>{7, 8, 9}));
+  EXPECT_EQ(texts, (std::vector<std::string>{"{\"plan\": 7}", "{\"plan\": 8}", "{\"plan\": 9}"}));
+
+  // A plan put back because the caller's buffer was too small is still taken (once).
+  transport.returnPlan(8, "{\"plan\": 8}");
+  ASSERT_TRUE(transport.takePlan(&id, &json));
+  EXPECT_EQ(id, 8u);
+  EXPECT_FALSE(transport.takePlan(&id, &json));
+
+  transport.shutdown(2000);
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace tidemark::agent
