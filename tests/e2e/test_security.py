@@ -6,6 +6,7 @@ another uid (its events spooled, uploaded later to the user's own); the spool ne
 a planted link or file; tokens' roles (ingest, read, control) enforced, only their hashes kept;
 TLS with certificates made here by openssl, mutual TLS, a wrong CA named as such, callers from
 another address of this machine needing a token, and a rogue TLS daemon getting nothing."""
+import atexit
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from tidemark_env import BIN, Daemon, DaemonTestCase, PYTHON, stop_daemon_of_store
+from tidemark_env import BIN, Daemon, DaemonTestCase, PYTHON, SOURCE, stop_daemon_of_store
 
 NOBODY = 65534
 AS_NOBODY = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
@@ -27,14 +28,42 @@ ARGS = ("--steps", "40", "--sleep", "0.15")
 ALLOC_JOB = [PYTHON, "-c", "import torch; xs = [torch.ones(1 << 16) for _ in range(20)]; print('ok')"]
 
 
-def require_second_uid_reaches_the_build():
-    """The second uid runs the build's tidemark and agent: the checkout's directories must let it
-    (a clone in a mode-0700 directory does not); said plainly rather than as a missing agent."""
-    r = subprocess.run(AS_NOBODY + ["test", "-r", os.path.join(BIN, "..", "lib",
-                                                               "libtidemark_agent.so")])
-    if r.returncode != 0:
-        raise AssertionError("uid %d cannot read %s: run the tests from a checkout other users "
-                             "can enter (e.g. chmod 755 on its directories)" % (NOBODY, BIN))
+_NOBODY_BIN = []
+
+
+def nobody_bin():
+    """Where the second uid runs the build's tidemark, tidemarkd, agent and adapter from: the
+    build itself when it can reach it, else a copy in a directory it can enter (a checkout inside
+    a mode-0700 directory, as `mktemp -d` makes, keeps other uids out of its build), laid out as
+    an install is (bin/, lib/, share/tidemark/python/), removed at the end."""
+    if _NOBODY_BIN:
+        return _NOBODY_BIN[0]
+    agent = os.path.join(BIN, "..", "lib", "libtidemark_agent.so")
+    if subprocess.run(AS_NOBODY + ["test", "-r", agent, "-a", "-x",
+                                   os.path.join(BIN, "tidemark")]).returncode == 0:
+        _NOBODY_BIN.append(BIN)
+        return BIN
+    root = tempfile.mkdtemp(prefix="tidemark-nobody-build-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    for sub in ("bin", "lib", os.path.join("share", "tidemark", "python")):
+        os.makedirs(os.path.join(root, sub))
+    for name in ("tidemark", "tidemarkd"):
+        shutil.copy2(os.path.join(BIN, name), os.path.join(root, "bin", name))
+    shutil.copy2(agent, os.path.join(root, "lib", "libtidemark_agent.so"))
+    shutil.copytree(os.path.join(SOURCE, "python", "tidemark"),
+                    os.path.join(root, "share", "tidemark", "python", "tidemark"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for d, dirs, files in os.walk(root):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o755 if d.endswith("bin") else 0o644)
+    _NOBODY_BIN.append(os.path.join(root, "bin"))
+    return _NOBODY_BIN[0]
+
+
+def nobody_tool(name):
+    """A build's program as the second uid runs it (nobody_bin)."""
+    return os.path.join(nobody_bin(), name)
 
 
 def losses(text):
@@ -87,7 +116,7 @@ class PerUserDaemonTest(unittest.TestCase):
             for f in os.listdir(os.path.dirname(db)):  # the store, its journal, its lock
                 self.assertEqual(mode(os.path.join(os.path.dirname(db), f)) & 0o077, 0, f)
             # Another uid cannot even reach the socket.
-            r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", "unix:" + sock, "sessions"],
+            r = subprocess.run(AS_NOBODY + [nobody_tool("tidemark"), "--server", "unix:" + sock, "sessions"],
                                capture_output=True, text=True, timeout=60, env=home_env("/"))
             self.assertEqual(r.returncode, 5, r.stderr)
             self.assertIn("Permission denied", r.stderr)
@@ -128,7 +157,7 @@ class PerUserDaemonTest(unittest.TestCase):
 
 def as_nobody(daemon, *args, home):
     """`tidemark ARGS` against daemon as the second uid, with its own home."""
-    return subprocess.run(AS_NOBODY + [TIDEMARK, "--server", daemon.address, *args],
+    return subprocess.run(AS_NOBODY + [nobody_tool("tidemark"), "--server", daemon.address, *args],
                           capture_output=True, text=True, timeout=300, env=home_env(home))
 
 
@@ -140,11 +169,10 @@ class AnotherUsersJobTest(DaemonTestCase):
 
     def test_a_job_is_its_owners_only(self):
         # Two users name their runs alike on one daemon: two jobs, each seen by its owner only.
-        require_second_uid_reaches_the_build()
         home = nobody_dir()
         r = self.daemon.cli("run", "--job", "shared-name", "--", *ALLOC_JOB)
         self.assertEqual(r.returncode, 0, r.stderr)
-        r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, "run", "--job",
+        r = subprocess.run(AS_NOBODY + [nobody_tool("tidemark"), "--server", self.daemon.address, "run", "--job",
                                         "shared-name", "--", *ALLOC_JOB], capture_output=True,
                            text=True, timeout=300, env=home_env(home))
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -171,7 +199,6 @@ class AnotherUserTest(DaemonTestCase):
         return as_nobody(self.daemon, *args, home=home)
 
     def test_another_uid_can_neither_read_nor_steer_a_running_job(self):
-        require_second_uid_reaches_the_build()
         plain = subprocess.run([PYTHON, SCRIPT, *ARGS], capture_output=True, text=True,
                                timeout=300)
         self.assertEqual(plain.returncode, 0, plain.stderr)
@@ -208,7 +235,7 @@ class AnotherUserTest(DaemonTestCase):
                               r.stderr, args[0])
             self.assertFalse(os.path.exists(os.path.join(home, "t.json")))
             # Its own job on the same daemon is its own to see.
-            r = subprocess.run(AS_NOBODY + [TIDEMARK, "--server", self.daemon.address, "run",
+            r = subprocess.run(AS_NOBODY + [nobody_tool("tidemark"), "--server", self.daemon.address, "run",
                                             "--", *ALLOC_JOB], capture_output=True, text=True,
                                timeout=300, env=home_env(home))
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -244,7 +271,7 @@ class AnotherUsersDaemonTest(unittest.TestCase):
     def test_a_job_sends_nothing_to_a_daemon_of_another_uid(self):
         rogue = nobody_dir()
         port_file = os.path.join(rogue, "port")
-        proc = subprocess.Popen(AS_NOBODY + [os.path.join(BIN, "tidemarkd"), "--listen",
+        proc = subprocess.Popen(AS_NOBODY + [nobody_tool("tidemarkd"), "--listen",
                                              "127.0.0.1:0", "--port-file", port_file, "--unix",
                                              os.path.join(rogue, "run", "d.sock"), "--db",
                                              os.path.join(rogue, "s.db")],
@@ -341,8 +368,8 @@ class OwnDaemon:
         self.log_path = os.path.join(self.dir, "tidemarkd.log")
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                (AS_NOBODY if as_nobody else []) +
-                [os.path.join(BIN, "tidemarkd"), "--no-unix", "--listen", listen, "--port-file",
+                (AS_NOBODY + [nobody_tool("tidemarkd")] if as_nobody else
+                 [os.path.join(BIN, "tidemarkd")]) + ["--no-unix", "--listen", listen, "--port-file",
                  port_file, "--db", self.db, *options], stdout=log, stderr=subprocess.STDOUT,
                 env=home_env(self.dir))
         deadline = time.time() + 30
@@ -360,8 +387,8 @@ class OwnDaemon:
         full.update(env or {})
         if nobody:
             full["HOME"] = self.dir
-        return subprocess.run((AS_NOBODY if nobody else []) +
-                              [TIDEMARK, "--server", server or self.address, *args],
+        return subprocess.run((AS_NOBODY + [nobody_tool("tidemark")] if nobody else [TIDEMARK]) +
+                              ["--server", server or self.address, *args],
                               capture_output=True, text=True, timeout=300, env=full)
 
     def log(self):
@@ -392,7 +419,6 @@ class TokenTest(unittest.TestCase):
     """A daemon shared on this host that requires a token of every call: roles enforced."""
 
     def test_roles_of_tokens_are_enforced_and_only_hashes_are_kept(self):
-        require_second_uid_reaches_the_build()
         d = OwnDaemon("--require-token")
         os.chmod(d.dir, 0o755)  # the second uid reads the plan file there
         try:
