@@ -164,6 +164,15 @@ bool BlockTable::erase(uint64_t address, uint64_t* size) noexcept {
   return true;
 }
 
+void BlockTable::prefetchNext(uint64_t address, uint64_t size) const noexcept {
+  if (m_keys == nullptr) return;
+  // The next chunk starts past this one's end and the allocator's header (16 bytes in glibc),
+  // up to an alignment further: two buckets of 64 bytes of address space cover it.
+  const uint64_t next = address + size + 16;
+  __builtin_prefetch(&key(homeBucket(next) * kSlotsPerBucket), 1, 3);
+  __builtin_prefetch(&key(homeBucket(next + 64) * kSlotsPerBucket), 1, 3);
+}
+
 bool BlockTable::lookup(uint64_t address, uint64_t* size) const noexcept {
   if (m_keys == nullptr || address == 0) return false;
   const long slot = find(address);

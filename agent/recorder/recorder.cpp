@@ -189,6 +189,7 @@ void Recorder::onAlloc(void* address, size_t size) noexcept {
     m_drops.tableFull.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  m_blocks.prefetchNext(addr, size);
   Record r{};
   r.kind = RecordKind::kAlloc;
   r.small = 1;  // MEMORY_KIND_HOST
@@ -204,6 +205,7 @@ bool Recorder::onFree(void* address) noexcept {
   uint64_t size = 0;
   const auto addr = reinterpret_cast<uint64_t>(address);
   if (!m_blocks.erase(addr, &size)) return false;
+  m_blocks.prefetchNext(addr, size);
   if (!recording()) return true;
   Record r{};
   r.kind = RecordKind::kFree;
