@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/python/python_stacks.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -96,6 +97,7 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.bufferMemoryBytes = envNumber("TIDEMARK_BUFFER_MAX_BYTES", c.bufferMemoryBytes);
   c.ringWaitMs = static_cast<int>(envNumber("TIDEMARK_RING_WAIT_MS", c.ringWaitMs));
   c.lossy = envNumber("TIDEMARK_LOSSY", 0) != 0;
+  c.stackMinBytes = envNumber("TIDEMARK_STACKS", 0);
   c.setSchedule(envOr("TIDEMARK_CAPTURE_STEPS", ""), envOr("TIDEMARK_CAPTURE_EVERY", ""),
                 envOr("TIDEMARK_CAPTURE_WINDOW", ""));
   return c;
@@ -129,9 +131,16 @@ void Agent::load(const AgentConfig& config) {
   }
   rec.setLossy(config.lossy);
   rec.setWaitDeadlineMs(config.ringWaitMs);
+  followPythonStacks(config.stackMinBytes);
   enableAllocatorHooks(&rec);
   rec.setRecording(true);
   m_loaded = true;
+}
+
+void Agent::followPythonStacks(uint64_t minBytes) {
+  python_stacks::configure(minBytes, &m_interner);
+  Recorder::instance().setStacks(minBytes,
+                                 minBytes != 0 ? &python_stacks::stackOfThisThread : nullptr);
 }
 
 void Agent::installProcessHandlers() {
@@ -159,6 +168,7 @@ bool Agent::attach(const AgentConfig& config) {
       if (!rec.init(config.ringRecords, config.tableBuckets)) return false;
       rec.setLossy(config.lossy);
       rec.setWaitDeadlineMs(config.ringWaitMs);
+      followPythonStacks(config.stackMinBytes);
       enableAllocatorHooks(&rec);
       m_loaded = true;
     } else {

@@ -33,6 +33,9 @@ struct AgentConfig {
   int ringWaitMs = 2000;  // TIDEMARK_RING_WAIT_MS: the longest wait for room in a full ring
   bool lossy = false;     // TIDEMARK_LOSSY=1: full rings drop (counted) instead of waiting
   bool quiet = false;     // TIDEMARK_QUIET=1: no summary line at exit
+  // TIDEMARK_STACKS=MIN_BYTES (`tidemark run --stacks`): the Python stack of each allocation of
+  // at least MIN_BYTES (agent/python/python_stacks.h). 0: none.
+  uint64_t stackMinBytes = 0;
   // TIDEMARK_CAPTURE_STEPS ("3-4,10") or TIDEMARK_CAPTURE_EVERY/_WINDOW: full detail only in
   // those steps, a summary for the others (agent/capture). None: every step in full detail.
   std::optional<core::CaptureSchedule> schedule;
@@ -69,6 +72,8 @@ class Agent {
   void onForkChild();
   // The fork and exit handlers (fork: the child records nothing; exit: stop()). Once.
   void installProcessHandlers();
+  // TIDEMARK_STACKS: the recorder asks agent/python for the stack of large allocations.
+  void followPythonStacks(uint64_t minBytes);
 
   // `tidemark attach`: loads the agent if this is the first attach (real allocators from the
   // process's own bindings), forgets the blocks of an earlier attach, records again and opens a

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/install_paths.h"
 #include "cli/own_daemon.h"
+#include "src/advisor/planner.h"
 #include "src/core/capture_schedule.h"
 #include "src/inject/elf_file.h"
 
@@ -22,9 +23,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr uint64_t kDefaultStackMinBytes = 64 << 10;
+
 constexpr const char* kRunUsage =
     R"(usage: tidemark run [--server ADDR] [--name NAME] [--job NAME] [--quiet] [--lossy] [--ops]
-                    [--steps A-B[,C-D] | --every N [--window W]] -- CMD [ARGS...]
+                    [--stacks [--stacks-min SIZE]] [--steps A-B[,C-D] | --every N [--window W]]
+                    -- CMD [ARGS...]
 
 Runs CMD with the tidemark agent in it. Python programs are instrumented at interpreter start
 (models, optimizers, phases, steps, tensor categories) without any change to the script.
@@ -45,6 +49,12 @@ the job exits at once, the session ends when the daemon has stored the file.
                 instead of waiting for the agent to make room; the default loses nothing
   --ops         torch 2: every aten op as an op scope (tidemark ops, the peak's memory by op);
                 costs a CPU training step ~10 % more, so not on by default
+  --stacks      the Python stack of every allocation of 64 KiB or more (tidemark block, the
+                GUI's inspector): on the thread that imports torch and the threads it starts
+                after that; a thread that already has a profiler (cProfile, a debugger) keeps
+                it and its allocations go without stacks. Costs each Python call a C call
+                (bench/run.sh measures it), so not on by default
+  --stacks-min SIZE  with --stacks, the smallest allocation whose stack is recorded (4KiB, 1MiB)
   --steps A-B   full detail only in these steps (3-4, or 3-4,10,20-25; the first step is 1);
                 every other step is recorded as a summary (its peak, the bytes by tag at the
                 peak, reserved, step time), at a cost that does not grow with its allocations
@@ -97,6 +107,7 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   bool adapter = true;
   bool lossy = false;
   bool ops = false;
+  uint64_t stackMinBytes = 0;  // 0: no stacks
   std::string steps, every, window;
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -123,6 +134,16 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
       lossy = true;
     } else if (a == "--ops") {
       ops = true;
+    } else if (a == "--stacks") {
+      if (stackMinBytes == 0) stackMinBytes = kDefaultStackMinBytes;
+    } else if (a == "--stacks-min" && i + 1 < args.size()) {
+      auto size = core::parseBudget(args[++i]);
+      if (!size.ok() || size->bytes <= 0) {
+        std::fprintf(stderr, "tidemark run: bad --stacks-min '%s' (examples: 4KiB, 1MiB, 65536)\n",
+                     args[i].c_str());
+        return kExitUsage;
+      }
+      stackMinBytes = static_cast<uint64_t>(size->bytes);
     } else if (a == "--steps" && i + 1 < args.size()) {
       steps = args[++i];
     } else if (a == "--every" && i + 1 < args.size()) {
@@ -175,6 +196,11 @@ int runCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
   if (quiet) setenv("TIDEMARK_QUIET", "1", 1);
   if (lossy) setenv("TIDEMARK_LOSSY", "1", 1);
   if (ops) setenv("TIDEMARK_OPS", "1", 1);
+  if (stackMinBytes != 0) {
+    setenv("TIDEMARK_STACKS", std::to_string(stackMinBytes).c_str(), 1);
+  } else {
+    unsetenv("TIDEMARK_STACKS");
+  }
   // The job's environment may carry a schedule of its own: the options (or none) decide.
   setenv("TIDEMARK_CAPTURE_STEPS", steps.c_str(), 1);
   setenv("TIDEMARK_CAPTURE_EVERY", every.c_str(), 1);

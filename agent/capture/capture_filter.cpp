@@ -189,6 +189,14 @@ void CaptureFilter::handle(const Record& r, std::vector<Record>& out) {
       goes ? forwardAfter(r, restatedAt, out) : leaveOut(r, out);
       break;
     }
+    case RecordKind::kStack: {
+      // A stack goes with its block, as a tag does.
+      auto at = m_byAddress.find(r.address);
+      const Live* block = at != m_byAddress.end() ? &m_live[at->second] : nullptr;
+      const bool goes = block != nullptr ? block->sent : detail;
+      goes ? forwardAfter(r, block != nullptr ? block->restatedAt : 0, out) : leaveOut(r, out);
+      break;
+    }
     case RecordKind::kScopeBegin: {
       m_openScopes[(static_cast<uint64_t>(r.small) << 32) | r.threadId].push_back(detail);
       detail ? forward(r, out) : leaveOut(r, out);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "agent/python/python_stacks.h"
 
 using tidemark::agent::Agent;
 using tidemark::agent::CaptureFilter;
@@ -123,6 +124,10 @@ TIDEMARK_EXPORT void tidemark_tag(uint64_t address, uint64_t size_bytes, int cat
   pushSimple(RecordKind::kTag, static_cast<uint8_t>(category), address, size_bytes, name_id);
 }
 
+TIDEMARK_EXPORT int tidemark_python_stacks_here(void) {
+  return tidemark::agent::python_stacks::followThisThread();
+}
+
 TIDEMARK_EXPORT void tidemark_seed_block(uint64_t address, uint64_t size_bytes) {
   if (!recordingHere() || address == 0) return;
   Agent& a = Agent::instance();
@@ -149,7 +154,8 @@ TIDEMARK_EXPORT void tidemark_tensor_memory(uint64_t address, int64_t size_delta
   r.address = address;
   r.sizeBytes = size_delta > 0 ? static_cast<uint64_t>(size_delta) : 0;
   r.device = device < 0 ? -1 : device;
-  a.recorder().push(r);
+  if (a.recorder().push(r) && size_delta > 0)
+    a.recorder().pushStackOf(address, static_cast<uint64_t>(size_delta));
   if (total_reserved < 0 || device < 0 || device >= kMaxDevices) return;
   if (g_reserved[device].exchange(total_reserved, std::memory_order_relaxed) == total_reserved)
     return;

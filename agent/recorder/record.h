@@ -23,6 +23,7 @@ enum class RecordKind : uint8_t {
                       // numbers were reserved and not used)
   kStepSummary = 13,  // one figure of a summarized step: the step in address, the figure in
                       // small, its category in reserved, the value in sizeBytes (as int64)
+  kStack = 14,        // the allocating stack of the block at address: frames in nameIid
 };
 // kAlloc's reserved: sent again when full detail began (v1.Alloc.restated).
 inline constexpr uint16_t kAllocRestated = 1;
@@ -38,7 +39,7 @@ struct Record {
   uint64_t address;    // kAlloc/kFree/kTag; the step number for kStep*; the correlation id
                        // for kLaunch and kernel kScopeBegin
   uint64_t sizeBytes;  // kAlloc/kTag
-  uint32_t nameIid;    // kScope*/kTag
+  uint32_t nameIid;    // kScope*/kTag/kStack
   int32_t device;      // -1 for host memory
 };
 static_assert(sizeof(Record) == 48, "keep records small: they are copied on the hot path");

@@ -199,6 +199,18 @@ void Recorder::onAlloc(void* address, size_t size) noexcept {
   r.threadId = ring->threadId;
   r.tsNs = base::monotonicNs();
   commit(ring, r);
+  pushStackOf(addr, size);
+}
+
+void Recorder::pushStack(uint64_t address) noexcept {
+  const uint32_t frames = m_stackOf();
+  if (frames == 0) return;
+  Record r{};
+  r.kind = RecordKind::kStack;
+  r.address = address;
+  r.nameIid = frames;
+  r.device = -1;
+  push(r);
 }
 
 bool Recorder::onFree(void* address) noexcept {

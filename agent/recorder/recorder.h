@@ -87,6 +87,18 @@ class Recorder {
   // True if the block was tracked (whether or not the free could be recorded).
   bool onFree(void* address) noexcept;
 
+  // Allocations of at least minBytes are followed by a kStack record of the stack stackOf gives
+  // (an interned string's id; 0: none): `tidemark run --stacks` (agent/python). 0: off.
+  using StackFn = uint32_t (*)();
+  void setStacks(uint64_t minBytes, StackFn stackOf) noexcept {
+    m_stackOf = stackOf;
+    m_stackMinBytes = stackOf != nullptr ? minBytes : 0;
+  }
+  // After an allocation's record: its stack's, when it is large enough and has one.
+  void pushStackOf(uint64_t address, uint64_t size) noexcept {
+    if (m_stackMinBytes != 0 && size >= m_stackMinBytes) pushStack(address);
+  }
+
   // For the C ABI: fills seq, ts and thread id, then pushes. False if the record was dropped.
   // extraSeqs: the numbers right after the record's are taken too (for records made later
   // that must come right after this one: a capture schedule's).
@@ -131,6 +143,7 @@ class Recorder {
   static void releaseThreadRing(void* ring) noexcept;
 
  private:
+  void pushStack(uint64_t address) noexcept;
   Ring* threadRing() noexcept;
   // The calling thread's ring if it has room for a record; else counts the drop, nullptr.
   Ring* ringWithRoom() noexcept;
@@ -143,6 +156,8 @@ class Recorder {
 
   bool m_initialized = false;
   std::atomic<bool> m_lossy{false};
+  uint64_t m_stackMinBytes = 0;  // set once at load, before any hook runs
+  StackFn m_stackOf = nullptr;
   std::atomic<bool> m_degraded{false};
   std::atomic<uint32_t> m_collectors{0};
   int64_t m_waitDeadlineNs = 2000ll * 1000000;

@@ -17,7 +17,7 @@ constexpr uint32_t kEventSeq = 1, kEventTs = 2, kEventThread = 3;
 constexpr uint32_t kEventAlloc = 10, kEventFree = 11, kEventScopeBegin = 12, kEventScopeEnd = 13,
                    kEventPhaseBegin = 14, kEventPhaseEnd = 15, kEventStepBegin = 16,
                    kEventStepEnd = 17, kEventTag = 18, kEventCounter = 19, kEventLaunch = 20,
-                   kEventSummarized = 21, kEventStepFigure = 22;
+                   kEventSummarized = 21, kEventStepFigure = 22, kEventStack = 23;
 
 constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
 
@@ -103,6 +103,10 @@ uint32_t encodePayload(const Record& r, Buffer& p) noexcept {
       p.field(3, r.small);
       p.field(4, r.nameIid);
       return kEventTag;
+    case RecordKind::kStack:
+      p.field(1, r.address);
+      p.field(2, r.nameIid);
+      return kEventStack;
     case RecordKind::kSummarized:
       p.field(1, r.address);
       p.field(2, r.small != 0 ? 1 : 0);

@@ -125,6 +125,20 @@ class Agent:
         return {"recorded": vals[0].value, "sent": vals[1].value, "dropped": vals[2].value}
 
 
+    def follow_python_stacks(self):
+        """`tidemark run --stacks`: the calling thread's Python stack goes with each of its
+        large allocations from now on (agent/python/python_stacks.h). 1 on, 0 not asked, -1 no
+        interpreter API found. Called through ctypes.PyDLL: the agent needs the GIL held."""
+        if not self.lib:
+            return 0
+        try:
+            fn = ctypes.PyDLL(None).tidemark_python_stacks_here
+        except (OSError, AttributeError):
+            return -1
+        fn.restype = ctypes.c_int
+        fn.argtypes = []
+        return fn()
+
     def seed_block(self, address, nbytes):
         """A block allocated before `tidemark attach`: recorded as allocated now (no-op for a
         block the agent already tracks)."""

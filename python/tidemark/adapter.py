@@ -735,6 +735,39 @@ class Instrumenter:
             self.applied_plan = restore
 
     # ----- installation ------------------------------------------------------------------------
+    def _follow_python_stacks(self):
+        """`tidemark run --stacks` (TIDEMARK_STACKS): the Python stack of large allocations, on
+        this thread from now on and on every thread started after this (threading.setprofile: a
+        new thread's first profile event hands it to the agent's C profile function). A thread
+        with a profiler of its own keeps it; said once."""
+        import os
+        import sys
+        if not os.environ.get("TIDEMARK_STACKS"):
+            return
+        agent = self.agent
+
+        def follow():
+            if sys.getprofile() is not None:
+                return "this thread has a profiler of its own (%r)" % (sys.getprofile(),)
+            got = agent.follow_python_stacks()
+            return None if got >= 0 else "the interpreter's C API was not found"
+
+        told = []
+
+        def tell(why):
+            if why and not told:
+                told.append(why)
+                sys.stderr.write("tidemark: --stacks: some allocations go without their Python "
+                                 "stack: %s\n" % why)
+
+        tell(follow())
+
+        def on_new_thread(frame, event, arg):
+            sys.setprofile(None)  # this function only hands the thread over
+            tell(follow())
+
+        threading.setprofile(on_new_thread)
+
     def install(self, enter_hooks_here=True):
         """Installs the global hooks and patches. Idempotent. enter_hooks_here: the installing
         thread is known to be outside any saved-tensor hooks context (torch was just imported);
@@ -773,6 +806,7 @@ class Instrumenter:
         self.torch_ops.enable(True)
         if enter_hooks_here:
             self._ensure_thread_hooks()
+            self._follow_python_stacks()
 
         inst = self
         backward = torch.autograd.backward

@@ -87,6 +87,10 @@ v1::AgentMessage reference(uint64_t batchSeq,
         t->set_name_iid(r.nameIid);
         break;
       }
+      case RecordKind::kStack:
+        e->mutable_stack()->set_address(r.address);
+        e->mutable_stack()->set_frames_iid(r.nameIid);
+        break;
       case RecordKind::kSummarized:
         e->mutable_summarized()->set_last_seq(r.address);
         e->mutable_summarized()->set_unused(r.small != 0);
@@ -116,9 +120,9 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
   std::vector<Record> records;
   uint64_t seq = 1;
   // Every kind with all fields zero (an empty payload must still select the oneof member) ...
-  for (uint8_t k = 1; k <= 13; ++k) records.push_back(record(static_cast<RecordKind>(k), seq++));
+  for (uint8_t k = 1; k <= 14; ++k) records.push_back(record(static_cast<RecordKind>(k), seq++));
   // ... with the largest and the negative values each field can hold ...
-  for (uint8_t k = 1; k <= 13; ++k) {
+  for (uint8_t k = 1; k <= 14; ++k) {
     Record r = record(static_cast<RecordKind>(k), std::numeric_limits<uint64_t>::max() - k);
     r.small = 3;
     r.reserved = k == 1 ? kAllocRestated : 11;  // a restated alloc; a figure's category
@@ -133,7 +137,7 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
   // ... and at random.
   std::mt19937_64 random(11);
   for (int i = 0; i < 2000; ++i) {
-    Record r = record(static_cast<RecordKind>(1 + random() % 13), random() >> (random() % 64));
+    Record r = record(static_cast<RecordKind>(1 + random() % 14), random() >> (random() % 64));
     r.small = static_cast<uint8_t>(random() % 4);
     r.reserved = static_cast<uint16_t>(random() % 12);
     r.threadId = static_cast<uint32_t>(random() >> (random() % 64));
@@ -153,9 +157,10 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
     ASSERT_TRUE(parsed.ParseFromString(ours));
     ASSERT_EQ(parsed.batch().events_size(), static_cast<int>(records.size()));
     EXPECT_EQ(parsed.batch().events(0).payload_case(), v1::Event::kAlloc);
-    EXPECT_EQ(parsed.batch().events(14).free().device(), -1);  // the extreme Free
-    EXPECT_TRUE(parsed.batch().events(13).alloc().restated());
-    EXPECT_EQ(parsed.batch().events(25).step_figure().step(), -1);
+    EXPECT_EQ(parsed.batch().events(15).free().device(), -1);  // the extreme Free
+    EXPECT_TRUE(parsed.batch().events(14).alloc().restated());
+    EXPECT_EQ(parsed.batch().events(26).step_figure().step(), -1);
+    EXPECT_EQ(parsed.batch().events(27).stack().frames_iid(), 0xffffffffu);
   }
   // Nothing at all: an AgentMessage whose batch is present and empty.
   EXPECT_EQ(encodeBatchMessage(0, {}, {}), reference(0, {}, {}).SerializeAsString());
@@ -169,7 +174,7 @@ TEST(BatchEncoderTest, RawRecordsInAFileReadBackAsTheSendersBatches) {
   std::vector<Record> records;
   std::mt19937_64 random(5);
   for (uint64_t seq = 1; seq <= 2 * kMaxEventsPerBatch + 100; ++seq) {
-    Record r = record(static_cast<RecordKind>(1 + random() % 13), seq);
+    Record r = record(static_cast<RecordKind>(1 + random() % 14), seq);
     r.threadId = static_cast<uint32_t>(random());
     r.tsNs = static_cast<int64_t>(random() >> 4);
     r.address = random();
