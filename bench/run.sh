@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run and reported as ratios (never run by the tests):
 #   1. the agent's overhead on the example's training step (torch 1.13 and torch 2; with op scopes
-#      on torch 2; with a capture schedule that summarizes all steps but the first), beside
+#      on torch 2; with a capture schedule that summarizes all steps but the first; with the
+#      Python stacks of allocations of 64 KiB or more, --stacks), beside
 #      torch.profiler(profile_memory, record_shapes) and memray (native)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's; then
 #      bursts from 8 threads (tests/agent/burst_program.cpp) plain, under tidemark lossless and
@@ -62,7 +63,8 @@ for TPY in $PY $TORCH2; do
   # label|command, each run 6 times, interleaved; the step script prints its JSON last.
   CONFIGS=("plain|$TPY bench/train_step_time.py"
            "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TPY bench/train_step_time.py"
-           "tidemark run --every 12 (summaries)|$BIN/tidemark --server $SERVER run --quiet --every 12 -- $TPY bench/train_step_time.py")
+           "tidemark run --every 12 (summaries)|$BIN/tidemark --server $SERVER run --quiet --every 12 -- $TPY bench/train_step_time.py"
+           "tidemark run --stacks (Python stacks)|$BIN/tidemark --server $SERVER run --quiet --stacks -- $TPY bench/train_step_time.py")
   if [ "${TV%%.*}" -ge 2 ]; then
     CONFIGS+=("tidemark run --ops (op scopes)|$BIN/tidemark --server $SERVER run --quiet --ops -- $TPY bench/train_step_time.py")
   fi

@@ -124,8 +124,8 @@ TIDEMARK_EXPORT void tidemark_tag(uint64_t address, uint64_t size_bytes, int cat
   pushSimple(RecordKind::kTag, static_cast<uint8_t>(category), address, size_bytes, name_id);
 }
 
-TIDEMARK_EXPORT int tidemark_python_stacks_here(void) {
-  return tidemark::agent::python_stacks::followThisThread();
+TIDEMARK_EXPORT int tidemark_python_stacks_here(const char* hidden_prefix) {
+  return tidemark::agent::python_stacks::followThisThread(hidden_prefix);
 }
 
 TIDEMARK_EXPORT void tidemark_seed_block(uint64_t address, uint64_t size_bytes) {

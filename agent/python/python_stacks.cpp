@@ -40,15 +40,21 @@ std::atomic<bool> g_resolved{false};
 std::atomic<uint64_t> g_minBytes{0};
 Interner* g_interner = nullptr;
 
-// Per code object, "qualified name (file" (the line is added per stack). Touched only with the
-// GIL held (profile events, followThisThread); the strings are never freed, so a shadow entry
-// may point at one from any thread.
-std::unordered_map<void*, const std::string*>* g_labels = nullptr;
-const std::string* const g_unnamed = new std::string("<code> (?");
+// Per code object, "qualified name (file" (the line is added per stack), and whether it is the
+// adapter's own (its frames are left out of stacks: the job's code is what they are for).
+// Touched only with the GIL held (profile events, followThisThread); labels are never freed, so
+// a shadow entry may point at one from any thread.
+struct Label {
+  std::string text;
+  bool hidden = false;
+};
+std::unordered_map<void*, const Label*>* g_labels = nullptr;
+const Label* const g_unnamed = new Label{"<code> (?", false};
+std::string* g_hiddenPrefix = nullptr;  // the adapter's package directory
 
 struct Entry {
   const void* frame;  // compared, never read: the frame may be gone when the entry is stale
-  const std::string* label;
+  const Label* label;
   int line;
 };
 struct Shadow {
@@ -94,10 +100,10 @@ std::string textAttr(void* obj, const char* name) {
 }
 
 // The label of frame's code (GIL held).
-const std::string* labelOf(void* frame) {
+const Label* labelOf(void* frame) {
   void* code = g_api.frameCode(frame);
   if (code == nullptr) return g_unnamed;
-  if (g_labels == nullptr) g_labels = new std::unordered_map<void*, const std::string*>();
+  if (g_labels == nullptr) g_labels = new std::unordered_map<void*, const Label*>();
   if (auto it = g_labels->find(code); it != g_labels->end()) {
     g_api.decRef(code);
     return it->second;
@@ -109,8 +115,10 @@ const std::string* labelOf(void* frame) {
   std::string name = textAttr(code, "co_qualname");  // 3.11; co_name before
   if (name.empty()) name = textAttr(code, "co_name");
   const std::string file = textAttr(code, "co_filename");
+  const bool hidden = g_hiddenPrefix != nullptr && !g_hiddenPrefix->empty() &&
+                      file.compare(0, g_hiddenPrefix->size(), *g_hiddenPrefix) == 0;
   const auto* label =
-      new std::string((name.empty() ? "<code>" : name) + " (" + (file.empty() ? "?" : file));
+      new Label{(name.empty() ? "<code>" : name) + " (" + (file.empty() ? "?" : file), hidden};
   g_labels->emplace(code, label);  // the new reference kept: the code object stays
   return label;
 }
@@ -170,11 +178,13 @@ void configure(uint64_t minBytes, Interner* interner) noexcept {
 
 uint64_t minBytes() noexcept { return g_minBytes.load(std::memory_order_acquire); }
 
-int followThisThread() noexcept {
+int followThisThread(const char* hiddenPrefix) noexcept {
   if (minBytes() == 0 || g_interner == nullptr) return 0;
   if (!resolveApi() || g_api.gilHeld() != 1) return -1;
   RecursionGuard guard;
   try {
+    if (hiddenPrefix != nullptr && g_hiddenPrefix == nullptr)
+      g_hiddenPrefix = new std::string(hiddenPrefix);
     // The frames the thread is in now, outermost first.
     std::vector<Entry> now;
     void* frame = g_api.currentFrame();
@@ -203,14 +213,15 @@ uint32_t stackOfThisThread() noexcept {
     std::string text;
     text.reserve(96 * std::min(s->frames.size(), kMaxFrames));
     size_t n = 0;
-    for (auto it = s->frames.rbegin(); it != s->frames.rend() && n < kMaxFrames; ++it, ++n) {
-      if (n > 0) text += '\n';
-      text += *it->label;
+    for (auto it = s->frames.rbegin(); it != s->frames.rend() && n < kMaxFrames; ++it) {
+      if (it->label->hidden) continue;
+      if (n++ > 0) text += '\n';
+      text += it->label->text;
       text += ':';
       text += std::to_string(it->line);
       text += ')';
     }
-    return g_interner->intern(text);
+    return n > 0 ? g_interner->intern(text) : 0;
   } catch (...) {
     return 0;
   }

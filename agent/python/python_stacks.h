@@ -27,10 +27,10 @@ void configure(uint64_t minBytes, Interner* interner) noexcept;
 uint64_t minBytes() noexcept;
 
 // For the calling thread, with the GIL held: follows its Python calls from now on (its frames
-// so far included). 1 on; 0 not asked (TIDEMARK_STACKS unset); -1 the interpreter's functions
-// are not in this process; -2 the thread already has a profile function (another profiler):
-// left to it.
-int followThisThread() noexcept;
+// so far included). Frames of code in files under hiddenPrefix (the adapter's package; the first
+// call's counts) are left out of the stacks. 1 on; 0 not asked (TIDEMARK_STACKS unset); -1 the
+// interpreter's functions are not in this process, or the GIL is not held.
+int followThisThread(const char* hiddenPrefix) noexcept;
 
 // The calling thread's Python stack as an interned string's id; 0 when it has none (not
 // followed, no Python frame). Safe in an allocation hook: no GIL, no interpreter call.

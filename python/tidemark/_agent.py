@@ -127,8 +127,9 @@ class Agent:
 
     def follow_python_stacks(self):
         """`tidemark run --stacks`: the calling thread's Python stack goes with each of its
-        large allocations from now on (agent/python/python_stacks.h). 1 on, 0 not asked, -1 no
-        interpreter API found. Called through ctypes.PyDLL: the agent needs the GIL held."""
+        large allocations from now on, without the frames of this package (the adapter's own
+        hooks and wrappers; agent/python/python_stacks.h). 1 on, 0 not asked, -1 no interpreter
+        API found. Called through ctypes.PyDLL: the agent needs the GIL held."""
         if not self.lib:
             return 0
         try:
@@ -136,8 +137,10 @@ class Agent:
         except (OSError, AttributeError):
             return -1
         fn.restype = ctypes.c_int
-        fn.argtypes = []
-        return fn()
+        fn.argtypes = [ctypes.c_char_p]
+        import os
+        package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        return fn(package.encode("utf-8", "surrogateescape"))
 
     def seed_block(self, address, nbytes):
         """A block allocated before `tidemark attach`: recorded as allocated now (no-op for a

@@ -573,6 +573,16 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     p.stages[i].backwardOutsideBytes = std::max<int64_t>(0, resBackward[i] - p.staticBytes);
   }
   p.endOutsideBytes = std::max<int64_t>(0, resEnd - p.staticBytes);
+  // State the step leaves to the steps after it: the optimizer state an optimizer makes at its
+  // first step (Adam's moments) is born after this step's backward and held from then on, so
+  // every later step has it from its start. A step that made it (the first) is modelled as the
+  // later ones run, with it static: a plan made from the first step fits them too.
+  for (size_t j = 0; j < rec.blocks.size(); ++j) {
+    const Block& b = rec.blocks[j];
+    if (b.allocSeq >= bwd->endSeq && b.allocSeq < step->endSeq && b.freeSeq >= step->endSeq &&
+        categories[j].category == Category::kOptimizerState)
+      p.staticBytes += static_cast<int64_t>(b.sizeBytes);
+  }
   // The step away from forward and backward: before the forward, after the backward.
   p.floorBytes = std::max(replay.peak(step->beginSeq, fwd->beginSeq).trackedBytes,
                           replay.peak(bwd->endSeq, step->endSeq).trackedBytes);

@@ -1,6 +1,6 @@
 """A small training whose large allocations are made at lines marked `# at: NAME`, for
 `tidemark run --stacks` (test_stacks.py): two calls deep, in a model's forward, on a thread the
-script starts, and one below the threshold. Prints the losses, then one JSON line: each kept
+script starts, in backward (a gradient), and one below the threshold. Prints the losses, then one JSON line: each kept
 tensor's address. --own-profiler: the script has a profiler of its own before torch comes."""
 import json
 import sys
@@ -24,6 +24,7 @@ class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.lin = torch.nn.Linear(64, 64)
+        self.scale = torch.nn.Parameter(torch.ones(1 << 17))  # its gradient: 512 KiB in backward
 
     def forward(self, x):
         return torch.tanh(self.lin(x))  # at: forward
@@ -40,8 +41,9 @@ def main():
     x = torch.randn(1024, 64)
     for step in range(3):
         y = net(x)  # at: main-forward
-        loss = (y * y).mean()
-        loss.backward()
+        loss = (y * y).mean() + (net.scale * 1e-3).sum()
+        loss.backward()  # at: main-backward
+        grad = net.scale.grad.data_ptr()
         opt.step()
         opt.zero_grad()
         print("step %d loss %.8f" % (step + 1, loss.item()))
@@ -52,7 +54,7 @@ def main():
     t.start()
     t.join()
     print(json.dumps({"nested": big.data_ptr(), "forward": y.data_ptr(), "small": small.data_ptr(),
-                      "thread": out[0].data_ptr()}))
+                      "thread": out[0].data_ptr(), "grad": grad}))
 
 
 main()  # at: module

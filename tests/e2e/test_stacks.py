@@ -86,9 +86,22 @@ class StacksTest(unittest.TestCase):
                                       self.frame("on_thread", "thread")])
         self.assertIn("Thread.run", thread[3])
 
+    def test_a_block_made_in_backward_has_the_line_that_called_it_and_no_adapter_frame(self):
+        lives = self.daemon.cli_json("block", str(self.runs["stacks"]["session"]),
+                                     str(self.runs["stacks"]["addresses"]["grad"]))["blocks"]
+        grads = [b for b in lives if b["phase"] == "backward" and b["size_bytes"] == 4 << 17]
+        self.assertTrue(grads, lives)
+        frames = grads[-1]["frames"]
+        self.assertIn(self.frame("main", "main-backward"), frames)
+        self.assertTrue(any("torch" in f for f in frames[:frames.index(
+            self.frame("main", "main-backward"))]), frames)
+        # The adapter wraps torch.autograd.backward: its frames are left out.
+        package = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "tidemark")
+        self.assertFalse([f for f in frames if package in f or "tidemark_backward" in f], frames)
+
     def test_below_the_threshold_and_without_the_option_there_is_no_stack(self):
         self.assertEqual(self.frames(self.runs["stacks"], "small"), [])  # 400 bytes < 64 KiB
-        for what in ("nested", "forward", "thread", "small"):
+        for what in ("nested", "forward", "thread", "small", "grad"):
             self.assertEqual(self.frames(self.runs["none"], what), [], what)
         # --stacks-min 2MiB: the 1 MiB tensor goes without, the job as before.
         self.assertEqual(self.frames(self.runs["min"], "nested"), [])

@@ -103,6 +103,31 @@ TEST(ChainFromRecording, MeasuresTheBlocks) {
   EXPECT_EQ(p.floorBytes, 1100);
 }
 
+// An optimizer that makes its state at its first step (Adam's moments, 500 B) leaves it to every
+// later step: a plan made from the first step counts it as static, as those steps will hold it
+// from their start; the step that made it peaked without it.
+TEST(ChainFromRecording, TheOptimizerStateAFirstStepMakesIsStaticInTheModel) {
+  const Recording plain = twoBlocks();
+  Recording first = twoBlocks();
+  first.blocks.push_back(block(0x6000, 500, 62, kOpenSeq));
+  first.tags.push_back(testing::tag(63, 0x6000, Category::kOptimizerState));
+  first.sortBySeq();
+  absl::StatusOr<RecordedChain> a = chainFromRecording(plain, categorize(plain), 0, "");
+  absl::StatusOr<RecordedChain> b = chainFromRecording(first, categorize(first), 0, "");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->profile.staticBytes, a->profile.staticBytes + 500);
+  EXPECT_EQ(b->measuredPeakBytes, 2010);
+  EXPECT_EQ(simulate(b->profile, b->recordedPlan).peakBytes, 2510);
+  // State freed within the step (scratch of the optimizer) is not left to the next ones.
+  Recording scratch = twoBlocks();
+  scratch.blocks.push_back(block(0x6000, 500, 62, 68));
+  scratch.tags.push_back(testing::tag(63, 0x6000, Category::kOptimizerState));
+  scratch.sortBySeq();
+  absl::StatusOr<RecordedChain> c = chainFromRecording(scratch, categorize(scratch), 0, "");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->profile.staticBytes, a->profile.staticBytes);
+}
+
 TEST(ChainFromRecording, SaysWhatIsMissing) {
   Recording rec = twoBlocks();
   const std::vector<BlockCategory> cats = categorize(rec);

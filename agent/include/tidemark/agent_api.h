@@ -41,9 +41,10 @@ void tidemark_step_end(int64_t step);
 void tidemark_tag(uint64_t address, uint64_t size_bytes, int category, uint32_t name_id);
 
 /* With TIDEMARK_STACKS=MIN_BYTES: the calling thread's Python stack is recorded with each of its
- * allocations of at least MIN_BYTES from now on. Call with the GIL held (ctypes.PyDLL). 1 on, 0
- * not asked, -1 no Python interpreter's API in this process. */
-int tidemark_python_stacks_here(void);
+ * allocations of at least MIN_BYTES from now on, without the frames of code in files under
+ * hidden_prefix (the adapter's own; NULL: none). Call with the GIL held (ctypes.PyDLL). 1 on, 0
+ * not asked, -1 no Python interpreter's API in this process (or the GIL not held). */
+int tidemark_python_stacks_here(const char* hidden_prefix);
 
 /* A block allocated before `tidemark attach` (a parameter's storage, optimizer state): recorded
  * as allocated now, and tracked from here on like the blocks the hooks see. No-op for a block
