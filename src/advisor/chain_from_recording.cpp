@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -519,8 +520,32 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     out.recordedPlan.segments.push_back(
         {i, i, recomputeRun[i].valid ? SegmentMode::kRecompute : SegmentMode::kStore});
   }
+  // What the step leaves to the steps after it is there from their start: the optimizer state
+  // an optimizer makes at its first step (Adam's moments), gradients that zero_grad keeps
+  // (set_to_none=False) — born in the step and still held when the next step begins. A step
+  // that made them (the first) is calibrated as the later ones run, with them held from its
+  // start, so that a plan made from it fits them; its own recorded peak stays as measured.
   const LivenessReplay replay(rec, categories);
-  auto measured = [&](const Window& w) { return replay.peak(w.beginSeq, w.endSeq).trackedBytes; };
+  const size_t stepIndex = static_cast<size_t>(step - rec.steps.data());
+  const uint64_t nextBegins =
+      stepIndex + 1 < rec.steps.size() ? rec.steps[stepIndex + 1].beginSeq : step->endSeq;
+  Recording carried;  // the blocks only: all a replay reads
+  for (size_t j = 0; j < rec.blocks.size(); ++j) {
+    const Block& b = rec.blocks[j];
+    const Category c = categories[j].category;
+    if (b.allocSeq <= step->beginSeq || b.allocSeq >= step->endSeq || b.freeSeq <= nextBegins ||
+        (c != Category::kOptimizerState && c != Category::kGradient))
+      continue;
+    if (carried.blocks.empty()) carried.blocks = rec.blocks;
+    carried.blocks[j].allocSeq = step->beginSeq;
+  }
+  const std::optional<LivenessReplay> carriedReplay =
+      carried.blocks.empty() ? std::nullopt
+                             : std::optional<LivenessReplay>(std::in_place, carried, categories);
+  const LivenessReplay& calibration = carriedReplay ? *carriedReplay : replay;
+  auto measured = [&](const Window& w) {
+    return calibration.peak(w.beginSeq, w.endSeq).trackedBytes;
+  };
   const SimResult model = simulate(p, out.recordedPlan, /*keepPoints=*/true);
   // The end of the forward lasts until the last block's backward begins, or a recomputation
   // does (a last block the recording checkpointed is recomputed first; that is the model's
@@ -539,7 +564,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         m = measured(windowOf(*forward[pt.stage]));
         break;
       case SimPhase::kEndOfForward:
-        m = replay.peak(fwd->endSeq, endOfForwardEnd).trackedBytes;
+        m = calibration.peak(fwd->endSeq, endOfForwardEnd).trackedBytes;
         break;
       case SimPhase::kRecompute:
         m = measured(recomputeRun[pt.stage]);
@@ -573,19 +598,9 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     p.stages[i].backwardOutsideBytes = std::max<int64_t>(0, resBackward[i] - p.staticBytes);
   }
   p.endOutsideBytes = std::max<int64_t>(0, resEnd - p.staticBytes);
-  // State the step leaves to the steps after it: the optimizer state an optimizer makes at its
-  // first step (Adam's moments) is born after this step's backward and held from then on, so
-  // every later step has it from its start. A step that made it (the first) is modelled as the
-  // later ones run, with it static: a plan made from the first step fits them too.
-  for (size_t j = 0; j < rec.blocks.size(); ++j) {
-    const Block& b = rec.blocks[j];
-    if (b.allocSeq >= bwd->endSeq && b.allocSeq < step->endSeq && b.freeSeq >= step->endSeq &&
-        categories[j].category == Category::kOptimizerState)
-      p.staticBytes += static_cast<int64_t>(b.sizeBytes);
-  }
   // The step away from forward and backward: before the forward, after the backward.
-  p.floorBytes = std::max(replay.peak(step->beginSeq, fwd->beginSeq).trackedBytes,
-                          replay.peak(bwd->endSeq, step->endSeq).trackedBytes);
+  p.floorBytes = std::max(calibration.peak(step->beginSeq, fwd->beginSeq).trackedBytes,
+                          calibration.peak(bwd->endSeq, step->endSeq).trackedBytes);
   out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
   out.measuredStepNs = step->endTsNs - step->beginTsNs;
   out.endOfForwardNs = fwd->endTsNs;

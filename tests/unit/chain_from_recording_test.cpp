@@ -103,29 +103,40 @@ TEST(ChainFromRecording, MeasuresTheBlocks) {
   EXPECT_EQ(p.floorBytes, 1100);
 }
 
-// An optimizer that makes its state at its first step (Adam's moments, 500 B) leaves it to every
-// later step: a plan made from the first step counts it as static, as those steps will hold it
-// from their start; the step that made it peaked without it.
-TEST(ChainFromRecording, TheOptimizerStateAFirstStepMakesIsStaticInTheModel) {
+// An optimizer that makes its state at its first step (Adam's moments, 500 B, born in the
+// optimizer phase) and gradients zero_grad keeps (200 B, born in backward) are there from the
+// start of every later step: a plan made from the first step counts them as static; the step that
+// made them peaked without them. Memory freed before the next step begins is not carried.
+TEST(ChainFromRecording, WhatAFirstStepLeavesToTheNextIsStaticInTheModel) {
   const Recording plain = twoBlocks();
-  Recording first = twoBlocks();
-  first.blocks.push_back(block(0x6000, 500, 62, kOpenSeq));
-  first.tags.push_back(testing::tag(63, 0x6000, Category::kOptimizerState));
-  first.sortBySeq();
+  auto withBlocks = [](std::vector<Block> extra, Category c) {
+    Recording r = twoBlocks();
+    for (const Block& b : extra) {
+      r.blocks.push_back(b);
+      r.tags.push_back(testing::tag(b.allocSeq + 1, b.address, c));
+    }
+    r.sortBySeq();
+    return r;
+  };
   absl::StatusOr<RecordedChain> a = chainFromRecording(plain, categorize(plain), 0, "");
-  absl::StatusOr<RecordedChain> b = chainFromRecording(first, categorize(first), 0, "");
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a.ok());
+  const Recording state = withBlocks({block(0x6000, 500, 62, kOpenSeq)}, Category::kOptimizerState);
+  absl::StatusOr<RecordedChain> b = chainFromRecording(state, categorize(state), 0, "");
+  ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->profile.staticBytes, a->profile.staticBytes + 500);
   EXPECT_EQ(b->measuredPeakBytes, 2010);
   EXPECT_EQ(simulate(b->profile, b->recordedPlan).peakBytes, 2510);
-  // State freed within the step (scratch of the optimizer) is not left to the next ones.
-  Recording scratch = twoBlocks();
-  scratch.blocks.push_back(block(0x6000, 500, 62, 68));
-  scratch.tags.push_back(testing::tag(63, 0x6000, Category::kOptimizerState));
-  scratch.sortBySeq();
+  const Recording grads = withBlocks({block(0x7000, 200, 42, kOpenSeq)}, Category::kGradient);
+  absl::StatusOr<RecordedChain> g = chainFromRecording(grads, categorize(grads), 0, "");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->profile.staticBytes, a->profile.staticBytes + 200);
+  EXPECT_EQ(simulate(g->profile, g->recordedPlan).peakBytes, 2210);
+  // Freed within the step (the optimizer's scratch): nothing carried.
+  const Recording scratch = withBlocks({block(0x6000, 500, 62, 68)}, Category::kOptimizerState);
   absl::StatusOr<RecordedChain> c = chainFromRecording(scratch, categorize(scratch), 0, "");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->profile.staticBytes, a->profile.staticBytes);
+  EXPECT_EQ(simulate(c->profile, c->recordedPlan).peakBytes, 2010);
 }
 
 TEST(ChainFromRecording, SaysWhatIsMissing) {
