@@ -526,15 +526,17 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   // that made them (the first) is calibrated as the later ones run, with them held from its
   // start, so that a plan made from it fits them; its own recorded peak stays as measured.
   const LivenessReplay replay(rec, categories);
+  // The last step recorded has no next one to tell: its gradients may be freed by a zero_grad
+  // that never came (set_to_none), so only optimizer state counts there.
   const size_t stepIndex = static_cast<size_t>(step - rec.steps.data());
-  const uint64_t nextBegins =
-      stepIndex + 1 < rec.steps.size() ? rec.steps[stepIndex + 1].beginSeq : step->endSeq;
+  const bool hasNext = stepIndex + 1 < rec.steps.size();
+  const uint64_t nextBegins = hasNext ? rec.steps[stepIndex + 1].beginSeq : step->endSeq;
   Recording carried;  // the blocks only: all a replay reads
   for (size_t j = 0; j < rec.blocks.size(); ++j) {
     const Block& b = rec.blocks[j];
     const Category c = categories[j].category;
     if (b.allocSeq <= step->beginSeq || b.allocSeq >= step->endSeq || b.freeSeq <= nextBegins ||
-        (c != Category::kOptimizerState && c != Category::kGradient))
+        (c != Category::kOptimizerState && (c != Category::kGradient || !hasNext)))
       continue;
     if (carried.blocks.empty()) carried.blocks = rec.blocks;
     carried.blocks[j].allocSeq = step->beginSeq;

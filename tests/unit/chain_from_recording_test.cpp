@@ -126,11 +126,28 @@ TEST(ChainFromRecording, WhatAFirstStepLeavesToTheNextIsStaticInTheModel) {
   EXPECT_EQ(b->profile.staticBytes, a->profile.staticBytes + 500);
   EXPECT_EQ(b->measuredPeakBytes, 2010);
   EXPECT_EQ(simulate(b->profile, b->recordedPlan).peakBytes, 2510);
-  const Recording grads = withBlocks({block(0x7000, 200, 42, kOpenSeq)}, Category::kGradient);
-  absl::StatusOr<RecordedChain> g = chainFromRecording(grads, categorize(grads), 0, "");
+  // Gradients still held when the next step begins (zero_grad keeps them) are carried; in the
+  // last step recorded nothing tells whether a zero_grad would free them: not carried.
+  Recording grads = withBlocks({block(0x7000, 200, 42, kOpenSeq)}, Category::kGradient);
+  absl::StatusOr<RecordedChain> last = chainFromRecording(grads, categorize(grads), 0, "");
+  ASSERT_TRUE(last.ok());
+  StepInterval next = grads.steps.front();
+  next.step = 2;
+  next.beginSeq = 120;
+  next.endSeq = 200;
+  grads.steps.push_back(next);
+  absl::StatusOr<RecordedChain> g = chainFromRecording(grads, categorize(grads), 1, "");
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->profile.staticBytes, a->profile.staticBytes + 200);
   EXPECT_EQ(simulate(g->profile, g->recordedPlan).peakBytes, 2210);
+  // Freed by a zero_grad before the next step began: not carried.
+  for (Block& blk : grads.blocks)
+    if (blk.address == 0x7000) blk.freeSeq = 110;
+  absl::StatusOr<RecordedChain> freed = chainFromRecording(grads, categorize(grads), 1, "");
+  ASSERT_TRUE(freed.ok());
+  // Not carried, the gradient is memory outside the chain from its birth in backward on.
+  EXPECT_EQ(freed->profile.staticBytes, last->profile.staticBytes);
+  EXPECT_LT(last->profile.staticBytes, g->profile.staticBytes);
   // Freed within the step (the optimizer's scratch): nothing carried.
   const Recording scratch = withBlocks({block(0x6000, 500, 62, 68)}, Category::kOptimizerState);
   absl::StatusOr<RecordedChain> c = chainFromRecording(scratch, categorize(scratch), 0, "");
