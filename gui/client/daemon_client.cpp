@@ -270,6 +270,14 @@ absl::StatusOr<std::vector<LaneSpan>> DaemonClient::scopes(uint64_t session, int
     l.endNs = s.end_ts_ns();
     out.push_back(std::move(l));
   }
+  for (const v1::PhaseSpan& ph : resp.phases()) {
+    LaneSpan l;
+    l.kind = LaneSpan::Kind::kPhase;
+    l.name = ph.phase();
+    l.beginNs = ph.begin_ts_ns();
+    l.endNs = ph.end_ts_ns();
+    out.push_back(std::move(l));
+  }
   return out;
 }
 

@@ -26,12 +26,16 @@ Lanes layoutLanes(const std::vector<LaneSpan>& spans) {
       case LaneSpan::Kind::kKernel:
         out.kernels.push_back(s);
         break;
+      case LaneSpan::Kind::kPhase:
+        out.phases.push_back(s);
+        break;
     }
   }
   auto byBegin = [](const LaneSpan& a, const LaneSpan& b) { return a.beginNs < b.beginNs; };
   std::sort(out.modules.begin(), out.modules.end(), byBegin);
   std::sort(out.ops.begin(), out.ops.end(), byBegin);
   std::sort(out.kernels.begin(), out.kernels.end(), byBegin);
+  std::sort(out.phases.begin(), out.phases.end(), byBegin);
   return out;
 }
 

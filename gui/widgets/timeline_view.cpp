@@ -400,6 +400,7 @@ QString TimelineView::tipAt(double x) const {
       if (s.beginNs <= t && t < s.endNs && (!found || s.depth >= found->depth)) found = &s;
     return found;
   };
+  if (const LaneSpan* phase = running(m_lanes.phases)) tip += tr(", %1").arg(q(phase->name));
   if (const LaneSpan* mod = running(m_lanes.modules)) tip += tr("\nin %1").arg(q(mod->name));
   if (const LaneSpan* op = running(m_lanes.ops)) tip += tr("\nop %1").arg(q(op->name));
   tip += tr("\ntotal %1 (highest %2)")

@@ -608,6 +608,20 @@ grpc::Status QueryService::GetScopes(grpc::ServerContext* ctx, const v1::ScopesR
     out->set_begin_ts_ns(found[i].s->beginTsNs);
     out->set_end_ts_ns(found[i].s->endTsNs);
   }
+  size_t phases = 0;
+  for (const core::PhaseInterval& ph : rec->phases) {
+    if (ph.endSeq == core::kOpenSeq || ph.endTsNs - ph.beginTsNs < request->min_duration_ns())
+      continue;
+    if (!whole && (ph.endTsNs < from || ph.beginTsNs > to)) continue;
+    if (++phases > limit) {
+      response->set_truncated(true);
+      break;
+    }
+    v1::PhaseSpan* out = response->add_phases();
+    out->set_phase(std::string(core::phaseName(ph.phase)));
+    out->set_begin_ts_ns(ph.beginTsNs);
+    out->set_end_ts_ns(ph.endTsNs);
+  }
   return grpc::Status::OK;
 }
 

@@ -167,6 +167,14 @@ class GuiInteraction : public QObject {
     bool covered = false;
     for (const auto& span : t->lanes().modules) covered |= span.beginNs <= at && at < span.endNs;
     if (covered) QVERIFY2(tip.contains(QStringLiteral("\nin TinyGPT")), qPrintable(tip));
+    // The phase running there (a training's peak is in its forward, backward or recompute).
+    QVERIFY(!t->lanes().phases.empty());
+    QString phase;
+    for (const auto& span : t->lanes().phases)
+      if (span.beginNs <= at && at < span.endNs) phase = QString::fromStdString(span.name);
+    QVERIFY2(!phase.isEmpty(), "no phase at the peak");
+    QVERIFY2(tip.section(QLatin1Char('\n'), 0, 0).endsWith(QStringLiteral(", ") + phase),
+             qPrintable(tip));
     QVERIFY2(tip.contains(QStringLiteral("\ntotal ")), qPrintable(tip));
     QVERIFY2(tip.contains(QStringLiteral("WEIGHT: ")), qPrintable(tip));
     int jiggle = 0;
