@@ -300,6 +300,22 @@ class GuiInteractionTest(unittest.TestCase):
         finally:
             daemon.cleanup()
 
+    def test_own_stack_in_the_inspector(self):
+        """A training recorded with `tidemark run --stacks`: the inspector's largest tensor at the
+        peak shows the Python frames that allocated it, down to the training script."""
+        daemon = Daemon()
+        try:
+            r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "3",
+                           run_options=("--stacks",))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sid = daemon.newest_session()["id"]
+            daemon.wait_analyzed(sid)
+            interaction_passes(self, daemon, "ownStackInTheInspector",
+                               TIDEMARK_GUI_OWN_STACK_SESSION=str(sid),
+                               TIDEMARK_GUI_OWN_STACK_SCRIPT="train.py")
+        finally:
+            daemon.cleanup()
+
     def test_icicle_of_a_moment(self):
         """The Icicle tab: memory at the peak, then at a moment clicked, by module hierarchy."""
         daemon = Daemon()

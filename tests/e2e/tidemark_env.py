@@ -164,13 +164,13 @@ class Daemon:
     def cli_json(self, *args):
         return json.loads(self.cli(*args, "--json").stdout)
 
-    def run(self, *cmd, env=None, timeout=600):
-        """`tidemark run -- cmd`: returns the CompletedProcess."""
+    def run(self, *cmd, env=None, timeout=600, run_options=()):
+        """`tidemark run [run_options] -- cmd`: returns the CompletedProcess."""
         full_env = dict(os.environ)
         full_env.update(env or {})
         return subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.address, "run",
-                               "--", *cmd], capture_output=True, text=True, timeout=timeout,
-                              env=full_env)
+                               *run_options, "--", *cmd], capture_output=True, text=True,
+                              timeout=timeout, env=full_env)
 
     def session_for_pid(self, pid):
         for s in self.cli_json("sessions")["sessions"]:

@@ -339,6 +339,52 @@ class GuiInteraction : public QObject {
     QCOMPARE(from->child(1)->text(0), QStringLiteral("train (train.py:1)"));
   }
 
+  // A training recorded with `tidemark run --stacks` (TIDEMARK_GUI_OWN_STACK_SESSION): clicking
+  // the largest tensor at the peak shows the Python frames that allocated it, innermost first,
+  // down to the training script (TIDEMARK_GUI_OWN_STACK_SCRIPT, its file name).
+  void ownStackInTheInspector() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_OWN_STACK_SESSION");
+    const char* script = std::getenv("TIDEMARK_GUI_OWN_STACK_SCRIPT");
+    if (!server || !session || !script)
+      QSKIP("no TIDEMARK_GUI_OWN_STACK_SESSION (a training recorded with --stacks)");
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.resize(1300, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QSignalSpy inspected(&w, &MainWindow::inspectorReady);
+    w.refreshSessions(std::strtoull(session, nullptr, 10));
+    QVERIFY(inspected.wait(30000));
+    auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
+    QVERIFY(inspector);
+    QTreeWidgetItem* tensors = nullptr;
+    for (int i = 0; i < inspector->topLevelItemCount(); ++i)
+      if (inspector->topLevelItem(i)->text(0) == QStringLiteral("By tensor"))
+        tensors = inspector->topLevelItem(i);
+    QVERIFY2(tensors && tensors->childCount() > 0, "no tensors at the peak");
+    QTreeWidgetItem* largest = tensors->child(0);
+    QSignalSpy stacked(&w, &MainWindow::stackReady);
+    inspector->scrollToItem(largest);
+    QTest::mouseClick(inspector->viewport(), Qt::LeftButton, {},
+                      inspector->visualItemRect(largest).center());
+    QVERIFY(stacked.wait(30000));
+    QCOMPARE(largest->childCount(), 1);
+    QTreeWidgetItem* from = largest->child(0);
+    from->setExpanded(true);
+    if (const char* shot = std::getenv("TIDEMARK_GUI_SHOT"))  // for docs/gui.md
+      QVERIFY(w.grab().save(QString::fromLocal8Bit(shot), "PNG"));
+    QVERIFY2(from->text(0).startsWith(QStringLiteral("allocated from (block 0x")),
+             qPrintable(from->text(0)));
+    QVERIFY(from->childCount() >= 2);
+    // Innermost first: a torch or model frame, the script's own frames last.
+    QStringList frames;
+    for (int i = 0; i < from->childCount(); ++i) frames << from->child(i)->text(0);
+    const QString name = QString::fromLocal8Bit(script);
+    QVERIFY2(frames.last().contains(name + QLatin1Char(':')), qPrintable(frames.join(' ')));
+    for (const QString& f : frames)
+      QVERIFY2(f.endsWith(QLatin1Char(')')) && f.contains(QStringLiteral(".py:")), qPrintable(f));
+  }
+
   // A recorded training (TIDEMARK_GUI_ICICLE_SESSION): the Icicle tab shows memory at the peak by
   // module hierarchy — every module the inspector lists is a cell holding those bytes itself, a
   // module spans the modules inside it, hovering a cell names it in full — and a moment clicked
