@@ -35,6 +35,37 @@ using tidemark::gui::MainWindow;
 using tidemark::gui::StepCompareView;
 using tidemark::gui::TimelineView;
 
+// Shows session in w and clicks the first tensor at the peak whose row starts with prefix (the
+// largest: empty prefix) in the inspector, then waits for its allocation stack: *from is the
+// "allocated from" row beneath it.
+static void clickTensorForStack(MainWindow& w, const char* session, const QString& prefix,
+                                QTreeWidgetItem** from) {
+  w.show();
+  QVERIFY(QTest::qWaitForWindowExposed(&w));
+  QSignalSpy inspected(&w, &MainWindow::inspectorReady);
+  w.refreshSessions(std::strtoull(session, nullptr, 10));
+  QVERIFY(inspected.wait(30000));
+  auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
+  QVERIFY(inspector);
+  QTreeWidgetItem* tensors = nullptr;
+  for (int i = 0; i < inspector->topLevelItemCount(); ++i)
+    if (inspector->topLevelItem(i)->text(0) == QStringLiteral("By tensor"))
+      tensors = inspector->topLevelItem(i);
+  QVERIFY2(tensors && tensors->childCount() > 0, "no tensors at the peak");
+  QTreeWidgetItem* tensor = nullptr;
+  for (int i = 0; i < tensors->childCount() && tensor == nullptr; ++i)
+    if (tensors->child(i)->text(0).startsWith(prefix)) tensor = tensors->child(i);
+  QVERIFY2(tensor, qPrintable(QStringLiteral("no tensor named ") + prefix));
+  QSignalSpy stacked(&w, &MainWindow::stackReady);
+  inspector->scrollToItem(tensor);
+  QTest::mouseClick(inspector->viewport(), Qt::LeftButton, {},
+                    inspector->visualItemRect(tensor).center());
+  QVERIFY(stacked.wait(30000));
+  QCOMPARE(tensor->childCount(), 1);
+  *from = tensor->child(0);
+  (*from)->setExpanded(true);
+}
+
 class GuiInteraction : public QObject {
   Q_OBJECT
 
@@ -305,31 +336,10 @@ class GuiInteraction : public QObject {
     const char* session = std::getenv("TIDEMARK_GUI_STACK_SESSION");
     if (!server || !session) QSKIP("no TIDEMARK_GUI_STACK_SESSION (an imported snapshot)");
     MainWindow w(std::make_shared<DaemonClient>(server));
-    w.show();
-    QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QSignalSpy inspected(&w, &MainWindow::inspectorReady);
-    w.refreshSessions(std::strtoull(session, nullptr, 10));
-    QVERIFY(inspected.wait(30000));
-    auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
-    QVERIFY(inspector);
-    QTreeWidgetItem* tensors = nullptr;
-    for (int i = 0; i < inspector->topLevelItemCount(); ++i)
-      if (inspector->topLevelItem(i)->text(0) == QStringLiteral("By tensor"))
-        tensors = inspector->topLevelItem(i);
-    QVERIFY2(tensors && tensors->childCount() > 0, "no tensors at the peak");
     // The gradient made in the backward: its stack ends in the training script.
-    QTreeWidgetItem* gradient = nullptr;
-    for (int i = 0; i < tensors->childCount(); ++i)
-      if (tensors->child(i)->text(0).startsWith(QStringLiteral("[frames:backward]")))
-        gradient = tensors->child(i);
-    QVERIFY2(gradient, "no gradient among the tensors");
-    QSignalSpy stacked(&w, &MainWindow::stackReady);
-    inspector->scrollToItem(gradient);
-    QTest::mouseClick(inspector->viewport(), Qt::LeftButton, {},
-                      inspector->visualItemRect(gradient).center());
-    QVERIFY(stacked.wait(30000));
-    QCOMPARE(gradient->childCount(), 1);
-    QTreeWidgetItem* from = gradient->child(0);
+    QTreeWidgetItem* from = nullptr;
+    clickTensorForStack(w, session, QStringLiteral("[frames:backward]"), &from);
+    if (QTest::currentTestFailed()) return;
     if (const char* shot = std::getenv("TIDEMARK_GUI_SHOT"))  // for docs/gui.md
       QVERIFY(w.grab().save(QString::fromLocal8Bit(shot), "PNG"));
     QVERIFY2(from->text(0).startsWith(QStringLiteral("allocated from (block 0x6000)")),
@@ -350,27 +360,9 @@ class GuiInteraction : public QObject {
       QSKIP("no TIDEMARK_GUI_OWN_STACK_SESSION (a training recorded with --stacks)");
     MainWindow w(std::make_shared<DaemonClient>(server));
     w.resize(1300, 800);
-    w.show();
-    QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QSignalSpy inspected(&w, &MainWindow::inspectorReady);
-    w.refreshSessions(std::strtoull(session, nullptr, 10));
-    QVERIFY(inspected.wait(30000));
-    auto* inspector = w.findChild<QTreeWidget*>(QStringLiteral("inspector"));
-    QVERIFY(inspector);
-    QTreeWidgetItem* tensors = nullptr;
-    for (int i = 0; i < inspector->topLevelItemCount(); ++i)
-      if (inspector->topLevelItem(i)->text(0) == QStringLiteral("By tensor"))
-        tensors = inspector->topLevelItem(i);
-    QVERIFY2(tensors && tensors->childCount() > 0, "no tensors at the peak");
-    QTreeWidgetItem* largest = tensors->child(0);
-    QSignalSpy stacked(&w, &MainWindow::stackReady);
-    inspector->scrollToItem(largest);
-    QTest::mouseClick(inspector->viewport(), Qt::LeftButton, {},
-                      inspector->visualItemRect(largest).center());
-    QVERIFY(stacked.wait(30000));
-    QCOMPARE(largest->childCount(), 1);
-    QTreeWidgetItem* from = largest->child(0);
-    from->setExpanded(true);
+    QTreeWidgetItem* from = nullptr;
+    clickTensorForStack(w, session, QString(), &from);
+    if (QTest::currentTestFailed()) return;
     if (const char* shot = std::getenv("TIDEMARK_GUI_SHOT"))  // for docs/gui.md
       QVERIFY(w.grab().save(QString::fromLocal8Bit(shot), "PNG"));
     QVERIFY2(from->text(0).startsWith(QStringLiteral("allocated from (block 0x")),
