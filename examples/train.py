@@ -74,6 +74,8 @@ def main(argv=None):
     p.add_argument("--checkpoint", default="1,3,5",
                    help="gpt: comma-separated block indices to checkpoint ('' for none); "
                         "gpt2: anything but '' checkpoints every layer (its own switch)")
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="micro-batches per optimizer step (gradient accumulation; default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan", help="apply this tidemark recompute plan (plan.json) before training")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
@@ -111,11 +113,12 @@ def main(argv=None):
         profiler = profile(activities=activities)
         profiler.__enter__()
     for step in range(1, args.steps + 1):
-        inputs, targets = (t.to(device) for t in make_batch(gen))
+        batches = [[t.to(device) for t in make_batch(gen)] for _ in range(args.accumulate)]
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = compute_loss(model, inputs, targets)
-        loss.backward()
+        for inputs, targets in batches:
+            loss = compute_loss(model, inputs, targets)
+            (loss / args.accumulate if args.accumulate > 1 else loss).backward()
         opt.step()
         print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),
               flush=True)

@@ -256,6 +256,57 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
           absl::StrCat("no repeated blocks (modules named <prefix>.0, <prefix>.1, ...) in step ",
                        step->step, "'s forward; name them with --blocks PREFIX"));
   }
+  // A step of several micro-batches (gradient accumulation: the blocks run forward and backward
+  // k times before one optimizer step) is modelled from its last one: the gradients the others
+  // accumulated are held all through it, so its peak is the step's; its times count k times.
+  int microBatches = 1;
+  const uint64_t firstForwardBegins = fwd->beginSeq;
+  {
+    const std::string firstBlock = chosen + ".0";
+    auto runsFirstBlock = [&](const PhaseInterval& ph) {
+      for (const ScopeInterval& sc : rec.scopes)
+        if (sc.name == firstBlock && ph.contains(sc.beginSeq) && !inRecompute(sc.beginSeq))
+          return true;
+      return false;
+    };
+    const PhaseInterval* last = fwd;
+    for (const PhaseInterval& ph : rec.phases) {
+      if (ph.phase != Phase::kForward || &ph == fwd || !step->contains(ph.beginSeq) ||
+          ph.endSeq == kOpenSeq || ph.beginSeq < fwd->endSeq || !runsFirstBlock(ph))
+        continue;
+      ++microBatches;
+      if (ph.beginSeq > last->beginSeq) last = &ph;
+    }
+    if (last != fwd) {
+      const PhaseInterval* after = nullptr;
+      for (const PhaseInterval& ph : rec.phases)
+        if (ph.phase == Phase::kBackward && step->contains(ph.beginSeq) && ph.endSeq != kOpenSeq &&
+            ph.beginSeq >= last->endSeq && (after == nullptr || ph.beginSeq < after->beginSeq))
+          after = &ph;
+      if (after != nullptr) {
+        fwd = last;
+        bwd = after;
+        std::vector<const PhaseInterval*> inside;
+        for (const PhaseInterval* r : recomputes)
+          if (r->beginSeq >= fwd->beginSeq && r->beginSeq < bwd->endSeq) inside.push_back(r);
+        recomputes.swap(inside);
+        std::vector<const ScopeInterval*>& blocks = groups[chosen];
+        blocks.clear();
+        std::set<std::string> named;
+        for (const ScopeInterval& sc : rec.scopes) {
+          if (!fwd->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || inRecompute(sc.beginSeq))
+            continue;
+          std::string prefix;
+          int index = 0;
+          if (splitIndexed(sc.name, &prefix, &index) && prefix == chosen &&
+              named.insert(sc.name).second)
+            blocks.push_back(&sc);
+        }
+      } else {
+        microBatches = 1;
+      }
+    }
+  }
   auto g = groups.find(chosen);
   if (g == groups.end()) {
     std::string known;
@@ -320,7 +371,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   std::unordered_map<int, std::set<int>> savers;
   std::unordered_map<int, std::vector<std::string>> saverModules;  // block -> saving modules
   for (const Tag& t : rec.tags) {
-    if (!step->contains(t.seq)) continue;
+    if (!step->contains(t.seq) || (microBatches > 1 && t.seq < fwd->beginSeq)) continue;
     if (t.category != Category::kActivation && t.category != Category::kRecomputed) continue;
     if (!endsWith(t.name, kSavedSuffix)) continue;
     const int i =
@@ -601,10 +652,16 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   }
   p.endOutsideBytes = std::max<int64_t>(0, resEnd - p.staticBytes);
   // The step away from forward and backward: before the forward, after the backward.
-  p.floorBytes = std::max(calibration.peak(step->beginSeq, fwd->beginSeq).trackedBytes,
+  p.floorBytes = std::max(calibration.peak(step->beginSeq, firstForwardBegins).trackedBytes,
                           calibration.peak(bwd->endSeq, step->endSeq).trackedBytes);
   out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
   out.measuredStepNs = step->endTsNs - step->beginTsNs;
+  // Every micro-batch runs the blocks (and a plan's recomputation) once.
+  for (Stage& st : p.stages) {
+    st.forwardNs *= microBatches;
+    st.backwardNs *= microBatches;
+    for (StageOption& o : st.options) o.recomputeNs *= microBatches;
+  }
   out.endOfForwardNs = fwd->endTsNs;
   for (int i = 0; i < n; ++i) {
     out.forwardEndNs.push_back(forward[i]->endTsNs);

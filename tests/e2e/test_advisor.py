@@ -39,8 +39,8 @@ class AdvisorLiveTest(DaemonTestCase):
         print("  step peaks %s" % [s["peak"]["tracked_bytes"] for s in steps], file=sys.stderr)
         return peaks[len(peaks) // 2]
 
-    def check_model(self, model):
-        base, base_losses = self.train(model)
+    def check_model(self, model, *extra):
+        base, base_losses = self.train(model, *extra)
         self.assertEqual(len(base_losses), STEPS)
         chain = self.daemon.cli_json("chain", str(base))
         self.assertGreaterEqual(len(chain["stages"]), 6)
@@ -57,7 +57,7 @@ class AdvisorLiveTest(DaemonTestCase):
                 predicted, budget = plan["predicted"]["peak_bytes"], plan["budget_bytes"]
                 self.assertLessEqual(predicted, budget)
                 self.assertLessEqual(plan["lower_bound_extra_ns"], plan["predicted"]["extra_ns"])
-                sid, got_losses = self.train(model, "--plan", path)
+                sid, got_losses = self.train(model, "--plan", path, *extra)
                 measured = self.measured_peak(sid)
                 print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%), plan %s"
                       % (model, pct, budget, predicted, measured,
@@ -77,6 +77,12 @@ class AdvisorLiveTest(DaemonTestCase):
 
     def test_gpt(self):
         self.check_model("gpt")
+
+    def test_gpt_with_gradient_accumulation(self):
+        """Four micro-batches per optimizer step: the blocks run forward and backward four
+        times a step; the plan is made from the last micro-batch (the others' gradients held
+        through it) and holds in every one."""
+        self.check_model("gpt", "--accumulate", "4")
 
     def test_convnet(self):
         self.check_model("convnet")
