@@ -117,6 +117,14 @@ class StacksTest(unittest.TestCase):
             self.assertNotIn("--stacks:", run["stderr"], name)
             self.assertEqual(run["dropped"], 0, name)
 
+    def test_a_bad_threshold_is_a_usage_error(self):
+        for bad in ("12%", "0", "lots", "-5"):
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                "run", "--stacks-min", bad, "--", PYTHON, "-c", "pass"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn("bad --stacks-min '%s'" % bad, r.stderr)
+
     def test_a_profiler_of_the_scripts_own_is_kept(self):
         run = self.record(["--stacks"], "--own-profiler")
         self.assertEqual(losses(run["stdout"]), losses(self.plain.stdout))
