@@ -24,7 +24,6 @@ std::string rankName(int32_t rank) {
   return rank >= 0 ? "rank " + std::to_string(rank) : std::string("rank ?");
 }
 
-// The highest step a session has begun (0: none yet).
 // A running rank's last step and recent step time (core::jobApplyStep).
 int rankProgress(const GlobalOptions& g, uint64_t session, core::RankProgress* out) {
   v1::StepsRequest req;
@@ -111,9 +110,9 @@ int applyToJob(const GlobalOptions& g, const std::vector<std::string>& args) {
       "same step; by default N is far enough after the furthest rank's step for the plan to reach\n"
       "every rank first: 3 steps, or 2 seconds at the fastest rank's pace when that is more.\n"
       "Waits (default 120 s) until every rank says it applied or refused the plan. Exit code 1\n"
-      "when a rank refused it, did not answer in time, or applied it from another step. `tidemark "
-      "plan --job JOB` makes a plan\n"
-      "from the rank that sets the job's memory need; `tidemark plan-check --job JOB` compares.\n";
+      "when a rank refused it, did not answer in time, or applied it from another step.\n"
+      "`tidemark plan --job JOB` makes a plan from the rank that sets the job's memory need;\n"
+      "`tidemark plan-check --job JOB` compares.\n";
   std::string job, planFile;
   int64_t atStep = 0;
   int waitS = 120;

@@ -163,17 +163,17 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   // The open session's training job: a row per rank (as many as there are, scrolled).
   m_jobView = new JobView;
   m_jobView->setObjectName(QStringLiteral("jobView"));
-  auto* jobTab = new QScrollArea;
-  jobTab->setWidgetResizable(true);
-  jobTab->setWidget(m_jobView);
-  side->addTab(jobTab, tr("Job"));
+  auto addScrolledTab = [side](QWidget* content, const QString& name) {
+    auto* tab = new QScrollArea;
+    tab->setWidgetResizable(true);
+    tab->setWidget(content);
+    side->addTab(tab, name);
+  };
+  addScrolledTab(m_jobView, tr("Job"));
   // Memory at the inspector's moment by module hierarchy.
   m_icicle = new IcicleView;
   m_icicle->setObjectName(QStringLiteral("icicle"));
-  auto* icicleTab = new QScrollArea;
-  icicleTab->setWidgetResizable(true);
-  icicleTab->setWidget(m_icicle);
-  side->addTab(icicleTab, tr("Icicle"));
+  addScrolledTab(m_icicle, tr("Icicle"));
   connect(m_jobView, &JobView::rankClicked, this, [this](quint64 session) {
     for (size_t i = 0; i < m_rows.size(); ++i) {
       if (m_rows[i].id != session) continue;

@@ -761,6 +761,12 @@ class Instrumenter:
                                  "stack: %s\n" % why)
 
         tell(follow())
+        # New threads: the script's own profiler for them (threading.setprofile before torch
+        # came) stays theirs.
+        theirs = getattr(threading, "getprofile", lambda: None)()
+        if theirs is not None:
+            tell("new threads have a profiler of the script's own (%r)" % (theirs,))
+            return
 
         def on_new_thread(frame, event, arg):
             sys.setprofile(None)  # this function only hands the thread over

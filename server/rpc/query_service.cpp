@@ -582,13 +582,14 @@ grpc::Status QueryService::GetScopes(grpc::ServerContext* ctx, const v1::ScopesR
     v1::ScopeKind kind;
   };
   std::vector<Found> found;
+  // Ended, at least min_duration_ns long, and in the range.
+  auto shown = [&](const core::Interval& s) {
+    return s.endSeq != core::kOpenSeq && s.endTsNs - s.beginTsNs >= request->min_duration_ns() &&
+           (whole || (s.endTsNs >= from && s.beginTsNs <= to));
+  };
   auto take = [&](const std::vector<core::ScopeInterval>& list, v1::ScopeKind kind) {
-    for (const core::ScopeInterval& s : list) {
-      if (s.endSeq == core::kOpenSeq || s.endTsNs - s.beginTsNs < request->min_duration_ns())
-        continue;
-      if (!whole && (s.endTsNs < from || s.beginTsNs > to)) continue;
-      found.push_back({&s, kind});
-    }
+    for (const core::ScopeInterval& s : list)
+      if (shown(s)) found.push_back({&s, kind});
   };
   take(rec->scopes, v1::SCOPE_KIND_MODULE);
   take(rec->ops, v1::SCOPE_KIND_OP);
@@ -610,9 +611,7 @@ grpc::Status QueryService::GetScopes(grpc::ServerContext* ctx, const v1::ScopesR
   }
   size_t phases = 0;
   for (const core::PhaseInterval& ph : rec->phases) {
-    if (ph.endSeq == core::kOpenSeq || ph.endTsNs - ph.beginTsNs < request->min_duration_ns())
-      continue;
-    if (!whole && (ph.endTsNs < from || ph.beginTsNs > to)) continue;
+    if (!shown(ph)) continue;
     if (++phases > limit) {
       response->set_truncated(true);
       break;

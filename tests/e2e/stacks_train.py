@@ -1,13 +1,16 @@
 """A small training whose large allocations are made at lines marked `# at: NAME`, for
 `tidemark run --stacks` (test_stacks.py): two calls deep, in a model's forward, on a thread the
 script starts, in backward (a gradient), and one below the threshold. Prints the losses, then one JSON line: each kept
-tensor's address. --own-profiler: the script has a profiler of its own before torch comes."""
+tensor's address. --own-profiler: the script has a profiler of its own before torch comes;
+--own-thread-profiler: one for the threads it starts."""
 import json
 import sys
 import threading
 
 if "--own-profiler" in sys.argv:
     sys.setprofile(lambda frame, event, arg: None)
+if "--own-thread-profiler" in sys.argv:
+    threading.setprofile(lambda frame, event, arg: None)
 
 import torch  # noqa: E402
 

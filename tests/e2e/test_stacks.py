@@ -125,17 +125,27 @@ class StacksTest(unittest.TestCase):
             self.assertEqual(r.returncode, 2, bad)
             self.assertIn("bad --stacks-min '%s'" % bad, r.stderr)
 
-    def test_a_profiler_of_the_scripts_own_is_kept(self):
-        run = self.record(["--stacks"], "--own-profiler")
+    def run_with_own_profiler(self, option, why):
+        """The script's run with a profiler of its own: it trains as without tidemark and is
+        told once why some allocations go without their stack."""
+        run = self.record(["--stacks"], option)
         self.assertEqual(losses(run["stdout"]), losses(self.plain.stdout))
-        self.assertEqual(run["stderr"].count("--stacks: some allocations go without their "
-                                             "Python stack: this thread has a profiler of its "
-                                             "own"), 1, run["stderr"])
+        told = "--stacks: some allocations go without their Python stack: " + why
+        self.assertEqual(run["stderr"].count(told), 1, run["stderr"])
+        return run
+
+    def test_a_profiler_of_the_scripts_own_is_kept(self):
+        run = self.run_with_own_profiler("--own-profiler", "this thread has a profiler of its own")
         self.assertEqual(self.frames(run, "nested"), [])
         # The thread it started is the agent's to follow (its own profiler was for the main
         # thread only: sys.setprofile).
         self.assertEqual(self.frames(run, "thread")[0], self.frame("make", "make"))
 
+    def test_a_profiler_the_script_set_for_its_threads_is_kept(self):
+        run = self.run_with_own_profiler("--own-thread-profiler",
+                                         "new threads have a profiler of the script's own")
+        self.assertEqual(self.frames(run, "thread"), [])
+        self.assertEqual(self.frames(run, "nested")[0], self.frame("make", "make"))
 
 if __name__ == "__main__":
     unittest.main()
