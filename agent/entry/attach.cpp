@@ -264,7 +264,9 @@ int spawn(void* (*body)(void*), int32_t state) {
 
 }  // namespace
 
-void markPreloaded() { tidemark_attach_status.state = TIDEMARK_ATTACH_PRELOADED; }
+void markPreloaded(bool on) {
+  tidemark_attach_status.state = on ? TIDEMARK_ATTACH_PRELOADED : TIDEMARK_ATTACH_NONE;
+}
 
 }  // namespace tidemark::agent
 

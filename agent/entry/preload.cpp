@@ -15,7 +15,7 @@
 #include "src/base/preload_list.h"
 
 namespace tidemark::agent {
-void markPreloaded();  // attach.cpp: `tidemark attach` then says the job is recorded already
+void markPreloaded(bool on);  // attach.cpp: `tidemark attach` then says the job is recorded already
 namespace {
 
 // This library's own file, as the loader opened it (whatever it is called: `TIDEMARK_AGENT` may
@@ -55,11 +55,16 @@ __attribute__((constructor)) void tidemarkPreloadInit() {
   // A launcher (torchrun) under `tidemark run`: not a rank, not recorded; LD_PRELOAD stays for
   // the ranks it starts, each of which records itself.
   if (isLauncherOnly(std::getenv)) return;
+  // Marked first: `tidemark attach` reads the mark to leave a job under `tidemark run` alone,
+  // and the load below takes a while (the block table's pages).
+  markPreloaded(true);
   Agent& agent = Agent::instance();
   agent.load(AgentConfig::fromEnvironment());
-  if (!agent.loaded()) return;
+  if (!agent.loaded()) {
+    markPreloaded(false);
+    return;
+  }
   agent.installProcessHandlers();
-  markPreloaded();
   // Child processes (a shell, a compiler, `uname`) are not profiled unless asked for: the
   // variables that brought the agent in are removed before the program reads its environment.
   const char* follow = std::getenv("TIDEMARK_FOLLOW_CHILDREN");

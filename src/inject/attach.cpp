@@ -121,6 +121,9 @@ absl::StatusOr<tidemark_attach_status_t> awaitState(pid_t pid, uint64_t statusAt
   }
 }
 
+// How long an attach waits for a preloaded agent mapped in a starting process to mark itself.
+constexpr std::chrono::milliseconds kPreloadMarkWait{2000};
+
 std::string alreadyMessage(pid_t pid, const tidemark_attach_status_t& s) {
   if (s.state == TIDEMARK_ATTACH_PRELOADED)
     return absl::StrCat("process ", pid, " runs under `tidemark run` and is recorded already");
@@ -139,6 +142,16 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
   uint32_t generation = 0;
   if (loaded) {
     auto status = readStatus(pid, *maps, options.agentPath);
+    // Mapped and never attached: a process in its start, whose preloaded agent (`tidemark run`)
+    // is still to mark itself (the loader maps it before its constructor runs). Stopping it
+    // there and calling into the agent would race its constructor: wait for the mark a moment
+    // (an agent loaded by other means, say a script's ctypes, stays unmarked: attached then).
+    const auto startDeadline = std::chrono::steady_clock::now() + kPreloadMarkWait;
+    while (status.ok() && status->state == TIDEMARK_ATTACH_NONE &&
+           std::chrono::steady_clock::now() < startDeadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      status = readStatus(pid, *maps, options.agentPath);
+    }
     if (!status.ok()) return status.status();
     const int32_t st = status->state;
     if (st != TIDEMARK_ATTACH_NONE && st != TIDEMARK_ATTACH_DORMANT && st != TIDEMARK_ATTACH_FAILED)
