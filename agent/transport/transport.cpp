@@ -32,13 +32,11 @@ std::string seconds(int ms) {
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kHandshakeMagic = 0x54444D4B;  // "TDMK"
 
-// The Ingest stream's method, written with AgentMessages already serialized (the agent encodes
-// its batches itself: batch_encoder.h).
-const grpc::internal::RpcMethod& streamMethod(const std::shared_ptr<grpc::Channel>& channel) {
+// The Ingest stream's method name (the stream is written with AgentMessages already serialized:
+// the agent encodes its batches itself, batch_encoder.h).
+const std::string& streamMethodName() {
   static const std::string name = std::string("/") + v1::Ingest::service_full_name() + "/Stream";
-  static const grpc::internal::RpcMethod method(name.c_str(),
-                                                grpc::internal::RpcMethod::BIDI_STREAMING, channel);
-  return method;
+  return name;
 }
 }  // namespace
 
@@ -398,6 +396,7 @@ void Transport::reportPlanResult(uint64_t planId, bool applied, std::string mess
   r->set_step(step);
   {
     std::lock_guard<std::mutex> lock(m_controlMutex);
+    if (auto it = m_planAnswers.find(planId); it != m_planAnswers.end()) it->second = *r;
     m_outbox.push_back(std::move(m));
   }
   m_wake.notify_one();
@@ -418,6 +417,11 @@ bool Transport::tryConnect() {
     o.tlsCert = m_config.tlsCert;
     o.tlsKey = m_config.tlsKey;
     m_channel = client::makeChannel(o, &m_untrusted);
+    // Registered with this channel: a method registered with an earlier transport's channel
+    // (an attach after a detach) would point into a channel that is gone.
+    if (m_channel)
+      m_streamMethod = std::make_unique<grpc::internal::RpcMethod>(
+          streamMethodName().c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, m_channel);
     if (!m_channel) {
       // Nothing is sent (tried again later: the file may appear); the exit spools the run.
       m_linkError = m_untrusted;
@@ -462,7 +466,7 @@ bool Transport::tryConnect() {
   m_watchdogFired = false;
   m_stream.reset(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, v1::ServerMessage>::Create(
-          m_channel.get(), streamMethod(m_channel), m_context.get()));
+          m_channel.get(), *m_streamMethod, m_context.get()));
   {
     std::lock_guard<std::mutex> lock(m_replyMutex);
     m_gotReply = false;
@@ -617,21 +621,30 @@ void Transport::readCommands() {
     const v1::Command& cmd = message.command();
     if (cmd.has_start_capture()) m_recorder.setRecording(true);
     if (cmd.has_stop_capture()) m_recorder.setRecording(false);
+    bool answeredAgain = false;
     if (cmd.has_apply_plan()) {
       std::lock_guard<std::mutex> lock(m_controlMutex);
       // Delivery is at least once (a daemon that sent a plan and died before it wrote so sends
       // it again after its restart, on a shared store): a plan this process took is not
       // taken twice.
       const uint64_t id = cmd.apply_plan().plan_id();
-      if (m_planIdsSeen.insert(id).second) {
+      auto [known, added] = m_planAnswers.try_emplace(id);
+      if (added) {
         m_planIdsInOrder.push_back(id);
         if (m_planIdsInOrder.size() > kPlanIdsKept) {
-          m_planIdsSeen.erase(m_planIdsInOrder.front());
+          m_planAnswers.erase(m_planIdsInOrder.front());
           m_planIdsInOrder.pop_front();
         }
         m_plans.emplace_back(id, cmd.apply_plan().plan_json());
+      } else if (known->second) {
+        // Sent again by a daemon that has no answer (it went with a stream that broke).
+        v1::AgentMessage again;
+        *again.mutable_plan_result() = *known->second;
+        m_outbox.push_back(std::move(again));
+        answeredAgain = true;
       }
     }
+    if (answeredAgain) m_wake.notify_one();
   }
   {
     std::lock_guard<std::mutex> lock(m_replyMutex);

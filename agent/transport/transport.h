@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -182,6 +182,7 @@ class Transport {
   std::chrono::steady_clock::time_point m_nextConnect{};
   std::chrono::steady_clock::time_point m_lastWrite{};
   std::shared_ptr<grpc::Channel> m_channel;
+  std::unique_ptr<grpc::internal::RpcMethod> m_streamMethod;  // registered with m_channel
   std::unique_ptr<grpc::ClientContext> m_context;  // replaced by the sender under the mutex
   std::mutex m_contextMutex;
   // Since when the oldest written batch waits for its acknowledgement (steady ns, 0: none). The
@@ -213,9 +214,11 @@ class Transport {
   // Plans in from the server, results out to it (both rare; one mutex).
   std::mutex m_controlMutex;
   std::deque<std::pair<uint64_t, std::string>> m_plans;
-  // The ids of the plans taken in (the latest kPlanIdsKept): a plan sent again is dropped.
+  // The plans taken in (the latest kPlanIdsKept) and their results once reported: a plan sent
+  // again is not taken again; if it was answered, its answer goes again (the first may have
+  // been lost with its stream).
   static constexpr size_t kPlanIdsKept = 4096;
-  std::unordered_set<uint64_t> m_planIdsSeen;
+  std::unordered_map<uint64_t, std::optional<v1::PlanResult>> m_planAnswers;
   std::deque<uint64_t> m_planIdsInOrder;
   std::vector<v1::AgentMessage> m_outbox;
 

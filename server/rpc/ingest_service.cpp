@@ -10,6 +10,7 @@
 
 #include "server/ingest/session_ingest.h"
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/plan_courier.h"
 #include "tidemark/v1/query.pb.h"
 
 namespace tidemark::server {
@@ -195,6 +196,24 @@ class Checkpointer {
   Clock::time_point m_last = Clock::now();
   Clock::duration m_interval = kMinCheckpointInterval;
 };
+
+// A resumed session's plans that its agent has not answered are sent again on the new stream,
+// before Control can reach it (so in the order they were asked for): a plan written to a stream
+// that broke right after never reached the agent, or its answer never reached the daemon. The
+// agent takes a plan once and answers a repeat with its result again. What cannot be read is
+// left to the user's `apply`, which says it had no answer.
+void resendUnansweredPlans(const std::string& storePath, int64_t sessionId,
+                           grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) {
+  absl::StatusOr<std::vector<AppliedPlanRow>> plans = Store::appliedPlans(storePath, sessionId);
+  if (!plans.ok()) {
+    std::fprintf(stderr, "tidemarkd: session %lld resumed; its unanswered plans not read: %s\n",
+                 static_cast<long long>(sessionId), std::string(plans.status().message()).c_str());
+    return;
+  }
+  for (const AppliedPlanRow& plan : *plans) {
+    if (plan.state == 0 && !stream->Write(applyPlanCommand(plan.id, plan.planJson))) return;
+  }
+}
 }  // namespace
 
 IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
@@ -415,6 +434,7 @@ grpc::Status IngestService::Stream(
   // A handed-off file is read by client::SpoolReader, which reads RawRecords.
   reply.mutable_handshake_reply()->set_takes_raw_records(true);
   stream->Write(reply);
+  if (hello.resume_session_id() != 0) resendUnansweredPlans(m_writer.path(), sessionId, stream);
   // Its mutex is held while a batch goes through `ingest`, so that queries and the advisor can
   // read its open blocks and its live analysis.
   auto guard = std::make_shared<LiveAgents::IngestGuard>();

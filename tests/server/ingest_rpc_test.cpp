@@ -28,6 +28,24 @@
 namespace tidemark::server {
 namespace {
 
+// A plan for a chain of two blocks (what the daemon takes for Control.ApplyPlan).
+std::string twoBlockPlan() {
+  core::ChainProfile profile;
+  profile.name = "two";
+  profile.staticBytes = 100;
+  profile.inputBytes = 10;
+  for (const char* name : {"blocks.0", "blocks.1"}) {
+    core::Stage st;
+    st.name = name;
+    st.forwardNs = 5;
+    st.backwardNs = 10;
+    st.savedBytes = 50;
+    st.outputBytes = 20;
+    profile.stages.push_back(st);
+  }
+  return core::planToJson(profile, core::makePlan(profile, 200, core::Strategy::kOptimal));
+}
+
 class IngestRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -448,6 +466,80 @@ TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBloc
   v1::AgentMessage resume = hello();
   resume.mutable_handshake()->set_resume_session_id(session);
   EXPECT_EQ(send({resume}).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  expectHealthy();
+}
+
+// A plan written to a stream that broke before the agent answered it (the plan, or its answer,
+// went with the stream) is sent again on the resumed stream, before anything else; one answered
+// is not.
+TEST_F(IngestRpcTest, AResumedSessionGetsItsUnansweredPlanAgain) {
+  auto control = v1::Control::NewStub(m_channel);
+  const std::string plan = twoBlockPlan();
+  uint64_t session = 0;
+  uint64_t planId = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+    v1::ApplyPlanRequest req;
+    req.set_session_id(session);
+    req.set_plan_json(plan);
+    v1::ApplyPlanResponse resp;
+    grpc::ClientContext applyCtx;
+    grpc::Status st = control->ApplyPlan(&applyCtx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    planId = resp.plan_id();
+    v1::ServerMessage reply;
+    do {
+      ASSERT_TRUE(stream->Read(&reply));
+    } while (!reply.has_command());
+    EXPECT_EQ(reply.command().apply_plan().plan_id(), planId);
+    // The stream breaks before the agent's answer.
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  auto stateOfPlan = [&]() -> int {
+    auto plans = Store::appliedPlans((m_dir / "store.db").string(), static_cast<int64_t>(session));
+    EXPECT_TRUE(plans.ok());
+    return plans.ok() && plans->size() == 1 ? plans->front().state : -1;
+  };
+  EXPECT_EQ(stateOfPlan(), 0);
+  {
+    grpc::ClientContext ctx;
+    // A daemon that does not send the plan again fails here, not hangs.
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto stream = m_ingest->Stream(&ctx);
+    ASSERT_EQ(handshake(stream.get(), session).session_id(), session);
+    v1::ServerMessage again;
+    ASSERT_TRUE(stream->Read(&again));
+    ASSERT_TRUE(again.has_command() && again.command().has_apply_plan());
+    EXPECT_EQ(again.command().apply_plan().plan_id(), planId);
+    EXPECT_EQ(again.command().apply_plan().plan_json(), plan);
+    v1::AgentMessage answer;
+    answer.mutable_plan_result()->set_plan_id(planId);
+    answer.mutable_plan_result()->set_applied(true);
+    answer.mutable_plan_result()->set_step(4);
+    ASSERT_TRUE(stream->Write(answer));
+    // The answer is committed before the next batch's acknowledgement (one writer, in order).
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(2, 2, true, 0x2000)}, 2));
+    EXPECT_EQ(stateOfPlan(), 1);
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  ASSERT_EQ(handshake(stream.get(), session).session_id(), session);
+  v1::AgentMessage ask;
+  ask.mutable_ack_request();
+  ASSERT_TRUE(stream->Write(ask));
+  v1::ServerMessage first;
+  ASSERT_TRUE(stream->Read(&first));
+  EXPECT_TRUE(first.has_ack()) << "an answered plan was sent again";
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(2);
+  ASSERT_TRUE(stream->Write(bye));
+  EXPECT_TRUE(closeStream(stream.get()).ok());
   expectHealthy();
 }
 
@@ -971,21 +1063,7 @@ TEST(SharedStoreRpcTest, APlanAskedOfOneDaemonReachesTheAgentOfAnother) {
   auto control = v1::Control::NewStub(channelA);
   auto ingest = v1::Ingest::NewStub(channelB);
 
-  core::ChainProfile profile;
-  profile.name = "two";
-  profile.staticBytes = 100;
-  profile.inputBytes = 10;
-  for (const char* name : {"blocks.0", "blocks.1"}) {
-    core::Stage st;
-    st.name = name;
-    st.forwardNs = 5;
-    st.backwardNs = 10;
-    st.savedBytes = 50;
-    st.outputBytes = 20;
-    profile.stages.push_back(st);
-  }
-  const std::string plan =
-      core::planToJson(profile, core::makePlan(profile, 200, core::Strategy::kOptimal));
+  const std::string plan = twoBlockPlan();
   ASSERT_TRUE(core::parsePlanDocument(plan).ok());
 
   grpc::ClientContext streamCtx;

@@ -1,11 +1,13 @@
 // The agent's transport takes each recompute plan once: delivery from the daemons is at least
 // once (a daemon on a shared store that sent a plan and died before it recorded so sends it again
-// after its restart). The daemon here is a gRPC server on loopback written by the test, since the
-// real one repeats a plan only when it dies at one exact moment.
+// after its restart; a resumed session's unanswered plans are sent again). A plan it answered is
+// answered again when it comes again. The daemon here is a gRPC server on loopback written by
+// the test, since the real one repeats a plan only when a stream breaks at one exact moment.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -103,6 +105,86 @@ TEST(TransportPlansTest, APlanSentAgainIsTakenOnce) {
   ASSERT_TRUE(transport.takePlan(&id, &json));
   EXPECT_EQ(id, 8u);
   EXPECT_FALSE(transport.takePlan(&id, &json));
+
+  transport.shutdown(2000);
+  server->Shutdown();
+}
+
+// Sends plan 5, reads the agent's answer to it, sends plan 5 again (as a daemon does when the
+// stream its answer came on broke) and hands over the answers it read.
+class AskingTwiceDaemon final : public v1::Ingest::Service {
+ public:
+  std::future<std::vector<v1::PlanResult>> answers() { return m_answers.get_future(); }
+  grpc::Status Stream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override {
+    v1::AgentMessage in;
+    if (!stream->Read(&in) || !in.has_handshake())
+      return {grpc::StatusCode::FAILED_PRECONDITION, "handshake first"};
+    v1::ServerMessage reply;
+    reply.mutable_handshake_reply()->set_session_id(78);
+    reply.mutable_handshake_reply()->set_server_protocol_version(in.handshake().protocol_version());
+    reply.mutable_handshake_reply()->set_next_batch_seq(1);
+    stream->Write(reply);
+    stream->Write(planCommand(5));
+    std::vector<v1::PlanResult> got;
+    while (stream->Read(&in)) {
+      if (in.has_batch()) {
+        v1::ServerMessage ack;
+        ack.mutable_ack()->set_batch_seq(in.batch().batch_seq());
+        stream->Write(ack);
+      }
+      if (!in.has_plan_result()) continue;
+      got.push_back(in.plan_result());
+      if (got.size() == 1) stream->Write(planCommand(5));
+      if (got.size() == 2) break;
+    }
+    m_answers.set_value(got);
+    while (stream->Read(&in)) {
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::promise<std::vector<v1::PlanResult>> m_answers;
+};
+
+TEST(TransportPlansTest, APlanSentAgainAfterItsAnswerIsAnsweredAgainNotTaken) {
+  AskingTwiceDaemon daemon;
+  auto answers = daemon.answers();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&daemon);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  Interner interner;
+  TransportConfig config;
+  config.server = "127.0.0.1:" + std::to_string(port);
+  config.quiet = true;
+  config.handoffMinEvents = 0;
+  Transport transport(Recorder::instance(), interner, config);
+  transport.start();
+
+  uint64_t id = 0;
+  std::string json;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!transport.takePlan(&id, &json) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(id, 5u);
+  transport.reportPlanResult(5, false, "refused: no such module", 3);
+
+  ASSERT_EQ(answers.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  const std::vector<v1::PlanResult> got = answers.get();
+  ASSERT_EQ(got.size(), 2u);
+  for (const v1::PlanResult& r : got) {
+    EXPECT_EQ(r.plan_id(), 5u);
+    EXPECT_FALSE(r.applied());
+    EXPECT_EQ(r.message(), "refused: no such module");
+    EXPECT_EQ(r.step(), 3);
+  }
+  EXPECT_FALSE(transport.takePlan(&id, &json)) << "plan " << id << " taken again";
 
   transport.shutdown(2000);
   server->Shutdown();
