@@ -233,7 +233,7 @@ int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& 
 int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
       "usage: tidemark plan (SESSION | --job JOB [--rank R] | --profile FILE) --budget SIZE\n"
-      "                     [--strategy S] [--step N] [--blocks PREFIX] [--margin PCT]\n"
+      "                     [--strategy S] [--step N] [--blocks PREFIXES] [--margin PCT]\n"
       "                     [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
@@ -242,7 +242,8 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "--job plans the session of the job's rank R, by default of the rank that sets the job's\n"
       "memory need (docs/jobs.md), for `tidemark apply --job`.\n"
       "--profile plans a chain profile file here (docs/chain-model.md). --blocks names the\n"
-      "modules the chain is made of by their common prefix (default: found from the recording).\n"
+      "modules the chain is made of by their prefixes: one, a comma-separated list, or glob\n"
+      "patterns ('ResNet.layer*'); default: found from the recording.\n"
       "--margin: plans are chosen to fit PCT % under the budget (default 1), for the small\n"
       "blocks a measured peak holds that the model does not see.\n"
       "--out writes the plan document (docs/plan-format.md); --json prints it.\n"
@@ -282,7 +283,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
 
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
-      "usage: tidemark chain SESSION [--step N] [--blocks PREFIX] [--out FILE] [--json]\n\n"
+      "usage: tidemark chain SESSION [--step N] [--blocks PREFIXES] [--out FILE] [--json]\n\n"
       "The chain profile the advisor builds from a recorded step (docs/chain-model.md): per\n"
       "block, its times, saved, output and working bytes, and the memory outside the chain;\n"
       "checked against the recording (the plan that ran, its predicted and measured peak).\n"
@@ -350,7 +351,7 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
 
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
-      "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIX]\n"
+      "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIXES]\n"
       "                       [--points K] [--json]\n\n"
       "The least recomputation any plan needs, for every budget (the optimal plans' Pareto\n"
       "curve), from one solve. The table shows K points spread over the curve (default 24);\n"

@@ -1,6 +1,7 @@
 """Trains a small model for a few steps (on the CPU, or --device cuda): the GPT of tiny_gpt.py with
-AdamW (some blocks under activation checkpointing), the residual convnet of tiny_convnet.py with
-SGD + momentum, or (torch 2, with the `transformers` library) a GPT-2 of the `transformers`
+AdamW (some blocks under activation checkpointing), the residual convnet of tiny_convnet.py or
+the ResNet-18 layout of tiny_resnet.py (BatchNorm; its blocks in four containers) with SGD +
+momentum, or (torch 2, with the `transformers` library) a GPT-2 of the `transformers`
 library built from a small config, with AdamW and its own activation-checkpointing switch.
 Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
 would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
@@ -57,6 +58,12 @@ def build(args):
     import tiny_convnet
     if ckpt:
         raise SystemExit("--checkpoint applies to the gpt models only")
+    if args.model == "resnet":
+        import tiny_resnet
+        model = tiny_resnet.ResNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return (model, opt, lambda g: tiny_convnet.make_batch(g, args.batch, image=64),
+                lambda m, x, y: m(x, y))
     model = tiny_convnet.TinyConvNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return (model, opt, lambda g: tiny_convnet.make_batch(g, args.batch),
@@ -65,9 +72,9 @@ def build(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", choices=("gpt", "convnet", "gpt2"), default="gpt")
+    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2"), default="gpt")
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet 16)")
+    p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet and resnet 16)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--d-model", type=int, default=128)
@@ -85,7 +92,7 @@ def main(argv=None):
     if args.model != "gpt" and args.checkpoint == "1,3,5":
         args.checkpoint = ""  # the default belongs to the gpt
     if args.batch is None:
-        args.batch = 16 if args.model == "convnet" else 8
+        args.batch = 16 if args.model in ("convnet", "resnet") else 8
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

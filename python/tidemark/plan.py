@@ -15,8 +15,8 @@ there. A ``selective`` segment checkpoints the child modules the plan names.
 the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the plan off: its
 prediction does not hold there. A recomputation does not update a module's running state a
 second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does
-not fit the model by its names (an unknown module, a segment whose modules are not siblings, a
-module twice) is refused with ``PlanError`` before anything changes; one that fails when it runs
+not fit the model by its names (an unknown module, a segment whose modules are at different
+depths, a module twice) is refused with ``PlanError`` before anything changes; one that fails when it runs
 (a segment that is not a chain, a block that takes more than its predecessor's output, a module
 that cannot run under a checkpoint) turns itself off and the module's own forward runs instead
 (``AppliedPlan.failed`` says why), so a plan never stops the job.
@@ -394,10 +394,12 @@ def apply_plan(model, plan, root_name=None, install=True):
             continue
         names = list(seg["modules"])
         modules = [_find(table, n) for n in names]
-        parents = {n.rsplit(".", 1)[0] for n in names}
-        if len(modules) > 1 and len(parents) != 1:
-            raise PlanError("the segment %s..%s spans modules of different parents"
-                            % (names[0], names[-1]))
+        # A chain's blocks are at one depth, none inside another (they may sit in several
+        # containers called in turn, as a ResNet's layer1.1 and layer2.0).
+        depths = {n.count(".") for n in names}
+        if len(modules) > 1 and len(depths) != 1:
+            raise PlanError("the segment %s..%s mixes modules of different depths (%s): its "
+                            "modules cannot be a chain" % (names[0], names[-1], ", ".join(names)))
         recorded = seg.get("input_bytes")
         actions.append(("one" if len(modules) == 1 else "chain", modules, names,
                         recorded if isinstance(recorded, int) else None))

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/advisor/simulator.h"
 #include "src/core/breakdown.h"
 
@@ -57,6 +58,93 @@ struct Window {
 
 Window windowOf(const Interval& iv) {
   return {iv.beginSeq, iv.endSeq, iv.beginTsNs, iv.endTsNs, true};
+}
+
+// The indexed module scopes (<prefix>.<n>) of one forward, the first call of each name, by
+// prefix, each group in the order it ran.
+using Groups = std::map<std::string, std::vector<const ScopeInterval*>>;
+
+bool isAncestorName(std::string_view ancestor, std::string_view name) {
+  return name.size() > ancestor.size() && name.substr(0, ancestor.size()) == ancestor &&
+         name[ancestor.size()] == '.';
+}
+
+// Whether s is a glob pattern (* or ?) matching text.
+bool globMatches(std::string_view pattern, std::string_view text) {
+  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+// The chain the forward suggests: groups of blocks at one depth, called one after the other with
+// nothing in between but the entries of their containers (a ResNet's layer1.0, layer1.1,
+// layer2.0, ... layer4.1: one chain over four containers), the run whose blocks take the most
+// forward time. Its groups' prefixes, in the order they ran; none when no run has two blocks.
+// `scopes`: the forward's module scopes (first call of each name), by beginSeq.
+std::vector<std::string> suggestedChain(const Groups& groups,
+                                        const std::vector<const ScopeInterval*>& scopes) {
+  struct Run {
+    std::vector<std::string> prefixes;
+    const ScopeInterval* last = nullptr;
+    int depth = 0;
+    size_t blocks = 0;
+    int64_t ns = 0;
+  };
+  std::vector<std::pair<const ScopeInterval*, const std::string*>> firsts;
+  for (const auto& [prefix, members] : groups) {
+    bool usable = true;
+    for (size_t i = 0; i < members.size() && usable; ++i)
+      usable = members[i]->depth == members.front()->depth &&
+               (i == 0 || members[i]->beginSeq >= members[i - 1]->endSeq);
+    if (usable) firsts.emplace_back(members.front(), &prefix);
+  }
+  std::sort(firsts.begin(), firsts.end(),
+            [](const auto& a, const auto& b) { return a.first->beginSeq < b.first->beginSeq; });
+  // Nothing but the next group's containers begins between two groups of a run.
+  auto cleanGap = [&](const ScopeInterval* last, const ScopeInterval* next) {
+    auto it =
+        std::lower_bound(scopes.begin(), scopes.end(), last->endSeq,
+                         [](const ScopeInterval* s, uint64_t seq) { return s->beginSeq < seq; });
+    for (; it != scopes.end() && (*it)->beginSeq < next->beginSeq; ++it)
+      if ((*it)->threadId == next->threadId && !isAncestorName((*it)->name, next->name))
+        return false;
+    return true;
+  };
+  std::vector<Run> runs;
+  for (const auto& [first, prefix] : firsts) {
+    const std::vector<const ScopeInterval*>& members = groups.at(*prefix);
+    Run* run = nullptr;
+    for (Run& r : runs)
+      if (r.depth == first->depth && r.last->endSeq <= first->beginSeq && cleanGap(r.last, first))
+        run = &r;
+    if (run == nullptr) {
+      runs.emplace_back();
+      run = &runs.back();
+      run->depth = first->depth;
+    }
+    run->prefixes.push_back(*prefix);
+    run->last = members.back();
+    run->blocks += members.size();
+    for (const ScopeInterval* m : members) run->ns += m->endTsNs - m->beginTsNs;
+  }
+  const Run* best = nullptr;
+  for (const Run& r : runs)
+    if (r.blocks >= 2 && (best == nullptr || r.ns > best->ns)) best = &r;
+  return best == nullptr ? std::vector<std::string>{} : best->prefixes;
 }
 
 // The highest total of the blocks born in [w.beginSeq, w.endSeq) that pass `keep`, counting each
@@ -225,44 +313,90 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     return false;
   };
 
-  // 3. The blocks: module scopes <prefix>.<n> of the forward (first call of each name).
-  std::map<std::string, std::vector<const ScopeInterval*>> groups;
-  std::set<std::string> seen;
-  for (const ScopeInterval& sc : rec.scopes) {
-    if (!fwd->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || inRecompute(sc.beginSeq)) continue;
-    if (!seen.insert(sc.name).second) continue;
-    std::string prefix;
-    int index = 0;
-    if (splitIndexed(sc.name, &prefix, &index)) groups[prefix].push_back(&sc);
-  }
-  std::string chosen(blocksPrefix);
-  if (chosen.empty()) {
-    int64_t bestNs = -1;
-    for (const auto& [prefix, scopes] : groups) {
-      if (scopes.size() < 2) continue;
-      int64_t total = 0;
-      bool sameDepth = true;
-      for (const ScopeInterval* sc : scopes) {
-        total += sc->endTsNs - sc->beginTsNs;
-        sameDepth = sameDepth && sc->depth == scopes.front()->depth;
-      }
-      if (sameDepth && total > bestNs) {
-        bestNs = total;
-        chosen = prefix;
-      }
+  // 3. The blocks: module scopes <prefix>.<n> of the forward (first call of each name), of the
+  // prefixes named (a list, or glob patterns) or of the chain the forward suggests.
+  auto firstCalls = [&](const PhaseInterval* ph) {
+    std::vector<const ScopeInterval*> out;
+    std::set<std::string_view> seen;
+    for (const ScopeInterval& sc : rec.scopes) {
+      if (!ph->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || sc.isKernel ||
+          inRecompute(sc.beginSeq))
+        continue;
+      if (seen.insert(sc.name).second) out.push_back(&sc);
     }
+    std::sort(out.begin(), out.end(), [](const ScopeInterval* a, const ScopeInterval* b) {
+      return a->beginSeq < b->beginSeq;
+    });
+    return out;
+  };
+  auto groupsOf = [&](const std::vector<const ScopeInterval*>& scopes) {
+    Groups groups;
+    for (const ScopeInterval* sc : scopes) {
+      std::string prefix;
+      int index = 0;
+      if (!sc->isOp && splitIndexed(sc->name, &prefix, &index)) groups[prefix].push_back(sc);
+    }
+    return groups;
+  };
+  std::vector<const ScopeInterval*> forwardScopes = firstCalls(fwd);
+  Groups groups = groupsOf(forwardScopes);
+  std::vector<std::string> chosen;
+  if (blocksPrefix.empty()) {
+    chosen = suggestedChain(groups, forwardScopes);
     if (chosen.empty())
       return absl::NotFoundError(
           absl::StrCat("no repeated blocks (modules named <prefix>.0, <prefix>.1, ...) in step ",
                        step->step, "'s forward; name them with --blocks PREFIX"));
+  } else {
+    for (std::string_view rest = blocksPrefix; !rest.empty();) {
+      const size_t comma = std::min(rest.find(','), rest.size());
+      std::string item(rest.substr(0, comma));
+      rest.remove_prefix(std::min(comma + 1, rest.size()));
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      if (item.empty()) continue;
+      const bool pattern = item.find_first_of("*?") != std::string_view::npos;
+      bool matched = false;
+      for (const auto& [prefix, members] : groups) {
+        if (pattern ? !globMatches(item, prefix) : prefix != item) continue;
+        matched = true;
+        if (std::find(chosen.begin(), chosen.end(), prefix) == chosen.end())
+          chosen.push_back(prefix);
+      }
+      if (!matched) {
+        std::string known;
+        for (const auto& [prefix, members] : groups)
+          absl::StrAppend(&known, known.empty() ? "" : ", ", prefix);
+        return absl::NotFoundError(
+            absl::StrCat("no modules named ", item, ".<n> in step ", step->step,
+                         "'s forward (indexed modules: ", known.empty() ? "none" : known, ")"));
+      }
+    }
   }
+  // In the order they ran (the chain's name lists them so).
+  std::sort(chosen.begin(), chosen.end(), [&](const std::string& a, const std::string& b) {
+    return groups.at(a).front()->beginSeq < groups.at(b).front()->beginSeq;
+  });
+  const std::set<std::string> chosenSet(chosen.begin(), chosen.end());
+  // The chain's blocks in one forward, in the order they ran.
+  auto blocksIn = [&](const std::vector<const ScopeInterval*>& scopes) {
+    std::vector<const ScopeInterval*> out;
+    for (const ScopeInterval* sc : scopes) {
+      std::string prefix;
+      int index = 0;
+      if (!sc->isOp && splitIndexed(sc->name, &prefix, &index) && chosenSet.count(prefix) != 0)
+        out.push_back(sc);
+    }
+    return out;
+  };
+  std::vector<const ScopeInterval*> forward = blocksIn(forwardScopes);
   // A step of several micro-batches (gradient accumulation: the blocks run forward and backward
   // k times before one optimizer step) is modelled from its last one: the gradients the others
   // accumulated are held all through it, so its peak is the step's; its times count k times.
   int microBatches = 1;
   const uint64_t firstForwardBegins = fwd->beginSeq;
   {
-    const std::string firstBlock = chosen + ".0";
+    const std::string firstBlock = forward.front()->name;
     auto runsFirstBlock = [&](const PhaseInterval& ph) {
       for (const ScopeInterval& sc : rec.scopes)
         if (sc.name == firstBlock && ph.contains(sc.beginSeq) && !inRecompute(sc.beginSeq))
@@ -290,52 +424,30 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         for (const PhaseInterval* r : recomputes)
           if (r->beginSeq >= fwd->beginSeq && r->beginSeq < bwd->endSeq) inside.push_back(r);
         recomputes.swap(inside);
-        std::vector<const ScopeInterval*>& blocks = groups[chosen];
-        blocks.clear();
-        std::set<std::string> named;
-        for (const ScopeInterval& sc : rec.scopes) {
-          if (!fwd->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || inRecompute(sc.beginSeq))
-            continue;
-          std::string prefix;
-          int index = 0;
-          if (splitIndexed(sc.name, &prefix, &index) && prefix == chosen &&
-              named.insert(sc.name).second)
-            blocks.push_back(&sc);
-        }
+        forward = blocksIn(firstCalls(fwd));
       } else {
         microBatches = 1;
       }
     }
   }
-  auto g = groups.find(chosen);
-  if (g == groups.end()) {
-    std::string known;
-    for (const auto& [prefix, scopes] : groups)
-      absl::StrAppend(&known, known.empty() ? "" : ", ", prefix);
-    return absl::NotFoundError(
-        absl::StrCat("no modules named ", chosen, ".<n> in step ", step->step,
-                     "'s forward (indexed modules: ", known.empty() ? "none" : known, ")"));
-  }
-  std::vector<const ScopeInterval*> forward = g->second;
-  std::sort(forward.begin(), forward.end(), [](const ScopeInterval* a, const ScopeInterval* b) {
-    return a->beginSeq < b->beginSeq;
-  });
+  const std::string chainName = absl::StrJoin(chosen, ",");
   const int n = static_cast<int>(forward.size());
   for (int i = 1; i < n; ++i)
     if (forward[i]->beginSeq < forward[i - 1]->endSeq)
       return absl::FailedPreconditionError(
-          absl::StrCat("the blocks ", chosen, ".<n> nest or overlap (", forward[i - 1]->name,
+          absl::StrCat("the blocks ", chainName, " nest or overlap (", forward[i - 1]->name,
                        " and ", forward[i]->name, "); name other blocks with --blocks PREFIX"));
   std::unordered_map<std::string, int> stageOf;
   for (int i = 0; i < n; ++i) stageOf[forward[i]->name] = i;
-  // The stage a module belongs to: "<prefix>.<n>" itself or anything under it.
+  // The stage a module belongs to: a block itself or anything under it.
   auto stageOfModule = [&](std::string_view module) -> int {
-    if (module.size() <= chosen.size() + 1 || module.substr(0, chosen.size()) != chosen ||
-        module[chosen.size()] != '.')
-      return -1;
-    const size_t end = module.find('.', chosen.size() + 1);
-    auto it = stageOf.find(std::string(module.substr(0, end)));
-    return it == stageOf.end() ? -1 : it->second;
+    for (;;) {
+      auto it = stageOf.find(std::string(module));
+      if (it != stageOf.end()) return it->second;
+      const size_t dot = module.rfind('.');
+      if (dot == std::string_view::npos) return -1;
+      module = module.substr(0, dot);
+    }
   };
 
   // 4. Blocks the recording recomputed: their scope again inside a recompute phase.
@@ -418,9 +530,9 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   };
   RecordedChain out;
   out.step = step->step;
-  out.blocksPrefix = chosen;
+  out.blocksPrefix = chainName;
   ChainProfile& p = out.profile;
-  p.name = chosen;
+  p.name = chainName;
   std::vector<int64_t> inputSaved(n, 0);
   std::vector<std::vector<int>> kept(n);  // the blocks of each stage's savedBytes
   std::vector<std::vector<OptionFacts>> optionFacts(n);

@@ -16,7 +16,8 @@ namespace tidemark::core {
 struct RecordedChain {
   ChainProfile profile;
   int64_t step = 0;
-  std::string blocksPrefix;       // the blocks are <prefix>.0, <prefix>.1, ...
+  // The blocks are <prefix>.0, <prefix>.1, ... of these prefixes (comma-separated).
+  std::string blocksPrefix;
   ChainPlan recordedPlan;         // blocks the recording ran under checkpoint are recomputed
   int64_t measuredPeakBytes = 0;  // the step's peak, as recorded
   int64_t measuredStepNs = 0;
@@ -28,8 +29,10 @@ struct RecordedChain {
 };
 
 // Builds the chain model of a recorded step (docs/plan-format.md, "Profiles from a recording"):
-// the blocks are the module scopes named <prefix>.<n> in the step's forward (the prefix whose
-// blocks take the most forward time, unless blocksPrefix names one); their times come from their
+// the blocks are the module scopes named <prefix>.<n> in the step's forward: of the families at
+// one depth called in turn with nothing between them but their containers' entries (a ResNet's
+// layer1.0 ... layer4.1), the run whose blocks take the most forward time, unless blocksPrefix
+// names the prefixes (one, a comma-separated list, or glob patterns); their times come from their
 // forward and "[backward]" scopes, their saved bytes from the tensors the adapter tagged as saved
 // by them, their output and working sets from the blocks born inside them. Everything the chain
 // does not explain at each moment becomes the static and outside terms, so that the model

@@ -1,5 +1,5 @@
-"""End to end: the recompute advisor on real trainings (the GPT, the convnet and, on torch 2, the
-`transformers` GPT-2 of examples/train.py). A store-all run of each example model is
+"""End to end: the recompute advisor on real trainings (the GPT, the convnet, the ResNet-18 layout
+and, on torch 2, the `transformers` GPT-2 of examples/train.py). A store-all run of each example model is
 recorded; the advisor plans it for budgets at 50, 70 and 90 % of the store-all peak above the
 static memory; each plan is applied to the same training (tidemark.apply_plan, same seed) under
 `tidemark run`. The measured peak must be within 5 % of the prediction and within the budget, and
@@ -39,12 +39,12 @@ class AdvisorLiveTest(DaemonTestCase):
         print("  step peaks %s" % [s["peak"]["tracked_bytes"] for s in steps], file=sys.stderr)
         return peaks[len(peaks) // 2]
 
-    def check_model(self, model, *extra):
+    def check_model(self, model, *extra, budgets=(50, 70, 90)):
         base, base_losses = self.train(model, *extra)
         self.assertEqual(len(base_losses), STEPS)
         chain = self.daemon.cli_json("chain", str(base))
         self.assertGreaterEqual(len(chain["stages"]), 6)
-        for pct in (50, 70, 90):
+        for pct in budgets:
             with self.subTest(model=model, budget="%d%%" % pct):
                 path = os.path.join(self.daemon.dir, "%s-%d.json" % (model, pct))
                 r = self.daemon.cli("plan", str(base), "--budget", "%d%%" % pct, "--out", path)
@@ -74,6 +74,7 @@ class AdvisorLiveTest(DaemonTestCase):
         r = self.daemon.cli("plan", str(base), "--budget", "1MiB", check=False)
         self.assertEqual(r.returncode, 4, r.stderr)
         self.assertIn("the least budget any plan fits is", r.stderr)
+        return chain
 
     def test_gpt(self):
         self.check_model("gpt")
@@ -86,6 +87,17 @@ class AdvisorLiveTest(DaemonTestCase):
 
     def test_convnet(self):
         self.check_model("convnet")
+
+    def test_resnet_across_its_four_stages(self):
+        """A ResNet-18 layout (BatchNorm; two blocks in each of four Sequentials): one chain over
+        all four stages, not the last stage's two blocks."""
+        # On torch 2 about 2 MiB of small native blocks (UNKNOWN, ~2,500 of them) are live
+        # through the backward outside the chain: no plan goes below ~76 % there (the advisor
+        # says so, exit code 4); its plans are checked above that.
+        chain = self.check_model("resnet",
+                                 budgets=(50, 70, 90) if torch_version() < (2, 0) else (80, 90))
+        self.assertEqual([s["name"] for s in chain["stages"]],
+                         ["ResNet.layer%d.%d" % (i, j) for i in range(1, 5) for j in range(2)])
 
     def test_transformers_gpt2(self):
         """A GPT-2 of the `transformers` library: layers called with the attention mask and
@@ -260,7 +272,7 @@ def plan(segments):
 before = {n: m.forward for n, m in model.named_modules()}
 for bad, why in [
         (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.7"]}]), "no module TinyGPT.blocks.7"),
-        (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.0", "TinyGPT.ln_f"]}]), "different parents"),
+        (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.0", "TinyGPT.ln_f"]}]), "different depths"),
         (plan([{"mode": "fast", "modules": ["TinyGPT.blocks.0"]}]), "is not store"),
         (dict(plan([]), version=9), "newer")]:
     try:

@@ -103,6 +103,75 @@ TEST(ChainFromRecording, MeasuresTheBlocks) {
   EXPECT_EQ(p.floorBytes, 1100);
 }
 
+// The two blocks of twoBlocks() in two containers, as a ResNet keeps its blocks (layer1.0,
+// layer2.0): called one after the other with nothing between them but the second container's
+// entry, they are one chain, measured as the two blocks of one list are.
+Recording blocksInTwoContainers(bool somethingBetween) {
+  Recording r = twoBlocks();
+  auto rename = [](std::string& name) {
+    for (auto [from, to] : {std::pair<std::string, std::string>{"M.blocks.0", "M.layer1.0"},
+                            {"M.blocks.1", "M.layer2.0"}})
+      if (name.compare(0, from.size(), from) == 0) name = to + name.substr(from.size());
+  };
+  for (ScopeInterval& sc : r.scopes) {
+    rename(sc.name);
+    if (sc.name.compare(0, 8, "M.layer1") == 0 || sc.name.compare(0, 8, "M.layer2") == 0)
+      sc.depth += sc.name.find("[backward]") == std::string::npos ? 1 : 0;
+  }
+  for (Tag& t : r.tags) rename(t.name);
+  r.scopes.push_back(scope("M.layer1", 5, 15, 1));
+  r.scopes.push_back(scope("M.layer2", 16, 26, 1));
+  if (somethingBetween) r.scopes.push_back(scope("M.norm", 15, 16, 1));
+  r.sortBySeq();
+  return r;
+}
+
+TEST(ChainFromRecording, BlocksOfSeveralContainersCalledInTurnAreOneChain) {
+  const Recording one = twoBlocks();
+  absl::StatusOr<RecordedChain> a = chainFromRecording(one, categorize(one), 0, "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  const Recording rec = blocksInTwoContainers(false);
+  const std::vector<BlockCategory> cats = categorize(rec);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, cats, 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->blocksPrefix, "M.layer1,M.layer2");
+  ASSERT_EQ(c->profile.size(), 2);
+  EXPECT_EQ(c->profile.stages[0].name, "M.layer1.0");
+  EXPECT_EQ(c->profile.stages[1].name, "M.layer2.0");
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(c->profile.stages[i].savedBytes, a->profile.stages[i].savedBytes);
+    EXPECT_EQ(c->profile.stages[i].outputBytes, a->profile.stages[i].outputBytes);
+    EXPECT_EQ(c->profile.stages[i].forwardNs, a->profile.stages[i].forwardNs);
+    EXPECT_EQ(c->profile.stages[i].backwardNs, a->profile.stages[i].backwardNs);
+  }
+  EXPECT_EQ(c->profile.staticBytes, a->profile.staticBytes);
+  EXPECT_EQ(c->measuredPeakBytes, 2010);
+  EXPECT_EQ(simulate(c->profile, c->recordedPlan).peakBytes, 2010);
+  // Named as a list or a pattern: the same chain.
+  for (const char* named : {"M.layer1, M.layer2", "M.layer*"}) {
+    absl::StatusOr<RecordedChain> n = chainFromRecording(rec, cats, 0, named);
+    ASSERT_TRUE(n.ok()) << named << ": " << n.status();
+    EXPECT_EQ(n->blocksPrefix, "M.layer1,M.layer2") << named;
+    EXPECT_EQ(n->profile.size(), 2) << named;
+  }
+  absl::StatusOr<RecordedChain> bad = chainFromRecording(rec, cats, 0, "M.layer1,M.stage*");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "no modules named M.stage*.<n> in step 1's forward (indexed modules: M.layer1, "
+            "M.layer2)");
+}
+
+TEST(ChainFromRecording, ContainersWithAModuleBetweenThemAreNoChainUnlessNamed) {
+  const Recording rec = blocksInTwoContainers(true);
+  const std::vector<BlockCategory> cats = categorize(rec);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, cats, 0, "");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("no repeated blocks"), std::string::npos) << c.status();
+  c = chainFromRecording(rec, cats, 0, "M.layer1,M.layer2");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->profile.size(), 2);
+}
+
 // An optimizer that makes its state at its first step (Adam's moments, 500 B, born in the
 // optimizer phase) and gradients zero_grad keeps (200 B, born in backward) are there from the
 // start of every later step: a plan made from the first step counts them as static; the step that
