@@ -99,6 +99,9 @@ void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
     }
     std::printf(" from step %lld, %lld steps measured\n", static_cast<long long>(o.from_step()),
                 static_cast<long long>(o.steps_measured()));
+    // What the job said beside "applied" (the path its steps took is not the recorded one).
+    if (!o.message().empty() && o.message() != "applied")
+      std::printf("  note: %s\n", o.message().c_str());
     if (o.steps_measured() == 0) {
       std::printf("  no complete step under the plan yet\n");
       continue;

@@ -152,6 +152,8 @@ class Instrumenter:
         self.previous_plan = None  # the one it replaced, restored if the new one fails its trial
         self.plan_on_trial = None  # (plan id, first step) of a plan whose first step is running
         self.plan_ids = {}  # id(AppliedPlan) -> plan id, for plans reported applied
+        self.plan_first_steps = {}  # id(AppliedPlan) -> the first step it ran in
+        self.path_check = None  # plan.PathCheck of the applied plan, until it found a difference
         # Plans sent for a later step (apply_at_step: every rank of a job switches at the same
         # one), in the order they came: [(plan id, text, step)].
         self.held_plans = []
@@ -410,15 +412,20 @@ class Instrumenter:
             if self.contexts_all_seen or getattr(self.local, "passed_step_end", False):
                 self._ensure_thread_hooks()
             import torch
-            if module in self.frozen or not torch.is_grad_enabled():
+            evaluation = module in self.frozen or not torch.is_grad_enabled()
+            if evaluation:
                 self._phase_begin(A.EVAL)  # evaluation: no step, not a step's forward
             else:
                 self._begin_step_if_needed()
                 self._phase_begin(A.FORWARD)
+            if self.path_check is not None:
+                self.path_check.begin_forward(not evaluation)
             self._tag_inputs(inputs)
             # Keyword arguments too (`model(input_ids=x, labels=y)`, as `transformers` models
             # are called): global pre-hooks are given the positional ones only.
             self._tag_inputs(_keyword_arguments_of_call())
+        if self.path_check is not None and not self._in_phase(A.RECOMPUTE):
+            self.path_check.saw(name)
         self.agent.scope_begin(self.agent.intern(name))
         self.local.depth = depth + 1
         stack = getattr(self.local, "names", None)
@@ -686,6 +693,8 @@ class Instrumenter:
             plan.install()
             self.applied_plan = plan
             self.plan_on_trial = (plan_id, self.step + 1)
+            from .plan import PathCheck
+            self.path_check = PathCheck(plan.plan)
 
     def _plans_due(self):
         """The plans to apply at this boundary, in the order they came: those held for the step
@@ -711,12 +720,20 @@ class Instrumenter:
         plan = self.applied_plan
         if plan is None:
             return
+        # The path the steps under it took, once: a plan that applies may still not be the
+        # plan for what runs now (said with its result, or sent again with a note later).
+        why = self.path_check.take_difference() if self.path_check is not None else None
+        if why is not None:
+            self.path_check = None
         if self.plan_on_trial is not None:
             plan_id, first_step = self.plan_on_trial
             self.plan_on_trial = None
             if plan.failed is None:
-                self.agent.plan_result(plan_id, True, "applied", first_step)
+                self.agent.plan_result(plan_id, True, "applied" if why is None else
+                                       "applied; but in step %d %s" % (first_step, why),
+                                       first_step)
                 self.plan_ids[id(plan)] = plan_id
+                self.plan_first_steps[id(plan)] = first_step
                 self.previous_plan = None
                 return
             self._turn_off(plan, restore=self.previous_plan)
@@ -724,12 +741,18 @@ class Instrumenter:
             return
         if plan.failed is not None:  # turned itself off later (a path its first step missed)
             self._turn_off(plan, restore=None)
+            self.plan_first_steps.pop(id(plan), None)
             self.agent.plan_result(self.plan_ids.pop(id(plan), 0), False, plan.failed, 0)
+        elif why is not None and id(plan) in self.plan_ids:
+            self.agent.plan_result(self.plan_ids[id(plan)], True,
+                                   "applied; but in step %d %s" % (self.step, why),
+                                   self.plan_first_steps.get(id(plan), 0))
 
     def _turn_off(self, plan, restore):
         plan.remove()
         self.applied_plan = None
         self.previous_plan = None
+        self.path_check = None
         if restore is not None and restore.failed is None:
             restore.install()
             self.applied_plan = restore

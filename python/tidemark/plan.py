@@ -204,6 +204,70 @@ def _same(args, kwargs, seen):
                 for k, (b, v) in seen_kwargs.items()))
 
 
+class PathCheck:
+    """Whether the training still runs the chain the plan was made for: the chain's blocks (the
+    modules <prefix>.<n> of the prefixes the plan's chain names) each forward ran, in order,
+    against the plan's modules, each once. A data-dependent branch (a model that goes deeper on
+    some inputs), a block called twice, or a plan made for another configuration of the model:
+    the predicted peak may not hold, which plan-check says."""
+
+    MAX_CALLS = 100000  # per forward: bounded whatever the model does
+
+    def __init__(self, doc):
+        name = (doc.get("chain") or {}).get("name") or ""
+        self.prefixes = {p for p in name.split(",") if p}
+        self.expected = [m for seg in doc["segments"] for m in seg["modules"]]
+        self.forwards = []
+        self.current = None
+
+    def begin_forward(self, training):
+        """A model's forward begins (an evaluation's is not watched)."""
+        self.current = [] if training and self.prefixes else None
+        if self.current is not None and len(self.forwards) < 64:
+            self.forwards.append(self.current)
+
+    def saw(self, name):
+        current = self.current
+        if current is None or len(current) >= self.MAX_CALLS:
+            return
+        prefix, _, index = name.rpartition(".")
+        if index.isdigit() and prefix in self.prefixes:
+            current.append(name)
+
+    def take_difference(self):
+        """How the forwards since the last call differ from the plan's chain, or None."""
+        forwards, self.forwards, self.current = self.forwards, [], None
+        for ran in forwards:
+            if ran == self.expected:
+                continue
+            known = set(self.expected)
+            seen = []
+            for n in ran:
+                if n not in seen:
+                    seen.append(n)
+            parts = []
+            unknown = [n for n in seen if n not in known]
+            if unknown:
+                parts.append("ran %s, which the plan does not list" % _names(unknown))
+            missing = [n for n in self.expected if n not in seen]
+            if missing:
+                parts.append("did not run %s" % _names(missing))
+            twice = [n for n in seen if ran.count(n) > 1]
+            if twice:
+                parts.append("ran %s more than once" % _names(twice))
+            if not parts:
+                parts.append("ran the blocks in another order (%s)" % _names(seen))
+            return ("its forward took another path than the step the plan was made from: it %s; "
+                    "the predicted peak may not hold (a data-dependent branch, a block called "
+                    "twice, or another configuration of the model)" % "; ".join(parts))
+        return None
+
+
+def _names(names, shown=3):
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (" and %d more" % more if more > 0 else "")
+
+
 class AppliedPlan:
     """The wrapped modules of one applied plan; ``remove()`` restores them.
 

@@ -54,9 +54,11 @@ class Net(torch.nn.Module):
         self.fussy = Fussy(d)
         self.head = torch.nn.Linear(d, 1)
 
+        self.depth = n  # how many of the blocks the forward runs
+
     def forward(self, x):
         mask = (x > -1.5).float()
-        for b in self.blocks:
+        for b in self.blocks[:self.depth]:
             x = b(x, mask)
         return self.head(self.fussy(x))
 
@@ -65,12 +67,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--sleep", type=float, default=0.0)
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--deep-from", type=int, default=0, metavar="STEP",
+                   help="before this step the forward runs only the first half of the blocks "
+                        "(a branch that goes deeper later; 0: all blocks always)")
     args = p.parse_args()
     torch.manual_seed(3)
-    model = Net()
+    model = Net(n=args.blocks)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(4)
     for step in range(args.steps):
+        model.depth = args.blocks // 2 if step < args.deep_from else args.blocks
         x, y = torch.randn(16, 32, generator=g), torch.randn(16, 1, generator=g)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

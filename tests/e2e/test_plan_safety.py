@@ -106,6 +106,46 @@ class PlanSafetyTest(DaemonTestCase):
         for p, (_, reason) in zip(check, WRONG_PLANS):
             self.assertIn(reason, p["message"])
 
+    def test_a_branch_off_the_recorded_path_is_said(self):
+        """A model that runs 3 of its 6 blocks in its first 30 steps and all 6 after (a branch
+        that goes deeper later): a plan made from its first steps is a plan for 3 blocks. It is
+        applied; once the job takes the deep path, plan-check says that the steps run blocks the
+        plan does not list and its prediction may not hold (the plan stays on; the losses are
+        unchanged)."""
+        args = ("--steps", "45", "--sleep", "0.15", "--blocks", "6", "--deep-from", "30")
+        r = subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        expected = losses(r.stdout)
+        job = subprocess.Popen([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                "run", "--", PYTHON, SCRIPT, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            sid = self.wait_live_steps(3)
+            path = os.path.join(self.daemon.dir, "shallow.json")
+            self.daemon.cli("plan", str(sid), "--budget", "90%", "--out", path)
+            with open(path) as f:
+                plan = json.load(f)
+            self.assertEqual([m for seg in plan["segments"] for m in seg["modules"]],
+                             ["Net.blocks.%d" % i for i in range(3)])
+            r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            out, err = job.communicate(timeout=300)
+        finally:
+            if job.poll() is None:
+                job.kill()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertEqual(losses(out), expected)
+        check = self.daemon.cli_json("plan-check", str(sid))["plans"]
+        self.assertEqual([p["state"] for p in check], ["applied"])
+        self.assertRegex(check[0]["message"],
+                         r"^applied; but in step \d+ its forward took another path than the "
+                         r"step the plan was made from: it ran Net.blocks.3, Net.blocks.4, "
+                         r"Net.blocks.5, which the plan does not list; the predicted peak may "
+                         r"not hold")
+        self.assertLess(check[0]["from_step"], 30)
+        text = self.daemon.cli("plan-check", str(sid)).stdout
+        self.assertIn("  note: applied; but in step", text)
+
     def test_plan_off_when_inputs_outgrow_it(self):
         """A plan made at batch 8 (each segment says the input it was made for) applied to a
         training at batch 16: the recomputed segments' inputs are twice as large, the predicted
