@@ -58,8 +58,8 @@ options (every command):
                   by you or root is sent anything
   --db FILE       read the store file FILE directly, no daemon (one a tidemarkd wrote, running
                   or not; by default ~/.local/share/tidemark/tidemark.db): every command that
-                  reads (sessions, jobs, job, breakdown, peak, timeline, steps, block, ops, export, diff,
-                  plan, chain, pareto, plan-check); nothing is written to it
+                  reads (sessions, jobs, job, breakdown, peak, timeline, steps, block, ops,
+                  export, diff, plan, chain, pareto, plan-check); nothing is written to it
   --token-file F  present the token in file F (default $TIDEMARK_TOKEN, or the file named by
                   $TIDEMARK_TOKEN_FILE): for a daemon that requires one (docs/security.md)
   --tls-ca F      talk TLS to the daemon, its certificate checked against the CA in PEM file F
