@@ -146,12 +146,22 @@ void Recorder::collectorStopped() noexcept {
 
 void Recorder::awaitDrainRequest(uint32_t seen, int timeoutMs) noexcept {
   if (m_waiters.load(std::memory_order_acquire) != 0) return;  // someone waits already
+  // Set before the wait reads the request count (both sequentially consistent, as in
+  // wakeCollector): a thread that raised the count after the collector read `seen` either sees
+  // it asleep and wakes it, or the wait sees the raised count and returns at once.
+  m_collectorAsleep.store(true, std::memory_order_seq_cst);
   futexWait(m_drainRequest, seen, static_cast<int64_t>(timeoutMs) * 1000000);
+  m_collectorAsleep.store(false, std::memory_order_relaxed);
 }
 
 void Recorder::requestDrain() noexcept {
   m_drainRequest.fetch_add(1, std::memory_order_acq_rel);
   futexWakeAll(m_drainRequest);
+}
+
+void Recorder::wakeCollector() noexcept {
+  m_drainRequest.fetch_add(1, std::memory_order_seq_cst);
+  if (m_collectorAsleep.load(std::memory_order_seq_cst)) futexWakeAll(m_drainRequest);
 }
 
 void Recorder::notifyDrained() noexcept {
@@ -161,7 +171,7 @@ void Recorder::notifyDrained() noexcept {
 
 void Recorder::commit(Ring* ring, Record& record, uint64_t extraSeqs) noexcept {
   record.seq = m_seq.fetch_add(1 + extraSeqs, std::memory_order_acq_rel) + 1;
-  ring->push(record);
+  if (__builtin_expect(ring->push(record), 0)) wakeCollector();
 }
 
 bool Recorder::push(Record& record, uint64_t extraSeqs) noexcept {

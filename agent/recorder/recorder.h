@@ -65,6 +65,7 @@ class Recorder {
   bool degraded() const noexcept { return m_degraded.load(std::memory_order_relaxed); }
   // Waits on full rings (each counts once, however long it took).
   uint64_t ringWaits() const noexcept { return m_ringWaits.load(std::memory_order_relaxed); }
+  uint32_t ringRecords() const noexcept { return m_ringRecords; }  // each thread's ring holds
 
   // Collector side: a collector starts and stops (counted: a transport retired by a detach may
   // still be winding down while the next attach's runs). When none runs, every waiting thread
@@ -77,6 +78,10 @@ class Recorder {
   uint32_t drainRequests() const noexcept { return m_drainRequest.load(std::memory_order_acquire); }
   void awaitDrainRequest(uint32_t seen, int timeoutMs) noexcept;
   void requestDrain() noexcept;
+  // A ring reached its drain mark (half full): the collector, if asleep, is woken now rather
+  // than at its next interval, so that a thread allocating fast rarely finds its ring full and
+  // waits. A system call only when the collector sleeps.
+  void wakeCollector() noexcept;
   // After a pass over the rings: wakes the threads waiting for room.
   void notifyDrained() noexcept;
   bool recording() const noexcept { return m_recording.load(std::memory_order_relaxed); }
@@ -165,6 +170,7 @@ class Recorder {
   // Futex words: m_drainRequest rises when a thread wants room (the collector sleeps on it),
   // m_drainEpoch after each collector pass (waiting threads sleep on it).
   alignas(64) std::atomic<uint32_t> m_drainRequest{0};
+  std::atomic<bool> m_collectorAsleep{false};
   alignas(64) std::atomic<uint32_t> m_drainEpoch{0};
   std::atomic<uint32_t> m_waiters{0};
   std::atomic<bool> m_recording{false};

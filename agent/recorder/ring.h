@@ -18,6 +18,7 @@ class Ring {
   void init(Record* slots, uint32_t capacity) noexcept {
     m_slots = slots;
     m_mask = capacity - 1;
+    m_drainMark = capacity / 2;
     m_head.store(0, std::memory_order_relaxed);
     m_tail.store(0, std::memory_order_relaxed);
   }
@@ -28,11 +29,14 @@ class Ring {
     const uint64_t tail = m_tail.load(std::memory_order_acquire);
     return head - tail <= m_mask;
   }
-  // Precondition: hasSpace() returned true on this thread.
-  void push(const Record& r) noexcept {
+  // Precondition: hasSpace() returned true on this thread. True when this record filled the
+  // ring to its drain mark (half of it): time to wake the consumer, so that it empties the ring
+  // before the producer finds it full. (The tail was just read by hasSpace: no new miss.)
+  bool push(const Record& r) noexcept {
     const uint64_t head = m_head.load(std::memory_order_relaxed);
     m_slots[head & m_mask] = r;
     m_head.store(head + 1, std::memory_order_release);
+    return head + 1 - m_tail.load(std::memory_order_relaxed) == m_drainMark;
   }
 
   // Consumer side: appends up to max unread records to out, returns how many.
@@ -54,6 +58,7 @@ class Ring {
  private:
   Record* m_slots = nullptr;
   uint64_t m_mask = 0;
+  uint64_t m_drainMark = 0;
   alignas(64) std::atomic<uint64_t> m_head{0};
   alignas(64) std::atomic<uint64_t> m_tail{0};
 };

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,19 @@ TEST(RingTest, FullRingRefusesUntilDrained) {
   EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2, 3, 4}));
   EXPECT_TRUE(ring.hasSpace());
   EXPECT_TRUE(ring.empty());
+}
+
+TEST(RingTest, APushThatFillsHalfTheRingSaysSo) {
+  std::vector<Record> slots(8);
+  Ring ring;
+  ring.init(slots.data(), 8);
+  std::vector<bool> said;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 6; ++i) said.push_back(ring.push(Record{}));
+    ring.drain([](const Record&) {});
+  }
+  EXPECT_EQ(said, (std::vector<bool>{false, false, false, true, false, false,  //
+                                     false, false, false, true, false, false}));
 }
 
 TEST(RingTest, ProducerAndConsumerThreadsKeepOrderAcrossWraparound) {
@@ -70,6 +84,34 @@ TEST(RecorderTest, SequenceNumbersAreDenseAcrossThreads) {
   ASSERT_EQ(seqs.size(), 3000u);
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], before + 1 + i);
   EXPECT_EQ(rec.drops().ringFull.load(), 0u);
+}
+
+// A thread that fills half its ring wakes a collector asleep for its interval (a thread that
+// allocates fast would otherwise find its ring full and wait for the collector's next pass).
+TEST(RecorderTest, AHalfFullRingWakesTheCollector) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  rec.drainAll([](const Record&) {});
+  const uint32_t capacity = rec.ringRecords();
+  std::chrono::steady_clock::duration slept{};
+  std::thread collector([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    rec.awaitDrainRequest(rec.drainRequests(), 60000);
+    slept = std::chrono::steady_clock::now() - t0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread producer([&] {  // a ring of its own, empty
+    for (uint32_t i = 0; i < capacity / 2; ++i) {
+      Record r{};
+      r.kind = RecordKind::kScopeBegin;
+      ASSERT_TRUE(rec.push(r));
+    }
+  });
+  producer.join();
+  collector.join();
+  EXPECT_LT(slept, std::chrono::seconds(30)) << "the collector slept its whole interval";
+  rec.drainAll([](const Record&) {});
 }
 
 }  // namespace
