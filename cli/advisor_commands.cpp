@@ -193,6 +193,7 @@ void printPlan(const core::PlanDocument& d) {
     if (s.mode == "selective") mods += "  (option " + s.option + ")";
     std::printf("%-10s %s\n", s.mode.c_str(), mods.c_str());
   }
+  for (const std::string& w : d.warnings) std::printf("\nwarning: %s\n", w.c_str());
 }
 
 // Prints (or writes) the plan and returns the exit code: kExitInfeasible when it does not fit.

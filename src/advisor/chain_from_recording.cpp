@@ -431,6 +431,18 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
   }
   const std::string chainName = absl::StrJoin(chosen, ",");
+  // Blocks called more than once in the forward modelled (siamese or shared blocks): the chain
+  // takes each once (its first call's place and times, the saved bytes of all its calls).
+  std::vector<std::string> repeated;
+  {
+    std::map<std::string_view, int> calls;
+    for (const ScopeInterval& sc : rec.scopes)
+      if (fwd->contains(sc.beginSeq) && sc.endSeq != kOpenSeq && !sc.isOp && !sc.isKernel &&
+          !inRecompute(sc.beginSeq))
+        ++calls[sc.name];
+    for (const ScopeInterval* b : forward)
+      if (calls[b->name] > 1) repeated.push_back(absl::StrCat(b->name, " (", calls[b->name], ")"));
+  }
   const int n = static_cast<int>(forward.size());
   for (int i = 1; i < n; ++i)
     if (forward[i]->beginSeq < forward[i - 1]->endSeq)
@@ -531,6 +543,15 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   RecordedChain out;
   out.step = step->step;
   out.blocksPrefix = chainName;
+  if (!repeated.empty()) {
+    const size_t shown = std::min<size_t>(repeated.size(), 4);
+    out.warnings.push_back(absl::StrCat(
+        "blocks called more than once in one forward (",
+        absl::StrJoin(repeated.begin(), repeated.begin() + static_cast<long>(shown), ", "),
+        repeated.size() > shown ? absl::StrCat(" and ", repeated.size() - shown, " more") : "",
+        " calls): the chain model takes each block once (siamese or shared blocks are not "
+        "modelled yet), so the predicted peak and time may not hold"));
+  }
   ChainProfile& p = out.profile;
   p.name = chainName;
   std::vector<int64_t> inputSaved(n, 0);

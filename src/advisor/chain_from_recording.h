@@ -26,6 +26,9 @@ struct RecordedChain {
   // forward, at the start and in the middle of stage i's backward.
   std::vector<int64_t> forwardEndNs, backwardBeginNs, backwardMidNs;
   int64_t endOfForwardNs = 0;
+  // What the chain model does not capture in this recording (blocks called more than once in
+  // one forward: siamese or shared blocks), for the plans made from it to say.
+  std::vector<std::string> warnings;
 };
 
 // Builds the chain model of a recorded step (docs/plan-format.md, "Profiles from a recording"):

@@ -256,6 +256,7 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
     }
     j["segments"].push_back(std::move(s));
   }
+  if (!r.warnings.empty()) j["warnings"] = r.warnings;
   return j.dump(2) + "\n";
 }
 
@@ -278,6 +279,7 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
   d.lowerBoundExtraNs = top.integer("lower_bound_extra_ns");
   d.minFeasibleBudgetBytes = top.integer("min_feasible_budget_bytes");
   d.applyAtStep = top.integer("apply_at_step", 0);
+  d.warnings = top.strings("warnings");
   if (d.applyAtStep < 0) top.fail("apply_at_step must be a step number (1 or more)");
   if (segments != nullptr && !segments->is_array()) top.fail("segments must be a list");
   if (absl::Status s = top.finish(); !s.ok()) return s;

@@ -55,6 +55,7 @@ struct PlanDocument {
   // The step the plan takes effect from (0: the next one): `tidemark apply --job` sets it so
   // that every rank of a job switches at the same step.
   int64_t applyAtStep = 0;
+  std::vector<std::string> warnings;  // what the model did not capture (may not hold)
 };
 absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view json);
 

@@ -34,6 +34,8 @@ struct PlanReport {
   int64_t storeAllPeakBytes = 0;       // the peak without recomputation
   int64_t minFeasibleBudgetBytes = 0;  // the least budget any plan fits
   PlanSource source;
+  // What the model of the recording does not capture, said with the plan (RecordedChain).
+  std::vector<std::string> warnings;
 
   double predictedOverhead() const {
     return baseStepNs > 0 ? static_cast<double>(predicted.extraNs) / baseStepNs : 0.0;

@@ -100,6 +100,47 @@ class AdvisorLiveTest(DaemonTestCase):
         self.assertEqual([s["name"] for s in chain["stages"]],
                          ["ResNet.layer%d.%d" % (i, j) for i in range(1, 5) for j in range(2)])
 
+    def test_a_shared_encoder_is_said_to_be_modelled_once(self):
+        """A siamese training (one encoder of four blocks run on two inputs a step): the chain
+        model takes each block once, and every plan made from it says so."""
+        code = r"""
+import torch
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+    def forward(self, x):
+        return x + torch.relu(self.lin(x))
+class Siamese(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
+    def encode(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+    def forward(self, a, b):
+        return (self.encode(a) - self.encode(b)).pow(2).mean()
+torch.manual_seed(0)
+model = Siamese()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    opt.zero_grad()
+    model(torch.randn(32, 64), torch.randn(32, 64)).backward()
+    opt.step()
+"""
+        r = self.daemon.run(PYTHON, "-c", code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sid = self.daemon.newest_session()["id"]
+        self.daemon.wait_analyzed(sid)
+        path = os.path.join(self.daemon.dir, "siamese.json")
+        r = self.daemon.cli("plan", str(sid), "--budget", "100%", "--out", path)
+        self.assertIn("warning: blocks called more than once in one forward (Siamese.blocks.0 "
+                      "(2), Siamese.blocks.1 (2), Siamese.blocks.2 (2), Siamese.blocks.3 (2) "
+                      "calls): the chain model takes each block once", r.stdout)
+        with open(path) as f:
+            self.assertEqual(len(json.load(f)["warnings"]), 1)
+
     def test_transformers_gpt2(self):
         """A GPT-2 of the `transformers` library: layers called with the attention mask and
         position ids beside their input, under the plans' checkpoints."""

@@ -161,6 +161,27 @@ TEST(ChainFromRecording, BlocksOfSeveralContainersCalledInTurnAreOneChain) {
             "M.layer2)");
 }
 
+// A block called twice in the forward (a shared or siamese block) is modelled once; the chain
+// says so, for its plans to carry.
+TEST(ChainFromRecording, ABlockCalledTwiceInTheForwardIsSaid) {
+  const Recording plain = twoBlocks();
+  absl::StatusOr<RecordedChain> a = chainFromRecording(plain, categorize(plain), 0, "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->warnings.empty());
+  Recording rec = twoBlocks();
+  rec.scopes.push_back(scope("M.blocks.1", 27, 28, 1));  // again, after its first call
+  rec.sortBySeq();
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_EQ(c->warnings[0].rfind("blocks called more than once in one forward (M.blocks.1 (2) "
+                                 "calls): the chain model takes each block once",
+                                 0),
+            0u)
+      << c->warnings[0];
+  EXPECT_EQ(c->profile.size(), 2);
+}
+
 TEST(ChainFromRecording, ContainersWithAModuleBetweenThemAreNoChainUnlessNamed) {
   const Recording rec = blocksInTwoContainers(true);
   const std::vector<BlockCategory> cats = categorize(rec);

@@ -342,6 +342,12 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   EXPECT_EQ(doc->segments.front().modules.front(), "A");
   // Each segment says the input it was made for: its first stage's.
   EXPECT_EQ(doc->segments.front().inputBytes, back->inputBytes);
+  EXPECT_TRUE(doc->warnings.empty());
+  // What the model did not capture travels with the plan.
+  r.warnings = {"blocks called more than once in one forward (A (2) calls): ..."};
+  doc = parsePlanDocument(planToJson(*back, r));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->warnings, r.warnings);
 }
 
 // apply --job: the ranks switch far enough ahead that every one is sent the plan in time — at
