@@ -70,16 +70,30 @@ def losses(text):
 
 
 class PlanSafetyTest(DaemonTestCase):
-    def test_wrong_plans_never_stop_the_job(self):
-        r = subprocess.run([PYTHON, SCRIPT, *ARGS], capture_output=True, text=True, timeout=300)
+    def planned_run(self, args, live_steps, while_live):
+        """The script with args, without tidemark (its losses), then under `tidemark run` with
+        while_live(session) called once it has live_steps steps: the job must exit 0 with the
+        same losses, every step, every digit. Returns the session."""
+        r = subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
         expected = losses(r.stdout)
-        self.assertEqual(len(expected), 70)
+        self.assertGreater(len(expected), 0)
         job = subprocess.Popen([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
-                                "run", "--", PYTHON, SCRIPT, *ARGS], stdout=subprocess.PIPE,
+                                "run", "--", PYTHON, SCRIPT, *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         try:
-            sid = self.wait_live_steps(2)
+            sid = self.wait_live_steps(live_steps)
+            while_live(sid)
+            out, err = job.communicate(timeout=300)
+        finally:
+            if job.poll() is None:
+                job.kill()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertEqual(losses(out), expected)
+        return sid
+
+    def test_wrong_plans_never_stop_the_job(self):
+        def apply_plans(sid):
             for i, (segments, reason) in enumerate(WRONG_PLANS):
                 path = os.path.join(self.daemon.dir, "wrong%d.json" % i)
                 with open(path, "w") as f:
@@ -95,12 +109,8 @@ class PlanSafetyTest(DaemonTestCase):
                                      "modules": ["Net.blocks.0", "Net.blocks.1"]}]), f)
             r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            out, err = job.communicate(timeout=300)
-        finally:
-            if job.poll() is None:
-                job.kill()
-        self.assertEqual(job.returncode, 0, err)
-        self.assertEqual(losses(out), expected)  # exactly: every step, every digit
+
+        sid = self.planned_run(ARGS, 2, apply_plans)
         check = self.daemon.cli_json("plan-check", str(sid))["plans"]
         self.assertEqual([p["state"] for p in check], ["refused"] * len(WRONG_PLANS) + ["applied"])
         for p, (_, reason) in zip(check, WRONG_PLANS):
@@ -112,15 +122,7 @@ class PlanSafetyTest(DaemonTestCase):
         applied; once the job takes the deep path, plan-check says that the steps run blocks the
         plan does not list and its prediction may not hold (the plan stays on; the losses are
         unchanged)."""
-        args = ("--steps", "45", "--sleep", "0.15", "--blocks", "6", "--deep-from", "30")
-        r = subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        expected = losses(r.stdout)
-        job = subprocess.Popen([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
-                                "run", "--", PYTHON, SCRIPT, *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-        try:
-            sid = self.wait_live_steps(3)
+        def apply_shallow_plan(sid):
             path = os.path.join(self.daemon.dir, "shallow.json")
             self.daemon.cli("plan", str(sid), "--budget", "90%", "--out", path)
             with open(path) as f:
@@ -129,12 +131,9 @@ class PlanSafetyTest(DaemonTestCase):
                              ["Net.blocks.%d" % i for i in range(3)])
             r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            out, err = job.communicate(timeout=300)
-        finally:
-            if job.poll() is None:
-                job.kill()
-        self.assertEqual(job.returncode, 0, err)
-        self.assertEqual(losses(out), expected)
+
+        sid = self.planned_run(("--steps", "45", "--sleep", "0.15", "--blocks", "6",
+                                "--deep-from", "30"), 3, apply_shallow_plan)
         check = self.daemon.cli_json("plan-check", str(sid))["plans"]
         self.assertEqual([p["state"] for p in check], ["applied"])
         self.assertRegex(check[0]["message"],

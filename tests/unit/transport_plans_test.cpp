@@ -30,29 +30,38 @@ v1::ServerMessage planCommand(uint64_t id) {
   return m;
 }
 
+using DaemonStream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
+
+// Reads the agent's handshake and answers it as session `session`; false if none came.
+bool answerHandshake(DaemonStream* stream, uint64_t session) {
+  v1::AgentMessage in;
+  if (!stream->Read(&in) || !in.has_handshake()) return false;
+  v1::ServerMessage reply;
+  reply.mutable_handshake_reply()->set_session_id(session);
+  reply.mutable_handshake_reply()->set_server_protocol_version(in.handshake().protocol_version());
+  reply.mutable_handshake_reply()->set_next_batch_seq(1);
+  return stream->Write(reply);
+}
+
+// Acknowledges a batch the agent sent (any other message: nothing).
+void acknowledge(DaemonStream* stream, const v1::AgentMessage& in) {
+  if (!in.has_batch()) return;
+  v1::ServerMessage ack;
+  ack.mutable_ack()->set_batch_seq(in.batch().batch_seq());
+  stream->Write(ack);
+}
+
 // Answers the handshake, sends the plans in `sends` (repeats included), acknowledges every batch
 // and ends the stream with OK when the agent closes it.
 class RepeatingDaemon final : public v1::Ingest::Service {
  public:
   explicit RepeatingDaemon(std::vector<uint64_t> sends) : m_sends(std::move(sends)) {}
-  grpc::Status Stream(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override {
-    v1::AgentMessage in;
-    if (!stream->Read(&in) || !in.has_handshake())
+  grpc::Status Stream(grpc::ServerContext*, DaemonStream* stream) override {
+    if (!answerHandshake(stream, 77))
       return {grpc::StatusCode::FAILED_PRECONDITION, "handshake first"};
-    v1::ServerMessage reply;
-    reply.mutable_handshake_reply()->set_session_id(77);
-    reply.mutable_handshake_reply()->set_server_protocol_version(in.handshake().protocol_version());
-    reply.mutable_handshake_reply()->set_next_batch_seq(1);
-    stream->Write(reply);
     for (uint64_t id : m_sends) stream->Write(planCommand(id));
-    while (stream->Read(&in)) {
-      if (!in.has_batch()) continue;
-      v1::ServerMessage ack;
-      ack.mutable_ack()->set_batch_seq(in.batch().batch_seq());
-      stream->Write(ack);
-    }
+    v1::AgentMessage in;
+    while (stream->Read(&in)) acknowledge(stream, in);
     return grpc::Status::OK;
   }
 
@@ -60,24 +69,37 @@ class RepeatingDaemon final : public v1::Ingest::Service {
   std::vector<uint64_t> m_sends;
 };
 
+// The daemon on loopback and an agent's transport connected to it.
+struct Loopback {
+  explicit Loopback(v1::Ingest::Service* daemon) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(daemon);
+    server = builder.BuildAndStart();
+    TransportConfig config;
+    config.server = "127.0.0.1:" + std::to_string(port);
+    config.quiet = true;
+    config.handoffMinEvents = 0;
+    transport = std::make_unique<Transport>(Recorder::instance(), interner, config);
+    if (server != nullptr) transport->start();
+  }
+  ~Loopback() {
+    transport->shutdown(2000);
+    if (server != nullptr) server->Shutdown();
+  }
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+  Interner interner;
+  std::unique_ptr<Transport> transport;
+};
+
 TEST(TransportPlansTest, APlanSentAgainIsTakenOnce) {
   // Plan 7 three times, 8 between them, 9 last: once 9 is taken, every send before it was read.
   RepeatingDaemon daemon({7, 7, 8, 7, 9});
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&daemon);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  ASSERT_GT(port, 0);
-
-  Interner interner;
-  TransportConfig config;
-  config.server = "127.0.0.1:" + std::to_string(port);
-  config.quiet = true;
-  config.handoffMinEvents = 0;
-  Transport transport(Recorder::instance(), interner, config);
-  transport.start();
+  Loopback loop(&daemon);
+  ASSERT_NE(loop.server, nullptr);
+  ASSERT_GT(loop.port, 0);
+  Transport& transport = *loop.transport;
 
   std::vector<uint64_t> taken;
   std::vector<std::string> texts;
@@ -105,9 +127,6 @@ TEST(TransportPlansTest, APlanSentAgainIsTakenOnce) {
   ASSERT_TRUE(transport.takePlan(&id, &json));
   EXPECT_EQ(id, 8u);
   EXPECT_FALSE(transport.takePlan(&id, &json));
-
-  transport.shutdown(2000);
-  server->Shutdown();
 }
 
 // Sends plan 5, reads the agent's answer to it, sends plan 5 again (as a daemon does when the
@@ -115,25 +134,14 @@ TEST(TransportPlansTest, APlanSentAgainIsTakenOnce) {
 class AskingTwiceDaemon final : public v1::Ingest::Service {
  public:
   std::future<std::vector<v1::PlanResult>> answers() { return m_answers.get_future(); }
-  grpc::Status Stream(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override {
-    v1::AgentMessage in;
-    if (!stream->Read(&in) || !in.has_handshake())
+  grpc::Status Stream(grpc::ServerContext*, DaemonStream* stream) override {
+    if (!answerHandshake(stream, 78))
       return {grpc::StatusCode::FAILED_PRECONDITION, "handshake first"};
-    v1::ServerMessage reply;
-    reply.mutable_handshake_reply()->set_session_id(78);
-    reply.mutable_handshake_reply()->set_server_protocol_version(in.handshake().protocol_version());
-    reply.mutable_handshake_reply()->set_next_batch_seq(1);
-    stream->Write(reply);
     stream->Write(planCommand(5));
     std::vector<v1::PlanResult> got;
+    v1::AgentMessage in;
     while (stream->Read(&in)) {
-      if (in.has_batch()) {
-        v1::ServerMessage ack;
-        ack.mutable_ack()->set_batch_seq(in.batch().batch_seq());
-        stream->Write(ack);
-      }
+      acknowledge(stream, in);
       if (!in.has_plan_result()) continue;
       got.push_back(in.plan_result());
       if (got.size() == 1) stream->Write(planCommand(5));
@@ -152,20 +160,9 @@ class AskingTwiceDaemon final : public v1::Ingest::Service {
 TEST(TransportPlansTest, APlanSentAgainAfterItsAnswerIsAnsweredAgainNotTaken) {
   AskingTwiceDaemon daemon;
   auto answers = daemon.answers();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&daemon);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-
-  Interner interner;
-  TransportConfig config;
-  config.server = "127.0.0.1:" + std::to_string(port);
-  config.quiet = true;
-  config.handoffMinEvents = 0;
-  Transport transport(Recorder::instance(), interner, config);
-  transport.start();
+  Loopback loop(&daemon);
+  ASSERT_NE(loop.server, nullptr);
+  Transport& transport = *loop.transport;
 
   uint64_t id = 0;
   std::string json;
@@ -185,9 +182,6 @@ TEST(TransportPlansTest, APlanSentAgainAfterItsAnswerIsAnsweredAgainNotTaken) {
     EXPECT_EQ(r.step(), 3);
   }
   EXPECT_FALSE(transport.takePlan(&id, &json)) << "plan " << id << " taken again";
-
-  transport.shutdown(2000);
-  server->Shutdown();
 }
 
 }  // namespace
