@@ -16,10 +16,10 @@ the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the
 prediction does not hold there. A recomputation does not update a module's running state a
 second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does
 not fit the model by its names (an unknown module, a segment whose modules are at different
-depths, a module twice) is refused with ``PlanError`` before anything changes; one that fails when it runs
-(a segment that is not a chain, a block that takes more than its predecessor's output, a module
-that cannot run under a checkpoint) turns itself off and the module's own forward runs instead
-(``AppliedPlan.failed`` says why), so a plan never stops the job.
+depths, a module twice) is refused with ``PlanError`` before anything changes; one that fails
+when it runs (a segment that is not a chain, a block that takes more than its predecessor's
+output, a module that cannot run under a checkpoint) turns itself off and the module's own
+forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the job.
 """
 import json
 
@@ -205,18 +205,18 @@ def _same(args, kwargs, seen):
 
 
 class PathCheck:
-    """Whether the training still runs the chain the plan was made for: the chain's blocks (the
-    modules <prefix>.<n> of the prefixes the plan's chain names) each forward ran, in order,
-    against the plan's modules, each once. A data-dependent branch (a model that goes deeper on
-    some inputs), a block called twice, or a plan made for another configuration of the model:
-    the predicted peak may not hold, which plan-check says."""
+    """Whether the training still runs the chain the plan was made for: the blocks (modules
+    <prefix>.<n> of the prefixes of the plan's modules) each forward ran, in order, against the
+    plan's modules, each once. A data-dependent branch (a model that goes deeper on some inputs),
+    a block called twice, or a plan made for another configuration of the model: the predicted
+    peak may not hold, which plan-check says."""
 
     MAX_CALLS = 100000  # per forward: bounded whatever the model does
 
     def __init__(self, doc):
-        name = (doc.get("chain") or {}).get("name") or ""
-        self.prefixes = {p for p in name.split(",") if p}
         self.expected = [m for seg in doc["segments"] for m in seg["modules"]]
+        self.prefixes = {prefix for prefix, _, index in (m.rpartition(".") for m in self.expected)
+                         if prefix and index.isdigit()}
         self.forwards = []
         self.current = None
 
@@ -241,22 +241,21 @@ class PathCheck:
             if ran == self.expected:
                 continue
             known = set(self.expected)
-            seen = []
+            calls = {}  # in the order first called
             for n in ran:
-                if n not in seen:
-                    seen.append(n)
+                calls[n] = calls.get(n, 0) + 1
             parts = []
-            unknown = [n for n in seen if n not in known]
+            unknown = [n for n in calls if n not in known]
             if unknown:
                 parts.append("ran %s, which the plan does not list" % _names(unknown))
-            missing = [n for n in self.expected if n not in seen]
+            missing = [n for n in self.expected if n not in calls]
             if missing:
                 parts.append("did not run %s" % _names(missing))
-            twice = [n for n in seen if ran.count(n) > 1]
+            twice = [n for n, k in calls.items() if k > 1]
             if twice:
                 parts.append("ran %s more than once" % _names(twice))
             if not parts:
-                parts.append("ran the blocks in another order (%s)" % _names(seen))
+                parts.append("ran the blocks in another order (%s)" % _names(list(calls)))
             return ("its forward took another path than the step the plan was made from: it %s; "
                     "the predicted peak may not hold (a data-dependent branch, a block called "
                     "twice, or another configuration of the model)" % "; ".join(parts))

@@ -1,9 +1,9 @@
-"""End to end: the recompute advisor on real trainings (the GPT, the convnet, the ResNet-18 layout
-and, on torch 2, the `transformers` GPT-2 of examples/train.py). A store-all run of each example model is
-recorded; the advisor plans it for budgets at 50, 70 and 90 % of the store-all peak above the
-static memory; each plan is applied to the same training (tidemark.apply_plan, same seed) under
-`tidemark run`. The measured peak must be within 5 % of the prediction and within the budget, and
-the losses must equal those of the run without the plan."""
+"""End to end: the recompute advisor on real trainings (the GPT, the convnet, the ResNet-18
+layout and, on torch 2, the `transformers` GPT-2 of examples/train.py). A store-all run of each
+example model is recorded; the advisor plans it for budgets at 50, 70 and 90 % of the store-all
+peak above the static memory; each plan is applied to the same training (tidemark.apply_plan, same
+seed) under `tidemark run`. The measured peak must be within 5 % of the prediction and within the
+budget, and the losses must equal those of the run without the plan."""
 import json
 import os
 import re
@@ -314,7 +314,8 @@ def plan(segments):
 before = {n: m.forward for n, m in model.named_modules()}
 for bad, why in [
         (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.7"]}]), "no module TinyGPT.blocks.7"),
-        (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.0", "TinyGPT.ln_f"]}]), "different depths"),
+        (plan([{"mode": "recompute", "modules": ["TinyGPT.blocks.0", "TinyGPT.ln_f"]}]),
+         "different depths"),
         (plan([{"mode": "fast", "modules": ["TinyGPT.blocks.0"]}]), "is not store"),
         (dict(plan([]), version=9), "newer")]:
     try:
