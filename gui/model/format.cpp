@@ -21,4 +21,10 @@ std::string humanBytes(int64_t bytes) {
   return buf;
 }
 
+std::string appliedPlanNote(const std::string& message) {
+  static const std::string kBut = "applied; but ";
+  if (message.empty() || message == "applied") return {};
+  return message.compare(0, kBut.size(), kBut) == 0 ? message.substr(kBut.size()) : message;
+}
+
 }  // namespace tidemark::gui

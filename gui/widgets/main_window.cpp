@@ -850,6 +850,10 @@ QString outcomeText(const PlanOutcome& o) {
                 .arg(o.measuredPeakBytes <= o.budgetBytes ? MainWindow::tr("within budget")
                                                           : MainWindow::tr("OVER BUDGET"));
   }
+  if (o.state == "applied") {
+    if (const std::string note = appliedPlanNote(o.message); !note.empty())
+      text += MainWindow::tr(" · note: %1").arg(q(note));
+  }
   return text;
 }
 }  // namespace

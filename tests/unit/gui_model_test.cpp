@@ -164,6 +164,14 @@ TEST(Format, HumanBytes) {
   EXPECT_EQ(humanBytes(int64_t{3} << 30), "3.00 GiB");
 }
 
+TEST(Format, AnAppliedPlansNoteIsWhatTheJobSaidBesideApplied) {
+  EXPECT_EQ(appliedPlanNote("applied"), "");
+  EXPECT_EQ(appliedPlanNote(""), "");
+  EXPECT_EQ(appliedPlanNote("applied; but in step 31 its forward took another path"),
+            "in step 31 its forward took another path");
+  EXPECT_EQ(appliedPlanNote("something else"), "something else");
+}
+
 TEST(Lanes, OutermostModulesBelowTheModelOutermostOpsAndKernels) {
   using K = LaneSpan::Kind;
   const std::vector<LaneSpan> spans = {{K::kModule, "M", 0, 0, 100},
