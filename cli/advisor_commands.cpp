@@ -346,6 +346,7 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
         humanBytes(st.outputBytes).c_str(), humanBytes(st.forwardWorkingBytes).c_str(),
         humanBytes(st.backwardWorkingBytes).c_str(), humanBytes(st.backwardOutsideBytes).c_str());
   }
+  for (const std::string& w : resp.warnings()) std::printf("\nwarning: %s\n", w.c_str());
   if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
   return kExitOk;
 }

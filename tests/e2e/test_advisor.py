@@ -140,6 +140,9 @@ for step in range(3):
                       "calls): the chain model takes each block once", r.stdout)
         with open(path) as f:
             self.assertEqual(len(json.load(f)["warnings"]), 1)
+        # The chain says it too.
+        self.assertIn("warning: blocks called more than once in one forward (Siamese.blocks.0 ",
+                      self.daemon.cli("chain", str(sid)).stdout)
 
     def test_transformers_gpt2(self):
         """A GPT-2 of the `transformers` library: layers called with the attention mask and
