@@ -69,7 +69,7 @@ bool isAncestorName(std::string_view ancestor, std::string_view name) {
          name[ancestor.size()] == '.';
 }
 
-// Whether s is a glob pattern (* or ?) matching text.
+// Whether the glob `pattern` (* any run of characters, ? one) matches all of text.
 bool globMatches(std::string_view pattern, std::string_view text) {
   size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
   while (t < text.size()) {
@@ -94,7 +94,7 @@ bool globMatches(std::string_view pattern, std::string_view text) {
 // nothing in between but the entries of their containers (a ResNet's layer1.0, layer1.1,
 // layer2.0, ... layer4.1: one chain over four containers), the run whose blocks take the most
 // forward time. Its groups' prefixes, in the order they ran; none when no run has two blocks.
-// `scopes`: the forward's module scopes (first call of each name), by beginSeq.
+// `scopes`: every scope of the forward (each call, ops too), by beginSeq.
 std::vector<std::string> suggestedChain(const Groups& groups,
                                         const std::vector<const ScopeInterval*>& scopes) {
   struct Run {
@@ -315,14 +315,16 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
 
   // 3. The blocks: module scopes <prefix>.<n> of the forward (first call of each name), of the
   // prefixes named (a list, or glob patterns) or of the chain the forward suggests.
-  auto firstCalls = [&](const PhaseInterval* ph) {
+  // The scopes of a forward on the host (each call; firstOnly: the first call of each name), by
+  // beginSeq.
+  auto scopesIn = [&](const PhaseInterval* ph, bool firstOnly) {
     std::vector<const ScopeInterval*> out;
     std::set<std::string_view> seen;
     for (const ScopeInterval& sc : rec.scopes) {
       if (!ph->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || sc.isKernel ||
           inRecompute(sc.beginSeq))
         continue;
-      if (seen.insert(sc.name).second) out.push_back(&sc);
+      if (!firstOnly || seen.insert(sc.name).second) out.push_back(&sc);
     }
     std::sort(out.begin(), out.end(), [](const ScopeInterval* a, const ScopeInterval* b) {
       return a->beginSeq < b->beginSeq;
@@ -338,11 +340,11 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
     return groups;
   };
-  std::vector<const ScopeInterval*> forwardScopes = firstCalls(fwd);
+  std::vector<const ScopeInterval*> forwardScopes = scopesIn(fwd, true);
   Groups groups = groupsOf(forwardScopes);
   std::vector<std::string> chosen;
   if (blocksPrefix.empty()) {
-    chosen = suggestedChain(groups, forwardScopes);
+    chosen = suggestedChain(groups, scopesIn(fwd, false));
     if (chosen.empty())
       return absl::NotFoundError(
           absl::StrCat("no repeated blocks (modules named <prefix>.0, <prefix>.1, ...) in step ",
@@ -424,7 +426,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         for (const PhaseInterval* r : recomputes)
           if (r->beginSeq >= fwd->beginSeq && r->beginSeq < bwd->endSeq) inside.push_back(r);
         recomputes.swap(inside);
-        forward = blocksIn(firstCalls(fwd));
+        forward = blocksIn(scopesIn(fwd, true));
       } else {
         microBatches = 1;
       }
