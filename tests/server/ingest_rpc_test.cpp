@@ -46,6 +46,19 @@ std::string twoBlockPlan() {
   return core::planToJson(profile, core::makePlan(profile, 200, core::Strategy::kOptimal));
 }
 
+// Control.ApplyPlan of `plan` to `session`; the plan's id in *planId when it is taken.
+grpc::Status applyPlan(v1::Control::Stub& control, uint64_t session, const std::string& plan,
+                       uint64_t* planId) {
+  v1::ApplyPlanRequest req;
+  req.set_session_id(session);
+  req.set_plan_json(plan);
+  v1::ApplyPlanResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status st = control.ApplyPlan(&ctx, req, &resp);
+  *planId = resp.plan_id();
+  return st;
+}
+
 class IngestRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -482,14 +495,8 @@ TEST_F(IngestRpcTest, AResumedSessionGetsItsUnansweredPlanAgain) {
     auto stream = m_ingest->Stream(&ctx);
     session = handshake(stream.get()).session_id();
     ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
-    v1::ApplyPlanRequest req;
-    req.set_session_id(session);
-    req.set_plan_json(plan);
-    v1::ApplyPlanResponse resp;
-    grpc::ClientContext applyCtx;
-    grpc::Status st = control->ApplyPlan(&applyCtx, req, &resp);
+    grpc::Status st = applyPlan(*control, session, plan, &planId);
     ASSERT_TRUE(st.ok()) << st.error_message();
-    planId = resp.plan_id();
     v1::ServerMessage reply;
     do {
       ASSERT_TRUE(stream->Read(&reply));
@@ -1079,22 +1086,18 @@ TEST(SharedStoreRpcTest, APlanAskedOfOneDaemonReachesTheAgentOfAnother) {
   const uint64_t session = reply.handshake_reply().session_id();
   ASSERT_NE(session, 0u);
 
-  v1::ApplyPlanRequest req;
-  req.set_session_id(session);
-  req.set_plan_json(plan);
-  v1::ApplyPlanResponse resp;
+  uint64_t planId = 0;
   {
-    grpc::ClientContext ctx;
-    grpc::Status st = control->ApplyPlan(&ctx, req, &resp);
+    grpc::Status st = applyPlan(*control, session, plan, &planId);
     ASSERT_TRUE(st.ok()) << st.error_message();
   }
-  ASSERT_NE(resp.plan_id(), 0u);
+  ASSERT_NE(planId, 0u);
   // The agent of node-b's stream gets the plan node-a recorded, whole.
   do {
     ASSERT_TRUE(stream->Read(&reply));
   } while (!reply.has_command());
   ASSERT_TRUE(reply.has_command() && reply.command().has_apply_plan());
-  EXPECT_EQ(reply.command().apply_plan().plan_id(), resp.plan_id());
+  EXPECT_EQ(reply.command().apply_plan().plan_id(), planId);
   EXPECT_EQ(reply.command().apply_plan().plan_json(), plan);
   auto waiting = Store::plansToDeliver(*uri, "node-b");
   ASSERT_TRUE(waiting.ok());
@@ -1107,7 +1110,7 @@ TEST(SharedStoreRpcTest, APlanAskedOfOneDaemonReachesTheAgentOfAnother) {
 
   // The agent applies it; node-a reads the outcome node-b stored.
   v1::AgentMessage result;
-  result.mutable_plan_result()->set_plan_id(resp.plan_id());
+  result.mutable_plan_result()->set_plan_id(planId);
   result.mutable_plan_result()->set_applied(true);
   result.mutable_plan_result()->set_step(3);
   ASSERT_TRUE(stream->Write(result));
@@ -1132,8 +1135,8 @@ TEST(SharedStoreRpcTest, APlanAskedOfOneDaemonReachesTheAgentOfAnother) {
   // A session that has ended: refused by the daemon asked, nothing left in the store for the
   // other to send.
   {
-    grpc::ClientContext ctx;
-    grpc::Status st = control->ApplyPlan(&ctx, req, &resp);
+    uint64_t refused = 0;
+    grpc::Status st = applyPlan(*control, session, plan, &refused);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
   }
   auto left = Store::plansToDeliver(*uri, "node-b");
