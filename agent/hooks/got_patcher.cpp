@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -143,7 +144,9 @@ int visitObject(dl_phdr_info* info, size_t, void* data) {
   };
   scan(jmprel, jmprelSize);
   scan(rela, relaSize);
-  if (patched > 0) v->objects->emplace_back(info->dlpi_name != nullptr ? info->dlpi_name : "");
+  const std::string name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  if (patched > 0 && std::find(v->objects->begin(), v->objects->end(), name) == v->objects->end())
+    v->objects->push_back(name);
   return 0;
 }
 

@@ -23,7 +23,9 @@ class GotPatcher {
   };
 
   // Patches every loaded object; returns the number of entries patched. Objects loaded later
-  // are not patched.
+  // are not patched. The entries are written object by object while the process runs: hooks
+  // that must be in place before others (free before the allocators) go in an earlier call.
+  // restore() undoes the calls in reverse order.
   size_t patchAll(const std::vector<Hook>& hooks);
   // Puts back what patchAll changed. Idempotent.
   void restore();

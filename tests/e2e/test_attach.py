@@ -225,6 +225,41 @@ class AttachTest(DaemonTestCase):
         b = self.daemon.cli_json("breakdown", str(sessions[-1]))
         self.assertEqual(b["categories"]["WEIGHT"]["bytes"], params)
 
+    def test_threads_allocating_through_the_attach_lose_no_free(self):
+        """A native program whose 4 threads allocate and free without pause, attached and
+        detached five times while they run: every block a session saw allocated it saw freed,
+        but for one per thread in flight at the detach. (Patching the allocator's entries before
+        `free`'s let blocks be allocated through the hook and freed around it: live for ever in
+        the recording, their addresses allocated again over them.)"""
+        job = subprocess.Popen([os.path.join(BIN, "tidemark_churn_program")], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sessions = []
+        try:
+            self.assertEqual(job.stdout.readline().strip(), "ready")
+            for cycle in range(5):
+                rc, a, err = self.cli("attach", str(job.pid), "--no-adapter")
+                self.assertEqual(rc, 0, "attach %d: %s" % (cycle, err))
+                sessions.append(a["session"])
+                time.sleep(0.3)
+                rc, _, err = self.cli("detach", str(job.pid))
+                self.assertEqual(rc, 0, "detach %d: %s" % (cycle, err))
+            out, err = job.communicate("", timeout=60)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertRegex(out, r"\d+ pairs")
+        for sid in sessions:
+            self.wait_ended(sid)
+            blocks, never_freed = self.daemon.sql(
+                "SELECT COUNT(*), COUNT(*) - COUNT(free_seq) FROM allocation WHERE session_id = ?",
+                sid)[0]
+            stats = dict(self.daemon.sql("SELECT name, value FROM stat WHERE session_id = ?", sid))
+            self.assertGreater(blocks, 1000, sid)  # the threads were recorded
+            self.assertEqual(stats.get("alloc_over_live", 0), 0, (sid, stats))
+            self.assertLessEqual(never_freed, 4, (sid, blocks, stats))
+
     def test_errors_leave_the_target_untouched(self):
         sleeper = Job(command=["sleep", "120"])
         try:
