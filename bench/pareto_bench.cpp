@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
 
@@ -38,9 +39,37 @@ ChainProfile makeChain(const std::string& kind, int n, uint64_t seed) {
   return p;
 }
 
+// `bench_pareto --plans N`: the plan for one budget (what `tidemark plan` solves: a solve capped
+// at the budget) on N-block chains, at budgets 10/50/90 % of the way from the least feasible one
+// to storing everything. One JSON line per chain and budget.
+int plansAtBudgets(int n) {
+  for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
+    const ChainProfile p = makeChain(kind, n, 42);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t least = OptimalChainSolver(p, 0).minFeasibleBudget();
+    const double leastS =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
+    for (int percent : {10, 50, 90}) {
+      const int64_t budget = least + (storeAll - least) * percent / 100;
+      const auto t1 = std::chrono::steady_clock::now();
+      const PlanReport r = makePlan(p, budget, Strategy::kOptimal);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      std::printf(
+          "{\"chain\": \"%s\", \"blocks\": %d, \"budget_percent\": %d, \"plan_s\": %.4f, "
+          "\"least_feasible_s\": %.4f, \"feasible\": %s, \"extra_ns\": %lld}\n",
+          kind, n, percent, s, leastS, r.feasible ? "true" : "false",
+          static_cast<long long>(r.predicted.extraNs));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--plans") return plansAtBudgets(std::stoi(argv[2]));
   const int n = argc > 1 ? std::stoi(argv[1]) : 200;
   for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
     const ChainProfile p = makeChain(kind, n, 42);

@@ -13,7 +13,8 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
                     double marginFraction, const OptimalChainSolver* solved) {
   std::unique_ptr<OptimalChainSolver> own;
   if (solved == nullptr) {
-    own = std::make_unique<OptimalChainSolver>(profile);
+    // Only budgets up to this one are read back: the solve keeps what fits under it.
+    own = std::make_unique<OptimalChainSolver>(profile, budgetBytes);
     solved = own.get();
   }
   PlanReport r;
@@ -46,9 +47,16 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
         break;
       }
       std::optional<ChainPlan> plan = solved->planFor(target);
-      // Nothing under the margin: the plan for the least feasible budget has the lowest peak,
-      // the most room under the budget there is (or, infeasible, the closest there is).
-      r.plan = plan ? *plan : *solved->planFor(r.minFeasibleBudgetBytes);
+      if (!plan) {
+        // Nothing under the margin: the plan for the least feasible budget has the lowest peak,
+        // the most room under the budget there is (or, infeasible, the closest there is). Above
+        // a capped solve's budget it takes one of its own (small: nothing fits but the least).
+        plan = solved->planFor(r.minFeasibleBudgetBytes);
+        if (!plan)
+          plan = OptimalChainSolver(profile, r.minFeasibleBudgetBytes)
+                     .planFor(r.minFeasibleBudgetBytes);
+      }
+      r.plan = *plan;
       break;
     }
   }

@@ -157,30 +157,44 @@ ChainPlan greedySearchPlan(const ChainProfile& profile, int64_t budgetBytes) {
   return *best;
 }
 
-OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(profile) {
+OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxBudgetBytes)
+    : m_profile(profile), m_maxBudget(maxBudgetBytes) {
   const ChainProfile& p = profile;
   const int n = p.size();
+  // Headroom above static that a plan may need: entries needing more are never read back.
+  const int64_t cap = maxBudgetBytes == std::numeric_limits<int64_t>::max()
+                          ? maxBudgetBytes
+                          : std::max<int64_t>(-1, maxBudgetBytes - p.staticBytes);
   m_front.assign(n + 1, {});
+  // minNeed[i]: the least headroom stages i.. need at all (the first entry of an uncapped
+  // front), kept for every stage so that the least feasible budget is exact under a cap too.
+  std::vector<int64_t> minNeed(n + 1);
   // After the last stage: the chain's output and the gradient that starts the backward.
-  m_front[n].push_back({2 * p.outBytes(n - 1) + p.endOutsideBytes, 0, 0, n, -1, false});
+  minNeed[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
+  if (minNeed[n] <= cap) m_front[n].push_back({minNeed[n], 0, 0, n, -1, false});
 
   std::vector<Entry> candidates;
+  int64_t leastNeed = 0;
   // Appends the candidates of one choice: the choice needs `local` above what earlier stages
   // keep, keeps `kept` through the forward and adds `extra`, then the stages from `next` run
   // with `kept` less headroom.
   auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
                        bool recompute) {
+    leastNeed = std::min(leastNeed, std::max(local, kept + minNeed[next]));
+    if (local > cap) return;
     const std::vector<Entry>& rest = m_front[next];
     // Entries of `rest` whose need fits under local collapse into the cheapest of them.
     size_t k = 0;
     while (k + 1 < rest.size() && kept + rest[k + 1].need <= local) ++k;
-    for (; k < rest.size(); ++k)
+    // rest ascends in need: past the cap nothing more fits.
+    for (; k < rest.size() && kept + rest[k].need <= cap; ++k)
       candidates.push_back({std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next,
                             option, recompute});
   };
 
   for (int i = n - 1; i >= 0; --i) {
     candidates.clear();
+    leastNeed = std::numeric_limits<int64_t>::max();
     const Stage& s = p.stages[i];
     const int64_t in = p.inBytes(i);
     // Stored, with all activations or with one of the stage's options.
@@ -217,7 +231,11 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
       extra += t.forwardNs;
       const int64_t local = std::max({forwardMax, recomputeMax + t.outputBytes, backwardMax});
       addChoice(local, in, extra, k + 1, -1, true);
+      // A longer segment needs at least as much (local only grows with k), and its input as
+      // kept does not change: past the cap and past the least need already found, it is of no use.
+      if (local > cap && local >= leastNeed) break;
     }
+    minNeed[i] = leastNeed;
     // The lower envelope: ascending need, strictly descending cost. Among equals, prefer storing
     // and shorter segments so that plans stay simple.
     std::sort(candidates.begin(), candidates.end(), [](const Entry& a, const Entry& b) {
@@ -230,26 +248,26 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile) : m_profile(
     for (const Entry& c : candidates)
       if (front.empty() || c.cost < front.back().cost) front.push_back(c);
   }
+  m_minFeasibleBudget = std::max(p.floorBytes, p.staticBytes + minNeed[0]);
 }
 
 std::vector<ParetoPoint> OptimalChainSolver::curve() const {
+  if (m_front[0].empty()) return {};  // nothing fits under maxBudgetBytes
   // Below the floor nothing fits; points under it merge into the cheapest of them at the floor.
   std::vector<ParetoPoint> out;
   out.reserve(m_front[0].size());
   for (const Entry& e : m_front[0]) {
     const ParetoPoint pt{std::max(m_profile.floorBytes, m_profile.staticBytes + e.need), e.cost};
+    if (pt.budgetBytes > m_maxBudget) break;  // under the floor, above the cap
     while (!out.empty() && out.back().budgetBytes >= pt.budgetBytes) out.pop_back();
     out.push_back(pt);
   }
   return out;
 }
 
-int64_t OptimalChainSolver::minFeasibleBudget() const {
-  return std::max(m_profile.floorBytes, m_profile.staticBytes + m_front[0].front().need);
-}
-
 std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const {
   if (budgetBytes < m_profile.floorBytes) return std::nullopt;
+  budgetBytes = std::min(budgetBytes, m_maxBudget);
   int64_t headroom = budgetBytes - m_profile.staticBytes;
   ChainPlan plan;
   int i = 0;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -40,15 +41,21 @@ struct ParetoPoint {
 // stages from the last to the first, whose table at stage i is the exact Pareto front (headroom
 // needed, least extra time) of the stages i.. given what earlier stages keep. No discretisation:
 // sizes stay in bytes. See docs/chain-model.md for the recurrence.
+//
+// With maxBudgetBytes the fronts keep only what fits under that budget: planFor answers exactly as
+// the whole solve does for every budget up to it (the same plan), and curve() is the part of the
+// curve up to it, at a fraction of the time and memory when the budget is tight (a recomputed
+// segment stops growing where it no longer fits). minFeasibleBudget() is exact either way.
 class OptimalChainSolver {
  public:
-  explicit OptimalChainSolver(const ChainProfile& profile);
+  explicit OptimalChainSolver(const ChainProfile& profile,
+                              int64_t maxBudgetBytes = std::numeric_limits<int64_t>::max());
 
   // Ascending budget, strictly descending extra time; the first point is the least feasible
-  // budget, the last is free of recomputation.
+  // budget, the last is free of recomputation (or the last within maxBudgetBytes).
   std::vector<ParetoPoint> curve() const;
-  int64_t minFeasibleBudget() const;
-  // The cheapest plan within budgetBytes, or nullopt when no plan fits.
+  int64_t minFeasibleBudget() const { return m_minFeasibleBudget; }
+  // The cheapest plan within budgetBytes (at most maxBudgetBytes), or nullopt when no plan fits.
   std::optional<ChainPlan> planFor(int64_t budgetBytes) const;
 
  private:
@@ -61,6 +68,8 @@ class OptimalChainSolver {
     bool recompute = false;
   };
   const ChainProfile& m_profile;
+  int64_t m_maxBudget = 0;
+  int64_t m_minFeasibleBudget = 0;
   std::vector<std::vector<Entry>> m_front;  // m_front[i]: stages i..n-1; m_front[n]: the end
 };
 

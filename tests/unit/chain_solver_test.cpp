@@ -202,6 +202,58 @@ TEST(OptimalChainSolver, EqualsExhaustiveSearchOnRandomChains) {
   EXPECT_GT(budgetsChecked, 1000);
 }
 
+TEST(OptimalChainSolver, ASolveCappedAtABudgetPlansAsTheWholeSolve) {
+  // The plan, the least feasible budget and the curve below the cap are those of the uncapped
+  // solve, for caps across the curve (below the least feasible budget too), on chains long enough
+  // for the cap to cut recomputed segments short.
+  std::mt19937_64 rng(20261202);
+  int compared = 0;
+  for (int n : {1, 2, 5, 12, 30, 60}) {
+    for (int c = 0; c < 3; ++c) {
+      const ChainProfile p = randomChain(rng, n, /*withOptions=*/c != 1);
+      const OptimalChainSolver whole(p);
+      const std::vector<ParetoPoint> curve = whole.curve();
+      ASSERT_FALSE(curve.empty());
+      std::vector<int64_t> caps = {whole.minFeasibleBudget() - 1, curve.back().budgetBytes + 7};
+      for (size_t k = 0; k < curve.size(); k += std::max<size_t>(1, curve.size() / 6))
+        caps.push_back(curve[k].budgetBytes + static_cast<int64_t>(k % 3));
+      for (int64_t cap : caps) {
+        const OptimalChainSolver capped(p, cap);
+        EXPECT_EQ(capped.minFeasibleBudget(), whole.minFeasibleBudget()) << "n=" << n;
+        for (int64_t budget : {cap, cap - 1, (whole.minFeasibleBudget() + cap) / 2}) {
+          const std::optional<ChainPlan> a = whole.planFor(budget);
+          const std::optional<ChainPlan> b = capped.planFor(budget);
+          ASSERT_EQ(a.has_value(), b.has_value()) << "n=" << n << " cap=" << cap;
+          if (a) {
+            EXPECT_EQ(planSignature(*a), planSignature(*b)) << "n=" << n << " cap=" << cap;
+            ++compared;
+          }
+        }
+        std::vector<ParetoPoint> below;
+        for (const ParetoPoint& pt : curve)
+          if (pt.budgetBytes <= cap) below.push_back(pt);
+        const std::vector<ParetoPoint> cut = capped.curve();
+        ASSERT_EQ(cut.size(), below.size()) << "n=" << n << " cap=" << cap;
+        for (size_t k = 0; k < cut.size(); ++k) {
+          EXPECT_EQ(cut[k].budgetBytes, below[k].budgetBytes);
+          EXPECT_EQ(cut[k].extraNs, below[k].extraNs);
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 200);
+  // makePlan solves under its budget; an infeasible budget still gets the lowest-peak plan.
+  const ChainProfile p = randomChain(rng, 40, true);
+  const OptimalChainSolver whole(p);
+  for (int64_t budget : {whole.minFeasibleBudget() - 1, whole.minFeasibleBudget(),
+                         whole.curve()[whole.curve().size() / 2].budgetBytes}) {
+    const PlanReport r = makePlan(p, budget, Strategy::kOptimal, 0.05);
+    const PlanReport w = makePlan(p, budget, Strategy::kOptimal, 0.05, &whole);
+    EXPECT_EQ(planSignature(r.plan), planSignature(w.plan)) << budget;
+    EXPECT_EQ(r.minFeasibleBudgetBytes, w.minFeasibleBudgetBytes);
+  }
+}
+
 TEST(OptimalChainSolver, BeatsSqrtNAtSqrtNsOwnMemory) {
   std::mt19937_64 rng(7);
   for (int n : {4, 6, 9, 12, 16, 25, 40}) {
