@@ -41,7 +41,8 @@ ChainProfile makeChain(const std::string& kind, int n, uint64_t seed) {
 
 // `bench_pareto --plans N`: the plan for one budget (what `tidemark plan` solves: a solve capped
 // at the budget) on N-block chains, at budgets 10/50/90 % of the way from the least feasible one
-// to storing everything. One JSON line per chain and budget.
+// to storing everything (makePlan: the solve, the plan read back and simulated; the best of 3).
+// One JSON line per chain and budget.
 int plansAtBudgets(int n) {
   for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
     const ChainProfile p = makeChain(kind, n, 42);
@@ -52,9 +53,14 @@ int plansAtBudgets(int n) {
     const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
     for (int percent : {10, 50, 90}) {
       const int64_t budget = least + (storeAll - least) * percent / 100;
-      const auto t1 = std::chrono::steady_clock::now();
-      const PlanReport r = makePlan(p, budget, Strategy::kOptimal);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      PlanReport r;
+      double s = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {  // the best of 3, as the whole solve's
+        const auto t1 = std::chrono::steady_clock::now();
+        r = makePlan(p, budget, Strategy::kOptimal);
+        s = std::min(s,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+      }
       std::printf(
           "{\"chain\": \"%s\", \"blocks\": %d, \"budget_percent\": %d, \"plan_s\": %.4f, "
           "\"least_feasible_s\": %.4f, \"feasible\": %s, \"extra_ns\": %lld}\n",

@@ -17,7 +17,8 @@
 #      and the ratios of the largest to the smallest; then live sessions 2 hours long by their
 #      timestamps at LIVE_SIZES events (default 10M 100M), 500 steps each, queried while live at
 #      their start and at their end (peak, steps, timeline, zoomed timeline, a step's breakdown)
-#   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target
+#   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target,
+#      and the plan for one budget (the solve cut at the budget) as a ratio of it
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
 #   6. a load run: 16 native burst jobs and 8 trainings against one fresh daemon at once, all
 #      lossless: sessions whole, the daemon's peak memory, query latency while ingesting
@@ -311,13 +312,25 @@ fi
 if want 4; then
 echo "== 4. the optimal chain planner on 200 blocks (bench/pareto_bench.cpp), target 1 s"
 "$BIN/bench_pareto" 200 > "$WORK/pareto.json"
-$PY - "$WORK/pareto.json" <<'PYEOF'
+"$BIN/bench_pareto" --plans 200 > "$WORK/pareto_plans.json"
+$PY - "$WORK/pareto.json" "$WORK/pareto_plans.json" <<'PYEOF'
 import json, sys
 print("%-15s %10s %8s %14s %22s" % ("chain", "solve (s)", "/ 1 s", "curve points", "plans + simulations (s)"))
+whole = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    whole[r["chain"]] = r["solve_s"]
     print("%-15s %10.3f %8.3f %14d %22.3f" % (r["chain"], r["solve_s"], r["solve_s"] / 1.0,
                                             r["curve_points"], r["plans_and_simulations_s"]))
+print("   the plan for one budget (tidemark plan: the solve cut at the budget), budgets 10/50/90 %")
+print("   of the way from the least feasible one to storing everything, as a ratio of the whole solve")
+print("%-15s %10s %10s %10s" % ("chain", "10 %", "50 %", "90 %"))
+plans = {}
+for line in open(sys.argv[2]):
+    r = json.loads(line)
+    plans.setdefault(r["chain"], []).append(r["plan_s"] / whole[r["chain"]])
+for chain, ratios in plans.items():
+    print("%-15s %10.3f %10.3f %10.3f" % (chain, *ratios))
 PYEOF
 
 echo
