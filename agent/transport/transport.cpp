@@ -79,6 +79,7 @@ void Transport::spawnThreads() {
 
 void Transport::collect() {
   t_recursionGuard = true;
+  pthread_setname_np(pthread_self(), "tidemark-drain");  // as top, gdb and py-spy show it
   std::vector<Record> records;
   std::vector<Record> scratch;
   std::vector<Record> kept;
@@ -132,6 +133,7 @@ void Transport::stopCollector() {
 void Transport::run() {
   // The agent's own allocations are never recorded.
   t_recursionGuard = true;
+  pthread_setname_np(pthread_self(), "tidemark-send");
   std::unique_lock<std::mutex> lock(m_mutex);
   while (!m_stopRequested) {
     lock.unlock();
@@ -601,6 +603,7 @@ void Transport::loseLink(const std::string& why) {
 
 void Transport::readCommands() {
   t_recursionGuard = true;
+  pthread_setname_np(pthread_self(), "tidemark-read");
   v1::ServerMessage message;
   while (m_stream->Read(&message)) {
     if (message.has_handshake_reply()) {

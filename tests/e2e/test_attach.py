@@ -240,6 +240,12 @@ class AttachTest(DaemonTestCase):
                 rc, a, err = self.cli("attach", str(job.pid), "--no-adapter")
                 self.assertEqual(rc, 0, "attach %d: %s" % (cycle, err))
                 sessions.append(a["session"])
+                if cycle == 0:  # the agent's threads say whose they are (top, gdb, py-spy)
+                    names = set()
+                    for tid in os.listdir("/proc/%d/task" % job.pid):
+                        with open("/proc/%d/task/%s/comm" % (job.pid, tid)) as f:
+                            names.add(f.read().strip())
+                    self.assertLessEqual({"tidemark-drain", "tidemark-send"}, names)
                 time.sleep(0.3)
                 rc, _, err = self.cli("detach", str(job.pid))
                 self.assertEqual(rc, 0, "detach %d: %s" % (cycle, err))
