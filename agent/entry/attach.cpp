@@ -197,16 +197,17 @@ void* attachThread(void*) {
     finish(TIDEMARK_ATTACH_FAILED);
     return nullptr;
   }
-  // `free` first, in every object, then what allocates: a block allocated through a patched
-  // entry is then always freed through a patched one. The job runs on while the entries are
-  // written; were an object's posix_memalign patched before its free (or another object's), a
-  // block allocated and freed in between would lose its free and stay live in the recording.
+  // `free` first, in every object, then `realloc` (which frees too), then what allocates: a
+  // block allocated through a patched entry is then always freed (or moved) through a patched
+  // one. The job runs on while the entries are written; were an object's posix_memalign patched
+  // before its free (or another object's), a block allocated and freed in between would lose its
+  // free and stay live in the recording.
   size_t patched = g_got.patchAll({{"free", reinterpret_cast<void*>(&hooks::free)}});
+  patched += g_got.patchAll({{"realloc", reinterpret_cast<void*>(&hooks::realloc)}});
   patched += g_got.patchAll({{"posix_memalign", reinterpret_cast<void*>(&hooks::posixMemalign)},
                              {"aligned_alloc", reinterpret_cast<void*>(&hooks::alignedAlloc)},
                              {"memalign", reinterpret_cast<void*>(&hooks::memalign)},
-                             {"valloc", reinterpret_cast<void*>(&hooks::valloc)},
-                             {"realloc", reinterpret_cast<void*>(&hooks::realloc)}});
+                             {"valloc", reinterpret_cast<void*>(&hooks::valloc)}});
   tidemark_attach_status.patched_entries = g_got.patches().size();
   std::string message = "patched " + std::to_string(patched) + " GOT entries in " +
                         std::to_string(g_got.objects().size()) + " objects";
