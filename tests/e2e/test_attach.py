@@ -25,6 +25,23 @@ def parse_run(text):
     return losses, params, state
 
 
+def thread_names(pid, wanted, timeout=10):
+    """The names of process pid's threads, read until they include `wanted` or timeout passes (a
+    thread just started may not have named itself yet; one may end while they are read)."""
+    deadline = time.time() + timeout
+    while True:
+        names = set()
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    names.add(f.read().strip())
+            except OSError:
+                pass
+        if wanted <= names or time.time() > deadline:
+            return names
+        time.sleep(0.05)
+
+
 class Job:
     """examples/train.py (or any command), started without tidemark."""
 
@@ -241,11 +258,8 @@ class AttachTest(DaemonTestCase):
                 self.assertEqual(rc, 0, "attach %d: %s" % (cycle, err))
                 sessions.append(a["session"])
                 if cycle == 0:  # the agent's threads say whose they are (top, gdb, py-spy)
-                    names = set()
-                    for tid in os.listdir("/proc/%d/task" % job.pid):
-                        with open("/proc/%d/task/%s/comm" % (job.pid, tid)) as f:
-                            names.add(f.read().strip())
-                    self.assertLessEqual({"tidemark-drain", "tidemark-send"}, names)
+                    self.assertLessEqual({"tidemark-drain", "tidemark-send"},
+                                         thread_names(job.pid, {"tidemark-drain", "tidemark-send"}))
                 time.sleep(0.3)
                 rc, _, err = self.cli("detach", str(job.pid))
                 self.assertEqual(rc, 0, "detach %d: %s" % (cycle, err))
