@@ -11,19 +11,23 @@ namespace tidemark::core {
 
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
                     double marginFraction, const OptimalChainSolver* solved) {
+  PlanReport r;
+  r.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
   std::unique_ptr<OptimalChainSolver> own;
   if (solved == nullptr) {
-    // Only budgets up to this one are read back: the solve keeps what fits under it.
-    own = std::make_unique<OptimalChainSolver>(profile, budgetBytes);
+    // Only budgets up to this one are read back: the solve keeps what fits under it. Where no
+    // optimal plan is read (another strategy, or storing everything fits) only the least
+    // feasible budget is: a solve capped at 0 keeps no front, just that.
+    const bool optimalPlanRead =
+        strategy == Strategy::kOptimal && r.storeAllPeakBytes > budgetBytes;
+    own = std::make_unique<OptimalChainSolver>(profile, optimalPlanRead ? budgetBytes : 0);
     solved = own.get();
   }
-  PlanReport r;
   r.strategy = strategy;
   r.budgetBytes = budgetBytes;
   r.marginBytes = static_cast<int64_t>(std::llround(std::max(0.0, marginFraction) * budgetBytes));
   const int64_t target = budgetBytes - r.marginBytes;
   r.baseStepNs = profile.baseStepNs();
-  r.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
   r.minFeasibleBudgetBytes = solved->minFeasibleBudget();
   r.lowerBoundExtraNs = extraTimeLowerBound(profile, budgetBytes);
   switch (strategy) {

@@ -252,6 +252,15 @@ TEST(OptimalChainSolver, ASolveCappedAtABudgetPlansAsTheWholeSolve) {
     EXPECT_EQ(planSignature(r.plan), planSignature(w.plan)) << budget;
     EXPECT_EQ(r.minFeasibleBudgetBytes, w.minFeasibleBudgetBytes);
   }
+  // Where no optimal plan is read (another strategy, store-all fits) the least feasible budget
+  // is still the whole solve's.
+  const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
+  EXPECT_EQ(makePlan(p, storeAll, Strategy::kOptimal).minFeasibleBudgetBytes,
+            whole.minFeasibleBudget());
+  EXPECT_EQ(planSignature(makePlan(p, storeAll, Strategy::kOptimal).plan),
+            planSignature(storeAllPlan(p)));
+  EXPECT_EQ(makePlan(p, whole.minFeasibleBudget(), Strategy::kSqrtN).minFeasibleBudgetBytes,
+            whole.minFeasibleBudget());
 }
 
 TEST(OptimalChainSolver, BeatsSqrtNAtSqrtNsOwnMemory) {
