@@ -1,5 +1,6 @@
 """tidemark-gui opens a real window under Xvfb and renders it (a screenshot with content)."""
 import os
+import select
 import shutil
 import struct
 import subprocess
@@ -63,11 +64,62 @@ CATEGORY_RGB = {
 PEAK_MARKER = (255, 0, 255)
 
 
+class VirtualDisplay:
+    """A private Xvfb server for the windows of this module. Xvfb picks a free display itself
+    (-displayfd), so suites running side by side never race for one, and a program's exit code is
+    its own (xvfb-run replaced it with 5 when it could not remove its temporary directory)."""
+
+    def __init__(self):
+        read_end, write_end = os.pipe()
+        self.proc = subprocess.Popen(["Xvfb", "-displayfd", str(write_end), "-screen", "0",
+                                      "1400x900x24", "-nolisten", "tcp"],
+                                     pass_fds=(write_end,), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        os.close(write_end)
+        number = b""
+        deadline = time.time() + 60
+        while not number.endswith(b"\n"):
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.time()))
+            chunk = os.read(read_end, 16) if ready else b""
+            if not chunk:
+                os.close(read_end)
+                self.close()
+                raise RuntimeError("Xvfb did not start (exit %s)" % self.proc.poll())
+            number += chunk
+        os.close(read_end)
+        self.display = ":" + number.decode().strip()
+
+    def env(self, base=None, **extra):
+        env = dict(os.environ if base is None else base, DISPLAY=self.display, **extra)
+        env.pop("WAYLAND_DISPLAY", None)
+        env.pop("QT_QPA_PLATFORM", None)
+        return env
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+DISPLAY = None
+
+
+def setUpModule():
+    global DISPLAY
+    DISPLAY = VirtualDisplay()
+
+
+def tearDownModule():
+    DISPLAY.close()
+
+
 def screenshot(args, out):
-    r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
-                        os.path.join(BIN, "tidemark-gui"), *args, "--screenshot", out],
-                       capture_output=True, text=True, timeout=180)
-    return r
+    return subprocess.run([os.path.join(BIN, "tidemark-gui"), *args, "--screenshot", out],
+                          capture_output=True, text=True, timeout=180, env=DISPLAY.env())
 
 
 class GuiWindowTest(unittest.TestCase):
@@ -128,10 +180,9 @@ def record_training(test, daemon):
 
 def interaction_passes(test, daemon, slot, **env):
     """One QTest slot of tests/gui/gui_interaction_test.cpp against daemon, under Xvfb."""
-    r = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
-                        os.path.join(BIN, "tidemark_gui_interaction_test"), slot],
+    r = subprocess.run([os.path.join(BIN, "tidemark_gui_interaction_test"), slot],
                        capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, TIDEMARK_SERVER=daemon.address, **env))
+                       env=DISPLAY.env(TIDEMARK_SERVER=daemon.address, **env))
     test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
     test.assertIn("PASS   : GuiInteraction::%s()" % slot, r.stdout)
 
@@ -270,11 +321,10 @@ class GuiInteractionTest(unittest.TestCase):
     job then applies."""
 
     def interact(self, daemon, sid, live):
-        env = dict(os.environ, TIDEMARK_SERVER=daemon.address, TIDEMARK_GUI_SESSION=str(sid))
+        env = DISPLAY.env(TIDEMARK_SERVER=daemon.address, TIDEMARK_GUI_SESSION=str(sid))
         if live:
             env["TIDEMARK_GUI_LIVE"] = "1"
-        return subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
-                               os.path.join(BIN, "tidemark_gui_interaction_test")],
+        return subprocess.run([os.path.join(BIN, "tidemark_gui_interaction_test")],
                               capture_output=True, text=True, timeout=300, env=env)
 
     def test_recorded_session(self):
