@@ -6,6 +6,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "agent/hooks/native_callers.h"
 #include "agent/python/python_stacks.h"
 
 using tidemark::agent::Agent;
@@ -126,6 +127,36 @@ TIDEMARK_EXPORT void tidemark_tag(uint64_t address, uint64_t size_bytes, int cat
 
 TIDEMARK_EXPORT int tidemark_python_stacks_here(const char* hidden_prefix) {
   return tidemark::agent::python_stacks::followThisThread(hidden_prefix);
+}
+
+TIDEMARK_EXPORT int tidemark_tensor_allocator_library(const char* library_prefix) {
+  if (library_prefix == nullptr || *library_prefix == '\0') return 0;
+  try {
+    RecursionGuard guard;
+    Agent& a = Agent::instance();
+    auto& interner = a.interner();
+    // A block allocated by a native library before now and still live: tagged now (its tag
+    // holds for its whole life).
+    const auto tagEarly = [&a](uint64_t address, uint32_t name) {
+      uint64_t size = 0;
+      if (!recordingHere() || !a.recorder().blocks().lookup(address, &size)) return;
+      Record r{};
+      r.kind = RecordKind::kTag;
+      r.small = tidemark::agent::kCategoryWorkspace;
+      r.address = address;
+      r.sizeBytes = size;
+      r.nameIid = name;
+      r.device = -1;
+      a.recorder().push(r);
+    };
+    return tidemark::agent::native_callers::identifyTensorAllocator(
+               library_prefix, [&interner](std::string_view name) { return interner.intern(name); },
+               tagEarly)
+               ? 1
+               : 0;
+  } catch (...) {
+    return 0;
+  }
 }
 
 TIDEMARK_EXPORT void tidemark_seed_block(uint64_t address, uint64_t size_bytes) {

@@ -27,6 +27,8 @@ enum class RecordKind : uint8_t {
 };
 // kAlloc's reserved: sent again when full detail began (v1.Alloc.restated).
 inline constexpr uint16_t kAllocRestated = 1;
+// kTag's small for a native library's own memory (tidemark.v1.CATEGORY_WORKSPACE).
+inline constexpr uint8_t kCategoryWorkspace = 9;
 
 struct Record {
   RecordKind kind;

@@ -190,7 +190,7 @@ bool Recorder::pushAt(Record& record) noexcept {
   return true;
 }
 
-void Recorder::onAlloc(void* address, size_t size) noexcept {
+void Recorder::onAlloc(void* address, size_t size, uint32_t nativeNameIid) noexcept {
   // Room first, then tracking: a tracked block always has its alloc record.
   Ring* ring = ringWithRoom();
   if (ring == nullptr) return;
@@ -209,6 +209,16 @@ void Recorder::onAlloc(void* address, size_t size) noexcept {
   r.threadId = ring->threadId;
   r.tsNs = base::monotonicNs();
   commit(ring, r);
+  if (nativeNameIid != 0) {
+    Record tag{};
+    tag.kind = RecordKind::kTag;
+    tag.small = kCategoryWorkspace;
+    tag.address = addr;
+    tag.sizeBytes = size;
+    tag.nameIid = nativeNameIid;
+    tag.device = -1;
+    push(tag);
+  }
   pushStackOf(addr, size);
 }
 

@@ -88,7 +88,9 @@ class Recorder {
 
   // Hook entry points. onAlloc after the real allocation returned; onFree before the real free,
   // so that a reused address always carries a larger sequence number than its free.
-  void onAlloc(void* address, size_t size) noexcept;
+  // nativeNameIid != 0: a native library's own memory (native_callers.h), tagged WORKSPACE under
+  // that name right after its alloc.
+  void onAlloc(void* address, size_t size, uint32_t nativeNameIid = 0) noexcept;
   // True if the block was tracked (whether or not the free could be recorded).
   bool onFree(void* address) noexcept;
 

@@ -72,6 +72,10 @@ class Agent:
         if self._seed is not None:
             self._seed.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
             self._seed.restype = None
+        self._allocator_library = getattr(lib, "tidemark_tensor_allocator_library", None)
+        if self._allocator_library is not None:
+            self._allocator_library.argtypes = [ctypes.c_char_p]
+            self._allocator_library.restype = ctypes.c_int
         self._tensor_memory = getattr(lib, "tidemark_tensor_memory", None)
         if self._tensor_memory is not None:
             self._tensor_memory.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int,
@@ -147,6 +151,14 @@ class Agent:
         block the agent already tracks)."""
         if self.lib and self._seed is not None:
             self._seed(address, nbytes)
+
+    def tensor_allocator_library(self, prefix):
+        """The framework's tensor allocator lives in the loaded library whose file name starts
+        with prefix: the agent tags what other libraries allocate for themselves as WORKSPACE.
+        True if the agent found it."""
+        if self.lib and self._allocator_library is not None:
+            return self._allocator_library(prefix.encode("utf-8")) == 1
+        return False
 
     def tensor_memory(self, address, size_delta, device, total_reserved=-1):
         """A tensor block of a framework's caching allocator: allocated (size_delta > 0) or freed

@@ -824,6 +824,9 @@ class Instrumenter:
         import torch.utils.data.dataloader as dl
         from torch.nn.modules import module as nn_module
 
+        # torch's CPU tensors come from c10::alloc_cpu, in libc10: every other caller of the
+        # aligned allocators (oneDNN's primitive caches and scratchpads) is a native library's.
+        self.agent.tensor_allocator_library("libc10.so")
         self._track_saved_hooks_contexts()
         nn_module.register_module_forward_pre_hook(self._forward_pre)
         nn_module.register_module_forward_hook(self._forward_post)

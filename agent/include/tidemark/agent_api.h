@@ -46,6 +46,12 @@ void tidemark_tag(uint64_t address, uint64_t size_bytes, int category, uint32_t 
  * not asked, -1 no Python interpreter's API in this process (or the GIL not held). */
 int tidemark_python_stacks_here(const char* hidden_prefix);
 
+/* The framework's tensor allocator lives in the loaded library whose file name starts with
+ * library_prefix (torch: "libc10.so"). From now on a host allocation of the aligned family called
+ * from anywhere else is a native library's own memory (oneDNN's caches, BLAS buffers): tagged
+ * WORKSPACE, named "[native] <library>" after the object that called the allocator. 1 if the
+ * library is loaded, 0 if not (nothing changes). */
+int tidemark_tensor_allocator_library(const char* library_prefix);
 /* A block allocated before `tidemark attach` (a parameter's storage, optimizer state): recorded
  * as allocated now, and tracked from here on like the blocks the hooks see. No-op for a block
  * already tracked. */
