@@ -26,6 +26,10 @@
 #   8. the PostgreSQL store beside SQLite (bench/postgres_bench.py, a real server of its own):
 #      the session of 3 into each (ingest, analysis, queries, ratios), 8 ranks at once into one
 #      SQLite daemon and through two daemons into one PostgreSQL, the job query of 7 on it
+#   9. the advisor beside checkpoint-all, Chen's sqrt(n) and Megatron-style selective (attention)
+#      recomputation on the examples' GPT (8 blocks), measured live under torch 2: each method's
+#      peak and step time, and tidemark's plan at that peak (bench/advisor_comparison.py; the
+#      table of docs/advisor-comparison.md)
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -45,7 +49,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
-SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7 8} "
+SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7 8 9} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
@@ -370,4 +374,11 @@ echo
 echo "== 8. the PostgreSQL store beside SQLite (bench/postgres_bench.py; a server on this machine,"
 echo "   fsync on, commits not waiting for it: as SQLite's WAL with synchronous=NORMAL)"
 $PY bench/postgres_bench.py "$BIN" "$EVENTS"
+fi
+
+if want 9; then
+echo
+echo "== 9. the advisor beside the standard methods on the examples' GPT, 8 blocks, torch 2, measured"
+echo "   live (bench/advisor_comparison.py; medians of the steps after the first)"
+$PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 6
 fi

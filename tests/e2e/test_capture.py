@@ -117,7 +117,13 @@ class CaptureScheduleTest(unittest.TestCase):
                 self.assertGreater(st["events_summarized"], 1000)
                 self.assertGreater(st["blocks_restated"], 0)
                 self.assertEqual(session["events_dropped"], 0)
-        self.assertLess(self.scheduled["events_stored"], self.full["events_stored"] * 0.6)
+        # Fewer are sent in the steps (4 of 6 summarized); what comes before the first step
+        # (torch's import, the model's making: the same in both runs) always goes in detail.
+        def in_steps(session):
+            (first,), = self.daemon.sql("SELECT MIN(begin_seq) FROM step WHERE session_id = ?",
+                                        session["id"])
+            return session["events_stored"] - (first - 1)
+        self.assertLess(in_steps(self.scheduled), in_steps(self.full) * 0.6)
         # The text view marks the summarized steps.
         text = self.daemon.cli("steps", str(self.scheduled["id"])).stdout
         self.assertIn("DETAIL", text)

@@ -1,4 +1,5 @@
 """tidemark-gui opens a real window under Xvfb and renders it (a screenshot with content)."""
+import atexit
 import os
 import select
 import shutil
@@ -65,7 +66,7 @@ PEAK_MARKER = (255, 0, 255)
 
 
 class VirtualDisplay:
-    """A private Xvfb server for the windows of this module. Xvfb picks a free display itself
+    """A private Xvfb server for the windows of this process. Xvfb picks a free display itself
     (-displayfd), so suites running side by side never race for one, and a program's exit code is
     its own (xvfb-run replaced it with 5 when it could not remove its temporary directory)."""
 
@@ -105,21 +106,22 @@ class VirtualDisplay:
                 self.proc.wait()
 
 
-DISPLAY = None
+_DISPLAY = None
 
 
-def setUpModule():
-    global DISPLAY
-    DISPLAY = VirtualDisplay()
-
-
-def tearDownModule():
-    DISPLAY.close()
+def display():
+    """The private Xvfb of this process, started at its first use (also by the suites that
+    import screenshot from here) and stopped when the process exits."""
+    global _DISPLAY
+    if _DISPLAY is None:
+        _DISPLAY = VirtualDisplay()
+        atexit.register(_DISPLAY.close)
+    return _DISPLAY
 
 
 def screenshot(args, out):
     return subprocess.run([os.path.join(BIN, "tidemark-gui"), *args, "--screenshot", out],
-                          capture_output=True, text=True, timeout=180, env=DISPLAY.env())
+                          capture_output=True, text=True, timeout=180, env=display().env())
 
 
 class GuiWindowTest(unittest.TestCase):
@@ -182,7 +184,7 @@ def interaction_passes(test, daemon, slot, **env):
     """One QTest slot of tests/gui/gui_interaction_test.cpp against daemon, under Xvfb."""
     r = subprocess.run([os.path.join(BIN, "tidemark_gui_interaction_test"), slot],
                        capture_output=True, text=True, timeout=300,
-                       env=DISPLAY.env(TIDEMARK_SERVER=daemon.address, **env))
+                       env=display().env(TIDEMARK_SERVER=daemon.address, **env))
     test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
     test.assertIn("PASS   : GuiInteraction::%s()" % slot, r.stdout)
 
@@ -321,7 +323,7 @@ class GuiInteractionTest(unittest.TestCase):
     job then applies."""
 
     def interact(self, daemon, sid, live):
-        env = DISPLAY.env(TIDEMARK_SERVER=daemon.address, TIDEMARK_GUI_SESSION=str(sid))
+        env = display().env(TIDEMARK_SERVER=daemon.address, TIDEMARK_GUI_SESSION=str(sid))
         if live:
             env["TIDEMARK_GUI_LIVE"] = "1"
         return subprocess.run([os.path.join(BIN, "tidemark_gui_interaction_test")],
