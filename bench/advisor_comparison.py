@@ -9,14 +9,19 @@ Methods (all eager, each a plan document, docs/plan-format.md):
   sqrt-n          Chen et al.'s segments of about sqrt(n) blocks, each recomputed whole
   selective-attn  Megatron-style selective recomputation: every block's attention recomputed,
                   the rest of the block stored
-Each row: the method's measured peak and median step time; tidemark's plan at that peak as its
-budget: its measured peak and median step time, and its time over the method's.
+Each row: the method's measured peak and median step time; then tidemark's plan with that peak as
+its budget (its measured peak and step time, its time over the method's), and tidemark's plan
+for the least budget whose predicted extra time is at most the method's (its measured peak over
+the method's, its step time): both predicted by tidemark's time model, so that the plans are
+matched like with like; for selective-attn, which the model does not predict here, the method's
+measured extra time over store-all.
 
-    python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--markdown]
+    python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--markdown]   (8 blocks, 10 steps)
 
-PYTHON: the interpreter (its torch) the training runs under. Peaks: the median of the steps'
-peaks after the first; step times: the median of the steps after the first (the first creates
-the optimizer state). CPU times on a busy machine vary by several percent between runs.
+PYTHON: the interpreter (its torch) the training runs under. Each plan is trained 3 times. Peaks:
+the median of the steps' peaks after the first (the first creates the optimizer state); step
+times: the fastest of those steps in the 3 runs (noise on a shared CPU only adds time; still,
+step times vary by several percent between runs).
 """
 import json
 import os
@@ -27,6 +32,7 @@ import sys
 import tempfile
 import time
 
+REPEATS = 3  # trainings of each plan: the fastest steady step of all, the median peak
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "examples", "train.py")
 
@@ -63,7 +69,15 @@ class Bench:
         return json.loads(self.cli(*args, "--json"))
 
     def train(self, plan=None):
-        """(session, median steady peak bytes, median steady step ns) of one training."""
+        """(median steady peak bytes, fastest steady step ns) of REPEATS trainings."""
+        peaks, times = [], []
+        for _ in range(REPEATS):
+            peak, step_ns = self.train_once(plan)
+            peaks.append(peak)
+            times.append(step_ns)
+        return int(statistics.median(peaks)), min(times)
+
+    def train_once(self, plan):
         args = [self.tidemark, "--server", self.server, "run", "--quiet", "--", self.python,
                 TRAIN, "--model", "gpt", "--layers", str(self.layers), "--steps",
                 str(self.steps), "--checkpoint", ""]
@@ -77,11 +91,12 @@ class Bench:
             if any(s["id"] == sid and s["analyzed"] for s in self.cli_json("sessions")["sessions"]):
                 break
             time.sleep(0.1)
-        sid = str(sid)
-        steps = self.cli_json("steps", sid)["steps"][1:]
+        self.last_session = str(sid)
+        steps = self.cli_json("steps", self.last_session)["steps"][1:]
         peak = statistics.median(s["peak"]["tracked_bytes"] for s in steps)
-        step_ns = statistics.median(s["end_ts_ns"] - s["begin_ts_ns"] for s in steps)
-        return sid, int(peak), int(step_ns)
+        # The fastest steady step, as section 1 times the training (this machine's noise only
+        # ever adds time).
+        return int(peak), min(s["end_ts_ns"] - s["begin_ts_ns"] for s in steps)
 
     def plan(self, source, out, *args):
         self.cli("plan", source, *args, "--out", out)
@@ -101,57 +116,79 @@ def selective_attention_plan(template, path):
         json.dump(plan, f)
 
 
+def describe(plan):
+    return " ".join(s["mode"][:3] + "(" + ",".join(m.rsplit(".", 1)[-1] for m in s["modules"])
+                    + ")" for s in plan["segments"] if s["mode"] != "store") or "(nothing)"
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     markdown = "--markdown" in sys.argv
     bin_dir, python = args[0], args[1]
     layers = int(args[2]) if len(args) > 2 else 8
-    steps = int(args[3]) if len(args) > 3 else 6
+    steps = int(args[3]) if len(args) > 3 else 10
     b = Bench(bin_dir, python, layers, steps)
     try:
-        base, base_peak, base_ns = b.train()
+        base_peak, base_ns = b.train()
+        base = b.last_session
         plans = {}
+        predicted = {}  # the methods' extra time as tidemark's time model predicts it
         for strategy in ("checkpoint-all", "sqrt-n"):
             plans[strategy] = os.path.join(b.work, strategy + ".json")
-            b.plan(base, plans[strategy], "--strategy", strategy, "--budget", "100%")
+            doc = b.plan(base, plans[strategy], "--strategy", strategy, "--budget", "100%")
+            predicted[strategy] = doc["predicted"]["extra_ns"]
         store_all = b.plan(base, os.path.join(b.work, "store-all.json"), "--strategy",
                            "store-all", "--budget", "100%")
         plans["selective-attn"] = os.path.join(b.work, "selective-attn.json")
         selective_attention_plan(store_all, plans["selective-attn"])
-        rows = [("store-all", base_peak, base_ns, None)]
+        curve = b.cli_json("pareto", base)["points"]
+        rows = []
         for method, path in plans.items():
-            _, peak, ns = b.train(path)
-            ours = os.path.join(b.work, "tidemark-at-" + method + ".json")
-            plan = b.plan(base, ours, "--budget", str(peak))
-            _, our_peak, our_ns = b.train(ours)
-            segs = " ".join(s["mode"][:3] + "(" + ",".join(m.rsplit(".", 1)[-1]
-                                                           for m in s["modules"]) + ")"
-                            for s in plan["segments"] if s["mode"] != "store")
-            rows.append((method, peak, ns, (our_peak, our_ns, segs)))
+            peak, ns = b.train(path)
+            # tidemark at the method's measured peak (as the budget) ...
+            at_peak = os.path.join(b.work, "tidemark-at-peak-" + method + ".json")
+            plan = b.plan(base, at_peak, "--budget", str(peak))
+            p_peak, p_ns = b.train(at_peak)
+            # ... and at its extra time: the least budget whose optimal plan is predicted to add
+            # no more than the method, both by tidemark's time model (the method's measured extra
+            # time where the model has no prediction of it: selective-attn).
+            extra = predicted.get(method, max(0, ns - base_ns))
+            fits = [pt for pt in curve if pt["extra_ns"] <= extra]
+            budget = min(pt["budget_bytes"] for pt in fits) if fits else curve[-1]["budget_bytes"]
+            at_time = os.path.join(b.work, "tidemark-at-time-" + method + ".json")
+            plan_t = b.plan(base, at_time, "--budget", str(budget), "--margin", "0")
+            t_peak, t_ns = b.train(at_time)
+            rows.append((method, peak, ns, (p_peak, p_ns, describe(plan)),
+                         (t_peak, t_ns, describe(plan_t))))
     finally:
         b.close()
     mib = lambda n: n / 1048576.0
+    print("store-all (no recomputation): peak %.2f MiB, step %.1f ms; %d blocks, torch %s"
+          % (mib(base_peak), base_ns / 1e6, layers, torch_version(python)))
+    head = ("method", "peak MiB", "step ms", "tidemark at <= that peak: peak MiB", "step ms",
+            "time ratio", "plan", "tidemark at that step time: peak MiB", "step ms",
+            "peak ratio", "plan")
     if markdown:
-        print("| method | peak (MiB) | step (ms) | tidemark at that peak: peak (MiB) | step (ms) "
-              "| time ratio | tidemark's plan (recomputed) |")
-        print("|---|---|---|---|---|---|---|")
-    else:
-        print("%-16s %10s %10s   %-28s %10s %7s  %s" % (
-            "method", "peak MiB", "step ms", "tidemark at that peak:", "step ms", "ratio",
-            "tidemark's plan (recomputed)"))
-    for method, peak, ns, ours in rows:
-        if ours is None:
-            cells = ("-", "-", "-", "(nothing)")
-        else:
-            cells = ("%.2f" % mib(ours[0]), "%.1f" % (ours[1] / 1e6), "%.3f" % (ours[1] / ns),
-                     ours[2] or "(nothing)")
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    for method, peak, ns, at_peak, at_time in rows:
+        cells = (method, "%.2f" % mib(peak), "%.1f" % (ns / 1e6), "%.2f" % mib(at_peak[0]),
+                 "%.1f" % (at_peak[1] / 1e6), "%.3f" % (at_peak[1] / ns), at_peak[2],
+                 "%.2f" % mib(at_time[0]), "%.1f" % (at_time[1] / 1e6),
+                 "%.3f" % (at_time[0] / peak), at_time[2])
         if markdown:
-            print("| %s | %.2f | %.1f | %s | %s | %s | %s |" % ((method, mib(peak), ns / 1e6)
-                                                                 + cells))
+            print("| " + " | ".join(cells) + " |")
         else:
-            print("%-16s %10.2f %10.1f   %-28s %10s %7s  %s" % (
-                method, mib(peak), ns / 1e6, "peak " + cells[0] + " MiB", cells[1], cells[2],
-                cells[3]))
+            print("%-15s peak %7s MiB, step %6s ms | tidemark at its peak: %7s MiB, %6s ms "
+                  "(time x%s) %s | at its time: %7s MiB (peak x%s), %6s ms %s"
+                  % (cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6],
+                     cells[7], cells[9], cells[8], cells[10]))
+
+
+def torch_version(python):
+    r = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or "?"
 
 
 if __name__ == "__main__":

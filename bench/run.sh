@@ -379,6 +379,6 @@ fi
 if want 9; then
 echo
 echo "== 9. the advisor beside the standard methods on the examples' GPT, 8 blocks, torch 2, measured"
-echo "   live (bench/advisor_comparison.py; medians of the steps after the first)"
-$PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 6
+echo "   live (bench/advisor_comparison.py; peaks: medians of the steps after the first; times: the fastest)"
+$PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 10
 fi
