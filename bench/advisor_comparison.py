@@ -1,5 +1,5 @@
 """The advisor beside the standard recomputation methods, for bench/run.sh, measured live: the
-examples' GPT (examples/train.py) trained under `tidemark run` with each method applied as a plan
+examples' GPT or the `transformers` GPT-2 (examples/train.py) trained under `tidemark run` with each method applied as a plan
 (tidemark.apply_plan, the same seed), its peak and step time measured from the recording; then
 tidemark's own plan for that method's measured peak as the budget, measured the same way.
 
@@ -16,7 +16,8 @@ the method's, its step time): both predicted by tidemark's time model, so that t
 matched like with like; for selective-attn, which the model does not predict here, the method's
 measured extra time over store-all.
 
-    python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--markdown]   (8 blocks, 10 steps)
+    python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--gpt2] [--markdown]
+    (default 8 blocks, 10 steps; --gpt2: the `transformers` GPT-2 of examples/train.py)
 
 PYTHON: the interpreter (its torch) the training runs under. Each plan is trained 3 times. Peaks:
 the median of the steps' peaks after the first (the first creates the optimizer state); step
@@ -38,9 +39,9 @@ TRAIN = os.path.join(HERE, "..", "examples", "train.py")
 
 
 class Bench:
-    def __init__(self, bin_dir, python, layers, steps):
+    def __init__(self, bin_dir, python, model, layers, steps):
         self.tidemark = os.path.join(bin_dir, "tidemark")
-        self.python, self.layers, self.steps = python, layers, steps
+        self.python, self.model, self.layers, self.steps = python, model, layers, steps
         self.work = tempfile.mkdtemp(prefix="tidemark-bench-advisor-")
         port_file = os.path.join(self.work, "port")
         self.daemon = subprocess.Popen(
@@ -79,7 +80,7 @@ class Bench:
 
     def train_once(self, plan):
         args = [self.tidemark, "--server", self.server, "run", "--quiet", "--", self.python,
-                TRAIN, "--model", "gpt", "--layers", str(self.layers), "--steps",
+                TRAIN, "--model", self.model, "--layers", str(self.layers), "--steps",
                 str(self.steps), "--checkpoint", ""]
         if plan:
             args += ["--plan", plan]
@@ -124,10 +125,11 @@ def describe(plan):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     markdown = "--markdown" in sys.argv
+    model = "gpt2" if "--gpt2" in sys.argv else "gpt"
     bin_dir, python = args[0], args[1]
     layers = int(args[2]) if len(args) > 2 else 8
     steps = int(args[3]) if len(args) > 3 else 10
-    b = Bench(bin_dir, python, layers, steps)
+    b = Bench(bin_dir, python, model, layers, steps)
     try:
         base_peak, base_ns = b.train()
         base = b.last_session
@@ -163,8 +165,9 @@ def main():
     finally:
         b.close()
     mib = lambda n: n / 1048576.0
-    print("store-all (no recomputation): peak %.2f MiB, step %.1f ms; %d blocks, torch %s"
-          % (mib(base_peak), base_ns / 1e6, layers, torch_version(python)))
+    print("%s, store-all (no recomputation): peak %.2f MiB, step %.1f ms; %d blocks, torch %s"
+          % ("the transformers GPT-2" if model == "gpt2" else "the examples' GPT",
+             mib(base_peak), base_ns / 1e6, layers, torch_version(python)))
     head = ("method", "peak MiB", "step ms", "tidemark at <= that peak: peak MiB", "step ms",
             "time ratio", "plan", "tidemark at that step time: peak MiB", "step ms",
             "peak ratio", "plan")

@@ -27,9 +27,9 @@
 #      the session of 3 into each (ingest, analysis, queries, ratios), 8 ranks at once into one
 #      SQLite daemon and through two daemons into one PostgreSQL, the job query of 7 on it
 #   9. the advisor beside checkpoint-all, Chen's sqrt(n) and Megatron-style selective (attention)
-#      recomputation on the examples' GPT (8 blocks), measured live under torch 2: each method's
-#      peak and step time, and tidemark's plan at that peak (bench/advisor_comparison.py; the
-#      table of docs/advisor-comparison.md)
+#      recomputation on the examples' GPT and the `transformers` GPT-2 (8 blocks each), measured
+#      live under torch 2: each method's peak and step time, tidemark's plan at that peak and at
+#      that extra time (bench/advisor_comparison.py; the tables of docs/advisor-comparison.md)
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -378,7 +378,10 @@ fi
 
 if want 9; then
 echo
-echo "== 9. the advisor beside the standard methods on the examples' GPT, 8 blocks, torch 2, measured"
-echo "   live (bench/advisor_comparison.py; peaks: medians of the steps after the first; times: the fastest)"
-$PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 10
+echo "== 9. the advisor beside the standard methods on the examples' GPT and the transformers GPT-2,"
+echo "   8 blocks each, torch 2, measured live (bench/advisor_comparison.py; peaks: medians of the"
+echo "   steps after the first; times: the fastest)"
+for M in "" --gpt2; do
+  $PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 10 $M
+done
 fi
