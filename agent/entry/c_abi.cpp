@@ -139,15 +139,8 @@ TIDEMARK_EXPORT int tidemark_tensor_allocator_library(const char* library_prefix
     // holds for its whole life).
     const auto tagEarly = [&a](uint64_t address, uint32_t name) {
       uint64_t size = 0;
-      if (!recordingHere() || !a.recorder().blocks().lookup(address, &size)) return;
-      Record r{};
-      r.kind = RecordKind::kTag;
-      r.small = tidemark::agent::kCategoryWorkspace;
-      r.address = address;
-      r.sizeBytes = size;
-      r.nameIid = name;
-      r.device = -1;
-      a.recorder().push(r);
+      if (recordingHere() && a.recorder().blocks().lookup(address, &size))
+        a.recorder().pushNativeTag(address, size, name);
     };
     return tidemark::agent::native_callers::identifyTensorAllocator(
                library_prefix, [&interner](std::string_view name) { return interner.intern(name); },

@@ -209,17 +209,19 @@ void Recorder::onAlloc(void* address, size_t size, uint32_t nativeNameIid) noexc
   r.threadId = ring->threadId;
   r.tsNs = base::monotonicNs();
   commit(ring, r);
-  if (nativeNameIid != 0) {
-    Record tag{};
-    tag.kind = RecordKind::kTag;
-    tag.small = kCategoryWorkspace;
-    tag.address = addr;
-    tag.sizeBytes = size;
-    tag.nameIid = nativeNameIid;
-    tag.device = -1;
-    push(tag);
-  }
+  if (nativeNameIid != 0) pushNativeTag(addr, size, nativeNameIid);
   pushStackOf(addr, size);
+}
+
+bool Recorder::pushNativeTag(uint64_t address, uint64_t size, uint32_t nameIid) noexcept {
+  Record tag{};
+  tag.kind = RecordKind::kTag;
+  tag.small = kCategoryWorkspace;
+  tag.address = address;
+  tag.sizeBytes = size;
+  tag.nameIid = nameIid;
+  tag.device = -1;
+  return push(tag);
 }
 
 void Recorder::pushStack(uint64_t address) noexcept {

@@ -91,6 +91,8 @@ class Recorder {
   // nativeNameIid != 0: a native library's own memory (native_callers.h), tagged WORKSPACE under
   // that name right after its alloc.
   void onAlloc(void* address, size_t size, uint32_t nativeNameIid = 0) noexcept;
+  // The host block at address is a native library's own memory, named nameIid (WORKSPACE).
+  bool pushNativeTag(uint64_t address, uint64_t size, uint32_t nameIid) noexcept;
   // True if the block was tracked (whether or not the free could be recorded).
   bool onFree(void* address) noexcept;
 
