@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 
+#include "google/protobuf/arena.h"
 #include "server/ingest/session_ingest.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/plan_courier.h"
@@ -338,15 +339,15 @@ grpc::Status IngestService::Stream(
   }
   const absl::StatusOr<Caller> owner = m_access.caller(*context, "Ingest", kIngest);
   if (!owner.ok()) return toGrpc(owner.status());
-  v1::AgentMessage message;
-  if (!stream->Read(&message)) {
+  v1::AgentMessage first;
+  if (!stream->Read(&first)) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "stream closed before handshake");
   }
-  if (!message.has_handshake()) {
+  if (!first.has_handshake()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "the first message of a stream must be a handshake");
   }
-  const v1::Handshake hello = message.handshake();
+  const v1::Handshake hello = first.handshake();
   if (auto s = checkHandshake(hello); !s.ok()) return toGrpc(s);
 
   int64_t sessionId = 0;
@@ -474,7 +475,17 @@ grpc::Status IngestService::Stream(
 
   std::optional<v1::Goodbye> goodbye;
   absl::Status error;
-  while (stream->Read(&message)) {
+  // Each message is parsed into an arena emptied before the next: a batch's thousands of events
+  // and their payloads cost a few blocks instead of an allocation and a free each. Nothing read
+  // from a message outlives it (the ingest copies what it keeps).
+  google::protobuf::ArenaOptions arenaOptions;
+  arenaOptions.start_block_size = 64 << 10;
+  arenaOptions.max_block_size = 1 << 20;
+  google::protobuf::Arena arena(arenaOptions);
+  while (true) {
+    arena.Reset();
+    v1::AgentMessage& message = *google::protobuf::Arena::CreateMessage<v1::AgentMessage>(&arena);
+    if (!stream->Read(&message)) break;
     // The rows held past the session's share: read no more until they are on their way.
     bool full = false;
     if (message.has_batch()) {
