@@ -85,11 +85,16 @@ SessionIngest::Checkpoint SessionIngest::takeCheckpoint(bool full) {
 }
 
 absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c,
-                                    const std::vector<BlockRow>& open) {
+                                    const std::vector<BlockRow>& open, KeptLive kept) {
   if (c.next_batch_seq() == 0 || c.next_seq() == 0) {
     return absl::DataLossError("the session's checkpoint is damaged (sequence number 0)");
   }
-  m_live.reset();  // what came before the checkpoint is in the store only
+  // A kept analysis that stands elsewhere (a later commit failed, or another daemon of a shared
+  // store went on with the session) would count events twice or miss some: what came before
+  // the checkpoint is then in the store only.
+  const bool sameCut =
+      kept.analysis && kept.nextBatchSeq == c.next_batch_seq() && kept.nextEventSeq == c.next_seq();
+  m_live = sameCut ? std::move(kept.analysis) : nullptr;
   m_nextBatchSeq = c.next_batch_seq();
   m_nextSeq = c.next_seq();
   m_lastTs = c.last_ts_ns();

@@ -74,8 +74,8 @@ class SessionIngest {
   }
   int64_t lastTsNs() const { return m_lastTs; }
   // What a live session answers as its events come (peak, steps, timeline), or nullptr when the
-  // ingest did not see the session from its start (it continues from a checkpoint after a
-  // restart of the daemon: its live analysis would lack what came before).
+  // ingest did not see the session from its start and took on no live analysis that did (it
+  // continues from a checkpoint after a restart of the daemon: it would lack what came before).
   const core::LiveAnalysis* live() const { return m_live.get(); }
   // After finish(): the session's analysis from its live one (exact or not), or nullopt when it
   // had none.
@@ -113,9 +113,23 @@ class SessionIngest {
   // full: every open block rather than the change (the store drops the changes before it).
   Checkpoint takeCheckpoint(bool full);
   size_t openBlockCount() const { return m_open.size(); }
+  // The live analysis of a session whose stream broke, taken from its ingest (which has none
+  // after) with where that ingest stood, for the stream that resumes the session on this daemon.
+  struct KeptLive {
+    std::unique_ptr<core::LiveAnalysis> analysis;
+    uint64_t nextBatchSeq = 0;
+    uint64_t nextEventSeq = 0;
+  };
+  KeptLive keepLive() { return KeptLive{std::move(m_live), m_nextBatchSeq, m_nextSeq}; }
   // Continues from a checkpoint: its state and every open block the store holds for it, as if
-  // the batches it accounts for had just been added.
-  absl::Status restore(const v1::IngestCheckpoint& state, const std::vector<BlockRow>& open);
+  // the batches it accounts for had just been added. `kept`: the live analysis the stream before
+  // left, taken on when it stands where the checkpoint does (it has seen every event the store
+  // holds, and none after); else the session continues without one.
+  absl::Status restore(const v1::IngestCheckpoint& state, const std::vector<BlockRow>& open,
+                       KeptLive kept);
+  absl::Status restore(const v1::IngestCheckpoint& state, const std::vector<BlockRow>& open) {
+    return restore(state, open, KeptLive());
+  }
 
  private:
   void releaseReady();
@@ -167,7 +181,7 @@ class SessionIngest {
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;
-  std::unique_ptr<core::LiveAnalysis> m_live;  // none once restored from a checkpoint
+  std::unique_ptr<core::LiveAnalysis> m_live;  // none once restored without one kept
   std::optional<core::LiveAnalysis::Final> m_liveFinal;
   // The innermost scope of a kind (ScopeKind) open on a thread: its name, 0 for none.
   uint32_t innermostScope(uint32_t thread, int kind) const {

@@ -102,13 +102,15 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
 }
 
 // A session's ingest as of its last checkpoint in the store (as new when it has none).
-absl::Status restoreFromStore(const std::string& path, int64_t id, SessionIngest* ingest) {
+// kept: the live analysis the session's previous stream left on this daemon, if any.
+absl::Status restoreFromStore(const std::string& path, int64_t id, SessionIngest* ingest,
+                              SessionIngest::KeptLive kept) {
   auto stored = Store::loadCheckpoint(path, id);
   if (!stored.ok()) return stored.status();
   if (!*stored) return absl::OkStatus();
   v1::IngestCheckpoint state;
   if (!state.ParseFromString((*stored)->state)) return absl::DataLossError("damaged checkpoint");
-  return ingest->restore(state, (*stored)->openBlocks);
+  return ingest->restore(state, (*stored)->openBlocks, std::move(kept));
 }
 
 // Rows and the ingest state of one session, committed together; one in flight at a time, so
@@ -225,7 +227,9 @@ IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Acce
       m_agents(agents),
       m_onEnded(std::move(onEnded)),
       m_sessions(resumeGrace),
-      m_maxPendingRowBytes(maxPendingRowBytes) {
+      m_maxPendingRowBytes(maxPendingRowBytes),
+      // Two sessions' shares of rows: the windows of several kept analyses at once.
+      m_keptLive(2 * maxPendingRowBytes) {
   m_sweeper = std::thread([this] {
     std::unique_lock<std::mutex> lock(m_sweepMutex);
     while (!m_stopping) {
@@ -260,6 +264,7 @@ absl::Status IngestService::detachLiveSessions() {
 
 void IngestService::closeExpiredSessions() {
   for (int64_t id : m_sessions.takeExpired()) {
+    m_keptLive.drop(id);
     const absl::Status s = closeDetached(id);
     if (!s.ok()) {
       std::fprintf(stderr, "tidemarkd: cannot close session %lld: %s\n", static_cast<long long>(id),
@@ -274,7 +279,7 @@ void IngestService::closeExpiredSessions() {
 
 absl::Status IngestService::closeDetached(int64_t id) {
   SessionIngest ingest(id);
-  if (auto s = restoreFromStore(m_writer.path(), id, &ingest); !s.ok()) return s;
+  if (auto s = restoreFromStore(m_writer.path(), id, &ingest, {}); !s.ok()) return s;
   SessionRows rows = ingest.finish();
   SessionEnd end;
   end.sessionId = id;
@@ -366,7 +371,8 @@ grpc::Status IngestService::Stream(
     }
     if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) return toGrpc(s);
     ingest.emplace(sessionId);
-    if (absl::Status restored = restoreFromStore(m_writer.path(), sessionId, &*ingest);
+    if (absl::Status restored =
+            restoreFromStore(m_writer.path(), sessionId, &*ingest, m_keptLive.take(sessionId));
         !restored.ok()) {
       m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
       return toGrpc(absl::UnavailableError("cannot read the checkpoint of session " +
@@ -553,6 +559,14 @@ grpc::Status IngestService::Stream(
     // and the HandoffTaker resumes the session): commit what came, wait for the agent.
     checkpointNow();
     checkpoints.collect(true);
+    // Committed: the store stands where the live analysis does, which the stream that resumes
+    // the session takes on (kept before the release, which lets that stream in).
+    if (checkpoints.error().ok()) {
+      std::unique_lock<std::mutex> lock(ingestMutex);
+      SessionIngest::KeptLive kept = ingest->keepLive();
+      lock.unlock();
+      m_keptLive.keep(sessionId, std::move(kept));
+    }
     m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
     if (!checkpoints.error().ok()) return toGrpc(storeUnavailable(checkpoints.error()));
     if (context->IsCancelled()) return grpc::Status::CANCELLED;

@@ -9,6 +9,7 @@
 
 #include "server/rpc/access.h"
 #include "server/rpc/handoff_taker.h"
+#include "server/rpc/kept_live_analyses.h"
 #include "server/rpc/live_agents.h"
 #include "server/rpc/resumable_sessions.h"
 #include "server/store/writer.h"
@@ -67,6 +68,7 @@ class IngestService final : public v1::Ingest::Service {
   std::function<void(int64_t)> m_onEnded;
   ResumableSessions m_sessions;
   size_t m_maxPendingRowBytes;
+  KeptLiveAnalyses m_keptLive;    // of detached sessions, for the streams that resume them
   std::atomic<int> m_streams{0};  // open Ingest streams (each holds one of gRPC's threads)
   std::mutex m_sweepMutex;
   std::condition_variable m_sweepWake;

@@ -490,6 +490,14 @@ size_t LiveAnalysis::keptSamples() const {
   return n;
 }
 
+size_t LiveAnalysis::heldBytes() const {
+  size_t names = 0;
+  for (const auto& [iid, text] : m_names) names += text.size() + 48;
+  return (m_window.size() + m_blocks.size()) * kBytesPerWindowEdge +
+         keptSamples() * sizeof(TimelineSample) + names +
+         m_stepPeaks.size() * (sizeof(PeakReport) + 64) + m_codesPending.size();
+}
+
 std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,
                                                    int buckets) const {
   if (toTs == 0) toTs = m_lastTs;

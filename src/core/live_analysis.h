@@ -116,6 +116,9 @@ class LiveAnalysis {
   int64_t recategorized() const { return m_recategorized; }
   int keptLevels() const;
   size_t keptSamples() const;
+  // About what it holds: its blocks and window at kBytesPerWindowEdge each, its timeline, its
+  // names and the steps' peaks.
+  size_t heldBytes() const;
 
  private:
   struct PhaseRec {

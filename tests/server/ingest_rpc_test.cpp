@@ -68,13 +68,15 @@ class IngestRpcTest : public ::testing::Test {
     std::filesystem::remove_all(m_dir);
     startServer(std::chrono::seconds(600));
   }
-  // A daemon on the test's store (the previous one stopped first, as SIGTERM does).
-  void startServer(std::chrono::seconds resumeGrace) {
+  // A daemon on the test's store (the previous one stopped first, as SIGTERM does);
+  // memoryBudget 0: the default.
+  void startServer(std::chrono::seconds resumeGrace, int64_t memoryBudget = 0) {
     if (m_server) m_server->shutdown();
     ServerOptions o;
     o.listen = "127.0.0.1:0";
     o.dbPath = (m_dir / "store.db").string();
     o.resumeGrace = resumeGrace;
+    if (memoryBudget > 0) o.memoryBudgetBytes = memoryBudget;
     m_server = std::make_unique<Server>(o);
     ASSERT_TRUE(m_server->start().ok());
     m_channel = grpc::CreateChannel(m_server->address(), grpc::InsecureChannelCredentials());
@@ -447,6 +449,101 @@ TEST_F(IngestRpcTest, ASessionResumesOnADaemonRestartedOnTheSameStore) {
   EXPECT_EQ(info.live_blocks_at_end(), 2u);
   EXPECT_FALSE(hasStat(info, "seq_gap"));
   expectHealthy();
+}
+
+// A stream that breaks while its daemon runs on (the network, an agent's acknowledgement
+// timeout, a file handed over at exit) leaves the session's live analysis kept for the stream
+// that resumes it: the session goes on answering as it grows and is stored analysed with its
+// end. Its recording (200,001 blocks) is past what the smallest budget lets a query load whole
+// (167,772 blocks), so without the live analysis every query of the resumed session is refused.
+TEST_F(IngestRpcTest, ASessionResumedOnTheSameDaemonKeepsItsLiveAnalysis) {
+  startServer(std::chrono::seconds(600), kMinMemoryBudgetBytes);
+  uint64_t seq = 0;
+  uint64_t batchSeq = 0;
+  std::vector<v1::AgentMessage> batches;
+  auto add = [&]() {
+    if (batches.empty() || batches.back().batch().events_size() >= 10000) {
+      batches.emplace_back().mutable_batch()->set_batch_seq(++batchSeq);
+    }
+    v1::Event* e = batches.back().mutable_batch()->add_events();
+    e->set_seq(++seq);
+    e->set_ts_ns(static_cast<int64_t>(seq) * 1000);
+    return e;
+  };
+  auto alloc = [&](uint64_t address, uint64_t size) {
+    v1::Event* e = add();
+    e->mutable_alloc()->set_address(address);
+    e->mutable_alloc()->set_size_bytes(size);
+  };
+  auto step = [&](int64_t n, int churn, uint64_t bigSize) {
+    add()->mutable_step_begin()->set_step(n);
+    if (bigSize > 0) alloc(0x20000000, bigSize);
+    for (int i = 0; i < churn; ++i) {
+      alloc(0x1000, 64);
+      add()->mutable_free()->set_address(0x1000);
+    }
+    if (bigSize > 0) add()->mutable_free()->set_address(0x20000000);
+    add()->mutable_step_end()->set_step(n);
+  };
+  auto wholePeak = [&](uint64_t session, v1::Peak* out) {
+    grpc::ClientContext c;
+    v1::PeakRequest req;
+    req.set_session_id(session);
+    return m_query->GetPeak(&c, req, out);
+  };
+  constexpr uint64_t kWeights = 1 << 20;
+  uint64_t session = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    alloc(0x10000000, kWeights);  // held to the end
+    step(1, 100000, 0);
+    step(2, 100000, 0);
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), batches, batchSeq));
+    v1::Peak peak;
+    const grpc::Status st = wholePeak(session, &peak);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(kWeights + 64));
+    // The stream breaks; the daemon runs on.
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  batches.clear();
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  ASSERT_EQ(handshake(stream.get(), session).next_batch_seq(), batchSeq + 1);
+  step(3, 10, 2 * kWeights);
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), batches, batchSeq));
+  v1::Peak peak;
+  grpc::Status st = wholePeak(session, &peak);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(3 * kWeights + 64));
+  EXPECT_EQ(peak.breakdown().step(), 3);
+  {
+    grpc::ClientContext c;
+    v1::StepsRequest req;
+    req.set_session_id(session);
+    v1::Steps steps;
+    st = m_query->GetSteps(&c, req, &steps);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(steps.steps_size(), 3);
+    EXPECT_EQ(steps.steps(0).peak().tracked_bytes(), static_cast<int64_t>(kWeights + 64));
+    EXPECT_EQ(steps.steps(2).peak().tracked_bytes(), static_cast<int64_t>(3 * kWeights + 64));
+  }
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(seq);
+  ASSERT_TRUE(stream->Write(bye));
+  ASSERT_TRUE(closeStream(stream.get()).ok());
+  // Analysed as it came, on both streams: stored analysed with its end, no pass to wait for.
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_TRUE(info.analyzed());
+  EXPECT_EQ(info.blocks(), 200012u);
+  st = wholePeak(session, &peak);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(3 * kWeights + 64));
 }
 
 TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBlocks) {

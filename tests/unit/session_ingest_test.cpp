@@ -1,9 +1,11 @@
 #include "server/ingest/session_ingest.h"
+#include "server/rpc/kept_live_analyses.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace tidemark::server {
@@ -260,6 +262,114 @@ TEST(SessionIngestTest, ACheckpointContinuesTheSessionAsIfNothingHappened) {
     EXPECT_EQ(stat(resumed, "batches_resent"), 1);
     EXPECT_EQ(resumed.liveBlocksAtEnd(), whole.liveBlocksAtEnd());
   }
+}
+
+// What the live analysis hands the store with the rows, and its answer at the end.
+std::string describeLive(const std::vector<SessionRows>& taken,
+                         const std::optional<core::LiveAnalysis::Final>& final) {
+  std::string out;
+  for (const SessionRows& r : taken) {
+    for (const core::TimelineChunk& c : r.timelineChunks) {
+      out += "chunk " + std::to_string(c.level) + " " + std::to_string(c.index);
+      for (const core::TimelineSample& t : c.samples)
+        out += " " + std::to_string(t.lastSeq) + ":" + std::to_string(t.max[0]);
+      out += "\n";
+    }
+    for (const auto& [chunk, codes] : r.blockCodes)
+      out += "codes " + std::to_string(chunk) + " " + codes + "\n";
+  }
+  if (!final) return out + "no final";
+  out += "final " + std::to_string(final->exact) + " " + final->why + "\n";
+  for (const core::PeakReport& p : final->peaks) {
+    out += "peak " + std::to_string(p.step) + " " + std::to_string(p.state.seq) + " " +
+           std::to_string(p.state.trackedBytes);
+    for (int64_t b : p.state.bytes) out += " " + std::to_string(b);
+    out += " " + p.phase + " " + p.scope + "\n";
+  }
+  return out;
+}
+
+// A live analysis kept from a broken stream is taken on by the ingest that resumes the session
+// when the checkpoint stands where it does: the session ends with what an uninterrupted one
+// hands the store and answers. One kept at another cut (a later commit failed, another daemon
+// of a shared store went on) is not: the session continues without one.
+TEST(SessionIngestTest, AKeptLiveAnalysisIsTakenOnAtItsOwnCutOnly) {
+  const std::vector<v1::EventBatch> batches = mixedSession();
+  SessionIngest whole(1);
+  std::vector<SessionRows> wholeRows;
+  for (const auto& b : batches) {
+    ASSERT_TRUE(whole.addBatch(b).ok());
+    wholeRows.push_back(whole.takeRows());
+  }
+  wholeRows.push_back(whole.finish());
+  const std::string expected = describeLive(wholeRows, whole.takeLiveFinal());
+  ASSERT_NE(expected.find("final"), std::string::npos);
+  ASSERT_NE(expected.find("chunk"), std::string::npos);
+
+  for (size_t cut = 2; cut < batches.size(); ++cut) {
+    SessionIngest first(1);
+    std::vector<SessionRows> taken;
+    std::vector<BlockRow> open, openBefore;
+    std::string state, stateBefore;
+    for (size_t i = 0; i < cut; ++i) {
+      ASSERT_TRUE(first.addBatch(batches[i]).ok());
+      taken.push_back(first.takeRows());
+      SessionIngest::Checkpoint c = first.takeCheckpoint(true);
+      stateBefore = std::exchange(state, c.state.SerializeAsString());
+      openBefore = std::exchange(open, c.opened);
+    }
+    SessionIngest::KeptLive kept = first.keepLive();
+    EXPECT_EQ(first.live(), nullptr);
+    v1::IngestCheckpoint parsed;
+    ASSERT_TRUE(parsed.ParseFromString(state));
+    SessionIngest resumed(1);
+    ASSERT_TRUE(resumed.restore(parsed, open, std::move(kept)).ok());
+    ASSERT_NE(resumed.live(), nullptr) << "cut after batch " << cut;
+    for (size_t i = cut; i < batches.size(); ++i) {
+      ASSERT_TRUE(resumed.addBatch(batches[i]).ok());
+      taken.push_back(resumed.takeRows());
+    }
+    taken.push_back(resumed.finish());
+    EXPECT_EQ(describeLive(taken, resumed.takeLiveFinal()), expected) << "cut after batch " << cut;
+
+    // The checkpoint before: the kept analysis is one batch ahead of it.
+    SessionIngest again(1);
+    for (size_t i = 0; i < cut; ++i) ASSERT_TRUE(again.addBatch(batches[i]).ok());
+    ASSERT_TRUE(parsed.ParseFromString(stateBefore));
+    SessionIngest behind(1);
+    ASSERT_TRUE(behind.restore(parsed, openBefore, again.keepLive()).ok());
+    EXPECT_EQ(behind.live(), nullptr) << "cut after batch " << cut;
+  }
+}
+
+// Kept analyses are bounded in bytes: past the bound the oldest goes (its session continues
+// without one); one larger than the bound is not kept at all.
+TEST(SessionIngestTest, KeptLiveAnalysesStayWithinTheirBound) {
+  auto keptWith = [](int blocks) {
+    SessionIngest in(1);
+    std::vector<v1::Event> events;
+    for (int i = 0; i < blocks; ++i)
+      events.push_back(alloc(static_cast<uint64_t>(i) + 1, 0x1000 * (i + 1), 8));
+    EXPECT_TRUE(in.addBatch(batch(1, events)).ok());
+    return in.keepLive();
+  };
+  const size_t one = keptWith(100).analysis->heldBytes();
+  ASSERT_GE(one, 100 * core::LiveAnalysis::kBytesPerWindowEdge);
+  KeptLiveAnalyses kept(2 * one + one / 2);
+  kept.keep(1, keptWith(100));
+  kept.keep(2, keptWith(100));
+  EXPECT_EQ(kept.count(), 2u);
+  kept.keep(3, keptWith(100));  // session 1's goes
+  EXPECT_EQ(kept.count(), 2u);
+  EXPECT_LE(kept.heldBytes(), 2 * one + one / 2);
+  EXPECT_EQ(kept.take(1).analysis, nullptr);
+  EXPECT_NE(kept.take(2).analysis, nullptr);
+  EXPECT_EQ(kept.take(2).analysis, nullptr);  // taken once
+  kept.keep(4, keptWith(1000));               // past the bound alone
+  EXPECT_EQ(kept.take(4).analysis, nullptr);
+  kept.drop(3);
+  EXPECT_EQ(kept.count(), 0u);
+  EXPECT_EQ(kept.heldBytes(), 0u);
 }
 
 TEST(SessionIngestTest, AnEventTheReorderBufferGaveUpOnIsLateNotADuplicate) {
