@@ -16,7 +16,10 @@
 #      ingest rate, the daemon's peak memory, analysis time, query latency, store bytes per event,
 #      and the ratios of the largest to the smallest; then live sessions 2 hours long by their
 #      timestamps at LIVE_SIZES events (default 10M 100M), 500 steps each, queried while live at
-#      their start and at their end (peak, steps, timeline, zoomed timeline, a step's breakdown)
+#      their start and at their end (peak, steps, timeline, zoomed timeline, a step's breakdown);
+#      then sessions of REBUILD_SIZES events (default 10M) left live by a daemon that stops, and
+#      resumed on a new one: how long until it answers again (its live analysis built again from
+#      the store), beside the ingest's time
 #   4. the optimal chain planner: a 200-block chain's whole Pareto curve, beside the 1 s target,
 #      and the plan for one budget (the solve cut at the budget) as a ratio of it
 #   5. the GUI's timeline repaint on the 10M-event session of 3, beside the 16 ms target
@@ -40,6 +43,7 @@ ROUNDS=${1:-2000000}
 EVENTS=${2:-10000000}
 SCALE_SIZES=${SCALE_SIZES:-10000000 100000000 300000000}
 LIVE_SIZES=${LIVE_SIZES:-10000000 100000000}
+REBUILD_SIZES=${REBUILD_SIZES:-10000000}
 WORK=$(mktemp -d -t tidemark-bench-XXXXXX)
 PY=/usr/bin/python3
 
@@ -308,6 +312,45 @@ for n in sizes:
     print("%12d %-6s %12.1f" % (r["live_end_events"], "end", hwm) + "".join("%11.2f" % v for v in end))
     print("%12s %-6s %12s" % ("", "ratio", "") + "".join("%11.2f" % (e / s) for e, s in zip(end, start))
           + "   (target <= 1.2; every query <= 50 ms)")
+PYEOF
+
+# A live session whose daemon stops (SIGTERM) and a new one starts on the same store: the agent
+# resumes it; the new daemon builds its live analysis again from the store. Past the blocks a
+# query may load whole, the session answers once that is done.
+echo
+echo "   sessions left live by a stopped tidemarkd, resumed on a new one: seconds until the peak is"
+echo "   answered again (its live analysis built again from the store; past the 2.7M blocks a query"
+echo "   loads whole at the default budget, it is refused until then), beside the ingest's"
+for n in $REBUILD_SIZES; do
+  d="$WORK/rebuild-$n"
+  mkdir -p "$d"
+  for run in 1 2; do
+    rm -f "$d/port"
+    "$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$d/store.db" --port-file "$d/port" \
+      2>>"$d/tidemarkd.log" &
+    pid=$!
+    for _ in $(seq 100); do [ -f "$d/port" ] && break; sleep 0.1; done
+    if [ "$run" = 1 ]; then
+      "$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" --events "$n" --no-raw \
+        --step-events $((n / 500)) --leave-live > "$d/left.json"
+    else
+      "$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" \
+        --resume "$($PY -c "import json; print(json.load(open('$d/left.json'))['session'])")" \
+        > "$d/resumed.json"
+    fi
+    kill "$pid"; wait "$pid" || true
+  done
+  rm -f "$d"/store.db*
+done
+$PY - "$WORK" $REBUILD_SIZES <<'PYEOF'
+import json, sys
+work, sizes = sys.argv[1], sys.argv[2:]
+print("%12s %10s %12s %16s %10s" % ("events", "ingest s", "answered s", "refused before", "ev/s"))
+for n in sizes:
+    left = json.load(open("%s/rebuild-%s/left.json" % (work, n)))
+    back = json.load(open("%s/rebuild-%s/resumed.json" % (work, n)))
+    print("%12d %10.1f %12.1f %16d %10.0f" % (int(n), left["ingest_s"], back["answered_s"],
+                                             back["refused_before"], int(n) / back["answered_s"]))
 PYEOF
 
 echo

@@ -26,6 +26,12 @@
 //               [--ns-per-event N]    (the events' spacing; else 50 to 150 ns)
 //               [--step-events N]     (a step mark every N events)
 //               [--live-queries]
+//               [--leave-live]        (no goodbye: once every batch is acknowledged the stream
+//                                      breaks, the session is left live for an agent to resume)
+//   bench_scale --server 127.0.0.1:PORT --resume SESSION
+//       resumes a session left live (after a restart of the daemon), then asks for its peak
+//       until it is answered: past the blocks a query may load whole, that is once the daemon
+//       has built the session's live analysis again from the store; prints the seconds taken.
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
 
@@ -330,11 +336,65 @@ std::string liveQueries(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
 
 }  // namespace
 
+// --resume: the session taken back by a new stream; its peak asked until it is answered.
+int resumeAndAsk(const std::shared_ptr<grpc::Channel>& channel, uint64_t session) {
+  auto stub = v1::Ingest::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Stream(&ctx);
+  v1::AgentMessage hello;
+  hello.mutable_handshake()->set_magic(0x54444D4B);
+  hello.mutable_handshake()->set_protocol_version(1);
+  hello.mutable_handshake()->set_pid(1);
+  hello.mutable_handshake()->set_command_line("bench_scale");
+  hello.mutable_handshake()->set_resume_session_id(session);
+  v1::ServerMessage reply;
+  if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_handshake_reply()) {
+    std::fprintf(stderr, "bench_scale: session %llu could not be resumed: %s\n",
+                 static_cast<unsigned long long>(session),
+                 stream->Finish().error_message().c_str());
+    return 1;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto query = v1::Query::NewStub(channel);
+  grpc::Status got;
+  int refused = 0;
+  v1::Peak peak;
+  do {
+    if (!got.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    grpc::ClientContext c;
+    v1::PeakRequest r;
+    r.set_session_id(session);
+    got = query->GetPeak(&c, r, &peak);
+    refused += got.ok() ? 0 : 1;
+  } while (!got.ok() && got.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+           seconds(t0) < 600);
+  const double answeredS = seconds(t0);
+  v1::AgentMessage bye;
+  bye.mutable_goodbye();
+  stream->Write(bye);
+  stream->WritesDone();
+  while (stream->Read(&reply)) {
+  }
+  stream->Finish();
+  if (!got.ok()) {
+    std::fprintf(stderr, "bench_scale: GetPeak: %s\n", got.error_message().c_str());
+    return 1;
+  }
+  std::printf(
+      "{\"session\": %llu, \"answered_s\": %.3f, \"refused_before\": %d, "
+      "\"peak_bytes\": %lld}\n",
+      static_cast<unsigned long long>(session), answeredS, refused,
+      static_cast<long long>(peak.breakdown().tracked_bytes()));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string server = "127.0.0.1:7531";
   std::string scratch = "/tmp/tidemark-bench-raw.db";
   long events = 10'000'000;
   uint64_t queriesOnly = 0;  // --queries-only SESSION: skip ingest and analysis, time queries
+  uint64_t resume = 0;
+  bool leaveLive = false;
   bool tensors = false;
   bool progress = false;
   bool raw = true;
@@ -351,6 +411,10 @@ int main(int argc, char** argv) {
       raw = false;
     } else if (!std::strcmp(argv[i], "--live-queries")) {
       live = true;
+    } else if (!std::strcmp(argv[i], "--leave-live")) {
+      leaveLive = true;
+    } else if (value && !std::strcmp(argv[i], "--resume")) {
+      resume = std::strtoull(argv[++i], nullptr, 10);
     } else if (value && !std::strcmp(argv[i], "--ns-per-event")) {
       nsPerEvent = std::atoll(argv[++i]);
     } else if (value && !std::strcmp(argv[i], "--step-events")) {
@@ -369,6 +433,7 @@ int main(int argc, char** argv) {
 
   auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
   if (queriesOnly != 0) return timeTimelines(channel, queriesOnly, nullptr);
+  if (resume != 0) return resumeAndAsk(channel, resume);
 
   // Batches are made by a thread of their own while the stream sends them, a few at a time, so
   // that a session of any length costs the client the same memory.
@@ -466,6 +531,24 @@ int main(int argc, char** argv) {
   }
   producer.join();
   if (live) queryLive("end", sentBatches, sentPeak);
+  if (leaveLive) {
+    // Everything committed, then the stream breaks (as an agent's does when its daemon stops).
+    v1::AgentMessage ask;
+    ask.mutable_ack_request();
+    const auto w0 = std::chrono::steady_clock::now();
+    while (acked < static_cast<uint64_t>(sentBatches) && seconds(w0) < 600) {
+      stream->Write(ask);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const double ingestS = seconds(t0);
+    ctx.TryCancel();
+    acks.join();
+    stream->Finish();
+    std::printf("{\"session\": %llu, \"events\": %ld, \"ingest_s\": %.3f, \"acknowledged\": %s}\n",
+                static_cast<unsigned long long>(session), events, ingestS,
+                acked >= static_cast<uint64_t>(sentBatches) ? "true" : "false");
+    return acked >= static_cast<uint64_t>(sentBatches) ? 0 : 1;
+  }
   v1::AgentMessage bye;
   bye.mutable_goodbye()->mutable_counters()->set_events_sent(static_cast<uint64_t>(events));
   stream->Write(bye);

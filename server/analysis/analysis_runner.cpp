@@ -138,12 +138,7 @@ absl::Status AnalysisRunner::analyze(int64_t id) {
     return s;
   WriterSink sink(m_writer, id);
   core::StreamingOptions options;
-  // The sorts' runs lie beside a SQLite store (a private directory, the same disk); with a
-  // PostgreSQL store, in the temporary directory (files of mode 0600).
-  const std::filesystem::path dir = isPostgresLocator(m_writer.path())
-                                        ? std::filesystem::temp_directory_path()
-                                        : std::filesystem::path(m_writer.path()).parent_path();
-  options.tempDir = dir.empty() ? "." : dir.string();
+  options.tempDir = scratchDirFor(m_writer.path());
   // Three quarters to the sorts, a quarter to the totals kept for step inference.
   options.memoryBytes = m_memoryBytes / 4 * 3;
   options.maxInferencePoints =

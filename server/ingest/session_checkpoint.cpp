@@ -95,6 +95,7 @@ absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c,
   const bool sameCut =
       kept.analysis && kept.nextBatchSeq == c.next_batch_seq() && kept.nextEventSeq == c.next_seq();
   m_live = sameCut ? std::move(kept.analysis) : nullptr;
+  m_rebuild.reset();
   m_nextBatchSeq = c.next_batch_seq();
   m_nextSeq = c.next_seq();
   m_lastTs = c.last_ts_ns();

@@ -94,9 +94,14 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   // Validated as a whole: a refused batch leaves nothing half-applied.
   ++m_nextBatchSeq;
   m_stringBytes += stringBytes;
+  adoptRebuiltLive();
   for (const v1::InternedString& s : batch.strings()) {
     m_rows.strings.emplace_back(s.iid(), s.value());
-    if (m_live) m_live->name(s.iid(), s.value());
+    if (m_live) {
+      m_live->name(s.iid(), s.value());
+    } else if (m_rebuild) {
+      m_rebuild->logName(s.iid(), s.value());
+    }
   }
   m_rows.eventsReceived += batch.events_size();
   for (const v1::Event& e : batch.events()) {
@@ -193,9 +198,19 @@ void SessionIngest::release(const v1::Event& e) {
         noteClosed(key);
       }
       noteOpened(key);
-      if (!m_live) break;
-      m_live->alloc(b.toBlock(), innermostScope(b.threadId, v1::SCOPE_KIND_MODULE),
-                    innermostScope(b.threadId, v1::SCOPE_KIND_OP));
+      if (!feedingLive()) break;
+      core::LiveCall c;
+      c.kind = core::LiveCall::Kind::kAlloc;
+      c.memoryKind = core::memoryKindFromWire(b.memoryKind);
+      c.device = b.device;
+      c.threadId = b.threadId;
+      c.address = b.address;
+      c.sizeBytes = b.sizeBytes;
+      c.seq = b.allocSeq;
+      c.tsNs = b.allocTsNs;
+      c.iid = innermostScope(b.threadId, v1::SCOPE_KIND_MODULE);
+      c.opIid = innermostScope(b.threadId, v1::SCOPE_KIND_OP);
+      feedLive(c);
       break;
     }
     case v1::Event::kFree: {
@@ -213,8 +228,16 @@ void SessionIngest::release(const v1::Event& e) {
       b.freeTsNs = e.ts_ns();
       m_rows.blocks.push_back(b);
       m_rows.eventsStored += 2;
-      if (m_live)
-        m_live->free(core::memoryKindFromWire(kind), f.device(), f.address(), e.seq(), e.ts_ns());
+      if (feedingLive()) {
+        core::LiveCall c;
+        c.kind = core::LiveCall::Kind::kFree;
+        c.memoryKind = core::memoryKindFromWire(kind);
+        c.device = f.device();
+        c.address = f.address();
+        c.seq = e.seq();
+        c.tsNs = e.ts_ns();
+        feedLive(c);
+      }
       break;
     }
     case v1::Event::kScopeBegin: {
@@ -225,8 +248,14 @@ void SessionIngest::release(const v1::Event& e) {
       row.correlationId = e.scope_begin().correlation_id();
       row.depth = static_cast<int>(stack.size());
       openInterval(stack, row, e);
-      if (m_live && row.kind == v1::SCOPE_KIND_MODULE) m_live->moduleBegin(e.seq(), row.nameIid);
-      if (m_live && row.kind == v1::SCOPE_KIND_OP) m_live->opScopeSeen();
+      if (feedingLive() && (row.kind == v1::SCOPE_KIND_MODULE || row.kind == v1::SCOPE_KIND_OP)) {
+        core::LiveCall c;
+        c.kind = row.kind == v1::SCOPE_KIND_MODULE ? core::LiveCall::Kind::kModuleBegin
+                                                   : core::LiveCall::Kind::kOpScopeSeen;
+        c.seq = e.seq();
+        c.iid = row.nameIid;
+        feedLive(c);
+      }
       break;
     }
     case v1::Event::kScopeEnd: {
@@ -237,17 +266,27 @@ void SessionIngest::release(const v1::Event& e) {
               [name](const IntervalRow& r) { return r.nameIid == name; }, e, m_rows.scopes)) {
         count("scope_end_unmatched");
       }
-      for (size_t i = closedFrom; i < m_rows.scopes.size(); ++i)
-        if (m_live && m_rows.scopes[i].kind == v1::SCOPE_KIND_MODULE)
-          m_live->moduleEnd(m_rows.scopes[i].beginSeq);
+      for (size_t i = closedFrom; i < m_rows.scopes.size(); ++i) {
+        if (feedingLive() && m_rows.scopes[i].kind == v1::SCOPE_KIND_MODULE) {
+          core::LiveCall c;
+          c.kind = core::LiveCall::Kind::kModuleEnd;
+          c.seq = m_rows.scopes[i].beginSeq;
+          feedLive(c);
+        }
+      }
       break;
     }
     case v1::Event::kPhaseBegin: {
       IntervalRow row;
       row.phase = e.phase_begin().phase();
       openInterval(m_phaseStacks[e.thread_id()], row, e);
-      if (m_live)
-        m_live->phaseBegin(e.seq(), core::phaseFromWire(row.phase).value_or(core::Phase::kNone));
+      if (feedingLive()) {
+        core::LiveCall c;
+        c.kind = core::LiveCall::Kind::kPhaseBegin;
+        c.seq = e.seq();
+        c.phase = core::phaseFromWire(row.phase).value_or(core::Phase::kNone);
+        feedLive(c);
+      }
       break;
     }
     case v1::Event::kPhaseEnd: {
@@ -258,8 +297,13 @@ void SessionIngest::release(const v1::Event& e) {
               [phase](const IntervalRow& r) { return r.phase == phase; }, e, m_rows.phases)) {
         count("phase_end_unmatched");
       }
-      for (size_t i = closedFrom; i < m_rows.phases.size(); ++i)
-        if (m_live) m_live->phaseEnd(m_rows.phases[i].beginSeq, m_rows.phases[i].endSeq);
+      for (size_t i = closedFrom; i < m_rows.phases.size() && feedingLive(); ++i) {
+        core::LiveCall c;
+        c.kind = core::LiveCall::Kind::kPhaseEnd;
+        c.seq = m_rows.phases[i].beginSeq;
+        c.endSeq = m_rows.phases[i].endSeq;
+        feedLive(c);
+      }
       break;
     }
     case v1::Event::kStepBegin: {
@@ -268,7 +312,14 @@ void SessionIngest::release(const v1::Event& e) {
       s.beginSeq = e.seq();
       s.beginTsNs = e.ts_ns();
       m_openSteps[s.step] = s;
-      if (m_live) m_live->stepBegin(s.step, s.beginSeq, s.beginTsNs);
+      if (feedingLive()) {
+        core::LiveCall c;
+        c.kind = core::LiveCall::Kind::kStepBegin;
+        c.step = s.step;
+        c.seq = s.beginSeq;
+        c.tsNs = s.beginTsNs;
+        feedLive(c);
+      }
       break;
     }
     case v1::Event::kStepEnd: {
@@ -283,7 +334,14 @@ void SessionIngest::release(const v1::Event& e) {
       s.endTsNs = e.ts_ns();
       m_rows.steps.push_back(s);
       m_rows.eventsStored += 2;
-      if (m_live) m_live->stepEnd(s.step, s.endSeq, s.endTsNs);
+      if (feedingLive()) {
+        core::LiveCall c;
+        c.kind = core::LiveCall::Kind::kStepEnd;
+        c.step = s.step;
+        c.seq = s.endSeq;
+        c.tsNs = s.endTsNs;
+        feedLive(c);
+      }
       break;
     }
     case v1::Event::kTag: {
@@ -296,10 +354,15 @@ void SessionIngest::release(const v1::Event& e) {
       row.category = t.category();
       row.nameIid = t.name_iid();
       m_rows.tags.push_back(row);
-      if (m_live)
-        m_live->tag(row.seq, row.address,
-                    core::categoryFromWire(row.category).value_or(core::Category::kUnknown),
-                    row.nameIid);
+      if (feedingLive()) {
+        core::LiveCall c;
+        c.kind = core::LiveCall::Kind::kTag;
+        c.seq = row.seq;
+        c.address = row.address;
+        c.category = core::categoryFromWire(row.category).value_or(core::Category::kUnknown);
+        c.iid = row.nameIid;
+        feedLive(c);
+      }
       m_rows.eventsStored += 1;
       break;
     }
@@ -382,7 +445,34 @@ bool SessionIngest::closeInnermost(std::vector<IntervalRow>& stack, Match match,
   return true;
 }
 
+void SessionIngest::rebuildLive(LiveRebuild::Options options, v1::IngestCheckpoint state,
+                                std::vector<BlockRow> open) {
+  if (m_live) return;
+  m_rebuild = std::make_unique<LiveRebuild>(std::move(options), std::move(state), std::move(open));
+}
+
+void SessionIngest::adoptRebuiltLive() const {
+  if (!m_rebuild) return;
+  if (m_rebuild->failed()) {
+    m_rebuild.reset();
+    return;
+  }
+  if (auto live = m_rebuild->takeIfCaughtUp()) {
+    m_live = std::move(live);
+    m_rebuild.reset();
+  }
+}
+
+void SessionIngest::feedLive(const core::LiveCall& c) {
+  if (m_live) {
+    c.applyTo(*m_live);
+  } else if (m_rebuild && !m_rebuild->log(c)) {
+    m_rebuild.reset();  // given up: the session answers from its recording
+  }
+}
+
 SessionRows SessionIngest::takeRows() {
+  adoptRebuiltLive();
   if (m_live) {
     for (core::TimelineChunk& c : m_live->takeChunks())
       m_rows.timelineChunks.push_back(std::move(c));
@@ -429,6 +519,7 @@ SessionRows SessionIngest::finish() {
     m_rows.eventsStored += 1;
   }
   m_openSteps.clear();
+  m_rebuild.reset();  // not caught up: the pass analyses the session
   if (m_live) m_liveFinal = m_live->finish();
   return takeRows();
 }

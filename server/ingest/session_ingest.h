@@ -12,9 +12,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "server/ingest/live_rebuild.h"
 #include "server/store/store.h"
 #include "src/core/block_key.h"
 #include "src/core/live_analysis.h"
+#include "src/core/live_feed.h"
 #include "tidemark/v1/checkpoint.pb.h"
 #include "tidemark/v1/events.pb.h"
 
@@ -76,7 +78,10 @@ class SessionIngest {
   // What a live session answers as its events come (peak, steps, timeline), or nullptr when the
   // ingest did not see the session from its start and took on no live analysis that did (it
   // continues from a checkpoint after a restart of the daemon: it would lack what came before).
-  const core::LiveAnalysis* live() const { return m_live.get(); }
+  const core::LiveAnalysis* live() const {
+    adoptRebuiltLive();
+    return m_live.get();
+  }
   // After finish(): the session's analysis from its live one (exact or not), or nullopt when it
   // had none.
   std::optional<core::LiveAnalysis::Final> takeLiveFinal() {
@@ -130,6 +135,12 @@ class SessionIngest {
   absl::Status restore(const v1::IngestCheckpoint& state, const std::vector<BlockRow>& open) {
     return restore(state, open, KeptLive());
   }
+  // After a restore without a live analysis (a restart of the daemon): builds it again from the
+  // store (LiveRebuild, from the same checkpoint and open blocks), taken on at a batch or a
+  // takeRows() once it has caught up; live() is nullptr until then.
+  void rebuildLive(LiveRebuild::Options options, v1::IngestCheckpoint state,
+                   std::vector<BlockRow> open);
+  bool rebuildingLive() const { return m_rebuild != nullptr; }
 
  private:
   void releaseReady();
@@ -181,7 +192,13 @@ class SessionIngest {
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;
-  std::unique_ptr<core::LiveAnalysis> m_live;  // none once restored without one kept
+  // None once restored without one kept, until m_rebuild has built it again. Mutable: live()
+  // takes on a rebuilt one that has caught up (under the ingest's lock, as every caller holds).
+  mutable std::unique_ptr<core::LiveAnalysis> m_live;
+  mutable std::unique_ptr<LiveRebuild> m_rebuild;
+  bool feedingLive() const { return m_live || m_rebuild; }
+  void feedLive(const core::LiveCall& c);
+  void adoptRebuiltLive() const;
   std::optional<core::LiveAnalysis::Final> m_liveFinal;
   // The innermost scope of a kind (ScopeKind) open on a thread: its name, 0 for none.
   uint32_t innermostScope(uint32_t thread, int kind) const {

@@ -102,15 +102,20 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
 }
 
 // A session's ingest as of its last checkpoint in the store (as new when it has none).
-// kept: the live analysis the session's previous stream left on this daemon, if any.
+// kept: the live analysis the session's previous stream left on this daemon, if any. rebuild:
+// when none is taken on, build it again from the store with these options (none: not).
 absl::Status restoreFromStore(const std::string& path, int64_t id, SessionIngest* ingest,
-                              SessionIngest::KeptLive kept) {
+                              SessionIngest::KeptLive kept,
+                              const LiveRebuild::Options* rebuild = nullptr) {
   auto stored = Store::loadCheckpoint(path, id);
   if (!stored.ok()) return stored.status();
   if (!*stored) return absl::OkStatus();
   v1::IngestCheckpoint state;
   if (!state.ParseFromString((*stored)->state)) return absl::DataLossError("damaged checkpoint");
-  return ingest->restore(state, (*stored)->openBlocks, std::move(kept));
+  if (auto s = ingest->restore(state, (*stored)->openBlocks, std::move(kept)); !s.ok()) return s;
+  if (rebuild && !ingest->live())
+    ingest->rebuildLive(*rebuild, std::move(state), std::move((*stored)->openBlocks));
+  return absl::OkStatus();
 }
 
 // Rows and the ingest state of one session, committed together; one in flight at a time, so
@@ -370,9 +375,16 @@ grpc::Status IngestService::Stream(
                                                   " has ended; it cannot be resumed"));
     }
     if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) return toGrpc(s);
-    ingest.emplace(sessionId);
-    if (absl::Status restored =
-            restoreFromStore(m_writer.path(), sessionId, &*ingest, m_keptLive.take(sessionId));
+    ingest.emplace(sessionId, windowEdges());
+    // A share of rows again for the rebuild's sort; its log of what comes meanwhile spills.
+    LiveRebuild::Options rebuild;
+    rebuild.dbPath = m_writer.path();
+    rebuild.sessionId = sessionId;
+    rebuild.windowEdges = windowEdges();
+    rebuild.tempDir = scratchDirFor(m_writer.path());
+    rebuild.sortBytes = m_maxPendingRowBytes / 2;
+    if (absl::Status restored = restoreFromStore(m_writer.path(), sessionId, &*ingest,
+                                                 m_keptLive.take(sessionId), &rebuild);
         !restored.ok()) {
       m_sessions.release(sessionId, true, hello.pid(), hello.hostname());
       return toGrpc(absl::UnavailableError("cannot read the checkpoint of session " +
@@ -429,7 +441,7 @@ grpc::Status IngestService::Stream(
     sessionId = *created;
     m_sessions.hold(sessionId, context);
     // The live analysis's window: half a session's row share again.
-    ingest.emplace(sessionId, m_maxPendingRowBytes / 2 / core::LiveAnalysis::kBytesPerWindowEdge);
+    ingest.emplace(sessionId, windowEdges());
     if (hello.first_batch_seq() != 0) ingest->setFirstBatchSeq(hello.first_batch_seq());
     if (hello.first_event_seq() != 0) ingest->setFirstEventSeq(hello.first_event_seq());
   }

@@ -62,6 +62,11 @@ class IngestService final : public v1::Ingest::Service {
   // Ends a detached session as aborted from its last checkpoint (open blocks as live).
   absl::Status closeDetached(int64_t id);
 
+  // A live analysis's window: half a session's row share again.
+  size_t windowEdges() const {
+    return m_maxPendingRowBytes / 2 / core::LiveAnalysis::kBytesPerWindowEdge;
+  }
+
   StoreWriter& m_writer;
   const Access& m_access;
   LiveAgents& m_agents;

@@ -1,9 +1,18 @@
 #include "server/store/database.h"
 
+#include <filesystem>
+
 namespace tidemark::server {
 
 bool isPostgresLocator(std::string_view locator) {
   return locator.starts_with("postgresql://") || locator.starts_with("postgres://");
+}
+
+std::string scratchDirFor(std::string_view locator) {
+  const std::filesystem::path dir = isPostgresLocator(locator)
+                                        ? std::filesystem::temp_directory_path()
+                                        : std::filesystem::path(locator).parent_path();
+  return dir.empty() ? "." : dir.string();
 }
 
 std::string displayLocator(std::string_view locator) {

@@ -20,6 +20,9 @@ enum class Dialect { kSqlite, kPostgres };
 bool isPostgresLocator(std::string_view locator);
 // The locator as it may be shown (a PostgreSQL URI without its password).
 std::string displayLocator(std::string_view locator);
+// Where the daemon's sorts spill (external_sort.h): beside a SQLite store (a private directory,
+// the same disk); with a PostgreSQL store, in the temporary directory (files of mode 0600).
+std::string scratchDirFor(std::string_view locator);
 
 // A prepared statement. Its rows are read one at a time (step); reset before it runs again.
 class Statement {

@@ -30,6 +30,7 @@ class StoredRecordingStream : public core::RecordingStream {
   std::unique_ptr<core::Cursor<core::ScopeRef>> scopes(bool ops) override;
   std::vector<core::StepInterval> steps() override;  // the marked ones (not earlier inferences)
   std::string name(uint32_t id) override;
+  const std::unordered_map<uint32_t, std::string>& names() const { return m_names; }
   std::string error() const override { return m_error; }
 
   // A cursor's statement ended in an error: the analysis is incomplete.

@@ -16,6 +16,21 @@
 
 namespace tidemark::core {
 
+// A temporary file in `dir` that no other process can open and the kernel removes once it is
+// closed (O_TMPFILE; else a named file, unlinked at once): its descriptor, or -1 (errno set).
+inline int openScratchFile(const std::string& dir) {
+  int fd = -1;
+#ifdef O_TMPFILE
+  fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+#endif
+  if (fd < 0) {
+    std::string name = dir + "/tidemark-scratch-XXXXXX";
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(name.c_str());
+  }
+  return fd;
+}
+
 // Sorts more fixed-size records than memory holds: records gather in a buffer of
 // `memoryBytes`; a full buffer is sorted and written to a temporary file in `tempDir` (removed
 // by the kernel once closed) as one run; reading merges the runs. Memory stays at about
@@ -148,16 +163,8 @@ class ExternalSorter {
     return false;
   }
   bool openFile() {
-#ifdef O_TMPFILE
-    m_fd = ::open(m_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-#endif
-    if (m_fd < 0) {  // a file system without O_TMPFILE: a named file, unlinked at once
-      std::string name = m_dir + "/tidemark-sort-XXXXXX";
-      m_fd = ::mkostemp(name.data(), O_CLOEXEC);
-      if (m_fd < 0) return fail("temporary file in " + m_dir);
-      ::unlink(name.c_str());
-    }
-    return true;
+    m_fd = openScratchFile(m_dir);
+    return m_fd >= 0 || fail("temporary file in " + m_dir);
   }
   bool spill() {
     if (m_fd < 0 && !openFile()) return false;

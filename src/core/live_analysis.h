@@ -107,6 +107,14 @@ class LiveAnalysis {
     return std::exchange(m_codesOut, {});
   }
 
+  // Answers only, from now on: nothing more is handed to the store (takeChunks, takeBlockCodes)
+  // and finish() is not exact, giving `why` (one built again from the store: what it would hand
+  // over, the analysis it stands for handed over before).
+  void answerOnly(const std::string& why) {
+    inexact(why);
+    m_storeOutput = false;
+  }
+
   int64_t firstTsNs() const { return m_firstTs; }
   int64_t lastTsNs() const { return m_lastTs; }
   // For tests and stats.

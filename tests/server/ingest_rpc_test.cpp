@@ -546,6 +546,157 @@ TEST_F(IngestRpcTest, ASessionResumedOnTheSameDaemonKeepsItsLiveAnalysis) {
   EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(3 * kWeights + 64));
 }
 
+// After a restart of the daemon the live analysis is gone with the old process: the daemon
+// builds it again from the store (every event before the checkpoint the session resumed from, in
+// sequence order, on a thread of its own) while the agent goes on sending, then takes it on. The
+// session (180,015 blocks, past what the smallest budget loads whole for a query) answers its
+// peak and steps again, each step as the stored analysis has it once the session has ended; a
+// step, a forward phase, a module scope and a block were open at the restart.
+TEST_F(IngestRpcTest, ASessionResumedAfterARestartHasItsLiveAnalysisBuiltAgain) {
+  startServer(std::chrono::seconds(600), kMinMemoryBudgetBytes);
+  uint64_t seq = 0;
+  uint64_t batchSeq = 0;
+  std::vector<v1::AgentMessage> batches;
+  auto newBatch = [&] { batches.emplace_back().mutable_batch()->set_batch_seq(++batchSeq); };
+  auto add = [&]() {
+    if (batches.empty() || batches.back().batch().events_size() >= 10000) newBatch();
+    v1::Event* e = batches.back().mutable_batch()->add_events();
+    e->set_seq(++seq);
+    e->set_ts_ns(static_cast<int64_t>(seq) * 1000);
+    e->set_thread_id(7);
+    return e;
+  };
+  auto alloc = [&](uint64_t address, uint64_t size) {
+    v1::Event* e = add();
+    e->mutable_alloc()->set_address(address);
+    e->mutable_alloc()->set_size_bytes(size);
+  };
+  auto freeOf = [&](uint64_t address) { add()->mutable_free()->set_address(address); };
+  constexpr uint64_t kWeights = 1 << 20, kActivation = 1 << 19, kLater = 2 << 20;
+  constexpr uint64_t kActivationAt = 0x30000000, kLaterAt = 0x40000000;
+  // The step's first part: a forward inside Net.block, churn, then an activation kept.
+  auto forward = [&](int64_t n, int churn) {
+    add()->mutable_step_begin()->set_step(n);
+    add()->mutable_phase_begin()->set_phase(v1::PHASE_FORWARD);
+    v1::Event* scope = add();
+    scope->mutable_scope_begin()->set_name_iid(1);
+    for (int i = 0; i < churn; ++i) {
+      alloc(0x1000, 64);
+      freeOf(0x1000);
+    }
+    alloc(kActivationAt, kActivation);
+  };
+  auto rest = [&](int64_t n, uint64_t later) {
+    add()->mutable_scope_end()->set_name_iid(1);
+    add()->mutable_phase_end()->set_phase(v1::PHASE_FORWARD);
+    freeOf(kActivationAt);
+    if (later > 0) {
+      alloc(kLaterAt, later);
+      freeOf(kLaterAt);
+    }
+    add()->mutable_step_end()->set_step(n);
+  };
+  auto wholePeak = [&](uint64_t session, v1::Peak* out) {
+    grpc::ClientContext c;
+    v1::PeakRequest req;
+    req.set_session_id(session);
+    return m_query->GetPeak(&c, req, out);
+  };
+  auto stepsOf = [&](uint64_t session, v1::Steps* out) {
+    grpc::ClientContext c;
+    v1::StepsRequest req;
+    req.set_session_id(session);
+    return m_query->GetSteps(&c, req, out);
+  };
+  auto describe = [](const v1::Steps& steps) {
+    std::string out;
+    for (const v1::StepSummary& s : steps.steps()) {
+      out += std::to_string(s.step()) + ": " + std::to_string(s.peak().tracked_bytes()) + " " +
+             s.peak().phase() + " " + s.peak().scope();
+      for (const v1::CategoryBytes& c : s.peak().categories())
+        if (c.bytes() != 0) out += " " + c.name() + "=" + std::to_string(c.bytes());
+      out += "\n";
+    }
+    return out;
+  };
+
+  uint64_t session = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    newBatch();
+    auto* name = batches.back().mutable_batch()->add_strings();
+    name->set_iid(1);
+    name->set_value("Net.block");
+    name = batches.back().mutable_batch()->add_strings();
+    name->set_iid(2);
+    name->set_value("Net.weight");
+    alloc(0x10000000, kWeights);
+    v1::Event* tag = add();
+    tag->mutable_tag()->set_address(0x10000000);
+    tag->mutable_tag()->set_size_bytes(kWeights);
+    tag->mutable_tag()->set_category(v1::CATEGORY_WEIGHT);
+    tag->mutable_tag()->set_name_iid(2);
+    forward(1, 60000);
+    rest(1, 0);
+    forward(2, 60000);
+    rest(2, 0);
+    forward(3, 60000);  // step 3's forward is running at the restart
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), batches, batchSeq));
+    // The daemon stops under the stream (SIGTERM) and starts again on the same store.
+    startServer(std::chrono::seconds(600), kMinMemoryBudgetBytes);
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  ASSERT_EQ(handshake(stream.get(), session).next_batch_seq(), batchSeq + 1);
+  batches.clear();
+  for (int i = 0; i < 10; ++i) {
+    alloc(0x1000, 64);
+    freeOf(0x1000);
+  }
+  rest(3, kLater);
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), batches, batchSeq));
+  // Answered once the rebuild has caught up (refused until then: past the budget).
+  v1::Peak peak;
+  grpc::Status st;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(st = wholePeak(session, &peak)).ok() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(kWeights + kLater));
+  EXPECT_EQ(peak.breakdown().step(), 3);
+  v1::Steps live;
+  st = stepsOf(session, &live);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(live.steps_size(), 3);
+  EXPECT_EQ(live.steps(0).peak().tracked_bytes(), static_cast<int64_t>(kWeights + kActivation));
+  EXPECT_EQ(live.steps(0).peak().phase(), "forward");
+  EXPECT_EQ(live.steps(0).peak().scope(), "Net.block");
+
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(seq);
+  ASSERT_TRUE(stream->Write(bye));
+  ASSERT_TRUE(closeStream(stream.get()).ok());
+  // The pass analyses it at its end (what a rebuilt analysis would hand the store, the old one
+  // handed over before the restart); its stored steps are those the rebuilt one answered.
+  v1::SessionInfo info;
+  const auto analysed = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (sessionInfo(session, &info).ok() && !info.analyzed() &&
+         std::chrono::steady_clock::now() < analysed)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(info.analyzed());
+  EXPECT_EQ(info.blocks(), 180015u);
+  v1::Steps stored;
+  st = stepsOf(session, &stored);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(describe(live), describe(stored));
+  ASSERT_TRUE(wholePeak(session, &peak).ok());
+  EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(kWeights + kLater));
+}
+
 TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBlocks) {
   startServer(std::chrono::seconds(0));  // no grace: closed at the next sweep
   uint64_t session = 0;
