@@ -336,16 +336,22 @@ std::string liveQueries(const std::shared_ptr<grpc::Channel>& channel, uint64_t 
 
 }  // namespace
 
-// --resume: the session taken back by a new stream; its peak asked until it is answered.
-int resumeAndAsk(const std::shared_ptr<grpc::Channel>& channel, uint64_t session) {
-  auto stub = v1::Ingest::NewStub(channel);
-  grpc::ClientContext ctx;
-  auto stream = stub->Stream(&ctx);
+// The handshake of the bench's agent.
+v1::AgentMessage benchHello() {
   v1::AgentMessage hello;
   hello.mutable_handshake()->set_magic(0x54444D4B);
   hello.mutable_handshake()->set_protocol_version(1);
   hello.mutable_handshake()->set_pid(1);
   hello.mutable_handshake()->set_command_line("bench_scale");
+  return hello;
+}
+
+// --resume: the session taken back by a new stream; its peak asked until it is answered.
+int resumeAndAsk(const std::shared_ptr<grpc::Channel>& channel, uint64_t session) {
+  auto stub = v1::Ingest::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->Stream(&ctx);
+  v1::AgentMessage hello = benchHello();
   hello.mutable_handshake()->set_resume_session_id(session);
   v1::ServerMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply) || !reply.has_handshake_reply()) {
@@ -464,11 +470,7 @@ int main(int argc, char** argv) {
   grpc::ClientContext ctx;
   const auto t0 = std::chrono::steady_clock::now();
   auto stream = stub->Stream(&ctx);
-  v1::AgentMessage hello;
-  hello.mutable_handshake()->set_magic(0x54444D4B);
-  hello.mutable_handshake()->set_protocol_version(1);
-  hello.mutable_handshake()->set_pid(1);
-  hello.mutable_handshake()->set_command_line("bench_scale");
+  v1::AgentMessage hello = benchHello();
   hello.mutable_handshake()->set_start_ts_ns(1'000'000'000);  // the generator's first timestamp
   v1::ServerMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply)) {

@@ -132,18 +132,10 @@ LiveRebuild::~LiveRebuild() {
 bool LiveRebuild::spillLocked() {
   if (m_spillFd < 0) m_spillFd = core::openScratchFile(m_options.tempDir);
   if (m_spillFd < 0) return false;
-  std::vector<LiveCall> calls(m_log.begin(), m_log.end());
-  const char* p = reinterpret_cast<const char*>(calls.data());
-  size_t left = calls.size() * sizeof(LiveCall);
-  uint64_t at = m_spilled * sizeof(LiveCall);
-  while (left > 0) {
-    const ssize_t n = ::pwrite(m_spillFd, p, left, static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    left -= static_cast<size_t>(n);
-    at += static_cast<uint64_t>(n);
-  }
+  const std::vector<LiveCall> calls(m_log.begin(), m_log.end());
+  if (!core::writeAllAt(m_spillFd, calls.data(), calls.size() * sizeof(LiveCall),
+                        m_spilled * sizeof(LiveCall)))
+    return false;
   m_spilled += calls.size();
   m_log.clear();
   return true;
@@ -151,20 +143,9 @@ bool LiveRebuild::spillLocked() {
 
 std::vector<LiveCall> LiveRebuild::readSpilledLocked(size_t max) {
   std::vector<LiveCall> calls(std::min<uint64_t>(max, m_spilled - m_spillRead));
-  char* p = reinterpret_cast<char*>(calls.data());
-  size_t left = calls.size() * sizeof(LiveCall);
-  uint64_t at = m_spillRead * sizeof(LiveCall);
-  while (left > 0) {
-    const ssize_t n = ::pread(m_spillFd, p, left, static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      calls.clear();
-      return calls;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-    at += static_cast<uint64_t>(n);
-  }
+  if (!core::readAllAt(m_spillFd, calls.data(), calls.size() * sizeof(LiveCall),
+                       m_spillRead * sizeof(LiveCall)))
+    return {};
   m_spillRead += calls.size();
   return calls;
 }

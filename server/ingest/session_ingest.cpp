@@ -312,14 +312,9 @@ void SessionIngest::release(const v1::Event& e) {
       s.beginSeq = e.seq();
       s.beginTsNs = e.ts_ns();
       m_openSteps[s.step] = s;
-      if (feedingLive()) {
-        core::LiveCall c;
-        c.kind = core::LiveCall::Kind::kStepBegin;
-        c.step = s.step;
-        c.seq = s.beginSeq;
-        c.tsNs = s.beginTsNs;
-        feedLive(c);
-      }
+      if (feedingLive())
+        feedLive(core::LiveCall::stepMark(core::LiveCall::Kind::kStepBegin, s.step, s.beginSeq,
+                                          s.beginTsNs));
       break;
     }
     case v1::Event::kStepEnd: {
@@ -334,14 +329,9 @@ void SessionIngest::release(const v1::Event& e) {
       s.endTsNs = e.ts_ns();
       m_rows.steps.push_back(s);
       m_rows.eventsStored += 2;
-      if (feedingLive()) {
-        core::LiveCall c;
-        c.kind = core::LiveCall::Kind::kStepEnd;
-        c.step = s.step;
-        c.seq = s.endSeq;
-        c.tsNs = s.endTsNs;
-        feedLive(c);
-      }
+      if (feedingLive())
+        feedLive(
+            core::LiveCall::stepMark(core::LiveCall::Kind::kStepEnd, s.step, s.endSeq, s.endTsNs));
       break;
     }
     case v1::Event::kTag: {

@@ -31,6 +31,34 @@ inline int openScratchFile(const std::string& dir) {
   return fd;
 }
 
+// All of n bytes written at offset `at` of fd, or read from there (false: errno says why; a read
+// past the end fails with errno 0).
+inline bool writeAllAt(int fd, const void* data, size_t n, uint64_t at) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t done = ::pwrite(fd, p, n, static_cast<off_t>(at));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return false;
+    p += done;
+    n -= static_cast<size_t>(done);
+    at += static_cast<uint64_t>(done);
+  }
+  return true;
+}
+inline bool readAllAt(int fd, void* data, size_t n, uint64_t at) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t done = ::pread(fd, p, n, static_cast<off_t>(at));
+    if (done < 0 && errno == EINTR) continue;
+    if (done == 0) errno = 0;
+    if (done <= 0) return false;
+    p += done;
+    n -= static_cast<size_t>(done);
+    at += static_cast<uint64_t>(done);
+  }
+  return true;
+}
+
 // Sorts more fixed-size records than memory holds: records gather in a buffer of
 // `memoryBytes`; a full buffer is sorted and written to a temporary file in `tempDir` (removed
 // by the kernel once closed) as one run; reading merges the runs. Memory stays at about
@@ -169,39 +197,18 @@ class ExternalSorter {
   bool spill() {
     if (m_fd < 0 && !openFile()) return false;
     std::stable_sort(m_buffer.begin(), m_buffer.end(), m_less);
-    const char* p = reinterpret_cast<const char*>(m_buffer.data());
-    size_t left = m_buffer.size() * sizeof(T);
-    uint64_t at = m_written * sizeof(T);
-    while (left > 0) {
-      const ssize_t n = ::pwrite(m_fd, p, left, static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return fail("writing a sort run");
-      p += n;
-      left -= static_cast<size_t>(n);
-      at += static_cast<uint64_t>(n);
-    }
+    if (!writeAllAt(m_fd, m_buffer.data(), m_buffer.size() * sizeof(T), m_written * sizeof(T)))
+      return fail("writing a sort run");
     m_runs.emplace_back(m_written, m_buffer.size());
     m_written += m_buffer.size();
     m_buffer.clear();
     return true;
   }
   bool readAt(uint64_t record, T* out, size_t count, std::string* error) const {
-    char* p = reinterpret_cast<char*>(out);
-    size_t left = count * sizeof(T);
-    uint64_t at = record * sizeof(T);
-    while (left > 0) {
-      const ssize_t n = ::pread(m_fd, p, left, static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        *error =
-            std::string("reading a sort run: ") + (n == 0 ? "short file" : std::strerror(errno));
-        return false;
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-      at += static_cast<uint64_t>(n);
-    }
-    return true;
+    if (readAllAt(m_fd, out, count * sizeof(T), record * sizeof(T))) return true;
+    *error =
+        std::string("reading a sort run: ") + (errno == 0 ? "short file" : std::strerror(errno));
+    return false;
   }
 
   std::string m_dir;

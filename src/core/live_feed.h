@@ -37,6 +37,19 @@ struct LiveCall {
   int64_t tsNs = 0;
   int64_t step = 0;  // step begin, end
 
+  static LiveCall of(Kind kind, uint64_t seq, int64_t tsNs = 0) {
+    LiveCall c;
+    c.kind = kind;
+    c.seq = seq;
+    c.tsNs = tsNs;
+    return c;
+  }
+  static LiveCall stepMark(Kind kind, int64_t step, uint64_t seq, int64_t tsNs) {
+    LiveCall c = of(kind, seq, tsNs);
+    c.step = step;
+    return c;
+  }
+
   void applyTo(LiveAnalysis& live) const {
     switch (kind) {
       case Kind::kAlloc: {

@@ -189,6 +189,18 @@ class IngestRpcTest : public ::testing::Test {
     return stream->Finish();
   }
 
+  grpc::Status wholePeak(uint64_t session, v1::Peak* out) {
+    grpc::ClientContext c;
+    v1::PeakRequest req;
+    req.set_session_id(session);
+    return m_query->GetPeak(&c, req, out);
+  }
+  grpc::Status stepsOf(uint64_t session, v1::Steps* out) {
+    grpc::ClientContext c;
+    v1::StepsRequest req;
+    req.set_session_id(session);
+    return m_query->GetSteps(&c, req, out);
+  }
   grpc::Status sessionInfo(uint64_t session, v1::SessionInfo* info) {
     grpc::ClientContext ctx;
     v1::GetSessionRequest req;
@@ -485,12 +497,6 @@ TEST_F(IngestRpcTest, ASessionResumedOnTheSameDaemonKeepsItsLiveAnalysis) {
     if (bigSize > 0) add()->mutable_free()->set_address(0x20000000);
     add()->mutable_step_end()->set_step(n);
   };
-  auto wholePeak = [&](uint64_t session, v1::Peak* out) {
-    grpc::ClientContext c;
-    v1::PeakRequest req;
-    req.set_session_id(session);
-    return m_query->GetPeak(&c, req, out);
-  };
   constexpr uint64_t kWeights = 1 << 20;
   uint64_t session = 0;
   {
@@ -521,11 +527,8 @@ TEST_F(IngestRpcTest, ASessionResumedOnTheSameDaemonKeepsItsLiveAnalysis) {
   EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(3 * kWeights + 64));
   EXPECT_EQ(peak.breakdown().step(), 3);
   {
-    grpc::ClientContext c;
-    v1::StepsRequest req;
-    req.set_session_id(session);
     v1::Steps steps;
-    st = m_query->GetSteps(&c, req, &steps);
+    st = stepsOf(session, &steps);
     ASSERT_TRUE(st.ok()) << st.error_message();
     ASSERT_EQ(steps.steps_size(), 3);
     EXPECT_EQ(steps.steps(0).peak().tracked_bytes(), static_cast<int64_t>(kWeights + 64));
@@ -595,18 +598,6 @@ TEST_F(IngestRpcTest, ASessionResumedAfterARestartHasItsLiveAnalysisBuiltAgain) 
       freeOf(kLaterAt);
     }
     add()->mutable_step_end()->set_step(n);
-  };
-  auto wholePeak = [&](uint64_t session, v1::Peak* out) {
-    grpc::ClientContext c;
-    v1::PeakRequest req;
-    req.set_session_id(session);
-    return m_query->GetPeak(&c, req, out);
-  };
-  auto stepsOf = [&](uint64_t session, v1::Steps* out) {
-    grpc::ClientContext c;
-    v1::StepsRequest req;
-    req.set_session_id(session);
-    return m_query->GetSteps(&c, req, out);
   };
   auto describe = [](const v1::Steps& steps) {
     std::string out;

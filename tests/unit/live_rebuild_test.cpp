@@ -126,6 +126,39 @@ std::vector<v1::EventBatch> randomSession(uint32_t seed) {
   return batches;
 }
 
+// A rebuild's options, quiet, and the checkpoint of a session that has not begun.
+LiveRebuild::Options quietOptions(const std::string& db, int64_t session, const std::string& dir) {
+  LiveRebuild::Options o;
+  o.dbPath = db;
+  o.sessionId = session;
+  o.tempDir = dir;
+  o.quiet = true;
+  return o;
+}
+v1::IngestCheckpoint checkpointAtStart() {
+  v1::IngestCheckpoint state;
+  state.set_next_seq(1);
+  state.set_next_batch_seq(1);
+  return state;
+}
+
+// A new store at `db` with one session.
+struct StoreWithSession {
+  std::unique_ptr<Store> store;
+  int64_t session = 0;
+};
+StoreWithSession storeWithSession(const std::string& db) {
+  StoreWithSession out;
+  auto store = Store::open(db);
+  EXPECT_TRUE(store.ok()) << store.status();
+  if (!store.ok()) return out;
+  auto id = (*store)->createSession(SessionHeader{});
+  EXPECT_TRUE(id.ok());
+  out.store = std::move(*store);
+  out.session = id.ok() ? *id : 0;
+  return out;
+}
+
 // What a live analysis answers: the whole peak with its items, every step, a timeline.
 std::string answers(const core::LiveAnalysis& live) {
   std::string out;
@@ -174,43 +207,38 @@ TEST(LiveRebuildTest, BuiltAgainAtAnyCutItAnswersAsTheOneThatSawItAll) {
     for (size_t cut = 1; cut < batches.size(); cut += 1 + batches.size() / 8) {
       std::filesystem::remove_all(dir);
       const std::string db = (dir / "store.db").string();
-      auto store = Store::open(db);
-      ASSERT_TRUE(store.ok()) << store.status();
-      auto id = (*store)->createSession(SessionHeader{});
-      ASSERT_TRUE(id.ok());
+      StoreWithSession made = storeWithSession(db);
+      ASSERT_NE(made.session, 0);
+      Store* store = made.store.get();
+      const int64_t id = made.session;
       auto commit = [&](SessionIngest& in, uint64_t batch) {
         SessionRows rows = in.takeRows();
         SessionIngest::Checkpoint c = in.takeCheckpoint(true);
-        ASSERT_TRUE((*store)->begin().ok());
-        ASSERT_TRUE((*store)->writeRows(rows).ok());
+        ASSERT_TRUE(store->begin().ok());
+        ASSERT_TRUE(store->writeRows(rows).ok());
         ASSERT_TRUE(
-            (*store)
-                ->saveCheckpoint(*id, batch, c.state.SerializeAsString(), true, c.opened, c.closed)
+            store->saveCheckpoint(id, batch, c.state.SerializeAsString(), true, c.opened, c.closed)
                 .ok());
-        ASSERT_TRUE((*store)->commit().ok());
+        ASSERT_TRUE(store->commit().ok());
       };
-      SessionIngest first(*id, 1024);
+      SessionIngest first(id, 1024);
       for (size_t i = 0; i < cut; ++i) {
         ASSERT_TRUE(first.addBatch(batches[i]).ok());
         commit(first, i + 1);
       }
       // The daemon restarts: the session continues from its checkpoint, its analysis is built
       // again while the rest comes (committed batch by batch, as the stream does).
-      auto stored = Store::loadCheckpoint(db, *id);
+      auto stored = Store::loadCheckpoint(db, id);
       ASSERT_TRUE(stored.ok() && *stored);
       v1::IngestCheckpoint state;
       ASSERT_TRUE(state.ParseFromString((*stored)->state));
-      SessionIngest resumed(*id, 1024);
+      SessionIngest resumed(id, 1024);
       ASSERT_TRUE(resumed.restore(state, (*stored)->openBlocks).ok());
       ASSERT_EQ(resumed.live(), nullptr);
-      LiveRebuild::Options o;
-      o.dbPath = db;
-      o.sessionId = *id;
+      LiveRebuild::Options o = quietOptions(db, id, dir.string());
       o.windowEdges = 1024;
-      o.tempDir = dir.string();
       o.sortBytes = 4096;    // the blocks' sort spills to disk
       o.memoryLogCalls = 2;  // and so does the log, while it waits
-      o.quiet = true;
       resumed.rebuildLive(o, state, (*stored)->openBlocks);
       for (size_t i = cut; i < batches.size(); ++i) {
         ASSERT_TRUE(resumed.addBatch(batches[i]).ok());
@@ -240,20 +268,11 @@ TEST(LiveRebuildTest, CallsLoggedInMemoryAndOnDiskAreAppliedInOrder) {
                                     ("tidemark-rebuild-spill-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   const std::string db = (dir / "store.db").string();
-  auto store = Store::open(db);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto id = (*store)->createSession(SessionHeader{});
-  ASSERT_TRUE(id.ok());
-  LiveRebuild::Options o;
-  o.dbPath = db;
-  o.sessionId = *id;
-  o.tempDir = dir.string();
+  StoreWithSession made = storeWithSession(db);
+  ASSERT_NE(made.session, 0);
+  LiveRebuild::Options o = quietOptions(db, made.session, dir.string());
   o.memoryLogCalls = 3;
-  o.quiet = true;
-  v1::IngestCheckpoint state;
-  state.set_next_seq(1);
-  state.set_next_batch_seq(1);
-  LiveRebuild r(o, state, {});
+  LiveRebuild r(o, checkpointAtStart(), {});
   // An empty store: the thread hands over at once; everything below is logged after.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   core::LiveAnalysis direct(1024);
@@ -308,16 +327,11 @@ TEST(LiveRebuildTest, ALogPastItsBoundGivesTheRebuildUp) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("tidemark-rebuild-log-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
-  LiveRebuild::Options o;
-  o.dbPath = (dir / "missing" / "store.db").string();  // never readable: the thread fails
-  o.sessionId = 1;
+  // Never readable: the thread fails.
+  LiveRebuild::Options o = quietOptions((dir / "missing" / "store.db").string(), 1, dir.string());
   o.maxLogCalls = 8;
-  o.quiet = true;
-  v1::IngestCheckpoint state;
-  state.set_next_seq(1);
-  state.set_next_batch_seq(1);
   {
-    LiveRebuild r(o, state, {});
+    LiveRebuild r(o, checkpointAtStart(), {});
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!r.failed() && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -327,14 +341,11 @@ TEST(LiveRebuildTest, ALogPastItsBoundGivesTheRebuildUp) {
   }
   // A store that reads, and a log that overflows before the thread can catch up with it.
   const std::string db = (dir / "store.db").string();
-  auto store = Store::open(db);
-  ASSERT_TRUE(store.ok()) << store.status();
-  auto id = (*store)->createSession(SessionHeader{});
-  ASSERT_TRUE(id.ok());
+  StoreWithSession made = storeWithSession(db);
+  ASSERT_NE(made.session, 0);
   o.dbPath = db;
-  o.sessionId = *id;
-  o.tempDir = dir.string();
-  LiveRebuild r(o, state, {});
+  o.sessionId = made.session;
+  LiveRebuild r(o, checkpointAtStart(), {});
   core::LiveCall c;
   c.kind = core::LiveCall::Kind::kOpScopeSeen;
   bool taken = true;
