@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <queue>
+#include <semaphore>
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
@@ -19,6 +20,9 @@
 namespace tidemark::server {
 
 namespace {
+
+constexpr std::ptrdiff_t kRebuildsAtOnce = 2;
+std::counting_semaphore<kRebuildsAtOnce> g_rebuildSlots(kRebuildsAtOnce);
 
 using core::kOpenSeq;
 using core::LiveCall;
@@ -213,10 +217,17 @@ std::string LiveRebuild::error() const {
 }
 
 void LiveRebuild::run() {
+  // Sessions resumed together after a restart are read one after another, kRebuildsAtOnce at a
+  // time: their sorts' memory stays that many shares whatever their number.
+  while (!g_rebuildSlots.try_acquire_for(std::chrono::milliseconds(50))) {
+    if (m_cancel) return;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto live = std::make_unique<core::LiveAnalysis>(m_options.windowEdges);
   live->answerOnly("its live analysis was built again after a restart of the daemon");
-  if (!replayStore(*live)) return;
+  const bool replayed = replayStore(*live);
+  g_rebuildSlots.release();
+  if (!replayed) return;
   // The log, until what is left of it is small enough for the ingest to apply under its lock.
   for (;;) {
     std::vector<LiveCall> calls;

@@ -29,7 +29,8 @@ namespace tidemark::server {
 //
 // It answers (peak, steps, timeline) as the lost one would; it hands nothing to the store (the
 // lost one handed over its chunks and categories until the restart): the analysis pass still
-// runs at the session's end. Bounded: the sorts take sortBytes; the log keeps memoryLogCalls
+// runs at the session's end. Bounded: two sessions' stores are read at once at most (the others
+// wait their turn, logging); the sorts take sortBytes; the log keeps memoryLogCalls
 // calls in memory and the older ones in a temporary file beside the sorts' runs, maxLogCalls in
 // all (past them, or when the file cannot be written, the rebuild is given up and the session
 // answers from its recording, as without one).

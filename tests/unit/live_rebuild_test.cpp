@@ -321,6 +321,37 @@ TEST(LiveRebuildTest, CallsLoggedInMemoryAndOnDiskAreAppliedInOrder) {
   std::filesystem::remove_all(dir);
 }
 
+// Sessions resumed together are read a few at a time: every one of them is built, in turn, and
+// one given up (cancelled) frees its turn.
+TEST(LiveRebuildTest, RebuildsResumedTogetherAreEachBuiltInTurn) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("tidemark-rebuild-turns-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string db = (dir / "store.db").string();
+  StoreWithSession made = storeWithSession(db);
+  ASSERT_NE(made.session, 0);
+  { LiveRebuild cancelled(quietOptions(db, made.session, dir.string()), checkpointAtStart(), {}); }
+  std::vector<std::unique_ptr<LiveRebuild>> rebuilds;
+  for (int i = 0; i < 6; ++i)
+    rebuilds.push_back(std::make_unique<LiveRebuild>(quietOptions(db, made.session, dir.string()),
+                                                     checkpointAtStart(), std::vector<BlockRow>{}));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t built = 0;
+  std::vector<bool> done(rebuilds.size(), false);
+  while (built < rebuilds.size() && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < rebuilds.size(); ++i) {
+      if (!done[i] && rebuilds[i]->takeIfCaughtUp()) {
+        done[i] = true;
+        ++built;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(built, rebuilds.size());
+  rebuilds.clear();
+  std::filesystem::remove_all(dir);
+}
+
 // What comes while the store is read waits in a bounded log: past it the rebuild is given up
 // (said), and the session goes on without a live analysis.
 TEST(LiveRebuildTest, ALogPastItsBoundGivesTheRebuildUp) {
