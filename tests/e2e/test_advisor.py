@@ -39,7 +39,10 @@ class AdvisorLiveTest(DaemonTestCase):
         print("  step peaks %s" % [s["peak"]["tracked_bytes"] for s in steps], file=sys.stderr)
         return peaks[len(peaks) // 2]
 
-    def check_model(self, model, *extra, budgets=(50, 70, 90)):
+    def check_model(self, model, *extra, budgets=(50, 70, 90), lowest_may_not_fit=False):
+        """lowest_may_not_fit: memory outside the chain that depends on the machine (the native
+        libraries' scratch on this CPU) may put the lowest budget below what any plan fits; the
+        plan is then checked at the least feasible budget the advisor names, 2 % above it."""
         base, base_losses = self.train(model, *extra)
         self.assertEqual(len(base_losses), STEPS)
         chain = self.daemon.cli_json("chain", str(base))
@@ -47,7 +50,18 @@ class AdvisorLiveTest(DaemonTestCase):
         for pct in budgets:
             with self.subTest(model=model, budget="%d%%" % pct):
                 path = os.path.join(self.daemon.dir, "%s-%d.json" % (model, pct))
-                r = self.daemon.cli("plan", str(base), "--budget", "%d%%" % pct, "--out", path)
+                budget_arg = "%d%%" % pct
+                r = self.daemon.cli("plan", str(base), "--budget", budget_arg, "--out", path,
+                                    check=False)
+                least = re.search(r"the least budget any plan fits is .*\(([0-9,]+) bytes\)",
+                                  r.stderr)
+                if r.returncode == 4 and lowest_may_not_fit and pct == budgets[0] and least:
+                    budget_arg = str(int(int(least.group(1).replace(",", "")) * 1.02))
+                    print("%s %d%%: no plan fits on this machine (%s); checked at %s bytes"
+                          % (model, pct, r.stderr.strip(), budget_arg), file=sys.stderr)
+                    r = self.daemon.cli("plan", str(base), "--budget", budget_arg, "--out", path,
+                                        check=False)
+                self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertIn("predicted peak", r.stdout)
                 with open(path) as f:
                     plan = json.load(f)
@@ -96,7 +110,8 @@ class AdvisorLiveTest(DaemonTestCase):
         # so no plan goes below ~76 % there (the advisor says so, exit code 4; on torch 1.13
         # they are zeroed in place and static). Its plans are checked above that.
         chain = self.check_model("resnet",
-                                 budgets=(50, 70, 90) if torch_version() < (2, 0) else (80, 90))
+                                 budgets=(50, 70, 90) if torch_version() < (2, 0) else (80, 90),
+                                 lowest_may_not_fit=True)
         self.assertEqual([s["name"] for s in chain["stages"]],
                          ["ResNet.layer%d.%d" % (i, j) for i in range(1, 5) for j in range(2)])
 
