@@ -122,7 +122,7 @@ class AttachTest(DaemonTestCase):
         self.daemon.wait_analyzed(sid)
         return sid, err
 
-    def wait_ended(self, sid, timeout=60):
+    def wait_ended(self, sid, timeout=120):
         deadline = time.time() + timeout
         while time.time() < deadline:
             s = [s for s in self.daemon.cli_json("sessions")["sessions"] if s["id"] == sid]

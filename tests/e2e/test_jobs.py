@@ -157,7 +157,14 @@ class JobsTest(DaemonTestCase):
             # (At 70 % the optimal plan mixes selective and whole-block recomputation, one of
             # near-equal shapes; some of them are predicted ~10 % high: an advisor matter, not
             # the job's. At 50 % the plan is one: blocks 0-2 recomputed.)
-            r = self.daemon.cli("plan", "--job", name, "--budget", "50%", "--out", plan)
+            # A daemon busy with four ranks on a small machine may not hand a live rank's rows
+            # to the store within the loader's wait: it says "ask again" (exit 3), and so does this.
+            for _ in range(3):
+                r = self.daemon.cli("plan", "--job", name, "--budget", "50%", "--out", plan,
+                                    check=False)
+                if not (r.returncode == 3 and "ask again" in r.stderr):
+                    break
+            self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("the rank that sets the job's memory need", r.stderr)
             r = self.daemon.cli("apply", "--job", name, plan, "--json")
             applied = json.loads(r.stdout)
