@@ -197,7 +197,7 @@ std::unique_ptr<core::LiveAnalysis> LiveRebuild::takeIfCaughtUp() {
   for (auto& [iid, text] : m_names) m_built->name(iid, std::move(text));
   m_names.clear();
   while (m_spillRead < m_spilled) {  // spilled since the hand-over
-    const std::vector<LiveCall> calls = readSpilledLocked(65536);
+    const std::vector<LiveCall> calls = readSpilledLocked(kReadCalls);
     if (calls.empty()) return nullptr;  // unreadable: never taken on
     for (const LiveCall& c : calls) c.applyTo(*m_built);
   }
@@ -237,7 +237,7 @@ void LiveRebuild::run() {
       if (!m_error.empty()) return;
       if (m_cancel) return;
       if (m_spillRead < m_spilled) {  // the file first: its calls came before the memory's
-        calls = readSpilledLocked(65536);
+        calls = readSpilledLocked(kReadCalls);
       } else if (m_log.size() <= kHandOverCalls) {
         m_built = std::move(live);
         m_caughtUp = true;

@@ -65,6 +65,8 @@ class LiveRebuild {
 
   // What is left in the log when the thread hands over (the ingest applies it under its lock).
   static constexpr size_t kHandOverCalls = 4096;
+  // The file's calls read back at a time.
+  static constexpr size_t kReadCalls = 65536;
 
  private:
   void run();
