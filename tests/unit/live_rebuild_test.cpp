@@ -142,6 +142,14 @@ v1::IngestCheckpoint checkpointAtStart() {
   return state;
 }
 
+// An empty directory of this process's own under the temporary one.
+std::filesystem::path emptyScratchDir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / (name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
 // A new store at `db` with one session.
 struct StoreWithSession {
   std::unique_ptr<Store> store;
@@ -194,8 +202,7 @@ std::string answers(const core::LiveAnalysis& live) {
 // saw the whole session did: the peak with its modules, ops and tensors, each step's peak, the
 // timeline.
 TEST(LiveRebuildTest, BuiltAgainAtAnyCutItAnswersAsTheOneThatSawItAll) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tidemark-rebuild-" + std::to_string(getpid()));
+  const std::filesystem::path dir = emptyScratchDir("tidemark-rebuild");
   for (uint32_t seed = 1; seed <= 4; ++seed) {
     const std::vector<v1::EventBatch> batches = randomSession(seed);
     SessionIngest whole(1, 1024);
@@ -264,9 +271,7 @@ TEST(LiveRebuildTest, BuiltAgainAtAnyCutItAnswersAsTheOneThatSawItAll) {
 // What comes after the thread handed over, until the ingest takes the analysis on, waits in the
 // log too, in memory and in its file: applied in order, the analysis is the one fed directly.
 TEST(LiveRebuildTest, CallsLoggedInMemoryAndOnDiskAreAppliedInOrder) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("tidemark-rebuild-spill-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = emptyScratchDir("tidemark-rebuild-spill");
   const std::string db = (dir / "store.db").string();
   StoreWithSession made = storeWithSession(db);
   ASSERT_NE(made.session, 0);
@@ -324,9 +329,7 @@ TEST(LiveRebuildTest, CallsLoggedInMemoryAndOnDiskAreAppliedInOrder) {
 // Sessions resumed together are read a few at a time: every one of them is built, in turn, and
 // one given up (cancelled) frees its turn.
 TEST(LiveRebuildTest, RebuildsResumedTogetherAreEachBuiltInTurn) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("tidemark-rebuild-turns-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = emptyScratchDir("tidemark-rebuild-turns");
   const std::string db = (dir / "store.db").string();
   StoreWithSession made = storeWithSession(db);
   ASSERT_NE(made.session, 0);
@@ -355,9 +358,7 @@ TEST(LiveRebuildTest, RebuildsResumedTogetherAreEachBuiltInTurn) {
 // What comes while the store is read waits in a bounded log: past it the rebuild is given up
 // (said), and the session goes on without a live analysis.
 TEST(LiveRebuildTest, ALogPastItsBoundGivesTheRebuildUp) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tidemark-rebuild-log-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = emptyScratchDir("tidemark-rebuild-log");
   // Never readable: the thread fails.
   LiveRebuild::Options o = quietOptions((dir / "missing" / "store.db").string(), 1, dir.string());
   o.maxLogCalls = 8;
