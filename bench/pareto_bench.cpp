@@ -1,12 +1,17 @@
 // The optimal chain planner on 200-block chains: the whole Pareto curve from one solve, beside
 // the target of 1 s (DESIGN.md section 6). Chains: homogeneous (a transformer's blocks),
 // heterogeneous (times and sizes varying tenfold), and heterogeneous with a selective option on
-// every block. Prints one JSON line per chain.
+// every block. Prints one JSON line per chain. `--grid N` solves N-block chains on the grid
+// (the long chains' solver) and, where the exact solver can (N <= 400), measures how far the grid's
+// curve is from the exact one beside the bound it proves.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 
+#include "src/advisor/grid_solver.h"
 #include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
@@ -72,10 +77,55 @@ int plansAtBudgets(int n) {
   return 0;
 }
 
+// `bench_pareto --grid N`: the grid solver's whole curve (best of 3), its proven epsilon as a share
+// of the budget range, and (N <= 400) the largest shift that actually puts its curve under the
+// exact one: for each exact point (b, t), the least budget at which the grid's curve costs <= t,
+// less b.
+int gridCurves(int n) {
+  for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
+    const ChainProfile p = makeChain(kind, n, 42);
+    double best = 1e9;
+    std::unique_ptr<GridChainSolver> grid;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      grid = std::make_unique<GridChainSolver>(p);
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const std::vector<ParetoPoint> curve = grid->curve();
+    const int64_t range = curve.back().budgetBytes - grid->minFeasibleBudget();
+    long long measured = -1;
+    double exactS = -1;
+    if (n <= 400) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const OptimalChainSolver exact(p);
+      const std::vector<ParetoPoint> exactCurve = exact.curve();
+      exactS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      measured = 0;
+      for (const ParetoPoint& pt : exactCurve) {
+        const auto it = std::partition_point(curve.begin(), curve.end(), [&](const ParetoPoint& q) {
+          return q.extraNs > pt.extraNs;
+        });
+        measured = std::max<long long>(measured, it->budgetBytes - pt.budgetBytes);
+      }
+    }
+    std::printf(
+        "{\"chain\": \"%s\", \"blocks\": %d, \"grid_solve_s\": %.4f, \"grid_points\": %d, "
+        "\"curve_points\": %zu, \"range_bytes\": %lld, \"epsilon_bytes\": %lld, "
+        "\"epsilon_share\": %.6f, \"measured_shift_bytes\": %lld, \"exact_solve_s\": %.4f}\n",
+        kind, n, best, grid->gridPoints(), curve.size(), static_cast<long long>(range),
+        static_cast<long long>(grid->epsilonBytes()),
+        range > 0 ? static_cast<double>(grid->epsilonBytes()) / range : 0.0, measured, exactS);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "--plans") return plansAtBudgets(std::stoi(argv[2]));
+  if (argc > 2 && std::string(argv[1]) == "--grid") return gridCurves(std::stoi(argv[2]));
   const int n = argc > 1 ? std::stoi(argv[1]) : 200;
   for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
     const ChainProfile p = makeChain(kind, n, 42);

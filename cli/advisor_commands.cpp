@@ -169,6 +169,11 @@ void printPlan(const core::PlanDocument& d) {
   std::printf("%-28s %14s\n", "static (outside the chain)", humanBytes(d.staticBytes).c_str());
   std::printf("%-28s %14s\n", "least feasible budget",
               humanBytes(d.minFeasibleBudgetBytes).c_str());
+  if (d.epsilonBytes > 0)
+    std::printf(
+        "%-28s %14s   (a long chain, solved on a grid: no plan within the budget less\n"
+        "%-28s %14s    this recomputes less)\n",
+        "optimal within", humanBytes(d.epsilonBytes).c_str(), "", "");
   if (d.marginBytes > 0 && d.marginMet) {
     std::printf("%-28s %14s   (chosen to fit %s)\n", "safety margin",
                 humanBytes(d.marginBytes).c_str(),
@@ -367,12 +372,13 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
     if (!loadProfile("pareto", a.profileFile, &profile)) return kExitUsage;
-    const core::OptimalChainSolver solver(profile);
-    const core::ParetoSummary sum = core::paretoSummary(profile, solver);
+    const std::unique_ptr<core::ChainFront> solved = core::solveChain(profile);
+    const core::ParetoSummary sum = core::paretoSummary(profile, *solved);
     resp.set_chain_name(sum.chainName);
     resp.set_store_all_peak_bytes(sum.storeAllPeakBytes);
     resp.set_static_bytes(sum.staticBytes);
     resp.set_base_step_ns(sum.baseStepNs);
+    resp.set_epsilon_bytes(sum.epsilonBytes);
     for (const auto& p : sum.points) {
       v1::ParetoPoint* out = resp.add_points();
       out->set_budget_bytes(p.budgetBytes);
@@ -391,6 +397,7 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
                       ", \"store_all_peak_bytes\": " + std::to_string(resp.store_all_peak_bytes()) +
                       ", \"static_bytes\": " + std::to_string(resp.static_bytes()) +
                       ", \"base_step_ns\": " + std::to_string(resp.base_step_ns()) +
+                      ", \"epsilon_bytes\": " + std::to_string(resp.epsilon_bytes()) +
                       ", \"points\": [";
     for (int i = 0; i < resp.points_size(); ++i) {
       const v1::ParetoPoint& p = resp.points(i);
@@ -403,10 +410,15 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
     std::fputs(out.c_str(), stdout);
     return kExitOk;
   }
-  std::printf("chain %s: store-all peak %s, static %s, step %s; %d optimal points\n\n",
+  std::printf("chain %s: store-all peak %s, static %s, step %s; %d %s\n\n",
               resp.chain_name().c_str(), humanBytes(resp.store_all_peak_bytes()).c_str(),
               humanBytes(resp.static_bytes()).c_str(), msText(resp.base_step_ns()).c_str(),
-              resp.points_size());
+              resp.points_size(), resp.epsilon_bytes() > 0 ? "points" : "optimal points");
+  if (resp.epsilon_bytes() > 0)
+    std::printf(
+        "(a long chain, solved on a grid: each plan adds no more than the optimum at %s "
+        "less)\n\n",
+        humanBytes(resp.epsilon_bytes()).c_str());
   std::printf("%14s %12s %9s  %s\n", "BUDGET", "EXTRA/STEP", "OVERHEAD", "PLAN");
   const int n = resp.points_size();
   const int shown = std::min(n, a.points);

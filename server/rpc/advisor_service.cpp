@@ -120,13 +120,14 @@ grpc::Status AdvisorService::Pareto(grpc::ServerContext* ctx, const v1::ParetoRe
     return denied;
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
-  const core::OptimalChainSolver solver(chain->profile);
-  const core::ParetoSummary sum = core::paretoSummary(chain->profile, solver);
+  const std::unique_ptr<core::ChainFront> solved = core::solveChain(chain->profile);
+  const core::ParetoSummary sum = core::paretoSummary(chain->profile, *solved);
   response->set_chain_name(sum.chainName);
   response->set_store_all_peak_bytes(sum.storeAllPeakBytes);
   response->set_static_bytes(sum.staticBytes);
   response->set_base_step_ns(sum.baseStepNs);
   response->set_step(chain->step);
+  response->set_epsilon_bytes(sum.epsilonBytes);
   for (const auto& p : sum.points) {
     v1::ParetoPoint* out = response->add_points();
     out->set_budget_bytes(p.budgetBytes);

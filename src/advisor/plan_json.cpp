@@ -256,6 +256,7 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
     }
     j["segments"].push_back(std::move(s));
   }
+  if (r.epsilonBytes > 0) j["epsilon_bytes"] = r.epsilonBytes;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   return j.dump(2) + "\n";
 }
@@ -278,6 +279,8 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
   const json* segments = top.raw("segments", false);
   d.lowerBoundExtraNs = top.integer("lower_bound_extra_ns");
   d.minFeasibleBudgetBytes = top.integer("min_feasible_budget_bytes");
+  d.epsilonBytes = top.integer("epsilon_bytes", 0);
+  if (d.epsilonBytes < 0) top.fail("epsilon_bytes must not be negative");
   d.applyAtStep = top.integer("apply_at_step", 0);
   d.warnings = top.strings("warnings");
   if (d.applyAtStep < 0) top.fail("apply_at_step must be a step number (1 or more)");

@@ -48,6 +48,7 @@ struct PlanDocument {
   int64_t baselineStepNs = 0;
   int64_t lowerBoundExtraNs = 0;
   int64_t minFeasibleBudgetBytes = 0;
+  int64_t epsilonBytes = 0;  // PlanReport::epsilonBytes
   std::string chainName;
   int64_t staticBytes = 0;
   PlanSource source;

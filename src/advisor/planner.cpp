@@ -6,21 +6,31 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "src/advisor/grid_solver.h"
 
 namespace tidemark::core {
 
+std::unique_ptr<ChainFront> solveChain(const ChainProfile& profile, int64_t maxBudgetBytes) {
+  if (profile.size() <= kExactStagesMax)
+    return std::make_unique<OptimalChainSolver>(profile, maxBudgetBytes);
+  return std::make_unique<GridChainSolver>(profile);
+}
+
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
-                    double marginFraction, const OptimalChainSolver* solved) {
+                    double marginFraction, const ChainFront* solved) {
   PlanReport r;
   r.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
-  std::unique_ptr<OptimalChainSolver> own;
+  std::unique_ptr<ChainFront> own;
   if (solved == nullptr) {
     // Only budgets up to this one are read back: the solve keeps what fits under it. Where no
     // optimal plan is read (another strategy, or storing everything fits) only the least
     // feasible budget is: a solve capped at 0 keeps no front, just that.
     const bool optimalPlanRead =
         strategy == Strategy::kOptimal && r.storeAllPeakBytes > budgetBytes;
-    own = std::make_unique<OptimalChainSolver>(profile, optimalPlanRead ? budgetBytes : 0);
+    if (optimalPlanRead)
+      own = solveChain(profile, budgetBytes);
+    else
+      own = std::make_unique<OptimalChainSolver>(profile, 0);
     solved = own.get();
   }
   r.strategy = strategy;
@@ -61,6 +71,7 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
                      .planFor(r.minFeasibleBudgetBytes);
       }
       r.plan = *plan;
+      r.epsilonBytes = solved->epsilonBytes();
       break;
     }
   }
@@ -70,12 +81,13 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
   return r;
 }
 
-ParetoSummary paretoSummary(const ChainProfile& profile, const OptimalChainSolver& solved) {
+ParetoSummary paretoSummary(const ChainProfile& profile, const ChainFront& solved) {
   ParetoSummary out;
   out.chainName = profile.name;
   out.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
   out.staticBytes = profile.staticBytes;
   out.baseStepNs = profile.baseStepNs();
+  out.epsilonBytes = solved.epsilonBytes();
   for (const ParetoPoint& pt : solved.curve())
     out.points.push_back(
         {pt.budgetBytes, pt.extraNs, planSignature(*solved.planFor(pt.budgetBytes))});

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +35,9 @@ struct PlanReport {
   int64_t lowerBoundExtraNs = 0;       // no plan within the budget adds less
   int64_t storeAllPeakBytes = 0;       // the peak without recomputation
   int64_t minFeasibleBudgetBytes = 0;  // the least budget any plan fits
+  // 0: the plan is the optimum within the budget. Otherwise (a long chain, solved on a grid) it
+  // adds no more than the optimum within budgetBytes - marginBytes - epsilonBytes.
+  int64_t epsilonBytes = 0;
   PlanSource source;
   // What the model of the recording does not capture, said with the plan (RecordedChain).
   std::vector<std::string> warnings;
@@ -47,6 +52,14 @@ struct PlanReport {
 // budget by them).
 inline constexpr double kDefaultMarginFraction = 0.01;
 
+// Chains of up to this many stages are solved exactly (OptimalChainSolver); longer ones on a grid
+// (GridChainSolver), within a bound each solve states.
+inline constexpr int kExactStagesMax = 200;
+// The solve of a chain for budgets up to maxBudgetBytes (a cap the exact solver uses to keep
+// only what fits; the grid solves every budget).
+std::unique_ptr<ChainFront> solveChain(
+    const ChainProfile& profile, int64_t maxBudgetBytes = std::numeric_limits<int64_t>::max());
+
 // Plans the chain for a budget with one strategy and predicts the result by simulation. The
 // optimal and greedy strategies pick the cheapest plan within budget - margin (margin =
 // marginFraction of the budget). When none fits there, the optimal strategy takes the plan with
@@ -54,11 +67,11 @@ inline constexpr double kDefaultMarginFraction = 0.01;
 // marginMet says so. When the store-all plan fits the budget, the optimal strategy keeps it (that
 // is the step as it ran: nothing to recompute, whatever the margin). When no plan of the strategy
 // fits the budget, the report says so (feasible = false) and carries the strategy's lowest-peak
-// plan; minFeasibleBudgetBytes names the budget that would fit. `solved` may pass an
-// OptimalChainSolver already built for this profile.
+// plan; minFeasibleBudgetBytes names the budget that would fit. `solved` may pass a solve
+// already made for this profile (solveChain).
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
                     double marginFraction = kDefaultMarginFraction,
-                    const OptimalChainSolver* solved = nullptr);
+                    const ChainFront* solved = nullptr);
 
 // The optimal plans' curve with what a reader needs beside it.
 struct ParetoSummary {
@@ -72,8 +85,11 @@ struct ParetoSummary {
   int64_t storeAllPeakBytes = 0;
   int64_t staticBytes = 0;
   int64_t baseStepNs = 0;
+  // 0: the exact curve. Otherwise each point's plan adds no more than the optimum at its budget
+  // less this (a long chain, solved on a grid).
+  int64_t epsilonBytes = 0;
 };
-ParetoSummary paretoSummary(const ChainProfile& profile, const OptimalChainSolver& solved);
+ParetoSummary paretoSummary(const ChainProfile& profile, const ChainFront& solved);
 
 // A budget as users write it: "6GiB", "512 MiB", "1.5GB", "123456" (bytes), or "70%": that share
 // of the memory the store-all plan's peak holds above the static bytes (what recomputation can

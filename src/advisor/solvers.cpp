@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/advisor/simulator.h"
+#include "src/advisor/stage_choices.h"
 
 namespace tidemark::core {
 
@@ -192,48 +193,22 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
                             option, recompute});
   };
 
+  std::vector<StageChoice> stored;
   for (int i = n - 1; i >= 0; --i) {
     candidates.clear();
     leastNeed = std::numeric_limits<int64_t>::max();
-    const Stage& s = p.stages[i];
-    const int64_t in = p.inBytes(i);
     // Stored, with all activations or with one of the stage's options.
-    const int64_t forwardLocal = in + s.forwardWorkingBytes + s.outputBytes + s.forwardOutsideBytes;
-    const int64_t backwardLocal =
-        in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes;
-    const int64_t storeLocal = std::max(forwardLocal, backwardLocal);
-    addChoice(storeLocal, in + s.savedBytes, 0, i + 1, -1, false);
-    for (int o = 0; o < static_cast<int>(s.options.size()); ++o) {
-      const StageOption& opt = s.options[o];
-      const int64_t optionBackwardLocal = in + opt.savedBytes + s.outputBytes +
-                                          optionBackwardWorkingBytes(s, opt) + in +
-                                          s.backwardOutsideBytes;
-      const int64_t optionForwardLocal =
-          in + optionForwardWorkingBytes(s, opt) + s.outputBytes + s.forwardOutsideBytes;
-      addChoice(std::max(optionForwardLocal, optionBackwardLocal), in + opt.savedBytes,
-                opt.recomputeNs, i + 1, o, false);
-    }
+    storedChoices(p, i, &stored);
+    for (const StageChoice& c : stored)
+      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, false);
     // Recomputed segments [i, k].
-    int64_t forwardMax = 0, recomputeMax = 0, backwardMax = 0, held = 0, extra = 0;
+    RecomputedSegment segment(p, i);
     for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
-      const Stage& t = p.stages[k];
-      const int64_t tin = p.inBytes(k);
-      // Forward: only the segment's input stays (from the second stage on).
-      forwardMax = std::max(forwardMax, (k == i ? 0 : in) + tin + t.forwardWorkingBytes +
-                                            t.outputBytes + t.forwardOutsideBytes);
-      // Recompute: the stages re-run in store mode; the incoming gradient is added below.
-      recomputeMax = std::max(recomputeMax, held + tin + t.forwardWorkingBytes + t.outputBytes +
-                                                t.backwardOutsideBytes);
-      held += tin + t.savedBytes;
-      // Backward of stage k: everything held up to k, its gradients and working set.
-      backwardMax = std::max(backwardMax, held + t.outputBytes + t.backwardWorkingBytes + tin +
-                                              t.backwardOutsideBytes);
-      extra += t.forwardNs;
-      const int64_t local = std::max({forwardMax, recomputeMax + t.outputBytes, backwardMax});
-      addChoice(local, in, extra, k + 1, -1, true);
+      const StageChoice c = segment.grow();
+      addChoice(c.local, c.kept, c.extraNs, k + 1, -1, true);
       // A longer segment needs at least as much (local only grows with k), and its input as
       // kept does not change: past the cap and past the least need already found, it is of no use.
-      if (local > cap && local >= leastNeed) break;
+      if (c.local > cap && c.local >= leastNeed) break;
     }
     minNeed[i] = leastNeed;
     // The lower envelope: ascending need, strictly descending cost. Among equals, prefer storing

@@ -37,6 +37,23 @@ struct ParetoPoint {
   int64_t extraNs = 0;
 };
 
+// What a solve of the chain gives its readers: the curve of the least extra time per budget, the
+// plan for a budget, the least feasible budget. epsilonBytes() says how far the curve may be from
+// the exact one: every plan the solve names at budget b + epsilonBytes() costs no more than the
+// optimum at b (0: exact).
+class ChainFront {
+ public:
+  virtual ~ChainFront() = default;
+  // Ascending budget, strictly descending extra time; the first point is the least budget the
+  // solve has a plan for, the last is free of recomputation (or the last within its cap).
+  virtual std::vector<ParetoPoint> curve() const = 0;
+  // The least budget any plan fits (exact).
+  virtual int64_t minFeasibleBudget() const = 0;
+  // The cheapest plan the solve has within budgetBytes, or nullopt when it has none.
+  virtual std::optional<ChainPlan> planFor(int64_t budgetBytes) const = 0;
+  virtual int64_t epsilonBytes() const { return 0; }
+};
+
 // The optimal plan under the chain model for every budget at once: a dynamic program over the
 // stages from the last to the first, whose table at stage i is the exact Pareto front (headroom
 // needed, least extra time) of the stages i.. given what earlier stages keep. No discretisation:
@@ -46,17 +63,17 @@ struct ParetoPoint {
 // the whole solve does for every budget up to it (the same plan), and curve() is the part of the
 // curve up to it, at a fraction of the time and memory when the budget is tight (a recomputed
 // segment stops growing where it no longer fits). minFeasibleBudget() is exact either way.
-class OptimalChainSolver {
+class OptimalChainSolver : public ChainFront {
  public:
   explicit OptimalChainSolver(const ChainProfile& profile,
                               int64_t maxBudgetBytes = std::numeric_limits<int64_t>::max());
 
   // Ascending budget, strictly descending extra time; the first point is the least feasible
   // budget, the last is free of recomputation (or the last within maxBudgetBytes).
-  std::vector<ParetoPoint> curve() const;
-  int64_t minFeasibleBudget() const { return m_minFeasibleBudget; }
+  std::vector<ParetoPoint> curve() const override;
+  int64_t minFeasibleBudget() const override { return m_minFeasibleBudget; }
   // The cheapest plan within budgetBytes (at most maxBudgetBytes), or nullopt when no plan fits.
-  std::optional<ChainPlan> planFor(int64_t budgetBytes) const;
+  std::optional<ChainPlan> planFor(int64_t budgetBytes) const override;
 
  private:
   struct Entry {

@@ -13,22 +13,13 @@
 #include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
+#include "tests/unit/chain_fixtures.h"
 
 namespace tidemark::core {
 namespace {
 
-Stage stage(std::string name, int64_t f, int64_t b, int64_t saved, int64_t out, int64_t wf = 0,
-            int64_t wb = 0) {
-  Stage s;
-  s.name = std::move(name);
-  s.forwardNs = f;
-  s.backwardNs = b;
-  s.savedBytes = saved;
-  s.outputBytes = out;
-  s.forwardWorkingBytes = wf;
-  s.backwardWorkingBytes = wb;
-  return s;
-}
+using chain_fixtures::randomChain;
+using chain_fixtures::stage;
 
 ChainProfile twoStages() {
   ChainProfile p;
@@ -88,39 +79,6 @@ TEST(ChainPlanCheck, RejectsPlansThatDoNotCoverTheChain) {
   EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kStore, 0}})).ok());
   p.stages[1].checkpointable = false;
   EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kRecompute}})).ok());
-}
-
-// A random heterogeneous chain: times and sizes vary tenfold between stages; some stages carry a
-// selective option, some cannot be recomputed.
-ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
-  std::uniform_int_distribution<int64_t> time(10, 100), bytes(10, 100), small(0, 20);
-  std::uniform_int_distribution<int> coin(0, 9);
-  ChainProfile p;
-  p.name = "random";
-  p.staticBytes = bytes(rng) * 3;
-  p.inputBytes = bytes(rng);
-  p.endOutsideBytes = small(rng);
-  // Now and then the step's peak lies outside the chain (an optimizer step).
-  if (coin(rng) == 0) p.floorBytes = p.staticBytes + 5 * bytes(rng);
-  for (int i = 0; i < n; ++i) {
-    Stage s = stage("s" + std::to_string(i), time(rng), 2 * time(rng), 4 * bytes(rng), bytes(rng),
-                    small(rng), small(rng));
-    if (withOptions && coin(rng) < 3) {
-      s.options.push_back({"half", s.savedBytes / 2, s.forwardNs / 3, {s.name + ".mlp"}});
-      // Measured transients (a recording's), below the defaults, now and then.
-      if (coin(rng) < 5) {
-        s.options.back().forwardWorkingBytes = small(rng);
-        s.options.back().backwardWorkingBytes = small(rng);
-      }
-    }
-    s.checkpointable = coin(rng) != 0;
-    if (coin(rng) < 5) {
-      s.forwardOutsideBytes = small(rng);
-      s.backwardOutsideBytes = small(rng);
-    }
-    p.stages.push_back(std::move(s));
-  }
-  return p;
 }
 
 // Every plan of the chain: each stage either starts a stored segment (with or without an option)

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "src/advisor/chain.h"
+#include "src/advisor/solvers.h"
+
+namespace tidemark::core {
+
+// The Pareto curve of long chains (thousands of stages), within a bound it proves.
+//
+// The exact solver's fronts grow with the chain, and every stage weighs every front entry of every
+// segment end: O(n^2 F), beyond a second past a few hundred stages. This solver runs the same
+// recurrence (docs/chain-model.md) on a grid of headroom values, step bytes apart, twice:
+//
+//  - conservatively: what earlier stages leave is rounded down to the grid, so every plan it
+//    finds fits where it says (its peak, simulated, is what the curve shows);
+//  - optimistically: rounded up, so its cost at each grid value is no more than the optimum's
+//    there (a lower bound on every plan).
+//
+// The exact curve lies between the two. epsilonBytes() is the least shift that puts the first
+// under the second at every budget, measured on this chain after the solve: every plan named at
+// budget b + epsilonBytes() costs no more extra time than the optimum at b. A segment's best end
+// for a grid value is a range minimum over segment ends (a monotone stack per grid value), so a
+// pass costs O(n (G log n + L)) for G grid values and segments of up to L stages.
+class GridChainSolver : public ChainFront {
+ public:
+  // The grid puts this many values between the least feasible budget and storing everything.
+  static constexpr int kDefaultRangePoints = 20000;
+  // The grid over all headroom values has at most this many values, and stage by grid value at
+  // most kMaxCells (the plans' table): a longer chain gets a coarser grid (epsilonBytes says).
+  static constexpr int kMaxGridPoints = 1 << 15;
+  static constexpr int64_t kMaxCells = int64_t{1} << 25;
+
+  explicit GridChainSolver(const ChainProfile& profile, int rangePoints = kDefaultRangePoints);
+
+  std::vector<ParetoPoint> curve() const override;
+  int64_t minFeasibleBudget() const override { return m_minFeasibleBudget; }
+  std::optional<ChainPlan> planFor(int64_t budgetBytes) const override;
+  int64_t epsilonBytes() const override { return m_epsilonBytes; }
+
+  // No plan within budgetBytes adds less extra time than this (unbounded below the least
+  // feasible budget: INT64_MAX).
+  int64_t lowerBoundAt(int64_t budgetBytes) const;
+  int64_t gridStepBytes() const { return m_step; }
+  int gridPoints() const { return m_grid + 1; }
+
+  // The headroom values of each stage: offset[i] + g * step for g in [0, points). Offsets make
+  // storing a stage lead exactly from one stage's values onto the next one's.
+  struct Grid {
+    int64_t step = 1;
+    int points = 1;
+    std::vector<int64_t> offset;  // per stage, 0 .. n; each in [0, step)
+    bool down = true;             // round headroom down (plans that fit), else up (a bound)
+    int64_t value(int stage, int g) const;
+    // The grid value of `stage` a headroom is read at (-1: none, below the grid).
+    int at(int stage, int64_t headroom) const;
+    // One index good for every stage's values (a segment's end may be at any stage): down, at
+    // most the headroom whatever the offset; up, at least it.
+    int atAnyStage(int64_t headroom) const;
+  };
+
+ private:
+  struct Point {
+    int64_t budgetBytes = 0;
+    int64_t extraNs = 0;
+    int grid = -1;  // the grid value its plan was read at; -1: the store-all plan
+  };
+  ChainPlan planAt(int grid) const;
+
+  const ChainProfile& m_profile;
+  int64_t m_step = 1;
+  int m_grid = 0;  // grid values 0 .. m_grid, m_step bytes apart
+  int64_t m_minFeasibleBudget = 0;
+  int64_t m_epsilonBytes = 0;
+  Grid m_down, m_up;              // the two passes' grids
+  std::vector<int32_t> m_choice;  // stage i, grid value g: what the conservative pass chose
+  std::vector<int64_t> m_lower;   // the optimistic pass's cost at each grid value (stage 0)
+  std::vector<Point> m_points;    // the curve: real plans, ascending budget, descending time
+};
+
+}  // namespace tidemark::core

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/advisor/chain.h"
+
+namespace tidemark::core {
+
+// What one choice at a stage means to the solvers' recurrence (docs/chain-model.md): the
+// headroom it needs above what earlier stages keep (`local`), what it keeps through the rest of
+// the forward (`kept`), the recomputation it adds (`extraNs`). The exact and the grid solvers
+// read the same figures, so they solve one model.
+struct StageChoice {
+  int64_t local = 0;
+  int64_t kept = 0;
+  int64_t extraNs = 0;
+  int option = -1;  // stored with this option; -1: all activations
+};
+
+// Stage i stored: with all its activations first, then with each of its options in order.
+void storedChoices(const ChainProfile& p, int i, std::vector<StageChoice>* out);
+
+// A recomputed segment that starts at stage `first`, grown one stage at a time: it keeps only its
+// input through the forward and re-runs its stages at the start of its backward. Its need only
+// grows with its length.
+class RecomputedSegment {
+ public:
+  RecomputedSegment(const ChainProfile& p, int first);
+  // Adds the next stage (first, first + 1, ...: the caller checks it is checkpointable) and
+  // returns the segment's choice up to it.
+  StageChoice grow();
+  int last() const { return m_next - 1; }
+
+ private:
+  const ChainProfile& m_profile;
+  int m_first = 0;
+  int m_next = 0;
+  int64_t m_in = 0;
+  int64_t m_forwardMax = 0, m_recomputeMax = 0, m_backwardMax = 0, m_held = 0, m_extra = 0;
+};
+
+}  // namespace tidemark::core

@@ -1,0 +1,56 @@
+#pragma once
+// Chains the advisor's unit tests share: a stage from its figures, random chains.
+#include <random>
+#include <string>
+
+#include "src/advisor/chain.h"
+
+namespace tidemark::core::chain_fixtures {
+
+inline Stage stage(std::string name, int64_t f, int64_t b, int64_t saved, int64_t out,
+                   int64_t wf = 0, int64_t wb = 0) {
+  Stage s;
+  s.name = std::move(name);
+  s.forwardNs = f;
+  s.backwardNs = b;
+  s.savedBytes = saved;
+  s.outputBytes = out;
+  s.forwardWorkingBytes = wf;
+  s.backwardWorkingBytes = wb;
+  return s;
+}
+
+// A random chain of n stages: times and sizes varying tenfold, now and then a stage that cannot
+// be recomputed, outside memory, a floor, and (withOptions) selective options.
+inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
+  std::uniform_int_distribution<int64_t> time(10, 100), bytes(10, 100), small(0, 20);
+  std::uniform_int_distribution<int> coin(0, 9);
+  ChainProfile p;
+  p.name = "random";
+  p.staticBytes = bytes(rng) * 3;
+  p.inputBytes = bytes(rng);
+  p.endOutsideBytes = small(rng);
+  // Now and then the step's peak lies outside the chain (an optimizer step).
+  if (coin(rng) == 0) p.floorBytes = p.staticBytes + 5 * bytes(rng);
+  for (int i = 0; i < n; ++i) {
+    Stage s = stage("s" + std::to_string(i), time(rng), 2 * time(rng), 4 * bytes(rng), bytes(rng),
+                    small(rng), small(rng));
+    if (withOptions && coin(rng) < 3) {
+      s.options.push_back({"half", s.savedBytes / 2, s.forwardNs / 3, {s.name + ".mlp"}});
+      // Measured transients (a recording's), below the defaults, now and then.
+      if (coin(rng) < 5) {
+        s.options.back().forwardWorkingBytes = small(rng);
+        s.options.back().backwardWorkingBytes = small(rng);
+      }
+    }
+    s.checkpointable = coin(rng) != 0;
+    if (coin(rng) < 5) {
+      s.forwardOutsideBytes = small(rng);
+      s.backwardOutsideBytes = small(rng);
+    }
+    p.stages.push_back(std::move(s));
+  }
+  return p;
+}
+
+}  // namespace tidemark::core::chain_fixtures
