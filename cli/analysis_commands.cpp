@@ -258,24 +258,41 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
 
 int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   constexpr const char* kUsageText =
-      "usage: tidemark steps SESSION [--device D] [--server ADDR] [--json]\n\n"
+      "usage: tidemark steps SESSION [--from STEP | --last N] [--device D] [--server ADDR]\n"
+      "                      [--json]\n\n"
       "Every step: its duration and its peak, in total and by category, with the change from\n"
-      "the step before. --device: the peaks of cpu, cuda or cuda:N memory only (default all).\n"
+      "the step before. --from: the steps numbered STEP or more; --last: the last N steps (at\n"
+      "most 4,096: the daemon answers a page of 4,096 steps at a time; without --last every\n"
+      "page is read).\n"
+      "--device: the peaks of cpu, cuda or cuda:N memory only (default all).\n"
       "Steps a capture schedule summarized (tidemark run --steps) are marked: their peak is the\n"
       "agent's measure, by the tags' categories only (UNKNOWN: what no tag named).\n";
   v1::StepsRequest req;
   std::vector<std::string> args = argsIn;
   if (int code = kExitOk; !takeDeviceOption("steps", &args, req.mutable_device(), &code))
     return code;
+  int64_t fromStep = 0, last = 0;
+  if (int code = kExitOk; !takeNumberOption("steps", &args, "--from", 0, &fromStep, &code) ||
+                          !takeNumberOption("steps", &args, "--last", 1, &last, &code))
+    return code;
   uint64_t id = 0;
   if (int code = kExitOk; !parseSessionArgs(args, 1, kUsageText, &id, &code)) return code;
   req.set_session_id(id);
-  v1::Steps steps;
-  if (int code = callQuery(g, "steps", &v1::Query::Stub::GetSteps, req, &steps); code != kExitOk) {
-    return code;
+  req.set_from_step(fromStep);
+  if (last > 4096) {
+    std::fprintf(stderr, "tidemark steps: --last takes at most 4096 steps (one page)\n");
+    return kExitUsage;
   }
+  if (last > 0) {
+    req.set_last(true);
+    req.set_max_steps(static_cast<uint32_t>(std::min<int64_t>(last, UINT32_MAX)));
+  }
+  v1::Steps steps;
+  if (int code = fetchSteps(g, "steps", req, &steps); code != kExitOk) return code;
   if (g.json) {
-    std::string out = "{\"session\": " + std::to_string(steps.session_id()) + ", \"steps\": [";
+    std::string out = "{\"session\": " + std::to_string(steps.session_id()) +
+                      ", \"total_steps\": " + std::to_string(steps.total_steps()) +
+                      ", \"steps\": [";
     for (int i = 0; i < steps.steps_size(); ++i) {
       const v1::StepSummary& st = steps.steps(i);
       out += std::string(i ? ",\n  " : "\n  ") + "{\"step\": " + std::to_string(st.step()) +
@@ -286,6 +303,11 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
              ", \"peak\": " + breakdownJson(st.peak()) + "}";
     }
     std::printf("%s]}\n", out.c_str());
+    return kExitOk;
+  }
+  if (steps.steps().empty() && steps.total_steps() > 0) {
+    std::printf("no steps from step %lld (the session has %lld)\n",
+                static_cast<long long>(fromStep), static_cast<long long>(steps.total_steps()));
     return kExitOk;
   }
   if (steps.steps().empty()) {

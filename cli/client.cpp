@@ -7,6 +7,7 @@
 #include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -199,6 +200,44 @@ bool takeDeviceOption(const char* command, std::vector<std::string>* args, std::
     --i;
   }
   return true;
+}
+
+bool takeNumberOption(const char* command, std::vector<std::string>* args, const char* name,
+                      int64_t minimum, int64_t* value, int* exitCode) {
+  for (size_t i = 0; i < args->size(); ++i) {
+    if ((*args)[i] != name) continue;
+    const std::string text = i + 1 < args->size() ? (*args)[i + 1] : std::string();
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || v < minimum) {
+      std::fprintf(stderr, "tidemark %s: %s needs a whole number of at least %lld\n", command, name,
+                   static_cast<long long>(minimum));
+      *exitCode = kExitUsage;
+      return false;
+    }
+    *value = v;
+    args->erase(args->begin() + static_cast<long>(i), args->begin() + static_cast<long>(i) + 2);
+    --i;
+  }
+  return true;
+}
+
+int fetchSteps(const GlobalOptions& g, const char* what, v1::StepsRequest request, v1::Steps* out) {
+  out->Clear();
+  for (;;) {
+    v1::Steps page;
+    if (int code = callQuery(g, what, &v1::Query::Stub::GetSteps, request, &page); code != kExitOk)
+      return code;
+    out->set_session_id(page.session_id());
+    out->set_total_steps(page.total_steps());
+    for (v1::StepSummary& s : *page.mutable_steps()) *out->add_steps() = std::move(s);
+    out->set_next_step(page.next_step());
+    // A next page that does not move on would be asked for ever: take what came.
+    if (request.last() || page.next_step() < 0 || page.next_step() <= request.from_step()) break;
+    request.set_from_step(page.next_step());
+  }
+  return kExitOk;
 }
 
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode) {

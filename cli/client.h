@@ -61,6 +61,13 @@ bool parseSessionArgs(const std::vector<std::string>& args, size_t count, const 
 // False after reporting a bad or missing value (*exitCode = kExitUsage).
 bool takeDeviceOption(const char* command, std::vector<std::string>* args, std::string* device,
                       int* exitCode);
+// Takes "NAME N" out of args, N a whole number >= minimum, into *value (left as it is when the
+// option is absent). False after reporting a bad or missing value (*exitCode = kExitUsage).
+bool takeNumberOption(const char* command, std::vector<std::string>* args, const char* name,
+                      int64_t minimum, int64_t* value, int* exitCode);
+// GetSteps page after page from request's from_step on (the daemon answers a page at a time:
+// StepsRequest), all of them into *out; with request.last(), the one page asked for.
+int fetchSteps(const GlobalOptions& g, const char* what, v1::StepsRequest request, v1::Steps* out);
 // The session's start timestamp, to turn relative times into absolute ones; -1 after reporting
 // an error (its exit code in *exitCode).
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode);

@@ -28,6 +28,9 @@ std::string rankName(int32_t rank) {
 int rankProgress(const GlobalOptions& g, uint64_t session, core::RankProgress* out) {
   v1::StepsRequest req;
   req.set_session_id(session);
+  // The last step and the last few closed ones are all it reads.
+  req.set_last(true);
+  req.set_max_steps(16);
   v1::Steps steps;
   if (int code = callQuery(g, "apply", &v1::Query::Stub::GetSteps, req, &steps, 30);
       code != kExitOk) {

@@ -231,17 +231,22 @@ absl::StatusOr<Moment> DaemonClient::at(uint64_t session, int64_t tsNs, const st
 absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,
                                                          const std::string& device) {
   if (absl::Status s = trusted(); !s.ok()) return s;
-  grpc::ClientContext ctx;
-  deadline(ctx, 30);
   v1::StepsRequest req;
   req.set_session_id(session);
   req.set_device(device);
-  v1::Steps resp;
-  if (auto s = fromGrpc(m_stubs->query->GetSteps(&ctx, req, &resp)); !s.ok()) return s;
   std::vector<StepRow> out;
-  for (const v1::StepSummary& st : resp.steps())
-    out.push_back(
-        {st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak()), st.summarized()});
+  // The daemon answers a page of steps at a time (StepsRequest): every page, in turn.
+  for (;;) {
+    grpc::ClientContext ctx;  // one per call
+    deadline(ctx, 30);
+    v1::Steps resp;
+    if (auto s = fromGrpc(m_stubs->query->GetSteps(&ctx, req, &resp)); !s.ok()) return s;
+    for (const v1::StepSummary& st : resp.steps())
+      out.push_back(
+          {st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak()), st.summarized()});
+    if (resp.next_step() < 0 || resp.next_step() <= req.from_step()) break;
+    req.set_from_step(resp.next_step());
+  }
   return out;
 }
 

@@ -225,14 +225,14 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
 }
 
 absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
-    int64_t id, const core::DeviceFilter& device) {
+    int64_t id, const core::DeviceFilter& device, std::optional<StepNumbers> steps) {
   if (device.all()) {
     std::vector<core::PeakReport> live;
     if (withLive(id, [&](const core::LiveAnalysis& a) { live = livePeaks(a); })) return live;
   }
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
-  if (*analyzed && device.all()) return Store::readPeaks(m_dbPath, id);
+  if (*analyzed && device.all()) return Store::readPeaks(m_dbPath, id, steps);
   auto rec = load(id, device);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
@@ -249,28 +249,58 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   auto session = Store::getSession(m_dbPath, id);
   if (!session.ok()) return toGrpc(session.status());
   const int64_t startTs = session->header.startTsNs;
-  // A live session's steps as its ingest knows them (the running one too); else the store's,
-  // read after (a session whose stream is ending is committed by then).
-  core::Recording liveSteps;
-  const bool live = withLive(id, [&](const core::LiveAnalysis& a) {
-    for (const core::LiveAnalysis::StepAnswer& s : a.steps()) liveSteps.steps.push_back(s.interval);
-  });
-  absl::StatusOr<core::Recording> steps = std::move(liveSteps);
-  if (!live) steps = Store::loadSteps(m_dbPath, id);
-  if (!steps.ok()) return toGrpc(steps.status());
   std::optional<core::DeviceFilter> device = deviceOf(request->device());
   if (!device) return badDevice(request->device());
-  auto peaks = peakReports(id, *device);
+  // One page: a session of any number of steps answers in pages of at most kStepsPerPage.
+  const int64_t page = request->max_steps() == 0
+                           ? kStepsPerPage
+                           : std::min<int64_t>(request->max_steps(), kStepsPerPage);
+  const std::optional<int64_t> from =
+      request->from_step() > 0 ? std::optional<int64_t>(request->from_step()) : std::nullopt;
+  // A live session's steps as its ingest knows them (the running one too); else the store's,
+  // read after (a session whose stream is ending is committed by then). Either way in step
+  // order, the page and the step after it.
+  std::vector<core::StepInterval> steps;
+  int64_t total = 0;
+  const bool live = withLive(id, [&](const core::LiveAnalysis& a) {
+    for (const core::LiveAnalysis::StepAnswer& s : a.steps()) {
+      ++total;
+      if (request->last() || !from || s.interval.step >= *from) steps.push_back(s.interval);
+    }
+    if (request->last() && static_cast<int64_t>(steps.size()) > page)
+      steps.erase(steps.begin(), steps.end() - page);
+    else if (static_cast<int64_t>(steps.size()) > page + 1)
+      steps.resize(page + 1);
+  });
+  if (!live) {
+    auto counted = Store::countSteps(m_dbPath, id);
+    if (!counted.ok()) return toGrpc(counted.status());
+    total = *counted;
+    auto rows =
+        Store::loadStepPage(m_dbPath, id, from, request->last() ? page : page + 1, request->last());
+    if (!rows.ok()) return toGrpc(rows.status());
+    steps = std::move(*rows);
+  }
+  int64_t nextStep = -1;
+  if (!request->last() && static_cast<int64_t>(steps.size()) > page) {
+    nextStep = steps[page].step;
+    steps.resize(page);
+  }
+  response->set_session_id(static_cast<uint64_t>(id));
+  response->set_next_step(nextStep);
+  response->set_total_steps(total);
+  if (steps.empty()) return grpc::Status::OK;
+  const StepNumbers span{steps.front().step, steps.back().step};
+  auto peaks = peakReports(id, *device, span);
   if (!peaks.ok()) return toGrpc(peaks.status());
   std::map<int64_t, const core::PeakReport*> byStep;
   for (const core::PeakReport& p : *peaks) byStep[p.step] = &p;
   // Steps a capture schedule summarized: the agent's figures, not the replay of what was sent.
-  auto figures = Store::loadStepFigures(m_dbPath, id);
+  auto figures = Store::loadStepFigures(m_dbPath, id, span);
   if (!figures.ok()) return toGrpc(figures.status());
   std::map<int64_t, std::vector<StepFigureRow>> figuresByStep;
   for (const StepFigureRow& f : *figures) figuresByStep[f.step].push_back(f);
-  response->set_session_id(static_cast<uint64_t>(id));
-  for (const core::StepInterval& s : steps->steps) {
+  for (const core::StepInterval& s : steps) {
     auto summarized = figuresByStep.find(s.step);
     auto it = byStep.find(s.step);
     if (it == byStep.end() && summarized == figuresByStep.end()) continue;
@@ -343,7 +373,8 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
   if (!device) return badDevice(request->device());
   if (request->at_case() != v1::BreakdownRequest::kTsNs && request->has_step()) {
     // A step a capture schedule summarized: the agent's figures, not a replay of what was sent.
-    auto figures = Store::loadStepFigures(m_dbPath, id, request->step());
+    auto figures =
+        Store::loadStepFigures(m_dbPath, id, StepNumbers{request->step(), request->step()});
     if (!figures.ok()) return toGrpc(figures.status());
     if (!figures->empty()) {
       v1::StepSummary summary;

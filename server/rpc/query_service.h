@@ -19,6 +19,9 @@ class QueryService final : public v1::Query::Service {
  public:
   // The most modules and tensors GetBreakdown lists at a moment (BreakdownRequest.items).
   static constexpr int kMaxMomentItems = 1000;
+  // The most steps one GetSteps answer holds (StepsRequest): ~250 bytes each, well under gRPC's
+  // 4 MiB message limit also with a capture schedule's figures.
+  static constexpr int64_t kStepsPerPage = 4096;
   QueryService(std::string dbPath, StoreWriter* writer, LiveAgents& agents, const Access& access,
                int64_t maxLoadedBlocks = RecordingLoader::kDefaultMaxBlocks)
       : m_dbPath(dbPath),
@@ -60,9 +63,11 @@ class QueryService final : public v1::Query::Service {
   // analyzed yet, or memory of one device only).
   absl::StatusOr<core::PeakReport> peakReport(int64_t id, int64_t step,
                                               const core::DeviceFilter& device);
-  // All peaks (the whole session's first, then each step's), stored or computed now.
-  absl::StatusOr<std::vector<core::PeakReport>> peakReports(int64_t id,
-                                                            const core::DeviceFilter& device);
+  // All peaks (the whole session's first, then each step's), stored or computed now; with steps,
+  // at least those steps' (a stored session's: only those).
+  absl::StatusOr<std::vector<core::PeakReport>> peakReports(
+      int64_t id, const core::DeviceFilter& device,
+      std::optional<StepNumbers> steps = std::nullopt);
   // Runs fn on the live analysis of a session whose agent streams to this daemon now (src/core/
   // live_analysis.h: answers at a cost independent of the session's length). False when there is
   // none: no agent connected, or the ingest continued from a checkpoint after a restart.

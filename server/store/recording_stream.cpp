@@ -129,6 +129,16 @@ std::unique_ptr<core::Cursor<core::ScopeRef>> StoredRecordingStream::scopes(bool
       });
 }
 
+core::StepInterval stepRow(const Statement& st) {
+  core::StepInterval s;
+  s.step = st.columnInt(0);
+  s.beginSeq = u64(st.columnInt(1));
+  s.beginTsNs = st.columnInt(2);
+  s.endSeq = endSeq(st, 3);
+  s.endTsNs = st.columnInt(4);
+  return s;
+}
+
 absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64_t sessionId,
                                                              bool markedOnly) {
   std::vector<core::StepInterval> out;
@@ -136,15 +146,7 @@ absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64
                                         "FROM step WHERE session_id = ?1") +
                             (markedOnly ? " AND inferred = 0" : "") + " ORDER BY begin_seq");
   st.bind(1, sessionId);
-  while (st.step()) {
-    core::StepInterval s;
-    s.step = st.columnInt(0);
-    s.beginSeq = u64(st.columnInt(1));
-    s.beginTsNs = st.columnInt(2);
-    s.endSeq = endSeq(st, 3);
-    s.endTsNs = st.columnInt(4);
-    out.push_back(s);
-  }
+  while (st.step()) out.push_back(stepRow(st));
   if (st.failed()) return absl::InternalError("reading the steps failed: " + st.error());
   return out;
 }

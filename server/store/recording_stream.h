@@ -18,6 +18,8 @@ namespace tidemark::server {
 // begin order; markedOnly: the adapter's marks, not earlier inferences.
 absl::StatusOr<std::vector<core::StepInterval>> readStepRows(Database& db, int64_t sessionId,
                                                              bool markedOnly);
+// A row of `step` read as (step, begin_seq, begin_ts_ns, end_seq, end_ts_ns).
+core::StepInterval stepRow(const Statement& st);
 
 class StoredRecordingStream : public core::RecordingStream {
  public:

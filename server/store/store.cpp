@@ -1108,20 +1108,46 @@ absl::Status Store::releaseFreePages(int64_t maxPages) {
   return m_db.exec("PRAGMA incremental_vacuum(" + std::to_string(maxPages) + ")");
 }
 
-absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(const std::string& path,
-                                                                  int64_t id,
-                                                                  std::optional<int64_t> step) {
+absl::StatusOr<std::vector<core::StepInterval>> Store::loadStepPage(const std::string& path,
+                                                                    int64_t id,
+                                                                    std::optional<int64_t> from,
+                                                                    int64_t limit, bool last) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  // The primary key (session_id, step) walks the page straight to its rows.
+  Statement st = db.prepare(
+      std::string("SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE "
+                  "session_id = ?1 AND step >= ?2 ORDER BY step") +
+      (last ? " DESC" : "") + " LIMIT ?3");
+  st.bind(1, id)
+      .bind(2, from && !last ? *from : std::numeric_limits<int64_t>::min())
+      .bind(3, std::max<int64_t>(0, limit));
+  std::vector<core::StepInterval> out;
+  while (st.step()) out.push_back(stepRow(st));
+  if (st.failed()) return readFailed(st);
+  if (last) std::reverse(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<int64_t> Store::countSteps(const std::string& path, int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare("SELECT COUNT(*) FROM step WHERE session_id = ?1");
+  st.bind(1, id);
+  if (!st.step()) return readFailed(st);
+  return st.columnInt(0);
+}
+
+absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(
+    const std::string& path, int64_t id, std::optional<StepNumbers> steps) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare(
       "SELECT step, device, figure, category, ts_ns, value FROM step_figure WHERE session_id = ?1 "
-      "AND (CAST(?2 AS BIGINT) IS NULL OR step = ?2) ORDER BY step, device, figure, category");
-  st.bind(1, id);
-  if (step) {
-    st.bind(2, *step);
-  } else {
-    st.bindNull(2);
-  }
+      "AND step BETWEEN ?2 AND ?3 ORDER BY step, device, figure, category");
+  st.bind(1, id)
+      .bind(2, steps ? steps->first : std::numeric_limits<int64_t>::min())
+      .bind(3, steps ? steps->last : std::numeric_limits<int64_t>::max());
   std::vector<StepFigureRow> out;
   while (st.step()) {
     StepFigureRow f;
@@ -1356,16 +1382,18 @@ absl::StatusOr<core::PeakReport> Store::readPeak(const std::string& path, int64_
   return p;
 }
 
-absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string& path,
-                                                               int64_t id) {
+absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string& path, int64_t id,
+                                                               std::optional<StepNumbers> steps) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   std::vector<core::PeakReport> out;
   std::map<int64_t, size_t> index;
+  const int64_t first = steps ? steps->first : std::numeric_limits<int64_t>::min();
+  const int64_t last = steps ? steps->last : std::numeric_limits<int64_t>::max();
   Statement st = db.prepare(
       "SELECT step, seq, ts_ns, tracked_bytes, phase, scope FROM peak WHERE session_id = ?1 "
-      "ORDER BY step");
-  st.bind(1, id);
+      "AND step BETWEEN ?2 AND ?3 ORDER BY step");
+  st.bind(1, id).bind(2, first).bind(3, last);
   while (st.step()) {
     core::PeakReport p;
     p.step = st.columnInt(0);
@@ -1378,9 +1406,10 @@ absl::StatusOr<std::vector<core::PeakReport>> Store::readPeaks(const std::string
     out.push_back(std::move(p));
   }
   if (st.failed()) return readFailed(st);
-  Statement cats =
-      db.prepare("SELECT step, category, bytes, blocks FROM peak_category WHERE session_id = ?1");
-  cats.bind(1, id);
+  Statement cats = db.prepare(
+      "SELECT step, category, bytes, blocks FROM peak_category WHERE session_id = ?1 AND step "
+      "BETWEEN ?2 AND ?3");
+  cats.bind(1, id).bind(2, first).bind(3, last);
   while (cats.step()) {
     auto it = index.find(cats.columnInt(0));
     auto c = core::categoryFromWire(static_cast<int>(cats.columnInt(1)));

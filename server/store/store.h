@@ -123,6 +123,12 @@ struct StepRow {
   int64_t endTsNs = 0;
 };
 
+// Steps first .. last by number (both included).
+struct StepNumbers {
+  int64_t first = 0;
+  int64_t last = 0;
+};
+
 // One figure of a step the agent summarized (a capture schedule): v1.StepFigure.
 struct StepFigureRow {
   int64_t step = 0;
@@ -364,10 +370,18 @@ class Store {
                                                        bool withBlocks = true);
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
+  // A page of a session's steps by number, in step order: from `from` on (from the first when
+  // nullopt), at most `limit`; with `last`, the last `limit` steps instead. Reads only the page's
+  // rows, whatever the number of steps.
+  static absl::StatusOr<std::vector<core::StepInterval>> loadStepPage(const std::string& path,
+                                                                      int64_t id,
+                                                                      std::optional<int64_t> from,
+                                                                      int64_t limit, bool last);
+  static absl::StatusOr<int64_t> countSteps(const std::string& path, int64_t id);
   // The figures of the steps the agent summarized (none when every step was in full detail).
-  // step: that step's only.
+  // steps: those steps' only.
   static absl::StatusOr<std::vector<StepFigureRow>> loadStepFigures(
-      const std::string& path, int64_t id, std::optional<int64_t> step = std::nullopt);
+      const std::string& path, int64_t id, std::optional<StepNumbers> steps = std::nullopt);
   // The allocation stacks recorded at `address` (seq, frames text), in sequence order.
   static absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> loadStacks(
       const std::string& path, int64_t id, uint64_t address);
@@ -394,9 +408,10 @@ class Store {
   // A stored peak: step -1 for the whole session. NOT_FOUND if there is none.
   static absl::StatusOr<core::PeakReport> readPeak(const std::string& path, int64_t id,
                                                    int64_t step);
-  // Every stored peak of a session (categories, no items), the whole session's (-1) first.
-  static absl::StatusOr<std::vector<core::PeakReport>> readPeaks(const std::string& path,
-                                                                 int64_t id);
+  // Every stored peak of a session (categories, no items), the whole session's (-1) first; with
+  // steps, those steps' peaks only.
+  static absl::StatusOr<std::vector<core::PeakReport>> readPeaks(
+      const std::string& path, int64_t id, std::optional<StepNumbers> steps = std::nullopt);
   // The stored timeline's buckets over [fromTs, toTs].
   static absl::StatusOr<std::vector<core::TimelineBucket>> readTimeline(const std::string& path,
                                                                         int64_t id, int64_t fromTs,

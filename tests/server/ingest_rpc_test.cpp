@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "server/ingest/session_ingest.h"
+#include "server/rpc/query_service.h"
 #include "server/server.h"
 #include "server/store/store.h"
 #include "src/advisor/plan_json.h"
@@ -1154,6 +1155,97 @@ TEST_F(IngestRpcTest, AFileHandedOverCompletesTheSessionAndGoes) {
   ASSERT_TRUE(pending.ok());
   EXPECT_TRUE(pending->empty());
   expectHealthy();
+}
+
+TEST_F(IngestRpcTest, AStepsAnswerIsAPageWhateverTheNumberOfSteps) {
+  // 10,000 steps: one answer with all of them is ~2.5 MB here and passes gRPC's 4 MiB at ~17,000
+  // (`tidemark steps` failed on any longer training). Pages of at most 4,096, live and stored.
+  constexpr int64_t kSteps = 10000;
+  uint64_t seq = 0, batchSeq = 0;
+  std::vector<v1::AgentMessage> batches;
+  auto add = [&]() {
+    if (batches.empty() || batches.back().batch().events_size() >= 4000)
+      batches.emplace_back().mutable_batch()->set_batch_seq(++batchSeq);
+    v1::Event* e = batches.back().mutable_batch()->add_events();
+    e->set_seq(++seq);
+    e->set_ts_ns(static_cast<int64_t>(seq) * 1000);
+    return e;
+  };
+  for (int64_t n = 0; n < kSteps; ++n) {
+    add()->mutable_step_begin()->set_step(n);
+    v1::Event* a = add();
+    a->mutable_alloc()->set_address(0x1000);
+    a->mutable_alloc()->set_size_bytes(64 + n);
+    add()->mutable_free()->set_address(0x1000);
+    add()->mutable_step_end()->set_step(n);
+  }
+  auto page = [&](uint64_t session, int64_t from, uint32_t max, bool last, v1::Steps* out) {
+    grpc::ClientContext c;
+    v1::StepsRequest req;
+    req.set_session_id(session);
+    req.set_from_step(from);
+    req.set_max_steps(max);
+    req.set_last(last);
+    return m_query->GetSteps(&c, req, out);
+  };
+  // Every page in turn: each within the limit, the steps 0 .. kSteps - 1 once, in order, each
+  // with its own peak.
+  auto expectPaged = [&](uint64_t session) {
+    int64_t from = 0, expected = 0;
+    int pages = 0;
+    for (;;) {
+      v1::Steps steps;
+      const grpc::Status st = page(session, from, 0, false, &steps);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      EXPECT_EQ(steps.total_steps(), kSteps);
+      EXPECT_LE(steps.steps_size(), QueryService::kStepsPerPage);
+      EXPECT_LT(steps.ByteSizeLong(), size_t{4} << 20);
+      for (const v1::StepSummary& s : steps.steps()) {
+        EXPECT_EQ(s.step(), expected);
+        EXPECT_EQ(s.peak().tracked_bytes(), 64 + expected);
+        ++expected;
+      }
+      ++pages;
+      if (steps.next_step() < 0) break;
+      EXPECT_EQ(steps.next_step(), expected);
+      from = steps.next_step();
+    }
+    EXPECT_EQ(expected, kSteps);
+    EXPECT_EQ(pages, 3);
+    // The tail, and a page asked larger than the daemon's is cut to it.
+    v1::Steps tail;
+    ASSERT_TRUE(page(session, 0, 3, true, &tail).ok());
+    ASSERT_EQ(tail.steps_size(), 3);
+    EXPECT_EQ(tail.steps(0).step(), kSteps - 3);
+    EXPECT_EQ(tail.steps(2).step(), kSteps - 1);
+    EXPECT_EQ(tail.next_step(), -1);
+    v1::Steps big;
+    ASSERT_TRUE(page(session, 100, 1 << 30, false, &big).ok());
+    EXPECT_EQ(big.steps_size(), QueryService::kStepsPerPage);
+    EXPECT_EQ(big.steps(0).step(), 100);
+    EXPECT_EQ(big.next_step(), 100 + QueryService::kStepsPerPage);
+    v1::Steps beyond;
+    ASSERT_TRUE(page(session, kSteps + 5, 0, false, &beyond).ok());
+    EXPECT_EQ(beyond.steps_size(), 0);
+    EXPECT_EQ(beyond.next_step(), -1);
+  };
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const uint64_t session = handshake(stream.get()).session_id();
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), batches, batchSeq));
+  {
+    SCOPED_TRACE("live");
+    expectPaged(session);
+  }
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(seq);
+  ASSERT_TRUE(stream->Write(bye));
+  ASSERT_TRUE(closeStream(stream.get()).ok());
+  ASSERT_EQ(awaitEnded(session).state(), v1::SESSION_STATE_ENDED);
+  {
+    SCOPED_TRACE("stored");
+    expectPaged(session);
+  }
 }
 
 TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
