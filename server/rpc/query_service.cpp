@@ -393,11 +393,8 @@ grpc::Status QueryService::breakdown(const v1::BreakdownRequest* request, v1::Br
     response->set_offset_ns(peak->state.tsNs - startTs);
     if (!request->has_step()) {
       // The whole session's peak lies in some step (or between steps).
-      auto rec = Store::loadSteps(m_dbPath, id);
-      if (rec.ok()) {
-        const core::StepInterval* step = rec->stepAt(peak->state.seq);
-        response->set_step(step ? step->step : -1);
-      }
+      auto step = Store::stepAt(m_dbPath, id, peak->state.seq);
+      if (step.ok()) response->set_step(*step ? (*step)->step : -1);
     }
     return grpc::Status::OK;
   }

@@ -176,6 +176,8 @@ CREATE TABLE IF NOT EXISTS step (
   inferred INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (session_id, step)
 ) WITHOUT ROWID;
+-- The step an event lies in, found without reading a session's steps (a peak's step).
+CREATE INDEX IF NOT EXISTS step_by_begin ON step (session_id, begin_seq);
 
 -- Steps a capture schedule summarized (`tidemark run --steps 3-4`): the figures the agent
 -- measured of each (tidemark.v1.StepFigure), in place of their events. A summary: retention

@@ -1138,6 +1138,24 @@ absl::StatusOr<int64_t> Store::countSteps(const std::string& path, int64_t id) {
   return st.columnInt(0);
 }
 
+absl::StatusOr<std::optional<core::StepInterval>> Store::stepAt(const std::string& path, int64_t id,
+                                                                uint64_t seq) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  // Steps do not overlap (a nested one is flagged by the analysis): the few begun last before
+  // seq hold the answer, as core::innermost walks them.
+  Statement st = db.prepare(
+      "SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE session_id = ?1 "
+      "AND begin_seq <= ?2 ORDER BY begin_seq DESC LIMIT 4");
+  st.bind(1, id).bind(2, static_cast<int64_t>(seq));
+  while (st.step()) {
+    const core::StepInterval s = stepRow(st);
+    if (s.contains(seq)) return std::optional<core::StepInterval>(s);
+  }
+  if (st.failed()) return readFailed(st);
+  return std::optional<core::StepInterval>();
+}
+
 absl::StatusOr<std::vector<StepFigureRow>> Store::loadStepFigures(
     const std::string& path, int64_t id, std::optional<StepNumbers> steps) {
   Database db;

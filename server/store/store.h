@@ -378,6 +378,10 @@ class Store {
                                                                       std::optional<int64_t> from,
                                                                       int64_t limit, bool last);
   static absl::StatusOr<int64_t> countSteps(const std::string& path, int64_t id);
+  // The step that holds event `seq` (the last begun at or before it that has not ended before
+  // it), or nullopt: as core::Recording::stepAt, reading a few rows whatever the session's steps.
+  static absl::StatusOr<std::optional<core::StepInterval>> stepAt(const std::string& path,
+                                                                  int64_t id, uint64_t seq);
   // The figures of the steps the agent summarized (none when every step was in full detail).
   // steps: those steps' only.
   static absl::StatusOr<std::vector<StepFigureRow>> loadStepFigures(

@@ -1228,6 +1228,11 @@ TEST_F(IngestRpcTest, AStepsAnswerIsAPageWhateverTheNumberOfSteps) {
     ASSERT_TRUE(page(session, kSteps + 5, 0, false, &beyond).ok());
     EXPECT_EQ(beyond.steps_size(), 0);
     EXPECT_EQ(beyond.next_step(), -1);
+    // The session's peak (the last step's block, the largest) names its step.
+    v1::Peak peak;
+    ASSERT_TRUE(wholePeak(session, &peak).ok());
+    EXPECT_EQ(peak.breakdown().tracked_bytes(), 64 + kSteps - 1);
+    EXPECT_EQ(peak.breakdown().step(), kSteps - 1);
   };
   grpc::ClientContext ctx;
   auto stream = m_ingest->Stream(&ctx);
@@ -1242,6 +1247,11 @@ TEST_F(IngestRpcTest, AStepsAnswerIsAPageWhateverTheNumberOfSteps) {
   ASSERT_TRUE(stream->Write(bye));
   ASSERT_TRUE(closeStream(stream.get()).ok());
   ASSERT_EQ(awaitEnded(session).state(), v1::SESSION_STATE_ENDED);
+  // Its analysis stored: the pages come from the store's rows.
+  v1::SessionInfo info;
+  for (int i = 0; i < 200 && sessionInfo(session, &info).ok() && !info.analyzed(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(info.analyzed());
   {
     SCOPED_TRACE("stored");
     expectPaged(session);
