@@ -190,7 +190,8 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
         live = a.wholePeak();
         return;
       }
-      for (core::LiveAnalysis::StepAnswer& s : a.steps()) {
+      size_t known = 0;
+      for (core::LiveAnalysis::StepAnswer& s : a.stepPage(step, 1, false, &known)) {
         if (s.peak.step == step) {
           live = std::move(s.peak);
           return;
@@ -262,15 +263,17 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   // order, the page and the step after it.
   std::vector<core::StepInterval> steps;
   int64_t total = 0;
+  // A live session's page carries its peaks (all memory: a device filter reads the recording).
+  std::vector<core::PeakReport> livePage;
   const bool live = withLive(id, [&](const core::LiveAnalysis& a) {
-    for (const core::LiveAnalysis::StepAnswer& s : a.steps()) {
-      ++total;
-      if (request->last() || !from || s.interval.step >= *from) steps.push_back(s.interval);
+    size_t known = 0;
+    for (core::LiveAnalysis::StepAnswer& s :
+         a.stepPage(from, static_cast<size_t>(request->last() ? page : page + 1), request->last(),
+                    &known)) {
+      steps.push_back(s.interval);
+      livePage.push_back(std::move(s.peak));
     }
-    if (request->last() && static_cast<int64_t>(steps.size()) > page)
-      steps.erase(steps.begin(), steps.end() - page);
-    else if (static_cast<int64_t>(steps.size()) > page + 1)
-      steps.resize(page + 1);
+    total = static_cast<int64_t>(known);
   });
   if (!live) {
     auto counted = Store::countSteps(m_dbPath, id);
@@ -291,7 +294,8 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   response->set_total_steps(total);
   if (steps.empty()) return grpc::Status::OK;
   const StepNumbers span{steps.front().step, steps.back().step};
-  auto peaks = peakReports(id, *device, span);
+  absl::StatusOr<std::vector<core::PeakReport>> peaks = std::move(livePage);
+  if (!live || !device->all()) peaks = peakReports(id, *device, span);
   if (!peaks.ok()) return toGrpc(peaks.status());
   std::map<int64_t, const core::PeakReport*> byStep;
   for (const core::PeakReport& p : *peaks) byStep[p.step] = &p;

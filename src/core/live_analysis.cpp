@@ -417,25 +417,50 @@ PeakReport LiveAnalysis::wholePeak(size_t topItems) const {
   return r;
 }
 
+bool LiveAnalysis::answerStep(const ReplayState& rs, const StepInterval& interval,
+                              StepAnswer* a) const {
+  a->interval = interval;
+  if (auto done = m_stepPeaks.find(interval.step); done != m_stepPeaks.end()) {
+    a->peak = done->second;
+  } else if (auto open = rs.steps.find(interval.step); open != rs.steps.end()) {
+    a->peak = PeakReport();
+    a->peak.step = interval.step;
+    a->peak.state = open->second.best;
+    if (open->second.phase != Phase::kNone)
+      a->peak.phase = std::string(phaseName(open->second.phase));
+    a->peak.scope = nameOf(open->second.scopeIid);
+  } else {
+    return false;  // nothing of it replayed yet
+  }
+  return true;
+}
+
 std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::steps() const {
   const ReplayState& rs = windowAnswer().rs;
   std::vector<StepAnswer> out;
-  for (const auto& [step, interval] : m_stepIntervals) {
-    StepAnswer a;
-    a.interval = interval;
-    if (auto done = m_stepPeaks.find(step); done != m_stepPeaks.end()) {
-      a.peak = done->second;
-    } else if (auto open = rs.steps.find(step); open != rs.steps.end()) {
-      a.peak.step = step;
-      a.peak.state = open->second.best;
-      if (open->second.phase != Phase::kNone)
-        a.peak.phase = std::string(phaseName(open->second.phase));
-      a.peak.scope = nameOf(open->second.scopeIid);
-    } else {
-      continue;
-    }
-    out.push_back(std::move(a));
+  StepAnswer a;
+  for (const auto& [step, interval] : m_stepIntervals)
+    if (answerStep(rs, interval, &a)) out.push_back(std::move(a));
+  return out;
+}
+
+std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::stepPage(std::optional<int64_t> from,
+                                                             size_t limit, bool last,
+                                                             size_t* known) const {
+  const ReplayState& rs = windowAnswer().rs;
+  *known = m_stepIntervals.size();
+  std::vector<StepAnswer> out;
+  StepAnswer a;
+  if (last) {
+    for (auto it = m_stepIntervals.rbegin(); it != m_stepIntervals.rend() && out.size() < limit;
+         ++it)
+      if (answerStep(rs, it->second, &a)) out.push_back(std::move(a));
+    std::reverse(out.begin(), out.end());
+    return out;
   }
+  for (auto it = from ? m_stepIntervals.lower_bound(*from) : m_stepIntervals.begin();
+       it != m_stepIntervals.end() && out.size() < limit; ++it)
+    if (answerStep(rs, it->second, &a)) out.push_back(std::move(a));
   return out;
 }
 

@@ -75,6 +75,11 @@ class LiveAnalysis {
   // The whole session's peak (with its modules, ops and tensors) first, then every step's.
   PeakReport wholePeak(size_t topItems = 20) const;
   std::vector<StepAnswer> steps() const;
+  // A page of them in step order: those numbered `from` or more (every one when nullopt), at most
+  // `limit` (the caller asks limit + 1 to learn whether more follow); with `last`, the last
+  // `limit`. Costs the page, not the session's steps. *known: the steps the session has.
+  std::vector<StepAnswer> stepPage(std::optional<int64_t> from, size_t limit, bool last,
+                                   size_t* known) const;
   // Buckets over [fromTs, toTs] (toTs 0: up to the last event).
   std::vector<TimelineBucket> timeline(int64_t fromTs, int64_t toTs, int buckets) const;
   // The session's end: replays what is left and returns what the stored analysis holds. Exact
@@ -188,6 +193,8 @@ class LiveAnalysis {
   // Replays the window's first `count` events into `rs`, each state after an allocation or a
   // free to onState. The categories it finds go to `overlay` (by block), the blocks left as they
   // are; without one (commitWindow) to the blocks.
+  // One step's answer as rs stands (false: nothing of it replayed yet).
+  bool answerStep(const ReplayState& rs, const StepInterval& interval, StepAnswer* a) const;
   void replay(ReplayState& rs, absl::flat_hash_map<int64_t, uint8_t>* overlay,
               const std::function<void(const MemoryState&)>& onState,
               size_t count = SIZE_MAX) const;
