@@ -40,6 +40,8 @@ struct SegmentEnds {
   }
   // The least value over ends <= r and its end (kInf when none).
   std::pair<int64_t, int32_t> leastUpTo(int32_t r) const {
+    if (end.empty()) return {kInf, -1};
+    if (end.front() <= r) return {value.front(), end.front()};  // every end within reach
     const auto it = std::partition_point(end.begin(), end.end(), [r](int32_t e) { return e > r; });
     if (it == end.end()) return {kInf, -1};
     const size_t j = static_cast<size_t>(it - end.begin());
@@ -77,6 +79,27 @@ int GridChainSolver::Grid::atAnyStage(int64_t headroom) const {
 }
 
 namespace {
+int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
+}  // namespace
+
+int64_t GridChainSolver::Grid::shift(int stage, int64_t kept) const {
+  const int64_t d = offset[stage] - kept - offset[stage + 1];
+  return down ? floorDiv(d, step) : ceilDiv(d, step);
+}
+
+int64_t GridChainSolver::Grid::shiftAnyStage(int stage, int64_t kept) const {
+  return down ? floorDiv(offset[stage] - kept - (step - 1), step)
+              : ceilDiv(offset[stage] - kept, step);
+}
+
+int GridChainSolver::Grid::shifted(int g, int64_t shift) const {
+  const int64_t x = g + shift;
+  if (x < 0) return down ? -1 : 0;
+  return static_cast<int>(std::min<int64_t>(x, points - 1));
+}
+
+namespace {
 
 // One pass of the recurrence on the grid: the cost of stages i.. at every grid value of stage i,
 // i from the last stage to the first. Returns stage 0's costs; `choice` (when given) gets every
@@ -94,6 +117,7 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
   std::vector<SegmentEnds> ends(width);
   std::vector<StageChoice> stored;
   std::vector<int64_t> segmentLocal;  // the need of segment [i, i + j]
+  std::vector<int64_t> shifts;
   if (choice != nullptr) choice->assign(static_cast<size_t>(n) * width, kNone);
 
   for (int i = n - 1; i >= 0; --i) {
@@ -118,13 +142,19 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
     const int64_t in = p.inBytes(i);
     size_t fitting = 0;  // segments [i, i + fitting - 1] fit under the grid value
     int32_t* row = choice != nullptr ? choice->data() + static_cast<size_t>(i) * width : nullptr;
+    // Where each choice reads the next values: value g of stage i at g + shift (Grid::at and
+    // atAnyStage without a division per value).
+    shifts.clear();
+    for (const StageChoice& c : stored) shifts.push_back(grid.shift(i, c.kept));
+    const int64_t segmentShift = grid.shiftAnyStage(i, in);
     for (int g = 0; g < width; ++g) {
       const int64_t h = grid.value(i, g);
       int64_t best = kInf;
       int32_t code = kNone;
-      for (const StageChoice& c : stored) {
-        if (c.local > h) continue;
-        const int x = grid.at(i + 1, h - c.kept);
+      for (size_t k = 0; k < stored.size(); ++k) {
+        const StageChoice& c = stored[k];
+        if (c.local > h || h < c.kept) continue;
+        const int x = grid.shifted(g, shifts[k]);
         if (x < 0 || next[x] >= kInf) continue;
         if (next[x] + c.extraNs < best) {
           best = next[x] + c.extraNs;
@@ -132,8 +162,8 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
         }
       }
       while (fitting < segmentLocal.size() && segmentLocal[fitting] <= h) ++fitting;
-      if (fitting > 0) {
-        const int x = grid.atAnyStage(h - in);
+      if (fitting > 0 && h >= in) {
+        const int x = grid.shifted(g, segmentShift);
         if (x >= 0) {
           const auto [value, end] = ends[x].leastUpTo(i + static_cast<int32_t>(fitting) - 1);
           if (value < kInf && value - prefixNs[i] < best) {

@@ -60,6 +60,12 @@ class GridChainSolver : public ChainFront {
     // One index good for every stage's values (a segment's end may be at any stage): down, at
     // most the headroom whatever the offset; up, at least it.
     int atAnyStage(int64_t headroom) const;
+    // The same for every value of `stage` at once, for a headroom of at least `kept`: value g
+    // reads at(stage + 1, value(stage, g) - kept) at shifted(g, shift(stage, kept)), and
+    // atAnyStage(value(stage, g) - kept) at shifted(g, shiftAnyStage(stage, kept)).
+    int64_t shift(int stage, int64_t kept) const;
+    int64_t shiftAnyStage(int stage, int64_t kept) const;
+    int shifted(int g, int64_t shift) const;
   };
 
  private:
