@@ -17,6 +17,9 @@ constexpr int32_t kNone = -1;
 constexpr int32_t kStored = -2;
 constexpr int32_t kOption0 = -3;
 
+int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
+
 // For one grid value x: the segment ends k still open to a segment that starts at the stage being
 // solved, each with prefixNs(k) + (the cost of stages k + 1 .. at headroom x). Ends grow towards
 // the bottom; values strictly decrease towards it, so the least value over ends <= r is the
@@ -65,23 +68,6 @@ int GridChainSolver::Grid::at(int stage, int64_t headroom) const {
     g = y <= 0 ? 0 : (y + step - 1) / step;
   return static_cast<int>(std::min<int64_t>(g, points - 1));
 }
-
-int GridChainSolver::Grid::atAnyStage(int64_t headroom) const {
-  if (headroom < 0) return -1;
-  // Offsets lie in [0, step): index x is at most headroom at every stage when x * step + step - 1
-  // is, at least headroom at every stage when x * step is.
-  int64_t g;
-  if (down)
-    g = headroom < step - 1 ? -1 : (headroom - (step - 1)) / step;
-  else
-    g = (headroom + step - 1) / step;
-  return static_cast<int>(std::min<int64_t>(g, points - 1));
-}
-
-namespace {
-int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
-}  // namespace
 
 int64_t GridChainSolver::Grid::shift(int stage, int64_t kept) const {
   const int64_t d = offset[stage] - kept - offset[stage + 1];
@@ -254,29 +240,23 @@ ChainPlan GridChainSolver::planAt(int grid) const {
   const int width = m_grid + 1;
   ChainPlan plan;
   int i = 0, g = grid;
+  // The walk reads the next values where the pass did (Grid::shift, shiftAnyStage).
   while (i < p.size() && g >= 0) {
     const int32_t code = m_choice[static_cast<size_t>(i) * width + g];
-    const int64_t h = m_down.value(i, g);
     const Stage& s = p.stages[i];
     const int64_t in = p.inBytes(i);
-    int64_t kept = 0;
     if (code >= 0) {
       plan.segments.push_back({i, i + code, SegmentMode::kRecompute, -1});
-      kept = in;
+      g = m_down.shifted(g, m_down.shiftAnyStage(i, in));
       i += code + 1;
-    } else if (code == kStored) {
-      plan.segments.push_back({i, i, SegmentMode::kStore, -1});
-      kept = in + s.savedBytes;
-      ++i;
-    } else if (code <= kOption0) {
-      const int o = kOption0 - code;
+    } else if (code == kStored || code <= kOption0) {
+      const int o = code == kStored ? -1 : kOption0 - code;
       plan.segments.push_back({i, i, SegmentMode::kStore, o});
-      kept = in + s.options[o].savedBytes;
+      g = m_down.shifted(g, m_down.shift(i, in + (o < 0 ? s.savedBytes : s.options[o].savedBytes)));
       ++i;
     } else {
       break;  // kNone: not reached from a grid value that had a plan
     }
-    g = code >= 0 ? m_down.atAnyStage(h - kept) : m_down.at(i, h - kept);
   }
   return plan;
 }

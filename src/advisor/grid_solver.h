@@ -57,12 +57,10 @@ class GridChainSolver : public ChainFront {
     int64_t value(int stage, int g) const;
     // The grid value of `stage` a headroom is read at (-1: none, below the grid).
     int at(int stage, int64_t headroom) const;
-    // One index good for every stage's values (a segment's end may be at any stage): down, at
-    // most the headroom whatever the offset; up, at least it.
-    int atAnyStage(int64_t headroom) const;
-    // The same for every value of `stage` at once, for a headroom of at least `kept`: value g
-    // reads at(stage + 1, value(stage, g) - kept) at shifted(g, shift(stage, kept)), and
-    // atAnyStage(value(stage, g) - kept) at shifted(g, shiftAnyStage(stage, kept)).
+    // Where value g of `stage`, less `kept` (at most the value), is read: at(stage + 1, ...) is
+    // shifted(g, shift(stage, kept)). A recomputed segment's end may be at any stage, so its
+    // read is one index good for every stage's values, shifted(g, shiftAnyStage(stage, kept)):
+    // down, at most the headroom whatever the offset; up, at least it.
     int64_t shift(int stage, int64_t kept) const;
     int64_t shiftAnyStage(int stage, int64_t kept) const;
     int shifted(int g, int64_t shift) const;
