@@ -78,6 +78,8 @@ class Server {
   int port() const { return m_port; }
   AnalysisRunner* analysis() { return m_analysis.get(); }
   RetentionKeeper* retention() { return m_retention.get(); }
+  // The sessions whose agents stream now (for tests: what their ingests hold).
+  LiveAgents& liveAgents() { return m_agents; }
   std::string address() const;
   const ServerOptions& options() const { return m_options; }
 

@@ -59,8 +59,13 @@ class SessionIngest {
   // strings past kMaxStringBytes or kMaxSessionStringBytes.
   // A batch_seq before the next one is a batch resent after a reconnect: skipped, counted.
   absl::Status addBatch(const v1::EventBatch& batch);
-  // Rows completed since the last call.
+  // Rows completed since the last call, with the live analysis's step peaks (under its ticket,
+  // rowsTicket()); once they are in the store, rowsStored lets the analysis forget those steps.
   SessionRows takeRows();
+  uint64_t rowsTicket() const { return m_live ? m_live->handoutTicket() : 0; }
+  void rowsStored(uint64_t ticket) {
+    if (m_live) m_live->storedThrough(ticket);
+  }
   // End of the stream: releases what is buffered (counting gaps), closes open intervals and
   // emits the blocks still live as live rows.
   SessionRows finish();
@@ -93,6 +98,7 @@ class SessionIngest {
     for (const core::TimelineChunk& c : m_rows.timelineChunks)
       analysis += c.samples.size() * sizeof(core::TimelineSample);
     for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.size();
+    analysis += m_rows.stepPeaks.size() * sizeof(core::PeakReport);
     return analysis + m_rows.blocks.size() * sizeof(BlockRow) +
            m_rows.tags.size() * sizeof(TagRow) + m_rows.stacks.size() * sizeof(StackRow) +
            m_rows.counters.size() * sizeof(CounterRow) +

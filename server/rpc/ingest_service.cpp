@@ -139,6 +139,7 @@ class Checkpointer {
     absl::Status s = m_inflight.get();
     if (s.ok()) {
       m_committed = m_inflightSeq;
+      m_committedTicket = m_inflightTicket;
     } else if (m_error.ok()) {
       m_error = s;
     }
@@ -151,9 +152,9 @@ class Checkpointer {
     return batchSeq > m_posted && (since >= m_interval || (asked && since >= m_interval / 4));
   }
   // Posts the rows and state (taken under the caller's lock) accounting for batches up to
-  // batchSeq.
+  // batchSeq; ticket: the rows' (SessionIngest::rowsTicket).
   void post(SessionRows rows, SessionIngest::Checkpoint checkpoint, uint64_t batchSeq,
-            Clock::duration takeCost) {
+            uint64_t ticket, Clock::duration takeCost) {
     const Clock::time_point t0 = Clock::now();
     std::string blob = checkpoint.state.SerializeAsString();
     m_interval =
@@ -161,6 +162,7 @@ class Checkpointer {
     m_last = Clock::now();
     m_posted = batchSeq;
     m_inflightSeq = batchSeq;
+    m_inflightTicket = ticket;
     if (checkpoint.full) {
       m_wroteFull = true;
       m_changesSinceFull = 0;
@@ -189,6 +191,8 @@ class Checkpointer {
     return m_committed;
   }
   const absl::Status& error() const { return m_error; }
+  // The ticket of the rows last committed (0: none yet).
+  uint64_t committedTicket() const { return m_committedTicket; }
 
  private:
   StoreWriter& m_writer;
@@ -198,6 +202,8 @@ class Checkpointer {
   uint64_t m_acked;
   std::future<absl::Status> m_inflight;
   uint64_t m_inflightSeq = 0;
+  uint64_t m_inflightTicket = 0;
+  uint64_t m_committedTicket = 0;
   bool m_wroteFull = false;
   uint64_t m_changesSinceFull = 0;
   absl::Status m_error;
@@ -483,12 +489,21 @@ grpc::Status IngestService::Stream(
     const Clock::time_point t0 = Clock::now();
     std::unique_lock<std::mutex> lock(ingestMutex);
     SessionRows rows = ingest->takeRows();
+    const uint64_t ticket = ingest->rowsTicket();
     SessionIngest::Checkpoint checkpoint =
         ingest->takeCheckpoint(checkpoints.nextFull(ingest->openBlockCount()));
     const uint64_t batch = ingest->nextBatchSeq() - 1;
     lock.unlock();
-    checkpoints.post(std::move(rows), std::move(checkpoint), batch, Clock::now() - t0);
+    checkpoints.post(std::move(rows), std::move(checkpoint), batch, ticket, Clock::now() - t0);
     guard->setPosted(batch);
+  };
+  // What the last commit carried is in the store: the live analysis lets go of its steps.
+  uint64_t releasedTicket = 0;
+  auto releaseStored = [&] {
+    if (checkpoints.committedTicket() <= releasedTicket) return;
+    releasedTicket = checkpoints.committedTicket();
+    std::lock_guard<std::mutex> lock(ingestMutex);
+    ingest->rowsStored(releasedTicket);
   };
 
   std::optional<v1::Goodbye> goodbye;
@@ -540,9 +555,11 @@ grpc::Status IngestService::Stream(
     if (full) {
       checkpoints.collect(true);
       if (!checkpoints.error().ok()) break;
+      releaseStored();
       checkpointNow();
     } else if (checkpoints.collect(false)) {
       if (!checkpoints.error().ok()) break;
+      releaseStored();
       // Due, or a reader (the advisor on a live session) waits for the rows.
       if (checkpoints.due(ingest->nextBatchSeq() - 1, message.has_ack_request()) ||
           guard->commitWanted.load(std::memory_order_relaxed))
@@ -574,6 +591,7 @@ grpc::Status IngestService::Stream(
     // Committed: the store stands where the live analysis does, which the stream that resumes
     // the session takes on (kept before the release, which lets that stream in).
     if (checkpoints.error().ok()) {
+      releaseStored();
       std::unique_lock<std::mutex> lock(ingestMutex);
       SessionIngest::KeptLive kept = ingest->keepLive();
       lock.unlock();

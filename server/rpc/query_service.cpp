@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include <map>
 #include <set>
@@ -190,6 +191,10 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
         live = a.wholePeak();
         return;
       }
+      if (step < a.storedBelow()) {  // let go of once committed: the store's
+        live = Store::readPeak(m_dbPath, id, step);
+        return;
+      }
       size_t known = 0;
       for (core::LiveAnalysis::StepAnswer& s : a.stepPage(step, 1, false, &known)) {
         if (s.peak.step == step) {
@@ -229,7 +234,21 @@ absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
     int64_t id, const core::DeviceFilter& device, std::optional<StepNumbers> steps) {
   if (device.all()) {
     std::vector<core::PeakReport> live;
-    if (withLive(id, [&](const core::LiveAnalysis& a) { live = livePeaks(a); })) return live;
+    int64_t storedBelow = std::numeric_limits<int64_t>::min();
+    if (withLive(id, [&](const core::LiveAnalysis& a) {
+          live = livePeaks(a);
+          storedBelow = a.storedBelow();
+        })) {
+      if (storedBelow == std::numeric_limits<int64_t>::min()) return live;
+      // The steps the live analysis let go of, from the store (committed before).
+      auto stored = Store::readPeaks(
+          m_dbPath, id, StepNumbers{std::numeric_limits<int64_t>::min(), storedBelow - 1});
+      if (!stored.ok()) return stored.status();
+      std::erase_if(*stored, [](const core::PeakReport& p) { return p.step == -1; });
+      stored->insert(stored->end(), live.begin() + 1, live.end());
+      stored->insert(stored->begin(), live.front());
+      return stored;
+    }
   }
   auto analyzed = Store::isAnalyzed(m_dbPath, id);
   if (!analyzed.ok()) return analyzed.status();
@@ -263,18 +282,44 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   // order, the page and the step after it.
   std::vector<core::StepInterval> steps;
   int64_t total = 0;
+  const int64_t wanted = request->last() ? page : page + 1;
   // A live session's page carries its peaks (all memory: a device filter reads the recording).
   std::vector<core::PeakReport> livePage;
+  int64_t storedBelow = std::numeric_limits<int64_t>::min();
   const bool live = withLive(id, [&](const core::LiveAnalysis& a) {
     size_t known = 0;
     for (core::LiveAnalysis::StepAnswer& s :
-         a.stepPage(from, static_cast<size_t>(request->last() ? page : page + 1), request->last(),
-                    &known)) {
+         a.stepPage(from, static_cast<size_t>(wanted), request->last(), &known)) {
       steps.push_back(s.interval);
       livePage.push_back(std::move(s.peak));
     }
     total = static_cast<int64_t>(known);
+    storedBelow = a.storedBelow();
   });
+  // The steps the live analysis let go of are in the store (it lets go once they are committed):
+  // the page takes them from there, with their peaks, around those it still holds.
+  if (live && (!from || *from < storedBelow)) {
+    auto rows = Store::loadStepPage(m_dbPath, id, from, wanted, request->last(), storedBelow);
+    if (!rows.ok()) return toGrpc(rows.status());
+    if (!rows->empty() && device->all()) {
+      auto stored =
+          Store::readPeaks(m_dbPath, id, StepNumbers{rows->front().step, rows->back().step});
+      if (!stored.ok()) return toGrpc(stored.status());
+      livePage.insert(livePage.begin(), stored->begin(), stored->end());
+    }
+    std::map<int64_t, core::StepInterval> merged;
+    for (const core::StepInterval& s : *rows) merged[s.step] = s;
+    for (const core::StepInterval& s : steps) merged[s.step] = s;  // held: the live one
+    steps.clear();
+    for (const auto& [n, s] : merged) steps.push_back(s);
+    if (static_cast<int64_t>(steps.size()) > wanted) {
+      if (request->last()) {
+        steps.erase(steps.begin(), steps.end() - wanted);
+      } else {
+        steps.resize(static_cast<size_t>(wanted));
+      }
+    }
+  }
   if (!live) {
     auto counted = Store::countSteps(m_dbPath, id);
     if (!counted.ok()) return toGrpc(counted.status());
@@ -294,6 +339,7 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   response->set_total_steps(total);
   if (steps.empty()) return grpc::Status::OK;
   const StepNumbers span{steps.front().step, steps.back().step};
+  // Live: the stored steps' peaks first, then the held ones' (which win for a step in both).
   absl::StatusOr<std::vector<core::PeakReport>> peaks = std::move(livePage);
   if (!live || !device->all()) peaks = peakReports(id, *device, span);
   if (!peaks.ok()) return toGrpc(peaks.status());

@@ -674,6 +674,7 @@ absl::Status Store::writeRows(const SessionRows& r) {
   for (const auto& [chunk, codes] : r.blockCodes) {
     if (auto s = writeBlockCodes(sid, chunk, codes); !s.ok()) return s;
   }
+  if (auto s = writePeaks(sid, r.stepPeaks); !s.ok()) return s;
   if (r.eventsReceived != 0 || r.eventsStored != 0 || firstBlock != 0) {
     m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
     m_addCounts.bind(6, static_cast<int64_t>(r.blocks.size()));
@@ -913,19 +914,26 @@ absl::Status Store::writeTimelineChunk(int64_t sid, int level, int64_t chunk,
   return st.run();
 }
 
-absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakReport>& peaks,
-                                   const core::CategorizeStats& stats,
-                                   const std::vector<core::StepInterval>& inferredSteps) {
+absl::Status Store::writePeaks(int64_t sid, const std::vector<core::PeakReport>& peaks) {
+  if (peaks.empty()) return absl::OkStatus();
   Statement peak = m_db.prepare(
       "INSERT INTO peak(session_id, step, seq, ts_ns, tracked_bytes, phase, scope) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (session_id, step) DO UPDATE SET "
+      "seq = excluded.seq, ts_ns = excluded.ts_ns, tracked_bytes = excluded.tracked_bytes, "
+      "phase = excluded.phase, scope = excluded.scope");
   Statement peakCat = m_db.prepare(
       "INSERT INTO peak_category(session_id, step, category, bytes, blocks) "
-      "VALUES (?1, ?2, ?3, ?4, ?5)");
+      "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session_id, step, category) DO UPDATE SET "
+      "bytes = excluded.bytes, blocks = excluded.blocks");
+  Statement dropItems = m_db.prepare("DELETE FROM peak_item WHERE session_id = ?1 AND step = ?2");
   Statement item = m_db.prepare(
       "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks, rule, "
       "address) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   for (const core::PeakReport& p : peaks) {
+    if (!p.modules.empty() || !p.ops.empty() || !p.tensors.empty()) {
+      dropItems.bind(1, sid).bind(2, p.step);
+      if (auto s = dropItems.run(); !s.ok()) return s;
+    }
     peak.bind(1, sid).bind(2, p.step).bind(3, s64(p.state.seq)).bind(4, p.state.tsNs);
     peak.bind(5, p.state.trackedBytes).bind(6, p.phase).bind(7, p.scope);
     if (auto s = peak.run(); !s.ok()) return s;
@@ -946,6 +954,13 @@ absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakRepo
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakReport>& peaks,
+                                   const core::CategorizeStats& stats,
+                                   const std::vector<core::StepInterval>& inferredSteps) {
+  if (auto s = writePeaks(sid, peaks); !s.ok()) return s;
   if (stats.tagsUnmatched > 0) {
     m_upsertStat.bind(1, sid).bind(2, "tag_unmatched").bind(3, "info");
     m_upsertStat.bind(4, stats.tagsUnmatched);
@@ -1111,17 +1126,19 @@ absl::Status Store::releaseFreePages(int64_t maxPages) {
 absl::StatusOr<std::vector<core::StepInterval>> Store::loadStepPage(const std::string& path,
                                                                     int64_t id,
                                                                     std::optional<int64_t> from,
-                                                                    int64_t limit, bool last) {
+                                                                    int64_t limit, bool last,
+                                                                    int64_t below) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   // The primary key (session_id, step) walks the page straight to its rows.
   Statement st = db.prepare(
       std::string("SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE "
-                  "session_id = ?1 AND step >= ?2 ORDER BY step") +
+                  "session_id = ?1 AND step >= ?2 AND step < ?4 ORDER BY step") +
       (last ? " DESC" : "") + " LIMIT ?3");
   st.bind(1, id)
       .bind(2, from && !last ? *from : std::numeric_limits<int64_t>::min())
-      .bind(3, std::max<int64_t>(0, limit));
+      .bind(3, std::max<int64_t>(0, limit))
+      .bind(4, below);
   std::vector<core::StepInterval> out;
   while (st.step()) out.push_back(stepRow(st));
   if (st.failed()) return readFailed(st);

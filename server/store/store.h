@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -163,13 +164,14 @@ struct SessionRows {
   // analysis pass stores them: the timeline's chunks and the blocks' categories (by chunk).
   std::vector<core::TimelineChunk> timelineChunks;
   std::vector<std::pair<int64_t, std::string>> blockCodes;
-  int64_t eventsReceived = 0;  // added to the session's counters
+  std::vector<core::PeakReport> stepPeaks;  // steps' peaks (no items), as the pass stores them
+  int64_t eventsReceived = 0;               // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
     return strings.empty() && blocks.empty() && tags.empty() && stacks.empty() &&
            counters.empty() && launches.empty() && scopes.empty() && phases.empty() &&
            steps.empty() && stepFigures.empty() && timelineChunks.empty() && blockCodes.empty() &&
-           eventsReceived == 0 && eventsStored == 0;
+           stepPeaks.empty() && eventsReceived == 0 && eventsStored == 0;
   }
 };
 
@@ -312,6 +314,9 @@ class Store {
   absl::Status writeBlockCodes(int64_t sessionId, int64_t chunk, const std::string& codes);
   absl::Status writeTimelineChunk(int64_t sessionId, int level, int64_t chunk,
                                   const std::vector<core::TimelineSample>& samples);
+  // Peaks with their categories and items, replacing any stored for the same steps (a live
+  // session's steps' peaks come with its rows as its steps end: SessionRows::stepPeaks).
+  absl::Status writePeaks(int64_t sessionId, const std::vector<core::PeakReport>& peaks);
   absl::Status finishAnalysis(int64_t sessionId, const std::vector<core::PeakReport>& peaks,
                               const core::CategorizeStats& stats,
                               const std::vector<core::StepInterval>& inferredSteps);
@@ -371,12 +376,11 @@ class Store {
   // Only the steps of a session (cheap), as a Recording with nothing else in it.
   static absl::StatusOr<core::Recording> loadSteps(const std::string& path, int64_t id);
   // A page of a session's steps by number, in step order: from `from` on (from the first when
-  // nullopt), at most `limit`; with `last`, the last `limit` steps instead. Reads only the page's
-  // rows, whatever the number of steps.
-  static absl::StatusOr<std::vector<core::StepInterval>> loadStepPage(const std::string& path,
-                                                                      int64_t id,
-                                                                      std::optional<int64_t> from,
-                                                                      int64_t limit, bool last);
+  // nullopt), at most `limit`; with `last`, the last `limit` steps instead; steps numbered below
+  // `below` only. Reads only the page's rows, whatever the number of steps.
+  static absl::StatusOr<std::vector<core::StepInterval>> loadStepPage(
+      const std::string& path, int64_t id, std::optional<int64_t> from, int64_t limit, bool last,
+      int64_t below = std::numeric_limits<int64_t>::max());
   static absl::StatusOr<int64_t> countSteps(const std::string& path, int64_t id);
   // The step that holds event `seq` (the last begun at or before it that has not ended before
   // it), or nullopt: as core::Recording::stepAt, reading a few rows whatever the session's steps.

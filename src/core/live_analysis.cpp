@@ -160,6 +160,7 @@ void LiveAnalysis::moduleEnd(uint64_t beginSeq) { m_openModules.erase(beginSeq);
 
 void LiveAnalysis::stepBegin(int64_t step, uint64_t seq, int64_t tsNs) {
   if (m_stepIntervals.count(step) > 0) inexact("step " + std::to_string(step) + " began twice");
+  if (step < m_storedBelow) inexact("step " + std::to_string(step) + " began after later ones");
   if (m_openSteps++ > 0) inexact("steps overlap");
   StepInterval s;
   s.step = step;
@@ -351,6 +352,7 @@ void LiveAnalysis::commitWindow(size_t keep) {
     if (it->second.phase != Phase::kNone) r.phase = std::string(phaseName(it->second.phase));
     r.scope = nameOf(it->second.scopeIid);
     m_stepPeaks[it->first] = std::move(r);
+    if (m_storeOutput) m_peaksToHand.push_back(it->first);
     it = m_committed.steps.erase(it);
   }
   for (size_t i = 0; i < count; ++i) {
@@ -363,8 +365,7 @@ void LiveAnalysis::commitWindow(size_t keep) {
   m_window.erase(m_window.begin(), m_window.begin() + static_cast<long>(count));
   // No step yet and much held for the store: a session without step marks, which the pass
   // analyses (it infers the steps); nothing more is kept for the store.
-  if (m_stepIntervals.empty() && m_storeOutput &&
-      m_chunksOut.size() + m_codesOut.size() > kMaxHeldChunks) {
+  if (noSteps() && m_storeOutput && m_chunksOut.size() + m_codesOut.size() > kMaxHeldChunks) {
     inexact("no step marks: the pass infers the steps");
     m_storeOutput = false;
     m_chunksOut.clear();
@@ -448,7 +449,7 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::stepPage(std::optional<int64
                                                              size_t limit, bool last,
                                                              size_t* known) const {
   const ReplayState& rs = windowAnswer().rs;
-  *known = m_stepIntervals.size();
+  *known = m_stepIntervals.size() + m_storedSteps;
   std::vector<StepAnswer> out;
   StepAnswer a;
   if (last) {
@@ -462,6 +463,40 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::stepPage(std::optional<int64
        it != m_stepIntervals.end() && out.size() < limit; ++it)
     if (answerStep(rs, it->second, &a)) out.push_back(std::move(a));
   return out;
+}
+
+std::vector<PeakReport> LiveAnalysis::takeStepPeaks() {
+  const uint64_t ticket = ++m_ticket;
+  std::vector<PeakReport> out;
+  if (!m_storeOutput) m_peaksToHand.clear();
+  for (int64_t step : std::exchange(m_peaksToHand, {})) {
+    auto it = m_stepPeaks.find(step);
+    if (it == m_stepPeaks.end()) continue;  // begun again since
+    out.push_back(it->second);
+    m_handed.emplace_back(ticket, step);
+    m_handedSteps.insert(step);
+  }
+  return out;
+}
+
+void LiveAnalysis::storedThrough(uint64_t ticket) {
+  while (!m_handed.empty() && m_handed.front().first <= ticket) {
+    m_storedHeld.insert(m_handed.front().second);
+    m_handedSteps.erase(m_handed.front().second);
+    m_handed.pop_front();
+  }
+  // The steps from the first on that are stored and ended (one begun again is held again).
+  while (!m_stepIntervals.empty()) {
+    const int64_t step = m_stepIntervals.begin()->first;
+    if (m_storedHeld.count(step) == 0 || m_handedSteps.count(step) > 0 ||
+        m_stepPeaks.count(step) == 0)
+      break;
+    m_storedHeld.erase(step);
+    m_stepPeaks.erase(step);
+    m_stepIntervals.erase(m_stepIntervals.begin());
+    m_storedBelow = step + 1;
+    ++m_storedSteps;
+  }
 }
 
 void LiveAnalysis::emitCode(uint8_t code) {
@@ -495,9 +530,14 @@ LiveAnalysis::Final LiveAnalysis::finish(size_t topItems) {
     const auto [c, rule] = decide(b);
     if (b.replayed && codeOf(c, rule) != b.code) inexact("live blocks decided otherwise");
   }
-  if (m_stepIntervals.empty()) inexact("no step marks: the pass infers the steps");
+  if (noSteps()) inexact("no step marks: the pass infers the steps");
   f.peaks.push_back(wholePeak(topItems));
-  for (StepAnswer& s : steps()) f.peaks.push_back(std::move(s.peak));
+  for (StepAnswer& s : steps()) {
+    if (m_handedSteps.count(s.interval.step) > 0 || m_storedHeld.count(s.interval.step) > 0)
+      continue;  // handed on with the rows
+    f.peaks.push_back(std::move(s.peak));
+  }
+  m_peaksToHand.clear();
   f.exact = m_inexact.empty();
   f.why = m_inexact;
   return f;
@@ -520,7 +560,8 @@ size_t LiveAnalysis::heldBytes() const {
   for (const auto& [iid, text] : m_names) names += text.size() + 48;
   return (m_window.size() + m_blocks.size()) * kBytesPerWindowEdge +
          keptSamples() * sizeof(TimelineSample) + names +
-         m_stepPeaks.size() * (sizeof(PeakReport) + 64) + m_codesPending.size();
+         m_stepPeaks.size() * (sizeof(PeakReport) + 64) +
+         m_stepIntervals.size() * (sizeof(StepInterval) + 48) + m_codesPending.size();
 }
 
 std::vector<TimelineBucket> LiveAnalysis::timeline(int64_t fromTs, int64_t toTs,

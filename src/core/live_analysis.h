@@ -72,12 +72,13 @@ class LiveAnalysis {
     StepInterval interval;  // endSeq kOpenSeq while the step runs
     PeakReport peak;        // categories, phase and scope (no items)
   };
-  // The whole session's peak (with its modules, ops and tensors) first, then every step's.
+  // The whole session's peak (with its modules, ops and tensors), and every step held.
   PeakReport wholePeak(size_t topItems = 20) const;
   std::vector<StepAnswer> steps() const;
-  // A page of them in step order: those numbered `from` or more (every one when nullopt), at most
-  // `limit` (the caller asks limit + 1 to learn whether more follow); with `last`, the last
-  // `limit`. Costs the page, not the session's steps. *known: the steps the session has.
+  // A page of the steps still held (storedBelow: those before are the store's) in step order:
+  // those numbered `from` or more (every one when nullopt), at most `limit` (the caller asks
+  // limit + 1 to learn whether more follow); with `last`, the last `limit`. Costs the page, not
+  // the session's steps. *known: the steps the session has, held or stored.
   std::vector<StepAnswer> stepPage(std::optional<int64_t> from, size_t limit, bool last,
                                    size_t* known) const;
   // Buckets over [fromTs, toTs] (toTs 0: up to the last event).
@@ -90,7 +91,9 @@ class LiveAnalysis {
   struct Final {
     bool exact = false;
     std::string why;
-    std::vector<PeakReport> peaks;  // the whole session's (with its items) first, then each step's
+    // The whole session's (with its items) first, then each step's not handed on by
+    // takeStepPeaks.
+    std::vector<PeakReport> peaks;
     CategorizeStats stats;
   };
   Final finish(size_t topItems = 20);
@@ -100,7 +103,7 @@ class LiveAnalysis {
   // kMaxHeldChunks held, nothing more is kept for the store).
   static constexpr size_t kMaxHeldChunks = 16;
   std::vector<TimelineChunk> takeChunks() {
-    if (m_stepIntervals.empty()) return {};
+    if (noSteps()) return {};
     return std::exchange(m_chunksOut, {});
   }
   // The blocks' categories as the analysis pass stores them (a byte each, category | rule << 4)
@@ -108,9 +111,22 @@ class LiveAnalysis {
   // by allocation): the chunks of AnalysisSink::kBlocksPerChunk completed since the last call,
   // by index.
   std::vector<std::pair<int64_t, std::string>> takeBlockCodes() {
-    if (m_stepIntervals.empty()) return {};
+    if (noSteps()) return {};
     return std::exchange(m_codesOut, {});
   }
+  // The peaks of the steps whose end was replayed since the last call (the analysis pass stores
+  // the same), each handed on once, under a new ticket (handoutTicket()) that names the commit
+  // carrying them to the store. They stay held until storedThrough says that commit is in the
+  // store: from then on the steps below the first one still held are answered from the store
+  // (storedBelow), not from here, so a live session of any number of steps holds only those of
+  // the last commits.
+  std::vector<PeakReport> takeStepPeaks();
+  uint64_t handoutTicket() const { return m_ticket; }
+  // What was handed on under every ticket up to `ticket` is in the store.
+  void storedThrough(uint64_t ticket);
+  // Steps numbered below it are the store's to answer (their peaks and intervals are no longer
+  // held); INT64_MIN while none is.
+  int64_t storedBelow() const { return m_storedBelow; }
 
   // Answers only, from now on: nothing more is handed to the store (takeChunks, takeBlockCodes)
   // and finish() is not exact, giving `why` (one built again from the store: what it would hand
@@ -130,8 +146,11 @@ class LiveAnalysis {
   int keptLevels() const;
   size_t keptSamples() const;
   // About what it holds: its blocks and window at kBytesPerWindowEdge each, its timeline, its
-  // names and the steps' peaks.
+  // names and the steps held.
   size_t heldBytes() const;
+  size_t heldSteps() const { return m_stepIntervals.size(); }
+  // No step marked yet (held or let go of).
+  bool noSteps() const { return m_stepIntervals.empty() && m_storedSteps == 0; }
 
  private:
   struct PhaseRec {
@@ -236,6 +255,15 @@ class LiveAnalysis {
   ReplayState m_committed;
   std::vector<ItemRow> m_peakItems;           // live at m_committed.peak
   std::map<int64_t, PeakReport> m_stepPeaks;  // steps whose end is replayed
+  // Steps whose peak is to be handed on; handed on (ticket, step) and not known stored yet;
+  // stored but held until the steps before them are (only steps numbered out of order wait).
+  std::vector<int64_t> m_peaksToHand;
+  std::deque<std::pair<uint64_t, int64_t>> m_handed;
+  std::set<int64_t> m_handedSteps;
+  std::set<int64_t> m_storedHeld;
+  uint64_t m_ticket = 0;
+  int64_t m_storedBelow = INT64_MIN;
+  size_t m_storedSteps = 0;  // no longer held
   TimelineBuilder m_timeline;
   std::vector<std::vector<TimelineSample>> m_levels;
   std::vector<bool> m_dropped;

@@ -1233,11 +1233,35 @@ TEST_F(IngestRpcTest, AStepsAnswerIsAPageWhateverTheNumberOfSteps) {
     ASSERT_TRUE(wholePeak(session, &peak).ok());
     EXPECT_EQ(peak.breakdown().tracked_bytes(), 64 + kSteps - 1);
     EXPECT_EQ(peak.breakdown().step(), kSteps - 1);
+    // One early step's peak, and the last one's.
+    for (int64_t n : {int64_t{7}, kSteps - 1}) {
+      grpc::ClientContext c;
+      v1::PeakRequest req;
+      req.set_session_id(session);
+      req.set_has_step(true);
+      req.set_step(n);
+      v1::Peak one;
+      ASSERT_TRUE(m_query->GetPeak(&c, req, &one).ok()) << n;
+      EXPECT_EQ(one.breakdown().tracked_bytes(), 64 + n);
+    }
   };
   grpc::ClientContext ctx;
   auto stream = m_ingest->Stream(&ctx);
   const uint64_t session = handshake(stream.get()).session_id();
   ASSERT_TRUE(sendAndAwaitAck(stream.get(), batches, batchSeq));
+  // The live analysis handed its ended steps' peaks to the store with the rows (and holds only
+  // the last ones): live pages take the steps before those from there.
+  auto stored = Store::readPeaks((m_dir / "store.db").string(), static_cast<int64_t>(session),
+                                 StepNumbers{0, kSteps - 1});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_GT(stored->size(), size_t{kSteps / 2});
+  size_t held = 0;
+  ASSERT_TRUE(
+      m_server->liveAgents().visit(static_cast<int64_t>(session), [&](const SessionIngest& ingest) {
+        ASSERT_NE(ingest.live(), nullptr);
+        held = ingest.live()->heldSteps();
+      }));
+  EXPECT_LT(held, size_t{kSteps / 2}) << "the steps in the store are let go of";
   {
     SCOPED_TRACE("live");
     expectPaged(session);

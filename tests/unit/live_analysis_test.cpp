@@ -23,7 +23,9 @@ using testing::expectSameState;
 
 // Feeds a recording to a live analysis as the ingest would: every event in sequence order, with
 // the innermost module and op scope of the allocating thread at each allocation.
-void feed(const Recording& rec, LiveAnalysis& live, uint64_t untilSeq = kOpenSeq) {
+// after: called after each event (the ingest's rhythm of taking rows, in a test).
+void feed(const Recording& rec, LiveAnalysis& live, uint64_t untilSeq = kOpenSeq,
+          const std::function<void()>& after = nullptr) {
   std::map<std::string, uint32_t> iids;
   auto iid = [&](const std::string& s) -> uint32_t {
     if (s.empty()) return 0;
@@ -77,6 +79,7 @@ void feed(const Recording& rec, LiveAnalysis& live, uint64_t untilSeq = kOpenSeq
   for (auto& [seq, fn] : events) {
     if (seq > untilSeq) break;
     fn();
+    if (after) after();
   }
 }
 
@@ -508,6 +511,76 @@ TEST(LiveAnalysisTest, AtTheEndItHoldsWhatTheAnalysisPassStores) {
       expectSameSamples(a[i].samples, b[i].samples);
     }
   }
+}
+
+TEST(LiveAnalysisTest, StepsHandedToTheStoreAreLetGoOfOnceStored) {
+  // 300 steps of ~60 events, taken as the ingest takes rows (here every 7 events, with the
+  // steps' peaks) and stored 30 takes (about 3 steps) later.
+  constexpr int kSteps = 300;
+  const Recording rec = Training(9).make(kSteps, 6);
+  LiveAnalysis live;
+  std::vector<PeakReport> handed;
+  size_t maxHeld = 0;
+  int events = 0;
+  feed(rec, live, kOpenSeq, [&] {
+    if (++events % 7 != 0) return;
+    for (PeakReport& p : live.takeStepPeaks()) handed.push_back(std::move(p));
+    if (live.handoutTicket() > 30) live.storedThrough(live.handoutTicket() - 30);
+    maxHeld = std::max(maxHeld, live.heldSteps());
+  });
+  // What it holds: the steps of the last takes, not the session's.
+  EXPECT_LE(maxHeld, 6u);
+  EXPECT_GE(live.storedBelow(), kSteps - 6);
+  EXPECT_GT(live.heldSteps(), 1u) << "steps handed on and not stored yet at the end";
+  size_t known = 0;
+  const auto page = live.stepPage(std::nullopt, 1000, false, &known);
+  EXPECT_EQ(known, size_t{kSteps}) << "the steps let go of still count";
+  ASSERT_FALSE(page.empty());
+  EXPECT_EQ(page.front().interval.step, live.storedBelow()) << "the page holds the rest";
+  // What it handed on and what the end holds: every step's peak once, as the pass finds it.
+  const LiveAnalysis::Final got = live.finish();
+  ASSERT_TRUE(got.exact) << got.why;
+  EXPECT_TRUE(live.takeStepPeaks().empty()) << "the end's own peaks are not handed on again";
+  std::map<int64_t, PeakReport> all;
+  for (const PeakReport& p : handed) EXPECT_TRUE(all.emplace(p.step, p).second) << p.step;
+  for (size_t i = 1; i < got.peaks.size(); ++i)
+    EXPECT_TRUE(all.emplace(got.peaks[i].step, got.peaks[i]).second) << got.peaks[i].step;
+  Recording sorted = rec;
+  sorted.sortBySeq();
+  const Analysis want = analyze(sorted);
+  ASSERT_EQ(all.size(), size_t{kSteps});
+  for (int64_t s = 0; s < kSteps; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const PeakReport& p = all.at(s);
+    expectSameState(p.state, want.peaks[static_cast<size_t>(s) + 1].state);
+    EXPECT_EQ(p.phase, want.peaks[static_cast<size_t>(s) + 1].phase);
+    EXPECT_EQ(p.scope, want.peaks[static_cast<size_t>(s) + 1].scope);
+  }
+  // Every step let go of by the end: still a session with steps, its chunks handed on, exact.
+  {
+    LiveAnalysis early;
+    size_t chunks = 0;
+    feed(Training(10).make(40, 6), early, kOpenSeq, [&] {
+      chunks += early.takeChunks().size();
+      early.takeStepPeaks();
+      early.storedThrough(early.handoutTicket());
+    });
+    EXPECT_EQ(early.heldSteps(), 0u);
+    const LiveAnalysis::Final f = early.finish();
+    EXPECT_TRUE(f.exact) << f.why;
+    EXPECT_EQ(f.peaks.size(), 1u) << "the whole session's only";
+    chunks += early.takeChunks().size();
+    EXPECT_GT(chunks, 0u);
+  }
+  // A step numbered below those let go of: the pass must run (pages would not find it).
+  LiveAnalysis again;
+  feed(Training(9).make(3, 2), again, kOpenSeq, [&] {
+    again.takeStepPeaks();
+    again.storedThrough(again.handoutTicket());
+  });
+  ASSERT_EQ(again.storedBelow(), 3);
+  again.stepBegin(1, 1u << 30, 1 << 30);
+  EXPECT_NE(again.finish().why.find("began after later ones"), std::string::npos);
 }
 
 TEST(LiveAnalysisTest, AtTheEndItSaysWhenThePassMustRun) {
