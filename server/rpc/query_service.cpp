@@ -98,7 +98,7 @@ grpc::Status QueryService::GetSession(grpc::ServerContext* ctx,
           m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetSession", kRead);
       !denied.ok())
     return denied;
-  auto session = Store::getSession(m_dbPath, static_cast<int64_t>(request->session_id()));
+  auto session = Store::getSession(m_dbPath, static_cast<int64_t>(request->session_id()), true);
   if (!session.ok()) return toGrpc(session.status());
   fillSession(*session, m_access.storeOwner(), response);
   return grpc::Status::OK;
@@ -709,7 +709,7 @@ grpc::Status QueryService::GetDiff(grpc::ServerContext* ctx, const v1::DiffReque
     req.set_session_id(id);
     req.set_peak(true);
     if (grpc::Status s = GetBreakdown(ctx, &req, peak); !s.ok()) return s;
-    auto session = Store::getSession(m_dbPath, static_cast<int64_t>(id));
+    auto session = Store::getSession(m_dbPath, static_cast<int64_t>(id), true);
     if (!session.ok()) return toGrpc(session.status());
     *steps = session->steps;
     return grpc::Status::OK;

@@ -369,7 +369,9 @@ class Store {
   };
   static absl::StatusOr<std::optional<StoredCheckpoint>> loadCheckpoint(const std::string& path,
                                                                         int64_t id);
-  static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id);
+  // countSteps: fill `steps` (it reads every step row of the session); else it stays 0.
+  static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id,
+                                                  bool countSteps = false);
   // withBlocks false: the intervals and tags only (cheap even for huge sessions).
   static absl::StatusOr<core::Recording> loadRecording(const std::string& path, int64_t id,
                                                        bool withBlocks = true);
