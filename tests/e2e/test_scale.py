@@ -5,7 +5,8 @@ exact: bench_scale's generator knows its own peak and fails when the daemon's di
 real training recorded by the same daemon keeps its exact figures. Queries that would load the
 whole session are refused, saying so. A session killed mid-analysis, or analysed on a full disk,
 is analysed again later. A long session queried while live answers at its start and its end (its
-live whole peak the generator's each time)."""
+live whole peak the generator's each time); a live session of 300,000 steps stays within the
+budget too."""
 import json
 import os
 import subprocess
@@ -83,6 +84,25 @@ class MemoryBudgetTest(unittest.TestCase):
         self.assertTrue(info["analyzed"])
         self.assertGreater(result["peak_bytes"], 0)
 
+
+    def test_a_live_session_of_many_steps_holds_only_its_last_ones(self):
+        # 300,000 steps (one every 10 events) queried while live: each ended step's peak goes to
+        # the store with the next commit and is let go of then, so the daemon holds the steps of
+        # its last commits only (before, every step: 607 MiB at this size).
+        events, every = 3000000, 10
+        r = subprocess.run([os.path.join(BIN, "bench_scale"), "--server", self.daemon.address,
+                            "--events", str(events), "--no-raw", "--step-events", str(every),
+                            "--live-queries"],
+                           capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr + self.daemon.read_log())
+        sid = str(json.loads(r.stdout)["session"])
+        hwm = peak_rss_bytes(self.daemon.proc.pid)
+        print("\n%d steps live: daemon peak RSS %.1f MiB" % (events // every, hwm / 2**20))
+        self.assertLess(hwm, BUDGET + CONSTANT)
+        self.daemon.wait_analyzed(int(sid))
+        last = self.daemon.cli_json("steps", sid, "--last", "1")
+        self.assertEqual(last["total_steps"], events // every)
+        self.assertEqual([s["step"] for s in last["steps"]], [events // every - 1])
 
 
 def bench_scale(daemon, events, wait=True):
