@@ -178,6 +178,14 @@ CREATE TABLE IF NOT EXISTS step (
 ) WITHOUT ROWID;
 -- The step an event lies in, found without reading a session's steps (a peak's step).
 CREATE INDEX IF NOT EXISTS step_by_begin ON step (session_id, begin_seq);
+-- How many step rows each session has, kept by triggers on `step` (store.cpp: kStepCountTriggers*)
+-- so that listing sessions does not count their steps. A session without a row here (stored
+-- before it existed) is counted; its first new step writes its row.
+CREATE TABLE IF NOT EXISTS step_count (
+  session_id INTEGER NOT NULL,
+  steps INTEGER NOT NULL,
+  PRIMARY KEY (session_id)
+) WITHOUT ROWID;
 
 -- Steps a capture schedule summarized (`tidemark run --steps 3-4`): the figures the agent
 -- measured of each (tidemark.v1.StepFigure), in place of their events. A summary: retention

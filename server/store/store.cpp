@@ -20,6 +20,31 @@ namespace tidemark::server {
 extern const char* const kSchemaSql;
 
 namespace {
+// The step_count table (schema.sql) kept as step rows come and go: a row inserted (not one an
+// upsert updated) adds one, and the first for a session without a count counts the rows it
+// already has (only then: counting every time would cost every step the session's steps); a row
+// deleted takes one off.
+constexpr const char* kStepCountTriggersSqlite =
+    "CREATE TRIGGER IF NOT EXISTS step_counted AFTER INSERT ON step BEGIN "
+    "UPDATE step_count SET steps = steps + 1 WHERE session_id = NEW.session_id; "
+    "INSERT INTO step_count(session_id, steps) SELECT NEW.session_id, (SELECT COUNT(*) FROM step "
+    "WHERE session_id = NEW.session_id) WHERE NOT EXISTS (SELECT 1 FROM step_count WHERE "
+    "session_id = NEW.session_id); END;"
+    "CREATE TRIGGER IF NOT EXISTS step_uncounted AFTER DELETE ON step BEGIN "
+    "UPDATE step_count SET steps = steps - 1 WHERE session_id = OLD.session_id; END;";
+constexpr const char* kStepCountTriggersPostgres =
+    "CREATE OR REPLACE FUNCTION tidemark_step_count() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "BEGIN IF TG_OP = 'INSERT' THEN "
+    "UPDATE step_count SET steps = steps + 1 WHERE session_id = NEW.session_id; "
+    "IF NOT FOUND THEN INSERT INTO step_count(session_id, steps) VALUES (NEW.session_id, "
+    "(SELECT COUNT(*) FROM step WHERE session_id = NEW.session_id)); END IF; RETURN NEW; "
+    "ELSE UPDATE step_count SET steps = steps - 1 WHERE session_id = OLD.session_id; RETURN OLD; "
+    "END IF; END $$;"
+    "CREATE OR REPLACE TRIGGER step_counted AFTER INSERT OR DELETE ON step FOR EACH ROW "
+    "EXECUTE FUNCTION tidemark_step_count();";
+}  // namespace
+
+namespace {
 // SQLite integers are signed 64-bit; sequence numbers and addresses are stored bit for bit.
 inline int64_t s64(uint64_t v) { return static_cast<int64_t>(v); }
 inline uint64_t u64(int64_t v) { return static_cast<uint64_t>(v); }
@@ -81,21 +106,27 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
   // A store older than schema 5 read without a daemon (--db) has no jobs (a PostgreSQL store
   // began at 5).
   bool jobs = true;
-  bool daemons = true;  // (schema 6)
+  bool daemons = true;     // (schema 6)
+  bool stepCounts = true;  // (a store read with --db that no daemon of this version opened)
   if (!isPostgres(db)) {
     Statement has = db.prepare(
-        "SELECT count(*) FILTER (WHERE name = 'job_id'), count(*) FILTER (WHERE name = 'daemon') "
+        "SELECT count(*) FILTER (WHERE name = 'job_id'), count(*) FILTER (WHERE name = 'daemon'), "
+        "(SELECT count(*) FROM sqlite_master WHERE name = 'step_count') "
         "FROM pragma_table_info('session')");
     jobs = has.step() && has.columnInt(0) > 0;
     daemons = has.columnInt(1) > 0;
+    stepCounts = has.columnInt(2) > 0;
   }
   Statement st = db.prepare(
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
       "events_sent, events_dropped, live_blocks_at_end, "
       "block_count, " +
-      std::string(countSteps ? "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), "
-                             : "0, ") +
+      std::string(!countSteps ? "0, "
+                  : stepCounts
+                      ? "COALESCE((SELECT c.steps FROM step_count c WHERE c.session_id = s.id), "
+                        "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id)), "
+                      : "(SELECT COUNT(*) FROM step t WHERE t.session_id = s.id), ") +
       "analyzed, owner_uid, "
       "raw_pruned_wall_ns, end_wall_ns, " +
       std::string(jobs ? "job_id, rank, local_rank, world_size, "
@@ -176,7 +207,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::open(const std::string& path, int6
       !s.ok()) {
     return absl::UnavailableError(path + " is not a usable SQLite database: " + s.ToString());
   }
-  if (auto s = store->m_db.exec(kSchemaSql); !s.ok()) {
+  if (auto s = store->m_db.exec(std::string(kSchemaSql) + kStepCountTriggersSqlite); !s.ok()) {
     return absl::FailedPreconditionError("cannot apply the schema to " + path + ": " +
                                          std::string(s.message()));
   }
@@ -283,7 +314,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::openPostgres(const std::string& ur
                                 postgresDdl(kSchemaSql) +
                                 "CREATE INDEX IF NOT EXISTS session_by_job ON session(job_id);" +
                                 "CREATE SEQUENCE IF NOT EXISTS allocation_id_ranges INCREMENT BY " +
-                                std::to_string(kBlockIdRange) + ";");
+                                std::to_string(kBlockIdRange) + ";" + kStepCountTriggersPostgres);
       !s.ok()) {
     store->m_db.exec("ROLLBACK").IgnoreError();
     return absl::FailedPreconditionError("cannot apply the schema to " + where + ": " +
@@ -941,8 +972,11 @@ absl::Status Store::writePeaks(int64_t sid, const std::vector<core::PeakReport>&
     peak.bind(1, sid).bind(2, p.step).bind(3, s64(p.state.seq)).bind(4, p.state.tsNs);
     peak.bind(5, p.state.trackedBytes).bind(6, p.phase).bind(7, p.scope);
     if (auto s = peak.run(); !s.ok()) return s;
+    // The categories it holds (a missing one reads as zero). A step's peak written again only
+    // comes from a live analysis that is not exact, whose results the pass replaces whole.
     for (core::Category c : core::kAllCategories) {
       const int ci = core::categoryIndex(c);
+      if (p.state.bytes[ci] == 0 && p.state.blocks[ci] == 0) continue;
       peakCat.bind(1, sid).bind(2, p.step).bind(3, static_cast<int>(c));
       peakCat.bind(4, p.state.bytes[ci]).bind(5, p.state.blocks[ci]);
       if (auto s = peakCat.run(); !s.ok()) return s;
@@ -1006,9 +1040,9 @@ constexpr const char* kRawRowTables[] = {
     "tag", "stack", "scope", "phase", "counter", "launch", "kernel_launch", "ingest_block_delta"};
 constexpr const char* kRawSmallTables[] = {"string", "block_category", "ingest_checkpoint"};
 // What remains of a pruned session, dropped with it.
-constexpr const char* kSummaryTables[] = {"step",    "step_figure",   "stat",      "timeline_chunk",
-                                          "peak",    "peak_category", "peak_item", "applied_plan",
-                                          "handoff", "plan_outbox"};
+constexpr const char* kSummaryTables[] = {
+    "step",          "step_count", "step_figure",  "stat",    "timeline_chunk", "peak",
+    "peak_category", "peak_item",  "applied_plan", "handoff", "plan_outbox"};
 }  // namespace
 
 absl::Status Store::markRawPruned(int64_t sid, int64_t wallNs) {
@@ -1153,6 +1187,14 @@ absl::StatusOr<std::vector<core::StepInterval>> Store::loadStepPage(const std::s
 absl::StatusOr<int64_t> Store::countSteps(const std::string& path, int64_t id) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  {  // kept by the triggers on `step`; absent in a store no daemon of this version opened
+    Statement kept = db.prepare("SELECT steps FROM step_count WHERE session_id = ?1");
+    if (kept.ok()) {
+      kept.bind(1, id);
+      if (kept.step()) return kept.columnInt(0);
+      if (kept.failed()) return readFailed(kept);
+    }
+  }
   Statement st = db.prepare("SELECT COUNT(*) FROM step WHERE session_id = ?1");
   st.bind(1, id);
   if (!st.step()) return readFailed(st);

@@ -86,6 +86,68 @@ TEST_P(StoreBackendTest, RowsWrittenAreReadBackAsARecording) {
   EXPECT_EQ(Store::getSession(db, 2).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(StoreBackendTest, ASessionsStepsAreCountedAsTheyComeAndGo) {
+  // Listing sessions reads each one's kept count instead of counting its step rows: it follows
+  // new steps, steps written again, inferred steps added and cleared, and a session stored
+  // before the count was kept.
+  const std::string db = freshStore("stepcount");
+  auto store = Store::open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  SessionHeader h;
+  h.pid = 1;
+  auto id = (*store)->createSession(h);
+  ASSERT_TRUE(id.ok());
+  auto write = [&](std::vector<int64_t> steps) {
+    SessionRows rows;
+    rows.sessionId = *id;
+    for (int64_t n : steps) {
+      StepRow r;
+      r.step = n;
+      r.beginSeq = static_cast<uint64_t>(10 * n + 1);
+      r.endSeq = static_cast<uint64_t>(10 * n + 5);
+      rows.steps.push_back(r);
+    }
+    ASSERT_TRUE((*store)->begin().ok());
+    ASSERT_TRUE((*store)->writeRows(rows).ok());
+    ASSERT_TRUE((*store)->commit().ok());
+  };
+  auto expectSteps = [&](int64_t n) {
+    auto one = Store::getSession(db, *id, true);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(one->steps, n);
+    auto all = Store::listSessions(db);
+    ASSERT_TRUE(all.ok());
+    ASSERT_EQ(all->size(), 1u);
+    EXPECT_EQ(all->front().steps, n);
+    EXPECT_EQ(*Store::countSteps(db, *id), n);
+  };
+  expectSteps(0);
+  write({0, 1, 2});
+  expectSteps(3);
+  write({2, 3});  // step 2 again (its end written again): one more, not two
+  expectSteps(4);
+  ASSERT_TRUE((*store)->begin().ok());
+  core::StepInterval inferred;
+  inferred.step = 9;
+  inferred.beginSeq = 100;
+  inferred.endSeq = 110;
+  ASSERT_TRUE((*store)->finishAnalysis(*id, {}, {}, {inferred}).ok());
+  ASSERT_TRUE((*store)->commit().ok());
+  expectSteps(5);
+  ASSERT_TRUE((*store)->begin().ok());
+  ASSERT_TRUE((*store)->clearAnalysis(*id).ok());
+  ASSERT_TRUE((*store)->commit().ok());
+  expectSteps(4);
+  // Stored before the count was kept: counted; its next step starts the count right.
+  ASSERT_TRUE((*store)->exec("DELETE FROM step_count").ok());
+  expectSteps(4);
+  write({7});
+  expectSteps(5);
+  // And what the listing reads is the kept count, not the rows.
+  ASSERT_TRUE((*store)->exec("UPDATE step_count SET steps = 1000").ok());
+  expectSteps(1000);
+}
+
 TEST_P(StoreBackendTest, RawEventsGoInSlicesAndTheSessionSaysSo) {
   const std::string db = freshStore("slices");
   auto store = Store::open(db);
