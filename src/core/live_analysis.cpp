@@ -352,7 +352,7 @@ void LiveAnalysis::commitWindow(size_t keep) {
     if (it->second.phase != Phase::kNone) r.phase = std::string(phaseName(it->second.phase));
     r.scope = nameOf(it->second.scopeIid);
     m_stepPeaks[it->first] = std::move(r);
-    if (m_storeOutput) m_peaksToHand.push_back(it->first);
+    m_peaksToHand.push_back(it->first);
     it = m_committed.steps.erase(it);
   }
   for (size_t i = 0; i < count; ++i) {
@@ -468,7 +468,6 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::stepPage(std::optional<int64
 std::vector<PeakReport> LiveAnalysis::takeStepPeaks() {
   const uint64_t ticket = ++m_ticket;
   std::vector<PeakReport> out;
-  if (!m_storeOutput) m_peaksToHand.clear();
   for (int64_t step : std::exchange(m_peaksToHand, {})) {
     auto it = m_stepPeaks.find(step);
     if (it == m_stepPeaks.end()) continue;  // begun again since

@@ -120,6 +120,9 @@ class LiveAnalysis {
   // store: from then on the steps below the first one still held are answered from the store
   // (storedBelow), not from here, so a live session of any number of steps holds only those of
   // the last commits.
+  // Also with answerOnly: what it answers of a step is what the store keeps of it until the pass
+  // replaces it (one built again after a restart of the daemon hands on the steps before it at
+  // its first take, then lets them go).
   std::vector<PeakReport> takeStepPeaks();
   uint64_t handoutTicket() const { return m_ticket; }
   // What was handed on under every ticket up to `ticket` is in the store.
@@ -128,9 +131,10 @@ class LiveAnalysis {
   // held); INT64_MIN while none is.
   int64_t storedBelow() const { return m_storedBelow; }
 
-  // Answers only, from now on: nothing more is handed to the store (takeChunks, takeBlockCodes)
-  // and finish() is not exact, giving `why` (one built again from the store: what it would hand
-  // over, the analysis it stands for handed over before).
+  // Answers only, from now on: no more chunks nor codes are handed to the store (takeChunks,
+  // takeBlockCodes; steps' peaks still are) and finish() is not exact, giving `why` (one built
+  // again from the store: what it would hand over, the analysis it stands for handed over
+  // before).
   void answerOnly(const std::string& why) {
     inexact(why);
     m_storeOutput = false;

@@ -572,6 +572,18 @@ TEST(LiveAnalysisTest, StepsHandedToTheStoreAreLetGoOfOnceStored) {
     chunks += early.takeChunks().size();
     EXPECT_GT(chunks, 0u);
   }
+  // One built again after a restart (answers only) hands its steps on too.
+  {
+    LiveAnalysis rebuilt;
+    rebuilt.answerOnly("built again");
+    feed(Training(11).make(5000, 1), rebuilt);
+    EXPECT_TRUE(rebuilt.takeChunks().empty());
+    EXPECT_EQ(rebuilt.takeStepPeaks().size(), 5000u);
+    EXPECT_TRUE(rebuilt.takeStepPeaks().empty());
+    rebuilt.storedThrough(rebuilt.handoutTicket());
+    EXPECT_EQ(rebuilt.heldSteps(), 0u);
+    EXPECT_EQ(rebuilt.storedBelow(), 5000);
+  }
   // A step numbered below those let go of: the pass must run (pages would not find it).
   LiveAnalysis again;
   feed(Training(9).make(3, 2), again, kOpenSeq, [&] {
