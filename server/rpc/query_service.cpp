@@ -193,6 +193,9 @@ absl::StatusOr<core::PeakReport> QueryService::peakReport(int64_t id, int64_t st
       }
       if (step < a.storedBelow()) {  // let go of once committed: the store's
         live = Store::readPeak(m_dbPath, id, step);
+        if (live->status().code() == absl::StatusCode::kNotFound)
+          live = absl::OutOfRangeError("session " + std::to_string(id) + " has no step " +
+                                       std::to_string(step));
         return;
       }
       size_t known = 0;
@@ -298,7 +301,8 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
   });
   // The steps the live analysis let go of are in the store (it lets go once they are committed):
   // the page takes them from there, with their peaks, around those it still holds.
-  if (live && (!from || *from < storedBelow)) {
+  if (live && storedBelow != std::numeric_limits<int64_t>::min() &&
+      (request->last() || !from || *from < storedBelow)) {
     auto rows = Store::loadStepPage(m_dbPath, id, from, wanted, request->last(), storedBelow);
     if (!rows.ok()) return toGrpc(rows.status());
     if (!rows->empty() && device->all()) {

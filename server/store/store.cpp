@@ -42,9 +42,7 @@ constexpr const char* kStepCountTriggersPostgres =
     "END IF; END $$;"
     "CREATE OR REPLACE TRIGGER step_counted AFTER INSERT OR DELETE ON step FOR EACH ROW "
     "EXECUTE FUNCTION tidemark_step_count();";
-}  // namespace
 
-namespace {
 // SQLite integers are signed 64-bit; sequence numbers and addresses are stored bit for bit.
 inline int64_t s64(uint64_t v) { return static_cast<int64_t>(v); }
 inline uint64_t u64(int64_t v) { return static_cast<uint64_t>(v); }
@@ -96,7 +94,8 @@ absl::Status readSteps(Database& db, int64_t id, core::Recording* rec) {
 }
 
 // Reads `session` rows with their counts; `where` selects them. countSteps false: steps left 0
-// (counting reads every step row of the session: 30 ms at a million steps).
+// (the kept count is a row read; a session stored before it was kept, or a store read with --db
+// that no daemon of this version opened, counts its step rows: 30 ms at a million steps).
 absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
                                                         const std::string& where, int64_t id,
                                                         int64_t limit = -1,
