@@ -93,6 +93,16 @@ absl::Status readSteps(Database& db, int64_t id, core::Recording* rec) {
   return absl::OkStatus();
 }
 
+// Whether the store keeps its sessions' step counts (not one read with --db that no daemon of
+// this version opened).
+bool hasStepCounts(Database& db) {
+  Statement has = db.prepare(
+      isPostgres(db)
+          ? "SELECT count(*) FROM information_schema.tables WHERE table_name = 'step_count'"
+          : "SELECT count(*) FROM sqlite_master WHERE name = 'step_count'");
+  return has.step() && has.columnInt(0) > 0;
+}
+
 // Reads `session` rows with their counts; `where` selects them. countSteps false: steps left 0
 // (the kept count is a row read; a session stored before it was kept, or a store read with --db
 // that no daemon of this version opened, counts its step rows: 30 ms at a million steps).
@@ -106,7 +116,7 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
   // began at 5).
   bool jobs = true;
   bool daemons = true;     // (schema 6)
-  bool stepCounts = true;  // (a store read with --db that no daemon of this version opened)
+  bool stepCounts = true;  // (not in a store read with --db that no daemon of this version opened)
   if (!isPostgres(db)) {
     Statement has = db.prepare(
         "SELECT count(*) FILTER (WHERE name = 'job_id'), count(*) FILTER (WHERE name = 'daemon'), "
@@ -115,6 +125,8 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
     jobs = has.step() && has.columnInt(0) > 0;
     daemons = has.columnInt(1) > 0;
     stepCounts = has.columnInt(2) > 0;
+  } else {
+    stepCounts = hasStepCounts(db);
   }
   Statement st = db.prepare(
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
@@ -1186,13 +1198,11 @@ absl::StatusOr<std::vector<core::StepInterval>> Store::loadStepPage(const std::s
 absl::StatusOr<int64_t> Store::countSteps(const std::string& path, int64_t id) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
-  {  // kept by the triggers on `step`; absent in a store no daemon of this version opened
+  if (hasStepCounts(db)) {  // kept by the triggers on `step`
     Statement kept = db.prepare("SELECT steps FROM step_count WHERE session_id = ?1");
-    if (kept.ok()) {
-      kept.bind(1, id);
-      if (kept.step()) return kept.columnInt(0);
-      if (kept.failed()) return readFailed(kept);
-    }
+    kept.bind(1, id);
+    if (kept.step()) return kept.columnInt(0);
+    if (kept.failed()) return readFailed(kept);
   }
   Statement st = db.prepare("SELECT COUNT(*) FROM step WHERE session_id = ?1");
   st.bind(1, id);
