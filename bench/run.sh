@@ -17,6 +17,8 @@
 #      and the ratios of the largest to the smallest; then live sessions 2 hours long by their
 #      timestamps at LIVE_SIZES events (default 10M 100M), 500 steps each, queried while live at
 #      their start and at their end (peak, steps, timeline, zoomed timeline, a step's breakdown);
+#      then a live session of STEPS_EVENTS events (default 20M) with a step every 20 events (a
+#      million steps) under a 256 MiB budget: the same queries and the daemon's peak memory;
 #      then sessions of REBUILD_SIZES events (default 10M) left live by a daemon that stops, and
 #      resumed on a new one: how long until it answers again (its live analysis built again from
 #      the store), beside the ingest's time
@@ -46,6 +48,7 @@ EVENTS=${2:-10000000}
 SCALE_SIZES=${SCALE_SIZES:-10000000 100000000 300000000}
 LIVE_SIZES=${LIVE_SIZES:-10000000 100000000}
 REBUILD_SIZES=${REBUILD_SIZES:-10000000}
+STEPS_EVENTS=${STEPS_EVENTS:-20000000}
 WORK=$(mktemp -d -t tidemark-bench-XXXXXX)
 PY=/usr/bin/python3
 
@@ -314,6 +317,37 @@ for n in sizes:
     print("%12d %-6s %12.1f" % (r["live_end_events"], "end", hwm) + "".join("%11.2f" % v for v in end))
     print("%12s %-6s %12s" % ("", "ratio", "") + "".join("%11.2f" % (e / s) for e, s in zip(end, start))
           + "   (target <= 1.2; every query <= 50 ms)")
+PYEOF
+
+# A live session of many steps (one every 20 events: a million at 20M events) under a 256 MiB
+# budget: the daemon holds the steps of its last commits only, whatever their number.
+echo
+echo "   a live session of $STEPS_EVENTS events, a step every 20 (tidemarkd --memory-budget 256MiB),"
+echo "   queried live (ms, median of 15), and the daemon's peak memory"
+d="$WORK/steps"
+mkdir -p "$d"
+"$BIN/tidemarkd" --memory-budget 256MiB --listen 127.0.0.1:0 --no-unix --db "$d/store.db" \
+  --port-file "$d/port" 2>"$d/tidemarkd.log" &
+pid=$!
+for _ in $(seq 100); do [ -f "$d/port" ] && break; sleep 0.1; done
+"$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" --events "$STEPS_EVENTS" --no-raw \
+  --live-queries --step-events 20 > "$d/live.json"
+awk '/VmHWM/ {print $2 * 1024}' "/proc/$pid/status" > "$d/memory"
+kill "$pid"; wait "$pid" || true
+rm -f "$d"/store.db*
+$PY - "$d" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1] + "/live.json"))
+hwm = int(open(sys.argv[1] + "/memory").read()) / 2**20
+queries = ("peak", "steps", "timeline", "zoom", "breakdown")
+print("%12s %10s %12s" % ("events", "steps", "peak RSS MiB") + "".join("%11s" % q for q in queries))
+for when in ("start", "end"):
+    n = r["live_%s_events" % when]
+    print("%12d %10d %12s" % (n, n // 20, "%.1f" % hwm if when == "end" else "")
+          + "".join("%11.2f" % r["live_%s_%s_ms" % (when, q)] for q in queries))
+print("%12s %10s %12s" % ("", "ratio", "") + "".join(
+    "%11.2f" % (r["live_end_%s_ms" % q] / r["live_start_%s_ms" % q]) for q in queries)
+      + "   (peak RSS under 256 + 64 MiB; steps: one page of 4,096)")
 PYEOF
 
 # A live session whose daemon stops (SIGTERM) and a new one starts on the same store: the agent
