@@ -242,10 +242,11 @@ absl::StatusOr<std::vector<core::PeakReport>> QueryService::peakReports(
           live = livePeaks(a);
           storedBelow = a.storedBelow();
         })) {
-      if (storedBelow == std::numeric_limits<int64_t>::min()) return live;
-      // The steps the live analysis let go of, from the store (committed before).
-      auto stored = Store::readPeaks(
-          m_dbPath, id, StepNumbers{std::numeric_limits<int64_t>::min(), storedBelow - 1});
+      // The steps the live analysis let go of, from the store (committed before): those asked.
+      const int64_t first = steps ? steps->first : std::numeric_limits<int64_t>::min();
+      const int64_t last = std::min(steps ? steps->last : storedBelow - 1, storedBelow - 1);
+      if (storedBelow == std::numeric_limits<int64_t>::min() || first > last) return live;
+      auto stored = Store::readPeaks(m_dbPath, id, StepNumbers{first, last});
       if (!stored.ok()) return stored.status();
       std::erase_if(*stored, [](const core::PeakReport& p) { return p.step == -1; });
       stored->insert(stored->end(), live.begin() + 1, live.end());

@@ -115,19 +115,16 @@ absl::StatusOr<std::vector<SessionRecord>> readSessions(const std::string& path,
   // A store older than schema 5 read without a daemon (--db) has no jobs (a PostgreSQL store
   // began at 5).
   bool jobs = true;
-  bool daemons = true;     // (schema 6)
-  bool stepCounts = true;  // (not in a store read with --db that no daemon of this version opened)
+  bool daemons = true;  // (schema 6)
   if (!isPostgres(db)) {
     Statement has = db.prepare(
-        "SELECT count(*) FILTER (WHERE name = 'job_id'), count(*) FILTER (WHERE name = 'daemon'), "
-        "(SELECT count(*) FROM sqlite_master WHERE name = 'step_count') "
+        "SELECT count(*) FILTER (WHERE name = 'job_id'), count(*) FILTER (WHERE name = 'daemon') "
         "FROM pragma_table_info('session')");
     jobs = has.step() && has.columnInt(0) > 0;
     daemons = has.columnInt(1) > 0;
-    stepCounts = has.columnInt(2) > 0;
-  } else {
-    stepCounts = hasStepCounts(db);
   }
+  // Asked only when the steps are wanted (most reads of a session are not).
+  const bool stepCounts = countSteps && hasStepCounts(db);
   Statement st = db.prepare(
       "SELECT id, name, pid, hostname, command_line, protocol_version, agent_version, "
       "start_ts_ns, start_wall_ns, end_ts_ns, state, events_received, events_stored, "
