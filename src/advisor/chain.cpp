@@ -1,5 +1,6 @@
 #include "src/advisor/chain.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -62,20 +63,33 @@ absl::Status validateProfile(const ChainProfile& profile) {
   return absl::OkStatus();
 }
 
-absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan) {
-  int next = 0;
-  for (const Segment& seg : plan.segments) {
-    if (seg.first != next || seg.last < seg.first || seg.last >= profile.size())
-      return absl::InvalidArgumentError(
-          absl::StrCat("segments must cover stages 0..", profile.size() - 1, " in order; got [",
-                       seg.first, ", ", seg.last, "] where stage ", next, " was expected"));
+namespace {
+
+absl::Status validateSegments(const ChainProfile& profile, const std::vector<Segment>& segments,
+                              int from, int to, bool inner) {
+  int next = from;
+  for (const Segment& seg : segments) {
+    if (seg.first != next || seg.last < seg.first || seg.last > to)
+      return absl::InvalidArgumentError(absl::StrCat("segments must cover stages ", from, "..", to,
+                                                     " in order; got [", seg.first, ", ", seg.last,
+                                                     "] where stage ", next, " was expected"));
     if (seg.mode == SegmentMode::kRecompute) {
       for (int i = seg.first; i <= seg.last; ++i)
         if (!profile.stages[i].checkpointable)
           return absl::InvalidArgumentError(
               absl::StrCat("stage ", profile.stages[i].name, " cannot be recomputed"));
+      if (inner && seg.first == from && seg.last == to)
+        return absl::InvalidArgumentError(absl::StrCat("the recomputed segment [", from, ", ", to,
+                                                       "] lists itself in its inner plan"));
+      if (!seg.inner.empty()) {
+        absl::Status st = validateSegments(profile, seg.inner, seg.first, seg.last, true);
+        if (!st.ok()) return st;
+      }
+    } else if (!seg.inner.empty()) {
+      return absl::InvalidArgumentError("only a recomputed segment has an inner plan");
     }
     if (seg.option >= 0) {
+      if (inner) return absl::InvalidArgumentError("an inner plan stores stages without options");
       if (seg.mode != SegmentMode::kStore || seg.first != seg.last)
         return absl::InvalidArgumentError("an option applies to one stored stage only");
       if (seg.option >= static_cast<int>(profile.stages[seg.first].options.size()))
@@ -84,25 +98,51 @@ absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan) {
     }
     next = seg.last + 1;
   }
-  if (next != profile.size())
+  if (next != to + 1)
     return absl::InvalidArgumentError(
-        absl::StrCat("the plan covers ", next, " of ", profile.size(), " stages"));
+        absl::StrCat("the plan covers stages ", from, "..", next - 1, " of ", from, "..", to));
   return absl::OkStatus();
+}
+
+void appendSignature(const std::vector<Segment>& segments, std::string* out) {
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const Segment& seg = segments[k];
+    if (k) *out += '|';
+    if (seg.option >= 0) {
+      absl::StrAppend(out, "s", seg.option);
+      continue;
+    }
+    if (!seg.inner.empty()) {
+      *out += "R[";
+      appendSignature(seg.inner, out);
+      *out += ']';
+      continue;
+    }
+    out->append(static_cast<size_t>(seg.last - seg.first + 1),
+                seg.mode == SegmentMode::kRecompute ? 'R' : 'S');
+  }
+}
+
+int segmentsDepth(const std::vector<Segment>& segments) {
+  int depth = 0;
+  for (const Segment& seg : segments)
+    if (seg.mode == SegmentMode::kRecompute) depth = std::max(depth, 1 + segmentsDepth(seg.inner));
+  return depth;
+}
+
+}  // namespace
+
+absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan) {
+  if (profile.size() == 0) return absl::InvalidArgumentError("the chain has no stages");
+  return validateSegments(profile, plan.segments, 0, profile.size() - 1, false);
 }
 
 std::string planSignature(const ChainPlan& plan) {
   std::string out;
-  for (size_t k = 0; k < plan.segments.size(); ++k) {
-    const Segment& seg = plan.segments[k];
-    if (k) out += '|';
-    if (seg.option >= 0) {
-      absl::StrAppend(&out, "s", seg.option);
-      continue;
-    }
-    out.append(static_cast<size_t>(seg.last - seg.first + 1),
-               seg.mode == SegmentMode::kRecompute ? 'R' : 'S');
-  }
+  appendSignature(plan.segments, &out);
   return out;
 }
+
+int planDepth(const ChainPlan& plan) { return segmentsDepth(plan.segments); }
 
 }  // namespace tidemark::core

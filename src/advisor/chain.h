@@ -81,11 +81,21 @@ enum class SegmentMode { kStore, kRecompute };
 // A run of consecutive stages [first, last] with one mode. A stored segment of one stage may use
 // one of the stage's selective options (option >= 0); a recomputed segment keeps only its input
 // and re-runs its whole forward at the start of its backward.
+//
+// Nested checkpointing: a recomputed segment's re-run may itself follow a plan, `inner` (empty:
+// every stage of the segment stored, the one-level plan). Its segments cover [first, last] in
+// order, stored ones without options, recomputed ones with their own `inner`, to any depth; the
+// segment itself is not one of them (a region re-running itself whole gains nothing).
 struct Segment {
+  Segment() = default;
+  Segment(int first_, int last_, SegmentMode mode_ = SegmentMode::kStore, int option_ = -1)
+      : first(first_), last(last_), mode(mode_), option(option_) {}
+
   int first = 0;
   int last = 0;
   SegmentMode mode = SegmentMode::kStore;
   int option = -1;
+  std::vector<Segment> inner;
 };
 
 // Segments in order, covering every stage exactly once.
@@ -94,11 +104,14 @@ struct ChainPlan {
 };
 
 // Checks that a plan covers the chain in order, recomputes only checkpointable stages and uses
-// options that exist.
+// options that exist; a recomputed segment's inner plan the same way within the segment.
 absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan);
 
 // The stage-by-stage description used in plan documents and tests: "S" stored, "R" recomputed,
-// "|" between segments, "s<k>" stored with option k. Example: "S|RR|RRR|S".
+// "|" between segments, "s<k>" stored with option k; a recomputed segment with an inner plan is
+// "R[<inner plan>]". Examples: "S|RR|RRR|S", "R[S|RR|S]|S".
 std::string planSignature(const ChainPlan& plan);
+// How deeply the plan nests recomputed segments: 0 with none, 1 with one-level ones.
+int planDepth(const ChainPlan& plan);
 
 }  // namespace tidemark::core

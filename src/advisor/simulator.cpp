@@ -1,5 +1,7 @@
 #include "src/advisor/simulator.h"
 
+#include <vector>
+
 namespace tidemark::core {
 
 const char* simPhaseName(SimPhase p) {
@@ -52,6 +54,60 @@ int64_t storedBytes(const ChainProfile& p, int i, int option) {
 
 }  // namespace
 
+namespace {
+
+// The backward of a recomputed segment: its forward run again (following its inner plan: stored
+// stages keep everything, inner recomputed segments only their input), then the backward of its
+// parts in reverse, an inner recomputed segment's the same way, one level deeper. `base`: what
+// earlier stages keep, not counting the segment's input (its first stage's input is counted
+// with that stage).
+void recomputedBackward(const ChainProfile& p, const Segment& seg, int64_t base, Replay& replay) {
+  const int64_t incomingGrad = p.outBytes(seg.last);
+  std::vector<Segment> stored;
+  const std::vector<Segment>* parts = &seg.inner;
+  if (seg.inner.empty()) {
+    for (int i = seg.first; i <= seg.last; ++i) stored.push_back({i, i, SegmentMode::kStore});
+    parts = &stored;
+  }
+  // held: what the segment's parts run again hold for their backward.
+  int64_t held = 0;
+  std::vector<int64_t> heldBefore(parts->size());
+  for (size_t g = 0; g < parts->size(); ++g) {
+    const Segment& part = (*parts)[g];
+    heldBefore[g] = held;
+    const int64_t partIn = p.inBytes(part.first);
+    for (int i = part.first; i <= part.last; ++i) {
+      const Stage& s = p.stages[i];
+      // An inner recomputed segment runs without keeping anything but its input.
+      const int64_t checkpoint =
+          part.mode == SegmentMode::kRecompute && i > part.first ? partIn : 0;
+      replay.at(SimPhase::kRecompute, i,
+                base + held + checkpoint + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes +
+                    incomingGrad + s.backwardOutsideBytes);
+      replay.result().extraNs += s.forwardNs;
+      if (part.mode == SegmentMode::kStore) held += storedBytes(p, i, -1);
+    }
+    if (part.mode == SegmentMode::kRecompute) held += partIn;
+  }
+  for (size_t g = parts->size(); g-- > 0;) {
+    const Segment& part = (*parts)[g];
+    if (part.mode == SegmentMode::kRecompute) {
+      recomputedBackward(p, part, base + heldBefore[g], replay);
+      held -= p.inBytes(part.first);
+      continue;
+    }
+    for (int i = part.last; i >= part.first; --i) {
+      const Stage& s = p.stages[i];
+      replay.at(SimPhase::kBackward, i,
+                base + held + s.outputBytes + s.backwardWorkingBytes + p.inBytes(i) +
+                    s.backwardOutsideBytes);
+      held -= storedBytes(p, i, -1);
+    }
+  }
+}
+
+}  // namespace
+
 SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints) {
   Replay replay(p, keepPoints);
   const int n = p.size();
@@ -67,12 +123,10 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
                                               : s.forwardWorkingBytes;
       replay.at(SimPhase::kForward, i,
                 kept + p.inBytes(i) + working + s.outputBytes + s.forwardOutsideBytes);
-      if (seg.mode == SegmentMode::kStore) {
+      if (seg.mode == SegmentMode::kStore)
         kept += storedBytes(p, i, seg.option);
-      } else {
-        if (i == seg.first) kept += p.inBytes(i);  // the checkpoint: the segment's input only
-        replay.result().extraNs += s.forwardNs;    // run again at the segment's backward
-      }
+      else if (i == seg.first)
+        kept += p.inBytes(i);  // the checkpoint: the segment's input only
     }
   }
   // The chain's output and the gradient that starts the backward.
@@ -81,20 +135,13 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
   for (size_t g = plan.segments.size(); g-- > 0;) {
     const Segment& seg = plan.segments[g];
     const int64_t base = keptBefore[g];
-    const int64_t incomingGrad = p.outBytes(seg.last);
+    if (seg.mode == SegmentMode::kRecompute) {
+      recomputedBackward(p, seg, base, replay);
+      continue;
+    }
     // held: what the segment holds for its backward, stage by stage.
     int64_t held = 0;
-    if (seg.mode == SegmentMode::kRecompute) {
-      for (int i = seg.first; i <= seg.last; ++i) {
-        const Stage& s = p.stages[i];
-        replay.at(SimPhase::kRecompute, i,
-                  base + held + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes +
-                      incomingGrad + s.backwardOutsideBytes);
-        held += storedBytes(p, i, -1);
-      }
-    } else {
-      for (int i = seg.first; i <= seg.last; ++i) held += storedBytes(p, i, seg.option);
-    }
+    for (int i = seg.first; i <= seg.last; ++i) held += storedBytes(p, i, seg.option);
     for (int i = seg.last; i >= seg.first; --i) {
       const Stage& s = p.stages[i];
       int64_t working = s.backwardWorkingBytes;

@@ -1,0 +1,211 @@
+#include "src/advisor/nested_solver.h"
+
+#include <algorithm>
+
+#include "src/advisor/stage_choices.h"
+
+namespace tidemark::core {
+
+namespace {
+
+// Above any real need; sums of two stay far from overflow.
+constexpr int64_t kUnreachable = std::numeric_limits<int64_t>::max() / 4;
+
+}  // namespace
+
+NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBudgetBytes)
+    : m_profile(profile), m_n(profile.size()), m_maxBudget(maxBudgetBytes) {
+  const ChainProfile& p = profile;
+  const int n = m_n;
+  // Headroom above static that a plan may need: entries needing more are never read back (a
+  // part's need is above what is kept below it, itself at least 0).
+  const int64_t cap = maxBudgetBytes == std::numeric_limits<int64_t>::max()
+                          ? maxBudgetBytes
+                          : std::max<int64_t>(-1, maxBudgetBytes - p.staticBytes);
+  m_top.assign(n + 1, {});
+  m_rerun.assign(static_cast<size_t>(n) * n, {});
+  m_inside.assign(static_cast<size_t>(n) * (n + 1), {});
+  // The least need of each front, uncapped, so that the least feasible budget is exact under a
+  // cap too.
+  std::vector<int64_t> minTop(n + 1, kUnreachable);
+  std::vector<int64_t> minRerun(static_cast<size_t>(n) * n, kUnreachable);
+  std::vector<int64_t> minInside(static_cast<size_t>(n) * (n + 1), kUnreachable);
+  auto rerunAt = [&](int i, int q) -> Front& { return m_rerun[i * n + q]; };
+  auto insideAt = [&](int q, int i) -> Front& { return m_inside[q * (n + 1) + i]; };
+  std::vector<int64_t> forwardSum(n + 1, 0);  // forward times' prefix sums
+  for (int i = 0; i < n; ++i) forwardSum[i + 1] = forwardSum[i] + p.stages[i].forwardNs;
+
+  std::vector<Entry> candidates;
+  // The candidates of one choice: it needs `local` above what is kept below it, keeps `kept`
+  // while the parts from `next` on run, adds `extra`; `rest` is the front from `next`.
+  auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
+                       bool recompute, const Front& rest) {
+    if (local > cap) return;
+    // Entries of `rest` whose need fits under local collapse into the cheapest of them.
+    size_t k = 0;
+    while (k + 1 < rest.size() && kept + rest[k + 1].need <= local) ++k;
+    for (; k < rest.size() && kept + rest[k].need <= cap; ++k)
+      candidates.push_back({std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next,
+                            option, recompute});
+  };
+  // The lower envelope of the candidates: ascending need, strictly descending cost. Among
+  // equals, storing first, then shorter first choices, so that plans stay simple (and nest no
+  // deeper than they gain by).
+  auto settle = [&](Front* out) {
+    std::sort(candidates.begin(), candidates.end(), [](const Entry& a, const Entry& b) {
+      if (a.need != b.need) return a.need < b.need;
+      if (a.cost != b.cost) return a.cost < b.cost;
+      if (a.recompute != b.recompute) return !a.recompute;
+      return a.next < b.next;
+    });
+    out->clear();
+    for (const Entry& c : candidates)
+      if (out->empty() || c.cost < out->back().cost) out->push_back(c);
+    candidates.clear();
+  };
+
+  // Re-runs, by their last stage q: the parts i..q of a re-run of a segment ending at q, and the
+  // re-run of [i, q] itself. Every segment ending before q is solved by then.
+  for (int q = 0; q < n; ++q) {
+    const int64_t gradient = p.outBytes(q);  // the segment's incoming gradient, live throughout
+    insideAt(q, q + 1) = {{0, 0, 0, q + 1, -1, false}};
+    minInside[q * (n + 1) + q + 1] = 0;
+    for (int i = q; i >= 0 && p.stages[i].checkpointable; --i) {
+      const Stage& s = p.stages[i];
+      const int64_t in = p.inBytes(i);
+      // Stage i stored: run again keeping everything, then its backward.
+      const int64_t storedLocal = std::max(
+          in + s.forwardWorkingBytes + s.outputBytes + gradient + s.backwardOutsideBytes,
+          in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes);
+      addChoice(storedLocal, in + s.savedBytes, 0, i + 1, -1, false, insideAt(q, i + 1));
+      int64_t least = std::max(storedLocal, in + s.savedBytes + minInside[q * (n + 1) + i + 1]);
+      // An inner segment [i, r]: run without keeping anything but its input, then re-run at its
+      // backward as R(i, r) says.
+      int64_t forward = 0;
+      bool wholeNeeded = true;
+      for (int r = i; r <= q; ++r) {
+        const Stage& t = p.stages[r];
+        forward = std::max(forward, (r > i ? in : 0) + p.inBytes(r) + t.forwardWorkingBytes +
+                                        t.outputBytes + gradient + t.backwardOutsideBytes);
+        if (r == q) break;
+        for (const Entry& e : rerunAt(i, r))
+          addChoice(std::max(forward, e.need), in, e.cost, r + 1, -1, true, insideAt(q, r + 1));
+        least = std::min(
+            least, std::max({forward, minRerun[i * n + r], in + minInside[q * (n + 1) + r + 1]}));
+        // A longer inner segment needs at least `forward`: past the cap and the least need
+        // found, it is of no use (nor is the whole segment below).
+        if (forward > cap && forward >= least) {
+          wholeNeeded = false;
+          break;
+        }
+      }
+      // R(i, q): the parts above, plus the re-run's own forward time.
+      Front& whole = rerunAt(i, q);
+      settle(&whole);
+      for (Entry& e : whole) e.cost += forwardSum[q + 1] - forwardSum[i];
+      minRerun[i * n + q] = least;
+      // Inside a longer segment ending at q, [i, q] may also be an inner segment.
+      for (const Entry& e : whole) candidates.push_back(e);
+      for (Entry& c : candidates) c.cost -= forwardSum[q + 1] - forwardSum[i];
+      if (wholeNeeded) {
+        for (const Entry& e : whole)
+          addChoice(std::max(forward, e.need), in, e.cost, q + 1, -1, true, insideAt(q, q + 1));
+        least = std::min(least, std::max(forward, minRerun[i * n + q]));
+      }
+      settle(&insideAt(q, i));
+      minInside[q * (n + 1) + i] = least;
+    }
+  }
+
+  // The top level: stages stored (with or without an option) or recomputed segments [i, k],
+  // each re-run as R(i, k).
+  minTop[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
+  if (minTop[n] <= cap) m_top[n].push_back({minTop[n], 0, 0, n, -1, false});
+  std::vector<StageChoice> stored;
+  for (int i = n - 1; i >= 0; --i) {
+    int64_t least = kUnreachable;
+    storedChoices(p, i, &stored);
+    for (const StageChoice& c : stored) {
+      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, false, m_top[i + 1]);
+      least = std::min(least, std::max(c.local, c.kept + minTop[i + 1]));
+    }
+    const int64_t in = p.inBytes(i);
+    int64_t forward = 0;
+    for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
+      const Stage& t = p.stages[k];
+      forward = std::max(forward, (k > i ? in : 0) + p.inBytes(k) + t.forwardWorkingBytes +
+                                      t.outputBytes + t.forwardOutsideBytes);
+      for (const Entry& e : rerunAt(i, k))
+        addChoice(std::max(forward, e.need), in, e.cost, k + 1, -1, true, m_top[k + 1]);
+      least = std::min(least, std::max({forward, minRerun[i * n + k], in + minTop[k + 1]}));
+      if (forward > cap && forward >= least) break;
+    }
+    settle(&m_top[i]);
+    minTop[i] = least;
+  }
+  m_minFeasibleBudget = std::max(p.floorBytes, p.staticBytes + minTop[0]);
+}
+
+std::vector<ParetoPoint> NestedChainSolver::curve() const {
+  std::vector<ParetoPoint> out;
+  // Below the floor nothing fits; points under it merge into the cheapest of them at the floor.
+  for (const Entry& e : m_top[0]) {
+    const ParetoPoint pt{std::max(m_profile.floorBytes, m_profile.staticBytes + e.need), e.cost};
+    if (pt.budgetBytes > m_maxBudget) break;
+    while (!out.empty() && out.back().budgetBytes >= pt.budgetBytes) out.pop_back();
+    out.push_back(pt);
+  }
+  return out;
+}
+
+namespace {
+
+// The last entry whose need fits is the cheapest that fits; nullptr when none does.
+template <typename Entry>
+const Entry* cheapestWithin(const std::vector<Entry>& front, int64_t headroom) {
+  auto it = std::upper_bound(front.begin(), front.end(), headroom,
+                             [](int64_t h, const Entry& e) { return h < e.need; });
+  return it == front.begin() ? nullptr : &*std::prev(it);
+}
+
+}  // namespace
+
+std::vector<Segment> NestedChainSolver::readRerun(int i, int q, int64_t h) const {
+  std::vector<Segment> parts;
+  const Entry* e = cheapestWithin(rerun(i, q), h);
+  int at = i;
+  while (e != nullptr) {
+    Segment part{at, e->next - 1, e->recompute ? SegmentMode::kRecompute : SegmentMode::kStore};
+    if (e->recompute) part.inner = readRerun(at, e->next - 1, h);
+    parts.push_back(std::move(part));
+    h -= e->kept;
+    at = e->next;
+    e = at > q ? nullptr : cheapestWithin(inside(q, at), h);
+  }
+  // Every stage stored is the one-level re-run: said by no inner plan.
+  const bool allStored = std::all_of(
+      parts.begin(), parts.end(), [](const Segment& s) { return s.mode == SegmentMode::kStore; });
+  if (allStored || at != q + 1) return {};
+  return parts;
+}
+
+std::optional<ChainPlan> NestedChainSolver::planFor(int64_t budgetBytes) const {
+  if (budgetBytes < m_profile.floorBytes) return std::nullopt;
+  budgetBytes = std::min(budgetBytes, m_maxBudget);
+  int64_t headroom = budgetBytes - m_profile.staticBytes;
+  ChainPlan plan;
+  int i = 0;
+  while (i < m_n) {
+    const Entry* e = cheapestWithin(m_top[i], headroom);
+    if (e == nullptr) return std::nullopt;
+    Segment seg{i, e->next - 1, e->recompute ? SegmentMode::kRecompute : SegmentMode::kStore,
+                e->option};
+    if (e->recompute) seg.inner = readRerun(i, e->next - 1, headroom);
+    plan.segments.push_back(std::move(seg));
+    headroom -= e->kept;
+    i = e->next;
+  }
+  return plan;
+}
+
+}  // namespace tidemark::core
