@@ -3,7 +3,8 @@
 // heterogeneous (times and sizes varying tenfold), and heterogeneous with a selective option on
 // every block. Prints one JSON line per chain. `--grid N` solves N-block chains on the grid
 // (the long chains' solver) and, where the exact solver can (N <= 400), measures how far the grid's
-// curve is from the exact one beside the bound it proves.
+// curve is from the exact one beside the bound it proves. `--nested N`: nested plans on N-block
+// chains beside one-level ones.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "src/advisor/grid_solver.h"
+#include "src/advisor/nested_solver.h"
 #include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
@@ -121,11 +123,50 @@ int gridCurves(int n) {
   return 0;
 }
 
+// `bench_pareto --nested N`: the nested solver's whole curve on N-block chains (best of 3) beside
+// the one-level solver's, the least feasible budget of each (above static), and the extra time
+// each needs at the one-level least feasible budget. One JSON line per chain.
+int nestedCurves(int n) {
+  for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
+    const ChainProfile p = makeChain(kind, n, 42);
+    auto bestOf3 = [](auto solve) {
+      double best = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        solve();
+        best = std::min(
+            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    const double flatS = bestOf3([&] { (void)OptimalChainSolver(p).curve(); });
+    const double nestedS = bestOf3([&] { (void)NestedChainSolver(p).curve(); });
+    const OptimalChainSolver flat(p);
+    const NestedChainSolver nested(p);
+    const int64_t at = flat.minFeasibleBudget();
+    const ChainPlan flatPlan = *flat.planFor(at), nestedPlan = *nested.planFor(at);
+    std::printf(
+        "{\"chain\": \"%s\", \"blocks\": %d, \"one_level_solve_s\": %.4f, "
+        "\"nested_solve_s\": %.4f, \"one_level_points\": %zu, \"nested_points\": %zu, "
+        "\"one_level_least_above_static\": %lld, \"nested_least_above_static\": %lld, "
+        "\"one_level_extra_ns_at_its_least\": %lld, \"nested_extra_ns_there\": %lld, "
+        "\"nested_depth_there\": %d}\n",
+        kind, n, flatS, nestedS, flat.curve().size(), nested.curve().size(),
+        static_cast<long long>(at - p.staticBytes),
+        static_cast<long long>(nested.minFeasibleBudget() - p.staticBytes),
+        static_cast<long long>(simulate(p, flatPlan).extraNs),
+        static_cast<long long>(simulate(p, nestedPlan).extraNs), planDepth(nestedPlan));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "--plans") return plansAtBudgets(std::stoi(argv[2]));
   if (argc > 2 && std::string(argv[1]) == "--grid") return gridCurves(std::stoi(argv[2]));
+  if (argc > 2 && std::string(argv[1]) == "--nested") return nestedCurves(std::stoi(argv[2]));
   const int n = argc > 1 ? std::stoi(argv[1]) : 200;
   for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
     const ChainProfile p = makeChain(kind, n, 42);

@@ -36,17 +36,39 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
   for (int i = 0; i < n; ++i) forwardSum[i + 1] = forwardSum[i] + p.stages[i].forwardNs;
 
   std::vector<Entry> candidates;
-  // The candidates of one choice: it needs `local` above what is kept below it, keeps `kept`
+  // The candidates of a stored stage: it needs `local` above what is kept below it, keeps `kept`
   // while the parts from `next` on run, adds `extra`; `rest` is the front from `next`.
   auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
-                       bool recompute, const Front& rest) {
+                       const Front& rest) {
     if (local > cap) return;
     // Entries of `rest` whose need fits under local collapse into the cheapest of them.
     size_t k = 0;
     while (k + 1 < rest.size() && kept + rest[k + 1].need <= local) ++k;
     for (; k < rest.size() && kept + rest[k].need <= cap; ++k)
-      candidates.push_back({std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next,
-                            option, recompute});
+      candidates.push_back(
+          {std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next, option, false});
+  };
+  // The candidates of a recomputed segment whose re-run has the front `rerunFront`: it needs
+  // `forward` for its first run and each entry's need for its re-run, keeps `kept` while the
+  // parts from `next` on run (`rest`). Both are step functions of the headroom x (the cheapest
+  // entry within it), so the least cost within x is rerunCost(x) + restCost(x - kept): one
+  // candidate per step of either, O(|rerunFront| + |rest|), not every pair.
+  auto addSegment = [&](int64_t forward, const Front& rerunFront, int64_t kept, int next,
+                        const Front& rest) {
+    if (rerunFront.empty() || rest.empty()) return;
+    auto localOf = [&](size_t a) { return std::max(forward, rerunFront[a].need); };
+    size_t a = 0, b = 0;
+    int64_t x = std::max(localOf(0), kept + rest[0].need);
+    while (x <= cap) {
+      while (a + 1 < rerunFront.size() && localOf(a + 1) <= x) ++a;
+      while (b + 1 < rest.size() && kept + rest[b + 1].need <= x) ++b;
+      candidates.push_back({x, rerunFront[a].cost + rest[b].cost, kept, next, -1, true});
+      int64_t step = std::numeric_limits<int64_t>::max();
+      if (a + 1 < rerunFront.size()) step = std::min(step, localOf(a + 1));
+      if (b + 1 < rest.size()) step = std::min(step, kept + rest[b + 1].need);
+      if (step == std::numeric_limits<int64_t>::max()) break;
+      x = step;
+    }
   };
   // The lower envelope of the candidates: ascending need, strictly descending cost. Among
   // equals, storing first, then shorter first choices, so that plans stay simple (and nest no
@@ -77,7 +99,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       const int64_t storedLocal = std::max(
           in + s.forwardWorkingBytes + s.outputBytes + gradient + s.backwardOutsideBytes,
           in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes);
-      addChoice(storedLocal, in + s.savedBytes, 0, i + 1, -1, false, insideAt(q, i + 1));
+      addChoice(storedLocal, in + s.savedBytes, 0, i + 1, -1, insideAt(q, i + 1));
       int64_t least = std::max(storedLocal, in + s.savedBytes + minInside[q * (n + 1) + i + 1]);
       // An inner segment [i, r]: run without keeping anything but its input, then re-run at its
       // backward as R(i, r) says.
@@ -88,8 +110,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
         forward = std::max(forward, (r > i ? in : 0) + p.inBytes(r) + t.forwardWorkingBytes +
                                         t.outputBytes + gradient + t.backwardOutsideBytes);
         if (r == q) break;
-        for (const Entry& e : rerunAt(i, r))
-          addChoice(std::max(forward, e.need), in, e.cost, r + 1, -1, true, insideAt(q, r + 1));
+        addSegment(forward, rerunAt(i, r), in, r + 1, insideAt(q, r + 1));
         least = std::min(
             least, std::max({forward, minRerun[i * n + r], in + minInside[q * (n + 1) + r + 1]}));
         // A longer inner segment needs at least `forward`: past the cap and the least need
@@ -108,8 +129,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       for (const Entry& e : whole) candidates.push_back(e);
       for (Entry& c : candidates) c.cost -= forwardSum[q + 1] - forwardSum[i];
       if (wholeNeeded) {
-        for (const Entry& e : whole)
-          addChoice(std::max(forward, e.need), in, e.cost, q + 1, -1, true, insideAt(q, q + 1));
+        addSegment(forward, whole, in, q + 1, insideAt(q, q + 1));
         least = std::min(least, std::max(forward, minRerun[i * n + q]));
       }
       settle(&insideAt(q, i));
@@ -126,7 +146,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
     int64_t least = kUnreachable;
     storedChoices(p, i, &stored);
     for (const StageChoice& c : stored) {
-      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, false, m_top[i + 1]);
+      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, m_top[i + 1]);
       least = std::min(least, std::max(c.local, c.kept + minTop[i + 1]));
     }
     const int64_t in = p.inBytes(i);
@@ -135,8 +155,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       const Stage& t = p.stages[k];
       forward = std::max(forward, (k > i ? in : 0) + p.inBytes(k) + t.forwardWorkingBytes +
                                       t.outputBytes + t.forwardOutsideBytes);
-      for (const Entry& e : rerunAt(i, k))
-        addChoice(std::max(forward, e.need), in, e.cost, k + 1, -1, true, m_top[k + 1]);
+      addSegment(forward, rerunAt(i, k), in, k + 1, m_top[k + 1]);
       least = std::min(least, std::max({forward, minRerun[i * n + k], in + minTop[k + 1]}));
       if (forward > cap && forward >= least) break;
     }
