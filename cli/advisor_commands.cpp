@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@ struct AdvisorArgs {
   int64_t step = 0;
   int points = 24;
   double margin = core::kDefaultMarginFraction;
+  bool nested = false;
 };
 
 bool readFile(const std::string& path, std::string* out) {
@@ -98,6 +100,8 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
         if (arg == "--step") a->step = n;
         if (arg == "--points") a->points = static_cast<int>(std::min<long long>(n, 100000));
       }
+    } else if (arg == "--nested" && std::string(command) != "chain") {
+      a->nested = true;
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "tidemark %s: unknown option '%s'\n%s", command, arg.c_str(), usage);
       *code = kExitUsage;
@@ -145,6 +149,27 @@ v1::ChainSelector selector(const AdvisorArgs& a) {
   return s;
 }
 
+// A plan's segments, one line each (consecutive stored ones as one run); a nested recomputed
+// segment's inner segments below it, indented: its re-run follows them.
+void printSegments(const std::vector<core::PlanSegmentDoc>& segments, int depth) {
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const core::PlanSegmentDoc& s = segments[k];
+    std::string last = s.modules.back();
+    size_t count = s.modules.size();
+    while (s.mode == "store" && k + 1 < segments.size() && segments[k + 1].mode == "store") {
+      last = segments[++k].modules.back();
+      count += segments[k].modules.size();
+    }
+    std::string mods = s.modules.front();
+    if (count > 1) mods += " .. " + last + " (" + std::to_string(count) + ")";
+    if (s.mode == "selective") mods += "  (option " + s.option + ")";
+    if (!s.inner.empty()) mods += "  (re-run as below)";
+    const std::string mode = std::string(2 * depth, ' ') + s.mode;
+    std::printf("%-10s %s\n", mode.c_str(), mods.c_str());
+    printSegments(s.inner, depth + 1);
+  }
+}
+
 void printPlan(const core::PlanDocument& d) {
   std::printf("plan: %s, budget %s (%s bytes)%s\n", d.strategy.c_str(),
               humanBytes(d.budgetBytes).c_str(), groupDigits(d.budgetBytes).c_str(),
@@ -184,20 +209,7 @@ void printPlan(const core::PlanDocument& d) {
                 humanBytes(d.budgetBytes - d.predictedPeakBytes).c_str());
   }
   std::printf("\n%-10s %s\n", "MODE", "MODULES");
-  // Consecutive stored segments read as one run.
-  for (size_t k = 0; k < d.segments.size(); ++k) {
-    const core::PlanSegmentDoc& s = d.segments[k];
-    std::string last = s.modules.back();
-    size_t count = s.modules.size();
-    while (s.mode == "store" && k + 1 < d.segments.size() && d.segments[k + 1].mode == "store") {
-      last = d.segments[++k].modules.back();
-      count += d.segments[k].modules.size();
-    }
-    std::string mods = s.modules.front();
-    if (count > 1) mods += " .. " + last + " (" + std::to_string(count) + ")";
-    if (s.mode == "selective") mods += "  (option " + s.option + ")";
-    std::printf("%-10s %s\n", s.mode.c_str(), mods.c_str());
-  }
+  printSegments(d.segments, 0);
   for (const std::string& w : d.warnings) std::printf("\nwarning: %s\n", w.c_str());
 }
 
@@ -240,7 +252,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   static const char* kUsage =
       "usage: tidemark plan (SESSION | --job JOB [--rank R] | --profile FILE) --budget SIZE\n"
       "                     [--strategy S] [--step N] [--blocks PREFIXES] [--margin PCT]\n"
-      "                     [--out FILE] [--json]\n\n"
+      "                     [--nested] [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
       "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
@@ -252,6 +264,10 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "patterns ('ResNet.layer*'); default: found from the recording.\n"
       "--margin: plans are chosen to fit PCT % under the budget (default 1), for the small\n"
       "blocks a measured peak holds that the model does not see.\n"
+      "--nested lets the optimal plan nest recomputed segments (a segment's re-run checkpoints\n"
+      "parts of itself again), on chains of up to 64 blocks: less memory for more recomputation\n"
+      "(docs/chain-model.md). Applying such a plan needs torch 2 (nested non-reentrant\n"
+      "checkpoints); the adapter refuses it on torch 1.13.\n"
       "--out writes the plan document (docs/plan-format.md); --json prints it.\n"
       "Exit code 4 when no plan fits the budget (the least feasible budget is named).\n";
   AdvisorArgs a;
@@ -270,8 +286,8 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
         return kExitUsage;
       }
     }
-    core::PlanReport report =
-        core::makePlan(profile, core::resolveBudget(*budget, profile), *strategy, a.margin);
+    core::PlanReport report = core::makePlan(profile, core::resolveBudget(*budget, profile),
+                                             *strategy, a.margin, nullptr, a.nested);
     report.source.profile = a.profileFile;
     return finishPlan(a, g, core::planToJson(profile, report));
   }
@@ -280,6 +296,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   req.set_budget(a.budget);
   req.set_strategy(a.strategy);
   req.set_margin(a.margin);
+  req.set_nested(a.nested);
   v1::PlanResponse resp;
   if (int code = callRpc<v1::Advisor>(g, "plan", &v1::Advisor::Stub::Plan, req, &resp, 120);
       code != kExitOk)
@@ -359,10 +376,11 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
       "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIXES]\n"
-      "                       [--points K] [--json]\n\n"
+      "                       [--points K] [--nested] [--json]\n\n"
       "The least recomputation any plan needs, for every budget (the optimal plans' Pareto\n"
       "curve), from one solve. The table shows K points spread over the curve (default 24);\n"
-      "--json gives all of them.\n";
+      "--json gives all of them. --nested: the curve of plans that may nest recomputed\n"
+      "segments (as `tidemark plan --nested`).\n";
   AdvisorArgs a;
   int code = kExitOk;
   std::vector<std::string> args = argsIn;
@@ -372,7 +390,8 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
     if (!loadProfile("pareto", a.profileFile, &profile)) return kExitUsage;
-    const std::unique_ptr<core::ChainFront> solved = core::solveChain(profile);
+    const std::unique_ptr<core::ChainFront> solved =
+        core::solveChain(profile, std::numeric_limits<int64_t>::max(), a.nested);
     const core::ParetoSummary sum = core::paretoSummary(profile, *solved);
     resp.set_chain_name(sum.chainName);
     resp.set_store_all_peak_bytes(sum.storeAllPeakBytes);
@@ -388,6 +407,7 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
   } else {
     v1::ParetoRequest req;
     *req.mutable_chain() = selector(a);
+    req.set_nested(a.nested);
     if (int code = callRpc<v1::Advisor>(g, "pareto", &v1::Advisor::Stub::Pareto, req, &resp, 120);
         code != kExitOk)
       return code;

@@ -80,7 +80,8 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
   if (!chain.ok()) return toGrpc(chain.status());
   core::PlanReport report =
       core::makePlan(chain->profile, core::resolveBudget(*budget, chain->profile), *strategy,
-                     request->has_margin() ? request->margin() : core::kDefaultMarginFraction);
+                     request->has_margin() ? request->margin() : core::kDefaultMarginFraction,
+                     nullptr, request->nested());
   report.source.session = std::to_string(request->chain().session_id());
   report.source.step = chain->step;
   report.warnings = chain->warnings;
@@ -120,7 +121,8 @@ grpc::Status AdvisorService::Pareto(grpc::ServerContext* ctx, const v1::ParetoRe
     return denied;
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
-  const std::unique_ptr<core::ChainFront> solved = core::solveChain(chain->profile);
+  const std::unique_ptr<core::ChainFront> solved =
+      core::solveChain(chain->profile, std::numeric_limits<int64_t>::max(), request->nested());
   const core::ParetoSummary sum = core::paretoSummary(chain->profile, *solved);
   response->set_chain_name(sum.chainName);
   response->set_store_all_peak_bytes(sum.storeAllPeakBytes);

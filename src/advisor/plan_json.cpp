@@ -122,6 +122,69 @@ const char* segmentModeName(const Segment& seg) {
   return seg.mode == SegmentMode::kRecompute ? "recompute" : "store";
 }
 
+json segmentJson(const ChainProfile& p, const Segment& seg) {
+  // The input the plan was made for: a job whose blocks now take more (a larger batch or
+  // sequence) turns the plan off rather than run past its prediction.
+  json s = {{"mode", segmentModeName(seg)},
+            {"modules", json::array()},
+            {"input_bytes", p.inBytes(seg.first)}};
+  for (int i = seg.first; i <= seg.last; ++i) s["modules"].push_back(p.stages[i].name);
+  if (seg.option >= 0) {
+    const StageOption& o = p.stages[seg.first].options[seg.option];
+    s["option"] = o.name;
+    s["recompute"] = o.recompute;
+  }
+  if (!seg.inner.empty()) {
+    s["inner"] = json::array();
+    for (const Segment& part : seg.inner) s["inner"].push_back(segmentJson(p, part));
+  }
+  return s;
+}
+
+// One segment of a plan document; `where` names it in errors; inner segments at most `depth`
+// deeper (a document nested past any chain's length is refused, not followed).
+absl::StatusOr<PlanSegmentDoc> parseSegment(const json& j, const std::string& where, int depth) {
+  ObjectReader sr(j, where);
+  PlanSegmentDoc seg;
+  seg.mode = sr.string("mode");
+  seg.modules = sr.strings("modules");
+  seg.option = sr.string("option", "");
+  seg.recompute = sr.strings("recompute");
+  seg.inputBytes = sr.integer("input_bytes", -1);
+  const json* inner = sr.raw("inner", true);
+  if (inner != nullptr && !inner->is_array()) sr.fail("inner must be a list");
+  if (absl::Status s = sr.finish(); !s.ok()) return s;
+  if (seg.mode != "store" && seg.mode != "recompute" && seg.mode != "selective")
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": mode '", seg.mode, "' is not store, recompute or selective"));
+  if (seg.modules.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": no modules"));
+  if (inner == nullptr) return seg;
+  if (seg.mode != "recompute")
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": only a recompute segment has inner segments"));
+  if (depth <= 0) return absl::InvalidArgumentError(absl::StrCat(where, ": nested too deep"));
+  size_t covered = 0;
+  for (size_t i = 0; i < inner->size(); ++i) {
+    absl::StatusOr<PlanSegmentDoc> part =
+        parseSegment((*inner)[i], absl::StrCat(where, ".inner[", i, "]"), depth - 1);
+    if (!part.ok()) return part.status();
+    if (part->mode == "selective")
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".inner[", i, "]: inner segments store or recompute"));
+    for (const std::string& m : part->modules) {
+      if (covered >= seg.modules.size() || seg.modules[covered] != m)
+        return absl::InvalidArgumentError(absl::StrCat(where, ".inner[", i, "]: module ", m,
+                                                       " is not the segment's next module"));
+      ++covered;
+    }
+    seg.inner.push_back(std::move(*part));
+  }
+  if (covered != seg.modules.size())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": its inner segments cover ", covered,
+                                                   " of its ", seg.modules.size(), " modules"));
+  return seg;
+}
+
 }  // namespace
 
 absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
@@ -242,20 +305,9 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
             {"source", source},
             {"chain", {{"name", p.name}, {"stages", p.size()}, {"static_bytes", p.staticBytes}}},
             {"segments", json::array()}};
-  for (const Segment& seg : r.plan.segments) {
-    // The input the plan was made for: a job whose blocks now take more (a larger batch or
-    // sequence) turns the plan off rather than run past its prediction.
-    json s = {{"mode", segmentModeName(seg)},
-              {"modules", json::array()},
-              {"input_bytes", p.inBytes(seg.first)}};
-    for (int i = seg.first; i <= seg.last; ++i) s["modules"].push_back(p.stages[i].name);
-    if (seg.option >= 0) {
-      const StageOption& o = p.stages[seg.first].options[seg.option];
-      s["option"] = o.name;
-      s["recompute"] = o.recompute;
-    }
-    j["segments"].push_back(std::move(s));
-  }
+  // A plan without nested segments reads as version 1 (what readers before nesting apply).
+  if (planDepth(r.plan) <= 1) j["version"] = 1;
+  for (const Segment& seg : r.plan.segments) j["segments"].push_back(segmentJson(p, seg));
   if (r.epsilonBytes > 0) j["epsilon_bytes"] = r.epsilonBytes;
   if (!r.warnings.empty()) j["warnings"] = r.warnings;
   return j.dump(2) + "\n";
@@ -321,20 +373,10 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
     if (absl::Status s = sr.finish(); !s.ok()) return s;
   }
   for (size_t i = 0; i < segments->size(); ++i) {
-    ObjectReader sr((*segments)[i], absl::StrCat("segments[", i, "]"));
-    PlanSegmentDoc seg;
-    seg.mode = sr.string("mode");
-    seg.modules = sr.strings("modules");
-    seg.option = sr.string("option", "");
-    seg.recompute = sr.strings("recompute");
-    seg.inputBytes = sr.integer("input_bytes", -1);
-    if (absl::Status s = sr.finish(); !s.ok()) return s;
-    if (seg.mode != "store" && seg.mode != "recompute" && seg.mode != "selective")
-      return absl::InvalidArgumentError(absl::StrCat("segments[", i, "]: mode '", seg.mode,
-                                                     "' is not store, recompute or selective"));
-    if (seg.modules.empty())
-      return absl::InvalidArgumentError(absl::StrCat("segments[", i, "]: no modules"));
-    d.segments.push_back(std::move(seg));
+    absl::StatusOr<PlanSegmentDoc> seg =
+        parseSegment((*segments)[i], absl::StrCat("segments[", i, "]"), kPlanMaxDepth);
+    if (!seg.ok()) return seg.status();
+    d.segments.push_back(std::move(*seg));
   }
   return d;
 }

@@ -14,7 +14,11 @@ namespace tidemark::core {
 inline constexpr char kChainProfileFormat[] = "tidemark-chain-profile";
 inline constexpr char kPlanFormat[] = "tidemark-plan";
 inline constexpr int kChainProfileVersion = 1;
-inline constexpr int kPlanVersion = 1;
+// Version 2 adds nested recomputed segments ("inner"); a plan without them is written as version
+// 1, which readers of version 1 apply as before.
+inline constexpr int kPlanVersion = 2;
+// The deepest nesting a plan document may have (a chain of kNestedStagesMax stages nests less).
+inline constexpr int kPlanMaxDepth = 64;
 
 // The chain profile file of docs/chain-model.md. Unknown keys are errors (a misspelt key would
 // otherwise silently read as 0).
@@ -31,6 +35,8 @@ struct PlanSegmentDoc {
   std::string option;                  // selective only
   std::vector<std::string> recompute;  // selective only: child modules re-run
   int64_t inputBytes = -1;             // the first module's input in the recording (-1: unsaid)
+  // recompute only: the plan the segment's re-run follows (empty: every module stored).
+  std::vector<PlanSegmentDoc> inner;
 };
 struct PlanDocument {
   std::string strategy;

@@ -10,14 +10,31 @@
 
 namespace tidemark::core {
 
-std::unique_ptr<ChainFront> solveChain(const ChainProfile& profile, int64_t maxBudgetBytes) {
+namespace {
+
+bool nestsAt(const ChainProfile& profile, bool nested) {
+  return nested && profile.size() <= kNestedStagesMax;
+}
+
+// An exact solve up to maxBudgetBytes, nested or one level deep.
+std::unique_ptr<ChainFront> exactSolve(const ChainProfile& profile, int64_t maxBudgetBytes,
+                                       bool nested) {
+  if (nestsAt(profile, nested)) return std::make_unique<NestedChainSolver>(profile, maxBudgetBytes);
+  return std::make_unique<OptimalChainSolver>(profile, maxBudgetBytes);
+}
+
+}  // namespace
+
+std::unique_ptr<ChainFront> solveChain(const ChainProfile& profile, int64_t maxBudgetBytes,
+                                       bool nested) {
+  if (nestsAt(profile, nested)) return std::make_unique<NestedChainSolver>(profile, maxBudgetBytes);
   if (profile.size() <= kExactStagesMax)
     return std::make_unique<OptimalChainSolver>(profile, maxBudgetBytes);
   return std::make_unique<GridChainSolver>(profile);
 }
 
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
-                    double marginFraction, const ChainFront* solved) {
+                    double marginFraction, const ChainFront* solved, bool nested) {
   PlanReport r;
   r.storeAllPeakBytes = simulate(profile, storeAllPlan(profile)).peakBytes;
   std::unique_ptr<ChainFront> own;
@@ -28,9 +45,9 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
     const bool optimalPlanRead =
         strategy == Strategy::kOptimal && r.storeAllPeakBytes > budgetBytes;
     if (optimalPlanRead)
-      own = solveChain(profile, budgetBytes);
+      own = solveChain(profile, budgetBytes, nested);
     else
-      own = std::make_unique<OptimalChainSolver>(profile, 0);
+      own = exactSolve(profile, 0, nested);
     solved = own.get();
   }
   r.strategy = strategy;
@@ -67,8 +84,8 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
         // a capped solve's budget it takes one of its own (small: nothing fits but the least).
         plan = solved->planFor(r.minFeasibleBudgetBytes);
         if (!plan)
-          plan = OptimalChainSolver(profile, r.minFeasibleBudgetBytes)
-                     .planFor(r.minFeasibleBudgetBytes);
+          plan = exactSolve(profile, r.minFeasibleBudgetBytes, nested)
+                     ->planFor(r.minFeasibleBudgetBytes);
       }
       r.plan = *plan;
       r.epsilonBytes = solved->epsilonBytes();

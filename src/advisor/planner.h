@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 
 #include "src/advisor/chain.h"
+#include "src/advisor/nested_solver.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
 
@@ -55,10 +56,13 @@ inline constexpr double kDefaultMarginFraction = 0.01;
 // Chains of up to this many stages are solved exactly (OptimalChainSolver); longer ones on a grid
 // (GridChainSolver), within a bound each solve states.
 inline constexpr int kExactStagesMax = 200;
-// The solve of a chain for budgets up to maxBudgetBytes (a cap the exact solver uses to keep
-// only what fits; the grid solves every budget).
-std::unique_ptr<ChainFront> solveChain(
-    const ChainProfile& profile, int64_t maxBudgetBytes = std::numeric_limits<int64_t>::max());
+// The solve of a chain for budgets up to maxBudgetBytes (a cap the exact solvers use to keep
+// only what fits; the grid solves every budget). nested: plans may nest recomputed segments
+// (NestedChainSolver), on chains of up to kNestedStagesMax stages; longer ones are planned one
+// level deep.
+std::unique_ptr<ChainFront> solveChain(const ChainProfile& profile,
+                                       int64_t maxBudgetBytes = std::numeric_limits<int64_t>::max(),
+                                       bool nested = false);
 
 // Plans the chain for a budget with one strategy and predicts the result by simulation. The
 // optimal and greedy strategies pick the cheapest plan within budget - margin (margin =
@@ -68,10 +72,11 @@ std::unique_ptr<ChainFront> solveChain(
 // is the step as it ran: nothing to recompute, whatever the margin). When no plan of the strategy
 // fits the budget, the report says so (feasible = false) and carries the strategy's lowest-peak
 // plan; minFeasibleBudgetBytes names the budget that would fit. `solved` may pass a solve
-// already made for this profile (solveChain).
+// already made for this profile (solveChain). nested: the optimal plan may nest recomputed
+// segments (solveChain).
 PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy strategy,
                     double marginFraction = kDefaultMarginFraction,
-                    const ChainFront* solved = nullptr);
+                    const ChainFront* solved = nullptr, bool nested = false);
 
 // The optimal plans' curve with what a reader needs beside it.
 struct ParetoSummary {
