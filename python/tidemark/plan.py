@@ -10,7 +10,11 @@ A ``recompute`` segment of one module runs that module under
 several modules (blocks called one after another, each on the previous one's output and the same
 other arguments, as a transformer's layers get the attention mask) runs all of them inside one
 checkpoint from the first module's call; the later modules then return the outputs computed
-there. A ``selective`` segment checkpoints the child modules the plan names.
+there. A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as
+they say: their stored modules plainly, their recomputed ones under a checkpoint of their own,
+inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
+``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
+names.
 ``store`` segments are left alone. A recomputed segment whose input has grown more than 10 % past
 the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the plan off: its
 prediction does not hold there. A recomputation does not update a module's running state a
@@ -24,7 +28,7 @@ forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops th
 import json
 
 PLAN_FORMAT = "tidemark-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: recompute segments may carry inner segments (nested plans)
 
 
 class PlanError(ValueError):
@@ -59,6 +63,55 @@ def load_plan(plan):
         if not seg.get("modules"):
             raise PlanError("segments[%d]: no modules" % i)
     return doc
+
+
+def _inner_parts(seg, names, where, depth=0):
+    """A recompute segment's inner segments as parts over its modules: (mode, first index, last
+    index, the part's own parts or None), or None when it has none. Each inner segment must
+    list the segment's next modules in order, and cover them all."""
+    inner = seg.get("inner")
+    if inner is None:
+        return None
+    if depth > 64 or not isinstance(inner, list) or not inner:
+        raise PlanError("%s: inner must be a non-empty list (nested at most 64 deep)" % where)
+    parts, at = [], 0
+    for k, part in enumerate(inner):
+        here = "%s.inner[%d]" % (where, k)
+        if not isinstance(part, dict) or part.get("mode") not in ("store", "recompute"):
+            raise PlanError("%s: an inner segment stores or recomputes" % here)
+        mods = part.get("modules")
+        if not isinstance(mods, list) or not mods or mods != names[at:at + len(mods)]:
+            raise PlanError("%s: its modules are not the segment's next ones" % here)
+        if part["mode"] == "recompute" and at == 0 and len(mods) == len(names):
+            raise PlanError("%s: an inner segment is not the whole segment" % here)
+        sub = _inner_parts(part, mods, here, depth + 1) if part["mode"] == "recompute" else None
+        if sub is not None:
+            sub = _shift(sub, at)
+        parts.append((part["mode"], at, at + len(mods) - 1, sub))
+        at += len(mods)
+    if at != len(names):
+        raise PlanError("%s: its inner segments cover %d of its %d modules"
+                        % (where, at, len(names)))
+    return parts
+
+
+def _shift(parts, by):
+    """Parts with their module indices moved by `by` (inner parts are read relative to their
+    own segment)."""
+    return [(m, lo + by, hi + by, None if sub is None else _shift(sub, by))
+            for m, lo, hi, sub in parts]
+
+
+def _nested_checkpoints_supported():
+    """Whether torch nests non-reentrant checkpoints (torch 2.1 on: an inner checkpoint's inputs
+    are saved to its parent and recomputed with it). torch 1.13's would keep every inner
+    checkpoint's input through the outer forward and mix up their saved tensors."""
+    import torch
+    try:
+        major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (2, 1)
 
 
 def _module_table(model, root_name):
@@ -284,18 +337,19 @@ class AppliedPlan:
     def __init__(self, doc, actions):
         self.plan = doc
         self.failed = None  # why the plan turned itself off
-        self._actions = actions  # ("one" | "chain", modules, names, input bytes or None)
+        # ("one" | "chain", modules, names, input bytes or None, inner parts or None)
+        self._actions = actions
         self._restore = []  # (module, had_own_forward, previous_forward)
 
     def install(self):
         """Wraps the plan's modules (again, after a remove())."""
         if self._restore:
             return
-        for kind, modules, names, input_bytes in self._actions:
+        for kind, modules, names, input_bytes, parts in self._actions:
             if kind == "one":
                 self.wrap_one(modules[0], names[0], input_bytes)
             else:
-                self.wrap_chain(modules, names, input_bytes)
+                self.wrap_chain(modules, names, input_bytes, parts)
 
     def _set_forward(self, module, forward):
         own = "forward" in module.__dict__
@@ -353,8 +407,9 @@ class AppliedPlan:
 
         self._set_forward(module, forward)
 
-    # Several sibling modules, called in a chain, under one checkpoint.
-    def wrap_chain(self, modules, names, input_bytes=None):
+    # Several sibling modules, called in a chain, under one checkpoint (its re-run following
+    # `parts`, the segment's inner segments, when the plan nests).
+    def wrap_chain(self, modules, names, input_bytes=None, parts=None):
         import torch
         inners = [m.forward for m in modules]
         # Computed ahead for the later modules: pending[i] = (the input module i must be called
@@ -366,23 +421,42 @@ class AppliedPlan:
         # without plan, whichever way the modules turn out to be called.
         pending = {}
         ran = []
-
-        def run(*args, **kwargs):
-            ys = [inners[0](*args, **kwargs)]
-            ran[:] = [_rng_state()]
-            for inner in inners[1:]:
-                ys.append(inner(ys[-1], *args[1:], **kwargs))
-                ran.append(_rng_state())
-            return tuple(ys)
-
         # The recomputation: the same, each module in its scope.
         called = [_as_called(m, f) for m, f in zip(modules, inners)]
+        whole = parts or [("store", 0, len(modules) - 1, None)]
+
+        def run_parts(todo, x, others, kwargs, again):
+            """The modules of `todo` (parts: stored modules run in turn, recomputed ones under a
+            checkpoint of their own whose re-run follows their parts) from input x, each called
+            with its predecessor's output and the first module's other arguments; their outputs.
+            `again`: a re-run (each module in its scope), else the forward (the RNG state after
+            each module noted for the later modules)."""
+            fns = called if again else inners
+            ys = []
+            for mode, lo, hi, sub in todo:
+                if mode == "store":
+                    for i in range(lo, hi + 1):
+                        x = fns[i](x, *others, **kwargs)
+                        ys.append(x)
+                        if not again:
+                            ran.append(_rng_state())
+                    continue
+                inner_todo = sub or [("store", lo, hi, None)]
+                fn = _once_with_state(
+                    modules[lo:hi + 1],
+                    lambda x_, *o, _t=inner_todo, _a=again, **kw:
+                        tuple(run_parts(_t, x_, o, kw, _a)),
+                    lambda x_, *o, _t=inner_todo, **kw: tuple(run_parts(_t, x_, o, kw, True)))
+                outs = _checkpoint()(fn, x, *others, use_reentrant=False, **kwargs)
+                ys.extend(outs)
+                x = outs[-1]
+            return ys
+
+        def run(*args, **kwargs):
+            return tuple(run_parts(whole, args[0], args[1:], kwargs, False))
 
         def run_again(*args, **kwargs):
-            ys = [called[0](*args, **kwargs)]
-            for call in called[1:]:
-                ys.append(call(ys[-1], *args[1:], **kwargs))
-            return tuple(ys)
+            return tuple(run_parts(whole, args[0], args[1:], kwargs, True))
 
         def first(*args, **kwargs):
             pending.clear()
@@ -439,7 +513,7 @@ def apply_plan(model, plan, root_name=None, install=True):
     # Resolve and check everything first, so that a refusal changes nothing.
     actions = []
     wrapped = set()
-    for seg in doc["segments"]:
+    for k, seg in enumerate(doc["segments"]):
         mode = seg["mode"]
         if mode == "store":
             for name in seg["modules"]:
@@ -453,7 +527,7 @@ def apply_plan(model, plan, root_name=None, install=True):
                                 % seg["modules"][0])
             # The children's inputs are not in the plan (only the block's): not checked.
             for name in children:
-                actions.append(("one", [_find(table, name)], [name], None))
+                actions.append(("one", [_find(table, name)], [name], None, None))
             continue
         names = list(seg["modules"])
         modules = [_find(table, n) for n in names]
@@ -463,10 +537,17 @@ def apply_plan(model, plan, root_name=None, install=True):
         if len(modules) > 1 and len(depths) != 1:
             raise PlanError("the segment %s..%s mixes modules of different depths (%s): its "
                             "modules cannot be a chain" % (names[0], names[-1], ", ".join(names)))
+        parts = _inner_parts(seg, names, "segments[%d]" % k)
+        if parts is not None and not _nested_checkpoints_supported():
+            import torch
+            raise PlanError("the plan nests recomputed segments (%s..%s), which needs nested "
+                            "non-reentrant checkpoints: torch 2.1 or newer (this is torch %s); "
+                            "make a plan without --nested" % (names[0], names[-1],
+                                                              torch.__version__))
         recorded = seg.get("input_bytes")
         actions.append(("one" if len(modules) == 1 else "chain", modules, names,
-                        recorded if isinstance(recorded, int) else None))
-    for _, modules, names, _ in actions:
+                        recorded if isinstance(recorded, int) else None, parts))
+    for _, modules, names, _, _ in actions:
         for m, n in zip(modules, names):
             if id(m) in wrapped:
                 raise PlanError("module %s appears twice in the plan" % n)
