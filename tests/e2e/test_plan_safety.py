@@ -196,8 +196,10 @@ for batch in (8, 6, 16):
         (exponential and cumulative averages) must update their statistics once per step, as
         without the plan: the losses, the evaluation loss after training and every entry of the
         state dict equal the unplanned run's exactly, for a one-block segment, a three-block
-        chain and a selective segment that recomputes a BatchNorm layer. A buffer the forward
-        only reads (a mask) is there too."""
+        chain, a selective segment that recomputes a BatchNorm layer, and a nested segment
+        (torch 2.1 on; blocks 0 and 3 re-run twice: in the outer re-run and their own). A buffer
+        the forward only reads (a mask) is there too. torch 1.13 refuses the nested plan
+        (PlanError naming the torch it needs) with the model unchanged."""
         code = IN_PROCESS + r"""
 
 class Block(torch.nn.Module):
@@ -215,7 +217,7 @@ def train(segments):
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 1,
+    applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 2,
                                           "segments": segments}) if segments else None
     losses = []
     for _ in range(5):
@@ -233,7 +235,28 @@ plain = train(None)
 for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
              [{"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1", "Net.blocks.2"]}],
              [{"mode": "selective", "modules": ["Net.blocks.3"],
-               "recompute": ["Net.blocks.3.bn"]}]):
+               "recompute": ["Net.blocks.3.bn"]}],
+             [{"mode": "recompute", "modules": ["Net.blocks.%d" % i for i in range(4)],
+               "inner": [{"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1"],
+                          "inner": [{"mode": "recompute", "modules": ["Net.blocks.0"]},
+                                    {"mode": "store", "modules": ["Net.blocks.1"]}]},
+                         {"mode": "store", "modules": ["Net.blocks.2"]},
+                         {"mode": "recompute", "modules": ["Net.blocks.3"]}]}]):
+    if "inner" in segs[0] and tuple(map(int, torch.__version__.split(".")[:2])) < (2, 1):
+        model = Net()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        forwards = [m.forward for m in model.blocks]
+        try:
+            tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 2,
+                                        "segments": segs})
+            raise AssertionError("a nested plan was applied on torch " + torch.__version__)
+        except tidemark.PlanError as e:
+            refusal = str(e)
+        assert "torch 2.1 or newer" in refusal, refusal
+        assert [m.forward for m in model.blocks] == forwards
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+        print("ok refused:", refusal)
+        continue
     got = train(segs)
     assert got[3] is None, got[3]
     assert got[0] == plain[0], (segs, plain[0], got[0])
@@ -243,7 +266,7 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
     print("ok", [s["modules"] for s in segs])
 """
         r = run_in_process(self, code)
-        self.assertEqual(r.stdout.count("ok"), 3, r.stdout)
+        self.assertEqual(r.stdout.count("ok"), 4, r.stdout)
 
     def test_chain_values_are_the_models_own_in_process(self):
         """tidemark.apply_plan without the daemon: a two-block segment over a model that changes
