@@ -415,6 +415,19 @@ for line in open(sys.argv[2]):
 for chain, ratios in plans.items():
     print("%-15s %10.3f %10.3f %10.3f" % (chain, *ratios))
 PYEOF
+echo "   nested plans (bench_pareto --nested N): the whole nested curve beside the one-level one, and the"
+echo "   least feasible budget above static of each (nested / one level: what nesting saves)"
+for n in 32 48 64; do "$BIN/bench_pareto" --nested $n; done > "$WORK/pareto_nested.json"
+$PY - "$WORK/pareto_nested.json" <<'PYEOF'
+import json, sys
+print("%-15s %7s %12s %12s %14s %14s %8s" % ("chain", "stages", "nested (s)", "1-level (s)",
+      "least nested", "least 1-level", "ratio"))
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    a, b = r["nested_least_above_static"], r["one_level_least_above_static"]
+    print("%-15s %7d %12.3f %12.4f %11.1f MiB %11.1f MiB %8.3f" % (r["chain"], r["blocks"],
+          r["nested_solve_s"], r["one_level_solve_s"], a / 2**20, b / 2**20, a / b))
+PYEOF
 echo "   long chains: the grid solver's whole curve (best of 3) beside the targets (1,000 stages 1 s,"
 echo "   10,000 stages 10 s); epsilon (proven, as a share of the budget range; target <= 0.5 %) and, on"
 echo "   200 stages, the shift actually needed to put the grid's curve under the exact one"
