@@ -25,6 +25,9 @@ when it runs (a segment that is not a chain, a block that takes more than its pr
 output, a module that cannot run under a checkpoint) turns itself off and the module's own
 forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the job.
 """
+import collections
+import contextlib
+import functools
 import json
 
 PLAN_FORMAT = "tidemark-plan"
@@ -100,6 +103,40 @@ def _shift(parts, by):
     own segment)."""
     return [(m, lo + by, hi + by, None if sub is None else _shift(sub, by))
             for m, lo, hi, sub in parts]
+
+
+# The ops whose outputs the "matmul" policy keeps, as torch's dispatcher names them (the advisor
+# measures the same ops in the recording: src/advisor/chain_from_recording.cpp).
+SAVE_POLICY_OPS = {"matmul": ("mm", "addmm", "bmm", "baddbmm", "convolution",
+                              "_scaled_dot_product_flash_attention",
+                              "_scaled_dot_product_flash_attention_for_cpu",
+                              "_scaled_dot_product_efficient_attention",
+                              "_scaled_dot_product_cudnn_attention")}
+
+
+def _save_policy_context(policy, where):
+    """The checkpoint's context_fn for an op-level option: torch's selective activation
+    checkpointing keeping the outputs of the policy's ops, re-running the others."""
+    import torch
+    if policy not in SAVE_POLICY_OPS:
+        raise PlanError("%s: unknown policy %r (%s)" % (where, policy,
+                                                         ", ".join(sorted(SAVE_POLICY_OPS))))
+    try:
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    except ImportError:
+        raise PlanError("%s: an op-level option needs torch's selective activation "
+                        "checkpointing (torch 2.4 or newer; this is torch %s); make a plan from "
+                        "a recording without op scopes" % (where, torch.__version__))
+    keep = set()
+    for name in SAVE_POLICY_OPS[policy]:
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is not None:
+            keep.update(getattr(packet, o) for o in packet.overloads())
+
+    def decide(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return functools.partial(create_selective_checkpoint_contexts, decide)
 
 
 def _nested_checkpoints_supported():
@@ -183,6 +220,18 @@ def _as_called(module, inner):
     return call
 
 
+def _outside_dispatch_modes():
+    """A context where the ops run are the adapter's own, not the model's: outside torch's
+    dispatch modes (selective activation checkpointing records and replays every op of a
+    recomputation in one; a copy of the running state must not be one of them). torch 1.13 has
+    none in a checkpoint."""
+    try:
+        from torch.utils._python_dispatch import _disable_current_modes
+    except ImportError:
+        return contextlib.nullcontext()
+    return _disable_current_modes()
+
+
 def _once_with_state(modules, fn, again=None):
     """fn for one checkpoint: its first call is the forward, later calls (`again`, when given)
     its recomputation.
@@ -215,13 +264,13 @@ def _once_with_state(modules, fn, again=None):
         rerun = again or fn
         if not running:
             return rerun(*args, **kwargs)
-        with torch.no_grad():
+        with torch.no_grad(), _outside_dispatch_modes():
             saved = [b.detach().clone() for b in running]
         try:
             return rerun(*args, **kwargs)
         finally:
             # Also when torch stops a recomputation early (it raises once it has what it needs).
-            with torch.no_grad():
+            with torch.no_grad(), _outside_dispatch_modes():
                 for b, v in zip(running, saved):
                     b.copy_(v)
 
@@ -320,6 +369,13 @@ def _names(names, shown=3):
     return ", ".join(names[:shown]) + (" and %d more" % more if more > 0 else "")
 
 
+# One thing a plan wraps: kind "one" (a module under a checkpoint) or "chain" (modules under one
+# checkpoint from the first one's call); the input bytes the plan was made for (or None); a
+# chain's inner parts when the plan nests (or None); a checkpoint context_fn (an op-level
+# option's policy, or None).
+_Action = collections.namedtuple("_Action", "kind modules names input_bytes parts context")
+
+
 class AppliedPlan:
     """The wrapped modules of one applied plan; ``remove()`` restores them.
 
@@ -337,19 +393,18 @@ class AppliedPlan:
     def __init__(self, doc, actions):
         self.plan = doc
         self.failed = None  # why the plan turned itself off
-        # ("one" | "chain", modules, names, input bytes or None, inner parts or None)
-        self._actions = actions
+        self._actions = actions  # _Action
         self._restore = []  # (module, had_own_forward, previous_forward)
 
     def install(self):
         """Wraps the plan's modules (again, after a remove())."""
         if self._restore:
             return
-        for kind, modules, names, input_bytes, parts in self._actions:
-            if kind == "one":
-                self.wrap_one(modules[0], names[0], input_bytes)
+        for a in self._actions:
+            if a.kind == "one":
+                self.wrap_one(a.modules[0], a.names[0], a.input_bytes, a.context)
             else:
-                self.wrap_chain(modules, names, input_bytes, parts)
+                self.wrap_chain(a.modules, a.names, a.input_bytes, a.parts)
 
     def _set_forward(self, module, forward):
         own = "forward" in module.__dict__
@@ -390,10 +445,11 @@ class AppliedPlan:
             _set_rng_state(state)
             return own(*args, **kwargs)
 
-    # One module under checkpoint.
-    def wrap_one(self, module, name, input_bytes=None):
+    # One module under checkpoint (with a context_fn: an op-level option's policy).
+    def wrap_one(self, module, name, input_bytes=None, context=None):
         import torch
         inner = module.forward
+        options = {"context_fn": context} if context is not None else {}
 
         def forward(*args, **kwargs):
             if (self.failed is not None or not torch.is_grad_enabled() or
@@ -402,7 +458,7 @@ class AppliedPlan:
             return self._attempt(
                 name, lambda: _checkpoint()(
                     _once_with_state([module], inner, _as_called(module, inner)), *args,
-                    use_reentrant=False, **kwargs),
+                    use_reentrant=False, **options, **kwargs),
                 inner, args, kwargs)
 
         self._set_forward(module, forward)
@@ -520,14 +576,21 @@ def apply_plan(model, plan, root_name=None, install=True):
                 _find(table, name)
             continue
         if mode == "selective":
-            _find(table, seg["modules"][0])
+            block = _find(table, seg["modules"][0])
+            if seg.get("policy") is not None:
+                where = "segments[%d] (%s)" % (k, seg["modules"][0])
+                recorded = seg.get("input_bytes")
+                actions.append(_Action("one", [block], [seg["modules"][0]],
+                                       recorded if isinstance(recorded, int) else None, None,
+                                       _save_policy_context(seg["policy"], where)))
+                continue
             children = seg.get("recompute") or []
             if not children:
                 raise PlanError("selective segment of %s names no modules to recompute"
                                 % seg["modules"][0])
             # The children's inputs are not in the plan (only the block's): not checked.
             for name in children:
-                actions.append(("one", [_find(table, name)], [name], None, None))
+                actions.append(_Action("one", [_find(table, name)], [name], None, None, None))
             continue
         names = list(seg["modules"])
         modules = [_find(table, n) for n in names]
@@ -545,10 +608,10 @@ def apply_plan(model, plan, root_name=None, install=True):
                             "make a plan without --nested" % (names[0], names[-1],
                                                               torch.__version__))
         recorded = seg.get("input_bytes")
-        actions.append(("one" if len(modules) == 1 else "chain", modules, names,
-                        recorded if isinstance(recorded, int) else None, parts))
-    for _, modules, names, _, _ in actions:
-        for m, n in zip(modules, names):
+        actions.append(_Action("one" if len(modules) == 1 else "chain", modules, names,
+                               recorded if isinstance(recorded, int) else None, parts, None))
+    for a in actions:
+        for m, n in zip(a.modules, a.names):
             if id(m) in wrapped:
                 raise PlanError("module %s appears twice in the plan" % n)
             wrapped.add(id(m))

@@ -55,6 +55,10 @@ absl::Status validateProfile(const ChainProfile& profile) {
       if (o.forwardWorkingBytes < -1 || o.backwardWorkingBytes < -1)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": option '", o.name, "' has a negative working size"));
+      if (!o.policy.empty() && o.policy != kSavePolicyMatmul)
+        return absl::InvalidArgumentError(absl::StrCat(where, ": option '", o.name,
+                                                       "' has an unknown policy '", o.policy, "' (",
+                                                       kSavePolicyMatmul, ")"));
       if (o.recomputeNs < 0)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": option '", o.name, "' has a negative time"));

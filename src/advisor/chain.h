@@ -28,7 +28,14 @@ struct StageOption {
   // back when the child's backward begins, after what ran before it has freed its own. -1: not
   // known, all of them regenerated at the start of the stage's backward.
   int64_t backwardWorkingBytes = -1;
+  // An op-level option (torch 2's selective activation checkpointing) instead of a child module:
+  // the block runs under a checkpoint that keeps the outputs of the ops this policy names and
+  // re-runs the rest at its backward. kSavePolicyMatmul: matrix products, convolutions and
+  // attention kernels (the compute-heavy ops). Empty: a child-module option.
+  std::string policy = {};
 };
+
+inline constexpr const char* kSavePolicyMatmul = "matmul";
 
 struct Stage;
 // The option's transients: forward (forwardWorkingBytes, or when not known the stage's own) and

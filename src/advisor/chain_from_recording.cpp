@@ -174,6 +174,21 @@ int64_t bornInsidePeak(const Recording& rec, const Window& w, Keep keep,
   return peak;
 }
 
+// The ops whose outputs the "matmul" policy keeps (as the recording names them; the adapter's
+// policy names the same ops as torch's dispatcher sees them).
+bool isSavePolicyOp(const std::string& name) {
+  static const std::set<std::string> kOps = {"aten::mm",
+                                             "aten::addmm",
+                                             "aten::bmm",
+                                             "aten::baddbmm",
+                                             "aten::convolution",
+                                             "aten::_scaled_dot_product_flash_attention",
+                                             "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                             "aten::_scaled_dot_product_efficient_attention",
+                                             "aten::_scaled_dot_product_cudnn_attention"};
+  return kOps.count(name) > 0;
+}
+
 // A selective option of a recorded stage, as the store-all recording shows it: the blocks it
 // would not keep and the child module that would regenerate them.
 struct OptionFacts {
@@ -559,6 +574,13 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   std::vector<int64_t> inputSaved(n, 0);
   std::vector<std::vector<int>> kept(n);  // the blocks of each stage's savedBytes
   std::vector<std::vector<OptionFacts>> optionFacts(n);
+  // Op scopes (a recording made with them: torch 2, `tidemark run --ops`) by their begin.
+  std::vector<const ScopeInterval*> opsByBegin;
+  for (const ScopeInterval& op : rec.ops)
+    if (op.endSeq != kOpenSeq && isSavePolicyOp(op.name)) opsByBegin.push_back(&op);
+  std::sort(
+      opsByBegin.begin(), opsByBegin.end(),
+      [](const ScopeInterval* a, const ScopeInterval* b) { return a->beginSeq < b->beginSeq; });
   for (int i = 0; i < n; ++i) {
     const ScopeInterval& f = *forward[i];
     // The run that stored the block's activations: its forward, or its recomputation.
@@ -642,6 +664,48 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         optionFacts[i].push_back(std::move(facts));
       }
     }
+    // An op-level option: keep only the outputs of the block's compute-heavy ops (matrix
+    // products, convolutions, attention kernels) and re-run the rest at its backward — torch 2's
+    // selective activation checkpointing with that policy. It keeps those outputs whether or not
+    // the backward needs them, and re-runs the block's forward less those ops.
+    if (!opsByBegin.empty() && runScope[i] == forward[i]) {
+      int64_t keptBytes = 0, keptOpsNs = 0;
+      uint64_t coveredUntil = 0;
+      std::set<int> keptBlocks;
+      auto o = std::lower_bound(
+          opsByBegin.begin(), opsByBegin.end(), run.beginSeq,
+          [](const ScopeInterval* op, uint64_t seq) { return op->beginSeq < seq; });
+      for (; o != opsByBegin.end() && (*o)->beginSeq < run.endSeq; ++o) {
+        const ScopeInterval& op = **o;
+        if (op.threadId != f.threadId || op.endSeq > run.endSeq) continue;
+        if (op.beginSeq >= coveredUntil) {  // the outermost ones' time
+          keptOpsNs += op.endTsNs - op.beginTsNs;
+          coveredUntil = op.endSeq;
+        }
+        // Its outputs: what it allocated that outlives it (the block's output is the next
+        // stage's input, kept anyway).
+        auto b =
+            std::lower_bound(rec.blocks.begin(), rec.blocks.end(), op.beginSeq,
+                             [](const Block& blk, uint64_t seq) { return blk.allocSeq < seq; });
+        for (; b != rec.blocks.end() && b->allocSeq < op.endSeq; ++b) {
+          const int j = static_cast<int>(b - rec.blocks.begin());
+          if (!isTensorLevel(j) || b->freeSeq < op.endSeq || output.count(j) ||
+              !keptBlocks.insert(j).second)
+            continue;
+          keptBytes += static_cast<int64_t>(b->sizeBytes);
+        }
+      }
+      if (keptOpsNs > 0 && keptBytes < s.savedBytes &&
+          (s.savedBytes - keptBytes) * 20 >= s.savedBytes) {
+        StageOption opt;
+        opt.name = "keep matmul outputs";
+        opt.savedBytes = keptBytes;
+        opt.recomputeNs = std::max<int64_t>(0, s.forwardNs - keptOpsNs);
+        opt.policy = kSavePolicyMatmul;
+        s.options.push_back(std::move(opt));
+        optionFacts[i].push_back({});  // its transients: the model's defaults
+      }
+    }
     p.stages.push_back(std::move(s));
   }
   p.inputBytes = inputSaved[0] > 0 ? inputSaved[0] : p.stages[0].outputBytes;
@@ -657,7 +721,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     // An option's forward: the child frees what it does not keep when it ends.
     for (size_t k = 0; k < s.options.size(); ++k) {
       const OptionFacts& facts = optionFacts[i][k];
-      if (runScope[i] != forward[i]) continue;
+      if (runScope[i] != forward[i] || !s.options[k].policy.empty()) continue;
       const std::set<int> dropped(facts.dropped.begin(), facts.dropped.end());
       const Window run = windowOf(*forward[i]);
       s.options[k].forwardWorkingBytes = std::max<int64_t>(
@@ -670,6 +734,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     // that curve's peak does (the model keeps a stage's activations whole through its backward).
     for (size_t k = 0; k < s.options.size(); ++k) {
       const OptionFacts& facts = optionFacts[i][k];
+      if (!s.options[k].policy.empty()) continue;  // an op-level option: the defaults
       // The child's backward begins with its own scope's or with any of its descendants'
       // (a container such as nn.Sequential has none of its own).
       uint64_t begin = kOpenSeq;

@@ -133,6 +133,7 @@ json segmentJson(const ChainProfile& p, const Segment& seg) {
     const StageOption& o = p.stages[seg.first].options[seg.option];
     s["option"] = o.name;
     s["recompute"] = o.recompute;
+    if (!o.policy.empty()) s["policy"] = o.policy;
   }
   if (!seg.inner.empty()) {
     s["inner"] = json::array();
@@ -150,6 +151,7 @@ absl::StatusOr<PlanSegmentDoc> parseSegment(const json& j, const std::string& wh
   seg.modules = sr.strings("modules");
   seg.option = sr.string("option", "");
   seg.recompute = sr.strings("recompute");
+  seg.policy = sr.string("policy", "");
   seg.inputBytes = sr.integer("input_bytes", -1);
   const json* inner = sr.raw("inner", true);
   if (inner != nullptr && !inner->is_array()) sr.fail("inner must be a list");
@@ -226,6 +228,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
         opt.savedBytes = o.integer("saved_bytes");
         opt.recomputeNs = o.integer("recompute_ns");
         opt.recompute = o.strings("recompute");
+        opt.policy = o.string("policy", "");
         for (auto [key, field] : {std::pair{"forward_working_bytes", &opt.forwardWorkingBytes},
                                   std::pair{"backward_working_bytes", &opt.backwardWorkingBytes}}) {
           if (o.raw(key, true) == nullptr) continue;
@@ -269,6 +272,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
                    {"saved_bytes", o.savedBytes},
                    {"recompute_ns", o.recomputeNs},
                    {"recompute", o.recompute}};
+        if (!o.policy.empty()) oj["policy"] = o.policy;
         if (o.forwardWorkingBytes >= 0) oj["forward_working_bytes"] = o.forwardWorkingBytes;
         if (o.backwardWorkingBytes >= 0) oj["backward_working_bytes"] = o.backwardWorkingBytes;
         st["options"].push_back(std::move(oj));

@@ -34,7 +34,8 @@ struct PlanSegmentDoc {
   std::vector<std::string> modules;
   std::string option;                  // selective only
   std::vector<std::string> recompute;  // selective only: child modules re-run
-  int64_t inputBytes = -1;             // the first module's input in the recording (-1: unsaid)
+  std::string policy;       // selective only: an op-level option's policy (StageOption::policy)
+  int64_t inputBytes = -1;  // the first module's input in the recording (-1: unsaid)
   // recompute only: the plan the segment's re-run follows (empty: every module stored).
   std::vector<PlanSegmentDoc> inner;
 };
