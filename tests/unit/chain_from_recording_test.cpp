@@ -414,5 +414,41 @@ TEST(ChainFromRecording, SelectiveOptionsMeasureWhenTheChildRegenerates) {
   EXPECT_EQ(optionBackwardWorkingBytes(s, b), s.backwardWorkingBytes + s.savedBytes - b.savedBytes);
 }
 
+ScopeInterval op(std::string name, uint64_t begin, uint64_t end, uint32_t thread = 0) {
+  ScopeInterval o = scope(std::move(name), begin, end, 0);
+  o.isOp = true;
+  o.threadId = thread;
+  return o;
+}
+
+TEST(ChainFromRecording, AnOpLevelOptionKeepsTheOutputsOfTheMatrixProducts) {
+  Recording rec = blockWithTwoChildren();
+  // Inside a's aten::matmul (not kept itself), an aten::mm makes A (300, alive after it); b's
+  // work is an aten::gelu (not kept), and an aten::addmm on another thread is another block's.
+  rec.ops = {op("aten::matmul", 4, 9), op("aten::mm", 5, 6), op("aten::gelu", 10, 18),
+             op("aten::addmm", 10, 18, 7)};
+  rec.sortBySeq();
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Stage& s = c->profile.stages[0];
+  ASSERT_EQ(s.options.size(), 3u);
+  const StageOption& o = s.options[2];
+  EXPECT_EQ(o.name, "keep matmul outputs");
+  EXPECT_EQ(o.policy, kSavePolicyMatmul);
+  EXPECT_TRUE(o.recompute.empty());
+  EXPECT_EQ(o.savedBytes, 300);  // A; B and the temporary are re-made
+  // The block's forward (1,700 ns) less the kept op's (100 ns).
+  EXPECT_EQ(o.recomputeNs, 1600);
+  // Its transients are the model's: the stage's forward; everything re-made at the start of the
+  // backward.
+  EXPECT_EQ(optionForwardWorkingBytes(s, o), s.forwardWorkingBytes);
+  EXPECT_EQ(optionBackwardWorkingBytes(s, o), s.backwardWorkingBytes + s.savedBytes - 300);
+  // A block whose kept ops make (nearly) all it saves has no such option.
+  rec.ops = {op("aten::mm", 4, 19)};
+  c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->profile.stages[0].options.size(), 2u);
+}
+
 }  // namespace
 }  // namespace tidemark::core

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include <nlohmann/json.hpp>
 #include "src/advisor/chain.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
@@ -336,6 +337,7 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   ChainProfile p = twoStages();
   p.stages[0].options.push_back({"mlp", 20, 2, {"A.mlp"}});
   p.stages[0].options.push_back({"attn", 30, 3, {"A.attn"}, 1, 2});
+  p.stages[1].options.push_back({"keep matmul outputs", 10, 4, {}, -1, -1, kSavePolicyMatmul});
   p.stages[1].backwardOutsideBytes = 7;
   p.endOutsideBytes = 3;
   const std::string text = chainProfileToJson(p);
@@ -348,6 +350,8 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   EXPECT_EQ(back->stages[0].options[0].backwardWorkingBytes, -1);
   EXPECT_EQ(optionBackwardWorkingBytes(back->stages[0], back->stages[0].options[0]),
             p.stages[0].backwardWorkingBytes + 50 - 20);
+  EXPECT_EQ(back->stages[1].options[0].policy, kSavePolicyMatmul);
+  EXPECT_TRUE(back->stages[0].options[0].policy.empty());
 
   PlanReport r = makePlan(*back, 194, Strategy::kOptimal);
   r.source.profile = "two.json";
@@ -367,6 +371,48 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   doc = parsePlanDocument(planToJson(*back, r));
   ASSERT_TRUE(doc.ok()) << doc.status();
   EXPECT_EQ(doc->warnings, r.warnings);
+}
+
+TEST(PlanJson, NestedAndOpLevelPlansTravelInTheDocument) {
+  ChainProfile p = twoStages();
+  p.stages[1].options.push_back({"keep matmul outputs", 10, 4, {}, -1, -1, kSavePolicyMatmul});
+  PlanReport r;
+  r.plan.segments = {{0, 1, SegmentMode::kRecompute}};
+  r.plan.segments[0].inner = {{0, 0, SegmentMode::kRecompute}, {1, 1, SegmentMode::kStore}};
+  r.predicted = simulate(p, r.plan);
+  const std::string nested = planToJson(p, r);
+  absl::StatusOr<PlanDocument> doc = parsePlanDocument(nested);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  ASSERT_EQ(doc->segments.size(), 1u);
+  ASSERT_EQ(doc->segments[0].inner.size(), 2u);
+  EXPECT_EQ(doc->segments[0].inner[0].mode, "recompute");
+  EXPECT_EQ(doc->segments[0].inner[0].modules, std::vector<std::string>{"A"});
+  EXPECT_EQ(doc->segments[0].inner[1].mode, "store");
+  EXPECT_NE(nested.find("\"version\": 2"), std::string::npos);
+  // A plan that does not nest is version 1, what readers from before nesting apply.
+  r.plan.segments = {{0, 0, SegmentMode::kRecompute}, {1, 1, SegmentMode::kStore, 0}};
+  const std::string flat = planToJson(p, r);
+  EXPECT_NE(flat.find("\"version\": 1"), std::string::npos);
+  doc = parsePlanDocument(flat);
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->segments[1].policy, kSavePolicyMatmul);
+  EXPECT_EQ(doc->segments[1].mode, "selective");
+  // Inner segments that do not fit their segment are refused, saying where.
+  auto refusal = [&](const std::string& inner) {
+    nlohmann::json j = nlohmann::json::parse(nested);
+    j["segments"][0]["inner"] = nlohmann::json::parse(inner);
+    absl::StatusOr<PlanDocument> d = parsePlanDocument(j.dump());
+    return d.ok() ? std::string("ok") : std::string(d.status().message());
+  };
+  EXPECT_EQ(
+      refusal(R"([{"mode": "store", "modules": ["B"]}, {"mode": "store", "modules": ["A"]}])"),
+      "segments[0].inner[0]: module B is not the segment's next module");
+  EXPECT_EQ(refusal(R"([{"mode": "store", "modules": ["A"]}])"),
+            "segments[0]: its inner segments cover 1 of its 2 modules");
+  EXPECT_EQ(
+      refusal(R"([{"mode": "selective", "modules": ["A"]}, {"mode": "store", "modules": ["B"]}])"),
+      "segments[0].inner[0]: inner segments store or recompute");
+  EXPECT_EQ(refusal(R"("x")"), "segments[0]: inner must be a list");
 }
 
 // apply --job: the ranks switch far enough ahead that every one is sent the plan in time — at
