@@ -1,11 +1,22 @@
 #include "src/advisor/chain.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 
 namespace tidemark::core {
+
+int64_t ChainProfile::offloadNs(int64_t bytes) const {
+  if (offloadBytesPerSecond <= 0 || bytes <= 0) return 0;
+  // 2 * bytes * 1e9 / speed without overflow for any size a chain holds.
+  const __int128 ns =
+      (static_cast<__int128>(2) * bytes * 1'000'000'000 + offloadBytesPerSecond - 1) /
+      offloadBytesPerSecond;
+  return ns > std::numeric_limits<int64_t>::max() / 4 ? std::numeric_limits<int64_t>::max() / 4
+                                                      : static_cast<int64_t>(ns);
+}
 
 int64_t ChainProfile::baseStepNs() const {
   int64_t total = 0;
@@ -29,6 +40,8 @@ absl::Status validateProfile(const ChainProfile& profile) {
   if (profile.floorBytes < 0) return absl::InvalidArgumentError("floor_bytes is negative");
   if (profile.endOutsideBytes < 0)
     return absl::InvalidArgumentError("end_outside_bytes is negative");
+  if (profile.offloadBytesPerSecond < 0)
+    return absl::InvalidArgumentError("offload_bytes_per_second is negative");
   std::set<std::string> names;
   for (size_t i = 0; i < profile.stages.size(); ++i) {
     const Stage& s = profile.stages[i];
@@ -92,6 +105,13 @@ absl::Status validateSegments(const ChainProfile& profile, const std::vector<Seg
     } else if (!seg.inner.empty()) {
       return absl::InvalidArgumentError("only a recomputed segment has an inner plan");
     }
+    if (seg.mode == SegmentMode::kOffload) {
+      if (inner) return absl::InvalidArgumentError("an inner plan stores or recomputes");
+      if (profile.offloadBytesPerSecond <= 0)
+        return absl::InvalidArgumentError(
+            "the plan offloads stages, but the chain has no offload speed");
+      if (seg.option >= 0) return absl::InvalidArgumentError("an offloaded stage has no option");
+    }
     if (seg.option >= 0) {
       if (inner) return absl::InvalidArgumentError("an inner plan stores stages without options");
       if (seg.mode != SegmentMode::kStore || seg.first != seg.last)
@@ -123,7 +143,9 @@ void appendSignature(const std::vector<Segment>& segments, std::string* out) {
       continue;
     }
     out->append(static_cast<size_t>(seg.last - seg.first + 1),
-                seg.mode == SegmentMode::kRecompute ? 'R' : 'S');
+                seg.mode == SegmentMode::kRecompute ? 'R'
+                : seg.mode == SegmentMode::kOffload ? 'O'
+                                                    : 'S');
   }
 }
 

@@ -69,6 +69,8 @@ struct ChainProfile {
   // The step's peak away from the forward and backward (the optimizer step, say): no plan's peak
   // is below it.
   int64_t floorBytes = 0;
+  // The host link's speed for offloaded stages, bytes per second (0: offloading not offered).
+  int64_t offloadBytesPerSecond = 0;
   std::vector<Stage> stages;
 
   int size() const { return static_cast<int>(stages.size()); }
@@ -77,13 +79,18 @@ struct ChainProfile {
   int64_t outBytes(int i) const { return stages[i].outputBytes; }
   // The step time without recomputation: every forward and backward once.
   int64_t baseStepNs() const;
+  // What offloading `bytes` costs a step: to the host after the forward and back for the
+  // backward, neither overlapped with compute (rounded up).
+  int64_t offloadNs(int64_t bytes) const;
 };
 
 // Rejects what the model cannot mean: no stages, negative sizes or times, an option that keeps
 // more than the stage saves, unnamed or duplicate stages.
 absl::Status validateProfile(const ChainProfile& profile);
 
-enum class SegmentMode { kStore, kRecompute };
+// kOffload: the stage's input and activations go to host memory after its forward and come back
+// for its backward (the profile's offloadBytesPerSecond).
+enum class SegmentMode { kStore, kRecompute, kOffload };
 
 // A run of consecutive stages [first, last] with one mode. A stored segment of one stage may use
 // one of the stage's selective options (option >= 0); a recomputed segment keeps only its input
@@ -115,8 +122,8 @@ struct ChainPlan {
 absl::Status validatePlan(const ChainProfile& profile, const ChainPlan& plan);
 
 // The stage-by-stage description used in plan documents and tests: "S" stored, "R" recomputed,
-// "|" between segments, "s<k>" stored with option k; a recomputed segment with an inner plan is
-// "R[<inner plan>]". Examples: "S|RR|RRR|S", "R[S|RR|S]|S".
+// "|" between segments, "s<k>" stored with option k, "O" offloaded; a recomputed segment with an
+// inner plan is "R[<inner plan>]". Examples: "S|RR|RRR|S", "R[S|RR|S]|S".
 std::string planSignature(const ChainPlan& plan);
 // How deeply the plan nests recomputed segments: 0 with none, 1 with one-level ones.
 int planDepth(const ChainPlan& plan);

@@ -12,10 +12,11 @@ namespace {
 
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 // m_choice codes: >= 0 a recomputed segment of code + 1 stages; kStored the stage with all its
-// activations; kOption0 - o with option o; kNone nothing fits.
+// activations; kOption0 - o with option o; kOffloaded the stage offloaded; kNone nothing fits.
 constexpr int32_t kNone = -1;
 constexpr int32_t kStored = -2;
 constexpr int32_t kOption0 = -3;
+constexpr int32_t kOffloaded = std::numeric_limits<int32_t>::min();
 
 int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
@@ -144,7 +145,7 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
         if (x < 0 || next[x] >= kInf) continue;
         if (next[x] + c.extraNs < best) {
           best = next[x] + c.extraNs;
-          code = c.option < 0 ? kStored : kOption0 - c.option;
+          code = c.offload ? kOffloaded : c.option < 0 ? kStored : kOption0 - c.option;
         }
       }
       while (fitting < segmentLocal.size() && segmentLocal[fitting] <= h) ++fitting;
@@ -249,6 +250,10 @@ ChainPlan GridChainSolver::planAt(int grid) const {
       plan.segments.push_back({i, i + code, SegmentMode::kRecompute, -1});
       g = m_down.shifted(g, m_down.shiftAnyStage(i, in));
       i += code + 1;
+    } else if (code == kOffloaded) {
+      plan.segments.push_back({i, i, SegmentMode::kOffload, -1});
+      g = m_down.shifted(g, m_down.shift(i, 0));
+      ++i;
     } else if (code == kStored || code <= kOption0) {
       const int o = code == kStored ? -1 : kOption0 - code;
       plan.segments.push_back({i, i, SegmentMode::kStore, o});

@@ -39,14 +39,14 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
   // The candidates of a stored stage: it needs `local` above what is kept below it, keeps `kept`
   // while the parts from `next` on run, adds `extra`; `rest` is the front from `next`.
   auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
-                       const Front& rest) {
+                       bool offload, const Front& rest) {
     if (local > cap) return;
     // Entries of `rest` whose need fits under local collapse into the cheapest of them.
     size_t k = 0;
     while (k + 1 < rest.size() && kept + rest[k + 1].need <= local) ++k;
     for (; k < rest.size() && kept + rest[k].need <= cap; ++k)
-      candidates.push_back(
-          {std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next, option, false});
+      candidates.push_back({std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next,
+                            option, false, offload});
   };
   // The candidates of a recomputed segment whose re-run has the front `rerunFront`: it needs
   // `forward` for its first run and each entry's need for its re-run, keeps `kept` while the
@@ -62,7 +62,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
     while (x <= cap) {
       while (a + 1 < rerunFront.size() && localOf(a + 1) <= x) ++a;
       while (b + 1 < rest.size() && kept + rest[b + 1].need <= x) ++b;
-      candidates.push_back({x, rerunFront[a].cost + rest[b].cost, kept, next, -1, true});
+      candidates.push_back({x, rerunFront[a].cost + rest[b].cost, kept, next, -1, true, false});
       int64_t step = std::numeric_limits<int64_t>::max();
       if (a + 1 < rerunFront.size()) step = std::min(step, localOf(a + 1));
       if (b + 1 < rest.size()) step = std::min(step, kept + rest[b + 1].need);
@@ -78,7 +78,9 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       if (a.need != b.need) return a.need < b.need;
       if (a.cost != b.cost) return a.cost < b.cost;
       if (a.recompute != b.recompute) return !a.recompute;
-      return a.next < b.next;
+      if (a.offload != b.offload) return !a.offload;
+      if (a.next != b.next) return a.next < b.next;
+      return a.option < b.option;
     });
     out->clear();
     for (const Entry& c : candidates)
@@ -90,7 +92,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
   // re-run of [i, q] itself. Every segment ending before q is solved by then.
   for (int q = 0; q < n; ++q) {
     const int64_t gradient = p.outBytes(q);  // the segment's incoming gradient, live throughout
-    insideAt(q, q + 1) = {{0, 0, 0, q + 1, -1, false}};
+    insideAt(q, q + 1) = {{0, 0, 0, q + 1, -1, false, false}};
     minInside[q * (n + 1) + q + 1] = 0;
     for (int i = q; i >= 0 && p.stages[i].checkpointable; --i) {
       const Stage& s = p.stages[i];
@@ -99,7 +101,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       const int64_t storedLocal = std::max(
           in + s.forwardWorkingBytes + s.outputBytes + gradient + s.backwardOutsideBytes,
           in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes);
-      addChoice(storedLocal, in + s.savedBytes, 0, i + 1, -1, insideAt(q, i + 1));
+      addChoice(storedLocal, in + s.savedBytes, 0, i + 1, -1, false, insideAt(q, i + 1));
       int64_t least = std::max(storedLocal, in + s.savedBytes + minInside[q * (n + 1) + i + 1]);
       // An inner segment [i, r]: run without keeping anything but its input, then re-run at its
       // backward as R(i, r) says.
@@ -140,13 +142,13 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
   // The top level: stages stored (with or without an option) or recomputed segments [i, k],
   // each re-run as R(i, k).
   minTop[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
-  if (minTop[n] <= cap) m_top[n].push_back({minTop[n], 0, 0, n, -1, false});
+  if (minTop[n] <= cap) m_top[n].push_back({minTop[n], 0, 0, n, -1, false, false});
   std::vector<StageChoice> stored;
   for (int i = n - 1; i >= 0; --i) {
     int64_t least = kUnreachable;
     storedChoices(p, i, &stored);
     for (const StageChoice& c : stored) {
-      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, m_top[i + 1]);
+      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, c.offload, m_top[i + 1]);
       least = std::min(least, std::max(c.local, c.kept + minTop[i + 1]));
     }
     const int64_t in = p.inBytes(i);
@@ -217,7 +219,10 @@ std::optional<ChainPlan> NestedChainSolver::planFor(int64_t budgetBytes) const {
   while (i < m_n) {
     const Entry* e = cheapestWithin(m_top[i], headroom);
     if (e == nullptr) return std::nullopt;
-    Segment seg{i, e->next - 1, e->recompute ? SegmentMode::kRecompute : SegmentMode::kStore,
+    Segment seg{i, e->next - 1,
+                e->recompute ? SegmentMode::kRecompute
+                : e->offload ? SegmentMode::kOffload
+                             : SegmentMode::kStore,
                 e->option};
     if (e->recompute) seg.inner = readRerun(i, e->next - 1, headroom);
     plan.segments.push_back(std::move(seg));

@@ -40,6 +40,7 @@ class NestedChainSolver : public ChainFront {
     int next = 0;      // the stage after the first choice
     int option = -1;   // stored with this option (top level only)
     bool recompute = false;
+    bool offload = false;  // top level only
   };
   using Front = std::vector<Entry>;
 

@@ -119,7 +119,15 @@ absl::Status checkFormat(ObjectReader& top, const char* format, int version) {
 
 const char* segmentModeName(const Segment& seg) {
   if (seg.option >= 0) return "selective";
-  return seg.mode == SegmentMode::kRecompute ? "recompute" : "store";
+  switch (seg.mode) {
+    case SegmentMode::kRecompute:
+      return "recompute";
+    case SegmentMode::kOffload:
+      return "offload";
+    case SegmentMode::kStore:
+      break;
+  }
+  return "store";
 }
 
 json segmentJson(const ChainProfile& p, const Segment& seg) {
@@ -156,9 +164,10 @@ absl::StatusOr<PlanSegmentDoc> parseSegment(const json& j, const std::string& wh
   const json* inner = sr.raw("inner", true);
   if (inner != nullptr && !inner->is_array()) sr.fail("inner must be a list");
   if (absl::Status s = sr.finish(); !s.ok()) return s;
-  if (seg.mode != "store" && seg.mode != "recompute" && seg.mode != "selective")
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": mode '", seg.mode, "' is not store, recompute or selective"));
+  if (seg.mode != "store" && seg.mode != "recompute" && seg.mode != "selective" &&
+      seg.mode != "offload")
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": mode '", seg.mode, "' is not store, recompute, selective or offload"));
   if (seg.modules.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": no modules"));
   if (inner == nullptr) return seg;
   if (seg.mode != "recompute")
@@ -201,6 +210,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
   p.inputBytes = top.integer("input_bytes");
   p.endOutsideBytes = top.integer("end_outside_bytes", 0);
   p.floorBytes = top.integer("floor_bytes", 0);
+  p.offloadBytesPerSecond = top.integer("offload_bytes_per_second", 0);
   const json* stages = top.raw("stages", false);
   if (stages != nullptr && !stages->is_array()) top.fail("stages must be a list");
   if (absl::Status s = top.finish(); !s.ok()) return s;
@@ -254,6 +264,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
             {"stages", json::array()}};
   if (p.endOutsideBytes != 0) j["end_outside_bytes"] = p.endOutsideBytes;
   if (p.floorBytes != 0) j["floor_bytes"] = p.floorBytes;
+  if (p.offloadBytesPerSecond != 0) j["offload_bytes_per_second"] = p.offloadBytesPerSecond;
   for (const Stage& s : p.stages) {
     json st = {{"name", s.name},
                {"forward_ns", s.forwardNs},

@@ -30,7 +30,7 @@ std::string planToJson(const ChainProfile& profile, const PlanReport& report);
 
 // What a consumer of a plan document needs: the modes by module name and the prediction.
 struct PlanSegmentDoc {
-  std::string mode;  // "store", "recompute" or "selective"
+  std::string mode;  // "store", "recompute", "selective" or "offload"
   std::vector<std::string> modules;
   std::string option;                  // selective only
   std::vector<std::string> recompute;  // selective only: child modules re-run

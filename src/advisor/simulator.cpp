@@ -125,8 +125,9 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
                 kept + p.inBytes(i) + working + s.outputBytes + s.forwardOutsideBytes);
       if (seg.mode == SegmentMode::kStore)
         kept += storedBytes(p, i, seg.option);
-      else if (i == seg.first)
+      else if (seg.mode == SegmentMode::kRecompute && i == seg.first)
         kept += p.inBytes(i);  // the checkpoint: the segment's input only
+      // Offloaded: what it keeps goes to the host as it is saved; the device keeps nothing.
     }
   }
   // The chain's output and the gradient that starts the backward.
@@ -139,9 +140,14 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
       recomputedBackward(p, seg, base, replay);
       continue;
     }
-    // held: what the segment holds for its backward, stage by stage.
+    // held: what the segment holds for its backward, stage by stage (an offloaded stage's back
+    // from the host, at the latest as its backward runs).
     int64_t held = 0;
-    for (int i = seg.first; i <= seg.last; ++i) held += storedBytes(p, i, seg.option);
+    for (int i = seg.first; i <= seg.last; ++i) {
+      held += storedBytes(p, i, seg.option);
+      if (seg.mode == SegmentMode::kOffload)
+        replay.result().extraNs += p.offloadNs(storedBytes(p, i, -1));
+    }
     for (int i = seg.last; i >= seg.first; --i) {
       const Stage& s = p.stages[i];
       int64_t working = s.backwardWorkingBytes;

@@ -172,7 +172,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
   std::vector<int64_t> minNeed(n + 1);
   // After the last stage: the chain's output and the gradient that starts the backward.
   minNeed[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
-  if (minNeed[n] <= cap) m_front[n].push_back({minNeed[n], 0, 0, n, -1, false});
+  if (minNeed[n] <= cap) m_front[n].push_back({minNeed[n], 0, 0, n, -1, false, false});
 
   std::vector<Entry> candidates;
   int64_t leastNeed = 0;
@@ -180,7 +180,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
   // keep, keeps `kept` through the forward and adds `extra`, then the stages from `next` run
   // with `kept` less headroom.
   auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
-                       bool recompute) {
+                       bool recompute, bool offload) {
     leastNeed = std::min(leastNeed, std::max(local, kept + minNeed[next]));
     if (local > cap) return;
     const std::vector<Entry>& rest = m_front[next];
@@ -190,7 +190,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
     // rest ascends in need: past the cap nothing more fits.
     for (; k < rest.size() && kept + rest[k].need <= cap; ++k)
       candidates.push_back({std::max(local, kept + rest[k].need), rest[k].cost + extra, kept, next,
-                            option, recompute});
+                            option, recompute, offload});
   };
 
   std::vector<StageChoice> stored;
@@ -200,12 +200,12 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
     // Stored, with all activations or with one of the stage's options.
     storedChoices(p, i, &stored);
     for (const StageChoice& c : stored)
-      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, false);
+      addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, false, c.offload);
     // Recomputed segments [i, k].
     RecomputedSegment segment(p, i);
     for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
       const StageChoice c = segment.grow();
-      addChoice(c.local, c.kept, c.extraNs, k + 1, -1, true);
+      addChoice(c.local, c.kept, c.extraNs, k + 1, -1, true, false);
       // A longer segment needs at least as much (local only grows with k), and its input as
       // kept does not change: past the cap and past the least need already found, it is of no use.
       if (c.local > cap && c.local >= leastNeed) break;
@@ -217,7 +217,9 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
       if (a.need != b.need) return a.need < b.need;
       if (a.cost != b.cost) return a.cost < b.cost;
       if (a.recompute != b.recompute) return !a.recompute;
-      return a.next < b.next;
+      if (a.offload != b.offload) return !a.offload;
+      if (a.next != b.next) return a.next < b.next;
+      return a.option < b.option;
     });
     std::vector<Entry>& front = m_front[i];
     for (const Entry& c : candidates)
@@ -253,8 +255,11 @@ std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const 
                                [](int64_t h, const Entry& e) { return h < e.need; });
     if (it == front.begin()) return std::nullopt;
     const Entry& e = *std::prev(it);
-    plan.segments.push_back(
-        {i, e.next - 1, e.recompute ? SegmentMode::kRecompute : SegmentMode::kStore, e.option});
+    plan.segments.push_back({i, e.next - 1,
+                             e.recompute ? SegmentMode::kRecompute
+                             : e.offload ? SegmentMode::kOffload
+                                         : SegmentMode::kStore,
+                             e.option});
     headroom -= e.kept;
     i = e.next;
   }
@@ -283,6 +288,8 @@ int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {
       rate = std::min(rate, static_cast<double>(ns) / static_cast<double>(dropped));
     };
     if (s.checkpointable) consider(stageStoreBytes(p, i), s.forwardNs);
+    if (p.offloadBytesPerSecond > 0)
+      consider(stageStoreBytes(p, i), p.offloadNs(stageStoreBytes(p, i)));
     for (const StageOption& o : s.options) consider(s.savedBytes - o.savedBytes, o.recomputeNs);
     if (bytes > 0) items.push_back({rate, bytes});
   }

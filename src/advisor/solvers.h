@@ -83,6 +83,7 @@ class OptimalChainSolver : public ChainFront {
     int next = 0;      // first stage after the choice's segment
     int option = -1;   // stored with this option (-1: all activations)
     bool recompute = false;
+    bool offload = false;
   };
   const ChainProfile& m_profile;
   int64_t m_maxBudget = 0;

@@ -22,6 +22,9 @@ void storedChoices(const ChainProfile& p, int i, std::vector<StageChoice>* out) 
     out->push_back({std::max(optionForwardLocal, optionBackwardLocal), in + opt.savedBytes,
                     opt.recomputeNs, o});
   }
+  if (p.offloadBytesPerSecond > 0)
+    out->push_back(
+        {std::max(forwardLocal, backwardLocal), 0, p.offloadNs(in + s.savedBytes), -1, true});
 }
 
 RecomputedSegment::RecomputedSegment(const ChainProfile& p, int first)

@@ -15,10 +15,13 @@ struct StageChoice {
   int64_t local = 0;
   int64_t kept = 0;
   int64_t extraNs = 0;
-  int option = -1;  // stored with this option; -1: all activations
+  int option = -1;       // stored with this option; -1: all activations
+  bool offload = false;  // offloaded: kept on the host, none of it on the device
 };
 
-// Stage i stored: with all its activations first, then with each of its options in order.
+// Stage i stored: with all its activations first, then with each of its options in order, then
+// offloaded (when the profile has an offload speed): as stored in its forward and backward, but
+// keeping nothing on the device in between, for the copies' time.
 void storedChoices(const ChainProfile& p, int i, std::vector<StageChoice>* out);
 
 // A recomputed segment that starts at stage `first`, grown one stage at a time: it keeps only its

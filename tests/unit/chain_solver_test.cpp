@@ -82,8 +82,9 @@ TEST(ChainPlanCheck, RejectsPlansThatDoNotCoverTheChain) {
   EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kRecompute}})).ok());
 }
 
-// Every plan of the chain: each stage either starts a stored segment (with or without an option)
-// or a recomputed one, of any length.
+// Every plan of the chain: each stage either starts a stored segment (with or without an option),
+// is offloaded (when the chain has an offload speed) or starts a recomputed segment, of any
+// length.
 void forEachPlan(const ChainProfile& p, const std::function<void(const ChainPlan&)>& visit) {
   ChainPlan cur;
   std::function<void(int)> go = [&](int i) {
@@ -98,6 +99,11 @@ void forEachPlan(const ChainProfile& p, const std::function<void(const ChainPlan
     }
     for (int o = 0; o < static_cast<int>(p.stages[i].options.size()); ++o) {
       cur.segments.push_back({i, i, SegmentMode::kStore, o});
+      go(i + 1);
+      cur.segments.pop_back();
+    }
+    if (p.offloadBytesPerSecond > 0) {
+      cur.segments.push_back({i, i, SegmentMode::kOffload});
       go(i + 1);
       cur.segments.pop_back();
     }

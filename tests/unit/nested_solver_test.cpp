@@ -102,7 +102,8 @@ void forEachInner(const ChainProfile& p, int first, int last,
 }
 
 // Every plan of the chain, nested to any depth: each stage starts a stored stage (with or
-// without an option) or a recomputed segment with any inner plan.
+// without an option), is offloaded (with an offload speed) or starts a recomputed segment with
+// any inner plan.
 void forEachNestedPlan(const ChainProfile& p, const std::function<void(const ChainPlan&)>& visit) {
   ChainPlan cur;
   std::function<void(int)> go = [&](int i) {
@@ -112,6 +113,11 @@ void forEachNestedPlan(const ChainProfile& p, const std::function<void(const Cha
     }
     for (int o = -1; o < static_cast<int>(p.stages[i].options.size()); ++o) {
       cur.segments.push_back({i, i, SegmentMode::kStore, o});
+      go(i + 1);
+      cur.segments.pop_back();
+    }
+    if (p.offloadBytesPerSecond > 0) {
+      cur.segments.push_back({i, i, SegmentMode::kOffload});
       go(i + 1);
       cur.segments.pop_back();
     }
