@@ -36,6 +36,7 @@ struct AdvisorArgs {
   int points = 24;
   double margin = core::kDefaultMarginFraction;
   bool nested = false;
+  std::string offload;  // a link speed ("25GB/s"), or empty
 };
 
 bool readFile(const std::string& path, std::string* out) {
@@ -67,7 +68,8 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       return false;
     } else if (arg == "--profile" || arg == "--budget" || arg == "--strategy" ||
                arg == "--blocks" || arg == "--out" || arg == "-o" || arg == "--step" ||
-               arg == "--points" || arg == "--margin") {
+               arg == "--points" || arg == "--margin" ||
+               (arg == "--offload" && std::string(command) != "chain")) {
       if (!value(&v)) {
         *code = kExitUsage;
         return false;
@@ -77,6 +79,15 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       if (arg == "--strategy") a->strategy = v;
       if (arg == "--blocks") a->blocks = v;
       if (arg == "--out" || arg == "-o") a->outFile = v;
+      if (arg == "--offload") {
+        if (absl::StatusOr<int64_t> speed = core::parseSpeed(v); !speed.ok()) {
+          std::fprintf(stderr, "tidemark %s: --offload: %s\n", command,
+                       std::string(speed.status().message()).c_str());
+          *code = kExitUsage;
+          return false;
+        }
+        a->offload = v;
+      }
       if (arg == "--margin") {
         char* end = nullptr;
         const double pct = std::strtod(v.c_str(), &end);
@@ -252,7 +263,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   static const char* kUsage =
       "usage: tidemark plan (SESSION | --job JOB [--rank R] | --profile FILE) --budget SIZE\n"
       "                     [--strategy S] [--step N] [--blocks PREFIXES] [--margin PCT]\n"
-      "                     [--nested] [--out FILE] [--json]\n\n"
+      "                     [--nested] [--offload SPEED] [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
       "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
@@ -268,6 +279,8 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "parts of itself again), on chains of up to 64 blocks: less memory for more recomputation\n"
       "(docs/chain-model.md). Applying such a plan needs torch 2 (nested non-reentrant\n"
       "checkpoints); the adapter refuses it on torch 1.13.\n"
+      "--offload SPEED (25GB/s) lets plans move a block's activations to host memory after its\n"
+      "forward and back for its backward, over a link of that speed (a GPU job).\n"
       "--out writes the plan document (docs/plan-format.md); --json prints it.\n"
       "Exit code 4 when no plan fits the budget (the least feasible budget is named).\n";
   AdvisorArgs a;
@@ -278,6 +291,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
     if (!loadProfile("plan", a.profileFile, &profile)) return kExitUsage;
+    if (!a.offload.empty()) profile.offloadBytesPerSecond = *core::parseSpeed(a.offload);
     absl::StatusOr<core::BudgetSpec> budget = core::parseBudget(a.budget);
     absl::StatusOr<core::Strategy> strategy = core::parseStrategy(a.strategy);
     for (const absl::Status& s : {budget.status(), strategy.status()}) {
@@ -297,6 +311,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   req.set_strategy(a.strategy);
   req.set_margin(a.margin);
   req.set_nested(a.nested);
+  req.set_offload(a.offload);
   v1::PlanResponse resp;
   if (int code = callRpc<v1::Advisor>(g, "plan", &v1::Advisor::Stub::Plan, req, &resp, 120);
       code != kExitOk)
@@ -376,11 +391,11 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
       "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIXES]\n"
-      "                       [--points K] [--nested] [--json]\n\n"
+      "                       [--points K] [--nested] [--offload SPEED] [--json]\n\n"
       "The least recomputation any plan needs, for every budget (the optimal plans' Pareto\n"
       "curve), from one solve. The table shows K points spread over the curve (default 24);\n"
       "--json gives all of them. --nested: the curve of plans that may nest recomputed\n"
-      "segments (as `tidemark plan --nested`).\n";
+      "segments (as `tidemark plan --nested`); --offload SPEED: with offloading (as `plan`).\n";
   AdvisorArgs a;
   int code = kExitOk;
   std::vector<std::string> args = argsIn;
@@ -390,6 +405,7 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
     if (!loadProfile("pareto", a.profileFile, &profile)) return kExitUsage;
+    if (!a.offload.empty()) profile.offloadBytesPerSecond = *core::parseSpeed(a.offload);
     const std::unique_ptr<core::ChainFront> solved =
         core::solveChain(profile, std::numeric_limits<int64_t>::max(), a.nested);
     const core::ParetoSummary sum = core::paretoSummary(profile, *solved);
@@ -408,6 +424,7 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
     v1::ParetoRequest req;
     *req.mutable_chain() = selector(a);
     req.set_nested(a.nested);
+    req.set_offload(a.offload);
     if (int code = callRpc<v1::Advisor>(g, "pareto", &v1::Advisor::Stub::Pareto, req, &resp, 120);
         code != kExitOk)
       return code;

@@ -102,6 +102,35 @@ for n in sorted(full):
 PYEOF
 done
 
+# Offloading on the GPU (informative): a store-all recording, a plan for 40 % that may offload
+# blocks to host memory over a 16 GB/s link (and a nested one for 30 %), each applied to the same
+# training: the measured peak (torch's tensors, the median step after the first) beside the
+# prediction.
+echo; echo "== offload and nested plans on the GPU: predicted against measured"
+PLAIN=(examples/train.py --device "$DEVICE" --steps "$STEPS" --checkpoint "" --seed 1)
+"$BIN/tidemark" run --name gpu-check-store-all -- "$PYTHON" "${PLAIN[@]}" >/dev/null 2>&1 \
+  || echo "gpu-check: the store-all run failed" >&2
+BASE=$(newest_analyzed_session)
+for CASE in "offload 40% --offload 16GB/s" "nested 30% --nested"; do
+  read -r NAME BUDGET FLAG VALUE <<<"$CASE"
+  PLAN_FILE=$WORK/plan-$NAME.json
+  "$BIN/tidemark" plan "$BASE" --budget "$BUDGET" $FLAG $VALUE --out "$PLAN_FILE" >/dev/null \
+    || { echo "gpu-check: no $NAME plan for $BUDGET" >&2; continue; }
+  "$BIN/tidemark" run --name "gpu-check-$NAME" -- "$PYTHON" "${PLAIN[@]}" --plan "$PLAN_FILE" \
+    >"$WORK/$NAME.log" 2>&1 || { echo "gpu-check: the $NAME run failed" >&2; continue; }
+  RUN=$(newest_analyzed_session)
+  "$BIN/tidemark" steps "$RUN" --json >"$WORK/$NAME-steps.json" || continue
+  "$PYTHON" - "$PLAN_FILE" "$WORK/$NAME-steps.json" "$NAME" <<'PYEOF' || true
+import json, sys
+plan = json.load(open(sys.argv[1]))
+peaks = sorted(s["peak"]["tracked_bytes"] for s in json.load(open(sys.argv[2]))["steps"][1:])
+measured, predicted = peaks[len(peaks) // 2], plan["predicted"]["peak_bytes"]
+modes = sorted({s["mode"] for s in plan["segments"]} | {"nested" for s in plan["segments"] if "inner" in s})
+print("%-8s plan (%s): predicted %d, measured %d (%+.2f %%)" % (sys.argv[3], ", ".join(modes),
+      predicted, measured, 100.0 * (measured - predicted) / predicted))
+PYEOF
+done
+
 # The tests that need a device (ctest label gpu), where the build tree and ctest are here.
 if command -v ctest >/dev/null && [ -f "${BUILD_DIR:-build}/CTestTestfile.cmake" ]; then
   echo; echo "== ctest -L gpu"

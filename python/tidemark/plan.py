@@ -15,7 +15,10 @@ they say: their stored modules plainly, their recomputed ones under a checkpoint
 inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
 ``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
 names.
-``store`` segments are left alone. A recomputed segment whose input has grown more than 10 % past
+An ``offload`` segment runs each of its modules with saved-tensor hooks that copy what the
+module saves for its backward (its parameters aside) to host memory as it is saved and back to
+its device when the backward needs it (synchronous copies, pinned host memory; a tensor already
+in host memory stays where it is). ``store`` segments are left alone. A recomputed segment whose input has grown more than 10 % past
 the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the plan off: its
 prediction does not hold there. A recomputation does not update a module's running state a
 second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does
@@ -60,8 +63,8 @@ def load_plan(plan):
     if not isinstance(segments, list) or not segments:
         raise PlanError("the plan has no segments")
     for i, seg in enumerate(segments):
-        if seg.get("mode") not in ("store", "recompute", "selective"):
-            raise PlanError("segments[%d]: mode %r is not store, recompute or selective"
+        if seg.get("mode") not in ("store", "recompute", "selective", "offload"):
+            raise PlanError("segments[%d]: mode %r is not store, recompute, selective or offload"
                             % (i, seg.get("mode")))
         if not seg.get("modules"):
             raise PlanError("segments[%d]: no modules" % i)
@@ -137,6 +140,18 @@ def _save_policy_context(policy, where):
         return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return functools.partial(create_selective_checkpoint_contexts, decide)
+
+
+def _storage_ptr(t):
+    """Where a tensor's storage begins (views of one storage share it)."""
+    storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return storage.data_ptr()
+
+
+def _saved_tensor_hooks_supported():
+    import torch
+    return hasattr(torch.autograd, "graph") and hasattr(torch.autograd.graph,
+                                                         "saved_tensors_hooks")
 
 
 def _nested_checkpoints_supported():
@@ -369,8 +384,8 @@ def _names(names, shown=3):
     return ", ".join(names[:shown]) + (" and %d more" % more if more > 0 else "")
 
 
-# One thing a plan wraps: kind "one" (a module under a checkpoint) or "chain" (modules under one
-# checkpoint from the first one's call); the input bytes the plan was made for (or None); a
+# One thing a plan wraps: kind "one" (a module under a checkpoint), "chain" (modules under one
+# checkpoint from the first one's call) or "offload" (a module whose saved tensors go to host); the input bytes the plan was made for (or None); a
 # chain's inner parts when the plan nests (or None); a checkpoint context_fn (an op-level
 # option's policy, or None).
 _Action = collections.namedtuple("_Action", "kind modules names input_bytes parts context")
@@ -401,7 +416,9 @@ class AppliedPlan:
         if self._restore:
             return
         for a in self._actions:
-            if a.kind == "one":
+            if a.kind == "offload":
+                self.wrap_offload(a.modules[0], a.names[0])
+            elif a.kind == "one":
                 self.wrap_one(a.modules[0], a.names[0], a.input_bytes, a.context)
             else:
                 self.wrap_chain(a.modules, a.names, a.input_bytes, a.parts)
@@ -460,6 +477,34 @@ class AppliedPlan:
                     _once_with_state([module], inner, _as_called(module, inner)), *args,
                     use_reentrant=False, **options, **kwargs),
                 inner, args, kwargs)
+
+        self._set_forward(module, forward)
+
+    # One module whose saved tensors live in host memory between its forward and its backward.
+    def wrap_offload(self, module, name):
+        import torch
+        inner = module.forward
+
+        def to_host(t):
+            if t.device.type == "cpu" or _storage_ptr(t) in {
+                    _storage_ptr(p) for p in module.parameters()}:
+                return (None, t)  # host memory already, or a parameter: kept as is
+            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
+            host.copy_(t)
+            return (t.device, host)
+
+        def from_host(packed):
+            device, t = packed
+            return t if device is None else t.to(device)
+
+        def forward(*args, **kwargs):
+            if self.failed is not None or not torch.is_grad_enabled():
+                return inner(*args, **kwargs)
+
+            def planned():
+                with torch.autograd.graph.saved_tensors_hooks(to_host, from_host):
+                    return inner(*args, **kwargs)
+            return self._attempt(name, planned, inner, args, kwargs)
 
         self._set_forward(module, forward)
 
@@ -574,6 +619,15 @@ def apply_plan(model, plan, root_name=None, install=True):
         if mode == "store":
             for name in seg["modules"]:
                 _find(table, name)
+            continue
+        if mode == "offload":
+            if not _saved_tensor_hooks_supported():
+                import torch
+                raise PlanError("segments[%d]: offloading needs saved-tensor hooks (torch 1.10 "
+                                "or newer; this is torch %s)" % (k, torch.__version__))
+            for name in seg["modules"]:
+                actions.append(_Action("offload", [_find(table, name)], [name], None, None,
+                                       None))
             continue
         if mode == "selective":
             block = _find(table, seg["modules"][0])

@@ -8,6 +8,7 @@
 
 #include "src/core/breakdown.h"
 
+#include "absl/strings/str_cat.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/recording_loader.h"
 #include "server/store/store.h"
@@ -63,6 +64,24 @@ grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+namespace {
+
+// A chain planned with offloading over a link of `speed`: refused for a CPU job, whose
+// activations are host memory already.
+grpc::Status offloadTo(core::RecordedChain& chain, const std::string& speed, uint64_t session) {
+  auto bytesPerSecond = core::parseSpeed(speed);
+  if (!bytesPerSecond.ok()) return toGrpc(bytesPerSecond.status());
+  if (!chain.onDevice)
+    return toGrpc(absl::FailedPreconditionError(
+        absl::StrCat("session ", session,
+                     " records host memory only (a CPU job): offloading moves a GPU "
+                     "job's activations to the host, and here they are there already")));
+  chain.profile.offloadBytesPerSecond = *bytesPerSecond;
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
 grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* request,
                                   v1::PlanResponse* response) {
   if (grpc::Status denied =
@@ -78,6 +97,11 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
     return toGrpc(absl::InvalidArgumentError("margin must be in [0, 0.5)"));
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
+  if (!request->offload().empty()) {
+    if (grpc::Status s = offloadTo(*chain, request->offload(), request->chain().session_id());
+        !s.ok())
+      return s;
+  }
   core::PlanReport report =
       core::makePlan(chain->profile, core::resolveBudget(*budget, chain->profile), *strategy,
                      request->has_margin() ? request->margin() : core::kDefaultMarginFraction,
@@ -121,6 +145,11 @@ grpc::Status AdvisorService::Pareto(grpc::ServerContext* ctx, const v1::ParetoRe
     return denied;
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());
+  if (!request->offload().empty()) {
+    if (grpc::Status s = offloadTo(*chain, request->offload(), request->chain().session_id());
+        !s.ok())
+      return s;
+  }
   const std::unique_ptr<core::ChainFront> solved =
       core::solveChain(chain->profile, std::numeric_limits<int64_t>::max(), request->nested());
   const core::ParetoSummary sum = core::paretoSummary(chain->profile, *solved);

@@ -708,6 +708,8 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
     p.stages.push_back(std::move(s));
   }
+  for (int i = 0; i < n && !out.onDevice; ++i)
+    for (int j : kept[i]) out.onDevice = out.onDevice || rec.blocks[j].device >= 0;
   p.inputBytes = inputSaved[0] > 0 ? inputSaved[0] : p.stages[0].outputBytes;
   for (int i = 0; i < n; ++i) {
     if (!backward[i].valid) continue;

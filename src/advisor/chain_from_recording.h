@@ -29,6 +29,9 @@ struct RecordedChain {
   // What the chain model does not capture in this recording (blocks called more than once in
   // one forward: siamese or shared blocks), for the plans made from it to say.
   std::vector<std::string> warnings;
+  // The blocks' activations are device memory (a GPU job): offloading them to the host means
+  // something. A CPU job's are host memory already.
+  bool onDevice = false;
 };
 
 // Builds the chain model of a recorded step (docs/plan-format.md, "Profiles from a recording"):

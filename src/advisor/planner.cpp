@@ -152,6 +152,17 @@ absl::StatusOr<BudgetSpec> parseBudget(std::string_view text) {
   return bad();
 }
 
+absl::StatusOr<int64_t> parseSpeed(std::string_view text) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad speed '", std::string(text), "' (examples: 25GB/s, 16GiB/s, 1000000/s)"));
+  };
+  if (text.size() < 3 || text.substr(text.size() - 2) != "/s") return bad();
+  absl::StatusOr<BudgetSpec> bytes = parseBudget(text.substr(0, text.size() - 2));
+  if (!bytes.ok() || bytes->bytes <= 0) return bad();
+  return bytes->bytes;
+}
+
 int64_t resolveBudget(const BudgetSpec& spec, const ChainProfile& profile) {
   if (spec.bytes >= 0) return spec.bytes;
   const int64_t storeAll = simulate(profile, storeAllPlan(profile)).peakBytes;

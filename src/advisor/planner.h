@@ -104,6 +104,8 @@ struct BudgetSpec {
   double fraction = -1;  // when given in percent
 };
 absl::StatusOr<BudgetSpec> parseBudget(std::string_view text);
+// A host link's speed as users write it: "25GB/s", "16GiB/s", "1000000/s" (bytes per second).
+absl::StatusOr<int64_t> parseSpeed(std::string_view text);
 int64_t resolveBudget(const BudgetSpec& spec, const ChainProfile& profile);
 
 }  // namespace tidemark::core

@@ -192,6 +192,11 @@ for step in range(3):
         self.assertTrue(any("inner" in s for s in plan["segments"]))
         predicted = plan["predicted"]["peak_bytes"]
         self.assertLessEqual(predicted, budget)
+        # Offloading is for a GPU job's activations; this CPU job's are host memory already.
+        r = self.daemon.cli("plan", str(base), "--budget", str(budget), "--offload", "16GB/s",
+                            check=False)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("records host memory only (a CPU job)", r.stderr)
         if torch_version() < (2, 1):
             r = self.daemon.run(PYTHON, TRAIN, "--model", "gpt", "--steps", str(STEPS),
                                 "--checkpoint", "", "--plan", path, *extra)
@@ -382,7 +387,10 @@ class AdvisorOfflineTest(unittest.TestCase):
                  "unknown strategy"),
                 (["plan", "--profile", "/nonexistent.json", "--budget", "1GiB"], 2, "cannot read"),
                 (["plan", "--profile", profile, "--budget", "1GiB"], 4, "least budget"),
-                (["plan", "1", "--profile", profile, "--budget", "1GiB"], 2, "either a SESSION")]:
+                (["plan", "1", "--profile", profile, "--budget", "1GiB"], 2, "either a SESSION"),
+                (["plan", "--profile", profile, "--budget", "1GiB", "--offload", "25GB"], 2,
+                 "bad speed '25GB'"),
+                (["chain", "1", "--offload", "25GB/s"], 2, "unknown option '--offload'")]:
             with self.subTest(args=args):
                 r = self.cli(*args)
                 self.assertEqual(r.returncode, code, r.stderr)

@@ -199,7 +199,8 @@ for batch in (8, 6, 16):
         chain, a selective segment that recomputes a BatchNorm layer, and a nested segment
         (torch 2.1 on; blocks 0 and 3 re-run twice: in the outer re-run and their own). A buffer
         the forward only reads (a mask) is there too. torch 1.13 refuses the nested plan
-        (PlanError naming the torch it needs) with the model unchanged."""
+        (PlanError naming the torch it needs) with the model unchanged. Offloaded blocks (their
+        saved tensors through host memory: on this CPU they stay where they are) keep them too."""
         code = IN_PROCESS + r"""
 
 class Block(torch.nn.Module):
@@ -241,7 +242,9 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
                           "inner": [{"mode": "recompute", "modules": ["Net.blocks.0"]},
                                     {"mode": "store", "modules": ["Net.blocks.1"]}]},
                          {"mode": "store", "modules": ["Net.blocks.2"]},
-                         {"mode": "recompute", "modules": ["Net.blocks.3"]}]}]):
+                         {"mode": "recompute", "modules": ["Net.blocks.3"]}]}],
+             [{"mode": "offload", "modules": ["Net.blocks.0", "Net.blocks.1"]},
+              {"mode": "recompute", "modules": ["Net.blocks.2"]}]):
     if "inner" in segs[0] and tuple(map(int, torch.__version__.split(".")[:2])) < (2, 1):
         model = Net()
         before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -266,7 +269,7 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
     print("ok", [s["modules"] for s in segs])
 """
         r = run_in_process(self, code)
-        self.assertEqual(r.stdout.count("ok"), 4, r.stdout)
+        self.assertEqual(r.stdout.count("ok"), 5, r.stdout)
 
     def test_chain_values_are_the_models_own_in_process(self):
         """tidemark.apply_plan without the daemon: a two-block segment over a model that changes
