@@ -125,7 +125,8 @@ import json, sys
 plan = json.load(open(sys.argv[1]))
 peaks = sorted(s["peak"]["tracked_bytes"] for s in json.load(open(sys.argv[2]))["steps"][1:])
 measured, predicted = peaks[len(peaks) // 2], plan["predicted"]["peak_bytes"]
-modes = sorted({s["mode"] for s in plan["segments"]} | {"nested" for s in plan["segments"] if "inner" in s})
+modes = sorted({s["mode"] for s in plan["segments"]} |
+               {"nested" for s in plan["segments"] if "inner" in s})
 print("%-8s plan (%s): predicted %d, measured %d (%+.2f %%)" % (sys.argv[3], ", ".join(modes),
       predicted, measured, 100.0 * (measured - predicted) / predicted))
 PYEOF

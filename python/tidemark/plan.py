@@ -14,15 +14,17 @@ there. A recompute segment with ``inner`` segments (a nested plan, version 2) ru
 they say: their stored modules plainly, their recomputed ones under a checkpoint of their own,
 inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
 ``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
-names.
-An ``offload`` segment runs each of its modules with saved-tensor hooks that copy what the
-module saves for its backward (its parameters aside) to host memory as it is saved and back to
-its device when the backward needs it (synchronous copies, pinned host memory; a tensor already
-in host memory stays where it is). ``store`` segments are left alone. A recomputed segment whose input has grown more than 10 % past
-the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the plan off: its
-prediction does not hold there. A recomputation does not update a module's running state a
-second time (BatchNorm's statistics, any buffer the forward changes in place). A plan that does
-not fit the model by its names (an unknown module, a segment whose modules are at different
+names, or, with a ``policy`` (an op-level option), runs the block under a checkpoint that keeps
+the outputs of the ops the policy names and re-runs the rest (torch's selective activation
+checkpointing, torch 2.4 or newer; refused with ``PlanError`` on older torches). An ``offload``
+segment runs each of its modules with saved-tensor hooks that copy what the module saves for its
+backward (its parameters aside) to host memory as it is saved and back to its device when the
+backward needs it (synchronous copies, pinned host memory; a tensor already in host memory stays
+where it is). ``store`` segments are left alone. A recomputed segment whose input has grown more
+than 10 % past the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the
+plan off: its prediction does not hold there. A recomputation does not update a module's running
+state a second time (BatchNorm's statistics, any buffer the forward changes in place). A plan
+that does not fit the model by its names (an unknown module, a segment whose modules are at different
 depths, a module twice) is refused with ``PlanError`` before anything changes; one that fails
 when it runs (a segment that is not a chain, a block that takes more than its predecessor's
 output, a module that cannot run under a checkpoint) turns itself off and the module's own
@@ -385,9 +387,9 @@ def _names(names, shown=3):
 
 
 # One thing a plan wraps: kind "one" (a module under a checkpoint), "chain" (modules under one
-# checkpoint from the first one's call) or "offload" (a module whose saved tensors go to host); the input bytes the plan was made for (or None); a
-# chain's inner parts when the plan nests (or None); a checkpoint context_fn (an op-level
-# option's policy, or None).
+# checkpoint from the first one's call) or "offload" (a module whose saved tensors go to host
+# memory); the input bytes the plan was made for (or None); a chain's inner parts when the plan
+# nests (or None); a checkpoint context_fn (an op-level option's policy, or None).
 _Action = collections.namedtuple("_Action", "kind modules names input_bytes parts context")
 
 
@@ -485,14 +487,6 @@ class AppliedPlan:
         import torch
         inner = module.forward
 
-        def to_host(t):
-            if t.device.type == "cpu" or _storage_ptr(t) in {
-                    _storage_ptr(p) for p in module.parameters()}:
-                return (None, t)  # host memory already, or a parameter: kept as is
-            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
-            host.copy_(t)
-            return (t.device, host)
-
         def from_host(packed):
             device, t = packed
             return t if device is None else t.to(device)
@@ -500,6 +494,19 @@ class AppliedPlan:
         def forward(*args, **kwargs):
             if self.failed is not None or not torch.is_grad_enabled():
                 return inner(*args, **kwargs)
+            owned = None  # the module's parameters' storages, once a device tensor is saved
+
+            def to_host(t):
+                nonlocal owned
+                if t.device.type == "cpu":
+                    return (None, t)  # host memory already
+                if owned is None:
+                    owned = {_storage_ptr(p) for p in module.parameters()}
+                if _storage_ptr(t) in owned:
+                    return (None, t)  # a parameter (or a view of one): it stays
+                host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=True)
+                host.copy_(t)
+                return (t.device, host)
 
             def planned():
                 with torch.autograd.graph.saved_tensors_hooks(to_host, from_host):
