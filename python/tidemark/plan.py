@@ -24,9 +24,9 @@ where it is). ``store`` segments are left alone. A recomputed segment whose inpu
 than 10 % past the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the
 plan off: its prediction does not hold there. A recomputation does not update a module's running
 state a second time (BatchNorm's statistics, any buffer the forward changes in place). A plan
-that does not fit the model by its names (an unknown module, a segment whose modules are at different
-depths, a module twice) is refused with ``PlanError`` before anything changes; one that fails
-when it runs (a segment that is not a chain, a block that takes more than its predecessor's
+that does not fit the model by its names (an unknown module, a segment whose modules are at
+different depths, a module twice) is refused with ``PlanError`` before anything changes; one that
+fails when it runs (a segment that is not a chain, a block that takes more than its predecessor's
 output, a module that cannot run under a checkpoint) turns itself off and the module's own
 forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the job.
 """
