@@ -35,7 +35,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
   std::vector<int64_t> forwardSum(n + 1, 0);  // forward times' prefix sums
   for (int i = 0; i < n; ++i) forwardSum[i + 1] = forwardSum[i] + p.stages[i].forwardNs;
 
-  std::vector<Entry> candidates;
+  std::vector<FrontEntry> candidates;
   // The candidates of a stored stage: it needs `local` above what is kept below it, keeps `kept`
   // while the parts from `next` on run, adds `extra`; `rest` is the front from `next`.
   auto addChoice = [&](int64_t local, int64_t kept, int64_t extra, int next, int option,
@@ -70,23 +70,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       x = step;
     }
   };
-  // The lower envelope of the candidates: ascending need, strictly descending cost. Among
-  // equals, storing first, then shorter first choices, so that plans stay simple (and nest no
-  // deeper than they gain by).
-  auto settle = [&](Front* out) {
-    std::sort(candidates.begin(), candidates.end(), [](const Entry& a, const Entry& b) {
-      if (a.need != b.need) return a.need < b.need;
-      if (a.cost != b.cost) return a.cost < b.cost;
-      if (a.recompute != b.recompute) return !a.recompute;
-      if (a.offload != b.offload) return !a.offload;
-      if (a.next != b.next) return a.next < b.next;
-      return a.option < b.option;
-    });
-    out->clear();
-    for (const Entry& c : candidates)
-      if (out->empty() || c.cost < out->back().cost) out->push_back(c);
-    candidates.clear();
-  };
+  auto settle = [&](Front* out) { lowerEnvelope(&candidates, out); };
 
   // Re-runs, by their last stage q: the parts i..q of a re-run of a segment ending at q, and the
   // re-run of [i, q] itself. Every segment ending before q is solved by then.
@@ -125,11 +109,11 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       // R(i, q): the parts above, plus the re-run's own forward time.
       Front& whole = rerunAt(i, q);
       settle(&whole);
-      for (Entry& e : whole) e.cost += forwardSum[q + 1] - forwardSum[i];
+      for (FrontEntry& e : whole) e.cost += forwardSum[q + 1] - forwardSum[i];
       minRerun[i * n + q] = least;
       // Inside a longer segment ending at q, [i, q] may also be an inner segment.
-      for (const Entry& e : whole) candidates.push_back(e);
-      for (Entry& c : candidates) c.cost -= forwardSum[q + 1] - forwardSum[i];
+      for (const FrontEntry& e : whole) candidates.push_back(e);
+      for (FrontEntry& c : candidates) c.cost -= forwardSum[q + 1] - forwardSum[i];
       if (wholeNeeded) {
         addSegment(forward, whole, in, q + 1, insideAt(q, q + 1));
         least = std::min(least, std::max(forward, minRerun[i * n + q]));
@@ -168,35 +152,15 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
 }
 
 std::vector<ParetoPoint> NestedChainSolver::curve() const {
-  std::vector<ParetoPoint> out;
-  // Below the floor nothing fits; points under it merge into the cheapest of them at the floor.
-  for (const Entry& e : m_top[0]) {
-    const ParetoPoint pt{std::max(m_profile.floorBytes, m_profile.staticBytes + e.need), e.cost};
-    if (pt.budgetBytes > m_maxBudget) break;
-    while (!out.empty() && out.back().budgetBytes >= pt.budgetBytes) out.pop_back();
-    out.push_back(pt);
-  }
-  return out;
+  return curveOfFront(m_top[0], m_profile, m_maxBudget);
 }
-
-namespace {
-
-// The last entry whose need fits is the cheapest that fits; nullptr when none does.
-template <typename Entry>
-const Entry* cheapestWithin(const std::vector<Entry>& front, int64_t headroom) {
-  auto it = std::upper_bound(front.begin(), front.end(), headroom,
-                             [](int64_t h, const Entry& e) { return h < e.need; });
-  return it == front.begin() ? nullptr : &*std::prev(it);
-}
-
-}  // namespace
 
 std::vector<Segment> NestedChainSolver::readRerun(int i, int q, int64_t h) const {
   std::vector<Segment> parts;
-  const Entry* e = cheapestWithin(rerun(i, q), h);
+  const FrontEntry* e = cheapestWithin(rerun(i, q), h);
   int at = i;
   while (e != nullptr) {
-    Segment part{at, e->next - 1, e->recompute ? SegmentMode::kRecompute : SegmentMode::kStore};
+    Segment part{at, e->next - 1, e->mode()};
     if (e->recompute) part.inner = readRerun(at, e->next - 1, h);
     parts.push_back(std::move(part));
     h -= e->kept;
@@ -211,25 +175,11 @@ std::vector<Segment> NestedChainSolver::readRerun(int i, int q, int64_t h) const
 }
 
 std::optional<ChainPlan> NestedChainSolver::planFor(int64_t budgetBytes) const {
-  if (budgetBytes < m_profile.floorBytes) return std::nullopt;
-  budgetBytes = std::min(budgetBytes, m_maxBudget);
-  int64_t headroom = budgetBytes - m_profile.staticBytes;
-  ChainPlan plan;
-  int i = 0;
-  while (i < m_n) {
-    const Entry* e = cheapestWithin(m_top[i], headroom);
-    if (e == nullptr) return std::nullopt;
-    Segment seg{i, e->next - 1,
-                e->recompute ? SegmentMode::kRecompute
-                : e->offload ? SegmentMode::kOffload
-                             : SegmentMode::kStore,
-                e->option};
-    if (e->recompute) seg.inner = readRerun(i, e->next - 1, headroom);
-    plan.segments.push_back(std::move(seg));
-    headroom -= e->kept;
-    i = e->next;
-  }
-  return plan;
+  return readPlan(
+      m_profile, budgetBytes, m_maxBudget, [&](int i) -> const Front& { return m_top[i]; },
+      [&](const FrontEntry& e, int64_t headroom, Segment* seg) {
+        if (e.recompute) seg->inner = readRerun(seg->first, seg->last, headroom);
+      });
 }
 
 }  // namespace tidemark::core

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "src/advisor/chain.h"
+#include "src/advisor/chain_front.h"
 #include "src/advisor/solvers.h"
 
 namespace tidemark::core {
@@ -33,17 +34,6 @@ class NestedChainSolver : public ChainFront {
   std::optional<ChainPlan> planFor(int64_t budgetBytes) const override;
 
  private:
-  struct Entry {
-    int64_t need = 0;  // headroom over what is kept below this part
-    int64_t cost = 0;  // extra ns from this part on
-    int64_t kept = 0;  // what the first choice keeps while the later parts run
-    int next = 0;      // the stage after the first choice
-    int option = -1;   // stored with this option (top level only)
-    bool recompute = false;
-    bool offload = false;  // top level only
-  };
-  using Front = std::vector<Entry>;
-
   // The parts of a re-run of [i, q] read back for headroom h (a recomputed segment's inner plan;
   // empty when it stores every stage).
   std::vector<Segment> readRerun(int i, int q, int64_t h) const;

@@ -174,7 +174,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
   minNeed[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
   if (minNeed[n] <= cap) m_front[n].push_back({minNeed[n], 0, 0, n, -1, false, false});
 
-  std::vector<Entry> candidates;
+  std::vector<FrontEntry> candidates;
   int64_t leastNeed = 0;
   // Appends the candidates of one choice: the choice needs `local` above what earlier stages
   // keep, keeps `kept` through the forward and adds `extra`, then the stages from `next` run
@@ -183,7 +183,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
                        bool recompute, bool offload) {
     leastNeed = std::min(leastNeed, std::max(local, kept + minNeed[next]));
     if (local > cap) return;
-    const std::vector<Entry>& rest = m_front[next];
+    const Front& rest = m_front[next];
     // Entries of `rest` whose need fits under local collapse into the cheapest of them.
     size_t k = 0;
     while (k + 1 < rest.size() && kept + rest[k + 1].need <= local) ++k;
@@ -211,59 +211,19 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
       if (c.local > cap && c.local >= leastNeed) break;
     }
     minNeed[i] = leastNeed;
-    // The lower envelope: ascending need, strictly descending cost. Among equals, prefer storing
-    // and shorter segments so that plans stay simple.
-    std::sort(candidates.begin(), candidates.end(), [](const Entry& a, const Entry& b) {
-      if (a.need != b.need) return a.need < b.need;
-      if (a.cost != b.cost) return a.cost < b.cost;
-      if (a.recompute != b.recompute) return !a.recompute;
-      if (a.offload != b.offload) return !a.offload;
-      if (a.next != b.next) return a.next < b.next;
-      return a.option < b.option;
-    });
-    std::vector<Entry>& front = m_front[i];
-    for (const Entry& c : candidates)
-      if (front.empty() || c.cost < front.back().cost) front.push_back(c);
+    lowerEnvelope(&candidates, &m_front[i]);
   }
   m_minFeasibleBudget = std::max(p.floorBytes, p.staticBytes + minNeed[0]);
 }
 
 std::vector<ParetoPoint> OptimalChainSolver::curve() const {
-  if (m_front[0].empty()) return {};  // nothing fits under maxBudgetBytes
-  // Below the floor nothing fits; points under it merge into the cheapest of them at the floor.
-  std::vector<ParetoPoint> out;
-  out.reserve(m_front[0].size());
-  for (const Entry& e : m_front[0]) {
-    const ParetoPoint pt{std::max(m_profile.floorBytes, m_profile.staticBytes + e.need), e.cost};
-    if (pt.budgetBytes > m_maxBudget) break;  // under the floor, above the cap
-    while (!out.empty() && out.back().budgetBytes >= pt.budgetBytes) out.pop_back();
-    out.push_back(pt);
-  }
-  return out;
+  return curveOfFront(m_front[0], m_profile, m_maxBudget);
 }
 
 std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const {
-  if (budgetBytes < m_profile.floorBytes) return std::nullopt;
-  budgetBytes = std::min(budgetBytes, m_maxBudget);
-  int64_t headroom = budgetBytes - m_profile.staticBytes;
-  ChainPlan plan;
-  int i = 0;
-  while (i < m_profile.size()) {
-    const std::vector<Entry>& front = m_front[i];
-    // The last entry whose need fits is the cheapest that fits.
-    auto it = std::upper_bound(front.begin(), front.end(), headroom,
-                               [](int64_t h, const Entry& e) { return h < e.need; });
-    if (it == front.begin()) return std::nullopt;
-    const Entry& e = *std::prev(it);
-    plan.segments.push_back({i, e.next - 1,
-                             e.recompute ? SegmentMode::kRecompute
-                             : e.offload ? SegmentMode::kOffload
-                                         : SegmentMode::kStore,
-                             e.option});
-    headroom -= e.kept;
-    i = e.next;
-  }
-  return plan;
+  return readPlan(
+      m_profile, budgetBytes, m_maxBudget, [&](int i) -> const Front& { return m_front[i]; },
+      [](const FrontEntry&, int64_t, Segment*) {});
 }
 
 int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/advisor/chain.h"
+#include "src/advisor/chain_front.h"
 
 namespace tidemark::core {
 
@@ -76,19 +77,10 @@ class OptimalChainSolver : public ChainFront {
   std::optional<ChainPlan> planFor(int64_t budgetBytes) const override;
 
  private:
-  struct Entry {
-    int64_t need = 0;  // headroom over static + what earlier stages keep
-    int64_t cost = 0;  // extra ns for stages i..n-1
-    int64_t kept = 0;  // what this choice keeps through the forward
-    int next = 0;      // first stage after the choice's segment
-    int option = -1;   // stored with this option (-1: all activations)
-    bool recompute = false;
-    bool offload = false;
-  };
   const ChainProfile& m_profile;
   int64_t m_maxBudget = 0;
   int64_t m_minFeasibleBudget = 0;
-  std::vector<std::vector<Entry>> m_front;  // m_front[i]: stages i..n-1; m_front[n]: the end
+  std::vector<Front> m_front;  // m_front[i]: stages i..n-1; m_front[n]: the end
 };
 
 // A lower bound on the extra time of any plan within budgetBytes under the chain model: at the
