@@ -312,6 +312,7 @@ absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::stri
     std::string mods = s.modules.front();
     if (s.modules.size() > 1) mods += " .. " + s.modules.back();
     if (s.mode == "selective") mods += " (" + s.option + ")";
+    if (!s.inner.empty()) mods += " (nested: its re-run checkpoints parts again)";
     p.segments.emplace_back(s.mode, mods);
   }
   return p;
