@@ -383,6 +383,19 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
         humanBytes(st.outputBytes).c_str(), humanBytes(st.forwardWorkingBytes).c_str(),
         humanBytes(st.backwardWorkingBytes).c_str(), humanBytes(st.backwardOutsideBytes).c_str());
   }
+  // The selective options of each block: what it keeps with them, what re-running costs.
+  bool optionsHeader = false;
+  for (const core::Stage& st : p->stages) {
+    if (st.options.empty()) continue;
+    if (!optionsHeader)
+      std::printf("\nselective options (kept of the saved bytes, re-run time):\n");
+    optionsHeader = true;
+    std::string line;
+    for (const core::StageOption& o : st.options)
+      line += (line.empty() ? "" : "; ") + o.name + " " + humanBytes(o.savedBytes) + ", " +
+              msText(o.recomputeNs) + (o.policy.empty() ? "" : " (op-level)");
+    std::printf("  %-28s %s\n", st.name.c_str(), line.c_str());
+  }
   for (const std::string& w : resp.warnings()) std::printf("\nwarning: %s\n", w.c_str());
   if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
   return kExitOk;
