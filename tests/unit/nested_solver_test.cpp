@@ -200,6 +200,8 @@ TEST(NestedChainSolver, EqualsExhaustiveSearchOverNestedPlans) {
       }
     }
   }
+  RecordProperty("budgets_checked", std::to_string(budgetsChecked));
+  RecordProperty("nested_optima", std::to_string(nestedOptima));
   EXPECT_GT(budgetsChecked, 1000);
   // Nesting is where the optimum is at many of them (else the test would not test it).
   EXPECT_GT(nestedOptima, 100);
