@@ -227,20 +227,29 @@ for step in range(3):
             self.assertFalse(any(p for ps in policies for p in ps), policies)
             return
         self.assertTrue(all("matmul" in ps for ps in policies), policies)
-        for pct in range(50, 100, 5):
-            path = os.path.join(self.daemon.dir, "sac-%d.json" % pct)
-            self.daemon.cli("plan", str(base), "--budget", "%d%%" % pct, "--out", path)
-            with open(path) as f:
-                plan = json.load(f)
-            if any(s.get("policy") == "matmul" for s in plan["segments"]):
-                break
-        else:
-            self.fail("no plan from 50 to 95 %% uses the op-level option")
+        # Whether the optimum takes the option at a budget depends on the measured times (a
+        # busy machine's differ); the chain's profile with only that option left (no whole
+        # block recomputed, no child module) has the plans use it at any budget below store-all.
+        for stage in chain["stages"]:
+            stage["checkpointable"] = False
+            stage["options"] = [o for o in stage["options"] if o.get("policy") == "matmul"]
+        profile = os.path.join(self.daemon.dir, "sac-profile.json")
+        with open(profile, "w") as f:
+            json.dump(chain, f)
+        path = os.path.join(self.daemon.dir, "sac.json")
+        # Halfway from the least budget such plans fit to storing everything.
+        points = self.daemon.cli_json("pareto", "--profile", profile)["points"]
+        budget = (points[0]["budget_bytes"] + points[-1]["budget_bytes"]) // 2
+        self.daemon.cli("plan", "--profile", profile, "--budget", str(budget), "--out", path)
+        with open(path) as f:
+            plan = json.load(f)
+        self.assertTrue(any(s.get("policy") == "matmul" for s in plan["segments"]),
+                        plan["segments"])
         predicted = plan["predicted"]["peak_bytes"]
         sid, got_losses = self.train("gpt", "--plan", path, run_options=("--ops",))
         measured = self.measured_peak(sid)
-        print("op-level plan at %d%%: predicted %d, measured %d (%+.2f %%), %s"
-              % (pct, predicted, measured, 100.0 * (measured - predicted) / predicted,
+        print("op-level plan at %d: predicted %d, measured %d (%+.2f %%), %s"
+              % (budget, predicted, measured, 100.0 * (measured - predicted) / predicted,
                  [s.get("policy") or s.get("option") or s["mode"] for s in plan["segments"]]),
               file=sys.stderr)
         self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
