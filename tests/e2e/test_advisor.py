@@ -220,7 +220,17 @@ for step in range(3):
         backward (torch's selective activation checkpointing). A plan that uses it, applied,
         measures within 5 % of its prediction with the losses of the run without it. On torch
         1.13 there are no op scopes, so no such option."""
-        base, base_losses = self.train("gpt", run_options=("--ops",))
+        self.check_op_level_plan("gpt")
+
+    def test_an_op_level_plan_for_transformers_gpt2(self):
+        """The same on the `transformers` GPT-2 (torch 2 only: transformers is in that
+        environment)."""
+        if torch_version() < (2, 0):
+            self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
+        self.check_op_level_plan("gpt2")
+
+    def check_op_level_plan(self, model):
+        base, base_losses = self.train(model, run_options=("--ops",))
         chain = self.daemon.cli_json("chain", str(base))
         policies = [[o.get("policy") for o in s.get("options", [])] for s in chain["stages"]]
         if torch_version() < (2, 4):
@@ -246,10 +256,10 @@ for step in range(3):
         self.assertTrue(any(s.get("policy") == "matmul" for s in plan["segments"]),
                         plan["segments"])
         predicted = plan["predicted"]["peak_bytes"]
-        sid, got_losses = self.train("gpt", "--plan", path, run_options=("--ops",))
+        sid, got_losses = self.train(model, "--plan", path, run_options=("--ops",))
         measured = self.measured_peak(sid)
-        print("op-level plan at %d: predicted %d, measured %d (%+.2f %%), %s"
-              % (budget, predicted, measured, 100.0 * (measured - predicted) / predicted,
+        print("%s op-level plan at %d: predicted %d, measured %d (%+.2f %%), %s"
+              % (model, budget, predicted, measured, 100.0 * (measured - predicted) / predicted,
                  [s.get("policy") or s.get("option") or s["mode"] for s in plan["segments"]]),
               file=sys.stderr)
         self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
