@@ -108,7 +108,7 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
                      nullptr, request->nested());
   report.source.session = std::to_string(request->chain().session_id());
   report.source.step = chain->step;
-  report.warnings = chain->warnings;
+  report.warnings.insert(report.warnings.begin(), chain->warnings.begin(), chain->warnings.end());
   response->set_plan_json(core::planToJson(chain->profile, report));
   for (const core::SimPoint& pt : report.predicted.points) {
     int64_t ts = 0;

@@ -92,6 +92,10 @@ PlanReport makePlan(const ChainProfile& profile, int64_t budgetBytes, Strategy s
       break;
     }
   }
+  if (nested && strategy == Strategy::kOptimal && profile.size() > kNestedStagesMax)
+    r.warnings.push_back(absl::StrCat("nested plans are made for chains of up to ",
+                                      kNestedStagesMax, " blocks; this chain of ", profile.size(),
+                                      " was planned one level deep"));
   r.predicted = simulate(profile, r.plan, /*keepPoints=*/true);
   r.feasible = r.predicted.peakBytes <= budgetBytes;
   r.marginMet = r.predicted.peakBytes <= target;

@@ -11,6 +11,7 @@
 
 #include "src/advisor/chain.h"
 #include "src/advisor/nested_solver.h"
+#include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
 #include "tests/unit/chain_fixtures.h"
@@ -271,6 +272,23 @@ TEST(NestedChainSolver, LongHomogeneousChainsFitInFarLessMemory) {
       EXPECT_GE(planDepth(*least), 2) << planSignature(*least);
     }
   }
+}
+
+TEST(NestedChainSolver, APlanAskedNestedForALongerChainSaysItIsOneLevelDeep) {
+  const ChainProfile p = homogeneous(kNestedStagesMax + 1, 16);
+  const int64_t least = OptimalChainSolver(p).minFeasibleBudget();
+  const PlanReport r = makePlan(p, least, Strategy::kOptimal, 0, nullptr, /*nested=*/true);
+  EXPECT_TRUE(r.feasible);
+  EXPECT_LE(planDepth(r.plan), 1);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("was planned one level deep"), std::string::npos);
+  // Within the limit a nested plan reaches below the one-level least budget, and says nothing.
+  const ChainProfile q = homogeneous(kNestedStagesMax, 16);
+  const PlanReport n = makePlan(q, OptimalChainSolver(q).minFeasibleBudget() - 1,
+                                Strategy::kOptimal, 0, nullptr, /*nested=*/true);
+  EXPECT_TRUE(n.feasible);
+  EXPECT_GE(planDepth(n.plan), 2);
+  EXPECT_TRUE(n.warnings.empty());
 }
 
 }  // namespace
