@@ -1,6 +1,7 @@
 #include "src/advisor/nested_solver.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "src/advisor/stage_choices.h"
 
