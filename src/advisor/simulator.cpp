@@ -52,10 +52,6 @@ int64_t storedBytes(const ChainProfile& p, int i, int option) {
   return p.inBytes(i) + (option >= 0 ? s.options[option].savedBytes : s.savedBytes);
 }
 
-}  // namespace
-
-namespace {
-
 // The backward of a recomputed segment: its forward run again (following its inner plan: stored
 // stages keep everything, inner recomputed segments only their input), then the backward of its
 // parts in reverse, an inner recomputed segment's the same way, one level deeper. `base`: what
