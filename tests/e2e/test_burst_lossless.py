@@ -50,17 +50,23 @@ class BurstLosslessTest(DaemonTestCase):
         env_vars = [k for k in os.environ if k.startswith("TIDEMARK_") and k not in
                     ("TIDEMARK_BIN", "TIDEMARK_SOURCE")]
         self.assertEqual(env_vars, [])
-        truth, s, err = self.run_burst()
-        self.assert_whole(truth, s)
-        # The end of the run went in a file, which the daemon stored and removed.
-        handed, path = self.handed_off(err)
-        self.assertGreater(handed, 0)
-        self.assertEqual(s["stats"]["agent_handed_off"]["value"], handed)
-        self.assert_removed(path)
-        # The bursts did outrun the rings: threads waited, and nothing else was wrong.
+        # Whether a burst outruns the drain depends on the machine's scheduling: a run whose rings
+        # never filled did not test the waits. Up to three runs, each one whole, until one did.
+        for attempt in range(3):
+            truth, s, err = self.run_burst()
+            self.assert_whole(truth, s)
+            # The end of the run went in a file, which the daemon stored and removed.
+            handed, path = self.handed_off(err)
+            self.assertGreater(handed, 0)
+            self.assertEqual(s["stats"]["agent_handed_off"]["value"], handed)
+            self.assert_removed(path)
+            # Nothing was wrong (waits, hand-offs and buffering are "info").
+            self.assertEqual({k for k, v in s["stats"].items() if v["severity"] != "info"}, set())
+            self.assertIn(", 0 dropped", err)
+            if "agent_ring_waits" in s["stats"]:
+                break
+        # The bursts did outrun the rings: threads waited, and lost nothing.
         self.assertGreater(s["stats"]["agent_ring_waits"]["value"], 0, s["stats"])
-        self.assertEqual({k for k, v in s["stats"].items() if v["severity"] != "info"}, set())
-        self.assertIn(", 0 dropped", err)
         live = self.daemon.sql("SELECT SUM(size_bytes) FROM allocation WHERE session_id = ? AND "
                                "free_seq IS NULL", s["id"])[0][0]
         self.assertEqual(live, truth["live_bytes"])
