@@ -36,7 +36,8 @@ struct AdvisorArgs {
   int points = 24;
   double margin = core::kDefaultMarginFraction;
   bool nested = false;
-  std::string offload;  // a link speed ("25GB/s"), or empty
+  std::string offload;                // a link speed ("25GB/s"), or empty
+  int64_t offloadBytesPerSecond = 0;  // the same, parsed
 };
 
 bool readFile(const std::string& path, std::string* out) {
@@ -80,13 +81,15 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       if (arg == "--blocks") a->blocks = v;
       if (arg == "--out" || arg == "-o") a->outFile = v;
       if (arg == "--offload") {
-        if (absl::StatusOr<int64_t> speed = core::parseSpeed(v); !speed.ok()) {
+        absl::StatusOr<int64_t> speed = core::parseSpeed(v);
+        if (!speed.ok()) {
           std::fprintf(stderr, "tidemark %s: --offload: %s\n", command,
                        std::string(speed.status().message()).c_str());
           *code = kExitUsage;
           return false;
         }
         a->offload = v;
+        a->offloadBytesPerSecond = *speed;
       }
       if (arg == "--margin") {
         char* end = nullptr;
@@ -291,7 +294,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
     if (!loadProfile("plan", a.profileFile, &profile)) return kExitUsage;
-    if (!a.offload.empty()) profile.offloadBytesPerSecond = *core::parseSpeed(a.offload);
+    if (!a.offload.empty()) profile.offloadBytesPerSecond = a.offloadBytesPerSecond;
     absl::StatusOr<core::BudgetSpec> budget = core::parseBudget(a.budget);
     absl::StatusOr<core::Strategy> strategy = core::parseStrategy(a.strategy);
     for (const absl::Status& s : {budget.status(), strategy.status()}) {
@@ -418,7 +421,7 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
   if (!a.profileFile.empty()) {
     core::ChainProfile profile;
     if (!loadProfile("pareto", a.profileFile, &profile)) return kExitUsage;
-    if (!a.offload.empty()) profile.offloadBytesPerSecond = *core::parseSpeed(a.offload);
+    if (!a.offload.empty()) profile.offloadBytesPerSecond = a.offloadBytesPerSecond;
     const std::unique_ptr<core::ChainFront> solved =
         core::solveChain(profile, std::numeric_limits<int64_t>::max(), a.nested);
     const core::ParetoSummary sum = core::paretoSummary(profile, *solved);
