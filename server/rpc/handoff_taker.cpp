@@ -13,6 +13,7 @@
 #include <set>
 
 #include "client/spool_upload.h"
+#include "server/rpc/agent_identity.h"
 #include "server/store/store.h"
 #include "src/base/private_dir.h"
 #include "tidemark/v1/query.pb.h"
@@ -71,10 +72,13 @@ absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::Agen
   return absl::OkStatus();
 }
 
-// OK when the session is live in the store: it still waits for the rest.
-absl::Status sessionWaits(const std::string& store, int64_t session) {
+// OK when the session is live in the store, and recorded by the process whose file begins with
+// `hello` (a spool file of another store's session of the same number is not its rest): it
+// still waits for the rest.
+absl::Status sessionWaits(const std::string& store, int64_t session, const v1::Handshake& hello) {
   auto record = Store::getSession(store, session);
   if (!record.ok()) return record.status();
+  if (absl::Status same = sameAgent(hello, record->header, session); !same.ok()) return same;
   if (record->state != v1::SESSION_STATE_LIVE) {
     return absl::FailedPreconditionError("session " + std::to_string(session) + " has ended");
   }
@@ -138,7 +142,7 @@ std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::str
     if (!resumes.ok() || *resumes == 0) continue;
     const int64_t session = *resumes;
     // Its session still waits for the rest, and is this user's.
-    if (!sessionWaits(m_writer.path(), session).ok() ||
+    if (!sessionWaits(m_writer.path(), session, first.handshake()).ok() ||
         m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
       continue;
     }
@@ -159,7 +163,7 @@ absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid,
   client::SpoolReader reader(*fd);
   v1::AgentMessage first;
   if (auto s = checkResumes(reader, session, &first); !s.ok()) return s;
-  if (auto s = sessionWaits(m_writer.path(), session); !s.ok()) return s;
+  if (auto s = sessionWaits(m_writer.path(), session, first.handshake()); !s.ok()) return s;
   return HandoffRow{session, path, static_cast<int64_t>(uid), static_cast<int64_t>(info.st_dev),
                     static_cast<int64_t>(info.st_ino)};
 }
@@ -231,7 +235,9 @@ void HandoffTaker::run(const HandoffRow& handed) {
     options.stop = &m_stopping;
     const client::SpoolUploadResult sent = client::uploadSpool(m_channel, *reader, first, options);
     sending.unlock();
-    if (m_stopping) return;  // the rest at the next start
+    // Cut short by the daemon's stop: the rest at the next start. (Sent whole just before the
+    // stop, it is done with: left there, the next start would take it up again.)
+    if (!sent.status.ok() && m_stopping) return;
     if (sent.status.ok()) {
       forget();
       // Removed by the daemon only when it is that user's own (and still the same file).

@@ -10,6 +10,7 @@
 
 #include "google/protobuf/arena.h"
 #include "server/ingest/session_ingest.h"
+#include "server/rpc/agent_identity.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/plan_courier.h"
 #include "tidemark/v1/query.pb.h"
@@ -24,10 +25,6 @@ using Clock = std::chrono::steady_clock;
 // handler's time however many blocks are open).
 constexpr auto kMinCheckpointInterval = std::chrono::milliseconds(200);
 
-// What a session's row keeps of the handshake's texts.
-constexpr size_t kMaxNameBytes = 256;
-constexpr size_t kMaxCommandLineBytes = 4096;
-
 absl::Status checkHandshake(const v1::Handshake& h) {
   if (h.magic() != kHandshakeMagic) {
     return absl::FailedPreconditionError("bad handshake magic: not a tidemark agent");
@@ -38,15 +35,6 @@ absl::Status checkHandshake(const v1::Handshake& h) {
         " is not supported; this tidemarkd speaks version " + std::to_string(kProtocolVersion));
   }
   return absl::OkStatus();
-}
-
-// A handshake's text as stored: at most `max` bytes, cut at a character boundary (the wire's
-// strings are UTF-8), so that no session's row or listing can grow without bound.
-std::string bounded(const std::string& text, size_t max) {
-  if (text.size() <= max) return text;
-  size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end);
 }
 
 // A store that cannot be written is the agent's cue to keep its events and retry.
@@ -370,12 +358,17 @@ grpc::Status IngestService::Stream(
   std::optional<SessionIngest> ingest;
   if (hello.resume_session_id() != 0) {
     sessionId = static_cast<int64_t>(hello.resume_session_id());
+    auto known = Store::getSession(m_writer.path(), sessionId);
+    if (!known.ok()) return toGrpc(known.status());
+    // Another process's session of the same number (a daemon back on another store): not this
+    // agent's to continue; it records the rest as a new session.
+    if (absl::Status same = sameAgent(hello, known->header, sessionId); !same.ok()) {
+      return toGrpc(same);
+    }
     if (grpc::Status denied = m_access.check(*context, sessionId, "resuming a session", kIngest);
         !denied.ok()) {
       return denied;
     }
-    auto known = Store::getSession(m_writer.path(), sessionId);
-    if (!known.ok()) return toGrpc(known.status());
     if (known->state != v1::SESSION_STATE_LIVE) {
       return toGrpc(absl::FailedPreconditionError("session " + std::to_string(sessionId) +
                                                   " has ended; it cannot be resumed"));

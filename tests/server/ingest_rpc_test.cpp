@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <filesystem>
+#include <functional>
 
 #include "server/ingest/session_ingest.h"
 #include "server/rpc/query_service.h"
@@ -337,6 +338,59 @@ TEST_F(IngestRpcTest, ResumeOfAnUnknownSessionIsNotFound) {
   v1::AgentMessage m = hello();
   m.mutable_handshake()->set_resume_session_id(777);
   EXPECT_EQ(send({m}).error_code(), grpc::StatusCode::NOT_FOUND);
+  expectHealthy();
+}
+
+// Session numbers are a store's own: an agent back on a daemon of another store may name a live
+// session there that another process records. It is not that agent's: NOT_FOUND (it records
+// the rest as a new session), and the other process's stream and session go on untouched, while
+// it streams and once its stream broke. The pid, the host and the start's clocks say whose.
+TEST_F(IngestRpcTest, AResumeByAnotherProcessIsNotFoundAndTheSessionGoesOn) {
+  auto strangerResumes = [&](uint64_t session, const std::function<void(v1::Handshake*)>& as) {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    v1::AgentMessage m = hello();
+    m.mutable_handshake()->set_resume_session_id(session);
+    as(m.mutable_handshake());
+    EXPECT_TRUE(stream->Write(m));
+    v1::ServerMessage reply;
+    EXPECT_FALSE(stream->Read(&reply)) << m.DebugString();
+    return stream->Finish().error_code();
+  };
+  const std::vector<std::function<void(v1::Handshake*)>> strangers = {
+      [](v1::Handshake* h) { h->set_pid(4343); },
+      [](v1::Handshake* h) { h->set_hostname("another-host"); },
+      [](v1::Handshake* h) { h->set_start_ts_ns(99); },
+      [](v1::Handshake* h) { h->set_start_wall_ns(99); }};
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const uint64_t session = handshake(stream.get()).session_id();
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+  for (const auto& stranger : strangers) {
+    EXPECT_EQ(strangerResumes(session, stranger), grpc::StatusCode::NOT_FOUND);
+  }
+  // Its own stream was not ended for them.
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(2, 2, true, 0x2000)}, 2));
+  ctx.TryCancel();
+  stream->Finish();
+  for (const auto& stranger : strangers) {
+    EXPECT_EQ(strangerResumes(session, stranger), grpc::StatusCode::NOT_FOUND);
+  }
+  // Its own agent resumes it and ends it, every event its own.
+  grpc::ClientContext again;
+  auto resumed = m_ingest->Stream(&again);
+  EXPECT_EQ(handshake(resumed.get(), session).session_id(), session);
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(3);
+  ASSERT_TRUE(resumed->Write(event(3, 3, false, 0x1000)));
+  ASSERT_TRUE(resumed->Write(bye));
+  ASSERT_TRUE(closeStream(resumed.get()).ok());
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_EQ(info.live_blocks_at_end(), 1u);
+  EXPECT_FALSE(hasStat(info, "seq_gap"));
   expectHealthy();
 }
 
@@ -1090,13 +1144,15 @@ void writeSpool(const std::filesystem::path& path, const std::vector<v1::AgentMe
   ::close(fd);
 }
 
-// The rest of session `session` after batch 1: batches 2 and 3 (a block and its free), a goodbye.
-std::vector<v1::AgentMessage> restOf(uint64_t session, uint64_t otherSession = 0) {
+// The rest of session `session` after batch 1: batches 2 and 3 (a block and its free), a goodbye
+// (written by process `pid`: the session's own is 4242).
+std::vector<v1::AgentMessage> restOf(uint64_t session, uint64_t otherSession = 0,
+                                     int32_t pid = 4242) {
   v1::AgentMessage h;
   auto* hs = h.mutable_handshake();
   hs->set_magic(kHandshakeMagic);
   hs->set_protocol_version(1);
-  hs->set_pid(4242);
+  hs->set_pid(pid);
   hs->set_resume_session_id(otherSession != 0 ? otherSession : session);
   v1::AgentMessage bye;
   bye.mutable_goodbye()->mutable_counters()->set_events_sent(3);
@@ -1397,6 +1453,9 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   // Files that are not to be taken: another name, and one of a session that is not live.
   writeSpool(spool / "tidemark-spool-4242-1.bin", restOf(session));
   writeSpool(spool / "tidemark-handoff-4242-2.bin", restOf(session + 7));
+  // And one of the same session number written by another process (a session of another store,
+  // or of another daemon of this user): never this session's rest.
+  writeSpool(spool / "tidemark-handoff-4343-1.bin", restOf(session, 0, 4343));
   startServer(std::chrono::seconds(600));
   const v1::SessionInfo info = awaitEnded(session);
   if (saved.empty()) {
@@ -1410,6 +1469,7 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   EXPECT_TRUE(awaitRemoved(file));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-spool-4242-1.bin"));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4242-2.bin"));
+  EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4343-1.bin"));
   expectHealthy();
 }
 
