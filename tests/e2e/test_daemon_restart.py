@@ -15,7 +15,7 @@ import shutil
 import time
 import unittest
 
-from tidemark_env import BIN, PYTHON, SOURCE
+from tidemark_env import BIN, PYTHON, SOURCE, STORE_BACKEND, fresh_postgres_database, store_sql
 
 TRAIN = r"""
 import sys, time, torch
@@ -43,7 +43,10 @@ class Tidemarkd:
 
     def __init__(self, directory):
         self.dir = directory
-        self.db = os.path.join(directory, "store.db")
+        # The store: a file of the test's own, or (TIDEMARK_TEST_STORE=postgresql) a fresh
+        # database on the tests' PostgreSQL server, the same one at every start.
+        self.db = (fresh_postgres_database() if STORE_BACKEND == "postgresql"
+                   else os.path.join(directory, "store.db"))
         self.port = 0
         self.proc = None
         self.logs = 0
@@ -56,7 +59,7 @@ class Tidemarkd:
         log = open(os.path.join(self.dir, "tidemarkd-%d.log" % self.logs), "w")
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:%d" % self.port, "--no-unix",
-             "--db", self.db, "--port-file", port_file], stdout=log, stderr=subprocess.STDOUT)
+             "--store", self.db, "--port-file", port_file], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.time() + 30
         while not os.path.exists(port_file) or os.path.getsize(port_file) == 0:
@@ -82,16 +85,29 @@ class Tidemarkd:
             raise AssertionError("tidemark %s: %s" % (" ".join(args), r.stderr))
         return json.loads(r.stdout)
 
-    def session_of(self, pid):
+    def session_of(self, pid, job_err=""):
         found = [s for s in self.cli_json("sessions")["sessions"] if s["pid"] == pid]
         if len(found) != 1:
-            raise AssertionError("%d sessions for pid %d" % (len(found), pid))
+            raise AssertionError("%d sessions for pid %d; the job said:\n%s\nthe daemon's log:\n%s"
+                                 % (len(found), pid, job_err, self.log_tail()))
         return found[0]
 
-    def analyzed(self, pid, timeout=120):
+    def log_tail(self):
+        """The last lines of each of this daemon's logs (one per start), for a failure's message."""
+        out = []
+        for n in range(1, self.logs + 1):
+            path = os.path.join(self.dir, "tidemarkd-%d.log" % n)
+            try:
+                with open(path, errors="replace") as f:
+                    out.append("-- start %d:\n%s" % (n, "".join(f.readlines()[-20:])))
+            except OSError as e:
+                out.append("-- start %d: %s" % (n, e))
+        return "\n".join(out)
+
+    def analyzed(self, pid, timeout=120, job_err=""):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            s = self.session_of(pid)
+            s = self.session_of(pid, job_err)
             if s["analyzed"]:
                 return s
             time.sleep(0.1)
@@ -164,7 +180,7 @@ class DaemonRestartTest(unittest.TestCase):
             self.assertEqual(out, self.loss, "the job's losses changed")
             if after_job:
                 err = after_job(daemon, err)
-            session = daemon.analyzed(job.pid)
+            session = daemon.analyzed(job.pid, job_err=err)
             with self.subTest(after_step=after, delay=delay):
                 self.assertEqual(session["state"], "ended", err)
                 self.assertEqual(session["events_dropped"], 0, err)
@@ -285,6 +301,10 @@ class DaemonRestartTest(unittest.TestCase):
 
     def test_store_that_cannot_be_written_for_a_while(self):
         import resource
+        if STORE_BACKEND == "postgresql":
+            # The daemon writes no file of a PostgreSQL store: the server stopped for a while is
+            # test_postgres_store's case.
+            self.skipTest("an SQLite store's case (PostgreSQL's: test_postgres_store)")
 
         def fill(daemon):
             # No write past the first 4 KiB of any file (a full disk for SQLite: its writes
@@ -314,7 +334,8 @@ class DaemonRestartTest(unittest.TestCase):
                     break
                 time.sleep(0.02)
             daemon.stop(signal.SIGKILL)
-            daemon.db = os.path.join(directory, "other.db")
+            daemon.db = (fresh_postgres_database() if STORE_BACKEND == "postgresql"
+                         else os.path.join(directory, "other.db"))
             daemon.start()
             out, err = job.communicate(timeout=300)
             self.assertEqual(job.returncode, 0, err)
@@ -327,16 +348,12 @@ class DaemonRestartTest(unittest.TestCase):
             self.assertGreater(session["events_received"], 0)
             self.assertGreater(session["steps"], 0)
             self.assertNotIn("seq_gap", session["stats"])
-            import sqlite3
-            con = sqlite3.connect(daemon.db)
-            try:
-                unnamed = con.execute(
-                    "SELECT (SELECT COUNT(*) FROM scope WHERE name_id NOT IN "
-                    "(SELECT iid FROM string)) + (SELECT COUNT(*) FROM tag WHERE name_id != 0 "
-                    "AND name_id NOT IN (SELECT iid FROM string))").fetchone()[0]
-                scopes = con.execute("SELECT COUNT(*) FROM scope").fetchone()[0]
-            finally:
-                con.close()
+            unnamed = store_sql(
+                daemon.db,
+                "SELECT (SELECT COUNT(*) FROM scope WHERE name_id NOT IN "
+                "(SELECT iid FROM string)) + (SELECT COUNT(*) FROM tag WHERE name_id != 0 "
+                "AND name_id NOT IN (SELECT iid FROM string))")[0][0]
+            scopes = store_sql(daemon.db, "SELECT COUNT(*) FROM scope")[0][0]
             self.assertGreater(scopes, 0)
             self.assertEqual(unnamed, 0, "names used but not defined in the new session")
         finally:

@@ -209,20 +209,26 @@ class Daemon:
         return sessions[-1]
 
     def sql(self, query, *params):
-        if self.store != self.db:
-            import psycopg2
-            con = psycopg2.connect(self.store)
-            try:
-                cur = con.cursor()
-                cur.execute(query.replace("?", "%s"), params)
-                return cur.fetchall()
-            finally:
-                con.close()
-        con = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True)
+        return store_sql(self.store, query, *params)
+
+
+def store_sql(store, query, *params):
+    """The rows of QUERY (with ? placeholders) on a store: a PostgreSQL URI, or an SQLite file
+    (opened read-only)."""
+    if store.startswith("postgresql:"):
+        import psycopg2
+        con = psycopg2.connect(store)
         try:
-            return con.execute(query, params).fetchall()
+            cur = con.cursor()
+            cur.execute(query.replace("?", "%s"), params)
+            return cur.fetchall()
         finally:
             con.close()
+    con = sqlite3.connect("file:%s?mode=ro" % store, uri=True)
+    try:
+        return con.execute(query, params).fetchall()
+    finally:
+        con.close()
 
 
 def live_bytes_at(daemon, session, seq, snapshot):
