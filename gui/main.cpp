@@ -11,6 +11,7 @@
 #include "gui/client/daemon_client.h"
 #include "gui/widgets/main_window.h"
 #include "server/store_file_server.h"
+#include "src/advisor/planner.h"
 #include "src/base/daemon_address.h"
 #include "src/core/device_filter.h"
 
@@ -42,6 +43,14 @@ int main(int argc, char** argv) {
   const QCommandLineOption budget(QStringLiteral("budget"),
                                   QStringLiteral("The plan panel's budget, in percent (10-100)."),
                                   QStringLiteral("percent"));
+  const QCommandLineOption nested(
+      QStringLiteral("nested"),
+      QStringLiteral("Plans may nest recomputed segments (as tidemark plan --nested)."));
+  const QCommandLineOption offload(
+      QStringLiteral("offload"),
+      QStringLiteral("Plans may offload stages to host memory over a link of this speed, e.g. "
+                     "12GB/s (as tidemark plan --offload)."),
+      QStringLiteral("speed"));
   const QCommandLineOption screenshot(
       QStringLiteral("screenshot"),
       QStringLiteral("Render the window once the session (and its plan) has loaded, save it as a "
@@ -62,7 +71,7 @@ int main(int argc, char** argv) {
       QStringLiteral("Read the store file <file> directly, without a daemon (one tidemarkd wrote, "
                      "running or not); nothing is written to it."),
       QStringLiteral("file"));
-  parser.addOptions({server, session, budget, screenshot, tab, device, db});
+  parser.addOptions({server, session, budget, nested, offload, screenshot, tab, device, db});
   parser.process(app);
 
   auto fail = [](const QString& message) {
@@ -85,6 +94,11 @@ int main(int argc, char** argv) {
       tabName != QStringLiteral("job") && tabName != QStringLiteral("icicle"))
     return fail(QStringLiteral("--tab is inspector, steps, job or icicle, not '%1'").arg(tabName));
 
+  if (parser.isSet(offload)) {
+    if (auto speed = tidemark::core::parseSpeed(parser.value(offload).toStdString()); !speed.ok())
+      return fail(QStringLiteral("--offload: %1")
+                      .arg(QString::fromStdString(std::string(speed.status().message()))));
+  }
   const std::string deviceName = parser.value(device).toStdString();
   if (std::string why; !tidemark::core::DeviceFilter::parse(deviceName, &why))
     return fail(QStringLiteral("--device: %1").arg(QString::fromStdString(why)));
@@ -109,6 +123,10 @@ int main(int argc, char** argv) {
   }
   tidemark::gui::MainWindow window(client);
   window.setBudgetPercent(budgetPercent);
+  tidemark::gui::PlanOptions planOptions;
+  planOptions.nested = parser.isSet(nested);
+  planOptions.offload = parser.value(offload).toStdString();
+  window.setPlanOptions(planOptions);
   window.setDevice(deviceName == "all" ? std::string() : deviceName);
   const bool steps = tabName == QStringLiteral("steps");
   const bool jobTab = tabName == QStringLiteral("job");

@@ -286,13 +286,16 @@ absl::StatusOr<std::vector<LaneSpan>> DaemonClient::scopes(uint64_t session, int
   return out;
 }
 
-absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::string& budget) {
+absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::string& budget,
+                                               const PlanOptions& options) {
   if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 60);
   v1::PlanRequest req;
   req.mutable_chain()->set_session_id(session);
   req.set_budget(budget);
+  req.set_nested(options.nested);
+  req.set_offload(options.offload);
   v1::PlanResponse resp;
   if (auto s = fromGrpc(m_stubs->advisor->Plan(&ctx, req, &resp)); !s.ok()) return s;
   absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(resp.plan_json());
@@ -318,12 +321,14 @@ absl::StatusOr<PlanSummary> DaemonClient::plan(uint64_t session, const std::stri
   return p;
 }
 
-absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session) {
+absl::StatusOr<ParetoData> DaemonClient::pareto(uint64_t session, const PlanOptions& options) {
   if (absl::Status s = trusted(); !s.ok()) return s;
   grpc::ClientContext ctx;
   deadline(ctx, 60);
   v1::ParetoRequest req;
   req.mutable_chain()->set_session_id(session);
+  req.set_nested(options.nested);
+  req.set_offload(options.offload);
   v1::ParetoResponse resp;
   if (auto s = fromGrpc(m_stubs->advisor->Pareto(&ctx, req, &resp)); !s.ok()) return s;
   ParetoData out;

@@ -86,6 +86,12 @@ struct TimelineData {
   std::vector<TimelineBucket> buckets;
 };
 
+// The plan space the advisor searches (as `tidemark plan --nested --offload SPEED`).
+struct PlanOptions {
+  bool nested = false;  // recomputed segments may checkpoint parts of their re-run again
+  std::string offload;  // a link's speed ("12GB/s") for offloading stages to host; "": none
+};
+
 struct PlanSummary {
   bool feasible = false;
   std::string json;  // the plan document
@@ -136,8 +142,9 @@ class DaemonClient {
   // Scopes lasting at least minNs in the range (both 0: the whole session), longest first.
   absl::StatusOr<std::vector<LaneSpan>> scopes(uint64_t session, int64_t fromNs, int64_t toNs,
                                                int64_t minNs);
-  absl::StatusOr<PlanSummary> plan(uint64_t session, const std::string& budget);
-  absl::StatusOr<ParetoData> pareto(uint64_t session);
+  absl::StatusOr<PlanSummary> plan(uint64_t session, const std::string& budget,
+                                   const PlanOptions& options = {});
+  absl::StatusOr<ParetoData> pareto(uint64_t session, const PlanOptions& options = {});
   absl::StatusOr<uint64_t> apply(uint64_t session, const std::string& planJson);
   absl::StatusOr<std::vector<PlanOutcome>> planCheck(uint64_t session);
   // The allocation stack of the block at `address` live at tsNs (innermost frame first; empty

@@ -7,14 +7,14 @@
 namespace tidemark::gui {
 
 absl::StatusOr<JobPlan> planForJob(DaemonClient& client, uint64_t jobId, uint64_t openSession,
-                                   const std::string& budget) {
+                                   const std::string& budget, const PlanOptions& options) {
   auto job = client.job(jobId);
   if (!job.ok()) return job.status();
   JobPlan out;
   out.fromSession = job->memorySession != 0 ? job->memorySession : openSession;
   for (const JobRank& r : job->ranks)
     if (r.session == out.fromSession) out.fromRank = r.rank;
-  auto plan = client.plan(out.fromSession, budget);
+  auto plan = client.plan(out.fromSession, budget, options);
   if (!plan.ok()) return plan.status();
   out.plan = std::move(*plan);
   return out;

@@ -20,7 +20,7 @@ struct JobPlan {
   int32_t fromRank = -1;
 };
 absl::StatusOr<JobPlan> planForJob(DaemonClient& client, uint64_t jobId, uint64_t openSession,
-                                   const std::string& budget);
+                                   const std::string& budget, const PlanOptions& options = {});
 
 // The plan sent to every running rank, to apply from one step (core::jobApplyStep).
 struct JobPlanSent {

@@ -102,8 +102,22 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   m_wholeJob->setObjectName(QStringLiteral("wholeJob"));
   m_wholeJob->setChecked(true);
   m_wholeJob->setVisible(false);
+  m_nested = new QCheckBox(tr("Nested checkpointing"));
+  m_nested->setToolTip(
+      tr("A recomputed segment's re-run may checkpoint parts of itself again (tidemark plan "
+         "--nested): lower budgets fit, at more recomputation"));
+  m_nested->setObjectName(QStringLiteral("nested"));
+  m_offload = new QLineEdit;
+  m_offload->setPlaceholderText(tr("Offload to host at… (e.g. 12GB/s)"));
+  m_offload->setToolTip(
+      tr("Plans may also move stages' saved tensors to host memory over a link of this speed "
+         "(tidemark plan --offload); empty: recomputation only"));
+  m_offload->setObjectName(QStringLiteral("offload"));
+  m_offload->setClearButtonEnabled(true);
   left->addWidget(m_budgetLabel);
   left->addWidget(m_budget);
+  left->addWidget(m_nested);
+  left->addWidget(m_offload);
   left->addWidget(m_wholeJob);
   left->addWidget(m_planSummary);
   left->addWidget(m_apply);
@@ -114,6 +128,7 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   left->addStretch();
   m_planSegments = new QTreeWidget;
   m_planSegments->setHeaderLabels({tr("Mode"), tr("Modules")});
+  m_planSegments->setObjectName(QStringLiteral("planSegments"));
   m_pareto = new ParetoView;
   planLayout->addWidget(leftArea, 2);
   planLayout->addWidget(m_planSegments, 2);
@@ -230,6 +245,14 @@ MainWindow::MainWindow(std::shared_ptr<DaemonClient> client, QWidget* parent)
   connect(m_timeline, &TimelineView::momentClicked, this, [this](qint64 ts) { inspect(ts); });
   connect(m_timeline, &TimelineView::peakClicked, this, [this] { inspectPeak(); });
   connect(m_budget, &QSlider::valueChanged, this, [this] { requestPlan(); });
+  connect(m_nested, &QCheckBox::toggled, this, [this] { loadPareto(); });
+  // The speed is read when its text is done (Return or leaving the field), not at each key.
+  connect(m_offload, &QLineEdit::editingFinished, this, [this] {
+    if (m_offload->isModified()) {
+      m_offload->setModified(false);
+      loadPareto();
+    }
+  });
   connect(m_apply, &QPushButton::clicked, this, &MainWindow::applyPlan);
   connect(m_wholeJob, &QCheckBox::toggled, this, [this] {
     m_planCheck->clear();
@@ -348,14 +371,44 @@ void MainWindow::openSession(uint64_t id) {
   loadSteps();
   checkPlans();
   loadJob();
+  loadPareto();
+}
+
+PlanOptions MainWindow::planOptions() const {
+  PlanOptions o;
+  o.nested = m_nested->isChecked();
+  o.offload = m_offload->text().trimmed().toStdString();
+  return o;
+}
+
+void MainWindow::setPlanOptions(const PlanOptions& options) {
+  const QSignalBlocker quiet(m_nested);
+  m_nested->setChecked(options.nested);
+  m_offload->setText(QString::fromStdString(options.offload));
+  m_offload->setModified(false);
+  loadPareto();
+}
+
+void MainWindow::loadPareto() {
+  if (!m_current) return;
+  const uint64_t id = m_current->id;
+  const PlanOptions options = planOptions();
   const int gen = m_generation;
+  // A newer plan space's curve (or session's) replaces this one's: this answer is dropped.
+  const int paretoGen = ++m_paretoGeneration;
+  m_planLoaded = false;
   runAsync<absl::StatusOr<ParetoData>>(
-      this, [c = m_client, id] { return c->pareto(id); },
-      [this, gen](absl::StatusOr<ParetoData> d) {
-        if (gen != m_generation) return;
+      this, [c = m_client, id, options] { return c->pareto(id, options); },
+      [this, gen, paretoGen](absl::StatusOr<ParetoData> d) {
+        if (gen != m_generation || paretoGen != m_paretoGeneration) return;
         if (!d.ok()) {
-          // No chain in this session (an imported trace, say): the panel says why.
+          // No chain in this session (an imported trace, say), or a plan space it cannot have
+          // (offloading a host-only session, a speed that is not one): the panel says why.
           m_pareto->setCurve({}, 0);
+          m_planSegments->clear();
+          m_timeline->setPredictedPeak(std::nullopt);
+          m_plan.reset();
+          m_apply->setEnabled(false);
           m_planSummary->setText(tr("no plan: %1").arg(q(std::string(d.status().message()))));
           m_planLoaded = true;
           emit planReady();
@@ -736,12 +789,13 @@ void MainWindow::requestPlan() {
   const int gen = ++m_planGeneration;
   const int sessionGen = m_generation;
   const uint64_t job = planForWholeJob() ? m_current->jobId : 0;
+  const PlanOptions options = planOptions();
   // A plan for the session, or for its job: made from the rank that sets the job's memory need.
   runAsync<absl::StatusOr<JobPlan>>(
       this,
-      [c = m_client, id, job, budget]() -> absl::StatusOr<JobPlan> {
-        if (job != 0) return planForJob(*c, job, id, budget);
-        auto plan = c->plan(id, budget);
+      [c = m_client, id, job, budget, options]() -> absl::StatusOr<JobPlan> {
+        if (job != 0) return planForJob(*c, job, id, budget, options);
+        auto plan = c->plan(id, budget, options);
         if (!plan.ok()) return plan.status();
         return JobPlan{std::move(*plan), id, -1};
       },
@@ -759,6 +813,9 @@ void MainWindow::requestPlan() {
                       .arg(jp->fromSession == id ? tr(", this one") : tr(", its memory need"));
         m_planSegments->clear();
         if (!p.ok()) {
+          // Nothing to apply: not the plan shown before this one either.
+          m_plan.reset();
+          m_apply->setEnabled(false);
           m_planSummary->setText(tr("no plan: %1").arg(q(std::string(p.status().message()))));
           m_timeline->setPredictedPeak(std::nullopt);
           m_planLoaded = true;
@@ -777,7 +834,10 @@ void MainWindow::requestPlan() {
                         .arg(p->baseStepNs > 0 ? 100.0 * p->predictedExtraNs / p->baseStepNs : 0.0,
                              0, 'f', 1));
         for (const auto& [mode, mods] : p->segments)
-          if (mode != "store") new QTreeWidgetItem(m_planSegments, {q(mode), q(mods)});
+          if (mode != "store") {
+            auto* item = new QTreeWidgetItem(m_planSegments, {q(mode), q(mods)});
+            item->setToolTip(1, q(mods));  // whole, where the column cuts it
+          }
         m_timeline->setPredictedPeak(p->predictedPeakBytes);
         // The plan's memory over the step it was made from: that step is this timeline's only
         // when the plan comes from this session.

@@ -37,6 +37,8 @@ class MainWindow : public QMainWindow {
   // For tests and --screenshot: what has loaded so far.
   bool timelineLoaded() const { return m_timelineLoaded; }
   bool planLoaded() const { return m_planLoaded; }
+  // The plan the panel shows (none when it says why there is none).
+  const std::optional<PlanSummary>& currentPlan() const { return m_plan; }
   bool comparisonLoaded() const;
   bool jobLoaded() const { return m_jobLoaded; }
   void showStepsTab();
@@ -46,6 +48,8 @@ class MainWindow : public QMainWindow {
   bool icicleLoaded() const { return m_icicleLoaded; }
   IcicleView* icicle() const { return m_icicle; }
   void setBudgetPercent(int percent);
+  // The plan space: nested plans, offloading over a link of `offload`'s speed ("" none).
+  void setPlanOptions(const PlanOptions& options);
   // Whose memory the timeline, inspector and steps show: "" host and devices, "cpu", "cuda",
   // "cuda:N" (reloads the open session).
   void setDevice(const std::string& device);
@@ -77,6 +81,9 @@ class MainWindow : public QMainWindow {
   void applyFilter();
   QString rowText(const SessionRow& r) const;
   void requestPlan();
+  // The Pareto curve of the open session in the chosen plan space, then a plan.
+  void loadPareto();
+  PlanOptions planOptions() const;
   void applyPlan();
   void exportPng();
   void checkPlans();
@@ -105,7 +112,9 @@ class MainWindow : public QMainWindow {
   // On a rank of a training job: plan for the whole job (from the rank that sets its memory
   // need; Apply sends it to every running rank, to switch at one step) or for this rank alone.
   QCheckBox* m_wholeJob = nullptr;
-  QLabel* m_planCheck = nullptr;  // predicted against measured, for plans sent to the session
+  QCheckBox* m_nested = nullptr;   // the plan space: nested plans
+  QLineEdit* m_offload = nullptr;  // and offloading over a link of this speed ("" none)
+  QLabel* m_planCheck = nullptr;   // predicted against measured, for plans sent to the session
   QTreeWidget* m_planSegments = nullptr;
   ParetoView* m_pareto = nullptr;
   QPushButton* m_apply = nullptr;
@@ -122,7 +131,8 @@ class MainWindow : public QMainWindow {
   QComboBox* m_deviceBox = nullptr;
   bool m_timelineLoaded = false;
   bool m_planLoaded = false;
-  int m_planGeneration = 0;  // the newest plan asked for (a slow one's answer is dropped)
+  int m_planGeneration = 0;    // the newest plan asked for (a slow one's answer is dropped)
+  int m_paretoGeneration = 0;  // the same for the Pareto curve
   JobView* m_jobView = nullptr;
   IcicleView* m_icicle = nullptr;
   bool m_icicleLoaded = false;

@@ -1,5 +1,6 @@
 """tidemark-gui opens a real window under Xvfb and renders it (a screenshot with content)."""
 import atexit
+import json
 import os
 import select
 import shutil
@@ -163,7 +164,8 @@ class GuiWindowTest(unittest.TestCase):
     def test_bad_options_are_refused_before_a_window_opens(self):
         for args, says in ((["--budget", "5"], "--budget"), (["--budget", "lots"], "--budget"),
                            (["--open", "first"], "--open"), (["--tab", "plans"], "--tab"),
-                           (["--device", "gpu0"], "unknown device 'gpu0'")):
+                           (["--device", "gpu0"], "unknown device 'gpu0'"),
+                           (["--offload", "fast"], "--offload: bad speed 'fast'")):
             r = subprocess.run([os.path.join(BIN, "tidemark-gui"), *args],
                                capture_output=True, text=True, timeout=60,
                                env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
@@ -365,6 +367,39 @@ class GuiInteractionTest(unittest.TestCase):
             interaction_passes(self, daemon, "ownStackInTheInspector",
                                TIDEMARK_GUI_OWN_STACK_SESSION=str(sid),
                                TIDEMARK_GUI_OWN_STACK_SCRIPT="train.py")
+        finally:
+            daemon.cleanup()
+
+    def test_nested_and_offloaded_plans(self):
+        """The plan panel's plan space: Nested checkpointing and an offload speed, as `tidemark
+        plan --nested --offload` (a GPT of 12 blocks: below the least one-level budget, a nested
+        plan fits)."""
+        daemon = Daemon()
+        try:
+            r = daemon.run(PYTHON, os.path.join(SOURCE, "examples", "train.py"), "--steps", "2",
+                           "--layers", "12")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sid = daemon.newest_session()["id"]
+            daemon.wait_analyzed(sid)
+            # A budget (the slider's whole percents) with no one-level plan and a nested one.
+            found = None
+            for percent in range(10, 40):
+                one = daemon.cli("plan", str(sid), "--budget", "%d%%" % percent, "--json",
+                                 check=False)
+                if one.returncode == 0:
+                    break
+                nested = daemon.cli("plan", str(sid), "--budget", "%d%%" % percent, "--nested",
+                                    "--json", check=False)
+                if one.returncode == 4 and nested.returncode == 0:
+                    found = (percent, json.loads(nested.stdout))
+                    break
+            self.assertIsNotNone(found, "no budget where only a nested plan fits")
+            percent, plan = found
+            self.assertEqual(plan["version"], 2)  # it nests
+            interaction_passes(self, daemon, "nestedAndOffloadedPlans",
+                               TIDEMARK_GUI_NESTED_SESSION=str(sid),
+                               TIDEMARK_GUI_BUDGET=str(percent),
+                               TIDEMARK_GUI_NESTED_PEAK=str(plan["predicted"]["peak_bytes"]))
         finally:
             daemon.cleanup()
 

@@ -487,6 +487,68 @@ class GuiInteraction : public QObject {
   // TIDEMARK_GUI_JOB_NEED): the plan panel plans for the whole job from the memory need's rank,
   // and Apply sends the plan to every running rank, which all switch at one step; the panel then
   // shows each rank's measured peak beside the prediction.
+  // The plan space from the panel: Nested checkpointing gives the plan `tidemark plan --nested`
+  // gives at a budget where no one-level plan fits; an offload speed on a host-only session gets
+  // the advisor's reason and nothing to apply; emptied, the nested plan again.
+  void nestedAndOffloadedPlans() {
+    const char* server = std::getenv("TIDEMARK_SERVER");
+    const char* session = std::getenv("TIDEMARK_GUI_NESTED_SESSION");
+    const char* percent = std::getenv("TIDEMARK_GUI_BUDGET");
+    const char* nestedPeak = std::getenv("TIDEMARK_GUI_NESTED_PEAK");
+    if (!server || !session || !percent || !nestedPeak)
+      QSKIP("no TIDEMARK_GUI_NESTED_SESSION (a session where nesting matters)");
+    MainWindow w(std::make_shared<DaemonClient>(server));
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.setBudgetPercent(std::atoi(percent));
+    w.refreshSessions(std::strtoull(session, nullptr, 10));
+    QTRY_VERIFY_WITH_TIMEOUT(w.planLoaded() && w.currentPlan().has_value(), 60000);
+    auto* summary = w.findChild<QLabel*>(QStringLiteral("planSummary"));
+    auto* apply = w.findChild<QPushButton*>(QStringLiteral("apply"));
+    auto* nested = w.findChild<QCheckBox*>(QStringLiteral("nested"));
+    auto* offload = w.findChild<QLineEdit*>(QStringLiteral("offload"));
+    auto* segments = w.findChild<QTreeWidget*>(QStringLiteral("planSegments"));
+    QVERIFY(summary && apply && nested && offload && segments);
+    // One level: no plan fits this budget.
+    QVERIFY2(!w.currentPlan()->feasible, qPrintable(summary->text()));
+    QVERIFY2(summary->text().contains(QStringLiteral("DOES NOT FIT")), qPrintable(summary->text()));
+
+    QSignalSpy planned(&w, &MainWindow::planReady);
+    // On its box (the widget spans the panel; its label does not).
+    QTest::mouseClick(nested, Qt::LeftButton, {},
+                      QPoint(nested->height() / 2, nested->height() / 2));
+    QVERIFY(nested->isChecked());
+    QVERIFY(planned.wait(60000));
+    QVERIFY(w.currentPlan().has_value());
+    QVERIFY2(w.currentPlan()->feasible, qPrintable(summary->text()));
+    QCOMPARE(w.currentPlan()->predictedPeakBytes, std::strtoll(nestedPeak, nullptr, 10));
+    bool saysNested = false;
+    for (int i = 0; i < segments->topLevelItemCount(); ++i)
+      saysNested |= segments->topLevelItem(i)->text(1).contains(QStringLiteral("(nested"));
+    QVERIFY(saysNested);
+
+    // Offloading a recording of host memory only: the reason, and no plan to apply.
+    planned.clear();
+    offload->setFocus();
+    QTest::keyClicks(offload, QStringLiteral("12GB/s"));
+    QTest::keyClick(offload, Qt::Key_Return);
+    QVERIFY(planned.wait(60000));
+    QVERIFY2(summary->text().startsWith(QStringLiteral("no plan: ")), qPrintable(summary->text()));
+    QVERIFY2(summary->text().contains(QStringLiteral("host memory only")),
+             qPrintable(summary->text()));
+    QVERIFY(!w.currentPlan().has_value());
+    QVERIFY(!apply->isEnabled());
+
+    // Emptied: the nested plan again.
+    planned.clear();
+    offload->selectAll();
+    QTest::keyClick(offload, Qt::Key_Delete);
+    QTest::keyClick(offload, Qt::Key_Return);
+    QVERIFY(planned.wait(60000));
+    QVERIFY(w.currentPlan().has_value());
+    QCOMPARE(w.currentPlan()->predictedPeakBytes, std::strtoll(nestedPeak, nullptr, 10));
+  }
+
   void planAndApplyToAJob() {
     const char* server = std::getenv("TIDEMARK_SERVER");
     const char* session = std::getenv("TIDEMARK_GUI_JOB_SESSION");
