@@ -9,11 +9,14 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "cli/job_commands.h"
 #include "cli/plan_outcomes.h"
+#include "src/advisor/megatron_flags.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
 #include "tidemark/v1/advisor.grpc.pb.h"
@@ -36,6 +39,7 @@ struct AdvisorArgs {
   int points = 24;
   double margin = core::kDefaultMarginFraction;
   bool nested = false;
+  bool megatron = false;              // plan: Megatron-LM's flags beside the plan
   std::string offload;                // a link speed ("25GB/s"), or empty
   int64_t offloadBytesPerSecond = 0;  // the same, parsed
 };
@@ -116,6 +120,8 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       }
     } else if (arg == "--nested" && std::string(command) != "chain") {
       a->nested = true;
+    } else if (arg == "--megatron" && std::string(command) == "plan") {
+      a->megatron = true;
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "tidemark %s: unknown option '%s'\n%s", command, arg.c_str(), usage);
       *code = kExitUsage;
@@ -228,7 +234,26 @@ void printPlan(const core::PlanDocument& d) {
 }
 
 // Prints (or writes) the plan and returns the exit code: kExitInfeasible when it does not fit.
-int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& json) {
+// Megatron-LM's flag set beside the plan (src/advisor/megatron_flags.h), as text.
+void printMegatron(const std::string& json, const core::PlanDocument& plan) {
+  const nlohmann::json m = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return;
+  const std::string flags = m.value("flags", "");
+  const int64_t peak = m["predicted"].value("peak_bytes", int64_t{0});
+  const int64_t extra = m["predicted"].value("extra_ns", int64_t{0});
+  std::printf("\nMegatron-LM flags (%s of %d flag sets): %s\n",
+              m.value("fits", false) ? "the cheapest that fits" : "none fits; the lowest peak",
+              m.value("candidates", 0), flags.empty() ? "(none: no recomputation)" : flags.c_str());
+  std::printf("  predicted peak %s, +%.1f ms per step; this plan +%.1f ms (%s)\n",
+              humanBytes(peak).c_str(), extra / 1e6, plan.predictedExtraNs / 1e6,
+              m.value("plan_expressible", false) ? "a flag set too"
+                                                 : "per-block choices no flag set makes");
+  if (const std::string note = m.value("note", ""); !note.empty())
+    std::printf("  %s\n", note.c_str());
+}
+
+int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& json,
+               const std::string& megatronJson = {}) {
   absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(json);
   if (!d.ok()) {
     std::fprintf(stderr, "tidemark plan: the plan document does not read back: %s\n",
@@ -242,10 +267,17 @@ int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& 
       return kExitError;
     }
   }
-  if (g.json) {
+  if (g.json && !megatronJson.empty()) {
+    // Both: the plan document and the flags, side by side.
+    nlohmann::ordered_json both;
+    both["plan"] = nlohmann::ordered_json::parse(json);
+    both["megatron"] = nlohmann::ordered_json::parse(megatronJson);
+    std::fputs((both.dump(2) + "\n").c_str(), stdout);
+  } else if (g.json) {
     std::fputs(json.c_str(), stdout);
   } else {
     printPlan(*d);
+    if (!megatronJson.empty()) printMegatron(megatronJson, *d);
     if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
   }
   if (!d->feasible) {
@@ -266,7 +298,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   static const char* kUsage =
       "usage: tidemark plan (SESSION | --job JOB [--rank R] | --profile FILE) --budget SIZE\n"
       "                     [--strategy S] [--step N] [--blocks PREFIXES] [--margin PCT]\n"
-      "                     [--nested] [--offload SPEED] [--out FILE] [--json]\n\n"
+      "                     [--nested] [--offload SPEED] [--megatron] [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
       "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
@@ -284,7 +316,11 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "checkpoints); the adapter refuses it on torch 1.13.\n"
       "--offload SPEED (25GB/s) lets plans move a block's activations to host memory after its\n"
       "forward and back for its backward, over a link of that speed (a GPU job).\n"
-      "--out writes the plan document (docs/plan-format.md); --json prints it.\n"
+      "--megatron also prints the cheapest of Megatron-LM's recomputation flag sets that fits\n"
+      "(--recompute-granularity, --recompute-method, --recompute-num-layers; the chain's\n"
+      "blocks taken as Megatron's layers), simulated like any plan, beside this plan.\n"
+      "--out writes the plan document (docs/plan-format.md); --json prints it (with --megatron:\n"
+      "{\"plan\": the document, \"megatron\": the flags}).\n"
       "Exit code 4 when no plan fits the budget (the least feasible budget is named).\n";
   AdvisorArgs a;
   int code = kExitOk;
@@ -306,7 +342,11 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
     core::PlanReport report = core::makePlan(profile, core::resolveBudget(*budget, profile),
                                              *strategy, a.margin, nullptr, a.nested);
     report.source.profile = a.profileFile;
-    return finishPlan(a, g, core::planToJson(profile, report));
+    const std::string megatron =
+        a.megatron ? core::megatronToJson(core::megatronExport(profile, report.budgetBytes,
+                                                               report.marginBytes, report.plan))
+                   : std::string();
+    return finishPlan(a, g, core::planToJson(profile, report), megatron);
   }
   v1::PlanRequest req;
   *req.mutable_chain() = selector(a);
@@ -315,11 +355,12 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   req.set_margin(a.margin);
   req.set_nested(a.nested);
   req.set_offload(a.offload);
+  req.set_megatron(a.megatron);
   v1::PlanResponse resp;
   if (int code = callRpc<v1::Advisor>(g, "plan", &v1::Advisor::Stub::Plan, req, &resp, 120);
       code != kExitOk)
     return code;
-  return finishPlan(a, g, resp.plan_json());
+  return finishPlan(a, g, resp.plan_json(), resp.megatron_json());
 }
 
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {

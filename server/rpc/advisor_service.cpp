@@ -12,6 +12,7 @@
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/recording_loader.h"
 #include "server/store/store.h"
+#include "src/advisor/megatron_flags.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
@@ -110,6 +111,10 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
   report.source.step = chain->step;
   report.warnings.insert(report.warnings.begin(), chain->warnings.begin(), chain->warnings.end());
   response->set_plan_json(core::planToJson(chain->profile, report));
+  if (request->megatron()) {
+    response->set_megatron_json(core::megatronToJson(
+        core::megatronExport(chain->profile, report.budgetBytes, report.marginBytes, report.plan)));
+  }
   for (const core::SimPoint& pt : report.predicted.points) {
     int64_t ts = 0;
     switch (pt.phase) {

@@ -92,6 +92,21 @@ class AdvisorLiveTest(DaemonTestCase):
 
     def test_gpt(self):
         self.check_model("gpt")
+        # Megatron-LM's flags for the same recording: the cheapest flag set that fits, beside
+        # the plan (never cheaper than it), through the daemon's Plan call.
+        base = self.daemon.newest_session()["id"]
+        both = self.daemon.cli_json("plan", str(base), "--budget", "60%", "--megatron")
+        plan, flags = both["plan"], both["megatron"]
+        self.assertTrue(flags["fits"], flags)
+        self.assertIn("--recompute-granularity", flags["flags"])
+        self.assertLessEqual(flags["predicted"]["peak_bytes"],
+                             plan["budget_bytes"] - plan["margin_bytes"])
+        self.assertLessEqual(plan["predicted"]["extra_ns"], flags["predicted"]["extra_ns"])
+        if flags["plan_expressible"]:  # the plan is a flag set: the cheapest that fits
+            self.assertEqual(flags["predicted"]["extra_ns"], plan["predicted"]["extra_ns"])
+        text = self.daemon.cli("plan", str(base), "--budget", "60%", "--megatron").stdout
+        self.assertIn("Megatron-LM flags (the cheapest that fits of %d flag sets): %s"
+                      % (flags["candidates"], flags["flags"]), text)
 
     def test_gpt_with_gradient_accumulation(self):
         """Four micro-batches per optimizer step: the blocks run forward and backward four
@@ -396,6 +411,17 @@ class AdvisorOfflineTest(unittest.TestCase):
                                  str(sq["predicted"]["peak_bytes"]), "--margin", "0",
                                  "--json").stdout)
         self.assertLessEqual(at["predicted"]["extra_ns"], sq["predicted"]["extra_ns"])
+        # Megatron-LM's flags for a profile (computed here): on these 12 blocks without options,
+        # "block" and "uniform" flag sets; the cheapest that fits the plan's budget.
+        both = json.loads(self.cli("plan", "--profile", profile, "--budget", "50%",
+                                   "--megatron", "--json").stdout)
+        self.assertEqual(both["megatron"]["candidates"], 1 + 12 + 11)
+        self.assertTrue(both["megatron"]["fits"])
+        self.assertLessEqual(both["plan"]["predicted"]["extra_ns"],
+                             both["megatron"]["predicted"]["extra_ns"])
+        r = self.cli("pareto", "--profile", profile, "--megatron")
+        self.assertEqual(r.returncode, 2, r.stderr)  # plan's option only
+        self.assertIn("unknown option '--megatron'", r.stderr)
 
     def test_bad_inputs(self):
         profile = os.path.join(SOURCE, "examples", "profiles", "gpt_12_blocks.json")
