@@ -229,6 +229,55 @@ for step in range(3):
         self.assertEqual(got_losses, base_losses)
 
 
+    def test_a_nested_plan_of_the_convnet(self):
+        """A nested plan on the convnet's blocks (torch 2), at the least budget of the nested
+        curve whose optimal plan nests (its exact point): it nests, and applied, measures within
+        5 % of the prediction with the losses of the run without it."""
+        if torch_version() < (2, 1):
+            self.skipTest("nested checkpoints are torch 2.1's (test_a_nested_plan_fits_below_"
+                          "every_one_level_plan checks the refusal on torch 1.13)")
+        base, base_losses = self.train("convnet")
+        points = self.daemon.cli_json("pareto", str(base), "--nested")["points"]
+        nesting = [p for p in points if "[" in p["plan"]]
+        self.assertTrue(nesting, "no budget where the optimum nests: %s"
+                        % [p["plan"] for p in points])
+        budget = nesting[0]["budget_bytes"]
+        path = os.path.join(self.daemon.dir, "convnet-nested.json")
+        self.daemon.cli("plan", str(base), "--budget", str(budget), "--nested", "--margin", "0",
+                        "--out", path)
+        with open(path) as f:
+            plan = json.load(f)
+        self.assertTrue(any("inner" in s for s in plan["segments"]), plan["segments"])
+        self.assertEqual(plan["predicted"]["extra_ns"], nesting[0]["extra_ns"])
+        predicted = plan["predicted"]["peak_bytes"]
+        sid, got_losses = self.train("convnet", "--plan", path)
+        measured = self.measured_peak(sid)
+        print("convnet nested plan at %d (%s): predicted %d, measured %d (%+.2f %%)"
+              % (budget, nesting[0]["plan"], predicted, measured,
+                 100.0 * (measured - predicted) / predicted), file=sys.stderr)
+        self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
+        self.assertEqual(got_losses, base_losses)
+
+    def test_nesting_never_pays_on_transformers_gpt2(self):
+        """The `transformers` GPT-2: a layer keeps 41 times its input (21.5 MB against 0.5 MB
+        here), so the inputs one-level plans keep cost next to nothing and the least budget is
+        one layer re-run in its backward, which nesting cannot lower: no budget's optimum nests,
+        and the nested curve is the one-level curve, point for point (6 layers; 12 and 16 were
+        the same when tried)."""
+        if torch_version() < (2, 0):
+            self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
+        base, _ = self.train("gpt2")
+        flat = self.daemon.cli_json("pareto", str(base))["points"]
+        nested = self.daemon.cli_json("pareto", str(base), "--nested")["points"]
+        self.assertEqual([(p["budget_bytes"], p["extra_ns"], p["plan"]) for p in nested],
+                         [(p["budget_bytes"], p["extra_ns"], p["plan"]) for p in flat])
+
+    def test_an_op_level_plan_for_the_convnet(self):
+        """The convnet's blocks (convolutions kept, the rest re-run), as the GPT's blocks; in its
+        two downsampling blocks (a third convolution, on the skip path) the option would save
+        under 5 % of what they keep, so the chain offers it on the others only."""
+        self.check_op_level_plan("convnet", every_stage=False)
+
     def test_an_op_level_plan_keeps_matmul_outputs(self):
         """Recorded with op scopes (`tidemark run --ops`, torch 2), each GPT block has an
         op-level option: keep the outputs of its matrix products and re-run the rest at its
@@ -244,20 +293,24 @@ for step in range(3):
             self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
         self.check_op_level_plan("gpt2")
 
-    def check_op_level_plan(self, model):
+    def check_op_level_plan(self, model, every_stage=True):
         base, base_losses = self.train(model, run_options=("--ops",))
         chain = self.daemon.cli_json("chain", str(base))
         policies = [[o.get("policy") for o in s.get("options", [])] for s in chain["stages"]]
         if torch_version() < (2, 4):
             self.assertFalse(any(p for ps in policies for p in ps), policies)
             return
-        self.assertTrue(all("matmul" in ps for ps in policies), policies)
+        with_option = sum(1 for ps in policies if "matmul" in ps)
+        if every_stage:
+            self.assertEqual(with_option, len(policies), policies)
+        else:
+            self.assertGreaterEqual(with_option, len(policies) - 2, policies)
         # Whether the optimum takes the option at a budget depends on the measured times (a
         # busy machine's differ); the chain's profile with only that option left (no whole
         # block recomputed, no child module) has the plans use it at any budget below store-all.
         for stage in chain["stages"]:
             stage["checkpointable"] = False
-            stage["options"] = [o for o in stage["options"] if o.get("policy") == "matmul"]
+            stage["options"] = [o for o in stage.get("options", []) if o.get("policy") == "matmul"]
         profile = os.path.join(self.daemon.dir, "sac-profile.json")
         with open(profile, "w") as f:
             json.dump(chain, f)
