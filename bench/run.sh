@@ -37,6 +37,9 @@
 #      recomputation on the examples' GPT and the `transformers` GPT-2 (8 blocks each), measured
 #      live under torch 2: each method's peak and step time, tidemark's plan at that peak and at
 #      that extra time (bench/advisor_comparison.py; the tables of docs/advisor-comparison.md)
+#  10. recomputation time, predicted against measured: the optimal plans for 50/70/90 % on the
+#      examples' GPT and convnet under torch 2, the time the planned steps spent recomputing
+#      (their recorded recompute phases) beside the advisor's prediction (bench/recompute_time.py)
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -58,7 +61,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
-SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7 8 9} "
+SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7 8 9 10} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
@@ -492,5 +495,14 @@ echo "   8 blocks each, torch 2, measured live (bench/advisor_comparison.py; pea
 echo "   steps after the first; times: the fastest)"
 for M in "" --gpt2; do
   $PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 10 $M
+done
+fi
+
+if want 10; then
+echo
+echo "== 10. recomputation time, predicted against measured (bench/recompute_time.py; the median"
+echo "   steady step's recompute phases, the median of 3 trainings), torch 2"
+for M in gpt convnet; do
+  $PY bench/recompute_time.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" --model $M
 done
 fi
