@@ -394,8 +394,10 @@ void MainWindow::loadPareto() {
   const uint64_t id = m_current->id;
   const PlanOptions options = planOptions();
   const int gen = m_generation;
-  // A newer plan space's curve (or session's) replaces this one's: this answer is dropped.
+  // A newer plan space's curve (or session's) replaces this one's: this answer is dropped. So
+  // is a plan asked for in the plan space before (it would show, and apply, the old space's).
   const int paretoGen = ++m_paretoGeneration;
+  ++m_planGeneration;
   m_planLoaded = false;
   runAsync<absl::StatusOr<ParetoData>>(
       this, [c = m_client, id, options] { return c->pareto(id, options); },
