@@ -258,19 +258,22 @@ for step in range(3):
         self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
         self.assertEqual(got_losses, base_losses)
 
-    def test_nesting_never_pays_on_transformers_gpt2(self):
+    def test_nesting_cannot_lower_transformers_gpt2s_least_budget(self):
         """The `transformers` GPT-2: a layer keeps 41 times its input (21.5 MB against 0.5 MB
-        here), so the inputs one-level plans keep cost next to nothing and the least budget is
-        one layer re-run in its backward, which nesting cannot lower: no budget's optimum nests,
-        and the nested curve is the one-level curve, point for point (6 layers; 12 and 16 were
-        the same when tried)."""
+        here), so the least budget is one layer re-run in its backward, which nesting cannot
+        lower: the nested curve starts where the one-level curve does, and is nowhere dearer.
+        (Whether a nested plan is cheaper somewhere above it depends on the measured times: of
+        three runs here, one had budgets where it was.)"""
         if torch_version() < (2, 0):
             self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
         base, _ = self.train("gpt2")
         flat = self.daemon.cli_json("pareto", str(base))["points"]
         nested = self.daemon.cli_json("pareto", str(base), "--nested")["points"]
-        self.assertEqual([(p["budget_bytes"], p["extra_ns"], p["plan"]) for p in nested],
-                         [(p["budget_bytes"], p["extra_ns"], p["plan"]) for p in flat])
+        self.assertEqual(nested[0]["budget_bytes"], flat[0]["budget_bytes"])
+        for p in flat:
+            # The nested curve at that budget: its cheapest point within it.
+            at = min(q["extra_ns"] for q in nested if q["budget_bytes"] <= p["budget_bytes"])
+            self.assertLessEqual(at, p["extra_ns"], p)
 
     def test_an_op_level_plan_for_the_convnet(self):
         """The convnet's blocks (convolutions kept, the rest re-run), as the GPT's blocks; in its
