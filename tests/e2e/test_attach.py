@@ -232,7 +232,7 @@ class AttachTest(DaemonTestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(parse_run(out)[0], ref_losses)
         self.assertNotIn("Warning", err)  # nothing the job would not have said anyway
-        self.assertEqual(len(set(sessions)), 20)
+        self.assertEqual(len(set(sessions)), 20, sessions)
         for sid in sessions:
             s = self.wait_ended(sid)
             self.assertGreater(s["events_stored"], 0)
