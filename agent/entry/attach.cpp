@@ -223,8 +223,10 @@ void* attachThread(void*) {
   tidemark_attach_status.python = py == 0 ? 1 : 0;
   if (py > 0 || py < -1) message += "; the Python adapter did not start (see the job's stderr)";
   if (py == 0) message += "; the Python adapter started";
-  // The session id arrives with the server's answer to the handshake.
-  for (int i = 0; i < 500 && agent.sessionId() == 0; ++i)
+  // The session id arrives with the server's answer to the handshake: waited for up to 20 s (5 s,
+  // the bound before, is suspected of a missed id on a loaded machine; `tidemark attach` waits
+  // 60 s for this report by default).
+  for (int i = 0; i < 2000 && agent.sessionId() == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   tidemark_attach_status.session_id = agent.sessionId();
   if (agent.sessionId() == 0) message += "; no answer from tidemarkd at " + c.server + " yet";
