@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
 
 namespace tidemark::core {
 
@@ -110,20 +111,15 @@ MegatronExport megatronExport(const ChainProfile& profile, int64_t budgetBytes, 
 
   MegatronExport out;
   out.candidates = static_cast<int>(candidates.size());
-  const MegatronChoice* best = nullptr;
-  for (const MegatronChoice& c : candidates) {
-    if (best == nullptr) {
-      best = &c;
-      continue;
-    }
-    const bool better = c.fits != best->fits
-                            ? c.fits
-                            : (c.fits ? (c.predicted.extraNs != best->predicted.extraNs
-                                             ? c.predicted.extraNs < best->predicted.extraNs
-                                             : c.predicted.peakBytes < best->predicted.peakBytes)
-                                      : c.predicted.peakBytes < best->predicted.peakBytes);
-    if (better) best = &c;
-  }
+  // Those that fit before those that do not; then the least extra time (then peak) among the
+  // first, the least peak among the others.
+  auto rank = [](const MegatronChoice& c) {
+    return c.fits ? std::make_tuple(0, c.predicted.extraNs, c.predicted.peakBytes)
+                  : std::make_tuple(1, c.predicted.peakBytes, int64_t{0});
+  };
+  const MegatronChoice* best = &*std::min_element(
+      candidates.begin(), candidates.end(),
+      [&](const MegatronChoice& x, const MegatronChoice& y) { return rank(x) < rank(y); });
   out.best = *best;
   const std::string mine = planSignature(merged(plan));
   for (const MegatronChoice& c : candidates) out.sameAsPlan |= planSignature(c.plan) == mine;
