@@ -1,10 +1,18 @@
 """Recomputation time, predicted against measured, for bench/run.sh: the examples' GPT or convnet
 (examples/train.py) recorded storing everything under `tidemark run`, then trained under the
 optimal plans for 50, 70 and 90 % budgets (tidemark.apply_plan). For each plan: the extra time
-the advisor predicts (docs/chain-model.md: the recomputed blocks' recorded forward times) and the
-time the planned steps spent recomputing, read from the recording (the outermost recompute phases
-of each steady step, the median step, the median of 3 trainings) — what plan-check reports for a
-plan applied to a live job, not a difference of step times.
+the advisor predicts (docs/chain-model.md: the recomputed blocks' re-run times) and the time the
+planned steps spent recomputing, read from the recording (the outermost recompute phases of each
+steady step, the median step, the median of 3 trainings) — what plan-check reports for a plan
+applied to a live job, not a difference of step times.
+
+Two predictions per budget:
+  forward     the plan made from the store-all recording: a re-run is predicted from the blocks'
+              recorded forwards (medians over the steady steps)
+  calibrated  the plan made at the same budget from the same recording with
+              `--rerun-times-from` a training under the first plan: re-runs predicted from the
+              blocks' recorded re-runs there (and from their forwards times the re-run/forward
+              ratio for blocks that plan did not re-run)
 
     python3 bench/recompute_time.py BIN PYTHON [--model gpt|convnet] [--steps N] [--markdown]
 """
@@ -42,6 +50,15 @@ def recompute_ns_per_step(store, session):
     return out
 
 
+def measure(b, store, path):
+    """(median, least, most) over REPEATS trainings of the plan of each one's median step."""
+    measured = []
+    for _ in range(REPEATS):
+        b.train_once(path)
+        measured.append(statistics.median(recompute_ns_per_step(store, int(b.last_session))))
+    return statistics.median(measured), min(measured), max(measured)
+
+
 def main():
     argv = sys.argv[1:]
     markdown = "--markdown" in argv
@@ -57,27 +74,27 @@ def main():
         for pct in (50, 70, 90):
             path = os.path.join(b.work, "plan-%d.json" % pct)
             plan = b.plan(base, path, "--budget", "%d%%" % pct)
-            measured = []
-            for _ in range(REPEATS):
-                b.train_once(path)
-                measured.append(statistics.median(recompute_ns_per_step(store,
-                                                                        int(b.last_session))))
-            rows.append((pct, plan["predicted"]["extra_ns"], statistics.median(measured),
-                         min(measured), max(measured)))
+            rows.append(("forward", pct, plan["predicted"]["extra_ns"], *measure(b, store, path)))
+            planned = b.last_session  # the job under this plan: its re-runs recorded
+            path = os.path.join(b.work, "plan-%d-calibrated.json" % pct)
+            plan = b.plan(base, path, "--budget", "%d%%" % pct, "--rerun-times-from", planned)
+            rows.append(("calibrated", pct, plan["predicted"]["extra_ns"],
+                         *measure(b, store, path)))
     finally:
         b.close()
     if markdown:
-        print("| budget | predicted ms | measured ms (median; runs' range) | measured / predicted |")
-        print("|---|---|---|---|")
-    for pct, predicted, measured, low, high in rows:
+        print("| budget | prediction | predicted ms | measured ms (median; runs' range) | "
+              "measured / predicted |")
+        print("|---|---|---|---|---|")
+    for kind, pct, predicted, measured, low, high in rows:
         ratio = measured / predicted if predicted else float("nan")
         if markdown:
-            print("| %d %% | %.1f | %.1f (%.1f–%.1f) | %.2f |"
-                  % (pct, predicted / 1e6, measured / 1e6, low / 1e6, high / 1e6, ratio))
+            print("| %d %% | %s | %.1f | %.1f (%.1f–%.1f) | %.2f |"
+                  % (pct, kind, predicted / 1e6, measured / 1e6, low / 1e6, high / 1e6, ratio))
         else:
-            print("%s %d%%: recompute per step predicted %.1f ms, measured %.1f ms (%.1f-%.1f), "
-                  "ratio %.2f" % (model, pct, predicted / 1e6, measured / 1e6, low / 1e6,
-                                  high / 1e6, ratio))
+            print("%s %d%% %s: recompute per step predicted %.1f ms, measured %.1f ms "
+                  "(%.1f-%.1f), ratio %.2f" % (model, pct, kind, predicted / 1e6, measured / 1e6,
+                                               low / 1e6, high / 1e6, ratio))
 
 
 if __name__ == "__main__":

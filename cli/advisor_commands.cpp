@@ -36,6 +36,8 @@ struct AdvisorArgs {
   std::string blocks;
   std::string outFile;
   int64_t step = 0;
+  bool haveRerunSession = false;
+  uint64_t rerunTimesFrom = 0;  // a session whose recorded re-runs time the recomputation
   int points = 24;
   double margin = core::kDefaultMarginFraction;
   bool nested = false;
@@ -73,7 +75,7 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
       return false;
     } else if (arg == "--profile" || arg == "--budget" || arg == "--strategy" ||
                arg == "--blocks" || arg == "--out" || arg == "-o" || arg == "--step" ||
-               arg == "--points" || arg == "--margin" ||
+               arg == "--points" || arg == "--margin" || arg == "--rerun-times-from" ||
                (arg == "--offload" && std::string(command) != "chain")) {
       if (!value(&v)) {
         *code = kExitUsage;
@@ -106,6 +108,9 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
         }
         a->margin = pct / 100.0;
       }
+      if (arg == "--rerun-times-from" &&
+          !acceptSessionArg(command, v, &a->haveRerunSession, &a->rerunTimesFrom, code))
+        return false;
       if (arg == "--step" || arg == "--points") {
         char* end = nullptr;
         const long long n = std::strtoll(v.c_str(), &end, 10);
@@ -133,6 +138,12 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
   if (a->haveSession == !a->profileFile.empty()) {
     std::fprintf(stderr, "tidemark %s: give either a SESSION or --profile FILE\n%s", command,
                  usage);
+    *code = kExitUsage;
+    return false;
+  }
+  if (a->haveRerunSession && !a->profileFile.empty()) {
+    std::fprintf(stderr, "tidemark %s: --rerun-times-from needs a SESSION, not --profile\n",
+                 command);
     *code = kExitUsage;
     return false;
   }
@@ -166,6 +177,7 @@ v1::ChainSelector selector(const AdvisorArgs& a) {
   s.set_session_id(a.session);
   s.set_step(a.step);
   s.set_blocks(a.blocks);
+  s.set_rerun_times_from(a.rerunTimesFrom);
   return s;
 }
 
@@ -298,7 +310,8 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   static const char* kUsage =
       "usage: tidemark plan (SESSION | --job JOB [--rank R] | --profile FILE) --budget SIZE\n"
       "                     [--strategy S] [--step N] [--blocks PREFIXES] [--margin PCT]\n"
-      "                     [--nested] [--offload SPEED] [--megatron] [--out FILE] [--json]\n\n"
+      "                     [--nested] [--offload SPEED] [--megatron] [--rerun-times-from S]\n"
+      "                     [--out FILE] [--json]\n\n"
       "A recompute plan that fits SIZE (6GiB, 512MiB, 1.5GB, bytes, or 70% of the store-all\n"
       "peak above the static memory) with the least recomputation, its predicted peak and step\n"
       "time. Strategies: optimal (default), greedy, sqrt-n, checkpoint-all, store-all.\n"
@@ -316,6 +329,8 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "checkpoints); the adapter refuses it on torch 1.13.\n"
       "--offload SPEED (25GB/s) lets plans move a block's activations to host memory after its\n"
       "forward and back for its backward, over a link of that speed (a GPU job).\n"
+      "--rerun-times-from S: time the recomputation by the blocks' recorded re-runs in session\n"
+      "S (the same job trained under a plan), not by their forwards (docs/plan-format.md).\n"
       "--megatron also prints the cheapest of Megatron-LM's recomputation flag sets that fits\n"
       "(--recompute-granularity, --recompute-method, --recompute-num-layers; the chain's\n"
       "blocks taken as Megatron's layers), simulated like any plan, beside this plan.\n"
@@ -365,10 +380,12 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
 
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
-      "usage: tidemark chain SESSION [--step N] [--blocks PREFIXES] [--out FILE] [--json]\n\n"
+      "usage: tidemark chain SESSION [--step N] [--blocks PREFIXES] [--rerun-times-from S]\n"
+      "                      [--out FILE] [--json]\n\n"
       "The chain profile the advisor builds from a recorded step (docs/chain-model.md): per\n"
       "block, its times, saved, output and working bytes, and the memory outside the chain;\n"
       "checked against the recording (the plan that ran, its predicted and measured peak).\n"
+      "--rerun-times-from S: re-run times from session S's recorded re-runs (as `plan`).\n"
       "--out writes the profile file, which `tidemark plan --profile` reads.\n";
   AdvisorArgs a;
   int code = kExitOk;
@@ -418,14 +435,16 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
       "check: the plan that ran (%s) predicts a peak of %s; the step measured %s (%+.1f %%)\n\n",
       resp.recorded_plan().c_str(), humanBytes(resp.recorded_predicted_peak_bytes()).c_str(),
       humanBytes(resp.recorded_measured_peak_bytes()).c_str(), err);
-  std::printf("%-28s %9s %9s %11s %11s %11s %11s %11s\n", "BLOCK", "FWD", "BWD", "SAVED", "OUTPUT",
-              "FWD WORK", "BWD WORK", "OUTSIDE B");
+  // RE-RUN: what a plan's re-run of the block costs (its recorded re-runs, else its forward).
+  std::printf("%-28s %9s %9s %9s %11s %11s %11s %11s %11s\n", "BLOCK", "FWD", "RE-RUN", "BWD",
+              "SAVED", "OUTPUT", "FWD WORK", "BWD WORK", "OUTSIDE B");
   for (const core::Stage& st : p->stages) {
-    std::printf(
-        "%-28s %9s %9s %11s %11s %11s %11s %11s\n", st.name.c_str(), msText(st.forwardNs).c_str(),
-        msText(st.backwardNs).c_str(), humanBytes(st.savedBytes).c_str(),
-        humanBytes(st.outputBytes).c_str(), humanBytes(st.forwardWorkingBytes).c_str(),
-        humanBytes(st.backwardWorkingBytes).c_str(), humanBytes(st.backwardOutsideBytes).c_str());
+    std::printf("%-28s %9s %9s %9s %11s %11s %11s %11s %11s\n", st.name.c_str(),
+                msText(st.forwardNs).c_str(), msText(st.rerunCostNs()).c_str(),
+                msText(st.backwardNs).c_str(), humanBytes(st.savedBytes).c_str(),
+                humanBytes(st.outputBytes).c_str(), humanBytes(st.forwardWorkingBytes).c_str(),
+                humanBytes(st.backwardWorkingBytes).c_str(),
+                humanBytes(st.backwardOutsideBytes).c_str());
   }
   // The selective options of each block: what it keeps with them, what re-running costs.
   bool optionsHeader = false;
@@ -448,11 +467,13 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
 int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {
   static const char* kUsage =
       "usage: tidemark pareto (SESSION | --profile FILE) [--step N] [--blocks PREFIXES]\n"
-      "                       [--points K] [--nested] [--offload SPEED] [--json]\n\n"
+      "                       [--points K] [--nested] [--offload SPEED]\n"
+      "                       [--rerun-times-from S] [--json]\n\n"
       "The least recomputation any plan needs, for every budget (the optimal plans' Pareto\n"
       "curve), from one solve. The table shows K points spread over the curve (default 24);\n"
       "--json gives all of them. --nested: the curve of plans that may nest recomputed\n"
-      "segments (as `tidemark plan --nested`); --offload SPEED: with offloading (as `plan`).\n";
+      "segments (as `tidemark plan --nested`); --offload SPEED: with offloading (as `plan`);\n"
+      "--rerun-times-from S: re-run times from session S (as `plan`).\n";
   AdvisorArgs a;
   int code = kExitOk;
   std::vector<std::string> args = argsIn;

@@ -27,10 +27,29 @@ absl::StatusOr<core::Recording> AdvisorService::loadRecording(int64_t session) {
   return rec;
 }
 
+grpc::Status AdvisorService::checkChainAccess(const grpc::ServerContext& ctx,
+                                              const v1::ChainSelector& selector,
+                                              const char* method) {
+  grpc::Status denied =
+      m_access.check(ctx, static_cast<int64_t>(selector.session_id()), method, kRead);
+  if (denied.ok() && selector.rerun_times_from() != 0)
+    denied = m_access.check(ctx, static_cast<int64_t>(selector.rerun_times_from()), method, kRead);
+  return denied;
+}
+
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {
   const auto session = static_cast<int64_t>(selector.session_id());
   auto rec = loadRecording(session);
   if (!rec.ok()) return rec.status();
+  // Another recording of the job whose re-runs time the recomputation.
+  std::optional<core::Recording> rerunsFrom;
+  if (selector.rerun_times_from() != 0) {
+    auto other = loadRecording(static_cast<int64_t>(selector.rerun_times_from()));
+    if (!other.ok())
+      return absl::Status(other.status().code(),
+                          absl::StrCat("--rerun-times-from: ", other.status().message()));
+    rerunsFrom = std::move(*other);
+  }
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   // A job that applied a plan is modelled from a step before it (chainFromRecording).
   int64_t firstPlannedStep = 0;
@@ -42,14 +61,14 @@ absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSele
           (firstPlannedStep == 0 || p.fromStep < firstPlannedStep))
         firstPlannedStep = p.fromStep;
   }
-  return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks(), firstPlannedStep);
+  return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks(), firstPlannedStep,
+                                  rerunsFrom ? &*rerunsFrom : nullptr);
 }
 
 grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,
                                              const v1::ChainProfileRequest* request,
                                              v1::ChainProfileResponse* response) {
-  if (grpc::Status denied = m_access.check(
-          *ctx, static_cast<int64_t>(request->chain().session_id()), "GetChainProfile", kRead);
+  if (grpc::Status denied = checkChainAccess(*ctx, request->chain(), "GetChainProfile");
       !denied.ok())
     return denied;
   auto chain = chainFor(request->chain());
@@ -85,9 +104,7 @@ grpc::Status offloadTo(core::RecordedChain& chain, const std::string& speed, uin
 
 grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* request,
                                   v1::PlanResponse* response) {
-  if (grpc::Status denied =
-          m_access.check(*ctx, static_cast<int64_t>(request->chain().session_id()), "Plan", kRead);
-      !denied.ok())
+  if (grpc::Status denied = checkChainAccess(*ctx, request->chain(), "Plan"); !denied.ok())
     return denied;
   auto budget = core::parseBudget(request->budget());
   if (!budget.ok()) return toGrpc(budget.status());
@@ -144,9 +161,7 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
 
 grpc::Status AdvisorService::Pareto(grpc::ServerContext* ctx, const v1::ParetoRequest* request,
                                     v1::ParetoResponse* response) {
-  if (grpc::Status denied = m_access.check(
-          *ctx, static_cast<int64_t>(request->chain().session_id()), "Pareto", kRead);
-      !denied.ok())
+  if (grpc::Status denied = checkChainAccess(*ctx, request->chain(), "Pareto"); !denied.ok())
     return denied;
   auto chain = chainFor(request->chain());
   if (!chain.ok()) return toGrpc(chain.status());

@@ -37,6 +37,9 @@ class AdvisorService final : public v1::Advisor::Service {
 
  private:
   absl::StatusOr<core::RecordedChain> chainFor(const v1::ChainSelector& selector);
+  // Read access to the chain's session and to the one its re-run times come from.
+  grpc::Status checkChainAccess(const grpc::ServerContext& ctx, const v1::ChainSelector& selector,
+                                const char* method);
   absl::StatusOr<core::Recording> loadRecording(int64_t session);
 
   std::string m_dbPath;

@@ -50,7 +50,7 @@ absl::Status validateProfile(const ChainProfile& profile) {
       return absl::InvalidArgumentError(absl::StrCat("stage ", i, " has no name"));
     if (!names.insert(s.name).second)
       return absl::InvalidArgumentError(absl::StrCat(where, ": the name is used twice"));
-    if (s.forwardNs < 0 || s.backwardNs < 0)
+    if (s.forwardNs < 0 || s.backwardNs < 0 || s.rerunNs < 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative time"));
     if (s.savedBytes < 0 || s.outputBytes < 0 || s.forwardWorkingBytes < 0 ||
         s.backwardWorkingBytes < 0 || s.forwardOutsideBytes < 0 || s.backwardOutsideBytes < 0)

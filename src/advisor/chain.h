@@ -48,6 +48,10 @@ struct Stage {
   std::string name;
   int64_t forwardNs = 0;
   int64_t backwardNs = 0;
+  // What a re-run of the stage's forward takes when a plan recomputes it (0: its forward time).
+  // From a recording: the stage's own recorded re-runs when it has them (a re-run is not always
+  // as fast as the forward: cold caches, fresh pages, the checkpoint's hooks).
+  int64_t rerunNs = 0;
   int64_t savedBytes = 0;           // kept for backward when stored, not counting the stage's input
   int64_t outputBytes = 0;          // the boundary tensor handed to the next stage
   int64_t forwardWorkingBytes = 0;  // transient on top of input and output during forward
@@ -59,6 +63,9 @@ struct Stage {
   // a recording, it is what the chain's terms do not explain at that moment.
   int64_t forwardOutsideBytes = 0;
   int64_t backwardOutsideBytes = 0;
+
+  // The time a plan adds each time it re-runs the stage's forward.
+  int64_t rerunCostNs() const { return rerunNs > 0 ? rerunNs : forwardNs; }
 };
 
 struct ChainProfile {

@@ -1,6 +1,7 @@
 #include "src/advisor/chain_from_recording.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/advisor/simulator.h"
+#include "src/advisor/stage_times.h"
 #include "src/core/breakdown.h"
 
 namespace tidemark::core {
@@ -252,12 +254,65 @@ std::pair<int64_t, int64_t> backwardPeaks(const Recording& rec, const Window& w,
   return {peakRecorded, peakRegenerated};
 }
 
+// 9. Times from every steady step, not the one modelled (moduleTimesOverSteps): a stage's forward
+// is its forwards' (its re-runs' when the recording never ran it otherwise: a job planned from
+// its start); what a plan's re-run of it costs is its recorded re-runs' when it has
+// some (rerunsFrom's, when given: another recording of the job, under a plan), else its forward
+// times the re-run/forward ratio of the blocks that have both, when one is known. A child
+// option re-runs the child: the same for the child. An op-level option re-runs the block less
+// its kept ops: its share of the block's time, kept.
+void calibrateTimes(const Recording& rec, const Recording* rerunsFrom, ChainProfile* p) {
+  std::vector<std::string> names;
+  for (const Stage& s : p->stages) {
+    names.push_back(s.name);
+    for (const StageOption& o : s.options)
+      if (o.policy.empty()) names.insert(names.end(), o.recompute.begin(), o.recompute.end());
+  }
+  std::map<std::string, ModuleTimes> times = moduleTimesOverSteps(rec, names);
+  if (rerunsFrom != nullptr) {
+    for (const auto& [name, other] : moduleTimesOverSteps(*rerunsFrom, names)) {
+      if (other.reruns == 0) continue;
+      times[name].rerunNs = other.rerunNs;
+      times[name].reruns = other.reruns;
+    }
+  }
+  const double ratio = rerunOverForward(times);
+  auto rerunOf = [&](const std::string& name, int64_t forwardNs) -> int64_t {
+    const ModuleTimes& m = times.at(name);
+    if (m.reruns > 0) return m.rerunNs;
+    return ratio > 0 ? std::llround(static_cast<double>(forwardNs) * ratio) : 0;
+  };
+  for (Stage& s : p->stages) {
+    const ModuleTimes& m = times.at(s.name);
+    const int64_t stepNs = s.forwardNs;  // the modelled step's own
+    if (m.forwards > 0) {
+      s.forwardNs = m.forwardNs;
+    } else if (m.reruns > 0) {
+      s.forwardNs = m.rerunNs;
+    }
+    s.rerunNs = rerunOf(s.name, s.forwardNs);
+    for (StageOption& o : s.options) {
+      if (o.policy.empty() && o.recompute.size() == 1) {
+        const ModuleTimes& c = times.at(o.recompute[0]);
+        const int64_t forward = c.forwards > 0 ? c.forwardNs : o.recomputeNs;
+        const int64_t rerun = rerunOf(o.recompute[0], forward);
+        o.recomputeNs = rerun > 0 ? rerun : forward;
+      } else if (stepNs > 0) {
+        o.recomputeNs =
+            std::llround(static_cast<double>(o.recomputeNs) * static_cast<double>(s.rerunCostNs()) /
+                         static_cast<double>(stepNs));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                                                  const std::vector<BlockCategory>& categories,
                                                  int64_t stepNo, std::string_view blocksPrefix,
-                                                 int64_t firstPlannedStep) {
+                                                 int64_t firstPlannedStep,
+                                                 const Recording* rerunTimesFrom) {
   // 1. The step.
   const StepInterval* step = nullptr;
   if (stepNo > 0) {
@@ -857,6 +912,8 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   p.floorBytes = std::max(calibration.peak(step->beginSeq, firstForwardBegins).trackedBytes,
                           calibration.peak(bwd->endSeq, step->endSeq).trackedBytes);
   out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
+  calibrateTimes(rec, rerunTimesFrom, &p);
+
   out.measuredStepNs = step->endTsNs - step->beginTsNs;
   // Every micro-batch runs the blocks (and a plan's recomputation) once.
   for (Stage& st : p.stages) {

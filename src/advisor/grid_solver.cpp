@@ -99,7 +99,7 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
   const int64_t endNeed = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
   for (int g = 0; g < width; ++g) next[g] = grid.value(n, g) >= endNeed ? 0 : kInf;
   std::vector<int64_t> prefixNs(n + 1, 0);  // prefixNs[k + 1]: forward time of stages 0..k
-  for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].forwardNs;
+  for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].rerunCostNs();
   const int64_t top = grid.value(0, width - 1);
   std::vector<SegmentEnds> ends(width);
   std::vector<StageChoice> stored;

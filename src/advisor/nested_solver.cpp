@@ -34,7 +34,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
   auto rerunAt = [&](int i, int q) -> Front& { return m_rerun[i * n + q]; };
   auto insideAt = [&](int q, int i) -> Front& { return m_inside[q * (n + 1) + i]; };
   std::vector<int64_t> forwardSum(n + 1, 0);  // forward times' prefix sums
-  for (int i = 0; i < n; ++i) forwardSum[i + 1] = forwardSum[i] + p.stages[i].forwardNs;
+  for (int i = 0; i < n; ++i) forwardSum[i + 1] = forwardSum[i] + p.stages[i].rerunCostNs();
 
   std::vector<FrontEntry> candidates;
   // The candidates of a stored stage: it needs `local` above what is kept below it, keeps `kept`

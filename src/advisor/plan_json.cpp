@@ -220,6 +220,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
     s.name = r.string("name");
     s.forwardNs = r.integer("forward_ns");
     s.backwardNs = r.integer("backward_ns");
+    s.rerunNs = r.integer("rerun_ns", 0);
     s.savedBytes = r.integer("saved_bytes");
     s.outputBytes = r.integer("output_bytes");
     s.forwardWorkingBytes = r.integer("forward_working_bytes", 0);
@@ -274,6 +275,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
                {"forward_working_bytes", s.forwardWorkingBytes},
                {"backward_working_bytes", s.backwardWorkingBytes},
                {"checkpointable", s.checkpointable}};
+    if (s.rerunNs != 0) st["rerun_ns"] = s.rerunNs;
     if (s.forwardOutsideBytes != 0) st["forward_outside_bytes"] = s.forwardOutsideBytes;
     if (s.backwardOutsideBytes != 0) st["backward_outside_bytes"] = s.backwardOutsideBytes;
     if (!s.options.empty()) {

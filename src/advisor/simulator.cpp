@@ -80,7 +80,7 @@ void recomputedBackward(const ChainProfile& p, const Segment& seg, int64_t base,
       replay.at(SimPhase::kRecompute, i,
                 base + held + checkpoint + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes +
                     incomingGrad + s.backwardOutsideBytes);
-      replay.result().extraNs += s.forwardNs;
+      replay.result().extraNs += s.rerunCostNs();
       if (part.mode == SegmentMode::kStore) held += storedBytes(p, i, -1);
     }
     if (part.mode == SegmentMode::kRecompute) held += partIn;

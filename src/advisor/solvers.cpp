@@ -247,7 +247,7 @@ int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {
       bytes = std::max(bytes, dropped);
       rate = std::min(rate, static_cast<double>(ns) / static_cast<double>(dropped));
     };
-    if (s.checkpointable) consider(stageStoreBytes(p, i), s.forwardNs);
+    if (s.checkpointable) consider(stageStoreBytes(p, i), s.rerunCostNs());
     if (p.offloadBytesPerSecond > 0)
       consider(stageStoreBytes(p, i), p.offloadNs(stageStoreBytes(p, i)));
     for (const StageOption& o : s.options) consider(s.savedBytes - o.savedBytes, o.recomputeNs);

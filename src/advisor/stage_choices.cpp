@@ -44,7 +44,7 @@ StageChoice RecomputedSegment::grow() {
   // Backward of stage k: everything held up to k, its gradients and working set.
   m_backwardMax = std::max(m_backwardMax, m_held + t.outputBytes + t.backwardWorkingBytes + tin +
                                               t.backwardOutsideBytes);
-  m_extra += t.forwardNs;
+  m_extra += t.rerunCostNs();
   return {std::max({m_forwardMax, m_recomputeMax + t.outputBytes, m_backwardMax}), m_in, m_extra,
           -1};
 }

@@ -44,6 +44,7 @@ class AdvisorLiveTest(DaemonTestCase):
         libraries' scratch on this CPU) may put the lowest budget below what any plan fits; the
         plan is then checked at the least feasible budget the advisor names, 2 % above it."""
         base, base_losses = self.train(model, *extra)
+        self.base, self.planned = base, {}  # the recording and each budget's planned training
         self.assertEqual(len(base_losses), STEPS)
         chain = self.daemon.cli_json("chain", str(base))
         self.assertGreaterEqual(len(chain["stages"]), 6)
@@ -72,6 +73,7 @@ class AdvisorLiveTest(DaemonTestCase):
                 self.assertLessEqual(predicted, budget)
                 self.assertLessEqual(plan["lower_bound_extra_ns"], plan["predicted"]["extra_ns"])
                 sid, got_losses = self.train(model, "--plan", path, *extra)
+                self.planned[pct] = (sid, plan)
                 measured = self.measured_peak(sid)
                 print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%), plan %s"
                       % (model, pct, budget, predicted, measured,
@@ -107,6 +109,46 @@ class AdvisorLiveTest(DaemonTestCase):
         text = self.daemon.cli("plan", str(base), "--budget", "60%", "--megatron").stdout
         self.assertIn("Megatron-LM flags (the cheapest that fits of %d flag sets): %s"
                       % (flags["candidates"], flags["flags"]), text)
+
+    def test_gpt_rerun_times_from_a_planned_training(self):
+        """`--rerun-times-from`: the recording's model, timed by another training's recorded
+        re-runs (the job under its 50 % plan): every block that plan recomputed costs its re-run
+        there; the sizes are the recording's; the plan's extra time is the re-runs'."""
+        self.check_model("gpt", budgets=(50,))
+        base, (planned, plan50) = self.base, self.planned[50]
+        own = self.daemon.cli_json("chain", str(base))
+        timed = self.daemon.cli_json("chain", str(base), "--rerun-times-from", str(planned))
+        rerun = {m for seg in plan50["segments"] if seg["mode"] == "recompute"
+                 for m in seg["modules"]}
+        self.assertTrue(rerun)
+        self.assertTrue(all("rerun_ns" not in s for s in own["stages"]), "no re-runs recorded")
+        for a, b in zip(own["stages"], timed["stages"]):
+            for key in ("name", "saved_bytes", "output_bytes", "forward_working_bytes",
+                        "backward_working_bytes", "forward_ns"):
+                self.assertEqual(a[key], b[key], key)
+            if a["name"] in rerun:
+                self.assertGreater(b["rerun_ns"], 0, a["name"])
+        # Every block has a re-run time once some have both (the others' forwards scaled).
+        self.assertTrue(all(s.get("rerun_ns", 0) > 0 for s in timed["stages"]))
+        checkpoint_all = self.daemon.cli_json("plan", str(base), "--budget", "100%",
+                                              "--strategy", "checkpoint-all",
+                                              "--rerun-times-from", str(planned))
+        self.assertEqual(checkpoint_all["predicted"]["extra_ns"],
+                         sum(s["rerun_ns"] for s in timed["stages"]))
+        self.assertIn("RE-RUN", self.daemon.cli("chain", str(base), "--rerun-times-from",
+                                                 str(planned)).stdout)
+        # Wrong: a session that is not there, not a session id, with a profile file.
+        r = self.daemon.cli("plan", str(base), "--budget", "50%", "--rerun-times-from", "9999",
+                            check=False)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("--rerun-times-from", r.stderr)
+        r = self.daemon.cli("plan", str(base), "--budget", "50%", "--rerun-times-from", "x",
+                            check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        r = self.daemon.cli("plan", "--profile", os.path.join(self.daemon.dir, "none.json"),
+                            "--budget", "50%", "--rerun-times-from", str(planned), check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("needs a SESSION", r.stderr)
 
     def test_gpt_with_gradient_accumulation(self):
         """Four micro-batches per optimizer step: the blocks run forward and backward four

@@ -243,6 +243,13 @@ class AnotherUserTest(DaemonTestCase):
             self.assertEqual([x["owner_uid"] for x in mine], [NOBODY])
             self.assertEqual(self.nobody("breakdown", str(mine[0]["id"]), home=home).returncode,
                              0)
+            # Nor are root's recorded re-runs its to time a plan by.
+            for command, *rest in [("plan", "--budget", "50%"), ("chain",), ("pareto",)]:
+                r = self.nobody(command, str(mine[0]["id"]), *rest, "--rerun-times-from", s,
+                                home=home)
+                self.assertEqual(r.returncode, 5, "%s: %s" % (command, r.stderr))
+                self.assertIn("session %d belongs to uid 0, not to uid %d" % (sid, NOBODY),
+                              r.stderr, command)
             out, err = job.communicate(timeout=300)
         finally:
             if job.poll() is None:

@@ -45,6 +45,8 @@ inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
       }
     }
     s.checkpointable = coin(rng) != 0;
+    // Now and then a re-run that does not take the forward's time (a recording's own re-runs).
+    if (coin(rng) < 3) s.rerunNs = time(rng);
     if (coin(rng) < 5) {
       s.forwardOutsideBytes = small(rng);
       s.backwardOutsideBytes = small(rng);

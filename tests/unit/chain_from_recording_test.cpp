@@ -4,6 +4,7 @@
 
 #include "src/advisor/chain_from_recording.h"
 #include "src/advisor/simulator.h"
+#include "src/advisor/stage_times.h"
 #include "src/core/categorize.h"
 #include "tests/unit/recording_builders.h"
 
@@ -101,6 +102,137 @@ TEST(ChainFromRecording, MeasuresTheBlocks) {
   EXPECT_EQ(c->measuredPeakBytes, 2010);
   EXPECT_EQ(simulate(p, c->recordedPlan).peakBytes, 2010);
   EXPECT_EQ(p.floorBytes, 1100);
+}
+
+// twoBlocks() as `steps` training steps, one after the other (100 sequence numbers each; the
+// weights once).
+Recording twoBlocksSteps(int steps) {
+  const Recording one = twoBlocks();
+  Recording r;
+  for (int t = 0; t < steps; ++t) {
+    const uint64_t off = 100 * static_cast<uint64_t>(t);
+    const int64_t offNs = static_cast<int64_t>(off) * 100;
+    for (Block b : one.blocks) {
+      if (t > 0 && b.freeSeq == kOpenSeq) continue;  // the weights
+      b.allocSeq += off;
+      b.allocTsNs += offNs;
+      if (b.freeSeq != kOpenSeq) {
+        b.freeSeq += off;
+        b.freeTsNs += offNs;
+      }
+      r.blocks.push_back(b);
+    }
+    for (Tag g : one.tags) {
+      g.seq += off;
+      g.tsNs += offNs;
+      r.tags.push_back(g);
+    }
+    for (PhaseInterval ph : one.phases) {
+      ph.beginSeq += off;
+      ph.endSeq += off;
+      ph.beginTsNs += offNs;
+      ph.endTsNs += offNs;
+      r.phases.push_back(ph);
+    }
+    for (ScopeInterval sc : one.scopes) {
+      sc.beginSeq += off;
+      sc.endSeq += off;
+      sc.beginTsNs += offNs;
+      sc.endTsNs += offNs;
+      r.scopes.push_back(sc);
+    }
+    StepInterval st = one.steps[0];
+    st.step = t + 1;
+    st.beginSeq += off;
+    st.endSeq += off;
+    st.beginTsNs += offNs;
+    st.endTsNs += offNs;
+    r.steps.push_back(st);
+  }
+  r.sortBySeq();
+  return r;
+}
+
+// Sets the duration of the call of `name` that begins at `beginSeq`.
+void timeScope(Recording& r, const std::string& name, uint64_t beginSeq, int64_t ns) {
+  for (ScopeInterval& sc : r.scopes)
+    if (sc.name == name && sc.beginSeq == beginSeq) sc.endTsNs = sc.beginTsNs + ns;
+}
+
+// A block re-run inside a recompute phase of the step's backward, `ns` long.
+void rerunIn(Recording& r, int step, const std::string& name, int64_t ns) {
+  const uint64_t off = 100 * static_cast<uint64_t>(step - 1);
+  PhaseInterval re = phase(Phase::kRecompute, off + 31, off + 34);
+  re.beginTsNs = static_cast<int64_t>(re.beginSeq) * 100;
+  re.endTsNs = re.beginTsNs + ns + 100;
+  r.phases.push_back(re);
+  ScopeInterval sc = scope(name, off + 32, off + 33, 1);
+  sc.endTsNs = sc.beginTsNs + ns;
+  r.scopes.push_back(sc);
+  r.sortBySeq();
+}
+
+// A module's times over the steady steps (the first step left out): the mean of its runs, stalls
+// beyond 4x the median left out; a forward in a step that re-ran the module is no sample; each
+// re-run is one.
+TEST(ChainFromRecording, ModuleTimesAreTypicalRunsOverTheSteadySteps) {
+  Recording rec = twoBlocksSteps(7);
+  timeScope(rec, "M.blocks.0", 5, 90'000);  // the first step: left out
+  timeScope(rec, "M.blocks.0", 105, 2'500);
+  timeScope(rec, "M.blocks.0", 205, 3'000);
+  timeScope(rec, "M.blocks.0", 305, 1'000);
+  timeScope(rec, "M.blocks.0", 405, 70'000);  // re-run in its step: no forward sample
+  rerunIn(rec, 5, "M.blocks.0", 4'000);
+  rerunIn(rec, 6, "M.blocks.0", 11'000);
+  rerunIn(rec, 7, "M.blocks.0", 90'000);  // a stall: beyond 4x the median (11,000)
+  const std::map<std::string, ModuleTimes> t =
+      moduleTimesOverSteps(rec, {"M.blocks.0", "M.blocks.1", "M.nothing"});
+  EXPECT_EQ(t.at("M.blocks.0").forwards, 3);  // steps 2, 3 and 4
+  EXPECT_EQ(t.at("M.blocks.0").forwardNs, (2'500 + 3'000 + 1'000) / 3);
+  EXPECT_EQ(t.at("M.blocks.0").reruns, 3);
+  EXPECT_EQ(t.at("M.blocks.0").rerunNs, (4'000 + 11'000) / 2);
+  EXPECT_EQ(t.at("M.blocks.1").forwards, 6);
+  EXPECT_EQ(t.at("M.blocks.1").forwardNs, 1'000);
+  EXPECT_EQ(t.at("M.blocks.1").reruns, 0);
+  EXPECT_EQ(t.at("M.nothing").forwards, 0);
+  EXPECT_EQ(t.at("M.nothing").forwardNs, -1);
+  EXPECT_DOUBLE_EQ(rerunOverForward(t), 7'500.0 / 2'166.0);
+  EXPECT_EQ(rerunOverForward(moduleTimesOverSteps(rec, {"M.blocks.1"})), 0.0);
+  // One step only: it is the steady one.
+  const Recording single = twoBlocks();
+  EXPECT_EQ(moduleTimesOverSteps(single, {"M.blocks.0"}).at("M.blocks.0").forwardNs, 1'000);
+}
+
+// The chain's times: the stage's forward from every steady step, what a plan's re-run costs from
+// the recording's own re-runs, and for a stage never re-run its forward times the recording's
+// re-run/forward ratio; the plan's extra time follows.
+TEST(ChainFromRecording, TimesComeFromEveryStepAndTheRecordedReruns) {
+  Recording rec = twoBlocksSteps(4);
+  timeScope(rec, "M.blocks.0", 105, 2'500);
+  timeScope(rec, "M.blocks.0", 205, 3'000);
+  timeScope(rec, "M.blocks.0", 305, 1'000);  // the modelled step (the last without re-runs)
+  absl::StatusOr<RecordedChain> plain = chainFromRecording(rec, categorize(rec), 0, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->step, 4);
+  EXPECT_EQ(plain->profile.stages[0].forwardNs, 2'166);  // the steps' mean, not step 4's 1,000
+  EXPECT_EQ(plain->profile.stages[0].rerunNs, 0);        // no re-run recorded: its forward's
+  EXPECT_EQ(plain->profile.stages[0].options[0].recomputeNs, 400);  // the child's, as recorded
+
+  rerunIn(rec, 3, "M.blocks.1", 4'000);  // a plan re-ran block 1 in step 3: 4x its forward
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->step, 4);
+  const ChainProfile& p = c->profile;
+  EXPECT_EQ(p.stages[1].forwardNs, 1'000);  // steps 2 and 4
+  EXPECT_EQ(p.stages[1].rerunNs, 4'000);
+  EXPECT_EQ(p.stages[0].forwardNs, 2'166);
+  EXPECT_EQ(p.stages[0].rerunNs, 8'664);                   // 2,166 x 4
+  EXPECT_EQ(p.stages[0].options[0].recomputeNs, 1'600);    // the child: 400 x 4
+  EXPECT_EQ(p.baseStepNs(), plain->profile.baseStepNs());  // forwards and backwards unchanged
+  const ChainPlan first{{{0, 0, SegmentMode::kRecompute}, {1, 1, SegmentMode::kStore}}};
+  const ChainPlan second{{{0, 0, SegmentMode::kStore}, {1, 1, SegmentMode::kRecompute}}};
+  EXPECT_EQ(simulate(p, first).extraNs, 8'664);
+  EXPECT_EQ(simulate(p, second).extraNs, 4'000);
 }
 
 // The two blocks of twoBlocks() in two containers, as a ResNet keeps its blocks (layer1.0,

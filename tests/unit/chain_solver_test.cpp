@@ -345,6 +345,7 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   p.stages[0].options.push_back({"attn", 30, 3, {"A.attn"}, 1, 2});
   p.stages[1].options.push_back({"keep matmul outputs", 10, 4, {}, -1, -1, kSavePolicyMatmul});
   p.stages[1].backwardOutsideBytes = 7;
+  p.stages[1].rerunNs = 9;
   p.endOutsideBytes = 3;
   const std::string text = chainProfileToJson(p);
   absl::StatusOr<ChainProfile> back = parseChainProfile(text);
@@ -358,6 +359,10 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
             p.stages[0].backwardWorkingBytes + 50 - 20);
   EXPECT_EQ(back->stages[1].options[0].policy, kSavePolicyMatmul);
   EXPECT_TRUE(back->stages[0].options[0].policy.empty());
+  // A re-run's own time travels; absent, a re-run takes the forward's.
+  EXPECT_EQ(back->stages[1].rerunCostNs(), 9);
+  EXPECT_EQ(back->stages[0].rerunNs, 0);
+  EXPECT_EQ(back->stages[0].rerunCostNs(), back->stages[0].forwardNs);
 
   PlanReport r = makePlan(*back, 194, Strategy::kOptimal);
   r.source.profile = "two.json";

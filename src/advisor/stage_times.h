@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "src/core/recording.h"
+
+namespace tidemark::core {
+
+// A module's times over every steady step of a recording (each complete step but the first,
+// which creates the optimizer state; the only step when there is one): the mean of its runs,
+// stalls beyond 4x the median left out. One step's times move by tens of percent on a busy
+// machine, and a plan's cost is paid every step.
+struct ModuleTimes {
+  int64_t forwardNs = -1;  // its forward (first call of the step), in steps that did not re-run it
+  int64_t rerunNs = -1;    // each run of its forward inside a recompute phase (a plan's re-run)
+  int forwards = 0;        // how many runs each figure is of (0: none, the figure is -1)
+  int reruns = 0;
+};
+
+// The times of the modules named (scopes of that name; a name not in the recording has none).
+// A forward in a step that re-ran the module is no sample: a plan's checkpoint wraps a segment
+// of several blocks in the scope of its first, and the others' own forward scopes are empty.
+std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
+                                                        const std::vector<std::string>& names);
+
+// A recording's re-runs beside its forwards: the summed re-run times over the summed forward
+// times of the modules that have both (a job planned in mid-run: forwards before the plan,
+// re-runs after). 0 when no module has both.
+double rerunOverForward(const std::map<std::string, ModuleTimes>& times);
+
+}  // namespace tidemark::core
