@@ -10,9 +10,9 @@ Two predictions per budget:
   forward     the plan made from the store-all recording: a re-run is predicted from the blocks'
               recorded forwards (medians over the steady steps)
   calibrated  the plan made at the same budget from the same recording with
-              `--rerun-times-from` a training under the first plan: re-runs predicted from the
-              blocks' recorded re-runs there (and from their forwards times the re-run/forward
-              ratio for blocks that plan did not re-run)
+              `--rerun-times-from` the 3 trainings under the first plan: re-runs predicted from
+              the blocks' recorded re-runs there, pooled (and from their forwards times the
+              re-run/forward ratio for blocks that plan did not re-run)
 
     python3 bench/recompute_time.py BIN PYTHON [--model gpt|convnet] [--steps N] [--markdown]
 """
@@ -50,13 +50,26 @@ def recompute_ns_per_step(store, session):
     return out
 
 
-def measure(b, store, path):
-    """(median, least, most) over REPEATS trainings of the plan of each one's median step."""
-    measured = []
+def typical(values):
+    """The mean, stalls beyond 4x the median left out (as the advisor's time model takes a
+    block's runs): what a step costs on average, which the training's length multiplies."""
+    cut = 4 * statistics.median(values)
+    return statistics.mean(v for v in values if v <= cut)
+
+
+def measure(b, store, path, sessions=None):
+    """Over REPEATS trainings of the plan: the median of their median steps' recomputation, the
+    least and most of those, and the median of their steps' typical recomputation; the
+    trainings' sessions appended to `sessions`."""
+    medians, means = [], []
     for _ in range(REPEATS):
         b.train_once(path)
-        measured.append(statistics.median(recompute_ns_per_step(store, int(b.last_session))))
-    return statistics.median(measured), min(measured), max(measured)
+        per_step = recompute_ns_per_step(store, int(b.last_session))
+        medians.append(statistics.median(per_step))
+        means.append(typical(per_step))
+        if sessions is not None:
+            sessions.append(b.last_session)
+    return (statistics.median(medians), min(medians), max(medians), statistics.median(means))
 
 
 def main():
@@ -74,27 +87,32 @@ def main():
         for pct in (50, 70, 90):
             path = os.path.join(b.work, "plan-%d.json" % pct)
             plan = b.plan(base, path, "--budget", "%d%%" % pct)
-            rows.append(("forward", pct, plan["predicted"]["extra_ns"], *measure(b, store, path)))
-            planned = b.last_session  # the job under this plan: its re-runs recorded
+            planned = []  # the job under this plan: its re-runs recorded
+            rows.append(("forward", pct, plan["predicted"]["extra_ns"],
+                          *measure(b, store, path, planned)))
             path = os.path.join(b.work, "plan-%d-calibrated.json" % pct)
-            plan = b.plan(base, path, "--budget", "%d%%" % pct, "--rerun-times-from", planned)
+            plan = b.plan(base, path, "--budget", "%d%%" % pct, "--rerun-times-from",
+                          ",".join(planned))
             rows.append(("calibrated", pct, plan["predicted"]["extra_ns"],
                          *measure(b, store, path)))
     finally:
         b.close()
     if markdown:
-        print("| budget | prediction | predicted ms | measured ms (median; runs' range) | "
-              "measured / predicted |")
-        print("|---|---|---|---|---|")
-    for kind, pct, predicted, measured, low, high in rows:
+        print("| budget | prediction | predicted ms | median step ms (runs' range) | "
+              "median / predicted | mean step ms | mean / predicted |")
+        print("|---|---|---|---|---|---|---|")
+    for kind, pct, predicted, measured, low, high, mean in rows:
         ratio = measured / predicted if predicted else float("nan")
+        mean_ratio = mean / predicted if predicted else float("nan")
         if markdown:
-            print("| %d %% | %s | %.1f | %.1f (%.1f–%.1f) | %.2f |"
-                  % (pct, kind, predicted / 1e6, measured / 1e6, low / 1e6, high / 1e6, ratio))
+            print("| %d %% | %s | %.1f | %.1f (%.1f–%.1f) | %.2f | %.1f | %.2f |"
+                  % (pct, kind, predicted / 1e6, measured / 1e6, low / 1e6, high / 1e6, ratio,
+                     mean / 1e6, mean_ratio))
         else:
-            print("%s %d%% %s: recompute per step predicted %.1f ms, measured %.1f ms "
-                  "(%.1f-%.1f), ratio %.2f" % (model, pct, kind, predicted / 1e6, measured / 1e6,
-                                               low / 1e6, high / 1e6, ratio))
+            print("%s %d%% %s: recompute per step predicted %.1f ms, median step %.1f ms "
+                  "(%.1f-%.1f), ratio %.2f; mean step %.1f ms, ratio %.2f"
+                  % (model, pct, kind, predicted / 1e6, measured / 1e6, low / 1e6, high / 1e6,
+                     ratio, mean / 1e6, mean_ratio))
 
 
 if __name__ == "__main__":

@@ -500,9 +500,11 @@ fi
 
 if want 10; then
 echo
-echo "== 10. recomputation time, predicted against measured (bench/recompute_time.py; the median"
-echo "   steady step's recompute phases, the median of 3 trainings), torch 2"
+echo "== 10. recomputation time, predicted (from the forwards; calibrated by recorded re-runs)"
+echo "   against measured (bench/recompute_time.py; the steady steps' recompute phases: the median"
+echo "   and the mean step, the median of 3 trainings of 20 steps), torch 2"
 for M in gpt convnet; do
-  $PY bench/recompute_time.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" --model $M
+  $PY bench/recompute_time.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" --model $M \
+    --steps 20
 done
 fi

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_split.h"
+
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
@@ -36,8 +38,8 @@ struct AdvisorArgs {
   std::string blocks;
   std::string outFile;
   int64_t step = 0;
-  bool haveRerunSession = false;
-  uint64_t rerunTimesFrom = 0;  // a session whose recorded re-runs time the recomputation
+  // Sessions whose recorded re-runs time the recomputation (trainings of the job under a plan).
+  std::vector<uint64_t> rerunTimesFrom;
   int points = 24;
   double margin = core::kDefaultMarginFraction;
   bool nested = false;
@@ -108,9 +110,19 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
         }
         a->margin = pct / 100.0;
       }
-      if (arg == "--rerun-times-from" &&
-          !acceptSessionArg(command, v, &a->haveRerunSession, &a->rerunTimesFrom, code))
-        return false;
+      if (arg == "--rerun-times-from") {
+        for (absl::string_view part : absl::StrSplit(v, ',')) {
+          const std::string id(part);
+          uint64_t session = 0;
+          if (!parseSessionId(id, &session)) {
+            std::fprintf(stderr, "tidemark %s: --rerun-times-from: '%s' is not a session id\n",
+                         command, id.c_str());
+            *code = kExitUsage;
+            return false;
+          }
+          a->rerunTimesFrom.push_back(session);
+        }
+      }
       if (arg == "--step" || arg == "--points") {
         char* end = nullptr;
         const long long n = std::strtoll(v.c_str(), &end, 10);
@@ -141,7 +153,7 @@ bool parseAdvisorArgs(const char* command, const char* usage, const std::vector<
     *code = kExitUsage;
     return false;
   }
-  if (a->haveRerunSession && !a->profileFile.empty()) {
+  if (!a->rerunTimesFrom.empty() && !a->profileFile.empty()) {
     std::fprintf(stderr, "tidemark %s: --rerun-times-from needs a SESSION, not --profile\n",
                  command);
     *code = kExitUsage;
@@ -177,7 +189,7 @@ v1::ChainSelector selector(const AdvisorArgs& a) {
   s.set_session_id(a.session);
   s.set_step(a.step);
   s.set_blocks(a.blocks);
-  s.set_rerun_times_from(a.rerunTimesFrom);
+  for (uint64_t id : a.rerunTimesFrom) s.add_rerun_times_from(id);
   return s;
 }
 
@@ -329,8 +341,9 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "checkpoints); the adapter refuses it on torch 1.13.\n"
       "--offload SPEED (25GB/s) lets plans move a block's activations to host memory after its\n"
       "forward and back for its backward, over a link of that speed (a GPU job).\n"
-      "--rerun-times-from S: time the recomputation by the blocks' recorded re-runs in session\n"
-      "S (the same job trained under a plan), not by their forwards (docs/plan-format.md).\n"
+      "--rerun-times-from S[,S...]: time the recomputation by the blocks' recorded re-runs in\n"
+      "these sessions (the same job trained under a plan), pooled, not by their forwards\n"
+      "(docs/plan-format.md).\n"
       "--megatron also prints the cheapest of Megatron-LM's recomputation flag sets that fits\n"
       "(--recompute-granularity, --recompute-method, --recompute-num-layers; the chain's\n"
       "blocks taken as Megatron's layers), simulated like any plan, beside this plan.\n"
@@ -385,7 +398,7 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
       "The chain profile the advisor builds from a recorded step (docs/chain-model.md): per\n"
       "block, its times, saved, output and working bytes, and the memory outside the chain;\n"
       "checked against the recording (the plan that ran, its predicted and measured peak).\n"
-      "--rerun-times-from S: re-run times from session S's recorded re-runs (as `plan`).\n"
+      "--rerun-times-from S[,S...]: re-run times from these sessions' re-runs (as `plan`).\n"
       "--out writes the profile file, which `tidemark plan --profile` reads.\n";
   AdvisorArgs a;
   int code = kExitOk;
@@ -473,7 +486,7 @@ int paretoCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn
       "curve), from one solve. The table shows K points spread over the curve (default 24);\n"
       "--json gives all of them. --nested: the curve of plans that may nest recomputed\n"
       "segments (as `tidemark plan --nested`); --offload SPEED: with offloading (as `plan`);\n"
-      "--rerun-times-from S: re-run times from session S (as `plan`).\n";
+      "--rerun-times-from S[,S...]: re-run times from these sessions (as `plan`).\n";
   AdvisorArgs a;
   int code = kExitOk;
   std::vector<std::string> args = argsIn;

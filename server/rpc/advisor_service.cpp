@@ -32,24 +32,31 @@ grpc::Status AdvisorService::checkChainAccess(const grpc::ServerContext& ctx,
                                               const char* method) {
   grpc::Status denied =
       m_access.check(ctx, static_cast<int64_t>(selector.session_id()), method, kRead);
-  if (denied.ok() && selector.rerun_times_from() != 0)
-    denied = m_access.check(ctx, static_cast<int64_t>(selector.rerun_times_from()), method, kRead);
+  for (uint64_t other : selector.rerun_times_from())
+    if (denied.ok()) denied = m_access.check(ctx, static_cast<int64_t>(other), method, kRead);
   return denied;
 }
 
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {
   const auto session = static_cast<int64_t>(selector.session_id());
+  // Other recordings of the job whose re-runs time the recomputation: their re-runs only, taken
+  // one recording at a time before the session's own is loaded (one recording held at a time).
+  constexpr int kMaxRerunSessions = 64;
+  if (selector.rerun_times_from_size() > kMaxRerunSessions)
+    return absl::InvalidArgumentError(absl::StrCat("--rerun-times-from takes at most ",
+                                                   kMaxRerunSessions, " sessions, not ",
+                                                   selector.rerun_times_from_size()));
+  std::optional<core::RerunSamples> rerunsFrom;
+  for (uint64_t other : selector.rerun_times_from()) {
+    auto r = loadRecording(static_cast<int64_t>(other));
+    if (!r.ok())
+      return absl::Status(r.status().code(),
+                          absl::StrCat("--rerun-times-from ", other, ": ", r.status().message()));
+    if (!rerunsFrom) rerunsFrom.emplace();
+    core::addRecordedReruns(*r, &*rerunsFrom);
+  }
   auto rec = loadRecording(session);
   if (!rec.ok()) return rec.status();
-  // Another recording of the job whose re-runs time the recomputation.
-  std::optional<core::Recording> rerunsFrom;
-  if (selector.rerun_times_from() != 0) {
-    auto other = loadRecording(static_cast<int64_t>(selector.rerun_times_from()));
-    if (!other.ok())
-      return absl::Status(other.status().code(),
-                          absl::StrCat("--rerun-times-from: ", other.status().message()));
-    rerunsFrom = std::move(*other);
-  }
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
   // A job that applied a plan is modelled from a step before it (chainFromRecording).
   int64_t firstPlannedStep = 0;

@@ -261,21 +261,14 @@ std::pair<int64_t, int64_t> backwardPeaks(const Recording& rec, const Window& w,
 // times the re-run/forward ratio of the blocks that have both, when one is known. A child
 // option re-runs the child: the same for the child. An op-level option re-runs the block less
 // its kept ops: its share of the block's time, kept.
-void calibrateTimes(const Recording& rec, const Recording* rerunsFrom, ChainProfile* p) {
+void calibrateTimes(const Recording& rec, const RerunSamples* rerunsFrom, ChainProfile* p) {
   std::vector<std::string> names;
   for (const Stage& s : p->stages) {
     names.push_back(s.name);
     for (const StageOption& o : s.options)
       if (o.policy.empty()) names.insert(names.end(), o.recompute.begin(), o.recompute.end());
   }
-  std::map<std::string, ModuleTimes> times = moduleTimesOverSteps(rec, names);
-  if (rerunsFrom != nullptr) {
-    for (const auto& [name, other] : moduleTimesOverSteps(*rerunsFrom, names)) {
-      if (other.reruns == 0) continue;
-      times[name].rerunNs = other.rerunNs;
-      times[name].reruns = other.reruns;
-    }
-  }
+  const std::map<std::string, ModuleTimes> times = moduleTimesOverSteps(rec, names, rerunsFrom);
   const double ratio = rerunOverForward(times);
   auto rerunOf = [&](const std::string& name, int64_t forwardNs) -> int64_t {
     const ModuleTimes& m = times.at(name);
@@ -312,7 +305,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                                                  const std::vector<BlockCategory>& categories,
                                                  int64_t stepNo, std::string_view blocksPrefix,
                                                  int64_t firstPlannedStep,
-                                                 const Recording* rerunTimesFrom) {
+                                                 const RerunSamples* rerunTimesFrom) {
   // 1. The step.
   const StepInterval* step = nullptr;
   if (stepNo > 0) {

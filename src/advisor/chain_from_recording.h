@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "src/advisor/chain.h"
+#include "src/advisor/stage_times.h"
 #include "src/core/categorize.h"
 #include "src/core/recording.h"
 
@@ -48,13 +49,13 @@ struct RecordedChain {
 // plan chose, and a model that checkpoints by itself recomputes in every step, so recomputation
 // alone does not tell them apart).
 // Times are medians over the steady steps; what a re-run costs comes from the recording's own
-// re-runs, or rerunTimesFrom's when given (another recording of the job, under a plan), and for
+// re-runs, or rerunTimesFrom's when given (other recordings of the job, under a plan), and for
 // a block never re-run from its forward times their re-run/forward ratio (docs/plan-format.md).
 // Expects recording.sortBySeq() and categories = categorize(recording).
 absl::StatusOr<RecordedChain> chainFromRecording(const Recording& recording,
                                                  const std::vector<BlockCategory>& categories,
                                                  int64_t step, std::string_view blocksPrefix,
                                                  int64_t firstPlannedStep = 0,
-                                                 const Recording* rerunTimesFrom = nullptr);
+                                                 const RerunSamples* rerunTimesFrom = nullptr);
 
 }  // namespace tidemark::core

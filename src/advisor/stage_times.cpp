@@ -1,6 +1,7 @@
 #include "src/advisor/stage_times.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 namespace tidemark::core {
@@ -10,7 +11,7 @@ namespace {
 // median: a collection, a thread put off the core). Not the median: on a busy machine a block
 // runs now fast, now slow, and a plan's recomputation per step is a sum of such runs, whose
 // median the sum of medians falls short of by a fifth (measured, docs/plan-format.md).
-int64_t typical(std::vector<int64_t>& v) {
+int64_t typical(std::vector<int64_t> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
   const int64_t median = v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
@@ -23,16 +24,14 @@ int64_t typical(std::vector<int64_t>& v) {
   return n > 0 ? sum / n : median;
 }
 
-}  // namespace
-
-std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
-                                                        const std::vector<std::string>& names) {
-  // The steady steps, in sequence order (the recording is sorted).
+// Calls run(scope, step index, re-run?) for every closed module scope of the steady steps that
+// ran inside a forward or a recompute phase (the recording sorted by sequence number).
+void eachRun(const Recording& rec,
+             const std::function<void(const ScopeInterval&, int, bool)>& run) {
   std::vector<const StepInterval*> steps;
   for (const StepInterval& s : rec.steps)
     if (s.endSeq != kOpenSeq) steps.push_back(&s);
   if (steps.size() > 1) steps.erase(steps.begin());
-  // Each step's forward and recompute phases.
   std::vector<std::vector<const PhaseInterval*>> forwards(steps.size()), recomputes(steps.size());
   auto stepOf = [&](uint64_t seq) -> int {
     auto it = std::upper_bound(steps.begin(), steps.end(), seq,
@@ -52,23 +51,46 @@ std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
       return ph->beginSeq <= sc.beginSeq && sc.endSeq <= ph->endSeq;
     });
   };
+  for (const ScopeInterval& sc : rec.scopes) {
+    if (sc.endSeq == kOpenSeq) continue;
+    const int t = stepOf(sc.beginSeq);
+    if (t < 0) continue;
+    if (inside(recomputes[t], sc)) {
+      run(sc, t, true);
+    } else if (inside(forwards[t], sc)) {
+      run(sc, t, false);
+    }
+  }
+}
+
+}  // namespace
+
+void addRecordedReruns(const Recording& rec, RerunSamples* into) {
+  eachRun(rec, [&](const ScopeInterval& sc, int, bool rerun) {
+    if (!rerun) return;
+    std::vector<int64_t>& runs = (*into)[sc.name];
+    if (runs.size() < kMaxRerunSamples) runs.push_back(sc.endTsNs - sc.beginTsNs);
+  });
+}
+
+std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
+                                                        const std::vector<std::string>& names,
+                                                        const RerunSamples* rerunsFrom) {
   const std::set<std::string> wanted(names.begin(), names.end());
   // Per module: per step, its first forward; every re-run; the steps that re-ran it.
   std::map<std::string, std::map<int, int64_t>> forwardOf;
-  std::map<std::string, std::vector<int64_t>> reruns;
+  RerunSamples reruns;
   std::map<std::string, std::set<int>> rerunSteps;
-  for (const ScopeInterval& sc : rec.scopes) {
-    if (sc.endSeq == kOpenSeq || !wanted.count(sc.name)) continue;
-    const int t = stepOf(sc.beginSeq);
-    if (t < 0) continue;
+  eachRun(rec, [&](const ScopeInterval& sc, int t, bool rerun) {
+    if (!wanted.count(sc.name)) return;
     const int64_t ns = sc.endTsNs - sc.beginTsNs;
-    if (inside(recomputes[t], sc)) {
+    if (rerun) {
       reruns[sc.name].push_back(ns);
       rerunSteps[sc.name].insert(t);
-    } else if (inside(forwards[t], sc)) {
+    } else {
       forwardOf[sc.name].emplace(t, ns);  // the first call of the step (scopes come in order)
     }
-  }
+  });
   std::map<std::string, ModuleTimes> out;
   for (const std::string& name : wanted) {
     ModuleTimes& m = out[name];
@@ -79,9 +101,14 @@ std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
       m.forwards = static_cast<int>(fwd.size());
       m.forwardNs = typical(fwd);
     }
-    if (std::vector<int64_t>& r = reruns[name]; !r.empty()) {
-      m.reruns = static_cast<int>(r.size());
-      m.rerunNs = typical(r);
+    const std::vector<int64_t>* r = &reruns[name];
+    if (rerunsFrom != nullptr) {
+      auto there = rerunsFrom->find(name);
+      if (there != rerunsFrom->end() && !there->second.empty()) r = &there->second;
+    }
+    if (!r->empty()) {
+      m.reruns = static_cast<int>(r->size());
+      m.rerunNs = typical(*r);
     }
   }
   return out;

@@ -20,15 +20,25 @@ struct ModuleTimes {
   int reruns = 0;
 };
 
+// Every module's recorded re-runs (its scopes inside recompute phases of the steady steps), by
+// name, in nanoseconds: gathered from other recordings of the job (trainings under a plan) one
+// at a time, so that only these are held — at most kMaxRerunSamples per module (the first).
+using RerunSamples = std::map<std::string, std::vector<int64_t>>;
+inline constexpr size_t kMaxRerunSamples = 4096;
+void addRecordedReruns(const Recording& rec, RerunSamples* into);
+
 // The times of the modules named (scopes of that name; a name not in the recording has none).
 // A forward in a step that re-ran the module is no sample: a plan's checkpoint wraps a segment
 // of several blocks in the scope of its first, and the others' own forward scopes are empty.
+// rerunsFrom: re-runs recorded elsewhere, which replace the recording's own for the modules that
+// have some there.
 std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
-                                                        const std::vector<std::string>& names);
+                                                        const std::vector<std::string>& names,
+                                                        const RerunSamples* rerunsFrom = nullptr);
 
 // A recording's re-runs beside its forwards: the summed re-run times over the summed forward
 // times of the modules that have both (a job planned in mid-run: forwards before the plan,
-// re-runs after). 0 when no module has both.
+// re-runs after; or re-runs from another recording). 0 when no module has both.
 double rerunOverForward(const std::map<std::string, ModuleTimes>& times);
 
 }  // namespace tidemark::core

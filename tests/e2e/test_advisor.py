@@ -137,11 +137,16 @@ class AdvisorLiveTest(DaemonTestCase):
                          sum(s["rerun_ns"] for s in timed["stages"]))
         self.assertIn("RE-RUN", self.daemon.cli("chain", str(base), "--rerun-times-from",
                                                  str(planned)).stdout)
+        # Pooled: the same training twice is the same runs twice, the same typical re-run.
+        twice = self.daemon.cli_json("chain", str(base), "--rerun-times-from",
+                                     "%d,%d" % (planned, planned))
+        self.assertEqual([s["rerun_ns"] for s in twice["stages"]],
+                         [s["rerun_ns"] for s in timed["stages"]])
         # Wrong: a session that is not there, not a session id, with a profile file.
         r = self.daemon.cli("plan", str(base), "--budget", "50%", "--rerun-times-from", "9999",
                             check=False)
         self.assertEqual(r.returncode, 1, r.stderr)
-        self.assertIn("--rerun-times-from", r.stderr)
+        self.assertIn("--rerun-times-from 9999", r.stderr)
         r = self.daemon.cli("plan", str(base), "--budget", "50%", "--rerun-times-from", "x",
                             check=False)
         self.assertEqual(r.returncode, 2, r.stderr)

@@ -218,6 +218,23 @@ TEST(ChainFromRecording, TimesComeFromEveryStepAndTheRecordedReruns) {
   EXPECT_EQ(plain->profile.stages[0].rerunNs, 0);        // no re-run recorded: its forward's
   EXPECT_EQ(plain->profile.stages[0].options[0].recomputeNs, 400);  // the child's, as recorded
 
+  // Re-runs recorded in other trainings of the job (pooled): they time the re-runs; the sizes and
+  // forwards stay the recording's.
+  RerunSamples elsewhere;
+  for (int64_t ns : {8'000, 10'000}) {
+    Recording other = twoBlocksSteps(2);
+    rerunIn(other, 2, "M.blocks.0", ns);
+    addRecordedReruns(other, &elsewhere);
+  }
+  ASSERT_EQ(elsewhere["M.blocks.0"].size(), 2u);
+  absl::StatusOr<RecordedChain> timed =
+      chainFromRecording(rec, categorize(rec), 0, "", 0, &elsewhere);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_EQ(timed->profile.stages[0].forwardNs, 2'166);
+  EXPECT_EQ(timed->profile.stages[0].rerunNs, 9'000);
+  EXPECT_EQ(timed->profile.stages[1].rerunNs, 4'155);  // 1,000 x 9,000 / 2,166
+  EXPECT_EQ(timed->profile.stages[0].savedBytes, plain->profile.stages[0].savedBytes);
+
   rerunIn(rec, 3, "M.blocks.1", 4'000);  // a plan re-ran block 1 in step 3: 4x its forward
   absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "");
   ASSERT_TRUE(c.ok()) << c.status();
