@@ -127,26 +127,18 @@ Recording twoBlocksSteps(int steps) {
       g.tsNs += offNs;
       r.tags.push_back(g);
     }
-    for (PhaseInterval ph : one.phases) {
-      ph.beginSeq += off;
-      ph.endSeq += off;
-      ph.beginTsNs += offNs;
-      ph.endTsNs += offNs;
-      r.phases.push_back(ph);
-    }
-    for (ScopeInterval sc : one.scopes) {
-      sc.beginSeq += off;
-      sc.endSeq += off;
-      sc.beginTsNs += offNs;
-      sc.endTsNs += offNs;
-      r.scopes.push_back(sc);
-    }
-    StepInterval st = one.steps[0];
+    // Phases, scopes and steps: intervals, moved on as a whole.
+    auto shifted = [&](auto iv) {
+      iv.beginSeq += off;
+      iv.endSeq += off;
+      iv.beginTsNs += offNs;
+      iv.endTsNs += offNs;
+      return iv;
+    };
+    for (const PhaseInterval& ph : one.phases) r.phases.push_back(shifted(ph));
+    for (const ScopeInterval& sc : one.scopes) r.scopes.push_back(shifted(sc));
+    StepInterval st = shifted(one.steps[0]);
     st.step = t + 1;
-    st.beginSeq += off;
-    st.endSeq += off;
-    st.beginTsNs += offNs;
-    st.endTsNs += offNs;
     r.steps.push_back(st);
   }
   r.sortBySeq();
