@@ -94,6 +94,7 @@ class AdvisorLiveTest(DaemonTestCase):
 
     def test_gpt(self):
         self.check_model("gpt")
+        self.check_rerun_times()
         # Megatron-LM's flags for the same recording: the cheapest flag set that fits, beside
         # the plan (never cheaper than it), through the daemon's Plan call.
         base = self.daemon.newest_session()["id"]
@@ -110,11 +111,10 @@ class AdvisorLiveTest(DaemonTestCase):
         self.assertIn("Megatron-LM flags (the cheapest that fits of %d flag sets): %s"
                       % (flags["candidates"], flags["flags"]), text)
 
-    def test_gpt_rerun_times_from_a_planned_training(self):
+    def check_rerun_times(self):
         """`--rerun-times-from`: the recording's model, timed by another training's recorded
         re-runs (the job under its 50 % plan): every block that plan recomputed costs its re-run
         there; the sizes are the recording's; the plan's extra time is the re-runs'."""
-        self.check_model("gpt", budgets=(50,))
         base, (planned, plan50) = self.base, self.planned[50]
         own = self.daemon.cli_json("chain", str(base))
         timed = self.daemon.cli_json("chain", str(base), "--rerun-times-from", str(planned))
