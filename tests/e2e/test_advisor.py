@@ -97,7 +97,7 @@ class AdvisorLiveTest(DaemonTestCase):
         self.check_rerun_times()
         # Megatron-LM's flags for the same recording: the cheapest flag set that fits, beside
         # the plan (never cheaper than it), through the daemon's Plan call.
-        base = self.daemon.newest_session()["id"]
+        base = self.base  # the store-all recording (the newest session is a planned training)
         both = self.daemon.cli_json("plan", str(base), "--budget", "60%", "--megatron")
         plan, flags = both["plan"], both["megatron"]
         self.assertTrue(flags["fits"], flags)
