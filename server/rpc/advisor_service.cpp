@@ -39,8 +39,9 @@ grpc::Status AdvisorService::checkChainAccess(const grpc::ServerContext& ctx,
 
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {
   const auto session = static_cast<int64_t>(selector.session_id());
-  // Other recordings of the job whose re-runs time the recomputation: their re-runs only, taken
-  // one recording at a time before the session's own is loaded (one recording held at a time).
+  // Other recordings of the job whose re-runs time the recomputation: their intervals only (no
+  // blocks: cheap, and never refused for their size; a live one as far as it is committed), taken
+  // one at a time before the session's own is loaded, their re-run durations kept.
   constexpr int kMaxRerunSessions = 64;
   if (selector.rerun_times_from_size() > kMaxRerunSessions)
     return absl::InvalidArgumentError(absl::StrCat("--rerun-times-from takes at most ",
@@ -48,10 +49,15 @@ absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSele
                                                    selector.rerun_times_from_size()));
   std::optional<core::RerunSamples> rerunsFrom;
   for (uint64_t other : selector.rerun_times_from()) {
-    auto r = loadRecording(static_cast<int64_t>(other));
-    if (!r.ok())
-      return absl::Status(r.status().code(),
-                          absl::StrCat("--rerun-times-from ", other, ": ", r.status().message()));
+    auto failed = [&](const absl::Status& st) {
+      return absl::Status(st.code(),
+                          absl::StrCat("--rerun-times-from ", other, ": ", st.message()));
+    };
+    // NOT_FOUND for a session not there (the intervals alone would read as an empty one).
+    if (auto info = Store::getSession(m_dbPath, static_cast<int64_t>(other)); !info.ok())
+      return failed(info.status());
+    auto r = Store::loadRecording(m_dbPath, static_cast<int64_t>(other), /*withBlocks=*/false);
+    if (!r.ok()) return failed(r.status());
     if (!rerunsFrom) rerunsFrom.emplace();
     core::addRecordedReruns(*r, &*rerunsFrom);
   }

@@ -49,8 +49,9 @@ struct Stage {
   int64_t forwardNs = 0;
   int64_t backwardNs = 0;
   // What a re-run of the stage's forward takes when a plan recomputes it (0: its forward time).
-  // From a recording: the stage's own recorded re-runs when it has them (a re-run is not always
-  // as fast as the forward: cold caches, fresh pages, the checkpoint's hooks).
+  // From a recording: the stage's recorded re-runs when there are some (a re-run is not the
+  // forward: a recorded forward also holds the recording's work on the tensors it saves, and on
+  // a CPU a re-run may run in fresh pages).
   int64_t rerunNs = 0;
   int64_t savedBytes = 0;           // kept for backward when stored, not counting the stage's input
   int64_t outputBytes = 0;          // the boundary tensor handed to the next stage

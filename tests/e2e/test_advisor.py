@@ -150,6 +150,10 @@ class AdvisorLiveTest(DaemonTestCase):
         r = self.daemon.cli("plan", str(base), "--budget", "50%", "--rerun-times-from", "x",
                             check=False)
         self.assertEqual(r.returncode, 2, r.stderr)
+        r = self.daemon.cli("plan", str(base), "--budget", "50%", "--rerun-times-from",
+                            ",".join([str(planned)] * 65), check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)  # the daemon's INVALID_ARGUMENT
+        self.assertIn("at most 64 sessions", r.stderr)
         r = self.daemon.cli("plan", "--profile", os.path.join(self.daemon.dir, "none.json"),
                             "--budget", "50%", "--rerun-times-from", str(planned), check=False)
         self.assertEqual(r.returncode, 2, r.stderr)
