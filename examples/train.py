@@ -9,6 +9,7 @@ would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
     tidemark run -- python3 examples/train.py --steps 4
     tidemark run -- python3 examples/train.py --model convnet --checkpoint '' --plan plan.json
     tidemark run -- python examples/train.py --model gpt2 --checkpoint all
+    tidemark run -- python examples/train.py --checkpoint '' --compile --plan plan.json
 """
 import argparse
 import os
@@ -86,6 +87,13 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan", help="apply this tidemark recompute plan (plan.json) before training")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--compile", action="store_true",
+                   help="torch 2: train the whole model under torch.compile (after --plan: its "
+                        "checkpoint regions are compiled with the model)")
+    p.add_argument("--activation-memory-budget", type=float, metavar="F",
+                   help="with --compile: torch._functorch.config.activation_memory_budget, "
+                        "torch.compile's own recomputation (1.0: its default; 0: recompute "
+                        "what it can)")
     p.add_argument("--torch-profiler", action="store_true",
                    help="run the steps under torch.profiler and print its count of GPU kernels")
     args = p.parse_args(argv)
@@ -110,6 +118,16 @@ def main(argv=None):
             "%s %s" % (s["mode"], "..".join(s["modules"][::max(1, len(s["modules"]) - 1)]))
             for s in applied.plan["segments"] if s["mode"] != "store") or "store everything"),
             flush=True)
+    if args.activation_memory_budget is not None and not args.compile:
+        raise SystemExit("--activation-memory-budget is torch.compile's: it needs --compile")
+    forward = model
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            raise SystemExit("--compile needs torch 2 (this torch is %s)" % torch.__version__)
+        if args.activation_memory_budget is not None:
+            from torch._functorch import config as functorch_config
+            functorch_config.activation_memory_budget = args.activation_memory_budget
+        forward = torch.compile(model)
     gen = torch.Generator().manual_seed(args.seed)
     profiler = None
     if args.torch_profiler:
@@ -124,7 +142,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         opt.zero_grad()
         for inputs, targets in batches:
-            loss = compute_loss(model, inputs, targets)
+            loss = compute_loss(forward, inputs, targets)
             (loss / args.accumulate if args.accumulate > 1 else loss).backward()
         opt.step()
         print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),

@@ -29,6 +29,15 @@ different depths, a module twice) is refused with ``PlanError`` before anything 
 fails when it runs (a segment that is not a chain, a block that takes more than its predecessor's
 output, a module that cannot run under a checkpoint) turns itself off and the module's own
 forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the job.
+
+Under ``torch.compile`` (a plan applied to the model before or after it is compiled) the
+wrappers are traced into the compiled graph as its checkpoint regions (dynamo's own
+``torch.utils.checkpoint``, which the compiled backward re-runs): nothing in them breaks the
+graph. What cannot be traced is left out there: the try-the-plan-else-the-module's-forward
+fallback (an error in a compiled region is torch.compile's to report), the RNG rewinding of a
+multi-module segment (its modules still draw in their own order) and the running-state
+restoring, which compiled code does not need (the compiled graph updates a buffer once however
+often it recomputes).
 """
 import collections
 import contextlib
@@ -192,6 +201,20 @@ def _find(table, name):
     return m
 
 
+_compile_probe = None
+
+
+def _compiling():
+    """Whether torch.compile is tracing this call (torch.compiler.is_compiling; False on torch
+    1.13). Dynamo evaluates it while tracing, so a wrapper's compiled path has nothing else in
+    it."""
+    global _compile_probe
+    if _compile_probe is None:
+        from .adapter import _compile_probe as probe
+        _compile_probe = probe()
+    return _compile_probe()
+
+
 def _checkpoint():
     # Looked up at call time: under `tidemark run` the adapter's wrapper marks the recompute phase.
     import torch.utils.checkpoint as ckpt
@@ -206,8 +229,9 @@ def _rng_state():
 
 
 def _version(value):
-    """A tensor's version counter (it rises with every in-place change); None for other values."""
-    return getattr(value, "_version", None)
+    """A tensor's version counter (it rises with every in-place change); None for other values,
+    and under torch.compile (which does not trace it; identity is checked there)."""
+    return None if _compiling() else getattr(value, "_version", None)
 
 
 def _set_rng_state(state):
@@ -223,6 +247,8 @@ def _as_called(module, inner):
     adapter: inside the module's scope. A recomputation calls the forward, not the module; without
     its scope the recording would not say which block was recomputed (the advisor reads it)."""
     def call(*args, **kwargs):
+        if _compiling():  # no scopes inside a compiled region
+            return inner(*args, **kwargs)
         from . import adapter
         inst = adapter._instance
         if inst is None or not inst.enabled:
@@ -260,8 +286,11 @@ def _once_with_state(modules, fn, again=None):
     it, so the state is the model's own as without the plan. A native kernel may change a buffer
     without moving its counter (batch_norm's running mean and variance; its batch count moves),
     so all the buffers of a module count once one of them moved, and a normalization layer's
-    always do. Buffers the forward leaves alone (a causal mask) are never copied."""
+    always do. Buffers the forward leaves alone (a causal mask) are never copied. Under
+    torch.compile: fn itself (the compiled graph updates the state once)."""
     import torch
+    if _compiling():
+        return fn
     owners = [(sub, list(sub.buffers(recurse=False)))
               for m in modules for sub in m.modules()]
     owners = [(sub, bufs) for sub, bufs in owners if bufs]
@@ -357,7 +386,9 @@ class PathCheck:
         """How the forwards since the last call differ from the plan's chain, or None."""
         forwards, self.forwards, self.current = self.forwards, [], None
         for ran in forwards:
-            if ran == self.expected:
+            # None of the blocks seen: a forward under torch.compile, whose compiled region calls
+            # no module hooks (nothing to compare, not a path without the blocks).
+            if ran == self.expected or not ran:
                 continue
             known = set(self.expected)
             calls = {}  # in the order first called
@@ -454,7 +485,10 @@ class AppliedPlan:
         return False
 
     def _attempt(self, name, planned, own, args, kwargs):
-        """planned() the plan's way; on an exception, the own way (see the class)."""
+        """planned() the plan's way; on an exception, the own way (see the class). Under
+        torch.compile, planned() (see the module's doc)."""
+        if _compiling():
+            return planned()
         state = _rng_state()
         try:
             return planned()
@@ -546,7 +580,7 @@ class AppliedPlan:
                     for i in range(lo, hi + 1):
                         x = fns[i](x, *others, **kwargs)
                         ys.append(x)
-                        if not again:
+                        if not again and not _compiling():
                             ran.append(_rng_state())
                     continue
                 inner_todo = sub or [("store", lo, hi, None)]
@@ -582,7 +616,10 @@ class AppliedPlan:
                 lambda: _checkpoint()(_once_with_state(modules, run, run_again), *args,
                                       use_reentrant=False, **kwargs),
                 lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
-            if len(ys) == len(inners) and len(ran) == len(inners):
+            if len(ys) == len(inners) and _compiling():  # no RNG state to rewind there
+                for i in range(1, len(ys)):
+                    pending[i] = (ys[i - 1], None, ys[i], None, others)
+            elif len(ys) == len(inners) and len(ran) == len(inners):
                 for i in range(1, len(ys)):
                     pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i], ran[i], others)
                 _set_rng_state(ran[0])
@@ -594,7 +631,8 @@ class AppliedPlan:
                 ahead = pending.pop(index, None)
                 if (ahead is not None and args and args[0] is ahead[0] and
                         _version(args[0]) == ahead[1] and _same(args[1:], kwargs, ahead[4])):
-                    _set_rng_state(ahead[3])
+                    if ahead[3] is not None:
+                        _set_rng_state(ahead[3])
                     return ahead[2]
                 if ahead is not None:
                     pending.clear()

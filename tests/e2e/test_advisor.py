@@ -589,43 +589,77 @@ print("ok")
     def test_plans_apply_to_compiled_models(self):
         """torch.compile, per block or whole: a plan names modules as the recording does (without
         `_orig_mod`), inner modules of a compiled block too, and takes effect (torch recompiles):
-        the bytes saved for backward fall, the loss is the same."""
+        the bytes saved for backward fall, the loss is the same. The plan's wrappers are compiled
+        with the model (fullgraph=True: no graph break, so a plan never turns a compiled model
+        back into an eager one): one checkpoint, a segment of several blocks, a nested one, an
+        op-level option (selective checkpointing's policy) and a segment of BatchNorm blocks
+        (their running statistics updated once)."""
         if torch_version() < (2, 0):
             self.skipTest("torch.compile needs torch 2 (this job's torch is %s)"
                           % ".".join(map(str, torch_version())))
         code = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
-import tidemark, tiny_gpt
-def saved_bytes(mode, names):
+import tidemark, tiny_gpt, tiny_resnet, tiny_convnet
+# Dynamo's tracing and AOTAutograd's partitioning (where checkpoint regions become recomputation)
+# without inductor's code generation, minutes on a CPU (bench/advisor_comparison.py --compiled
+# runs inductor).
+BACKEND = "aot_eager"
+def recompute(*names, inner=None):
+    seg = {"mode": "recompute", "modules": list(names)}
+    if inner:
+        seg["inner"] = inner
+    return seg
+def saved_bytes(model_name, mode, segments):
     torch.manual_seed(0)
-    model = tiny_gpt.TinyGPT(n_layers=2, checkpointed=())
+    if model_name == "gpt":
+        model = tiny_gpt.TinyGPT(n_layers=3, checkpointed=())
+        blocks = model.blocks
+        inputs = tiny_gpt.make_batch(torch.Generator().manual_seed(1), 4, 128, 256)
+    else:
+        model = tiny_resnet.ResNet()
+        blocks = model.layer1
+        inputs = tiny_convnet.make_batch(torch.Generator().manual_seed(1), 8, image=32)
     if mode == "blocks":
-        for i, b in enumerate(model.blocks):
-            model.blocks[i] = torch.compile(b)
+        for i, b in enumerate(blocks):
+            blocks[i] = torch.compile(b, fullgraph=True, backend=BACKEND)
         call = model
     else:
-        call = torch.compile(model)
-    if names:
-        tidemark.apply_plan(call, {"format": "tidemark-plan", "version": 1, "strategy": "optimal",
-                                   "segments": [{"mode": "recompute", "modules": names}]})
-    idx, targets = tiny_gpt.make_batch(torch.Generator().manual_seed(1), 4, 128, 256)
+        call = torch.compile(model, fullgraph=True, backend=BACKEND)
+    if segments:
+        tidemark.apply_plan(call, {"format": "tidemark-plan", "version": 2,
+                                   "strategy": "optimal", "segments": segments})
     total = [0]
     def pack(t):
         total[0] += t.numel() * t.element_size()
         return t
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = call(idx, targets)
+        loss = call(*inputs)
     loss.backward()
-    return total[0], loss.item()
-for mode, names, most in [("blocks", ["TinyGPT.blocks.0", "TinyGPT.blocks.1"], 0.3),
-                          ("blocks", ["TinyGPT.blocks.0.attn"], 0.95),
-                          ("whole", ["TinyGPT.blocks.0", "TinyGPT.blocks.1"], 0.3)]:
-    plain, loss = saved_bytes(mode, None)
-    planned, loss_planned = saved_bytes(mode, names)
-    print(mode, names, plain, planned)
-    assert planned < most * plain, (mode, names, plain, planned)
+    state = [b.clone() for b in model.buffers()]
+    return total[0], loss.item(), state
+G = "TinyGPT.blocks."
+plain_runs = {}
+for model_name, mode, segments, most in [
+        ("gpt", "blocks", [recompute(G + "0", G + "1")], 0.5),
+        ("gpt", "blocks", [recompute(G + "0.attn")], 0.95),
+        ("gpt", "whole", [recompute(G + "0", G + "1", G + "2")], 0.3),
+        ("gpt", "whole", [recompute(G + "0"), recompute(G + "2")], 0.75),
+        ("gpt", "whole", [recompute(G + "0", G + "1", G + "2", inner=[
+            recompute(G + "0", G + "1"), {"mode": "store", "modules": [G + "2"]}])], 0.3),
+        ("gpt", "whole", [{"mode": "selective", "modules": [G + str(i)], "policy": "matmul",
+                           "option": "keep matmul outputs", "recompute": []}
+                          for i in range(3)], 0.9),
+        ("resnet", "whole", [recompute("ResNet.layer1.0", "ResNet.layer1.1")], 0.95)]:
+    if (model_name, mode) not in plain_runs:
+        plain_runs[model_name, mode] = saved_bytes(model_name, mode, None)
+    plain, loss, state = plain_runs[model_name, mode]
+    planned, loss_planned, state_planned = saved_bytes(model_name, mode, segments)
+    print(model_name, mode, [s["modules"] for s in segments], plain, planned)
+    assert planned < most * plain, (mode, segments, plain, planned)
     assert abs(loss - loss_planned) < 1e-4 * abs(loss), (loss, loss_planned)
+    # The running statistics (BatchNorm's mean, variance, batch count): as without the plan.
+    assert all(torch.allclose(a, b) for a, b in zip(state, state_planned)), model_name
 print("ok")
 """
         self.run_snippet(code, timeout=600)
