@@ -16,8 +16,20 @@ the method's, its step time): both predicted by tidemark's time model, so that t
 matched like with like; for selective-attn, which the model does not predict here, the method's
 measured extra time over store-all.
 
-    python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--gpt2] [--markdown]
+    python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--gpt2] [--compiled]
+                                        [--markdown]
     (default 8 blocks, 10 steps; --gpt2: the `transformers` GPT-2 of examples/train.py)
+
+--compiled: the model trained under torch.compile (whole model, examples/train.py --compile),
+against torch.compile's own recomputation, its activation memory budget
+(torch._functorch.config.activation_memory_budget) at 0.5, 0.2 and 0: each budget's measured
+peak and step time; then tidemark's plans, made from an eager store-all recording with op scopes
+(`tidemark run --ops`: op-level options; a compiled model's recording has no module scopes
+inside the compiled region) and applied to the same
+compiled model (their checkpoints become regions of the compiled graph), measured compiled. The
+compiled model's activations differ from the eager ones the plan predicts (fused ops save
+other tensors), so "tidemark at <= that peak" lowers its budget by what it measured over the
+method's peak and tries again (at most 3 plans; the row says how many it took).
 
 PYTHON: the interpreter (its torch) the training runs under. Each plan is trained 3 times. Peaks:
 the median of the steps' peaks after the first (the first creates the optimizer state); step
@@ -34,6 +46,8 @@ import tempfile
 import time
 
 REPEATS = 3  # trainings of each plan: the fastest steady step of all, the median peak
+COMPILED_REPEATS = 3  # under torch.compile too (a training compiles: ~15-40 s on a CPU)
+COMPILE_BUDGETS = (0.5, 0.2, 0.0)  # torch.compile's activation_memory_budget
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "examples", "train.py")
 
@@ -69,19 +83,21 @@ class Bench:
     def cli_json(self, *args):
         return json.loads(self.cli(*args, "--json"))
 
-    def train(self, plan=None):
-        """(median steady peak bytes, fastest steady step ns) of REPEATS trainings."""
+    def train(self, plan=None, extra=(), repeats=REPEATS, record=()):
+        """(median steady peak bytes, fastest steady step ns) of `repeats` trainings (extra:
+        more arguments of examples/train.py; record: of `tidemark run`)."""
         peaks, times = [], []
-        for _ in range(REPEATS):
-            peak, step_ns = self.train_once(plan)
+        for _ in range(repeats):
+            peak, step_ns = self.train_once(plan, extra, record)
             peaks.append(peak)
             times.append(step_ns)
         return int(statistics.median(peaks)), min(times)
 
-    def train_once(self, plan):
-        args = [self.tidemark, "--server", self.server, "run", "--quiet", "--", self.python,
+    def train_once(self, plan, extra=(), record=()):
+        args = [self.tidemark, "--server", self.server, "run", "--quiet", *record, "--",
+                self.python,
                 TRAIN, "--model", self.model, "--layers", str(self.layers), "--steps",
-                str(self.steps), "--checkpoint", ""]
+                str(self.steps), "--checkpoint", "", *extra]
         if plan:
             args += ["--plan", plan]
         r = subprocess.run(args, capture_output=True, text=True)
@@ -104,6 +120,20 @@ class Bench:
         with open(out) as f:
             return json.load(f)
 
+    def plan_if_feasible(self, source, out, *args):
+        """The plan, or None where the budget has none (tidemark plan's exit 4)."""
+        doc = self.plan_document(source, out, *args)
+        return doc if doc["feasible"] else None
+
+    def plan_document(self, source, out, *args):
+        """The plan document, also where it does not fit (it names the least budget then)."""
+        r = subprocess.run([self.tidemark, "--server", self.server, "plan", source, *args,
+                            "--out", out], capture_output=True, text=True)
+        if r.returncode not in (0, 4):
+            raise SystemExit("tidemark plan: %s" % r.stderr.strip())
+        with open(out) as f:
+            return json.load(f)
+
 
 def selective_attention_plan(template, path):
     """Every block stored but its attention, which is recomputed (Megatron's selective
@@ -118,8 +148,52 @@ def selective_attention_plan(template, path):
 
 
 def describe(plan):
-    return " ".join(s["mode"][:3] + "(" + ",".join(m.rsplit(".", 1)[-1] for m in s["modules"])
-                    + ")" for s in plan["segments"] if s["mode"] != "store") or "(nothing)"
+    """rec(3,4): blocks 3 and 4 recomputed as one segment; sel(1): block 1's child recomputed;
+    ops(2): block 2's op-level option (its matrix products' outputs kept, the rest re-run)."""
+    return " ".join(("ops" if s.get("policy") else s["mode"][:3]) + "(" +
+                    ",".join(m.rsplit(".", 1)[-1] for m in s["modules"]) + ")"
+                    for s in plan["segments"] if s["mode"] != "store") or "(nothing)"
+
+
+def compiled_rows(b):
+    """(compiled store-all peak and step, rows) for --compiled (see the module's doc)."""
+    compiled = ["--compile"]
+    # Eager, storing everything, with op scopes: the recording the plans are made from (its
+    # blocks have the op-level option that keeps their matrix products' outputs and re-runs the
+    # rest, the kind of choice torch.compile's partitioner makes).
+    b.train(repeats=1, record=["--ops"])
+    base = b.last_session
+    curve = b.cli_json("pareto", base)["points"]
+    base_peak, base_ns = b.train(extra=compiled, repeats=COMPILED_REPEATS)
+    rows = []
+    for budget in COMPILE_BUDGETS:
+        peak, ns = b.train(extra=compiled + ["--activation-memory-budget", str(budget)],
+                           repeats=COMPILED_REPEATS)
+        # tidemark at <= the method's peak: measured compiled, the budget lowered by the
+        # overshoot until it fits (3 plans at most).
+        at_peak, target = None, peak
+        for attempt in range(1, 4):
+            path = os.path.join(b.work, "tidemark-at-peak-%s-%d.json" % (budget, attempt))
+            plan = b.plan_if_feasible(base, path, "--budget", str(target), "--margin", "0")
+            if plan is None:
+                break
+            p_peak, p_ns = b.train(path, compiled, COMPILED_REPEATS)
+            at_peak = (p_peak, p_ns, describe(plan) + (" (plan %d)" % attempt if attempt > 1
+                                                        else ""))
+            if p_peak <= peak * 1.005:
+                break
+            target -= p_peak - peak
+        # tidemark at the method's step time: the least budget whose plan the model predicts
+        # to add no more than the method measured over compiled store-all.
+        extra = max(0, ns - base_ns)
+        fits = [pt for pt in curve if pt["extra_ns"] <= extra]
+        least = min(pt["budget_bytes"] for pt in fits) if fits else curve[-1]["budget_bytes"]
+        path = os.path.join(b.work, "tidemark-at-time-%s.json" % budget)
+        plan_t = b.plan(base, path, "--budget", str(least), "--margin", "0")
+        t_peak, t_ns = b.train(path, compiled, COMPILED_REPEATS)
+        rows.append(("compile budget %g" % budget, peak, ns,
+                     at_peak or (0, 0, "(no plan fits)"), (t_peak, t_ns, describe(plan_t))))
+    return base_peak, base_ns, rows
 
 
 def main():
@@ -130,6 +204,13 @@ def main():
     layers = int(args[2]) if len(args) > 2 else 8
     steps = int(args[3]) if len(args) > 3 else 10
     b = Bench(bin_dir, python, model, layers, steps)
+    if "--compiled" in sys.argv:
+        try:
+            base_peak, base_ns, rows = compiled_rows(b)
+        finally:
+            b.close()
+        report(model, layers, python, "compiled", base_peak, base_ns, rows, markdown)
+        return
     try:
         base_peak, base_ns = b.train()
         base = b.last_session
@@ -162,12 +243,74 @@ def main():
             t_peak, t_ns = b.train(at_time)
             rows.append((method, peak, ns, (p_peak, p_ns, describe(plan)),
                          (t_peak, t_ns, describe(plan_t))))
+        nested = nested_rows(b, base, rows[0][1])
     finally:
         b.close()
+    report(model, layers, python, "eager", base_peak, base_ns, rows, markdown)
+    report_nested(nested, markdown)
+
+
+def nested_rows(b, base, checkpoint_all_peak):
+    """Below checkpoint-all's measured peak, the least any one-level plan reaches: tidemark's
+    nested plans (--nested) at their least feasible budget and half-way up to that peak, each
+    (budget, predicted peak, predicted extra, measured peak, step, plan)."""
+    probe = b.plan_document(base, os.path.join(b.work, "nested-probe.json"), "--nested",
+                            "--budget", "1")
+    least = probe["min_feasible_budget_bytes"]
+    rows = []
+    for budget in sorted({least, (least + checkpoint_all_peak) // 2}):
+        if budget >= checkpoint_all_peak:
+            continue
+        path = os.path.join(b.work, "nested-%d.json" % budget)
+        plan = b.plan_if_feasible(base, path, "--nested", "--budget", str(budget), "--margin",
+                                  "0")
+        if plan is None:
+            continue
+        peak, ns = b.train(path)
+        rows.append((budget, plan["predicted"]["peak_bytes"], plan["predicted"]["extra_ns"],
+                     peak, ns, describe_nested(plan["segments"])))
+    return rows
+
+
+def describe_nested(segments):
+    """rec(0..3: rec(0,1) 2 3): a segment's re-run as its inner segments say."""
+    out = []
+    for s in segments:
+        if s["mode"] == "store":
+            continue
+        idx = [m.rsplit(".", 1)[-1] for m in s["modules"]]
+        inner = s.get("inner")
+        if inner:
+            parts = [("rec(%s)" % ",".join(m.rsplit(".", 1)[-1] for m in i["modules"])
+                      if i["mode"] == "recompute" else
+                      " ".join(m.rsplit(".", 1)[-1] for m in i["modules"])) for i in inner]
+            out.append("rec(%s..%s: %s)" % (idx[0], idx[-1], " ".join(parts)))
+        else:
+            out.append(s["mode"][:3] + "(" + ",".join(idx) + ")")
+    return " ".join(out) or "(nothing)"
+
+
+def report_nested(rows, markdown):
+    if not rows:
+        return
     mib = lambda n: n / 1048576.0
-    print("%s, store-all (no recomputation): peak %.2f MiB, step %.1f ms; %d blocks, torch %s"
-          % ("the transformers GPT-2" if model == "gpt2" else "the examples' GPT",
-             mib(base_peak), base_ns / 1e6, layers, torch_version(python)))
+    print("below checkpoint-all's peak: tidemark's nested plans (--nested)")
+    head = ("budget MiB", "predicted peak MiB", "measured peak MiB", "predicted extra ms",
+            "step ms", "plan")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    for budget, p_peak, p_extra, peak, ns, plan in rows:
+        cells = ("%.2f" % mib(budget), "%.2f" % mib(p_peak), "%.2f" % mib(peak),
+                 "%.1f" % (p_extra / 1e6), "%.1f" % (ns / 1e6), plan)
+        print(("| " + " | ".join(cells) + " |") if markdown else "  ".join(cells))
+
+
+def report(model, layers, python, how, base_peak, base_ns, rows, markdown):
+    mib = lambda n: n / 1048576.0
+    print("%s (%s), store-all (no recomputation): peak %.2f MiB, step %.1f ms; %d blocks, "
+          "torch %s" % ("the transformers GPT-2" if model == "gpt2" else "the examples' GPT",
+                        how, mib(base_peak), base_ns / 1e6, layers, torch_version(python)))
     head = ("method", "peak MiB", "step ms", "tidemark at <= that peak: peak MiB", "step ms",
             "time ratio", "plan", "tidemark at that step time: peak MiB", "step ms",
             "peak ratio", "plan")
@@ -176,7 +319,8 @@ def main():
         print("|" + "---|" * len(head))
     for method, peak, ns, at_peak, at_time in rows:
         cells = (method, "%.2f" % mib(peak), "%.1f" % (ns / 1e6), "%.2f" % mib(at_peak[0]),
-                 "%.1f" % (at_peak[1] / 1e6), "%.3f" % (at_peak[1] / ns), at_peak[2],
+                 "%.1f" % (at_peak[1] / 1e6), "%.3f" % (at_peak[1] / ns) if at_peak[1] else "-",
+                 at_peak[2],
                  "%.2f" % mib(at_time[0]), "%.1f" % (at_time[1] / 1e6),
                  "%.3f" % (at_time[0] / peak), at_time[2])
         if markdown:

@@ -36,7 +36,9 @@
 #   9. the advisor beside checkpoint-all, Chen's sqrt(n) and Megatron-style selective (attention)
 #      recomputation on the examples' GPT and the `transformers` GPT-2 (8 blocks each), measured
 #      live under torch 2: each method's peak and step time, tidemark's plan at that peak and at
-#      that extra time (bench/advisor_comparison.py; the tables of docs/advisor-comparison.md)
+#      that extra time (bench/advisor_comparison.py; the tables of docs/advisor-comparison.md);
+#      and the GPT under torch.compile: torch.compile's activation memory budget against
+#      tidemark's plans applied to the same compiled model
 #  10. recomputation time, predicted against measured: the optimal plans for 50/70/90 % on the
 #      examples' GPT and convnet under torch 2, the time the planned steps spent recomputing
 #      (their recorded recompute phases) beside the advisor's prediction (bench/recompute_time.py)
@@ -493,7 +495,7 @@ echo
 echo "== 9. the advisor beside the standard methods on the examples' GPT and the transformers GPT-2,"
 echo "   8 blocks each, torch 2, measured live (bench/advisor_comparison.py; peaks: medians of the"
 echo "   steps after the first; times: the fastest)"
-for M in "" --gpt2; do
+for M in "" --gpt2 --compiled; do
   $PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 10 $M
 done
 fi
