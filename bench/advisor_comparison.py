@@ -17,8 +17,13 @@ matched like with like; for selective-attn, which the model does not predict her
 measured extra time over store-all.
 
     python3 bench/advisor_comparison.py BIN PYTHON [LAYERS] [STEPS] [--gpt2] [--compiled]
-                                        [--markdown]
+                                        [--nested] [--markdown]
     (default 8 blocks, 10 steps; --gpt2: the `transformers` GPT-2 of examples/train.py)
+
+--nested: only checkpoint-all and, below its peak, tidemark's nested plans (`--nested`, at the
+least budget one fits and half-way up to checkpoint-all's measured peak), measured the same way,
+on a deep, narrow GPT (NESTED_SHAPE: nesting pays where the blocks' inputs add up to more than
+one block's activations; run it with 32 blocks).
 
 --compiled: the model trained under torch.compile (whole model, examples/train.py --compile),
 against torch.compile's own recomputation, its activation memory budget
@@ -48,6 +53,9 @@ import time
 REPEATS = 3  # trainings of each plan: the fastest steady step of all, the median peak
 COMPILED_REPEATS = 3  # under torch.compile too (a training compiles: ~15-40 s on a CPU)
 COMPILE_BUDGETS = (0.5, 0.2, 0.0)  # torch.compile's activation_memory_budget
+# --nested: a deep, narrow GPT whose kept block inputs add up to more than one block's
+# activations (test_advisor's nested case), where nesting can go below checkpoint-all.
+NESTED_SHAPE = ("--seq-len", "32", "--d-model", "64", "--batch", "64")
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "examples", "train.py")
 
@@ -204,6 +212,20 @@ def main():
     layers = int(args[2]) if len(args) > 2 else 8
     steps = int(args[3]) if len(args) > 3 else 10
     b = Bench(bin_dir, python, model, layers, steps)
+    if "--nested" in sys.argv:
+        try:
+            b.train(extra=NESTED_SHAPE)
+            base = b.last_session
+            ckpt_all = os.path.join(b.work, "checkpoint-all.json")
+            b.plan(base, ckpt_all, "--strategy", "checkpoint-all", "--budget", "100%")
+            peak, ns = b.train(ckpt_all, NESTED_SHAPE)
+            nested = nested_rows(b, base, peak, NESTED_SHAPE)
+        finally:
+            b.close()
+        print("the examples' GPT, %d blocks, %s: checkpoint-all measured peak %.2f MiB, step "
+              "%.1f ms" % (layers, " ".join(NESTED_SHAPE), peak / 1048576.0, ns / 1e6))
+        report_nested(nested, markdown)
+        return
     if "--compiled" in sys.argv:
         try:
             base_peak, base_ns, rows = compiled_rows(b)
@@ -243,14 +265,12 @@ def main():
             t_peak, t_ns = b.train(at_time)
             rows.append((method, peak, ns, (p_peak, p_ns, describe(plan)),
                          (t_peak, t_ns, describe(plan_t))))
-        nested = nested_rows(b, base, rows[0][1])
     finally:
         b.close()
     report(model, layers, python, "eager", base_peak, base_ns, rows, markdown)
-    report_nested(nested, markdown)
 
 
-def nested_rows(b, base, checkpoint_all_peak):
+def nested_rows(b, base, checkpoint_all_peak, shape=()):
     """Below checkpoint-all's measured peak, the least any one-level plan reaches: tidemark's
     nested plans (--nested) at their least feasible budget and half-way up to that peak, each
     (budget, predicted peak, predicted extra, measured peak, step, plan)."""
@@ -266,7 +286,7 @@ def nested_rows(b, base, checkpoint_all_peak):
                                   "0")
         if plan is None:
             continue
-        peak, ns = b.train(path)
+        peak, ns = b.train(path, shape)
         rows.append((budget, plan["predicted"]["peak_bytes"], plan["predicted"]["extra_ns"],
                      peak, ns, describe_nested(plan["segments"])))
     return rows

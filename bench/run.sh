@@ -37,8 +37,9 @@
 #      recomputation on the examples' GPT and the `transformers` GPT-2 (8 blocks each), measured
 #      live under torch 2: each method's peak and step time, tidemark's plan at that peak and at
 #      that extra time (bench/advisor_comparison.py; the tables of docs/advisor-comparison.md);
-#      and the GPT under torch.compile: torch.compile's activation memory budget against
-#      tidemark's plans applied to the same compiled model
+#      the GPT under torch.compile: torch.compile's activation memory budget against
+#      tidemark's plans applied to the same compiled model; nested plans below checkpoint-all
+#      on a 32-block GPT
 #  10. recomputation time, predicted against measured: the optimal plans for 50/70/90 % on the
 #      examples' GPT and convnet under torch 2, the time the planned steps spent recomputing
 #      (their recorded recompute phases) beside the advisor's prediction (bench/recompute_time.py)
@@ -498,6 +499,8 @@ echo "   steps after the first; times: the fastest)"
 for M in "" --gpt2 --compiled; do
   $PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 8 10 $M
 done
+# Nested plans below checkpoint-all's peak, on a chain long enough for nesting to pay.
+$PY bench/advisor_comparison.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" 32 6 --nested
 fi
 
 if want 10; then

@@ -410,7 +410,7 @@ class AdvisorApplyLiveTest(unittest.TestCase):
             try:
                 # Two steps ended, the second with the optimizer state there already (the
                 # sessions list counts the running step too).
-                sid = self.wait_live_steps(daemon, 3)
+                sid = daemon.wait_live_steps(3)
                 bad = os.path.join(daemon.dir, "bad.json")
                 with open(bad, "w") as f:
                     json.dump({"format": "tidemark-plan", "version": 1, "strategy": "optimal",
@@ -466,17 +466,6 @@ class AdvisorApplyLiveTest(unittest.TestCase):
             self.assertGreater(good["measured_extra_ns"], 0)
         finally:
             daemon.cleanup()
-
-    def wait_live_steps(self, daemon, steps, timeout=300):
-        import time
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            sessions = daemon.cli_json("sessions")["sessions"]
-            live = [s for s in sessions if s["state"] == "live"]
-            if live and live[-1]["steps"] >= steps:
-                return live[-1]["id"]
-            time.sleep(0.2)
-        raise AssertionError("no live session reached %d steps" % steps)
 
 
 class AdvisorOfflineTest(unittest.TestCase):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import time
 import unittest
 
 from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE
@@ -82,7 +81,7 @@ class PlanSafetyTest(DaemonTestCase):
                                 "run", "--", PYTHON, SCRIPT, *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         try:
-            sid = self.wait_live_steps(live_steps)
+            sid = self.daemon.wait_live_steps(live_steps, timeout=120)
             while_live(sid)
             out, err = job.communicate(timeout=300)
         finally:
@@ -329,16 +328,6 @@ for how in ("chain", "inplace", "mask", "shared"):
         self.assertIn("chain None", r.stdout)
         self.assertIn("shared None", r.stdout)
         self.assertIn("changed in place", r.stdout)
-
-    def wait_live_steps(self, steps, timeout=120):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            live = [s for s in self.daemon.cli_json("sessions")["sessions"]
-                    if s["state"] == "live"]
-            if live and live[-1]["steps"] >= steps:
-                return live[-1]["id"]
-            time.sleep(0.1)
-        raise AssertionError("no live session reached %d steps" % steps)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import unittest
 
 from tidemark_env import BIN, Daemon, PYTHON, SOURCE, torch_version
@@ -144,7 +143,7 @@ class CompiledTest(FormsTestBase, unittest.TestCase):
              TRAIN, "--steps", str(steps), "--checkpoint", "", "--compile"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            sid = wait_live_steps(daemon, 3, timeout=600)
+            sid = daemon.wait_live_steps(3, timeout=600)
             r = daemon.cli("apply", str(sid), plan, "--wait", "300")
             self.assertIn("applied to session %d from step" % sid, r.stdout)
             out, err = job.communicate(timeout=900)
@@ -178,17 +177,6 @@ class CompiledTest(FormsTestBase, unittest.TestCase):
 
 def losses(stdout):
     return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss ([0-9.]+)", stdout, re.M)]
-
-
-def wait_live_steps(daemon, steps, timeout):
-    """The live session once it ran `steps` steps (the running one counted)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        live = [s for s in daemon.cli_json("sessions")["sessions"] if s["state"] == "live"]
-        if live and live[-1]["steps"] >= steps:
-            return live[-1]["id"]
-        time.sleep(0.2)
-    raise AssertionError("no live session reached %d steps" % steps)
 
 
 if __name__ == "__main__":

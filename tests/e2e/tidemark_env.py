@@ -188,6 +188,17 @@ class Daemon:
             time.sleep(0.1)
         raise AssertionError("session %d was not analyzed in %ds" % (session_id, timeout))
 
+    def wait_live_steps(self, steps, timeout=300):
+        """The newest live session's id once it has run `steps` steps (the running one
+        counted)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            live = [s for s in self.cli_json("sessions")["sessions"] if s["state"] == "live"]
+            if live and live[-1]["steps"] >= steps:
+                return live[-1]["id"]
+            time.sleep(0.1)
+        raise AssertionError("no live session reached %d steps in %ds" % (steps, timeout))
+
     def wait_ended(self, session_id, timeout=120):
         """Waits until the session has ended (its agent may have handed the rest of its run to
         the daemon in a file, which the daemon stores after the job's exit)."""
