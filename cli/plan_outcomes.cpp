@@ -115,7 +115,8 @@ void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
     // Recomputation as recorded (its phases), not a difference of step times (noise). None
     // recorded while the plan recomputes: a compiled model, whose recomputation runs inside its
     // compiled backward (no phase to see), not a free one.
-    if (o.measured_extra_ns() == 0 && o.predicted_extra_ns() > 0)
+    const bool unseen = o.measured_extra_ns() == 0 && o.predicted_extra_ns() > 0;
+    if (unseen)
       std::printf("  %-14s %12s %12s %9s %12s\n", "recompute",
                   msText(o.predicted_extra_ns()).c_str(), "not seen", "-", "-");
     else
@@ -126,7 +127,7 @@ void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
                 msText(o.measured_step_ns()).c_str(), "", msText(o.before_step_ns()).c_str());
     std::printf("  %-14s %12s %12s\n", "within budget", "",
                 o.measured_peak_bytes() <= o.budget_bytes() ? "yes" : "NO");
-    if (o.measured_extra_ns() == 0 && o.predicted_extra_ns() > 0)
+    if (unseen)
       std::printf(
           "  (no recomputation recorded: under torch.compile it runs inside the compiled "
           "backward; the step time shows its cost)\n");

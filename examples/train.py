@@ -97,6 +97,8 @@ def main(argv=None):
     p.add_argument("--torch-profiler", action="store_true",
                    help="run the steps under torch.profiler and print its count of GPU kernels")
     args = p.parse_args(argv)
+    if args.activation_memory_budget is not None and not args.compile:
+        p.error("--activation-memory-budget is torch.compile's: it needs --compile")
     if args.model != "gpt" and args.checkpoint == "1,3,5":
         args.checkpoint = ""  # the default belongs to the gpt
     if args.batch is None:
@@ -118,8 +120,6 @@ def main(argv=None):
             "%s %s" % (s["mode"], "..".join(s["modules"][::max(1, len(s["modules"]) - 1)]))
             for s in applied.plan["segments"] if s["mode"] != "store") or "store everything"),
             flush=True)
-    if args.activation_memory_budget is not None and not args.compile:
-        raise SystemExit("--activation-memory-budget is torch.compile's: it needs --compile")
     forward = model
     if args.compile:
         if not hasattr(torch, "compile"):

@@ -616,13 +616,13 @@ class AppliedPlan:
                 lambda: _checkpoint()(_once_with_state(modules, run, run_again), *args,
                                       use_reentrant=False, **kwargs),
                 lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
-            if len(ys) == len(inners) and _compiling():  # no RNG state to rewind there
+            # (Under torch.compile no RNG state was noted: none to rewind.)
+            if len(ys) == len(inners) and (len(ran) == len(inners) or _compiling()):
                 for i in range(1, len(ys)):
-                    pending[i] = (ys[i - 1], None, ys[i], None, others)
-            elif len(ys) == len(inners) and len(ran) == len(inners):
-                for i in range(1, len(ys)):
-                    pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i], ran[i], others)
-                _set_rng_state(ran[0])
+                    pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i],
+                                  ran[i] if ran else None, others)
+                if ran:
+                    _set_rng_state(ran[0])
             del ran[:]
             return ys[0]
 
