@@ -639,6 +639,10 @@ int applyCommand(const GlobalOptions& g, const std::vector<std::string>& args) {
                 static_cast<unsigned long long>(resp.plan_id()),
                 static_cast<unsigned long long>(session),
                 static_cast<long long>(outcome.from_step()));
+    // What the job said beside "applied" (as plan-check shows it): a path other than the
+    // recorded one, a segment that is not a chain in this model.
+    if (!outcome.message().empty() && outcome.message() != "applied")
+      std::printf("  note: %s\n", outcome.message().c_str());
   } else if (outcome.state() == v1::PLAN_STATE_SENT) {
     std::printf("plan %llu sent to session %llu; the job applies it at its next step boundary\n",
                 static_cast<unsigned long long>(resp.plan_id()),

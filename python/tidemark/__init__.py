@@ -6,10 +6,10 @@ is the explicit form. Without the agent in the process, every call here is a no-
 """
 from . import _agent
 from .adapter import instance as _instance
-from .plan import PlanError, apply_plan, load_plan
+from .plan import PlanError, PlanWarning, apply_plan, load_plan
 
 __all__ = ["instrument", "available", "session_id", "flush", "counters", "apply_plan",
-           "load_plan", "PlanError"]
+           "load_plan", "PlanError", "PlanWarning"]
 __version__ = "0.1.0"
 
 

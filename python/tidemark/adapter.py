@@ -676,7 +676,8 @@ class Instrumenter:
             model = roots[0]
             previous = self.applied_plan
             try:
-                plan = apply_plan(model, text, self.module_names.get(model), install=False)
+                plan = apply_plan(model, text, self.module_names.get(model), install=False,
+                                  warn=False)
             except (PlanError, ValueError) as e:
                 self.agent.plan_result(plan_id, False, str(e), 0)
                 continue
@@ -727,6 +728,10 @@ class Instrumenter:
         why = self.path_check.take_difference() if self.path_check is not None else None
         if why is not None:
             self.path_check = None
+        # And what the plan does other than its document says (a segment that is not a chain
+        # in this model runs a checkpoint per module).
+        notes = ([why] if why is not None else []) + plan.take_notes()
+        why = "; and ".join(notes) if notes else None
         if self.plan_on_trial is not None:
             plan_id, first_step = self.plan_on_trial
             self.plan_on_trial = None

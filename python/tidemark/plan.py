@@ -7,10 +7,14 @@
 
 A ``recompute`` segment of one module runs that module under
 ``torch.utils.checkpoint.checkpoint(use_reentrant=False)`` (RNG state preserved). A segment of
-several modules (blocks called one after another, each on the previous one's output and the same
+several modules (blocks called one after another, each on the previous one's output — or on the
+first element of an output that is a tuple, as many `transformers` layers return — and the same
 other arguments, as a transformer's layers get the attention mask) runs all of them inside one
 checkpoint from the first module's call; the later modules then return the outputs computed
-there. A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as
+there. Modules that turn out not to be called so (a T5 stack's layers pass on a position bias
+the first one made; a U-Net's down path pools in between) each run under a checkpoint of their
+own from then on: the plan stays on, each of them keeping its own input, and says so
+(``AppliedPlan.notes``). A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as
 they say: their stored modules plainly, their recomputed ones under a checkpoint of their own,
 inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
 ``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
@@ -26,9 +30,9 @@ plan off: its prediction does not hold there. A recomputation does not update a 
 state a second time (BatchNorm's statistics, any buffer the forward changes in place). A plan
 that does not fit the model by its names (an unknown module, a segment whose modules are at
 different depths, a module twice) is refused with ``PlanError`` before anything changes; one that
-fails when it runs (a segment that is not a chain, a block that takes more than its predecessor's
-output, a module that cannot run under a checkpoint) turns itself off and the module's own
-forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the job.
+fails when it runs (a module that cannot run under a checkpoint) turns itself off and the
+module's own forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the
+job. Either is said with a ``PlanWarning`` when the script applied the plan itself.
 
 Under ``torch.compile`` (a plan applied to the model before or after it is compiled) the
 wrappers are traced into the compiled graph as its checkpoint regions (dynamo's own
@@ -50,6 +54,12 @@ PLAN_VERSION = 2  # 2: recompute segments may carry inner segments (nested plans
 
 class PlanError(ValueError):
     """The plan cannot be applied to this model; the message says why."""
+
+
+class PlanWarning(RuntimeWarning):
+    """A plan applied by the script turned itself off, or runs other than its document says
+    (``AppliedPlan.failed``, ``AppliedPlan.notes``). Shown once each by default; make it an error
+    with ``warnings.simplefilter("error", tidemark.PlanWarning)`` (or ``-W error::...``)."""
 
 
 def load_plan(plan):
@@ -337,6 +347,18 @@ def _input_bytes(args):
     return args[0].nelement() * args[0].element_size()
 
 
+def _passed_on(output):
+    """What a module's output gives the next module of a chain: the output, or its first element
+    when it is a tuple or list starting with a tensor (a block that returns its hidden states
+    with other things, as the layers of many `transformers` models do, called in a loop as
+    `h = layer(h, ...)[0]`)."""
+    if isinstance(output, (tuple, list)) and output:
+        import torch
+        if isinstance(output[0], torch.Tensor):
+            return output[0]
+    return output
+
+
 def _seen(args, kwargs):
     """Arguments as they are now: each object with its version counter."""
     return ([(a, _version(a)) for a in args],
@@ -433,14 +455,19 @@ class AppliedPlan:
     of the job's own is raised again by its own forward). A segment of several modules returns
     each module's true output, computed inside one checkpoint, each later module called there
     with its predecessor's output and the first module's other arguments; a later module called
-    with anything else (the model is not a chain there) runs its own forward, so the values are
-    always the model's own. What a failure in the recomputation during backward does
+    with anything else (the model is not a chain there), or a chain that raises, makes the
+    segment's modules run under a checkpoint each from then on (``notes`` says so), so the
+    values are always the model's own. What a failure in the recomputation during backward does
     cannot be undone: the wrappers' forward runs first, and is where a plan that does not fit
     fails."""
 
-    def __init__(self, doc, actions):
+    def __init__(self, doc, actions, warn=True):
         self.plan = doc
         self.failed = None  # why the plan turned itself off
+        self.notes = []  # what the plan does other than its document says, while on
+        self._new_notes = []
+        self.warn = warn  # say failures and notes as PlanWarnings
+        self._warned = {}  # the warnings registry of this plan's
         self._actions = actions  # _Action
         self._restore = []  # (module, had_own_forward, previous_forward)
 
@@ -472,6 +499,28 @@ class AppliedPlan:
     def _fail(self, why):
         if self.failed is None:
             self.failed = why
+            self._warn("the plan was turned off: " + why)
+
+    def _note(self, what):
+        """Something the plan does other than its document says (it stays on): said once."""
+        if what not in self.notes:
+            self.notes.append(what)
+            self._new_notes.append(what)
+            self._warn("the plan runs, but " + what)
+
+    def take_notes(self):
+        """The notes made since the last call (the adapter reports them to plan-check)."""
+        notes, self._new_notes = self._new_notes, []
+        return notes
+
+    def _warn(self, message):
+        # A plan a script applied itself: its log says so (warnings: the script's filters
+        # apply), as from tidemark rather than from a line of this file. Not from inside a
+        # compiled region (nothing there may have side effects).
+        if self.warn and not _compiling():
+            import warnings
+            warnings.warn_explicit(message, PlanWarning, "tidemark", 0, module="tidemark.plan",
+                                   registry=self._warned)
 
     def _input_fits(self, name, recorded, args):
         """False (and the plan off) when a segment's input outgrew the one the plan was made
@@ -498,21 +547,26 @@ class AppliedPlan:
             _set_rng_state(state)
             return own(*args, **kwargs)
 
+    def _checkpointed(self, module, name, inner, args, kwargs, context=None):
+        """A call of one module (its own forward: inner) under a checkpoint of its own (with a
+        context_fn: an op-level option's policy), or its own forward if that fails (_attempt)."""
+        options = {"context_fn": context} if context is not None else {}
+        return self._attempt(
+            name, lambda: _checkpoint()(
+                _once_with_state([module], inner, _as_called(module, inner)), *args,
+                use_reentrant=False, **options, **kwargs),
+            inner, args, kwargs)
+
     # One module under checkpoint (with a context_fn: an op-level option's policy).
     def wrap_one(self, module, name, input_bytes=None, context=None):
         import torch
         inner = module.forward
-        options = {"context_fn": context} if context is not None else {}
 
         def forward(*args, **kwargs):
             if (self.failed is not None or not torch.is_grad_enabled() or
                     not self._input_fits(name, input_bytes, args)):
                 return inner(*args, **kwargs)
-            return self._attempt(
-                name, lambda: _checkpoint()(
-                    _once_with_state([module], inner, _as_called(module, inner)), *args,
-                    use_reentrant=False, **options, **kwargs),
-                inner, args, kwargs)
+            return self._checkpointed(module, name, inner, args, kwargs, context)
 
         self._set_forward(module, forward)
 
@@ -555,14 +609,18 @@ class AppliedPlan:
         import torch
         inners = [m.forward for m in modules]
         # Computed ahead for the later modules: pending[i] = (the input module i must be called
-        # with, that input's version counter when it was computed, module i's output, the RNG
-        # state right after module i ran, the other arguments it must be called with: the first
+        # with — its predecessor's output, or the first element of an output that is a tuple —,
+        # that input's version counter when it was computed, module i's output, the RNG state
+        # right after module i ran, the other arguments it must be called with: the first
         # module's, the very same objects). A later module called with anything else — another
-        # object, or that one changed in place since — runs its own forward. The RNG is wound
-        # back to where each module would leave it, so the draws of the job are those of a run
-        # without plan, whichever way the modules turn out to be called.
+        # object, or that one changed in place since — shows that the modules are not a chain
+        # in this model: from then on each of them runs under a checkpoint of its own (`alone`),
+        # said once (a note). The RNG is wound back to where each module would leave it, so the
+        # draws of the job are those of a run without plan, whichever way the modules turn out
+        # to be called.
         pending = {}
         ran = []
+        alone = []  # [why] once the segment runs a checkpoint per module
         # The recomputation: the same, each module in its scope.
         called = [_as_called(m, f) for m, f in zip(modules, inners)]
         whole = parts or [("store", 0, len(modules) - 1, None)]
@@ -578,8 +636,8 @@ class AppliedPlan:
             for mode, lo, hi, sub in todo:
                 if mode == "store":
                     for i in range(lo, hi + 1):
-                        x = fns[i](x, *others, **kwargs)
-                        ys.append(x)
+                        ys.append(fns[i](x, *others, **kwargs))
+                        x = _passed_on(ys[-1])
                         if not again and not _compiling():
                             ran.append(_rng_state())
                     continue
@@ -591,7 +649,7 @@ class AppliedPlan:
                     lambda x_, *o, _t=inner_todo, **kw: tuple(run_parts(_t, x_, o, kw, True)))
                 outs = _checkpoint()(fn, x, *others, use_reentrant=False, **kwargs)
                 ys.extend(outs)
-                x = outs[-1]
+                x = _passed_on(outs[-1])
             return ys
 
         def run(*args, **kwargs):
@@ -600,27 +658,52 @@ class AppliedPlan:
         def run_again(*args, **kwargs):
             return tuple(run_parts(whole, args[0], args[1:], kwargs, True))
 
+        def run_alone(index, args, kwargs, why=None):
+            """Module `index` under a checkpoint of its own; with `why`, the segment runs so from
+            now on, which the plan notes (unless the module cannot run under a checkpoint at
+            all: then the plan turns itself off, as for any module)."""
+            if why is not None and not alone:
+                alone.append(why)
+                pending.clear()
+            y = self._checkpointed(modules[index], names[index], inners[index], args, kwargs)
+            if why is not None and self.failed is None:
+                self._note("%s..%s is not a chain in this model (%s): each of its modules ran "
+                           "under a checkpoint of its own, each keeping its input, so the peak "
+                           "may be above the prediction" % (names[0], names[-1], why))
+            return y
+
         def first(*args, **kwargs):
             pending.clear()
             if (self.failed is not None or not torch.is_grad_enabled() or
                     not self._input_fits(names[0], input_bytes, args)):
                 return inners[0](*args, **kwargs)
+            if alone:
+                return run_alone(0, args, kwargs)
             if not args:
-                self._fail("%s was called without a positional input: the segment %s..%s cannot "
-                           "be a chain; the plan was turned off" % (names[0], names[0], names[-1]))
-                return inners[0](*args, **kwargs)
+                return run_alone(0, args, kwargs, "%s was called without a positional input"
+                                 % names[0])
             del ran[:]
             others = _seen(args[1:], kwargs)
-            ys = self._attempt(
-                names[0] + ".." + names[-1],
-                lambda: _checkpoint()(_once_with_state(modules, run, run_again), *args,
-                                      use_reentrant=False, **kwargs),
-                lambda *a, **k: (inners[0](*a, **k),), args, kwargs)
+
+            def planned():
+                return _checkpoint()(_once_with_state(modules, run, run_again), *args,
+                                     use_reentrant=False, **kwargs)
+            if _compiling():
+                ys = planned()
+            else:
+                state = _rng_state()
+                try:
+                    ys = planned()
+                except Exception as e:  # noqa: BLE001 - not a chain: a module at a time
+                    del ran[:]
+                    _set_rng_state(state)
+                    return run_alone(0, args, kwargs, "the modules called in a chain raised %s: "
+                                     "%s" % (type(e).__name__, e))
             # (Under torch.compile no RNG state was noted: none to rewind.)
             if len(ys) == len(inners) and (len(ran) == len(inners) or _compiling()):
                 for i in range(1, len(ys)):
-                    pending[i] = (ys[i - 1], _version(ys[i - 1]), ys[i],
-                                  ran[i] if ran else None, others)
+                    given = _passed_on(ys[i - 1])
+                    pending[i] = (given, _version(given), ys[i], ran[i] if ran else None, others)
                 if ran:
                     _set_rng_state(ran[0])
             del ran[:]
@@ -628,19 +711,27 @@ class AppliedPlan:
 
         def later(index):
             def forward(*args, **kwargs):
+                if alone:
+                    if self.failed is not None or not torch.is_grad_enabled():
+                        return inners[index](*args, **kwargs)
+                    return run_alone(index, args, kwargs)
                 ahead = pending.pop(index, None)
                 if (ahead is not None and args and args[0] is ahead[0] and
                         _version(args[0]) == ahead[1] and _same(args[1:], kwargs, ahead[4])):
                     if ahead[3] is not None:
                         _set_rng_state(ahead[3])
                     return ahead[2]
-                if ahead is not None:
-                    pending.clear()
-                    self._fail("%s was called with something other than %s's output and %s's "
-                               "other arguments (or with them changed in place): the segment "
-                               "%s..%s is not a chain in this model; the plan was turned off"
-                               % (names[index], names[index - 1], names[0], names[0], names[-1]))
-                return inners[index](*args, **kwargs)
+                if ahead is None:
+                    return inners[index](*args, **kwargs)
+                pending.clear()
+                why = ("%s was called with something other than %s's output and %s's other "
+                       "arguments, or with them changed in place"
+                       % (names[index], names[index - 1], names[0]))
+                if _compiling():
+                    self._fail("%s: the segment %s..%s is not a chain in this model; the plan "
+                               "was turned off" % (why, names[0], names[-1]))
+                    return inners[index](*args, **kwargs)
+                return run_alone(index, args, kwargs, why)
             return forward
 
         self._set_forward(modules[0], first)
@@ -648,12 +739,13 @@ class AppliedPlan:
             self._set_forward(modules[i], later(i))
 
 
-def apply_plan(model, plan, root_name=None, install=True):
+def apply_plan(model, plan, root_name=None, install=True, warn=True):
     """Applies a plan document (path, JSON text or dict) to ``model`` and returns an
     ``AppliedPlan``. Module names in the plan are qualified by the model's class name (or
     ``root_name``), as tidemark records them. Raises ``PlanError`` when the plan does not fit;
     the model is then unchanged. install=False checks the plan and returns it without wrapping
-    anything (``install()`` does it later)."""
+    anything (``install()`` does it later). warn: a plan that turns itself off, or runs other
+    than its document says (``AppliedPlan.notes``), says so with a ``PlanWarning``."""
     doc = load_plan(plan)
     table = _module_table(model, root_name)
     # Resolve and check everything first, so that a refusal changes nothing.
@@ -714,7 +806,7 @@ def apply_plan(model, plan, root_name=None, install=True):
             if id(m) in wrapped:
                 raise PlanError("module %s appears twice in the plan" % n)
             wrapped.add(id(m))
-    applied = AppliedPlan(doc, actions)
+    applied = AppliedPlan(doc, actions, warn)
     if install:
         applied.install()
     return applied

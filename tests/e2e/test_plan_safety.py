@@ -1,9 +1,10 @@
 """Plans can never stop the job: plans that are valid JSON but wrong, applied with `tidemark
-apply` to a running training whose model breaks the chain's assumptions (sibling children that
-are not a chain, a layer that cannot run under a checkpoint), are refused before anything changes
-or turned off after the first step they ran in, with the module's own forward run instead; a
-segment of its two-argument blocks is applied; the job exits 0 with the losses of an unplanned
-run, digit for digit, and plan-check shows each refusal with its reason."""
+apply` to a running training whose model breaks the chain's assumptions (a layer that cannot run
+under a checkpoint, modules it does not have), are refused before anything changes or turned off
+after the first step they ran in, with the module's own forward run instead; a segment of sibling
+children that are not a chain runs a checkpoint per child, said in a note; a segment of its
+two-argument blocks is applied; the job exits 0 with the losses of an unplanned run, digit for
+digit, and plan-check shows each refusal with its reason."""
 import json
 import os
 import re
@@ -17,8 +18,6 @@ ARGS = ("--steps", "70", "--sleep", "0.15")
 
 # (segments, what the refusal says)
 WRONG_PLANS = [
-    ([{"mode": "recompute", "modules": ["Net.blocks.1.first", "Net.blocks.1.second"]}],
-     "is not a chain in this model"),
     ([{"mode": "recompute", "modules": ["Net.blocks.7"]}], "no module Net.blocks.7"),
     ([{"mode": "recompute", "modules": ["TinyGPT.blocks.1"]}], "no module TinyGPT.blocks.1"),
     ([{"mode": "recompute", "modules": ["Net.fussy"]}],
@@ -93,6 +92,18 @@ class PlanSafetyTest(DaemonTestCase):
 
     def test_wrong_plans_never_stop_the_job(self):
         def apply_plans(sid):
+            # Sibling children that are not a chain (the second is called with something other
+            # than the first's output): each under a checkpoint of its own, said in a note.
+            path = os.path.join(self.daemon.dir, "siblings.json")
+            with open(path, "w") as f:
+                json.dump(plan_doc([{"mode": "recompute",
+                                     "modules": ["Net.blocks.1.first", "Net.blocks.1.second"]}]), f)
+            r = self.daemon.cli("apply", str(sid), path, "--wait", "60", check=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("note: applied; but in step", r.stdout)
+            self.assertIn("Net.blocks.1.first..Net.blocks.1.second is not a chain in this model "
+                          "(Net.blocks.1.second was called with something other than "
+                          "Net.blocks.1.first's output", r.stdout)
             for i, (segments, reason) in enumerate(WRONG_PLANS):
                 path = os.path.join(self.daemon.dir, "wrong%d.json" % i)
                 with open(path, "w") as f:
@@ -111,9 +122,12 @@ class PlanSafetyTest(DaemonTestCase):
 
         sid = self.planned_run(ARGS, 2, apply_plans)
         check = self.daemon.cli_json("plan-check", str(sid))["plans"]
-        self.assertEqual([p["state"] for p in check], ["refused"] * len(WRONG_PLANS) + ["applied"])
-        for p, (_, reason) in zip(check, WRONG_PLANS):
+        self.assertEqual([p["state"] for p in check],
+                         ["applied"] + ["refused"] * len(WRONG_PLANS) + ["applied"])
+        self.assertIn("is not a chain in this model", check[0]["message"])
+        for p, (_, reason) in zip(check[1:], WRONG_PLANS):
             self.assertIn(reason, p["message"])
+        self.assertNotIn("not a chain", check[-1]["message"])
 
     def test_a_branch_off_the_recorded_path_is_said(self):
         """A model that runs 3 of its 6 blocks in its first 30 steps and all 6 after (a branch
@@ -271,34 +285,62 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
         self.assertEqual(r.stdout.count("ok"), 5, r.stdout)
 
     def test_chain_values_are_the_models_own_in_process(self):
-        """tidemark.apply_plan without the daemon: a two-block segment over a model that changes
-        the first block's output in place before the second block, or passes the second a mask
-        the first did not get, keeps the losses of the unplanned model to the digit (the plan
-        turns itself off and says why); a model that is a chain, also one whose blocks all get
-        the same mask beside their input (a transformer's layers), keeps them with the plan on."""
+        """tidemark.apply_plan without the daemon, a three-block segment of four blocks: a
+        model that is a chain keeps the losses of the unplanned model to the digit with the
+        segment run as one chain (no note), also one whose blocks all get the same mask beside
+        their input (a transformer's layers) and one whose blocks return a tuple of which the
+        loop passes on the first element (`h = layer(h, mask)[0]`, as many `transformers`
+        layers do). A model that is not a chain there — it changes the first block's output in
+        place before the second block, passes the second a mask the first did not get, or
+        hands each later block a bias the first one made (a T5 stack) — keeps them too, the plan
+        on: the segment's blocks each run under a checkpoint of their own from then on (7 block
+        forwards a step, as for the chain: 4 and 3 re-runs), said once in a note and a
+        PlanWarning."""
         code = IN_PROCESS + r"""
+import warnings
+
+CALLS = [0]
 
 class Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.lin = torch.nn.Linear(16, 16)
         self.drop = torch.nn.Dropout(0.3)
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, bias=None):
+        CALLS[0] += 1
         h = x + self.drop(torch.relu(self.lin(x)))
-        return h if mask is None else h * mask
+        h = h if mask is None else h * mask
+        if self.how == "tuple":
+            return h, h.detach().sum()
+        if self.how == "t5":
+            bias = torch.tanh(self.lin.bias).mean() if bias is None else bias
+            return h + bias, bias
+        return h
 
 class Net(torch.nn.Module):
     def __init__(self, how):
         super().__init__()
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(3)])
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
+        for b in self.blocks:
+            b.how = how
         self.how = how
     def forward(self, x):
-        mask = (x > -1).float() if self.how in ("mask", "shared") else None
-        h = self.blocks[0](x, mask) if self.how == "shared" else self.blocks[0](x)
-        if self.how == "inplace":
+        how = self.how
+        mask = (x > -1).float() if how in ("mask", "shared", "tuple") else None
+        if how == "t5":
+            bias = None
+            for b in self.blocks:
+                x, bias = b(x, None, bias)
+            return x.pow(2).mean()
+        h = self.blocks[0](x, mask) if how in ("shared", "tuple") else self.blocks[0](x)
+        if how == "tuple":
+            h = h[0]
+        if how == "inplace":
             h.mul_(0.5)
         for b in self.blocks[1:]:
             h = b(h, mask) if mask is not None else b(h)
+            if how == "tuple":
+                h = h[0]
         return h.pow(2).mean()
 
 def train(how, plan):
@@ -306,28 +348,45 @@ def train(how, plan):
     model = Net(how)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     applied = tidemark.apply_plan(model, plan) if plan else None
-    losses = []
+    losses, calls = [], []
     for _ in range(4):
+        CALLS[0] = 0
         opt.zero_grad()
         loss = model(torch.randn(8, 16))
         loss.backward()
         opt.step()
         losses.append("%.10f" % loss.item())
-    return losses, applied.failed if applied else None
+        calls.append(CALLS[0])
+    return losses, calls, applied
 
 plan = {"format": "tidemark-plan", "version": 1, "segments": [
-    {"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1"]}]}
-for how in ("chain", "inplace", "mask", "shared"):
-    plain, _ = train(how, None)
-    planned, failed = train(how, plan)
+    {"mode": "recompute", "modules": ["Net.blocks.0", "Net.blocks.1", "Net.blocks.2"]}]}
+for how in ("chain", "shared", "tuple", "inplace", "mask", "t5"):
+    plain, plain_calls, _ = train(how, None)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        planned, calls, applied = train(how, plan)
     assert planned == plain, (how, plain, planned)
-    assert (failed is None) == (how in ("chain", "shared")), (how, failed)
-    print(how, failed)
+    assert applied.failed is None, (how, applied.failed)
+    assert plain_calls == [4] * 4 and calls[1:] == [7] * 3, (how, plain_calls, calls)
+    warned = [str(w.message) for w in said if issubclass(w.category, tidemark.PlanWarning)]
+    if how in ("chain", "shared", "tuple"):
+        assert applied.notes == [] and warned == [], (how, applied.notes, warned)
+    else:
+        assert len(applied.notes) == 1 and warned == ["the plan runs, but " + applied.notes[0]], (
+            how, applied.notes, warned)
+        assert "Net.blocks.0..Net.blocks.2 is not a chain in this model" in applied.notes[0]
+    print(how, "notes:", " | ".join(applied.notes) or "none")
 """
         r = run_in_process(self, code)
-        self.assertIn("chain None", r.stdout)
-        self.assertIn("shared None", r.stdout)
-        self.assertIn("changed in place", r.stdout)
+        for how in ("chain", "shared", "tuple"):
+            self.assertIn(how + " notes: none", r.stdout)
+        self.assertIn("inplace notes: Net.blocks.0..Net.blocks.2 is not a chain in this model "
+                      "(Net.blocks.1 was called with something other than Net.blocks.0's output "
+                      "and Net.blocks.0's other arguments, or with them changed in place)",
+                      r.stdout)
+        self.assertIn("mask notes: Net.blocks.0..Net.blocks.2 is not a chain", r.stdout)
+        self.assertIn("t5 notes: Net.blocks.0..Net.blocks.2 is not a chain", r.stdout)
 
 
 if __name__ == "__main__":
