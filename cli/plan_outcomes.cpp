@@ -65,7 +65,7 @@ std::string planOutcomesJson(const v1::PlanCheckResponse& resp) {
         "\"predicted_peak_bytes\": %lld, \"measured_peak_bytes\": %lld, "
         "\"peak_error\": %.5f, \"predicted_extra_ns\": %lld, \"measured_extra_ns\": "
         "%lld, \"measured_step_ns\": %lld, \"before_peak_bytes\": %lld, "
-        "\"before_step_ns\": %lld, \"message\": ",
+        "\"before_step_ns\": %lld, \"steps_before\": %lld, \"message\": ",
         i ? ",\n  " : "\n  ", static_cast<unsigned long long>(o.plan_id()),
         planStateName(o.state()), jsonString(o.strategy()).c_str(),
         static_cast<long long>(o.budget_bytes()), static_cast<long long>(o.from_step()),
@@ -75,7 +75,8 @@ std::string planOutcomesJson(const v1::PlanCheckResponse& resp) {
         errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()) / 100.0,
         static_cast<long long>(o.predicted_extra_ns()),
         static_cast<long long>(o.measured_extra_ns()), static_cast<long long>(o.measured_step_ns()),
-        static_cast<long long>(o.before_peak_bytes()), static_cast<long long>(o.before_step_ns()));
+        static_cast<long long>(o.before_peak_bytes()), static_cast<long long>(o.before_step_ns()),
+        static_cast<long long>(o.steps_before()));
     out += buf + jsonString(o.message()) + "}";
   }
   out += "]";
@@ -106,12 +107,14 @@ void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
       std::printf("  no complete step under the plan yet\n");
       continue;
     }
+    // BEFORE: the steps before the plan, none when it ran from the job's first step.
+    const bool before = o.steps_before() > 0;
     std::printf("  %-14s %12s %12s %9s %12s\n", "", "PREDICTED", "MEASURED", "ERROR", "BEFORE");
     std::printf("  %-14s %12s %12s %+8.1f%% %12s\n", "peak",
                 humanBytes(o.predicted_peak_bytes()).c_str(),
                 humanBytes(o.measured_peak_bytes()).c_str(),
                 errorPct(o.measured_peak_bytes(), o.predicted_peak_bytes()),
-                humanBytes(o.before_peak_bytes()).c_str());
+                before ? humanBytes(o.before_peak_bytes()).c_str() : "-");
     // Recomputation as recorded (its phases), not a difference of step times (noise). None
     // recorded while the plan recomputes: a compiled model, whose recomputation runs inside its
     // compiled backward (no phase to see), not a free one.
@@ -124,7 +127,8 @@ void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
                   msText(o.predicted_extra_ns()).c_str(), msText(o.measured_extra_ns()).c_str(),
                   errorPct(o.measured_extra_ns(), o.predicted_extra_ns()), "-");
     std::printf("  %-14s %12s %12s %9s %12s\n", "step time", "",
-                msText(o.measured_step_ns()).c_str(), "", msText(o.before_step_ns()).c_str());
+                msText(o.measured_step_ns()).c_str(), "",
+                before ? msText(o.before_step_ns()).c_str() : "-");
     std::printf("  %-14s %12s %12s\n", "within budget", "",
                 o.measured_peak_bytes() <= o.budget_bytes() ? "yes" : "NO");
     if (unseen)

@@ -240,3 +240,14 @@ TIDEMARK_EXPORT void tidemark_plan_result(uint64_t plan_id, int applied, const c
   } catch (...) {
   }
 }
+
+TIDEMARK_EXPORT void tidemark_job_plan_result(const char* plan_json, int applied,
+                                              const char* message, int64_t step) {
+  try {
+    RecursionGuard guard;
+    Transport* t = Agent::instance().transport();
+    if (t != nullptr && plan_json != nullptr && *plan_json != '\0')
+      t->reportPlanResult(0, applied != 0, message ? message : "", step, plan_json);
+  } catch (...) {
+  }
+}

@@ -389,13 +389,15 @@ void Transport::returnPlan(uint64_t planId, std::string json) {
   m_plans.emplace_front(planId, std::move(json));
 }
 
-void Transport::reportPlanResult(uint64_t planId, bool applied, std::string message, int64_t step) {
+void Transport::reportPlanResult(uint64_t planId, bool applied, std::string message, int64_t step,
+                                 std::string planJson) {
   v1::AgentMessage m;
   v1::PlanResult* r = m.mutable_plan_result();
   r->set_plan_id(planId);
   r->set_applied(applied);
   r->set_message(std::move(message));
   r->set_step(step);
+  if (planId == 0) r->set_plan_json(std::move(planJson));
   {
     std::lock_guard<std::mutex> lock(m_controlMutex);
     if (auto it = m_planAnswers.find(planId); it != m_planAnswers.end()) it->second = *r;

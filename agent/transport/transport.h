@@ -86,7 +86,9 @@ class Transport {
   // Puts back a plan the caller could not take (its buffer was too small).
   void returnPlan(uint64_t planId, std::string json);
   // Sends what became of a plan, with the next batch.
-  void reportPlanResult(uint64_t planId, bool applied, std::string message, int64_t step);
+  // planId 0: a plan the job applied itself, planJson its document.
+  void reportPlanResult(uint64_t planId, bool applied, std::string message, int64_t step,
+                        std::string planJson = {});
   v1::AgentCounters counters() const;
   // One line for stderr: where the events went.
   std::string summary() const;

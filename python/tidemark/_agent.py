@@ -76,6 +76,11 @@ class Agent:
         if self._allocator_library is not None:
             self._allocator_library.argtypes = [ctypes.c_char_p]
             self._allocator_library.restype = ctypes.c_int
+        self._job_plan_result = getattr(lib, "tidemark_job_plan_result", None)
+        if self._job_plan_result is not None:
+            self._job_plan_result.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                              ctypes.c_int64]
+            self._job_plan_result.restype = None
         self._tensor_memory = getattr(lib, "tidemark_tensor_memory", None)
         if self._tensor_memory is not None:
             self._tensor_memory.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int,
@@ -185,6 +190,15 @@ class Agent:
         if self.lib:
             self.lib.tidemark_plan_result(plan_id, 1 if applied else 0,
                                           message.encode("utf-8", "replace"), step)
+
+    def job_plan_result(self, plan_json, applied, message, step):
+        """What became of a plan the job applied itself (no plan id: its JSON and first step
+        name it), for plan-check. False when this agent cannot say it."""
+        if not self.lib or self._job_plan_result is None:
+            return False
+        self._job_plan_result(plan_json.encode("utf-8", "replace"), 1 if applied else 0,
+                              message.encode("utf-8", "replace"), step)
+        return True
 
 
 class _Absent:

@@ -159,6 +159,9 @@ class Instrumenter:
         # Plans sent for a later step (apply_at_step: every rank of a job switches at the same
         # one), in the order they came: [(plan id, text, step)].
         self.held_plans = []
+        # Plans the script applied itself (tidemark.apply_plan), for plan-check: [AppliedPlan,
+        # its JSON, its first step, the (applied, message) last reported]; the last 64.
+        self.jobs_own_plans = []
         self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
         self.torch_ops = None  # torch's ops as op scopes (torch_ops.TorchOps)
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
@@ -660,12 +663,39 @@ class Instrumenter:
         self._apply_pending_plan()
 
     # ----- recompute plans sent by the server ----------------------------------------------------
+    def jobs_own_plan(self, plan):
+        """The script applied `plan` (an AppliedPlan) itself: its first step is the next one to
+        begin; what becomes of it goes to the server like a plan `tidemark apply` sent (so that
+        plan-check measures it), from the end of that step on."""
+        if not self.enabled:
+            return
+        import json
+        self.jobs_own_plans.append([plan, json.dumps(plan.plan, sort_keys=True),
+                                    self.step + 1, None])
+        del self.jobs_own_plans[:-64]
+
+    def _report_jobs_own_plans(self):
+        for entry in self.jobs_own_plans:
+            plan, text, first, told = entry
+            if self.step < first:
+                continue  # its first step has not ended yet
+            if plan.failed is not None:
+                now = (False, plan.failed)
+            elif plan.notes:
+                now = (True, "applied; but in step %d %s" % (first, "; and ".join(plan.notes)))
+            else:
+                now = (True, "applied")
+            if now != told and self.agent.job_plan_result(text, now[0], now[1], first):
+                entry[3] = now
+
     def _apply_pending_plan(self):
         """At a step boundary: settles the plan applied at the previous boundary (its first step
         ran: applied, or, if it turned itself off, removed with the plan before it restored), then
         applies the plans `tidemark apply` sent that are due (_plans_due). Each plan's fate goes
-        to the server once its first step has run (or at once when it is refused before)."""
+        to the server once its first step has run (or at once when it is refused before). Then
+        reports what became of the plans the script applied itself."""
         self._settle_plan()
+        self._report_jobs_own_plans()
         for plan_id, text in self._plans_due():
             from .plan import PlanError, apply_plan
             roots = list(self.roots)

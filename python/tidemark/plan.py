@@ -809,4 +809,9 @@ def apply_plan(model, plan, root_name=None, install=True, warn=True):
     applied = AppliedPlan(doc, actions, warn)
     if install:
         applied.install()
+        # The script's own (the adapter installs the plans it applies itself): under tidemark,
+        # plan-check is told of it.
+        from . import adapter
+        if adapter._instance is not None:
+            adapter._instance.jobs_own_plan(applied)
     return applied

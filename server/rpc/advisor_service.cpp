@@ -312,9 +312,11 @@ grpc::Status AdvisorService::PlanCheck(grpc::ServerContext* ctx,
     for (int64_t s : starts)
       if (s < p.fromStep) since = std::max(since, s);
     if (since == 1 && p.fromStep > 2) since = 2;
-    measure(steps, since, p.fromStep, &peak, &ns, nullptr);
+    int64_t before = 0;
+    measure(steps, since, p.fromStep, &peak, &ns, &before);
     o->set_before_peak_bytes(peak);
     o->set_before_step_ns(ns);
+    o->set_steps_before(before);
   }
   return grpc::Status::OK;
 }

@@ -1,12 +1,10 @@
 #include "server/rpc/control_service.h"
 
-#include <chrono>
 #include <memory>
 
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/plan_courier.h"
 #include "server/store/retention.h"
-#include "src/advisor/plan_json.h"
 
 namespace tidemark::server {
 
@@ -17,10 +15,9 @@ grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
           m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "ApplyPlan", kControl);
       !denied.ok())
     return denied;
-  absl::StatusOr<core::PlanDocument> doc = core::parsePlanDocument(request->plan_json());
-  if (!doc.ok())
-    return toGrpc(absl::InvalidArgumentError("not a plan: " + std::string(doc.status().message())));
   const auto session = static_cast<int64_t>(request->session_id());
+  absl::StatusOr<AppliedPlanRow> planned = planRow(session, request->plan_json());
+  if (!planned.ok()) return toGrpc(planned.status());
   // A session another daemon of a shared store ingests: its agent is connected there, so the
   // plan is left in the store for that daemon to send (PlanCourier).
   auto record = Store::getSession(m_writer.path(), session);
@@ -29,17 +26,7 @@ grpc::Status ControlService::ApplyPlan(grpc::ServerContext* ctx,
   if (elsewhere && record->state != 1)
     return toGrpc(absl::FailedPreconditionError("session " + std::to_string(session) +
                                                 " is not running (it has ended)"));
-  AppliedPlanRow row;
-  row.sessionId = session;
-  row.planJson = request->plan_json();
-  row.strategy = doc->strategy;
-  row.budgetBytes = doc->budgetBytes;
-  row.predictedPeakBytes = doc->predictedPeakBytes;
-  row.predictedExtraNs = doc->predictedExtraNs;
-  row.predictedStepNs = doc->predictedStepNs;
-  row.sentWallNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  const AppliedPlanRow row = *std::move(planned);
   auto id = std::make_shared<int64_t>(0);
   absl::Status created =
       m_writer

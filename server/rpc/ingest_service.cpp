@@ -329,6 +329,26 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
   return grpc::Status::OK;
 }
 
+absl::Status IngestService::keepJobsOwnPlan(int64_t sessionId, const v1::PlanResult& result,
+                                            size_t* count) {
+  if (result.plan_json().empty()) return absl::InvalidArgumentError("a result of no plan");
+  if (result.plan_json().size() > kMaxJobsOwnPlanBytes)
+    return absl::InvalidArgumentError("its document is larger than " +
+                                      std::to_string(kMaxJobsOwnPlanBytes) + " bytes");
+  if (*count >= kMaxJobsOwnPlans)
+    return absl::ResourceExhaustedError("more than " + std::to_string(kMaxJobsOwnPlans) +
+                                        " results of the job's own plans");
+  absl::StatusOr<AppliedPlanRow> row = planRow(sessionId, result.plan_json());
+  if (!row.ok()) return row.status();
+  if (result.step() < 0) return absl::InvalidArgumentError("a negative first step");
+  ++*count;
+  row->state = result.applied() ? 1 : 2;
+  row->message = result.message();
+  row->fromStep = result.step();
+  m_writer.post([r = *std::move(row)](Store& s) { return s.recordJobsOwnPlan(r); });
+  return absl::OkStatus();
+}
+
 grpc::Status IngestService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) {
@@ -501,6 +521,7 @@ grpc::Status IngestService::Stream(
 
   std::optional<v1::Goodbye> goodbye;
   absl::Status error;
+  size_t jobsOwnPlans = 0;  // results of plans the job applied itself, on this stream
   // Each message is parsed into an arena emptied before the next: a batch's thousands of events
   // and their payloads cost a few blocks instead of an allocation and a free each. Nothing read
   // from a message outlives it (the ingest copies what it keeps).
@@ -525,10 +546,16 @@ grpc::Status IngestService::Stream(
       full = ingest->pendingRowBytes() >= m_maxPendingRowBytes;
     } else if (message.has_plan_result()) {
       const v1::PlanResult& r = message.plan_result();
-      m_writer.post([sid = sessionId, r](Store& s) {
-        return s.setPlanResult(sid, static_cast<int64_t>(r.plan_id()), r.applied() ? 1 : 2,
-                               r.message(), r.step());
-      });
+      if (r.plan_id() != 0) {
+        m_writer.post([sid = sessionId, r](Store& s) {
+          return s.setPlanResult(sid, static_cast<int64_t>(r.plan_id()), r.applied() ? 1 : 2,
+                                 r.message(), r.step());
+        });
+      } else if (absl::Status kept = keepJobsOwnPlan(sessionId, r, &jobsOwnPlans); !kept.ok()) {
+        // Not the job's to be stopped for: its recording goes on without that plan.
+        std::fprintf(stderr, "tidemarkd: session %lld: a plan the job applied is not kept: %s\n",
+                     static_cast<long long>(sessionId), std::string(kept.message()).c_str());
+      }
     } else if (message.has_goodbye()) {
       goodbye = message.goodbye();
     } else if (message.has_ack_request()) {

@@ -57,8 +57,16 @@ class IngestService final : public v1::Ingest::Service {
   grpc::Status Handoff(grpc::ServerContext* context, const v1::HandoffRequest* request,
                        v1::HandoffReply* reply) override;
 
+  // A job's own plans (PlanResult with plan id 0), per stream: results past this many are not
+  // kept, nor a document larger than kMaxJobsOwnPlanBytes.
+  static constexpr size_t kMaxJobsOwnPlans = 256;
+  static constexpr size_t kMaxJobsOwnPlanBytes = 1u << 20;
+
  private:
   void closeExpiredSessions();
+  // Keeps the result of a plan the job applied itself as a plan of the session (the writer
+  // stores it); *count: such results of this stream so far.
+  absl::Status keepJobsOwnPlan(int64_t sessionId, const v1::PlanResult& result, size_t* count);
   // Ends a detached session as aborted from its last checkpoint (open blocks as live).
   absl::Status closeDetached(int64_t id);
 

@@ -2,7 +2,27 @@
 
 #include <chrono>
 
+#include "src/advisor/plan_json.h"
+
 namespace tidemark::server {
+
+absl::StatusOr<AppliedPlanRow> planRow(int64_t sessionId, const std::string& planJson) {
+  absl::StatusOr<core::PlanDocument> doc = core::parsePlanDocument(planJson);
+  if (!doc.ok())
+    return absl::InvalidArgumentError("not a plan: " + std::string(doc.status().message()));
+  AppliedPlanRow row;
+  row.sessionId = sessionId;
+  row.planJson = planJson;
+  row.strategy = doc->strategy;
+  row.budgetBytes = doc->budgetBytes;
+  row.predictedPeakBytes = doc->predictedPeakBytes;
+  row.predictedExtraNs = doc->predictedExtraNs;
+  row.predictedStepNs = doc->predictedStepNs;
+  row.sentWallNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  return row;
+}
 
 v1::ServerMessage applyPlanCommand(int64_t planId, const std::string& planJson) {
   v1::ServerMessage message;

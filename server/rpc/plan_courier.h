@@ -16,6 +16,10 @@ namespace tidemark::server {
 // The command that carries a plan to a job's agent (Control.ApplyPlan, PlanCourier).
 v1::ServerMessage applyPlanCommand(int64_t planId, const std::string& planJson);
 
+// The store's row of a plan for a session: its document, what it predicts, sent now. An error
+// when planJson is not a plan.
+absl::StatusOr<AppliedPlanRow> planRow(int64_t sessionId, const std::string& planJson);
+
 // Delivers the plans that other daemons of a shared store recorded for the live sessions this
 // daemon ingests (`tidemark apply` asked of any daemon reaches every rank of a job that spans
 // nodes). Every 200 ms it reads the store's plan_outbox for its own sessions, sends each plan on

@@ -1325,6 +1325,22 @@ absl::StatusOr<int64_t> Store::createAppliedPlan(const AppliedPlanRow& r) {
   return runReturningId(st);
 }
 
+absl::Status Store::recordJobsOwnPlan(const AppliedPlanRow& r) {
+  Statement find = m_db.prepare(
+      "SELECT id FROM applied_plan WHERE session_id = ?1 AND from_step = ?2 AND plan_json = ?3 "
+      "ORDER BY id DESC LIMIT 1");
+  find.bind(1, r.sessionId).bind(2, r.fromStep).bind(3, r.planJson);
+  int64_t id = 0;
+  if (find.step()) {
+    id = find.columnInt(0);
+  } else {
+    absl::StatusOr<int64_t> created = createAppliedPlan(r);
+    if (!created.ok()) return created.status();
+    id = *created;
+  }
+  return setPlanResult(r.sessionId, id, r.state, r.message, r.fromStep);
+}
+
 absl::Status Store::setPlanResult(int64_t sessionId, int64_t planId, int state,
                                   const std::string& message, int64_t fromStep) {
   Statement st = m_db.prepare(

@@ -293,6 +293,9 @@ class Store {
   absl::Status removeHandoff(int64_t sessionId);
   // A plan about to be sent to a session's agent; returns its id.
   absl::StatusOr<int64_t> createAppliedPlan(const AppliedPlanRow& row);
+  // A plan the job applied itself (PlanResult with plan id 0): the session's plan with the same
+  // document and first step takes row's state and message; without one, row is added.
+  absl::Status recordJobsOwnPlan(const AppliedPlanRow& row);
   absl::Status setPlanResult(int64_t sessionId, int64_t planId, int state,
                              const std::string& message, int64_t fromStep);
   // A plan for a session another daemon ingests, left for that daemon to send (shared stores),

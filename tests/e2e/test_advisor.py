@@ -75,6 +75,13 @@ class AdvisorLiveTest(DaemonTestCase):
                 sid, got_losses = self.train(model, "--plan", path, *extra)
                 self.planned[pct] = (sid, plan)
                 measured = self.measured_peak(sid)
+                # The script applied the plan itself: plan-check knows it all the same.
+                check = self.daemon.cli_json("plan-check", str(sid))["plans"]
+                self.assertEqual([(p["state"], p["from_step"], p["steps_measured"],
+                                   p["steps_before"], p["predicted_peak_bytes"], p["message"])
+                                  for p in check],
+                                 [("applied", 1, STEPS, 0, predicted, "applied")])
+                self.assertGreaterEqual(check[0]["measured_peak_bytes"], measured)
                 print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%), plan %s"
                       % (model, pct, budget, predicted, measured,
                          100.0 * (measured - predicted) / predicted,

@@ -284,6 +284,97 @@ for segs in ([{"mode": "recompute", "modules": ["Net.blocks.1"]}],
         r = run_in_process(self, code)
         self.assertEqual(r.stdout.count("ok"), 5, r.stdout)
 
+    def test_a_plan_the_script_applies_is_checked(self):
+        """Under `tidemark run`, plans a training script applies itself (tidemark.apply_plan)
+        are the session's plans for plan-check as if `tidemark apply` had sent them: a segment
+        over the layers of a T5-like stack (the first layer makes a bias the others are handed)
+        runs a checkpoint per layer from step 1, said in its note, measured; a second plan
+        applied before step 4 over a module that refuses to run under a checkpoint turns itself
+        off in that step, refused with the reason. The script is told of both (PlanWarning on
+        its stderr), and its losses are those of the same script without plans, every digit."""
+        code = IN_PROCESS + r"""
+import inspect
+import json
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.drop = torch.nn.Dropout(0.3)
+    def forward(self, x, bias=None):
+        bias = torch.tanh(self.lin.bias).mean() if bias is None else bias
+        return x + self.drop(torch.relu(self.lin(x))) + bias, bias
+
+class Fussy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+    def forward(self, x):
+        if any(f.function == "checkpoint" for f in inspect.stack(0)):
+            raise RuntimeError("Fussy cannot run under a checkpoint")
+        return self.lin(x)
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
+        self.fussy = Fussy()
+    def forward(self, x):
+        bias = None
+        for b in self.blocks:
+            x, bias = b(x, bias)
+        return self.fussy(x).pow(2).mean()
+
+def plan(*segments):
+    return dict(json.loads(sys.argv[3]), segments=list(segments))
+
+planned = sys.argv[2] == "planned"
+torch.manual_seed(0)
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if planned:
+    tidemark.apply_plan(model, plan({"mode": "recompute", "modules": [
+        "Net.blocks.0", "Net.blocks.1", "Net.blocks.2"]}))
+g = torch.Generator().manual_seed(1)
+for step in range(1, 7):
+    if planned and step == 4:
+        tidemark.apply_plan(model, plan({"mode": "recompute", "modules": ["Net.fussy"]}))
+    loss = model(torch.randn(8, 16, generator=g))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print("step %d loss %.10f" % (step, loss.item()), flush=True)
+"""
+        python_dir = os.path.join(SOURCE, "python")
+        doc = json.dumps(plan_doc([]))  # a plan document, its segments the script's
+        plain = subprocess.run([PYTHON, "-c", code, python_dir, "plain", doc],
+                               capture_output=True, text=True, timeout=120)
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        r = self.daemon.run(PYTHON, "-c", code, python_dir, "planned", doc)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(losses(r.stdout), losses(plain.stdout))
+        self.assertEqual(len(losses(r.stdout)), 6)
+        self.assertIn("PlanWarning: the plan runs, but Net.blocks.0..Net.blocks.2 is not a chain "
+                      "in this model", r.stderr)
+        self.assertIn("PlanWarning: the plan was turned off: Net.fussy failed under the plan "
+                      "(RuntimeError: Fussy cannot run under a checkpoint)", r.stderr)
+        sid = self.daemon.newest_session()["id"]
+        self.daemon.wait_analyzed(sid)
+        check = self.daemon.cli_json("plan-check", str(sid))["plans"]
+        self.assertEqual([(p["state"], p["from_step"]) for p in check],
+                         [("applied", 1), ("refused", 0)])
+        self.assertTrue(check[0]["message"].startswith(
+            "applied; but in step 1 Net.blocks.0..Net.blocks.2 is not a chain in this model "
+            "(Net.blocks.1 was called with something other than Net.blocks.0's output"),
+            check[0]["message"])
+        self.assertEqual(check[0]["steps_measured"], 6)
+        self.assertGreater(check[0]["measured_peak_bytes"], 0)
+        self.assertIn("Net.fussy failed under the plan (RuntimeError: Fussy cannot run under a "
+                      "checkpoint); the plan was turned off", check[1]["message"])
+        text = self.daemon.cli("plan-check", str(sid)).stdout
+        self.assertIn("applied from step 1, 6 steps measured", text)
+        self.assertIn("  note: applied; but in step 1 Net.blocks.0..Net.blocks.2", text)
+
     def test_chain_values_are_the_models_own_in_process(self):
         """tidemark.apply_plan without the daemon, a three-block segment of four blocks: a
         model that is a chain keeps the losses of the unplanned model to the digit with the

@@ -844,6 +844,58 @@ TEST_F(IngestRpcTest, AResumedSessionGetsItsUnansweredPlanAgain) {
   expectHealthy();
 }
 
+// A plan the job applied itself (tidemark.apply_plan in the script) is told of with plan id 0 and
+// its document: the session gets it as a plan (plan-check measures it), its later results update
+// that plan (the same document and first step), and what is not a plan, too large or past the
+// stream's count is not kept, the stream and the daemon going on.
+TEST_F(IngestRpcTest, AJobsOwnPlansAreKeptWithinTheirLimits) {
+  const std::string plan = twoBlockPlan();
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  const uint64_t session = handshake(stream.get()).session_id();
+  auto result = [](const std::string& json, bool applied, const std::string& message,
+                   int64_t step) {
+    v1::AgentMessage m;
+    m.mutable_plan_result()->set_applied(applied);
+    m.mutable_plan_result()->set_message(message);
+    m.mutable_plan_result()->set_step(step);
+    m.mutable_plan_result()->set_plan_json(json);
+    return m;
+  };
+  ASSERT_TRUE(stream->Write(result(plan, true, "applied", 2)));
+  ASSERT_TRUE(stream->Write(result(plan, true, "applied; but in step 2 a note", 2)));
+  ASSERT_TRUE(stream->Write(result(plan, false, "turned off", 7)));  // another first step
+  ASSERT_TRUE(stream->Write(result("{\"segments\": []}", true, "applied", 1)));  // not a plan
+  std::string huge = plan;
+  huge.insert(huge.size() - 1,
+              ", \"pad\": \"" + std::string(IngestService::kMaxJobsOwnPlanBytes, 'x') + "\"");
+  ASSERT_TRUE(stream->Write(result(huge, true, "applied", 3)));
+  // Past the count (three kept so far, a refused document does not count): not kept.
+  for (size_t i = 3; i < IngestService::kMaxJobsOwnPlans + 5; ++i)
+    ASSERT_TRUE(stream->Write(result(plan, true, "applied", 100 + static_cast<int64_t>(i))));
+  // Committed before the next batch's acknowledgement (one writer, in order).
+  ASSERT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+  auto plans = Store::appliedPlans((m_dir / "store.db").string(), static_cast<int64_t>(session));
+  ASSERT_TRUE(plans.ok()) << plans.status();
+  ASSERT_EQ(plans->size(), IngestService::kMaxJobsOwnPlans - 1);
+  const AppliedPlanRow& first = (*plans)[0];
+  EXPECT_EQ(first.state, 1);
+  EXPECT_EQ(first.fromStep, 2);
+  EXPECT_EQ(first.message, "applied; but in step 2 a note");
+  EXPECT_EQ(first.planJson, plan);
+  EXPECT_GT(first.predictedPeakBytes, 0);
+  EXPECT_EQ((*plans)[1].state, 2);
+  EXPECT_EQ((*plans)[1].fromStep, 7);
+  EXPECT_EQ((*plans)[1].message, "turned off");
+  EXPECT_EQ(plans->back().fromStep,
+            100 + static_cast<int64_t>(IngestService::kMaxJobsOwnPlans) - 1);
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(1);
+  ASSERT_TRUE(stream->Write(bye));
+  EXPECT_TRUE(closeStream(stream.get()).ok());
+  expectHealthy();
+}
+
 // A live session's recording (what the advisor and the queries by device read) holds the rows
 // the daemon took since its last checkpoint: a reader asks the stream's handler to hand them over
 // (at the agent's next message) instead of reading a store up to 200 ms behind.

@@ -74,6 +74,10 @@ void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped);
 int64_t tidemark_take_plan(char* buf, int64_t cap, uint64_t* plan_id);
 /* What became of a plan: applied (1) from `step` on, or refused (0) with a message why. */
 void tidemark_plan_result(uint64_t plan_id, int applied, const char* message, int64_t step);
+/* The same for a plan the job applied itself (no plan id: the server knows it by its JSON and
+ * its first step, `step`), so that plan-check measures it as it measures a plan it sent. */
+void tidemark_job_plan_result(const char* plan_json, int applied, const char* message,
+                              int64_t step);
 
 #ifdef __cplusplus
 }
