@@ -472,6 +472,15 @@ int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
               msText(o.recomputeNs) + (o.policy.empty() ? "" : " (op-level)");
     std::printf("  %-28s %s\n", st.name.c_str(), line.c_str());
   }
+  // Where the chain is not one: no recomputed segment runs into these blocks.
+  std::string unlinked;
+  for (int i = 1; i < p->size(); ++i)
+    if (!p->stages[i].linked) unlinked += (unlinked.empty() ? "" : ", ") + p->stages[i].name;
+  if (!unlinked.empty())
+    std::printf(
+        "\nnot fed by the block before (something in between made their input): %s; a plan "
+        "recomputes no segment across them\n",
+        unlinked.c_str());
   for (const std::string& w : resp.warnings()) std::printf("\nwarning: %s\n", w.c_str());
   if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
   return kExitOk;

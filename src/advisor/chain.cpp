@@ -24,6 +24,16 @@ int64_t ChainProfile::baseStepNs() const {
   return total;
 }
 
+bool extends(const ChainProfile& p, int first, int k) {
+  return k < p.size() && p.stages[k].checkpointable && (k == first || p.stages[k].linked);
+}
+
+bool recomputable(const ChainProfile& p, int first, int last) {
+  for (int k = first; k <= last; ++k)
+    if (!extends(p, first, k)) return false;
+  return true;
+}
+
 int64_t optionForwardWorkingBytes(const Stage& s, const StageOption& o) {
   return o.forwardWorkingBytes >= 0 ? o.forwardWorkingBytes : s.forwardWorkingBytes;
 }
@@ -91,10 +101,15 @@ absl::Status validateSegments(const ChainProfile& profile, const std::vector<Seg
                                                      " in order; got [", seg.first, ", ", seg.last,
                                                      "] where stage ", next, " was expected"));
     if (seg.mode == SegmentMode::kRecompute) {
-      for (int i = seg.first; i <= seg.last; ++i)
+      for (int i = seg.first; i <= seg.last; ++i) {
         if (!profile.stages[i].checkpointable)
           return absl::InvalidArgumentError(
               absl::StrCat("stage ", profile.stages[i].name, " cannot be recomputed"));
+        if (i > seg.first && !profile.stages[i].linked)
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the recomputed segment [", seg.first, ", ", seg.last, "] runs into stage ",
+              profile.stages[i].name, ", whose input is not the previous stage's output"));
+      }
       if (inner && seg.first == from && seg.last == to)
         return absl::InvalidArgumentError(absl::StrCat("the recomputed segment [", from, ", ", to,
                                                        "] lists itself in its inner plan"));

@@ -58,6 +58,12 @@ struct Stage {
   int64_t forwardWorkingBytes = 0;  // transient on top of input and output during forward
   int64_t backwardWorkingBytes = 0;  // transient on top of the gradients during backward
   bool checkpointable = true;
+  // Whether the stage's input is the previous stage's output. False where something between them
+  // made its input (a pooling between a U-Net's blocks, a residual added outside the blocks,
+  // another stack's embedding): a recomputed segment may start at the stage, but none runs from
+  // the previous stage into it (it would re-run the stages as a chain they are not). The first
+  // stage's is not read.
+  bool linked = true;
   std::vector<StageOption> options;
   // Memory outside the chain, on top of the static bytes, live while this stage runs forward or
   // backward (recompute included): the loss's tensors, parameter gradients as they appear. From
@@ -68,6 +74,14 @@ struct Stage {
   // The time a plan adds each time it re-runs the stage's forward.
   int64_t rerunCostNs() const { return rerunNs > 0 ? rerunNs : forwardNs; }
 };
+
+struct ChainProfile;
+// Whether a recomputed segment may run from stage first to stage last: every stage of it
+// checkpointable, each after the first linked to the one before.
+bool recomputable(const ChainProfile& p, int first, int last);
+// Whether a recomputed segment that runs from stage first through stage k - 1 may go on to stage
+// k: the loop condition of the solvers that grow a segment one stage at a time.
+bool extends(const ChainProfile& p, int first, int k);
 
 struct ChainProfile {
   std::string name;

@@ -637,6 +637,18 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     s.name = f.name;
     s.forwardNs = f.endTsNs - f.beginTsNs;
     s.backwardNs = backwardNs[i];
+    // Linked to the stage before unless the forward's thread made a tensor between the two (a
+    // pooling, a residual added outside the blocks, another stack's embedding): then the stage's
+    // input is that tensor, not the previous stage's output, and no recomputed segment may run
+    // from one into the other.
+    if (i > 0) {
+      const ScopeInterval& before = *forward[i - 1];
+      auto b = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), before.endSeq,
+                                [](const Block& blk, uint64_t seq) { return blk.allocSeq < seq; });
+      for (; b != rec.blocks.end() && b->allocSeq < f.beginSeq && s.linked; ++b)
+        s.linked =
+            !(b->threadId == f.threadId && isTensorLevel(static_cast<int>(b - rec.blocks.begin())));
+    }
     // The output: born in the forward, alive after it, and either not saved by the stage or
     // saved by someone else as well (the next stage saves its input).
     std::set<int> output;

@@ -109,18 +109,22 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
 
   for (int i = n - 1; i >= 0; --i) {
     const bool checkpointable = p.stages[i].checkpointable;
-    // Segments that start before a stage that cannot be recomputed end before it.
+    // Segments that start before a stage that cannot be recomputed end before it, and so do
+    // those that start before a stage not linked to the one before it.
+    const bool endsHere = i + 1 < n && !p.stages[i + 1].linked;
     for (int x = 0; x < width; ++x) {
-      if (checkpointable)
+      if (checkpointable) {
+        if (endsHere) ends[x].clear();
         ends[x].push(i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x]);
-      else
+      } else {
         ends[x].clear();
+      }
     }
     storedChoices(p, i, &stored);
     segmentLocal.clear();
     if (checkpointable) {
       RecomputedSegment segment(p, i);
-      for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
+      for (int k = i; extends(p, i, k); ++k) {
         const int64_t local = segment.grow().local;
         if (local > top + grid.step) break;  // it only grows
         segmentLocal.push_back(local);

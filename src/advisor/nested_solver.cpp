@@ -79,7 +79,8 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
     const int64_t gradient = p.outBytes(q);  // the segment's incoming gradient, live throughout
     insideAt(q, q + 1) = {{0, 0, 0, q + 1, -1, false, false}};
     minInside[q * (n + 1) + q + 1] = 0;
-    for (int i = q; i >= 0 && p.stages[i].checkpointable; --i) {
+    for (int i = q; i >= 0 && p.stages[i].checkpointable && (i == q || p.stages[i + 1].linked);
+         --i) {
       const Stage& s = p.stages[i];
       const int64_t in = p.inBytes(i);
       // Stage i stored: run again keeping everything, then its backward.
@@ -138,7 +139,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
     }
     const int64_t in = p.inBytes(i);
     int64_t forward = 0;
-    for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
+    for (int k = i; extends(p, i, k); ++k) {
       const Stage& t = p.stages[k];
       forward = std::max(forward, (k > i ? in : 0) + p.inBytes(k) + t.forwardWorkingBytes +
                                       t.outputBytes + t.forwardOutsideBytes);

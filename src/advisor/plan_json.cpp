@@ -226,6 +226,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
     s.forwardWorkingBytes = r.integer("forward_working_bytes", 0);
     s.backwardWorkingBytes = r.integer("backward_working_bytes", 0);
     s.checkpointable = r.boolean("checkpointable", true);
+    s.linked = r.boolean("linked", true);
     s.forwardOutsideBytes = r.integer("forward_outside_bytes", 0);
     s.backwardOutsideBytes = r.integer("backward_outside_bytes", 0);
     const json* options = r.raw("options", true);
@@ -276,6 +277,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
                {"backward_working_bytes", s.backwardWorkingBytes},
                {"checkpointable", s.checkpointable}};
     if (s.rerunNs != 0) st["rerun_ns"] = s.rerunNs;
+    if (!s.linked) st["linked"] = false;
     if (s.forwardOutsideBytes != 0) st["forward_outside_bytes"] = s.forwardOutsideBytes;
     if (s.backwardOutsideBytes != 0) st["backward_outside_bytes"] = s.backwardOutsideBytes;
     if (!s.options.empty()) {

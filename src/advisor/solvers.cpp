@@ -67,7 +67,7 @@ ChainPlan segmentRuns(const ChainProfile& profile, CloseBefore closeBefore) {
     }
     int first = i;
     while (i < n && profile.stages[i].checkpointable) {
-      if (i > first && closeBefore(first, i)) {
+      if (i > first && (!profile.stages[i].linked || closeBefore(first, i))) {
         plan.segments.push_back({first, i - 1, SegmentMode::kRecompute});
         first = i;
       }
@@ -203,7 +203,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
       addChoice(c.local, c.kept, c.extraNs, i + 1, c.option, false, c.offload);
     // Recomputed segments [i, k].
     RecomputedSegment segment(p, i);
-    for (int k = i; k < n && p.stages[k].checkpointable; ++k) {
+    for (int k = i; extends(p, i, k); ++k) {
       const StageChoice c = segment.grow();
       addChoice(c.local, c.kept, c.extraNs, k + 1, -1, true, false);
       // A longer segment needs at least as much (local only grows with k), and its input as

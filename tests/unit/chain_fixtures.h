@@ -21,8 +21,8 @@ inline Stage stage(std::string name, int64_t f, int64_t b, int64_t saved, int64_
 }
 
 // A random chain of n stages: times and sizes varying tenfold, now and then a stage that cannot
-// be recomputed, outside memory, a floor, an offload speed (copies of a stage taking about as long
-// as its forward), and (withOptions) selective options.
+// be recomputed or one not fed by the stage before, outside memory, a floor, an offload speed
+// (copies of a stage taking about as long as its forward), and (withOptions) selective options.
 inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
   std::uniform_int_distribution<int64_t> time(10, 100), bytes(10, 100), small(0, 20);
   std::uniform_int_distribution<int> coin(0, 9);
@@ -51,6 +51,7 @@ inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
       s.forwardOutsideBytes = small(rng);
       s.backwardOutsideBytes = small(rng);
     }
+    s.linked = coin(rng) != 0;
     p.stages.push_back(std::move(s));
   }
   if (coin(rng) < 4)

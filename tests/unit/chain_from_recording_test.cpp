@@ -326,6 +326,30 @@ TEST(ChainFromRecording, ABlockCalledTwiceInTheForwardIsSaid) {
   EXPECT_EQ(c->profile.size(), 2);
 }
 
+// A tensor made between two blocks on the forward's thread (a pooling, a residual added outside
+// the blocks) is the second block's input, not the first block's output: the second is not
+// linked, and no recomputed segment runs from one into the other. Nothing made between them (or
+// made by another thread): linked.
+TEST(ChainFromRecording, ABlockWhoseInputIsMadeBetweenBlocksIsNotLinked) {
+  const Recording plain = twoBlocks();
+  absl::StatusOr<RecordedChain> a = chainFromRecording(plain, categorize(plain), 0, "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->profile.stages[1].linked);
+  for (const uint32_t thread : {0u, 7u}) {
+    Recording rec = twoBlocks();
+    Block pooled = block(0x3300, 80, 15, 50);  // after block 0's scope, before block 1's
+    pooled.threadId = thread;
+    rec.blocks.push_back(pooled);
+    rec.sortBySeq();
+    absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->profile.stages[1].linked, thread != 0) << thread;
+    EXPECT_TRUE(c->profile.stages[0].linked);
+    EXPECT_TRUE(validatePlan(c->profile, ChainPlan{{{0, 1, SegmentMode::kRecompute}}}).ok() ==
+                (thread != 0));
+  }
+}
+
 TEST(ChainFromRecording, ContainersWithAModuleBetweenThemAreNoChainUnlessNamed) {
   const Recording rec = blocksInTwoContainers(true);
   const std::vector<BlockCategory> cats = categorize(rec);

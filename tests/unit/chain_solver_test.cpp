@@ -80,6 +80,16 @@ TEST(ChainPlanCheck, RejectsPlansThatDoNotCoverTheChain) {
   EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kStore, 0}})).ok());
   p.stages[1].checkpointable = false;
   EXPECT_FALSE(validatePlan(p, plan({{0, 1, SegmentMode::kRecompute}})).ok());
+  // A stage not fed by the one before: segments may start there, not run into it.
+  p.stages[1].checkpointable = true;
+  p.stages[1].linked = false;
+  const absl::Status across = validatePlan(p, plan({{0, 1, SegmentMode::kRecompute}}));
+  EXPECT_EQ(across.message(),
+            "the recomputed segment [0, 1] runs into stage B, whose input is not the previous "
+            "stage's output");
+  EXPECT_TRUE(
+      validatePlan(p, plan({{0, 0, SegmentMode::kRecompute}, {1, 1, SegmentMode::kRecompute}}))
+          .ok());
 }
 
 // Every plan of the chain: each stage either starts a stored segment (with or without an option),
@@ -107,7 +117,9 @@ void forEachPlan(const ChainProfile& p, const std::function<void(const ChainPlan
       go(i + 1);
       cur.segments.pop_back();
     }
-    for (int k = i; k < p.size() && p.stages[k].checkpointable; ++k) {
+    // A recomputed segment: checkpointable stages, each after the first fed by the one before.
+    for (int k = i; k < p.size() && p.stages[k].checkpointable && (k == i || p.stages[k].linked);
+         ++k) {
       cur.segments.push_back({i, k, SegmentMode::kRecompute});
       go(k + 1);
       cur.segments.pop_back();
@@ -346,6 +358,7 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   p.stages[1].options.push_back({"keep matmul outputs", 10, 4, {}, -1, -1, kSavePolicyMatmul});
   p.stages[1].backwardOutsideBytes = 7;
   p.stages[1].rerunNs = 9;
+  p.stages[1].linked = false;
   p.endOutsideBytes = 3;
   const std::string text = chainProfileToJson(p);
   absl::StatusOr<ChainProfile> back = parseChainProfile(text);
@@ -361,6 +374,9 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   EXPECT_TRUE(back->stages[0].options[0].policy.empty());
   // A re-run's own time travels; absent, a re-run takes the forward's.
   EXPECT_EQ(back->stages[1].rerunCostNs(), 9);
+  // So does a stage not fed by the one before; absent, a stage is.
+  EXPECT_FALSE(back->stages[1].linked);
+  EXPECT_TRUE(back->stages[0].linked);
   EXPECT_EQ(back->stages[0].rerunNs, 0);
   EXPECT_EQ(back->stages[0].rerunCostNs(), back->stages[0].forwardNs);
 

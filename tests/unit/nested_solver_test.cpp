@@ -122,7 +122,9 @@ void forEachNestedPlan(const ChainProfile& p, const std::function<void(const Cha
       go(i + 1);
       cur.segments.pop_back();
     }
-    for (int k = i; k < p.size() && p.stages[k].checkpointable; ++k) {
+    // A recomputed segment: checkpointable stages, each after the first fed by the one before.
+    for (int k = i; k < p.size() && p.stages[k].checkpointable && (k == i || p.stages[k].linked);
+         ++k) {
       forEachInner(p, i, k, [&](const std::vector<Segment>& inner) {
         Segment seg{i, k, SegmentMode::kRecompute};
         seg.inner = inner;
@@ -142,9 +144,10 @@ TEST(NestedChainSolver, EqualsExhaustiveSearchOverNestedPlans) {
     const int chains = n <= 5 ? 5 : (n <= 7 ? 2 : 1);
     for (int c = 0; c < chains; ++c) {
       ChainProfile p = randomChain(rng, n, /*withOptions=*/n <= 6);
-      // The longest chains with every stage checkpointable: the whole space, over a million plans.
+      // The longest chains with every stage checkpointable and fed by the one before: the whole
+      // space, over a million plans.
       if (n >= 7)
-        for (Stage& s : p.stages) s.checkpointable = true;
+        for (Stage& s : p.stages) s.checkpointable = s.linked = true;
       // (peak, extra, depth) of every plan.
       struct Seen {
         int64_t peak, extra;
