@@ -92,9 +92,12 @@ bool globMatches(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
-// The chain the forward suggests: groups of blocks at one depth, called one after the other with
-// nothing in between but the entries of their containers (a ResNet's layer1.0, layer1.1,
-// layer2.0, ... layer4.1: one chain over four containers), the run whose blocks take the most
+// The chain the forward suggests: groups of blocks at one depth, called one after the other —
+// with nothing in between but the entries of their containers (a ResNet's layer1.0, layer1.1,
+// layer2.0, ... layer4.1: one chain over four containers), or with other modules in between
+// when they are of the same model (a T5's encoder.block.* and decoder.block.*: its encoder's
+// final norm and its decoder's embedding run between them; such a stage is not linked to the one
+// before when its input was made there, see Stage::linked) —, the run whose blocks take the most
 // forward time. Its groups' prefixes, in the order they ran; none when no run has two blocks.
 // `scopes`: every scope of the forward (each call, ops too), by beginSeq.
 std::vector<std::string> suggestedChain(const Groups& groups,
@@ -130,8 +133,10 @@ std::vector<std::string> suggestedChain(const Groups& groups,
   for (const auto& [first, prefix] : firsts) {
     const std::vector<const ScopeInterval*>& members = groups.at(*prefix);
     Run* run = nullptr;
+    const auto root = [](std::string_view name) { return name.substr(0, name.find('.')); };
     for (Run& r : runs)
-      if (r.depth == first->depth && r.last->endSeq <= first->beginSeq && cleanGap(r.last, first))
+      if (r.depth == first->depth && r.last->endSeq <= first->beginSeq &&
+          (cleanGap(r.last, first) || root(r.last->name) == root(first->name)))
         run = &r;
     if (run == nullptr) {
       runs.emplace_back();
