@@ -2,7 +2,8 @@
 AdamW (some blocks under activation checkpointing), the residual convnet of tiny_convnet.py or
 the ResNet-18 layout of tiny_resnet.py (BatchNorm; its blocks in four containers) with SGD +
 momentum, or (torch 2, with the `transformers` library) a GPT-2 of the `transformers`
-library built from a small config, with AdamW and its own activation-checkpointing switch.
+library built from a small config, with AdamW and its own activation-checkpointing switch, or a
+T5 of that library (an encoder and a decoder stack) with AdamW.
 Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
 would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
 
@@ -39,8 +40,31 @@ def build_gpt2(args):
     return model
 
 
+def build_t5(args):
+    """A T5 of the `transformers` library (an encoder and a decoder stack), from a config."""
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit("--model t5 needs the transformers library (scripts/install-deps.sh "
+                         "puts it in the torch 2 environment)")
+    config = transformers.T5Config(vocab_size=256, d_model=args.d_model, d_ff=4 * args.d_model,
+                                   num_layers=args.layers, num_decoder_layers=args.layers,
+                                   num_heads=4, d_kv=args.d_model // 4, decoder_start_token_id=0,
+                                   use_cache=False)
+    return transformers.T5ForConditionalGeneration(config)
+
+
 def build(args):
     """(model, optimizer, make_batch(gen) -> (inputs, targets), loss(model, inputs, targets))."""
+    if args.model == "t5":
+        if args.checkpoint:
+            raise SystemExit("--checkpoint applies to the gpt models only")
+        model = build_t5(args)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        import tiny_gpt
+        # A sequence-to-sequence copy of the reversed input.
+        return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
+                lambda m, x, y: m(input_ids=x, labels=x.flip(1)).loss)
     if args.model == "gpt2":
         model = build_gpt2(args)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -73,7 +97,7 @@ def build(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2"), default="gpt")
+    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2", "t5"), default="gpt")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet and resnet 16)")
     p.add_argument("--seq-len", type=int, default=128)

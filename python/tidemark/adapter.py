@@ -961,7 +961,6 @@ class Instrumenter:
         gradient, |g| for the inf norm) belongs to the optimizer phase."""
         import torch.nn.utils as nn_utils
         import torch.nn.utils.clip_grad as clip_grad
-        inst = self
         for name in ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_",
                      "clip_grads_with_norm_", "get_total_norm"):
             original = getattr(clip_grad, name, None)

@@ -39,10 +39,12 @@ class AdvisorLiveTest(DaemonTestCase):
         print("  step peaks %s" % [s["peak"]["tracked_bytes"] for s in steps], file=sys.stderr)
         return peaks[len(peaks) // 2]
 
-    def check_model(self, model, *extra, budgets=(50, 70, 90), lowest_may_not_fit=False):
+    def check_model(self, model, *extra, budgets=(50, 70, 90), lowest_may_not_fit=False,
+                    may_note=None):
         """lowest_may_not_fit: memory outside the chain that depends on the machine (the native
         libraries' scratch on this CPU) may put the lowest budget below what any plan fits; the
-        plan is then checked at the least feasible budget the advisor names, 2 % above it."""
+        plan is then checked at the least feasible budget the advisor names, 2 % above it.
+        may_note: a pattern of what plan-check may say beside "applied" (else nothing)."""
         base, base_losses = self.train(model, *extra)
         self.base, self.planned = base, {}  # the recording and each budget's planned training
         self.assertEqual(len(base_losses), STEPS)
@@ -78,9 +80,15 @@ class AdvisorLiveTest(DaemonTestCase):
                 # The script applied the plan itself: plan-check knows it all the same.
                 check = self.daemon.cli_json("plan-check", str(sid))["plans"]
                 self.assertEqual([(p["state"], p["from_step"], p["steps_measured"],
-                                   p["steps_before"], p["predicted_peak_bytes"], p["message"])
-                                  for p in check],
-                                 [("applied", 1, STEPS, 0, predicted, "applied")])
+                                   p["steps_before"], p["predicted_peak_bytes"]) for p in check],
+                                 [("applied", 1, STEPS, 0, predicted)])
+                message = check[0]["message"]
+                noted = may_note is not None and message != "applied"
+                if noted:
+                    self.assertTrue(message.startswith("applied; but in step 1 "), message)
+                    self.assertRegex(message, may_note)
+                else:
+                    self.assertEqual(message, "applied")
                 self.assertGreaterEqual(check[0]["measured_peak_bytes"], measured)
                 print("%s %d%%: budget %d, predicted %d, measured %d (%+.2f %%), plan %s"
                       % (model, pct, budget, predicted, measured,
@@ -89,7 +97,10 @@ class AdvisorLiveTest(DaemonTestCase):
                              m.rsplit(".", 1)[-1] for m in seg["modules"]) + ")"
                              for seg in plan["segments"])), file=sys.stderr)
                 self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
-                self.assertLessEqual(measured, budget)
+                # A plan that ran other than its document says (the note) may pass its budget by
+                # what it says (a segment run a checkpoint per module keeps their inputs).
+                if not noted:
+                    self.assertLessEqual(measured, budget)
                 self.assertEqual(len(got_losses), STEPS)
                 for a, b in zip(got_losses, base_losses):
                     self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)))
@@ -231,6 +242,29 @@ for step in range(3):
         # The chain says it too.
         self.assertIn("warning: blocks called more than once in one forward (Siamese.blocks.0 ",
                       self.daemon.cli("chain", str(sid)).stdout)
+
+    def test_transformers_t5(self):
+        """A T5 of the `transformers` library: its encoder's and its decoder's layers are one
+        chain of 12, the decoder's first layer not linked to the encoder's last (the encoder's
+        final norm and the decoder's embedding run between them), so no plan recomputes across
+        the two; its layers pass on the position bias the first one makes, so a segment from the
+        first layer runs a checkpoint per layer (said in plan-check's note) and stays within 5 %
+        all the same."""
+        if torch_version() < (2, 0):
+            self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
+        chain = self.check_model("t5", budgets=(30, 60), may_note=(
+            r"is not a chain in this model \(T5ForConditionalGeneration\.(encoder|decoder)\."
+            r"block\.1 was called with something other than T5ForConditionalGeneration\.\1\."
+            r"block\.0's output"))
+        self.assertEqual(chain["name"], "T5ForConditionalGeneration.encoder.block,"
+                                        "T5ForConditionalGeneration.decoder.block")
+        self.assertEqual([s["name"].split(".", 1)[1] for s in chain["stages"]
+                          if not s.get("linked", True)], ["decoder.block.0"])
+        for sid, plan in self.planned.values():
+            for seg in plan["segments"]:
+                if seg["mode"] == "recompute":
+                    stacks = {m.split(".")[1] for m in seg["modules"]}
+                    self.assertEqual(len(stacks), 1, seg["modules"])
 
     def test_transformers_gpt2(self):
         """A GPT-2 of the `transformers` library: layers called with the attention mask and
