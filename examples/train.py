@@ -56,25 +56,23 @@ def build_t5(args):
 
 def build(args):
     """(model, optimizer, make_batch(gen) -> (inputs, targets), loss(model, inputs, targets))."""
+    import tiny_gpt  # the token batches of the text models
     if args.model == "t5":
         if args.checkpoint:
             raise SystemExit("--checkpoint applies to the gpt models only")
         model = build_t5(args)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        import tiny_gpt
         # A sequence-to-sequence copy of the reversed input.
         return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
                 lambda m, x, y: m(input_ids=x, labels=x.flip(1)).loss)
     if args.model == "gpt2":
         model = build_gpt2(args)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        import tiny_gpt
         # The model shifts the labels itself: the inputs are the labels.
         return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
                 lambda m, x, y: m(input_ids=x, labels=x).loss)
     ckpt = tuple(int(i) for i in args.checkpoint.split(",") if i != "")
     if args.model == "gpt":
-        import tiny_gpt
         model = tiny_gpt.TinyGPT(d_model=args.d_model, n_layers=args.layers, seq_len=args.seq_len,
                                  checkpointed=ckpt)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
