@@ -11,10 +11,13 @@ several modules (blocks called one after another, each on the previous one's out
 first element of an output that is a tuple, as many `transformers` layers return — and the same
 other arguments, as a transformer's layers get the attention mask) runs all of them inside one
 checkpoint from the first module's call; the later modules then return the outputs computed
-there. Modules that turn out not to be called so (a T5 stack's layers pass on a position bias
-the first one made; a U-Net's down path pools in between) each run under a checkpoint of their
-own from then on: the plan stays on, each of them keeping its own input, and says so
-(``AppliedPlan.notes``). A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as
+there. Later modules whose other arguments are not the first one's but come from it and from
+their predecessor's output (a T5 stack's layers are handed the position bias the first one
+returns beside its hidden states) run so in one step, each under a checkpoint of its own, and
+from the next step on the chain hands them their arguments the way that step showed. Modules
+that turn out not to be called as a chain at all (a U-Net's down path pools in between, a
+residual is added outside the blocks) each run under a checkpoint of their own from then on: the
+plan stays on, each of them keeping its own input, and says so (``AppliedPlan.notes``). A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as
 they say: their stored modules plainly, their recomputed ones under a checkpoint of their own,
 inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
 ``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
@@ -359,6 +362,54 @@ def _passed_on(output):
     return output
 
 
+def _sources_of(call, first, previous):
+    """Where a later module's other arguments come from, or None when not all from the first
+    module's other arguments and its predecessor's output: for each positional one and each
+    keyword one, ("first", position or name) or ("output", element of the predecessor's output).
+    Its input must be what the predecessor hands on (_passed_on)."""
+    (args, kwargs), (first_args, first_kwargs) = call, first
+    if not args or args[0] is not _passed_on(previous):
+        return None
+    elements = list(previous) if isinstance(previous, (tuple, list)) else []
+
+    def source(value, same):
+        if same is not _MISSING and value is same:
+            return ("first", None)
+        for m, e in enumerate(elements):
+            if value is e:
+                return ("output", m)
+        return None
+    positional = []
+    for p, value in enumerate(args[1:]):
+        s = source(value, first_args[p] if p < len(first_args) else _MISSING)
+        if s is None:
+            return None
+        positional.append(("first", p) if s[0] == "first" else s)
+    keywords = {}
+    for name, value in kwargs.items():
+        s = source(value, first_kwargs.get(name, _MISSING))
+        if s is None:
+            return None
+        keywords[name] = ("first", name) if s[0] == "first" else s
+    return positional, keywords
+
+
+_MISSING = object()
+
+
+def _arguments_from(sources, first_args, first_kwargs, previous):
+    """A later module's other arguments as `sources` (_sources_of) says, from the first module's
+    and its predecessor's output."""
+    positional, keywords = sources
+
+    def value(source):
+        kind, key = source
+        if kind == "output":
+            return previous[key]
+        return first_args[key] if isinstance(key, int) else first_kwargs[key]
+    return [value(s) for s in positional], {k: value(s) for k, s in keywords.items()}
+
+
 def _seen(args, kwargs):
     """Arguments as they are now: each object with its version counter."""
     return ([(a, _version(a)) for a in args],
@@ -615,12 +666,38 @@ class AppliedPlan:
         # module's, the very same objects). A later module called with anything else — another
         # object, or that one changed in place since — shows that the modules are not a chain
         # in this model: from then on each of them runs under a checkpoint of its own (`alone`),
-        # said once (a note). The RNG is wound back to where each module would leave it, so the
-        # draws of the job are those of a run without plan, whichever way the modules turn out
-        # to be called.
+        # said once (a note) — unless each later module's arguments turn out to come from the
+        # first module's and its predecessor's output in a way learnt in that step (`sources`:
+        # a T5 stack's layers are handed the position bias the first one returns beside its
+        # hidden states), which the chain then follows from the next step on. The RNG is wound
+        # back to where each module would leave it, so the draws of the job are those of a run
+        # without plan, whichever way the modules turn out to be called.
         pending = {}
         ran = []
         alone = []  # [why] once the segment runs a checkpoint per module
+        # Where the later modules' arguments come from, learnt in one step (segments without
+        # inner parts): sources[i] (absent: the first module's other arguments). Meanwhile
+        # `seen` holds the first module's other arguments and the last output a module of the
+        # segment returned, only while the segment's modules are being called (they are alive
+        # then anyway), and learning["found"] what each module's call showed.
+        seen = {"first": None, "out": None, "version": None}
+        learning = {"why": None, "found": {}}
+        sources = {}
+
+        def give(index, y):
+            """Module `index` returns y: the next module's call is compared with it."""
+            if index == len(modules) - 1:
+                seen["first"] = seen["out"] = None
+            else:
+                seen["out"], seen["version"] = y, _version(_passed_on(y))
+            return y
+
+        def cannot_learn(why):
+            alone.append(why)
+            learning["why"] = None
+            self._note("%s..%s is not a chain in this model (%s): each of its modules ran under "
+                       "a checkpoint of its own, each keeping its input, so the peak may be above "
+                       "the prediction" % (names[0], names[-1], why))
         # The recomputation: the same, each module in its scope.
         called = [_as_called(m, f) for m, f in zip(modules, inners)]
         whole = parts or [("store", 0, len(modules) - 1, None)]
@@ -636,7 +713,11 @@ class AppliedPlan:
             for mode, lo, hi, sub in todo:
                 if mode == "store":
                     for i in range(lo, hi + 1):
-                        ys.append(fns[i](x, *others, **kwargs))
+                        if sources.get(i) is not None and ys:
+                            a, kw = _arguments_from(sources[i], others, kwargs, ys[-1])
+                            ys.append(fns[i](x, *a, **kw))
+                        else:
+                            ys.append(fns[i](x, *others, **kwargs))
                         x = _passed_on(ys[-1])
                         if not again and not _compiling():
                             ran.append(_rng_state())
@@ -672,11 +753,39 @@ class AppliedPlan:
                            "may be above the prediction" % (names[0], names[-1], why))
             return y
 
+        def learnt():
+            """At the first module's call after the step that learnt: the chain follows what
+            every later module's call showed from the one that differed on, or, if a module was
+            not called then, each module runs under a checkpoint of its own from now on."""
+            found = learning["found"]
+            if found and all(i in found for i in range(min(found), len(modules))):
+                sources.update(found)
+                learning["why"] = None
+                learning["found"] = {}
+            else:
+                cannot_learn(learning["why"])
+
+        def learn(index, args, kwargs):
+            """Module `index` called while learning: where its arguments come from, and it
+            runs under a checkpoint of its own; or the segment runs so from now on."""
+            got = None
+            if (seen["first"] is not None and seen["out"] is not None and args and
+                    _version(args[0]) == seen["version"]):
+                got = _sources_of((args, kwargs), seen["first"], seen["out"])
+            if got is None:
+                cannot_learn(learning["why"])
+            else:
+                learning["found"][index] = got
+            return give(index, run_alone(index, args, kwargs))
+
         def first(*args, **kwargs):
             pending.clear()
             if (self.failed is not None or not torch.is_grad_enabled() or
                     not self._input_fits(names[0], input_bytes, args)):
                 return inners[0](*args, **kwargs)
+            seen["first"] = seen["out"] = None
+            if learning["why"] is not None and not _compiling():
+                learnt()
             if alone:
                 return run_alone(0, args, kwargs)
             if not args:
@@ -703,24 +812,34 @@ class AppliedPlan:
             if len(ys) == len(inners) and (len(ran) == len(inners) or _compiling()):
                 for i in range(1, len(ys)):
                     given = _passed_on(ys[i - 1])
-                    pending[i] = (given, _version(given), ys[i], ran[i] if ran else None, others)
+                    expected = others
+                    if sources.get(i) is not None:
+                        expected = _seen(*_arguments_from(sources[i], args[1:], kwargs,
+                                                          ys[i - 1]))
+                    pending[i] = (given, _version(given), ys[i], ran[i] if ran else None,
+                                  expected)
                 if ran:
                     _set_rng_state(ran[0])
             del ran[:]
+            if not _compiling():
+                seen["first"] = (args[1:], kwargs)
+                give(0, ys[0])
             return ys[0]
 
         def later(index):
             def forward(*args, **kwargs):
-                if alone:
+                if alone or learning["why"] is not None:
                     if self.failed is not None or not torch.is_grad_enabled():
                         return inners[index](*args, **kwargs)
-                    return run_alone(index, args, kwargs)
+                    if alone:
+                        return run_alone(index, args, kwargs)
+                    return learn(index, args, kwargs)
                 ahead = pending.pop(index, None)
                 if (ahead is not None and args and args[0] is ahead[0] and
                         _version(args[0]) == ahead[1] and _same(args[1:], kwargs, ahead[4])):
                     if ahead[3] is not None:
                         _set_rng_state(ahead[3])
-                    return ahead[2]
+                    return give(index, ahead[2]) if not _compiling() else ahead[2]
                 if ahead is None:
                     return inners[index](*args, **kwargs)
                 pending.clear()
@@ -731,6 +850,14 @@ class AppliedPlan:
                     self._fail("%s: the segment %s..%s is not a chain in this model; the plan "
                                "was turned off" % (why, names[0], names[-1]))
                     return inners[index](*args, **kwargs)
+                if (parts is None and not sources and args and args[0] is ahead[0] and
+                        _version(args[0]) == ahead[1]):
+                    # Its input is right, its other arguments are not the first module's: where
+                    # do they come from? This call and the rest of the step say
+                    # (each module under a checkpoint of its own meanwhile); the next first call
+                    # takes it up.
+                    learning["why"] = why
+                    return learn(index, args, kwargs)
                 return run_alone(index, args, kwargs, why)
             return forward
 
