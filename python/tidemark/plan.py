@@ -783,9 +783,10 @@ class AppliedPlan:
             if (self.failed is not None or not torch.is_grad_enabled() or
                     not self._input_fits(names[0], input_bytes, args)):
                 return inners[0](*args, **kwargs)
-            seen["first"] = seen["out"] = None
-            if learning["why"] is not None and not _compiling():
-                learnt()
+            if not _compiling():
+                seen["first"] = seen["out"] = None
+                if learning["why"] is not None:
+                    learnt()
             if alone:
                 return run_alone(0, args, kwargs)
             if not args:
