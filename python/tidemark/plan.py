@@ -17,8 +17,10 @@ returns beside its hidden states) run so in one step, each under a checkpoint of
 from the next step on the chain hands them their arguments the way that step showed. Modules
 that turn out not to be called as a chain at all (a U-Net's down path pools in between, a
 residual is added outside the blocks) each run under a checkpoint of their own from then on: the
-plan stays on, each of them keeping its own input, and says so (``AppliedPlan.notes``). A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as
-they say: their stored modules plainly, their recomputed ones under a checkpoint of their own,
+plan stays on, each of them keeping its own input, and says so (``AppliedPlan.notes``).
+
+A recompute segment with ``inner`` segments (a nested plan, version 2) runs its re-run as they
+say: their stored modules plainly, their recomputed ones under a checkpoint of their own,
 inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
 ``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
 names, or, with a ``policy`` (an op-level option), runs the block under a checkpoint that keeps
@@ -692,12 +694,15 @@ class AppliedPlan:
                 seen["out"], seen["version"] = y, _version(_passed_on(y))
             return y
 
-        def cannot_learn(why):
-            alone.append(why)
-            learning["why"] = None
+        def note_alone(why):
             self._note("%s..%s is not a chain in this model (%s): each of its modules ran under "
                        "a checkpoint of its own, each keeping its input, so the peak may be above "
                        "the prediction" % (names[0], names[-1], why))
+
+        def cannot_learn(why):
+            alone.append(why)
+            learning["why"] = None
+            note_alone(why)
         # The recomputation: the same, each module in its scope.
         called = [_as_called(m, f) for m, f in zip(modules, inners)]
         whole = parts or [("store", 0, len(modules) - 1, None)]
@@ -748,9 +753,7 @@ class AppliedPlan:
                 pending.clear()
             y = self._checkpointed(modules[index], names[index], inners[index], args, kwargs)
             if why is not None and self.failed is None:
-                self._note("%s..%s is not a chain in this model (%s): each of its modules ran "
-                           "under a checkpoint of its own, each keeping its input, so the peak "
-                           "may be above the prediction" % (names[0], names[-1], why))
+                note_alone(why)
             return y
 
         def learnt():

@@ -343,7 +343,7 @@ absl::Status IngestService::keepJobsOwnPlan(int64_t sessionId, const v1::PlanRes
   if (result.step() < 0) return absl::InvalidArgumentError("a negative first step");
   ++*count;
   row->state = result.applied() ? 1 : 2;
-  row->message = result.message();
+  row->message = bounded(result.message(), kMaxJobsOwnPlanBytes);
   row->fromStep = result.step();
   m_writer.post([r = *std::move(row)](Store& s) { return s.recordJobsOwnPlan(r); });
   return absl::OkStatus();

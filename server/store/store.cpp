@@ -1331,9 +1331,10 @@ absl::Status Store::recordJobsOwnPlan(const AppliedPlanRow& r) {
       "ORDER BY id DESC LIMIT 1");
   find.bind(1, r.sessionId).bind(2, r.fromStep).bind(3, r.planJson);
   int64_t id = 0;
-  if (find.step()) {
-    id = find.columnInt(0);
-  } else {
+  const bool known = find.step();
+  if (known) id = find.columnInt(0);
+  find = Statement();  // done with before the writes
+  if (!known) {
     absl::StatusOr<int64_t> created = createAppliedPlan(r);
     if (!created.ok()) return created.status();
     id = *created;

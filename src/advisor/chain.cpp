@@ -28,12 +28,6 @@ bool extends(const ChainProfile& p, int first, int k) {
   return k < p.size() && p.stages[k].checkpointable && (k == first || p.stages[k].linked);
 }
 
-bool recomputable(const ChainProfile& p, int first, int last) {
-  for (int k = first; k <= last; ++k)
-    if (!extends(p, first, k)) return false;
-  return true;
-}
-
 int64_t optionForwardWorkingBytes(const Stage& s, const StageOption& o) {
   return o.forwardWorkingBytes >= 0 ? o.forwardWorkingBytes : s.forwardWorkingBytes;
 }

@@ -76,9 +76,6 @@ struct Stage {
 };
 
 struct ChainProfile;
-// Whether a recomputed segment may run from stage first to stage last: every stage of it
-// checkpointable, each after the first linked to the one before.
-bool recomputable(const ChainProfile& p, int first, int last);
 // Whether a recomputed segment that runs from stage first through stage k - 1 may go on to stage
 // k: the loop condition of the solvers that grow a segment one stage at a time.
 bool extends(const ChainProfile& p, int first, int k);
