@@ -374,25 +374,15 @@ def _sources_of(call, first, previous):
         return None
     elements = list(previous) if isinstance(previous, (tuple, list)) else []
 
-    def source(value, same):
+    def source(value, same, key):
         if same is not _MISSING and value is same:
-            return ("first", None)
-        for m, e in enumerate(elements):
-            if value is e:
-                return ("output", m)
+            return ("first", key)
+        return next((("output", m) for m, e in enumerate(elements) if value is e), None)
+    positional = [source(v, first_args[p] if p < len(first_args) else _MISSING, p)
+                  for p, v in enumerate(args[1:])]
+    keywords = {k: source(v, first_kwargs.get(k, _MISSING), k) for k, v in kwargs.items()}
+    if None in positional or None in keywords.values():
         return None
-    positional = []
-    for p, value in enumerate(args[1:]):
-        s = source(value, first_args[p] if p < len(first_args) else _MISSING)
-        if s is None:
-            return None
-        positional.append(("first", p) if s[0] == "first" else s)
-    keywords = {}
-    for name, value in kwargs.items():
-        s = source(value, first_kwargs.get(name, _MISSING))
-        if s is None:
-            return None
-        keywords[name] = ("first", name) if s[0] == "first" else s
     return positional, keywords
 
 

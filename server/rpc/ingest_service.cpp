@@ -330,18 +330,24 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
 }
 
 absl::Status IngestService::keepJobsOwnPlan(int64_t sessionId, const v1::PlanResult& result,
-                                            size_t* count) {
-  if (result.plan_json().empty()) return absl::InvalidArgumentError("a result of no plan");
-  if (result.plan_json().size() > kMaxJobsOwnPlanBytes)
+                                            JobsOwnPlans* sent) {
+  const size_t size = result.plan_json().size();
+  if (size == 0) return absl::InvalidArgumentError("a result of no plan");
+  if (size > kMaxJobsOwnPlanBytes)
     return absl::InvalidArgumentError("its document is larger than " +
                                       std::to_string(kMaxJobsOwnPlanBytes) + " bytes");
-  if (*count >= kMaxJobsOwnPlans)
+  if (sent->results >= kMaxJobsOwnPlans)
     return absl::ResourceExhaustedError("more than " + std::to_string(kMaxJobsOwnPlans) +
                                         " results of the job's own plans");
+  if (sent->bytes + size > kMaxJobsOwnPlanBytesPerStream)
+    return absl::ResourceExhaustedError("more than " +
+                                        std::to_string(kMaxJobsOwnPlanBytesPerStream) +
+                                        " bytes of the job's own plans' documents");
   absl::StatusOr<AppliedPlanRow> row = planRow(sessionId, result.plan_json());
   if (!row.ok()) return row.status();
   if (result.step() < 0) return absl::InvalidArgumentError("a negative first step");
-  ++*count;
+  ++sent->results;
+  sent->bytes += size;
   row->state = result.applied() ? 1 : 2;
   row->message = bounded(result.message(), kMaxJobsOwnPlanBytes);
   row->fromStep = result.step();
@@ -521,7 +527,7 @@ grpc::Status IngestService::Stream(
 
   std::optional<v1::Goodbye> goodbye;
   absl::Status error;
-  size_t jobsOwnPlans = 0;  // results of plans the job applied itself, on this stream
+  JobsOwnPlans jobsOwnPlans;  // results of plans the job applied itself, on this stream
   // Each message is parsed into an arena emptied before the next: a batch's thousands of events
   // and their payloads cost a few blocks instead of an allocation and a free each. Nothing read
   // from a message outlives it (the ingest copies what it keeps).
@@ -551,9 +557,14 @@ grpc::Status IngestService::Stream(
           return s.setPlanResult(sid, static_cast<int64_t>(r.plan_id()), r.applied() ? 1 : 2,
                                  r.message(), r.step());
         });
-      } else if (absl::Status kept = keepJobsOwnPlan(sessionId, r, &jobsOwnPlans); !kept.ok()) {
-        // Not the job's to be stopped for: its recording goes on without that plan.
-        std::fprintf(stderr, "tidemarkd: session %lld: a plan the job applied is not kept: %s\n",
+      } else if (absl::Status kept = keepJobsOwnPlan(sessionId, r, &jobsOwnPlans);
+                 !kept.ok() && !jobsOwnPlans.refusalSaid) {
+        // Not the job's to be stopped for: its recording goes on without that plan. Said once
+        // a stream, whatever an agent sends.
+        jobsOwnPlans.refusalSaid = true;
+        std::fprintf(stderr,
+                     "tidemarkd: session %lld: a plan the job applied is not kept: %s (further "
+                     "ones of this stream not said)\n",
                      static_cast<long long>(sessionId), std::string(kept.message()).c_str());
       }
     } else if (message.has_goodbye()) {

@@ -57,16 +57,24 @@ class IngestService final : public v1::Ingest::Service {
   grpc::Status Handoff(grpc::ServerContext* context, const v1::HandoffRequest* request,
                        v1::HandoffReply* reply) override;
 
-  // A job's own plans (PlanResult with plan id 0), per stream: results past this many are not
-  // kept, nor a document larger than kMaxJobsOwnPlanBytes.
+  // A job's own plans (PlanResult with plan id 0), per stream: results past this many, or past
+  // this many bytes of documents in all, are not kept, nor a document larger than
+  // kMaxJobsOwnPlanBytes.
   static constexpr size_t kMaxJobsOwnPlans = 256;
   static constexpr size_t kMaxJobsOwnPlanBytes = 1u << 20;
+  static constexpr size_t kMaxJobsOwnPlanBytesPerStream = 16u << 20;
+  // What a stream sent of them so far.
+  struct JobsOwnPlans {
+    size_t results = 0;        // kept
+    size_t bytes = 0;          // of the kept results' documents
+    bool refusalSaid = false;  // the daemon's log names the first one not kept, once
+  };
 
  private:
   void closeExpiredSessions();
   // Keeps the result of a plan the job applied itself as a plan of the session (the writer
-  // stores it); *count: such results of this stream so far.
-  absl::Status keepJobsOwnPlan(int64_t sessionId, const v1::PlanResult& result, size_t* count);
+  // stores it); *sent: what this stream sent of them so far.
+  absl::Status keepJobsOwnPlan(int64_t sessionId, const v1::PlanResult& result, JobsOwnPlans* sent);
   // Ends a detached session as aborted from its last checkpoint (open blocks as live).
   absl::Status closeDetached(int64_t id);
 

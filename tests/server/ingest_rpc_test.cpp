@@ -889,6 +889,27 @@ TEST_F(IngestRpcTest, AJobsOwnPlansAreKeptWithinTheirLimits) {
   EXPECT_EQ((*plans)[1].message, "turned off");
   EXPECT_EQ(plans->back().fromStep,
             100 + static_cast<int64_t>(IngestService::kMaxJobsOwnPlans) - 1);
+  {
+    // Documents of a million bytes each (a long chain name): the stream's 16 MiB hold 16.
+    grpc::ClientContext other;
+    auto big = m_ingest->Stream(&other);
+    const uint64_t bigSession = handshake(big.get()).session_id();
+    std::string doc = plan;
+    const size_t at = doc.find("\"two\"");
+    ASSERT_NE(at, std::string::npos);
+    doc.insert(at + 4, std::string(1'000'000 - doc.size(), 'x'));
+    ASSERT_EQ(doc.size(), 1'000'000u);
+    for (int64_t i = 1; i <= 17; ++i) ASSERT_TRUE(big->Write(result(doc, true, "applied", i)));
+    ASSERT_TRUE(sendAndAwaitAck(big.get(), {event(1, 1, true, 0x1000)}, 1));
+    auto kept =
+        Store::appliedPlans((m_dir / "store.db").string(), static_cast<int64_t>(bigSession));
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(kept->size(), IngestService::kMaxJobsOwnPlanBytesPerStream / 1'000'000);
+    v1::AgentMessage done;
+    done.mutable_goodbye()->mutable_counters()->set_events_sent(1);
+    ASSERT_TRUE(big->Write(done));
+    EXPECT_TRUE(closeStream(big.get()).ok());
+  }
   v1::AgentMessage bye;
   bye.mutable_goodbye()->mutable_counters()->set_events_sent(1);
   ASSERT_TRUE(stream->Write(bye));
