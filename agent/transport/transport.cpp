@@ -359,20 +359,49 @@ void Transport::writeWindow() {
 }
 
 void Transport::sendOutbox() {
-  std::vector<v1::AgentMessage> out;
+  // Read by the daemon: a batch made after it was written is committed (the daemon reads a
+  // stream in order and stores a result before the rows that follow it).
+  const uint64_t acked = m_ackedSeq.load(std::memory_order_acquire);
+  std::vector<std::pair<uint64_t, std::string>> unwritten;  // (number, bytes)
   {
     std::lock_guard<std::mutex> lock(m_controlMutex);
-    out.swap(m_outbox);
+    std::erase_if(m_outbox, [acked](const Outgoing& o) {
+      return o.readOnceAcked != 0 && o.readOnceAcked <= acked;
+    });
+    for (const Outgoing& o : m_outbox)
+      if (o.readOnceAcked == 0) unwritten.emplace_back(o.number, o.message.SerializeAsString());
   }
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (m_link != LinkState::kLive || !write(out[i])) {
-      // Kept for the next stream.
-      std::lock_guard<std::mutex> lock(m_controlMutex);
-      m_outbox.insert(m_outbox.begin(), out.begin() + static_cast<long>(i), out.end());
+  // Written without the lock (a write may wait for the stream; the job queues results meanwhile).
+  for (const auto& [number, bytes] : unwritten) {
+    if (m_link != LinkState::kLive || !write(bytes)) {
       if (m_link == LinkState::kLive) loseLink("the stream broke");
       return;
     }
+    std::lock_guard<std::mutex> lock(m_controlMutex);
+    for (Outgoing& o : m_outbox)
+      if (o.number == number) o.readOnceAcked = m_nextBatchSeq;
   }
+}
+
+void Transport::queueOutgoing(v1::AgentMessage message) {
+  if (m_outbox.size() >= kMaxOutgoing) {
+    m_outbox.pop_front();
+    if (!m_toldOutboxFull && !m_config.quiet) {
+      m_toldOutboxFull = true;
+      std::fprintf(stderr,
+                   "tidemark: more than %zu plan results wait for the daemon; the oldest are "
+                   "not kept\n",
+                   kMaxOutgoing);
+    }
+  }
+  m_outbox.push_back(Outgoing{std::move(message), ++m_outgoingNumbers, 0});
+}
+
+std::vector<v1::AgentMessage> Transport::outgoingForFile() {
+  std::lock_guard<std::mutex> lock(m_controlMutex);
+  std::vector<v1::AgentMessage> out;
+  for (const Outgoing& o : m_outbox) out.push_back(o.message);
+  return out;
 }
 
 bool Transport::takePlan(uint64_t* planId, std::string* json) {
@@ -401,7 +430,7 @@ void Transport::reportPlanResult(uint64_t planId, bool applied, std::string mess
   {
     std::lock_guard<std::mutex> lock(m_controlMutex);
     if (auto it = m_planAnswers.find(planId); it != m_planAnswers.end()) it->second = *r;
-    m_outbox.push_back(std::move(m));
+    queueOutgoing(std::move(m));
   }
   m_wake.notify_one();
 }
@@ -601,6 +630,9 @@ void Transport::loseLink(const std::string& why) {
   }
   m_backoffMs = 0;
   scheduleReconnect();
+  // Results the daemon may not have read go again on the next stream.
+  std::lock_guard<std::mutex> lock(m_controlMutex);
+  for (Outgoing& o : m_outbox) o.readOnceAcked = 0;
 }
 
 void Transport::readCommands() {
@@ -645,7 +677,7 @@ void Transport::readCommands() {
         // Sent again by a daemon that has no answer (it went with a stream that broke).
         v1::AgentMessage again;
         *again.mutable_plan_result() = *known->second;
-        m_outbox.push_back(std::move(again));
+        queueOutgoing(std::move(again));
         answeredAgain = true;
       }
     }
@@ -669,6 +701,8 @@ bool Transport::write(const v1::AgentMessage& message) {
 }
 
 bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
+  sendOutbox();  // a result queued since the last pass goes before the goodbye
+  if (m_link != LinkState::kLive) return false;
   v1::AgentMessage bye;
   *bye.mutable_goodbye()->mutable_counters() = counters();
   bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
@@ -784,6 +818,8 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     }
     m_eventsSent += rawEvents;
     m_eventsHandedOff = handed + rawEvents;
+    for (const v1::AgentMessage& result : outgoingForFile())
+      written = written && file.append(result);
     v1::AgentMessage bye;
     *bye.mutable_goodbye()->mutable_counters() = counters();
     bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
@@ -846,6 +882,7 @@ void Transport::spoolRest() {
     m_windowBytes = 0;
     if (!fillWindow()) break;
   }
+  for (const v1::AgentMessage& result : outgoingForFile()) ok = ok && spool.append(result);
   v1::AgentMessage bye;
   *bye.mutable_goodbye()->mutable_counters() = counters();
   bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());

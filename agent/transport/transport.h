@@ -106,6 +106,17 @@ class Transport {
     bool written = false;  // on the current stream
     std::chrono::steady_clock::time_point writtenAt{};
   };
+  // A plan's result on its way to the store: kept until the daemon has certainly read it (the
+  // acknowledgement of a batch made after it was written, or the goodbye's), written again on
+  // the next stream when the link breaks before, and put in the spool or handed-off file at
+  // the exit (the store takes a result it has already as the same one).
+  struct Outgoing {
+    v1::AgentMessage message;
+    uint64_t number = 0;         // in the order queued
+    uint64_t readOnceAcked = 0;  // 0: not written on the current stream
+  };
+  // Results kept (the oldest is let go past it, said once): far more than a job applies plans.
+  static constexpr size_t kMaxOutgoing = 1024;
 
   void spawnThreads();
   void run();
@@ -135,7 +146,12 @@ class Transport {
   bool write(const std::string& bytes);
   bool write(const v1::AgentMessage& message);
   void spoolRest();
+  // Writes the plans' results not written on this stream yet; forgets those the daemon has read.
   void sendOutbox();
+  // A plan's result for the daemon (under m_controlMutex).
+  void queueOutgoing(v1::AgentMessage message);
+  // The results not known to be read, for the exit's file.
+  std::vector<v1::AgentMessage> outgoingForFile();
   void scheduleReconnect();
 
   Recorder& m_recorder;
@@ -222,7 +238,9 @@ class Transport {
   static constexpr size_t kPlanIdsKept = 4096;
   std::unordered_map<uint64_t, std::optional<v1::PlanResult>> m_planAnswers;
   std::deque<uint64_t> m_planIdsInOrder;
-  std::vector<v1::AgentMessage> m_outbox;
+  std::deque<Outgoing> m_outbox;
+  uint64_t m_outgoingNumbers = 0;
+  bool m_toldOutboxFull = false;
 
   std::atomic<uint64_t> m_sessionId{0};
   std::atomic<uint64_t> m_eventsSent{0};

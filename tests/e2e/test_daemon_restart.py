@@ -8,6 +8,7 @@ mid-step, mid-forward, mid-backward and between batches."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import tempfile
@@ -15,7 +16,8 @@ import shutil
 import time
 import unittest
 
-from tidemark_env import BIN, PYTHON, SOURCE, STORE_BACKEND, fresh_postgres_database, store_sql
+from tidemark_env import (BIN, PYTHON, SOURCE, STORE_BACKEND, fresh_postgres_database, plan_doc,
+                          store_sql)
 
 TRAIN = r"""
 import sys, time, torch
@@ -298,6 +300,71 @@ class DaemonRestartTest(unittest.TestCase):
                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1",
                                   "TIDEMARK_ACK_TIMEOUT_MS": "500"},
                              after_job=upload)
+
+    def test_a_plan_the_job_applies_while_no_daemon_runs_is_spooled_with_the_run(self):
+        """The script applies a plan itself (tidemark.apply_plan) after the daemon was killed,
+        and the job ends before a daemon is back: the plan's result goes to the spool with the
+        recording, and once the spool is uploaded plan-check shows the plan applied from its
+        step and measured (it was lost: a result lived only in the agent's memory)."""
+        directory = tempfile.mkdtemp(prefix="tidemark-restart-", dir=self.dir)
+        spool_dir = os.path.join(directory, "spool")
+        os.mkdir(spool_dir, 0o700)
+        code = r"""
+import os, sys, time, torch, tidemark
+sys.path.insert(0, sys.argv[1])
+from tiny_gpt import TinyGPT, make_batch
+torch.manual_seed(0)
+model = TinyGPT(vocab=128, d_model=64, n_heads=4, n_layers=4, seq_len=64)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+gen = torch.Generator().manual_seed(1)
+for step in range(1, 9):
+    if step == 5:
+        open(os.path.join(sys.argv[2], "ready"), "w").close()
+        while not os.path.exists(os.path.join(sys.argv[2], "go")):
+            time.sleep(0.01)
+        tidemark.apply_plan(model, sys.argv[3])
+    x, y = make_batch(gen, 8, 64, 128)
+    loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    print("step %d loss %.6f" % (step, loss.item()), flush=True)
+"""
+        daemon = Tidemarkd(directory)
+        daemon.start()
+        try:
+            job = subprocess.Popen(
+                [os.path.join(BIN, "tidemark"), "--server", daemon.address, "run", "--", PYTHON,
+                 "-c", code, os.path.join(SOURCE, "examples"), directory, json.dumps(plan_doc([
+                     {"mode": "recompute", "modules": ["TinyGPT.blocks.1", "TinyGPT.blocks.2"]}]))],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=dict(os.environ, TIDEMARK_SPOOL_DIR=spool_dir))
+            deadline = time.time() + 120
+            while not os.path.exists(os.path.join(directory, "ready")):
+                self.assertIsNone(job.poll(), "the job ended before step 5")
+                self.assertLess(time.time(), deadline, "the job did not reach step 5")
+                time.sleep(0.02)
+            daemon.stop(signal.SIGKILL)
+            open(os.path.join(directory, "go"), "w").close()
+            out, err = job.communicate(timeout=300)
+            self.assertEqual(job.returncode, 0, err)
+            self.assertEqual(len(re.findall(r"^step \d+ loss", out, re.M)), 8, out)
+            self.assertIn("complete the session with: tidemark upload", err)
+            spool = err.split("tidemark upload ")[-1].strip()
+            daemon.start()
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", daemon.address,
+                                "upload", spool], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            session = daemon.analyzed(job.pid, job_err=err)
+            self.assertEqual(session["state"], "ended", err)
+            self.assertEqual(session["steps"], 8)
+            check = daemon.cli_json("plan-check", str(session["id"]))["plans"]
+            self.assertEqual([(p["state"], p["from_step"]) for p in check], [("applied", 5)],
+                             err + daemon.log_tail())
+            self.assertEqual(check[0]["steps_measured"], 4)
+            self.assertGreater(check[0]["measured_peak_bytes"], 0)
+        finally:
+            daemon.stop(signal.SIGKILL)
 
     def test_store_that_cannot_be_written_for_a_while(self):
         import resource

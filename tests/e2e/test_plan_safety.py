@@ -11,7 +11,7 @@ import re
 import subprocess
 import unittest
 
-from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE
+from tidemark_env import BIN, DaemonTestCase, PYTHON, SOURCE, plan_doc
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plan_target_train.py")
 ARGS = ("--steps", "70", "--sleep", "0.15")
@@ -52,15 +52,6 @@ def run_in_process(test, code):
                        capture_output=True, text=True, timeout=120)
     test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
     return r
-
-
-def plan_doc(segments):
-    return {"format": "tidemark-plan", "version": 1, "strategy": "optimal", "budget_bytes": 1,
-            "feasible": True, "predicted": {"peak_bytes": 1, "extra_ns": 0, "step_ns": 0,
-                                            "overhead": 0, "peak_at": {"phase": "forward"}},
-            "baseline": {"peak_bytes": 1, "step_ns": 0}, "lower_bound_extra_ns": 0,
-            "min_feasible_budget_bytes": 1, "chain": {"name": "x", "stages": 1, "static_bytes": 0},
-            "segments": segments}
 
 
 def losses(text):

@@ -223,6 +223,17 @@ class Daemon:
         return store_sql(self.store, query, *params)
 
 
+def plan_doc(segments):
+    """A plan document (tidemark-plan, version 1) with the segments given and figures of no
+    meaning: what `tidemark.apply_plan` and the daemon take."""
+    return {"format": "tidemark-plan", "version": 1, "strategy": "optimal", "budget_bytes": 1,
+            "feasible": True, "predicted": {"peak_bytes": 1, "extra_ns": 0, "step_ns": 0,
+                                            "overhead": 0, "peak_at": {"phase": "forward"}},
+            "baseline": {"peak_bytes": 1, "step_ns": 0}, "lower_bound_extra_ns": 0,
+            "min_feasible_budget_bytes": 1, "chain": {"name": "x", "stages": 1, "static_bytes": 0},
+            "segments": segments}
+
+
 def store_sql(store, query, *params):
     """The rows of QUERY (with ? placeholders) on a store: a PostgreSQL URI, or an SQLite file
     (opened read-only)."""

@@ -1,14 +1,21 @@
 // The agent's transport takes each recompute plan once: delivery from the daemons is at least
 // once (a daemon on a shared store that sent a plan and died before it recorded so sends it again
 // after its restart; a resumed session's unanswered plans are sent again). A plan it answered is
-// answered again when it comes again. The daemon here is a gRPC server on loopback written by
-// the test, since the real one repeats a plan only when a stream breaks at one exact moment.
+// answered again when it comes again. A plan's result is kept until the daemon has certainly
+// read it: written again on the stream after one that broke, and in the exit's spool when no
+// daemon took it. The daemon here is a gRPC server on loopback written by the test, since the
+// real one repeats a plan only when a stream breaks at one exact moment.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +23,7 @@
 #include "agent/recorder/recorder.h"
 #include "agent/transport/interner.h"
 #include "agent/transport/transport.h"
+#include "client/spool_reader.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 
 namespace tidemark::agent {
@@ -182,6 +190,88 @@ TEST(TransportPlansTest, APlanSentAgainAfterItsAnswerIsAnsweredAgainNotTaken) {
     EXPECT_EQ(r.step(), 3);
   }
   EXPECT_FALSE(transport.takePlan(&id, &json)) << "plan " << id << " taken again";
+}
+
+// Ends the first stream as soon as it has read a plan's result (a daemon that dies before it
+// stores it); on the streams after, hands over the results it reads.
+class BreakingDaemon final : public v1::Ingest::Service {
+ public:
+  std::future<v1::PlanResult> againOnANewStream() { return m_again.get_future(); }
+  grpc::Status Stream(grpc::ServerContext*, DaemonStream* stream) override {
+    if (!answerHandshake(stream, 79))
+      return {grpc::StatusCode::FAILED_PRECONDITION, "handshake first"};
+    const bool first = m_streams++ == 0;
+    v1::AgentMessage in;
+    while (stream->Read(&in)) {
+      acknowledge(stream, in);
+      if (!in.has_plan_result()) continue;
+      if (first) return {grpc::StatusCode::UNAVAILABLE, "the daemon went away"};
+      std::call_once(m_once, [&] { m_again.set_value(in.plan_result()); });
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::atomic<int> m_streams{0};
+  std::once_flag m_once;
+  std::promise<v1::PlanResult> m_again;
+};
+
+TEST(TransportPlansTest, AResultOnAStreamThatBrokeGoesAgainOnTheNext) {
+  // Written on a stream that then broke, with no acknowledgement of anything after it: the
+  // daemon may never have stored it.
+  BreakingDaemon daemon;
+  auto again = daemon.againOnANewStream();
+  Loopback loop(&daemon);
+  ASSERT_NE(loop.server, nullptr);
+  loop.transport->reportPlanResult(0, true, "applied", 4, "{\"segments\": []}");
+  ASSERT_EQ(again.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  const v1::PlanResult r = again.get();
+  EXPECT_EQ(r.plan_id(), 0u);
+  EXPECT_TRUE(r.applied());
+  EXPECT_EQ(r.step(), 4);
+  EXPECT_EQ(r.plan_json(), "{\"segments\": []}");
+}
+
+TEST(TransportPlansTest, ResultsNoDaemonReadAreInTheExitsSpool) {
+  // Nobody listens: the exit spools the run, and the plans' results with it, before the goodbye
+  // (`tidemark upload` gives them to the daemon with the recording).
+  char dir[] = "/tmp/tidemark-plans-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  Interner interner;
+  TransportConfig config;
+  config.server = "unix:" + std::string(dir) + "/nobody.sock";
+  config.quiet = true;
+  config.spoolPath = std::string(dir) + "/spool";
+  Transport transport(Recorder::instance(), interner, config);
+  transport.reportPlanResult(0, true, "applied", 2, "{\"a\": 1}");
+  transport.reportPlanResult(12, false, "refused: no module x", 3);
+  transport.shutdown(2000);
+
+  client::SpoolReader reader(config.spoolPath);
+  ASSERT_TRUE(reader.ok()) << reader.error();
+  std::vector<std::string> kinds;
+  std::vector<v1::PlanResult> results;
+  v1::AgentMessage m;
+  while (reader.next(&m)) {
+    kinds.push_back(m.has_handshake()     ? "handshake"
+                    : m.has_plan_result() ? "result"
+                    : m.has_goodbye()     ? "goodbye"
+                                          : "other");
+    if (m.has_plan_result()) results.push_back(m.plan_result());
+  }
+  EXPECT_EQ(reader.error(), "");
+  ASSERT_GE(kinds.size(), 4u);
+  EXPECT_EQ(kinds.front(), "handshake");
+  EXPECT_EQ(kinds.back(), "goodbye");
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].plan_id(), 0u);
+  EXPECT_EQ(results[0].plan_json(), "{\"a\": 1}");
+  EXPECT_EQ(results[0].step(), 2);
+  EXPECT_EQ(results[1].plan_id(), 12u);
+  EXPECT_FALSE(results[1].applied());
+  EXPECT_EQ(results[1].message(), "refused: no module x");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
