@@ -202,8 +202,9 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       "usage: tidemark peak SESSION [--step N] [--top K] [--device D] [--server ADDR] [--json]\n\n"
       "The peak of tracked memory (of the session, or of step N): when, how high, the phase and\n"
       "module running, the bytes by category, and for the session's peak the largest modules\n"
-      "(the scope each block was allocated in) and tensors live at it. --device: the peak of\n"
-      "cpu, cuda or cuda:N memory only (default all).\n";
+      "(the scope each block was allocated in) and tensors live at it: the 10 largest of each,\n"
+      "or K (1 to 1000; --json: 20 unless --top is given; past 20 the daemon replays the session\n"
+      "to find them). --device: the peak of cpu, cuda or cuda:N memory only (default all).\n";
   v1::PeakRequest req;
   std::vector<std::string> args = argsIn;
   if (int code = kExitOk; !takeDeviceOption("peak", &args, req.mutable_device(), &code))
@@ -225,8 +226,12 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
       if (a == "--step") {
         req.set_has_step(true);
         req.set_step(v);
+      } else if (v < 1 || v > 1000) {
+        std::fputs("tidemark peak: --top takes 1 to 1000\n", stderr);
+        return kExitUsage;
       } else {
         topK = v;
+        req.set_items(static_cast<int32_t>(v));
       }
     } else {
       uint64_t id = 0;

@@ -498,6 +498,9 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
           m_access.check(*ctx, static_cast<int64_t>(request->session_id()), "GetPeak", kRead);
       !denied.ok())
     return denied;
+  if (request->items() < 0 || request->items() > kMaxMomentItems)
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "items must be 0 to " + std::to_string(kMaxMomentItems));
   v1::BreakdownRequest breq;
   breq.set_session_id(request->session_id());
   breq.set_has_step(request->has_step());
@@ -506,12 +509,33 @@ grpc::Status QueryService::GetPeak(grpc::ServerContext* ctx, const v1::PeakReque
   breq.set_device(request->device());
   if (grpc::Status s = GetBreakdown(ctx, &breq, response->mutable_breakdown()); !s.ok()) return s;
   if (request->has_step()) return grpc::Status::OK;  // items are kept for the session's peak
-  auto peak =
-      peakReport(static_cast<int64_t>(request->session_id()), -1, *deviceOf(request->device()));
+  const auto id = static_cast<int64_t>(request->session_id());
+  const core::DeviceFilter device = *deviceOf(request->device());
+  auto peak = peakReport(id, -1, device);
   if (!peak.ok()) return toGrpc(peak.status());
-  for (const core::PeakItem& it : peak->modules) toProto(it, false, response->add_modules());
-  for (const core::PeakItem& it : peak->ops) toProto(it, false, response->add_ops());
-  for (const core::PeakItem& it : peak->tensors) toProto(it, true, response->add_tensors());
+  const size_t wanted =
+      request->items() == 0 ? core::kPeakItemsKept : static_cast<size_t>(request->items());
+  if (wanted > core::kPeakItemsKept) {
+    // More than the analysis keeps: found again at the peak's moment, from the live analysis or
+    // a replay of the stored session.
+    if (!(device.all() &&
+          withLive(id, [&](const core::LiveAnalysis& a) { *peak = a.wholePeak(wanted); }))) {
+      auto rec = load(id, device);
+      if (!rec.ok()) return toGrpc(rec.status());
+      core::PeakReport items;
+      items.state = peak->state;
+      core::fillItems(*rec, core::categorize(*rec), items, wanted);
+      peak->modules = std::move(items.modules);
+      peak->ops = std::move(items.ops);
+      peak->tensors = std::move(items.tensors);
+    }
+  }
+  auto put = [wanted](const std::vector<core::PeakItem>& items, bool tensor, auto add) {
+    for (size_t i = 0; i < items.size() && i < wanted; ++i) toProto(items[i], tensor, add());
+  };
+  put(peak->modules, false, [&] { return response->add_modules(); });
+  put(peak->ops, false, [&] { return response->add_ops(); });
+  put(peak->tensors, true, [&] { return response->add_tensors(); });
   return grpc::Status::OK;
 }
 

@@ -73,7 +73,7 @@ class LiveAnalysis {
     PeakReport peak;        // categories, phase and scope (no items)
   };
   // The whole session's peak (with its modules, ops and tensors), and every step held.
-  PeakReport wholePeak(size_t topItems = 20) const;
+  PeakReport wholePeak(size_t topItems = kPeakItemsKept) const;
   std::vector<StepAnswer> steps() const;
   // A page of the steps still held (storedBelow: those before are the store's) in step order:
   // those numbered `from` or more (every one when nullopt), at most `limit` (the caller asks
@@ -96,7 +96,7 @@ class LiveAnalysis {
     std::vector<PeakReport> peaks;
     CategorizeStats stats;
   };
-  Final finish(size_t topItems = 20);
+  Final finish(size_t topItems = kPeakItemsKept);
   // The timeline's levels of detail as the analysis pass stores them: the chunks completed since
   // the last call (AnalysisSink::kSamplesPerChunk samples each, the last of a level at finish).
   // Held until the first step begins (a session without step marks is left to the pass: past

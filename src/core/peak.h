@@ -64,6 +64,10 @@ class PeakItemsBuilder {
   std::vector<PeakItem> m_tensors;
 };
 
+// How many of the largest modules, ops and tensors live at a session's peak its analysis keeps
+// (a query for more computes them again at the peak's moment).
+inline constexpr size_t kPeakItemsKept = 20;
+
 // The largest `topItems` modules, ops and tensors live at report.state (its seq), into report.
 // The recording's blocks sorted by allocSeq (Recording::sortBySeq).
 void fillItems(const Recording& recording, const std::vector<BlockCategory>& categories,
@@ -73,6 +77,7 @@ void fillItems(const Recording& recording, const std::vector<BlockCategory>& cat
 // then the peak of every step (in step order; categories only).
 std::vector<PeakReport> computePeaks(const Recording& recording,
                                      const std::vector<BlockCategory>& categories,
-                                     const LivenessReplay& replay, size_t topItems = 20);
+                                     const LivenessReplay& replay,
+                                     size_t topItems = kPeakItemsKept);
 
 }  // namespace tidemark::core

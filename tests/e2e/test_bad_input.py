@@ -20,7 +20,8 @@ class CliBadInputTest(DaemonTestCase):
     def test_bad_usage(self):
         for args in (["breakdown"], ["breakdown", "abc"], ["breakdown", "1", "--at", "soon"],
                      ["breakdown", "1", "--step"], ["frobnicate"], ["run"], ["sessions", "x"],
-                     ["peak"], ["peak", "1", "--top", "x"], ["timeline", "1", "--buckets", "0"],
+                     ["peak"], ["peak", "1", "--top", "x"], ["peak", "1", "--top", "0"],
+                     ["peak", "1", "--top", "1001"], ["timeline", "1", "--buckets", "0"],
                      ["timeline", "1", "--from", "1s"], ["steps"], ["ops", "x"], ["diff", "1"],
                      ["export"], ["run", "--bogus", "--", "true"]):
             with self.subTest(args=args):

@@ -443,6 +443,74 @@ TEST_F(IngestRpcTest, AMomentListsItsModulesAndTensorsWhenAsked) {
   expectHealthy();
 }
 
+// The peak's largest tensors: the 20 the analysis keeps, or as many as asked (found again at the
+// peak's moment), largest first; a count past the limit is refused, the daemon serving on.
+TEST_F(IngestRpcTest, ThePeakListsAsManyTensorsAsAsked) {
+  // 30 blocks of sizes 4096 + 64·i live together, then freed: the peak holds all 30.
+  v1::AgentMessage batch;
+  batch.mutable_batch()->set_batch_seq(1);
+  uint64_t seq = 0;
+  for (bool alloc : {true, false}) {
+    for (uint64_t i = 0; i < 30; ++i) {
+      auto* e = batch.mutable_batch()->add_events();
+      e->set_seq(++seq);
+      e->set_ts_ns(static_cast<int64_t>(seq) * 100);
+      if (alloc) {
+        e->mutable_alloc()->set_address(0x10000 + i * 0x10000);
+        e->mutable_alloc()->set_size_bytes(4096 + 64 * i);
+      } else {
+        e->mutable_free()->set_address(0x10000 + i * 0x10000);
+      }
+    }
+  }
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(seq);
+  uint64_t session = 0;
+  ASSERT_TRUE(send({hello(), batch, bye}, &session).ok());
+  ASSERT_EQ(awaitEnded(session).state(), v1::SESSION_STATE_ENDED);
+  auto peakWith = [&](int items, v1::Peak* p) {
+    grpc::ClientContext ctx;
+    v1::PeakRequest req;
+    req.set_session_id(session);
+    req.set_items(items);
+    return m_query->GetPeak(&ctx, req, p);
+  };
+  v1::Peak kept, ten, all;
+  ASSERT_TRUE(peakWith(0, &kept).ok());
+  EXPECT_EQ(kept.tensors_size(), 20);
+  ASSERT_TRUE(peakWith(10, &ten).ok());
+  EXPECT_EQ(ten.tensors_size(), 10);
+  ASSERT_TRUE(peakWith(25, &all).ok());
+  ASSERT_EQ(all.tensors_size(), 25);
+  EXPECT_EQ(all.breakdown().tracked_bytes(), kept.breakdown().tracked_bytes());
+  for (int i = 0; i < 25; ++i) {
+    EXPECT_EQ(all.tensors(i).bytes(), 4096 + 64 * (29 - i)) << i;  // largest first
+    if (i < 20) {
+      EXPECT_EQ(all.tensors(i).address(), kept.tensors(i).address()) << i;
+    }
+  }
+  // A live session: from its live analysis.
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    v1::AgentMessage allocs = batch;
+    allocs.mutable_batch()->mutable_events()->DeleteSubrange(30, 30);  // never freed
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {allocs}, 1));
+    v1::Peak live;
+    ASSERT_TRUE(peakWith(25, &live).ok());
+    ASSERT_EQ(live.tensors_size(), 25);
+    EXPECT_EQ(live.tensors(0).bytes(), 4096 + 64 * 29);
+    EXPECT_EQ(live.tensors(24).bytes(), 4096 + 64 * 5);
+    EXPECT_TRUE(closeStream(stream.get()).ok());
+  }
+  v1::Peak refused;
+  EXPECT_EQ(peakWith(QueryService::kMaxMomentItems + 1, &refused).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(peakWith(-1, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  expectHealthy();
+}
+
 TEST_F(IngestRpcTest, CountersAndSizesPastTheLimitsNeverBecomeNegativeFigures) {
   // A size of 2^64-1 ends the stream with INVALID_ARGUMENT; what came before is kept.
   v1::AgentMessage huge = goodBatch(2, 3);
