@@ -343,6 +343,9 @@ v1::AgentMessage benchHello() {
   hello.mutable_handshake()->set_protocol_version(1);
   hello.mutable_handshake()->set_pid(1);
   hello.mutable_handshake()->set_command_line("bench_scale");
+  // The generator's first timestamp: also the process's start as a resume presents it (the
+  // daemon resumes a session only for the process that recorded it: pid, host and start).
+  hello.mutable_handshake()->set_start_ts_ns(1'000'000'000);
   return hello;
 }
 
@@ -471,7 +474,6 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   auto stream = stub->Stream(&ctx);
   v1::AgentMessage hello = benchHello();
-  hello.mutable_handshake()->set_start_ts_ns(1'000'000'000);  // the generator's first timestamp
   v1::ServerMessage reply;
   if (!stream->Write(hello) || !stream->Read(&reply)) {
     std::fprintf(stderr, "bench_scale: no tidemarkd at %s\n", server.c_str());

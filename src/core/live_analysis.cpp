@@ -35,7 +35,7 @@ LiveAnalysis::LiveAnalysis(size_t maxWindowEdges)
         }
         if (m_dropped[l]) return true;
         m_levels[l].insert(m_levels[l].end(), samples.begin(), samples.end());
-        if (m_levels[l].size() > kMaxLevelSamples) {  // the next level holds a quarter as many
+        if (m_levels[l].size() > kMaxLevelSamples) {  // the next level holds half as many
           m_levels[l] = {};
           m_dropped[l] = true;
         }

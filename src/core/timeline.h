@@ -39,7 +39,10 @@ struct Timeline {
   // A finest sample ends early where memory stays put this long (an idle stretch: loading, a
   // pause), so that no sample holds values from both sides of it.
   static constexpr int64_t kIdleNs = 10'000'000;
-  static constexpr int kLevelFactor = 4;
+  // 2: the level a query reads holds 1 to 2 times the samples it asks for, whatever the
+  // session's length (4 apart it held 1 to 4 times: 1.9 times as many samples at 300M events as
+  // at 10M), for about a tenth more store.
+  static constexpr int kLevelFactor = 2;
   std::vector<TimelineLevel> levels;
 };
 
