@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -103,15 +104,35 @@ bool hasCycle(const PyValue& root) {
   return false;
 }
 
+// The containers a value holds, itself included (a value without cycles: each is entered once).
+std::unordered_set<const PyValue*> containersIn(const PyValue& root) {
+  std::unordered_set<const PyValue*> seen;
+  std::vector<const PyValue*> todo{&root};
+  while (!todo.empty()) {
+    const PyValue* v = todo.back();
+    todo.pop_back();
+    if (!isContainer(*v) || !seen.insert(v).second) continue;
+    for (const Ptr& c : v->items)
+      if (c) todo.push_back(c.get());
+    for (const auto& [k, val] : v->dict) {
+      if (k) todo.push_back(k.get());
+      if (val) todo.push_back(val.get());
+    }
+  }
+  return seen;
+}
+
 class Machine {
  public:
   explicit Machine(std::string_view data) : m_data(data) {}
-  // Unless the value went out whole, every container is emptied: that breaks any cycle the
-  // data built, so that everything is freed.
+  // Every container the value that went out does not hold (all of them when none went out) is
+  // emptied: that breaks any cycle the data built — also one left in the memo beside a value
+  // that went out whole — so that everything is freed.
   ~Machine() {
-    if (m_delivered) return;
+    const std::unordered_set<const PyValue*> kept =
+        m_delivered ? containersIn(*m_delivered) : std::unordered_set<const PyValue*>{};
     for (const std::weak_ptr<PyValue>& w : m_containers) {
-      if (Ptr v = w.lock()) {
+      if (Ptr v = w.lock(); v && kept.count(v.get()) == 0) {
         v->items.clear();
         v->dict.clear();
       }
@@ -128,7 +149,7 @@ class Machine {
       if (m_stopped) {
         if (m_stack.size() != 1) return fail("the pickle does not end with one value");
         if (hasCycle(*m_stack.back())) return fail("a value contains itself");
-        m_delivered = true;
+        m_delivered = m_stack.back();
         return m_stack.back();
       }
     }
@@ -434,7 +455,7 @@ class Machine {
   }
 
   static constexpr size_t kMaxMarks = 1 << 16;
-  bool m_delivered = false;
+  Ptr m_delivered;  // the value that went out (it holds no cycle)
   std::vector<std::weak_ptr<PyValue>> m_containers;
   std::string_view m_data;
   size_t m_pos = 0;
