@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from tidemark_env import BIN, DaemonTestCase, PYTHON
+from tidemark_env import DaemonTestCase, PYTHON
 from test_attach import Job
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scheduler_train.py")

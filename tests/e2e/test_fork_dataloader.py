@@ -1,6 +1,5 @@
 """A training script with a DataLoader(num_workers=2) (forked workers) completes under the agent,
 and the parent's session is complete: the children neither record nor touch the parent's stream."""
-import os
 import unittest
 
 from tidemark_env import PYTHON, Daemon

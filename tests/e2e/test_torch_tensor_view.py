@@ -7,7 +7,6 @@ tensor block lies in a host block the allocator hooks saw, so the two views of o
 must reconcile — the same categories and totals as a run without the tensor view, no byte counted
 twice, no negative slack."""
 import os
-import time
 import unittest
 
 from tidemark_env import BIN, PYTHON, SOURCE, DaemonTestCase, torch_version_string

@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
