@@ -801,6 +801,9 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     hello.mutable_handshake()->set_first_event_seq(firstEvent);
     hello.mutable_handshake()->set_resume_session_id(m_sessionId.load());
     written = file.append(hello);
+    // The plans' results first: a few small messages, never squeezed out by the records.
+    for (const v1::AgentMessage& result : outgoingForFile())
+      written = written && file.append(result);
     for (const Unacked& u : m_window) written = written && file.appendSerialized(u.bytes);
     if (raw && written) {
       const auto put = [&](const Record* records, size_t n) {
@@ -818,8 +821,6 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     }
     m_eventsSent += rawEvents;
     m_eventsHandedOff = handed + rawEvents;
-    for (const v1::AgentMessage& result : outgoingForFile())
-      written = written && file.append(result);
     v1::AgentMessage bye;
     *bye.mutable_goodbye()->mutable_counters() = counters();
     bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
@@ -866,6 +867,9 @@ void Transport::spoolRest() {
   h->set_first_event_seq(m_window.empty() ? m_nextEventSeq : m_window.front().firstEventSeq);
   h->set_resume_session_id(m_sessionId.load());
   bool ok = spool.append(hello);
+  // The plans' results first: a few small messages that a spool capped by the records' bytes
+  // still holds.
+  for (const v1::AgentMessage& result : outgoingForFile()) ok = ok && spool.append(result);
   // Everything the window holds (the server skips what it committed) and what the buffer holds.
   auto put = [&](const std::string& bytes, uint64_t events) {
     ok = ok && spool.appendSerialized(bytes);
@@ -882,7 +886,6 @@ void Transport::spoolRest() {
     m_windowBytes = 0;
     if (!fillWindow()) break;
   }
-  for (const v1::AgentMessage& result : outgoingForFile()) ok = ok && spool.append(result);
   v1::AgentMessage bye;
   *bye.mutable_goodbye()->mutable_counters() = counters();
   bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());

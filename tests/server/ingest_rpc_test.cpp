@@ -497,6 +497,9 @@ TEST_F(IngestRpcTest, ThePeakListsAsManyTensorsAsAsked) {
     v1::AgentMessage allocs = batch;
     allocs.mutable_batch()->mutable_events()->DeleteSubrange(30, 30);  // never freed
     ASSERT_TRUE(sendAndAwaitAck(stream.get(), {allocs}, 1));
+    v1::SessionInfo info;
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
+    ASSERT_EQ(info.state(), v1::SESSION_STATE_LIVE);  // answered by its live analysis
     v1::Peak live;
     ASSERT_TRUE(peakWith(25, &live).ok());
     ASSERT_EQ(live.tensors_size(), 25);

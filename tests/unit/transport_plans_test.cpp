@@ -234,8 +234,8 @@ TEST(TransportPlansTest, AResultOnAStreamThatBrokeGoesAgainOnTheNext) {
 }
 
 TEST(TransportPlansTest, ResultsNoDaemonReadAreInTheExitsSpool) {
-  // Nobody listens: the exit spools the run, and the plans' results with it, before the goodbye
-  // (`tidemark upload` gives them to the daemon with the recording).
+  // Nobody listens: the exit spools the run, and the plans' results with it, right after the
+  // handshake (`tidemark upload` gives them to the daemon with the recording).
   char dir[] = "/tmp/tidemark-plans-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
   Interner interner;
@@ -262,7 +262,9 @@ TEST(TransportPlansTest, ResultsNoDaemonReadAreInTheExitsSpool) {
   }
   EXPECT_EQ(reader.error(), "");
   ASSERT_GE(kinds.size(), 4u);
-  EXPECT_EQ(kinds.front(), "handshake");
+  EXPECT_EQ(kinds[0], "handshake");
+  EXPECT_EQ(kinds[1], "result");
+  EXPECT_EQ(kinds[2], "result");
   EXPECT_EQ(kinds.back(), "goodbye");
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].plan_id(), 0u);
