@@ -69,23 +69,42 @@ absl::StatusOr<tidemark_attach_status_t> readStatusAt(pid_t pid, uint64_t at) {
   tidemark_attach_status_t s{};
   if (absl::Status r = readMemory(pid, at, &s, sizeof s); !r.ok()) {
     if (r.code() != absl::StatusCode::kNotFound) return r;
-    // ESRCH: gone, a zombie, or (its memory briefly out of reach) still running: then say so
-    // as a transient failure, which the waits retry.
-    const std::string state = statusField(pid, "State");
-    if (state.empty() || state.rfind("Z", 0) == 0 || state.rfind("X", 0) == 0)
+    // ESRCH: gone, a zombie, or still running with its memory briefly out of reach (the kernel
+    // says ESRCH while it cannot take the process's memory map): only a process that is gone or
+    // a zombie has exited; anything else is a transient failure, which the callers retry.
+    if (kill(pid, 0) != 0 && errno == ESRCH)
       return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
-    return absl::UnavailableError(
-        absl::StrCat("process ", pid, " (state ", state, "): its memory could not be read"));
+    const std::string state = statusField(pid, "State");
+    if (state.rfind("Z", 0) == 0 || state.rfind("X", 0) == 0)
+      return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
+    return absl::UnavailableError(absl::StrCat("process ", pid, " (state ",
+                                               state.empty() ? "unknown" : state,
+                                               "): its memory could not be read"));
   }
   s.message[sizeof s.message - 1] = '\0';
   return s;
+}
+
+// How long a read of the agent's status is retried while the process's memory is out of reach.
+constexpr std::chrono::milliseconds kUnreadableWait{2000};
+
+// readStatusAt, retried a moment while the memory is briefly out of reach.
+absl::StatusOr<tidemark_attach_status_t> readStatusSoon(pid_t pid, uint64_t at) {
+  const auto deadline = std::chrono::steady_clock::now() + kUnreadableWait;
+  for (;;) {
+    auto s = readStatusAt(pid, at);
+    if (s.ok() || s.status().code() != absl::StatusCode::kUnavailable ||
+        std::chrono::steady_clock::now() >= deadline)
+      return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 absl::StatusOr<tidemark_attach_status_t> readStatus(pid_t pid, const std::vector<Mapping>& maps,
                                                     const std::string& agentPath) {
   auto at = remoteSymbol(pid, maps, agentPath, "tidemark_attach_status");
   if (!at.ok()) return at.status();
-  return readStatusAt(pid, *at);
+  return readStatusSoon(pid, *at);
 }
 
 AttachReport reportOf(const tidemark_attach_status_t& s) {
@@ -202,7 +221,7 @@ absl::StatusOr<AttachReport> attachAgent(pid_t pid, const AttachOptions& options
   if (!rc.ok()) return rc.status();
   if (absl::Status s = t.release(); !s.ok()) return s;
   if (static_cast<int>(*rc) == 1) {
-    auto status = readStatusAt(pid, *statusAt);
+    auto status = readStatusSoon(pid, *statusAt);
     return absl::AlreadyExistsError(status.ok() ? alreadyMessage(pid, *status)
                                                 : absl::StrCat("process ", pid, " is attached"));
   }
@@ -227,7 +246,7 @@ absl::StatusOr<AttachReport> detachAgent(pid_t pid, const std::string& agentPath
         absl::StrCat("process ", pid, " is not attached (the agent is not loaded in it)"));
   auto statusAt = remoteSymbol(pid, *maps, agentPath, "tidemark_attach_status");
   if (!statusAt.ok()) return statusAt.status();
-  auto status = readStatusAt(pid, *statusAt);
+  auto status = readStatusSoon(pid, *statusAt);
   if (!status.ok()) return status.status();
   if (status->state == TIDEMARK_ATTACH_PRELOADED)
     return absl::FailedPreconditionError(
