@@ -11,8 +11,9 @@
 #   3. a 10M-event session: ingest through the real Ingest API beside the raw SQLite insert rate,
 #      the analysis pass, and 2000-bucket timeline queries (full range and zoomed); then the
 #      analysis of a session as large whose blocks are tensors in device segments (a GPU job's);
-#      then sessions of SCALE_SIZES events (default 10M 100M 300M, 500 marked steps each: analysed
-#      as their events come), each into a fresh daemon:
+#      then sessions of SCALE_SIZES events (default 10M 100M 300M, a step marked every
+#      SCALE_STEP_EVENTS events, default 20,000: a longer run has more steps, not longer ones;
+#      analysed as their events come), each into a fresh daemon:
 #      ingest rate, the daemon's peak memory, analysis time, query latency, store bytes per event,
 #      and the ratios of the largest to the smallest; then live sessions 2 hours long by their
 #      timestamps at LIVE_SIZES events (default 10M 100M), 500 steps each, queried while live at
@@ -52,6 +53,7 @@ LIB=$PWD/${BUILD_DIR:-build}/lib/libtidemark_agent.so
 ROUNDS=${1:-2000000}
 EVENTS=${2:-10000000}
 SCALE_SIZES=${SCALE_SIZES:-10000000 100000000 300000000}
+SCALE_STEP_EVENTS=${SCALE_STEP_EVENTS:-20000}
 LIVE_SIZES=${LIVE_SIZES:-10000000 100000000}
 REBUILD_SIZES=${REBUILD_SIZES:-10000000}
 STEPS_EVENTS=${STEPS_EVENTS:-20000000}
@@ -253,7 +255,7 @@ PYEOF
 # Sessions of growing length, each into a fresh daemon of its own (default memory budget), so
 # that its peak memory (VmHWM) is the session's: cost against length, as ratios to the first.
 echo
-echo "   sessions of $SCALE_SIZES events, 500 marked steps each, each in a fresh tidemarkd"
+echo "   sessions of $SCALE_SIZES events, a step every $SCALE_STEP_EVENTS events, each in a fresh tidemarkd"
 echo "   (--memory-budget 1GiB); analysis s: from the session's end until it is stored analysed"
 for n in $SCALE_SIZES; do
   d="$WORK/scale-$n"
@@ -263,7 +265,7 @@ for n in $SCALE_SIZES; do
   pid=$!
   for _ in $(seq 100); do [ -f "$d/port" ] && break; sleep 0.1; done
   "$BIN/bench_scale" --server "127.0.0.1:$(cat "$d/port")" --events "$n" --no-raw --progress \
-    --step-events $((n / 500)) > "$d/scale.json"
+    --step-events "$SCALE_STEP_EVENTS" > "$d/scale.json"
   hwm=$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$pid/status")
   kill "$pid"; wait "$pid" || true
   store=$(du -cb "$d"/store.db* | tail -1 | cut -f1)

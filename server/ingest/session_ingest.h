@@ -92,18 +92,20 @@ class SessionIngest {
   std::optional<core::LiveAnalysis::Final> takeLiveFinal() {
     return std::exchange(m_liveFinal, {});
   }
-  // About how much memory the rows not taken yet hold.
+  // About how much memory the rows not taken yet hold: what their vectors have allocated (a
+  // vector that grows takes up to twice what it holds; counting its elements only, a session's
+  // rows held up to twice their share).
   size_t pendingRowBytes() const {
     size_t analysis = 0;
     for (const core::TimelineChunk& c : m_rows.timelineChunks)
-      analysis += c.samples.size() * sizeof(core::TimelineSample);
-    for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.size();
-    analysis += m_rows.stepPeaks.size() * sizeof(core::PeakReport);
-    return analysis + m_rows.blocks.size() * sizeof(BlockRow) +
-           m_rows.tags.size() * sizeof(TagRow) + m_rows.stacks.size() * sizeof(StackRow) +
-           m_rows.counters.size() * sizeof(CounterRow) +
-           m_rows.launches.size() * sizeof(LaunchRow) +
-           (m_rows.scopes.size() + m_rows.phases.size()) * sizeof(IntervalRow);
+      analysis += c.samples.capacity() * sizeof(core::TimelineSample);
+    for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.capacity();
+    analysis += m_rows.stepPeaks.capacity() * sizeof(core::PeakReport);
+    return analysis + m_rows.blocks.capacity() * sizeof(BlockRow) +
+           m_rows.tags.capacity() * sizeof(TagRow) + m_rows.stacks.capacity() * sizeof(StackRow) +
+           m_rows.counters.capacity() * sizeof(CounterRow) +
+           m_rows.launches.capacity() * sizeof(LaunchRow) +
+           (m_rows.scopes.capacity() + m_rows.phases.capacity()) * sizeof(IntervalRow);
   }
   void setFirstBatchSeq(uint64_t seq) { m_nextBatchSeq = seq; }
   void setFirstEventSeq(uint64_t seq) { m_nextSeq = seq; }
