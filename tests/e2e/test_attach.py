@@ -88,6 +88,9 @@ class Job:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if not pipe.closed:
+                pipe.close()
 
 
 class AttachTest(DaemonTestCase):
@@ -301,7 +304,8 @@ class AttachTest(DaemonTestCase):
             r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", "127.0.0.1:1", "attach",
                                 str(sleeper.pid)], capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 3, r.stderr)
-            self.assertNotIn("libtidemark_agent", open("/proc/%d/maps" % sleeper.pid).read())
+            with open("/proc/%d/maps" % sleeper.pid) as maps:
+                self.assertNotIn("libtidemark_agent", maps.read())
             self.assertIsNone(sleeper.proc.poll())
         finally:
             sleeper.kill()
