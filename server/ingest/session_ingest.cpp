@@ -94,6 +94,7 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
   // Validated as a whole: a refused batch leaves nothing half-applied.
   ++m_nextBatchSeq;
   m_stringBytes += stringBytes;
+  m_rowStringBytes += stringBytes;
   adoptRebuiltLive();
   for (const v1::InternedString& s : batch.strings()) {
     m_rows.strings.emplace_back(s.iid(), s.value());
@@ -472,6 +473,7 @@ SessionRows SessionIngest::takeRows() {
   SessionRows out;
   out.sessionId = m_rows.sessionId;
   std::swap(out, m_rows);
+  m_rowStringBytes = 0;
   return out;
 }
 

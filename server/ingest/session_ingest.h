@@ -94,9 +94,9 @@ class SessionIngest {
   }
   // About how much memory the rows not taken yet hold: what their vectors have allocated (a
   // vector that grows takes up to twice what it holds; counting its elements only, a session's
-  // rows held up to twice their share).
+  // rows held up to twice their share), and the text of their interned strings.
   size_t pendingRowBytes() const {
-    size_t analysis = 0;
+    size_t analysis = m_rowStringBytes + m_rows.strings.capacity() * sizeof(m_rows.strings[0]);
     for (const core::TimelineChunk& c : m_rows.timelineChunks)
       analysis += c.samples.capacity() * sizeof(core::TimelineSample);
     for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.capacity();
@@ -169,6 +169,7 @@ class SessionIngest {
   uint64_t m_nextBatchSeq = 1;
   uint64_t m_nextSeq = 1;
   uint64_t m_stringBytes = 0;
+  size_t m_rowStringBytes = 0;  // the text of m_rows.strings
   int64_t m_lastTs = 0;
   int64_t m_liveAtEnd = 0;
   std::map<uint64_t, v1::Event> m_pending;

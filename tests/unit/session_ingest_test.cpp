@@ -63,6 +63,33 @@ TEST(SessionIngestTest, SizesPastTheLimitAreRefusedAndLeaveNothingHalfApplied) {
   EXPECT_TRUE(in.finish().blocks.empty());
 }
 
+TEST(SessionIngestTest, PendingRowsCountWhatTheyHoldAllocatedAndTheirStrings) {
+  // The ingest reads no more of a stream once its rows pass their share (pendingRowBytes): the
+  // count must cover the strings' text and what the vectors allocated, not only their elements.
+  SessionIngest in(1);
+  v1::EventBatch b = batch(1, {});
+  for (uint32_t i = 1; i <= 16; ++i) {
+    v1::InternedString* s = b.add_strings();
+    s->set_iid(i);
+    s->set_value(std::string(60000, 'a'));
+  }
+  ASSERT_TRUE(in.addBatch(b).ok());
+  EXPECT_GE(in.pendingRowBytes(), 16u * 60000u);
+  // 1,025 blocks: a vector grown by doubling holds room for 2,048.
+  std::vector<v1::Event> events;
+  for (uint64_t i = 0; i < 1025; ++i) {
+    events.push_back(alloc(2 * i + 1, 0x1000 * (i + 1), 64));
+    events.push_back(freeOf(2 * i + 2, 0x1000 * (i + 1)));
+  }
+  ASSERT_TRUE(in.addBatch(batch(2, events)).ok());
+  EXPECT_GE(in.pendingRowBytes(), 16u * 60000u + 2048u * sizeof(BlockRow));
+  // Taken: nothing held any more.
+  SessionRows rows = in.takeRows();
+  EXPECT_EQ(rows.blocks.size(), 1025u);
+  EXPECT_EQ(rows.strings.size(), 16u);
+  EXPECT_LT(in.pendingRowBytes(), 4096u);
+}
+
 TEST(SessionIngestTest, OutOfOrderBatchesArePairedInSequenceOrder) {
   SessionIngest in(1);
   // The free (seq 2) and the address's reuse (seq 3) arrive before the first alloc (seq 1).
