@@ -43,7 +43,9 @@
 #      on a 32-block GPT
 #  10. recomputation time, predicted against measured: the optimal plans for 50/70/90 % on the
 #      examples' GPT and convnet under torch 2, the time the planned steps spent recomputing
-#      (their recorded recompute phases) beside the advisor's prediction (bench/recompute_time.py)
+#      (their recorded recompute phases) beside the advisor's prediction (bench/recompute_time.py);
+#      the GPT's plans with and without the op-level options that keep some of a block's matrix
+#      products (bench/op_options.py)
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -514,4 +516,9 @@ for M in gpt convnet; do
   $PY bench/recompute_time.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python" --model $M \
     --steps 20
 done
+echo
+echo "== 10b. op-level options that keep some of a block's matrix products (bench/op_options.py):"
+echo "   the least recomputation predicted at equal budgets without and with them; the halfway"
+echo "   plan applied, predicted against measured peak"
+$PY bench/op_options.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python"
 fi

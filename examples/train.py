@@ -2,8 +2,9 @@
 AdamW (some blocks under activation checkpointing), the residual convnet of tiny_convnet.py or
 the ResNet-18 layout of tiny_resnet.py (BatchNorm; its blocks in four containers) with SGD +
 momentum, or (torch 2, with the `transformers` library) a GPT-2 of the `transformers`
-library built from a small config, with AdamW and its own activation-checkpointing switch, or a
-T5 of that library (an encoder and a decoder stack) with AdamW.
+library built from a small config, with AdamW and its own activation-checkpointing switch, a
+T5 of that library (an encoder and a decoder stack) or a Llama (rotary position embeddings
+handed to every layer) with AdamW.
 Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
 would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
 
@@ -54,6 +55,25 @@ def build_t5(args):
     return transformers.T5ForConditionalGeneration(config)
 
 
+def build_llama(args):
+    """A Llama of the `transformers` library (rotary position embeddings made once and handed to
+    every decoder layer), from a config."""
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit("--model llama needs the transformers library (scripts/install-deps.sh "
+                         "puts it in the torch 2 environment)")
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=args.d_model,
+                                      intermediate_size=4 * args.d_model,
+                                      num_hidden_layers=args.layers, num_attention_heads=4,
+                                      num_key_value_heads=4,
+                                      max_position_embeddings=args.seq_len, bos_token_id=0,
+                                      eos_token_id=0, pad_token_id=0, use_cache=False)
+    model = transformers.LlamaForCausalLM(config)
+    model.loss_type = "ForCausalLM"
+    return model
+
+
 def build(args):
     """(model, optimizer, make_batch(gen) -> (inputs, targets), loss(model, inputs, targets))."""
     import tiny_gpt  # the token batches of the text models
@@ -65,8 +85,8 @@ def build(args):
         # A sequence-to-sequence copy of the reversed input.
         return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
                 lambda m, x, y: m(input_ids=x, labels=x.flip(1)).loss)
-    if args.model == "gpt2":
-        model = build_gpt2(args)
+    if args.model in ("gpt2", "llama"):
+        model = build_gpt2(args) if args.model == "gpt2" else build_llama(args)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         # The model shifts the labels itself: the inputs are the labels.
         return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
@@ -95,7 +115,7 @@ def build(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2", "t5"), default="gpt")
+    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2", "t5", "llama"), default="gpt")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet and resnet 16)")
     p.add_argument("--seq-len", type=int, default=128)

@@ -24,8 +24,9 @@ say: their stored modules plainly, their recomputed ones under a checkpoint of t
 inside the segment's (nested non-reentrant checkpoints, torch 2.1 or newer; refused with
 ``PlanError`` on older torches). A ``selective`` segment checkpoints the child modules the plan
 names, or, with a ``policy`` (an op-level option), runs the block under a checkpoint that keeps
-the outputs of the ops the policy names and re-runs the rest (torch's selective activation
-checkpointing, torch 2.4 or newer; refused with ``PlanError`` on older torches). An ``offload``
+the outputs of the ops the policy names (or of the calls of them it names) and re-runs the rest
+(torch's selective activation checkpointing, torch 2.4 or newer; refused with ``PlanError`` on
+older torches). An ``offload``
 segment runs each of its modules with saved-tensor hooks that copy what the module saves for its
 backward (its parameters aside) to host memory as it is saved and back to its device when the
 backward needs it (synchronous copies, pinned host memory; a tensor already in host memory stays
@@ -52,6 +53,7 @@ import collections
 import contextlib
 import functools
 import json
+import re
 
 PLAN_FORMAT = "tidemark-plan"
 PLAN_VERSION = 2  # 2: recompute segments may carry inner segments (nested plans)
@@ -143,29 +145,72 @@ SAVE_POLICY_OPS = {"matmul": ("mm", "addmm", "bmm", "baddbmm", "convolution",
                               "_scaled_dot_product_cudnn_attention")}
 
 
+def _policy_calls(policy, where):
+    """What a policy keeps: (op names kept at every call, {op name: call numbers kept}).
+    "matmul" keeps every call of its ops; "matmul:addmm#0,bmm#1" the first aten::addmm and the
+    second aten::bmm of the block's forward only (the calls counted from 0, per op)."""
+    if policy in SAVE_POLICY_OPS:
+        return set(SAVE_POLICY_OPS[policy]), {}
+    head, _, calls = policy.partition(":") if isinstance(policy, str) else ("", "", "")
+    some = {}
+    for entry in calls.split(",") if head in SAVE_POLICY_OPS and calls else ():
+        name, _, number = entry.partition("#")
+        if not re.fullmatch(r"[a-z0-9_]+", name) or not re.fullmatch(r"[0-9]{1,9}", number):
+            some = None
+            break
+        some.setdefault(name, set()).add(int(number))
+    if not some:
+        raise PlanError("%s: unknown policy %r (%s, or matmul:OP#N,... for some of the calls)"
+                        % (where, policy, ", ".join(sorted(SAVE_POLICY_OPS))))
+    return set(), some
+
+
 def _save_policy_context(policy, where):
     """The checkpoint's context_fn for an op-level option: torch's selective activation
-    checkpointing keeping the outputs of the policy's ops, re-running the others."""
+    checkpointing keeping the outputs of the policy's ops (or of some of their calls, counted in
+    the block's forward), re-running the others."""
     import torch
-    if policy not in SAVE_POLICY_OPS:
-        raise PlanError("%s: unknown policy %r (%s)" % (where, policy,
-                                                         ", ".join(sorted(SAVE_POLICY_OPS))))
+    every, some = _policy_calls(policy, where)
     try:
         from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
     except ImportError:
         raise PlanError("%s: an op-level option needs torch's selective activation "
                         "checkpointing (torch 2.4 or newer; this is torch %s); make a plan from "
                         "a recording without op scopes" % (where, torch.__version__))
-    keep = set()
-    for name in SAVE_POLICY_OPS[policy]:
-        packet = getattr(torch.ops.aten, name, None)
-        if packet is not None:
-            keep.update(getattr(packet, o) for o in packet.overloads())
 
-    def decide(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+    def overloads(names):
+        found = set()
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is None:
+                raise PlanError("%s: policy %r names aten::%s, which this torch (%s) does not "
+                                "have" % (where, policy, name, torch.__version__))
+            found.update(getattr(packet, o) for o in packet.overloads())
+        return found
 
-    return functools.partial(create_selective_checkpoint_contexts, decide)
+    keep = overloads(every)
+    counted = {op: name for name in some for op in overloads((name,))}
+
+    def contexts():
+        # Calls are counted per checkpoint run: the forward's and (torches that ask the policy
+        # again when they re-run) the recomputation's, each from 0.
+        calls = {False: {}, True: {}}
+
+        def decide(ctx, op, *args, **kwargs):
+            if op in keep:
+                return CheckpointPolicy.MUST_SAVE
+            name = counted.get(op)
+            if name is None:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            seen = calls[bool(getattr(ctx, "is_recompute", False))]
+            number = seen.get(name, 0)
+            seen[name] = number + 1
+            return (CheckpointPolicy.MUST_SAVE if number in some[name]
+                    else CheckpointPolicy.PREFER_RECOMPUTE)
+
+        return create_selective_checkpoint_contexts(decide)
+
+    return contexts
 
 
 def _storage_ptr(t):

@@ -1,6 +1,7 @@
 #include "src/advisor/chain.h"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <set>
 
@@ -72,16 +73,44 @@ absl::Status validateProfile(const ChainProfile& profile) {
       if (o.forwardWorkingBytes < -1 || o.backwardWorkingBytes < -1)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": option '", o.name, "' has a negative working size"));
-      if (!o.policy.empty() && o.policy != kSavePolicyMatmul)
-        return absl::InvalidArgumentError(absl::StrCat(where, ": option '", o.name,
-                                                       "' has an unknown policy '", o.policy, "' (",
-                                                       kSavePolicyMatmul, ")"));
+      if (!o.policy.empty() && !isSavePolicy(o.policy))
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": option '", o.name, "' has an unknown policy '", o.policy, "' (",
+            kSavePolicyMatmul, ", or ", kSavePolicyMatmul, ":OP#N,... for some of the calls)"));
       if (o.recomputeNs < 0)
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": option '", o.name, "' has a negative time"));
     }
   }
   return absl::OkStatus();
+}
+
+bool isSavePolicy(std::string_view policy) {
+  if (policy == kSavePolicyMatmul) return true;
+  const std::string_view head = std::string_view(kSavePolicyMatmul);
+  if (policy.size() <= head.size() + 1 || policy.substr(0, head.size()) != head ||
+      policy[head.size()] != ':')
+    return false;
+  // OP#N entries, comma-separated: OP in [a-z0-9_], N a decimal occurrence.
+  std::string_view rest = policy.substr(head.size() + 1);
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = rest.substr(0, comma);
+    const size_t hash = entry.find('#');
+    if (hash == 0 || hash == std::string_view::npos || hash + 1 == entry.size() ||
+        entry.size() - hash > 10)
+      return false;
+    for (size_t c = 0; c < entry.size(); ++c) {
+      const unsigned char ch = static_cast<unsigned char>(entry[c]);
+      const bool ok = c < hash    ? std::islower(ch) || std::isdigit(ch) || ch == '_'
+                      : c == hash ? true
+                                  : std::isdigit(ch) != 0;
+      if (!ok) return false;
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return true;
 }
 
 namespace {

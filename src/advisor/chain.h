@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +37,10 @@ struct StageOption {
 };
 
 inline constexpr const char* kSavePolicyMatmul = "matmul";
+// A policy an option may have: kSavePolicyMatmul (every such call's outputs kept), or
+// "matmul:OP#N,..." (the outputs of those calls only: the N-th call, from 0, of aten::OP in the
+// block's forward; e.g. "matmul:addmm#0,bmm#1").
+bool isSavePolicy(std::string_view policy);
 
 struct Stage;
 // The option's transients: forward (forwardWorkingBytes, or when not known the stage's own) and

@@ -196,6 +196,97 @@ bool isSavePolicyOp(const std::string& name) {
   return kOps.count(name) > 0;
 }
 
+// One call of a compute-heavy op in a block's forward, as torch's selective activation
+// checkpointing counts it: by op and occurrence (a call inside another such call is part of it).
+struct KeptOpCall {
+  std::string op;  // the dispatcher's name, without "aten::"
+  int occurrence = 0;
+  int64_t ns = 0;
+  int64_t bytes = 0;  // its outputs that outlive it (less the stage's output)
+};
+
+// The op-level options of a block whose forward ran as `run` on `thread` (ops: the compute-heavy
+// op scopes by begin): all its calls kept ("keep matmul outputs"), and up to three prefixes of
+// the calls ordered by time per byte kept. Each keeps less than the stage saves by at least 5 %.
+template <typename TensorLevel>
+std::vector<StageOption> opLevelOptions(const Recording& rec,
+                                        const std::vector<const ScopeInterval*>& ops,
+                                        const Window& run, uint32_t thread,
+                                        const std::set<int>& output, TensorLevel isTensorLevel,
+                                        int64_t forwardNs, int64_t savedBytes) {
+  std::vector<KeptOpCall> calls;
+  std::map<std::string, int> occurrences;
+  uint64_t coveredUntil = 0;
+  std::set<int> keptBlocks;
+  auto o =
+      std::lower_bound(ops.begin(), ops.end(), run.beginSeq,
+                       [](const ScopeInterval* op, uint64_t seq) { return op->beginSeq < seq; });
+  for (; o != ops.end() && (*o)->beginSeq < run.endSeq; ++o) {
+    const ScopeInterval& op = **o;
+    if (op.threadId != thread || op.endSeq > run.endSeq) continue;
+    if (op.beginSeq >= coveredUntil) {  // an outermost call: one the policy sees
+      std::string name = op.name.rfind("aten::", 0) == 0 ? op.name.substr(6) : op.name;
+      const int occurrence = occurrences[name]++;
+      calls.push_back({std::move(name), occurrence, op.endTsNs - op.beginTsNs, 0});
+      coveredUntil = op.endSeq;
+    }
+    // Its outputs: what it allocated that outlives it (the block's output is the next stage's
+    // input, kept anyway).
+    auto b = std::lower_bound(rec.blocks.begin(), rec.blocks.end(), op.beginSeq,
+                              [](const Block& blk, uint64_t seq) { return blk.allocSeq < seq; });
+    for (; b != rec.blocks.end() && b->allocSeq < op.endSeq; ++b) {
+      const int j = static_cast<int>(b - rec.blocks.begin());
+      if (!isTensorLevel(j) || b->freeSeq < op.endSeq || output.count(j) ||
+          !keptBlocks.insert(j).second)
+        continue;
+      calls.back().bytes += static_cast<int64_t>(b->sizeBytes);
+    }
+  }
+  std::vector<StageOption> out;
+  auto offer = [&](const std::vector<size_t>& kept, std::string name, std::string policy) {
+    int64_t bytes = 0, ns = 0;
+    for (size_t c : kept) {
+      bytes += calls[c].bytes;
+      ns += calls[c].ns;
+    }
+    if (ns <= 0 || bytes >= savedBytes || (savedBytes - bytes) * 20 < savedBytes) return;
+    StageOption opt;
+    opt.name = std::move(name);
+    opt.savedBytes = bytes;
+    opt.recomputeNs = std::max<int64_t>(0, forwardNs - ns);
+    opt.policy = std::move(policy);
+    out.push_back(std::move(opt));
+  };
+  std::vector<size_t> all(calls.size());
+  for (size_t c = 0; c < calls.size(); ++c) all[c] = c;
+  offer(all, "keep matmul outputs", kSavePolicyMatmul);
+  // Free calls (nothing kept) first, then by time per byte, most first.
+  std::vector<size_t> order = all;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const KeptOpCall& x = calls[a];
+    const KeptOpCall& y = calls[b];
+    if ((x.bytes == 0) != (y.bytes == 0)) return x.bytes == 0;
+    return static_cast<double>(x.ns) * static_cast<double>(y.bytes) >
+           static_cast<double>(y.ns) * static_cast<double>(x.bytes);
+  });
+  size_t free = 0;
+  while (free < order.size() && calls[order[free]].bytes == 0) ++free;
+  const size_t costly = order.size() - free;
+  std::set<size_t> lengths;  // how many costly calls a prefix keeps: 1 .. costly - 1
+  for (size_t q = 1; q <= 3 && costly > 1; ++q)
+    lengths.insert(std::clamp<size_t>((costly * q + 2) / 4, 1, costly - 1));
+  for (size_t k : lengths) {
+    std::vector<size_t> kept(order.begin(), order.begin() + static_cast<long>(free + k));
+    std::sort(kept.begin(), kept.end());  // in the forward's order
+    std::string policy = absl::StrCat(kSavePolicyMatmul, ":");
+    for (size_t c = 0; c < kept.size(); ++c)
+      absl::StrAppend(&policy, c > 0 ? "," : "", calls[kept[c]].op, "#", calls[kept[c]].occurrence);
+    offer(kept, absl::StrCat("keep ", kept.size(), " of ", calls.size(), " matmul outputs"),
+          std::move(policy));
+  }
+  return out;
+}
+
 // A selective option of a recorded stage, as the store-all recording shows it: the blocks it
 // would not keep and the child module that would regenerate them.
 struct OptionFacts {
@@ -729,44 +820,15 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         optionFacts[i].push_back(std::move(facts));
       }
     }
-    // An op-level option: keep only the outputs of the block's compute-heavy ops (matrix
-    // products, convolutions, attention kernels) and re-run the rest at its backward — torch 2's
-    // selective activation checkpointing with that policy. It keeps those outputs whether or not
-    // the backward needs them, and re-runs the block's forward less those ops.
+    // Op-level options: keep the outputs of the block's compute-heavy ops (matrix products,
+    // convolutions, attention kernels) and re-run the rest at its backward — torch 2's selective
+    // activation checkpointing. "keep matmul outputs" keeps them all (the "matmul" policy); the
+    // others keep some of the calls, named by op and occurrence ("matmul:addmm#0,bmm#1"), those
+    // that save the most time per byte kept first. A kept output is kept whether or not the
+    // backward needs it; the block's forward re-runs less the kept calls.
     if (!opsByBegin.empty() && runScope[i] == forward[i]) {
-      int64_t keptBytes = 0, keptOpsNs = 0;
-      uint64_t coveredUntil = 0;
-      std::set<int> keptBlocks;
-      auto o = std::lower_bound(
-          opsByBegin.begin(), opsByBegin.end(), run.beginSeq,
-          [](const ScopeInterval* op, uint64_t seq) { return op->beginSeq < seq; });
-      for (; o != opsByBegin.end() && (*o)->beginSeq < run.endSeq; ++o) {
-        const ScopeInterval& op = **o;
-        if (op.threadId != f.threadId || op.endSeq > run.endSeq) continue;
-        if (op.beginSeq >= coveredUntil) {  // the outermost ones' time
-          keptOpsNs += op.endTsNs - op.beginTsNs;
-          coveredUntil = op.endSeq;
-        }
-        // Its outputs: what it allocated that outlives it (the block's output is the next
-        // stage's input, kept anyway).
-        auto b =
-            std::lower_bound(rec.blocks.begin(), rec.blocks.end(), op.beginSeq,
-                             [](const Block& blk, uint64_t seq) { return blk.allocSeq < seq; });
-        for (; b != rec.blocks.end() && b->allocSeq < op.endSeq; ++b) {
-          const int j = static_cast<int>(b - rec.blocks.begin());
-          if (!isTensorLevel(j) || b->freeSeq < op.endSeq || output.count(j) ||
-              !keptBlocks.insert(j).second)
-            continue;
-          keptBytes += static_cast<int64_t>(b->sizeBytes);
-        }
-      }
-      if (keptOpsNs > 0 && keptBytes < s.savedBytes &&
-          (s.savedBytes - keptBytes) * 20 >= s.savedBytes) {
-        StageOption opt;
-        opt.name = "keep matmul outputs";
-        opt.savedBytes = keptBytes;
-        opt.recomputeNs = std::max<int64_t>(0, s.forwardNs - keptOpsNs);
-        opt.policy = kSavePolicyMatmul;
+      for (StageOption& opt : opLevelOptions(rec, opsByBegin, run, f.threadId, output,
+                                             isTensorLevel, s.forwardNs, s.savedBytes)) {
         s.options.push_back(std::move(opt));
         optionFacts[i].push_back({});  // its transients: the model's defaults
       }

@@ -628,5 +628,35 @@ TEST(ChainFromRecording, AnOpLevelOptionKeepsTheOutputsOfTheMatrixProducts) {
   EXPECT_EQ(c->profile.stages[0].options.size(), 2u);
 }
 
+TEST(ChainFromRecording, OpLevelOptionsKeepSomeCallsMostTimePerByteFirst) {
+  Recording rec = blockWithTwoChildren();
+  // Three calls in block 0: an aten::mm making A (300 bytes, 100 ns), an aten::addmm making B
+  // (400 bytes, 100 ns: less time per byte) and a second aten::mm that keeps nothing (400 ns).
+  rec.ops = {op("aten::mm", 5, 6), op("aten::addmm", 11, 12), op("aten::mm", 13, 17)};
+  rec.sortBySeq();
+  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Stage& s = c->profile.stages[0];
+  // Keeping every call keeps all the stage saves (700): no "keep matmul outputs". Keeping some:
+  // the free call and the one with most time per byte (A's), named by op and occurrence in the
+  // forward's order; the forward (1,700 ns) re-runs less their 500 ns.
+  ASSERT_EQ(s.options.size(), 3u);
+  const StageOption& o = s.options[2];
+  EXPECT_EQ(o.name, "keep 2 of 3 matmul outputs");
+  EXPECT_EQ(o.policy, "matmul:mm#0,mm#1");
+  EXPECT_TRUE(isSavePolicy(o.policy));
+  EXPECT_EQ(o.savedBytes, 300);
+  EXPECT_EQ(o.recomputeNs, 1200);
+  EXPECT_TRUE(validateProfile(c->profile).ok());
+  // B made slower (400 ns: more time per byte than A's): it goes first instead.
+  rec.ops = {op("aten::mm", 5, 6), op("aten::addmm", 11, 15), op("aten::mm", 15, 17)};
+  rec.sortBySeq();
+  c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->profile.stages[0].options.size(), 3u);
+  EXPECT_EQ(c->profile.stages[0].options[2].policy, "matmul:addmm#0,mm#1");
+  EXPECT_EQ(c->profile.stages[0].options[2].savedBytes, 400);
+}
+
 }  // namespace
 }  // namespace tidemark::core

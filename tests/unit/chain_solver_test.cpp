@@ -499,6 +499,21 @@ TEST(PlanJson, BadProfilesSayWhatIsWrong) {
             {"name": "o", "saved_bytes": 1, "recompute_ns": 1, "recompute": []},
             {"name": "o", "saved_bytes": 2, "recompute_ns": 1, "recompute": []}]}]})"),
             "stage 0 (a): two options are named 'o'");
+  // An op-level option's policy: every call of the compute-heavy ops, or some calls of them.
+  auto withPolicy = [&](const std::string& policy) {
+    return error(head + R"("stages": [{"name": "a", "forward_ns": 1, "backward_ns": 1,
+            "saved_bytes": 4, "output_bytes": 1, "options": [{"name": "o", "saved_bytes": 1,
+            "recompute_ns": 1, "recompute": [], "policy": ")" +
+                 policy + R"("}]}]})");
+  };
+  for (const char* good : {"matmul", "matmul:addmm#0", "matmul:addmm#0,bmm#12,_foo_2#3"})
+    EXPECT_EQ(withPolicy(good), "ok") << good;
+  for (const char* bad :
+       {"matmul:", "matmul:addmm", "matmul:addmm#", "matmul:#0", "matmul:Addmm#0",
+        "matmul:addmm#0,", "matmul:addmm#x", "mm:addmm#0", "matmul:addmm#12345678901", "matmulx"})
+    EXPECT_EQ(withPolicy(bad), absl::StrCat("stage 0 (a): option 'o' has an unknown policy '", bad,
+                                            "' (matmul, or matmul:OP#N,... for some of the calls)"))
+        << bad;
 }
 
 }  // namespace
