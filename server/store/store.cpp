@@ -1299,17 +1299,33 @@ absl::StatusOr<std::vector<std::optional<int64_t>>> Store::countersAt(
     const std::vector<uint64_t>& seqs) {
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  // The name's interned ids first (one a stream; a session resumed on new streams may have
+  // several), then one descent of the counters' index (session, name, seq) per moment: a join
+  // on the name scanned every counter of the session for each moment (a GPU job's allocator
+  // counters, for each of a page's 4,096 steps).
+  std::vector<int64_t> iids;
+  {
+    Statement names = db.prepare("SELECT iid FROM string WHERE session_id = ?1 AND value = ?2");
+    names.bind(1, id).bind(2, name);
+    while (names.step()) iids.push_back(names.columnInt(0));
+    if (names.failed()) return readFailed(names);
+  }
+  std::vector<std::optional<int64_t>> out(seqs.size());
+  if (iids.empty()) return out;
   Statement st = db.prepare(
-      "SELECT c.value FROM counter c JOIN string s ON s.session_id = c.session_id AND "
-      "s.iid = c.name_id WHERE c.session_id = ?1 AND s.value = ?2 AND c.seq <= ?3 "
-      "ORDER BY c.seq DESC LIMIT 1");
-  std::vector<std::optional<int64_t>> out;
-  out.reserve(seqs.size());
-  for (uint64_t seq : seqs) {
-    st.bind(1, id).bind(2, name).bind(3, s64(seq));
-    out.push_back(st.step() ? std::optional<int64_t>(st.columnInt(0)) : std::nullopt);
-    if (st.failed()) return readFailed(st);
-    st.reset();
+      "SELECT seq, value FROM counter WHERE session_id = ?1 AND name_id = ?2 AND seq <= ?3 "
+      "ORDER BY seq DESC LIMIT 1");
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    int64_t latest = -1;
+    for (int64_t iid : iids) {
+      st.bind(1, id).bind(2, iid).bind(3, s64(seqs[k]));
+      if (st.step() && st.columnInt(0) > latest) {
+        latest = st.columnInt(0);
+        out[k] = st.columnInt(1);
+      }
+      if (st.failed()) return readFailed(st);
+      st.reset();
+    }
   }
   return out;
 }

@@ -213,6 +213,54 @@ TEST_P(StoreBackendTest, RawEventsGoInSlicesAndTheSessionSaysSo) {
   EXPECT_EQ(st.deleteSession(*id).code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(StoreBackendTest, ACounterAtAMomentIsItsNamesLatestValueThen) {
+  // What each step's peak says the allocator reserved: the latest value of the counter at the
+  // peak's moment, of that name only (its interned ids: a resumed session has one a stream),
+  // of that session only.
+  const std::string db = freshStore("counters");
+  int64_t a = 0, b = 0;
+  {
+    auto store = Store::open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->begin().ok());
+    SessionHeader h;
+    h.pid = 1;
+    auto first = (*store)->createSession(h);
+    auto second = (*store)->createSession(h);
+    ASSERT_TRUE(first.ok() && second.ok());
+    a = *first;
+    b = *second;
+    const std::string sa = std::to_string(a), sb = std::to_string(b);
+    std::string sql = "INSERT INTO string (session_id, iid, value) VALUES (" + sa +
+                      ", 1, 'reserved_bytes'), (" + sa + ", 2, 'other'), (" + sa +
+                      ", 7, 'reserved_bytes'), (" + sb + ", 1, 'reserved_bytes');";
+    for (const auto& [session, seq, iid, value] :
+         std::vector<std::tuple<std::string, int, int, int>>{{sa, 10, 1, 100},
+                                                             {sa, 30, 1, 300},
+                                                             {sa, 20, 2, 999},
+                                                             {sa, 40, 2, 888},
+                                                             {sa, 50, 7, 500},
+                                                             {sb, 45, 1, 4242}})
+      sql += "INSERT INTO counter (session_id, seq, ts_ns, name_id, value) VALUES (" + session +
+             ", " + std::to_string(seq) + ", 0, " + std::to_string(iid) + ", " +
+             std::to_string(value) + ");";
+    ASSERT_TRUE((*store)->exec(sql).ok());
+    ASSERT_TRUE((*store)->commit().ok());
+  }
+  auto values = Store::countersAt(db, a, "reserved_bytes", {5, 10, 25, 45, 50, 60});
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::optional<int64_t>>{std::nullopt, 100, 100, 300, 500, 500}));
+  auto none = Store::countersAt(db, a, "nothing", {10, 60});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, (std::vector<std::optional<int64_t>>{std::nullopt, std::nullopt}));
+  auto other = Store::counterAt(db, a, "other", 35);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(*other, std::optional<int64_t>(999));
+  auto elsewhere = Store::countersAt(db, b, "reserved_bytes", {44, 45});
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
+  EXPECT_EQ(*elsewhere, (std::vector<std::optional<int64_t>>{std::nullopt, 4242}));
+}
+
 TEST(StoreTest, AStoreFromANewerTidemarkIsRefused) {
   const auto dir = tempPath("newer");
   const std::string db = (dir / "store.db").string();
