@@ -51,7 +51,6 @@ often it recomputes).
 """
 import collections
 import contextlib
-import functools
 import json
 import re
 
