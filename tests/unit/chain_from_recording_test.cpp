@@ -599,14 +599,20 @@ ScopeInterval op(std::string name, uint64_t begin, uint64_t end, uint32_t thread
   return o;
 }
 
-TEST(ChainFromRecording, AnOpLevelOptionKeepsTheOutputsOfTheMatrixProducts) {
+// The chain of blockWithTwoChildren() recorded with these op scopes.
+absl::StatusOr<RecordedChain> chainWithOps(std::vector<ScopeInterval> ops) {
   Recording rec = blockWithTwoChildren();
+  rec.ops = std::move(ops);
+  rec.sortBySeq();
+  return chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+}
+
+TEST(ChainFromRecording, AnOpLevelOptionKeepsTheOutputsOfTheMatrixProducts) {
   // Inside a's aten::matmul (not kept itself), an aten::mm makes A (300, alive after it); b's
   // work is an aten::gelu (not kept), and an aten::addmm on another thread is another block's.
-  rec.ops = {op("aten::matmul", 4, 9), op("aten::mm", 5, 6), op("aten::gelu", 10, 18),
-             op("aten::addmm", 10, 18, 7)};
-  rec.sortBySeq();
-  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  absl::StatusOr<RecordedChain> c =
+      chainWithOps({op("aten::matmul", 4, 9), op("aten::mm", 5, 6), op("aten::gelu", 10, 18),
+                    op("aten::addmm", 10, 18, 7)});
   ASSERT_TRUE(c.ok()) << c.status();
   const Stage& s = c->profile.stages[0];
   ASSERT_EQ(s.options.size(), 3u);
@@ -622,19 +628,16 @@ TEST(ChainFromRecording, AnOpLevelOptionKeepsTheOutputsOfTheMatrixProducts) {
   EXPECT_EQ(optionForwardWorkingBytes(s, o), s.forwardWorkingBytes);
   EXPECT_EQ(optionBackwardWorkingBytes(s, o), s.backwardWorkingBytes + s.savedBytes - 300);
   // A block whose kept ops make (nearly) all it saves has no such option.
-  rec.ops = {op("aten::mm", 4, 19)};
-  c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  c = chainWithOps({op("aten::mm", 4, 19)});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->profile.stages[0].options.size(), 2u);
 }
 
 TEST(ChainFromRecording, OpLevelOptionsKeepSomeCallsMostTimePerByteFirst) {
-  Recording rec = blockWithTwoChildren();
   // Three calls in block 0: an aten::mm making A (300 bytes, 100 ns), an aten::addmm making B
   // (400 bytes, 100 ns: less time per byte) and a second aten::mm that keeps nothing (400 ns).
-  rec.ops = {op("aten::mm", 5, 6), op("aten::addmm", 11, 12), op("aten::mm", 13, 17)};
-  rec.sortBySeq();
-  absl::StatusOr<RecordedChain> c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  absl::StatusOr<RecordedChain> c =
+      chainWithOps({op("aten::mm", 5, 6), op("aten::addmm", 11, 12), op("aten::mm", 13, 17)});
   ASSERT_TRUE(c.ok()) << c.status();
   const Stage& s = c->profile.stages[0];
   // Keeping every call keeps all the stage saves (700): no "keep matmul outputs". Keeping some:
@@ -649,9 +652,7 @@ TEST(ChainFromRecording, OpLevelOptionsKeepSomeCallsMostTimePerByteFirst) {
   EXPECT_EQ(o.recomputeNs, 1200);
   EXPECT_TRUE(validateProfile(c->profile).ok());
   // B made slower (400 ns: more time per byte than A's): it goes first instead.
-  rec.ops = {op("aten::mm", 5, 6), op("aten::addmm", 11, 15), op("aten::mm", 15, 17)};
-  rec.sortBySeq();
-  c = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  c = chainWithOps({op("aten::mm", 5, 6), op("aten::addmm", 11, 15), op("aten::mm", 15, 17)});
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->profile.stages[0].options.size(), 3u);
   EXPECT_EQ(c->profile.stages[0].options[2].policy, "matmul:addmm#0,mm#1");
