@@ -91,22 +91,23 @@ bool isSavePolicy(std::string_view policy) {
   if (policy.size() <= head.size() + 1 || policy.substr(0, head.size()) != head ||
       policy[head.size()] != ':')
     return false;
-  // OP#N entries, comma-separated: OP in [a-z0-9_], N a decimal occurrence.
+  // OP#N entries, comma-separated: OP in [a-z0-9_], N a decimal occurrence of 1 to 9 digits.
+  const auto opChar = [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+  };
+  const auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   std::string_view rest = policy.substr(head.size() + 1);
-  while (true) {
+  for (;;) {
     const size_t comma = rest.find(',');
     const std::string_view entry = rest.substr(0, comma);
     const size_t hash = entry.find('#');
-    if (hash == 0 || hash == std::string_view::npos || hash + 1 == entry.size() ||
-        entry.size() - hash > 10)
+    if (hash == std::string_view::npos) return false;
+    const std::string_view op = entry.substr(0, hash), number = entry.substr(hash + 1);
+    if (op.empty() || number.empty() || number.size() > 9 ||
+        !std::all_of(op.begin(), op.end(), opChar) ||
+        !std::all_of(number.begin(), number.end(), digit))
       return false;
-    for (size_t c = 0; c < entry.size(); ++c) {
-      const unsigned char ch = static_cast<unsigned char>(entry[c]);
-      const bool ok = c < hash    ? std::islower(ch) || std::isdigit(ch) || ch == '_'
-                      : c == hash ? true
-                                  : std::isdigit(ch) != 0;
-      if (!ok) return false;
-    }
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
