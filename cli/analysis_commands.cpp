@@ -408,7 +408,7 @@ int exportCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   if (!channel) return refused;
   auto stub = v1::Query::NewStub(channel);
   grpc::ClientContext ctx;
-  withDeadline(ctx, 600);
+  withDeadline(g, ctx, 600);
   auto reader = stub->Export(&ctx, req);
   // Written to FILE.part and renamed at the end: a failed export leaves no half file behind.
   const std::string partial = output.empty() ? "" : output + ".part";

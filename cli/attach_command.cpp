@@ -178,7 +178,7 @@ int attachCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
     req.set_page_size(1);
     v1::ListSessionsResponse resp;
     grpc::ClientContext ctx;
-    withDeadline(ctx, 10);
+    withDeadline(g, ctx, 10);
     const grpc::Status s = v1::Query::NewStub(channel)->ListSessions(&ctx, req, &resp);
     if (!s.ok() && s.error_code() != grpc::StatusCode::PERMISSION_DENIED) {
       return reportError(g, "attach", s);

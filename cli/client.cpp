@@ -53,7 +53,12 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode)
   return channel;
 }
 
-// Prints a failed call's status; UNAVAILABLE means nobody answered at the address.
+namespace {
+int lastDeadlineSeconds = 0;  // the last call's, for reportError
+}  // namespace
+
+// Prints a failed call's status; UNAVAILABLE means nobody answered at the address,
+// DEADLINE_EXCEEDED that nobody did in time.
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -74,6 +79,13 @@ int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s)
                    "tidemark %s: the TLS handshake with %s failed (gRPC: %s); does the daemon "
                    "use TLS, and ask for a client certificate (--tls-cert, --tls-key)?\n",
                    what, g.server.c_str(), m.c_str());
+      return kExitUnreachable;
+    }
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      std::fprintf(stderr,
+                   "tidemark %s: no answer from %s within %d s: the daemon is busy or stopped, "
+                   "or nothing there accepts the connection (--deadline S waits longer)\n",
+                   what, g.server.c_str(), lastDeadlineSeconds);
       return kExitUnreachable;
     }
     std::fprintf(stderr,
@@ -97,8 +109,9 @@ int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s)
   return s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kExitUsage : kExitError;
 }
 
-void withDeadline(grpc::ClientContext& ctx, int seconds) {
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+void withDeadline(const GlobalOptions& g, grpc::ClientContext& ctx, int seconds) {
+  lastDeadlineSeconds = g.deadlineS > 0 ? g.deadlineS : seconds;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(lastDeadlineSeconds));
 }
 
 bool parseSessionId(const std::string& s, uint64_t* id) {

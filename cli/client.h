@@ -18,9 +18,10 @@ namespace tidemark::cli {
 // when the user's own daemon could not be started.
 std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode);
 // Prints a failed call's status and returns the exit code: kExitUnreachable when nobody answered
-// at the address, kExitError otherwise.
+// at the address (or not within the call's deadline), kExitError otherwise.
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s);
-void withDeadline(grpc::ClientContext& ctx, int seconds);
+// The call's deadline: `seconds` from now, or --deadline's (g.deadlineS) when given.
+void withDeadline(const GlobalOptions& g, grpc::ClientContext& ctx, int seconds);
 
 // One unary call of any tidemark service with a deadline: kExitOk, or the exit code of the error
 // it reported (as `tidemark <what>: ...`).
@@ -33,7 +34,7 @@ int callRpc(const GlobalOptions& g, const char* what,
   if (!channel) return refused;
   auto stub = Service::NewStub(channel);
   grpc::ClientContext ctx;
-  withDeadline(ctx, deadlineSeconds);
+  withDeadline(g, ctx, deadlineSeconds);
   const grpc::Status s = ((*stub).*method)(&ctx, request, response);
   return s.ok() ? kExitOk : reportError(g, what, s);
 }

@@ -25,6 +25,8 @@ struct GlobalOptions {
   std::string tlsKey;
   // --db FILE: a store file read in this process instead of a daemon ("": talk to g.server).
   std::string dbFile;
+  // --deadline S: at most S seconds for each call to the daemon (0: each command's own).
+  int deadlineS = 0;
 };
 
 int runCommand(const GlobalOptions& g, const std::vector<std::string>& args);

@@ -65,13 +65,15 @@ options (every command):
   --tls-ca F      talk TLS to the daemon, its certificate checked against the CA in PEM file F
                   (default $TIDEMARK_TLS_CA); --tls-cert F and --tls-key F: this client's own,
                   for a daemon that asks (default $TIDEMARK_TLS_CERT, $TIDEMARK_TLS_KEY)
+  --deadline S    wait at most S seconds for each answer of the daemon (default: the
+                  command's own, 30 s to 10 min); one that does not answer in time exits 3
   --json          machine-readable output
   -h, --help      this help (or: tidemark COMMAND --help)
   --version       print the version
 
-exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemarkd reachable,
-4 no plan fits the budget, 5 refused (another user's session, or a daemon not run by you or root);
-`run` exits with the job's own exit code.
+exit codes: 0 ok, 1 the server answered with an error, 2 bad usage, 3 no tidemarkd reachable (or
+none answered in time), 4 no plan fits the budget, 5 refused (another user's session, or a daemon
+not run by you or root); `run` exits with the job's own exit code.
 )";
 
 }  // namespace
@@ -137,6 +139,21 @@ int main(int argc, char** argv) {
              : a == "--tls-cert" ? "TIDEMARK_TLS_CERT"
                                  : "TIDEMARK_TLS_KEY",
              field.c_str(), 1);
+    } else if (a == "--deadline" || a.rfind("--deadline=", 0) == 0) {
+      const bool inline_ = a != "--deadline";
+      if (!inline_ && i + 1 >= argc) {
+        std::fprintf(stderr, "tidemark: --deadline needs seconds\n");
+        return kExitUsage;
+      }
+      const std::string v = inline_ ? a.substr(11) : argv[++i];
+      char* end = nullptr;
+      const long s = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || s < 1 || s > 86400) {
+        std::fprintf(stderr, "tidemark: --deadline takes 1 to 86400 seconds, not '%s'\n",
+                     v.c_str());
+        return kExitUsage;
+      }
+      g.deadlineS = static_cast<int>(s);
     } else if (a == "--json") {
       g.json = true;
     } else if (a == "--version") {

@@ -1,6 +1,7 @@
 """The CLI's answers to bad input: clear messages and meaningful exit codes (0 ok, 1 the server
 said no, 2 bad usage, 3 no server). gRPC-level bad input is in tests/server/ingest_rpc_test.cpp."""
 import os
+import signal
 import socket
 import subprocess
 import unittest
@@ -65,6 +66,27 @@ class CliBadInputTest(DaemonTestCase):
                             "sessions"], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 3)
         self.assertIn("no tidemarkd reachable", r.stderr)
+
+    def test_a_daemon_that_does_not_answer(self):
+        # Stopped (as a hung daemon is): listening, never answering. Told apart from no daemon,
+        # within the deadline asked for, and still exit 3.
+        daemon = Daemon()
+        self.addCleanup(daemon.cleanup)
+        self.addCleanup(os.kill, daemon.proc.pid, signal.SIGCONT)
+        os.kill(daemon.proc.pid, signal.SIGSTOP)
+        for args in (["--deadline", "2", "sessions"], ["--deadline=2", "steps", "1"]):
+            with self.subTest(args=args):
+                r = daemon.cli(*args, check=False)
+                self.assertEqual(r.returncode, 3, r.stderr)
+                self.assertIn("no answer from %s within 2 s" % daemon.address, r.stderr)
+                self.assertNotIn("no tidemarkd reachable", r.stderr)
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+        self.assertEqual(daemon.cli("--deadline", "30", "sessions", "--json",
+                                    check=False).returncode, 0)
+        for bad in ("0", "x", "86401", ""):
+            r = daemon.cli("--deadline", bad, "sessions", check=False)
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn("--deadline takes 1 to 86400 seconds", r.stderr)
 
     def test_help(self):
         for args in (["--help"], ["run", "--help"], ["breakdown", "--help"]):
