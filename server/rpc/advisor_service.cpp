@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <vector>
@@ -37,6 +38,37 @@ grpc::Status AdvisorService::checkChainAccess(const grpc::ServerContext& ctx,
   return denied;
 }
 
+namespace {
+
+// The op-level policies a session's steps ran blocks under: those of the plans it applied, each
+// from its step on (a plan replaces the one before it whole).
+absl::StatusOr<core::PlannedPolicies> plannedPolicies(const std::string& dbPath, int64_t session,
+                                                      int64_t* firstPlannedStep) {
+  auto plans = Store::appliedPlans(dbPath, session);
+  if (!plans.ok()) return plans.status();
+  std::vector<const AppliedPlanRow*> applied;
+  for (const AppliedPlanRow& p : *plans)
+    if (p.state == 1 && p.fromStep > 0) applied.push_back(&p);
+  std::stable_sort(
+      applied.begin(), applied.end(),
+      [](const AppliedPlanRow* a, const AppliedPlanRow* b) { return a->fromStep < b->fromStep; });
+  core::PlannedPolicies out;
+  for (const AppliedPlanRow* p : applied) {
+    std::map<std::string, std::string> policies;
+    // A plan the job applied was read by it; one this reader cannot read names no policy.
+    if (auto doc = core::parsePlanDocument(p->planJson); doc.ok())
+      for (const core::PlanSegmentDoc& seg : doc->segments)
+        if (seg.mode == "selective" && !seg.policy.empty())
+          for (const std::string& module : seg.modules) policies[module] = seg.policy;
+    out.fromStep.emplace_back(p->fromStep, std::move(policies));
+  }
+  if (firstPlannedStep != nullptr)
+    *firstPlannedStep = applied.empty() ? 0 : applied.front()->fromStep;
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSelector& selector) {
   const auto session = static_cast<int64_t>(selector.session_id());
   // Other recordings of the job whose re-runs time the recomputation: their intervals only (no
@@ -58,24 +90,22 @@ absl::StatusOr<core::RecordedChain> AdvisorService::chainFor(const v1::ChainSele
       return failed(info.status());
     auto r = Store::loadRecording(m_dbPath, static_cast<int64_t>(other), /*withBlocks=*/false);
     if (!r.ok()) return failed(r.status());
+    auto policies = plannedPolicies(m_dbPath, static_cast<int64_t>(other), nullptr);
+    if (!policies.ok()) return failed(policies.status());
     if (!rerunsFrom) rerunsFrom.emplace();
-    core::addRecordedReruns(*r, &*rerunsFrom);
+    core::addRecordedReruns(*r, *policies, &*rerunsFrom);
   }
   auto rec = loadRecording(session);
   if (!rec.ok()) return rec.status();
   const std::vector<core::BlockCategory> cats = core::categorize(*rec);
-  // A job that applied a plan is modelled from a step before it (chainFromRecording).
+  // A job that applied a plan is modelled from a step before it (chainFromRecording), and its
+  // re-runs under op-level policies time those.
   int64_t firstPlannedStep = 0;
-  if (selector.step() == 0) {
-    auto plans = Store::appliedPlans(m_dbPath, session);
-    if (!plans.ok()) return plans.status();
-    for (const AppliedPlanRow& p : *plans)
-      if (p.state == 1 && p.fromStep > 0 &&
-          (firstPlannedStep == 0 || p.fromStep < firstPlannedStep))
-        firstPlannedStep = p.fromStep;
-  }
-  return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks(), firstPlannedStep,
-                                  rerunsFrom ? &*rerunsFrom : nullptr);
+  auto policies = plannedPolicies(m_dbPath, session, &firstPlannedStep);
+  if (!policies.ok()) return policies.status();
+  return core::chainFromRecording(*rec, cats, selector.step(), selector.blocks(),
+                                  selector.step() == 0 ? firstPlannedStep : 0,
+                                  rerunsFrom ? &*rerunsFrom : nullptr, &*policies);
 }
 
 grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,

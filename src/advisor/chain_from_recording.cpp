@@ -356,22 +356,32 @@ std::pair<int64_t, int64_t> backwardPeaks(const Recording& rec, const Window& w,
 // some (rerunsFrom's, when given: another recording of the job, under a plan), else its forward
 // times the re-run/forward ratio of the blocks that have both, when one is known. A child
 // option re-runs the child: the same for the child. An op-level option re-runs the block less
-// its kept ops: its share of the block's time, kept.
-void calibrateTimes(const Recording& rec, const RerunSamples* rerunsFrom, ChainProfile* p) {
+// its kept ops: its recorded re-runs under that policy when there are some; else its share of the
+// block's re-run, corrected by what the block's re-runs under its other policies showed that
+// share leaves out (selective checkpointing's own work at every op of the block, the same
+// whichever calls it keeps), else by the other blocks' corrections relative to their re-runs.
+void calibrateTimes(const Recording& rec, const RerunSamples* rerunsFrom,
+                    const PlannedPolicies* policies, ChainProfile* p) {
   std::vector<std::string> names;
   for (const Stage& s : p->stages) {
     names.push_back(s.name);
     for (const StageOption& o : s.options)
       if (o.policy.empty()) names.insert(names.end(), o.recompute.begin(), o.recompute.end());
   }
-  const std::map<std::string, ModuleTimes> times = moduleTimesOverSteps(rec, names, rerunsFrom);
+  const std::map<std::string, ModuleTimes> times =
+      moduleTimesOverSteps(rec, names, rerunsFrom, policies);
   const double ratio = rerunOverForward(times);
   auto rerunOf = [&](const std::string& name, int64_t forwardNs) -> int64_t {
     const ModuleTimes& m = times.at(name);
     if (m.reruns > 0) return m.rerunNs;
     return ratio > 0 ? std::llround(static_cast<double>(forwardNs) * ratio) : 0;
   };
-  for (Stage& s : p->stages) {
+  // Per stage, the correction its op-level re-runs measured.
+  std::vector<std::optional<double>> correction(p->stages.size());
+  double relative = 0;  // the measured corrections over their blocks' re-runs, summed
+  int measured = 0;
+  for (size_t i = 0; i < p->stages.size(); ++i) {
+    Stage& s = p->stages[i];
     const ModuleTimes& m = times.at(s.name);
     const int64_t stepNs = s.forwardNs;  // the modelled step's own
     if (m.forwards > 0) {
@@ -380,16 +390,45 @@ void calibrateTimes(const Recording& rec, const RerunSamples* rerunsFrom, ChainP
       s.forwardNs = m.rerunNs;
     }
     s.rerunNs = rerunOf(s.name, s.forwardNs);
+    double missed = 0;
+    int policiesRun = 0;
     for (StageOption& o : s.options) {
       if (o.policy.empty() && o.recompute.size() == 1) {
         const ModuleTimes& c = times.at(o.recompute[0]);
         const int64_t forward = c.forwards > 0 ? c.forwardNs : o.recomputeNs;
         const int64_t rerun = rerunOf(o.recompute[0], forward);
         o.recomputeNs = rerun > 0 ? rerun : forward;
-      } else if (stepNs > 0) {
+        continue;
+      }
+      if (stepNs > 0)
         o.recomputeNs =
             std::llround(static_cast<double>(o.recomputeNs) * static_cast<double>(s.rerunCostNs()) /
                          static_cast<double>(stepNs));
+      if (o.policy.empty()) continue;
+      if (auto run = m.policyRerunNs.find(o.policy); run != m.policyRerunNs.end()) {
+        missed += static_cast<double>(run->second - o.recomputeNs);
+        ++policiesRun;
+      }
+    }
+    if (policiesRun > 0 && s.rerunCostNs() > 0) {
+      correction[i] = missed / policiesRun;
+      relative += *correction[i] / static_cast<double>(s.rerunCostNs());
+      ++measured;
+    }
+  }
+  for (size_t i = 0; i < p->stages.size(); ++i) {
+    Stage& s = p->stages[i];
+    const ModuleTimes& m = times.at(s.name);
+    const double add = correction[i]  ? *correction[i]
+                       : measured > 0 ? relative / measured * static_cast<double>(s.rerunCostNs())
+                                      : 0.0;
+    for (StageOption& o : s.options) {
+      if (o.policy.empty()) continue;
+      if (auto run = m.policyRerunNs.find(o.policy); run != m.policyRerunNs.end()) {
+        o.recomputeNs = run->second;
+      } else {
+        o.recomputeNs =
+            std::max<int64_t>(0, std::llround(static_cast<double>(o.recomputeNs) + add));
       }
     }
   }
@@ -401,7 +440,8 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
                                                  const std::vector<BlockCategory>& categories,
                                                  int64_t stepNo, std::string_view blocksPrefix,
                                                  int64_t firstPlannedStep,
-                                                 const RerunSamples* rerunTimesFrom) {
+                                                 const RerunSamples* rerunTimesFrom,
+                                                 const PlannedPolicies* plannedPolicies) {
   // 1. The step.
   const StepInterval* step = nullptr;
   if (stepNo > 0) {
@@ -984,7 +1024,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   p.floorBytes = std::max(calibration.peak(step->beginSeq, firstForwardBegins).trackedBytes,
                           calibration.peak(bwd->endSeq, step->endSeq).trackedBytes);
   out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
-  calibrateTimes(rec, rerunTimesFrom, &p);
+  calibrateTimes(rec, rerunTimesFrom, plannedPolicies, &p);
 
   out.measuredStepNs = step->endTsNs - step->beginTsNs;
   // Every micro-batch runs the blocks (and a plan's recomputation) once.

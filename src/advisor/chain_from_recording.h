@@ -48,14 +48,17 @@ struct RecordedChain {
 // job that ran a recompute plan from that step on: the steps under the plan recompute what the
 // plan chose, and a model that checkpoints by itself recomputes in every step, so recomputation
 // alone does not tell them apart).
-// Times are medians over the steady steps; what a re-run costs comes from the recording's own
-// re-runs, or rerunTimesFrom's when given (other recordings of the job, under a plan), and for
-// a block never re-run from its forward times their re-run/forward ratio (docs/plan-format.md).
+// Times are typical runs over the steady steps (means, stalls left out); what a re-run costs comes
+// from the recording's own re-runs, or rerunTimesFrom's when given (other recordings of the job,
+// under a plan), and for a block never re-run from its forward times their re-run/forward ratio
+// (docs/plan-format.md). plannedPolicies: the op-level policies the recording's own steps ran
+// blocks under (its applied plans), whose re-runs time those options, not the whole block's.
 // Expects recording.sortBySeq() and categories = categorize(recording).
 absl::StatusOr<RecordedChain> chainFromRecording(const Recording& recording,
                                                  const std::vector<BlockCategory>& categories,
                                                  int64_t step, std::string_view blocksPrefix,
                                                  int64_t firstPlannedStep = 0,
-                                                 const RerunSamples* rerunTimesFrom = nullptr);
+                                                 const RerunSamples* rerunTimesFrom = nullptr,
+                                                 const PlannedPolicies* plannedPolicies = nullptr);
 
 }  // namespace tidemark::core

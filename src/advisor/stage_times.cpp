@@ -24,10 +24,10 @@ int64_t typical(std::vector<int64_t> v) {
   return n > 0 ? sum / n : median;
 }
 
-// Calls run(scope, step index, re-run?) for every closed module scope of the steady steps that
-// ran inside a forward or a recompute phase (the recording sorted by sequence number).
+// Calls run(scope, step, re-run?) for every closed module scope of the steady steps that ran
+// inside a forward or a recompute phase (the recording sorted by sequence number).
 void eachRun(const Recording& rec,
-             const std::function<void(const ScopeInterval&, int, bool)>& run) {
+             const std::function<void(const ScopeInterval&, const StepInterval&, bool)>& run) {
   std::vector<const StepInterval*> steps;
   for (const StepInterval& s : rec.steps)
     if (s.endSeq != kOpenSeq) steps.push_back(&s);
@@ -56,41 +56,64 @@ void eachRun(const Recording& rec,
     const int t = stepOf(sc.beginSeq);
     if (t < 0) continue;
     if (inside(recomputes[t], sc)) {
-      run(sc, t, true);
+      run(sc, *steps[static_cast<size_t>(t)], true);
     } else if (inside(forwards[t], sc)) {
-      run(sc, t, false);
+      run(sc, *steps[static_cast<size_t>(t)], false);
     }
   }
 }
 
 }  // namespace
 
-void addRecordedReruns(const Recording& rec, RerunSamples* into) {
-  eachRun(rec, [&](const ScopeInterval& sc, int, bool rerun) {
+std::string PlannedPolicies::at(int64_t step, const std::string& name) const {
+  auto it = std::upper_bound(
+      fromStep.begin(), fromStep.end(), step,
+      [](int64_t s, const std::pair<int64_t, std::map<std::string, std::string>>& e) {
+        return s < e.first;
+      });
+  if (it == fromStep.begin()) return "";
+  const std::map<std::string, std::string>& policies = (it - 1)->second;
+  auto p = policies.find(name);
+  return p == policies.end() ? "" : p->second;
+}
+
+void addRecordedReruns(const Recording& rec, const PlannedPolicies& policies, RerunSamples* into) {
+  eachRun(rec, [&](const ScopeInterval& sc, const StepInterval& step, bool rerun) {
     if (!rerun) return;
-    std::vector<int64_t>& runs = (*into)[sc.name];
+    std::vector<int64_t>& runs = (*into)[{sc.name, policies.at(step.step, sc.name)}];
     if (runs.size() < kMaxRerunSamples) runs.push_back(sc.endTsNs - sc.beginTsNs);
   });
 }
 
 std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
                                                         const std::vector<std::string>& names,
-                                                        const RerunSamples* rerunsFrom) {
+                                                        const RerunSamples* rerunsFrom,
+                                                        const PlannedPolicies* policies) {
   const std::set<std::string> wanted(names.begin(), names.end());
-  // Per module: per step, its first forward; every re-run; the steps that re-ran it.
-  std::map<std::string, std::map<int, int64_t>> forwardOf;
+  // Per module: per step, its first forward; every re-run (by policy); the steps that re-ran it.
+  std::map<std::string, std::map<int64_t, int64_t>> forwardOf;
   RerunSamples reruns;
-  std::map<std::string, std::set<int>> rerunSteps;
-  eachRun(rec, [&](const ScopeInterval& sc, int t, bool rerun) {
+  std::map<std::string, std::set<int64_t>> rerunSteps;
+  eachRun(rec, [&](const ScopeInterval& sc, const StepInterval& step, bool rerun) {
     if (!wanted.count(sc.name)) return;
     const int64_t ns = sc.endTsNs - sc.beginTsNs;
     if (rerun) {
-      reruns[sc.name].push_back(ns);
-      rerunSteps[sc.name].insert(t);
+      reruns[{sc.name, policies ? policies->at(step.step, sc.name) : ""}].push_back(ns);
+      rerunSteps[sc.name].insert(step.step);
     } else {
-      forwardOf[sc.name].emplace(t, ns);  // the first call of the step (scopes come in order)
+      forwardOf[sc.name].emplace(step.step, ns);  // the first call of the step (in order)
     }
   });
+  // Re-runs recorded elsewhere replace the recording's own, module and policy by module and
+  // policy.
+  auto samplesOf = [&](const RerunKey& key) -> const std::vector<int64_t>* {
+    if (rerunsFrom != nullptr) {
+      auto there = rerunsFrom->find(key);
+      if (there != rerunsFrom->end() && !there->second.empty()) return &there->second;
+    }
+    auto here = reruns.find(key);
+    return here == reruns.end() || here->second.empty() ? nullptr : &here->second;
+  };
   std::map<std::string, ModuleTimes> out;
   for (const std::string& name : wanted) {
     ModuleTimes& m = out[name];
@@ -101,15 +124,20 @@ std::map<std::string, ModuleTimes> moduleTimesOverSteps(const Recording& rec,
       m.forwards = static_cast<int>(fwd.size());
       m.forwardNs = typical(fwd);
     }
-    const std::vector<int64_t>* r = &reruns[name];
-    if (rerunsFrom != nullptr) {
-      auto there = rerunsFrom->find(name);
-      if (there != rerunsFrom->end() && !there->second.empty()) r = &there->second;
-    }
-    if (!r->empty()) {
+    if (const std::vector<int64_t>* r = samplesOf({name, ""})) {
       m.reruns = static_cast<int>(r->size());
       m.rerunNs = typical(*r);
     }
+    std::set<std::string> policiesRun;
+    for (const RerunSamples* from : {rerunsFrom, static_cast<const RerunSamples*>(&reruns)}) {
+      if (from == nullptr) continue;
+      for (auto it = from->lower_bound({name, ""}); it != from->end() && it->first.first == name;
+           ++it)
+        if (!it->first.second.empty()) policiesRun.insert(it->first.second);
+    }
+    for (const std::string& policy : policiesRun)
+      if (const std::vector<int64_t>* r = samplesOf({name, policy}))
+        m.policyRerunNs[policy] = typical(*r);
   }
   return out;
 }

@@ -216,9 +216,9 @@ TEST(ChainFromRecording, TimesComeFromEveryStepAndTheRecordedReruns) {
   for (int64_t ns : {8'000, 10'000}) {
     Recording other = twoBlocksSteps(2);
     rerunIn(other, 2, "M.blocks.0", ns);
-    addRecordedReruns(other, &elsewhere);
+    addRecordedReruns(other, {}, &elsewhere);
   }
-  ASSERT_EQ(elsewhere["M.blocks.0"].size(), 2u);
+  ASSERT_EQ((elsewhere[{"M.blocks.0", ""}].size()), 2u);
   absl::StatusOr<RecordedChain> timed =
       chainFromRecording(rec, categorize(rec), 0, "", 0, &elsewhere);
   ASSERT_TRUE(timed.ok()) << timed.status();
@@ -657,6 +657,67 @@ TEST(ChainFromRecording, OpLevelOptionsKeepSomeCallsMostTimePerByteFirst) {
   ASSERT_EQ(c->profile.stages[0].options.size(), 3u);
   EXPECT_EQ(c->profile.stages[0].options[2].policy, "matmul:addmm#0,mm#1");
   EXPECT_EQ(c->profile.stages[0].options[2].savedBytes, 400);
+}
+
+// Re-runs under an op-level policy (a plan's selective option) time that option, not the whole
+// block: the option costs its recorded re-runs, and another block's op-level option its share of
+// that block's re-run plus the correction the recorded ones showed, relative to their block's.
+TEST(ChainFromRecording, OpLevelReRunsTimeTheirOptionsNotTheBlock) {
+  const std::string policy = "matmul:mm#0,mm#1";
+  PlannedPolicies planned;
+  planned.fromStep = {{2, {{"M.blocks.0", policy}}}, {4, {}}};
+  EXPECT_EQ(planned.at(1, "M.blocks.0"), "");  // before the plan
+  EXPECT_EQ(planned.at(2, "M.blocks.0"), policy);
+  EXPECT_EQ(planned.at(3, "M.blocks.0"), policy);
+  EXPECT_EQ(planned.at(3, "M.blocks.1"), "");
+  EXPECT_EQ(planned.at(4, "M.blocks.0"), "");  // a later plan without it
+
+  RerunSamples elsewhere;
+  Recording other = twoBlocksSteps(4);
+  rerunIn(other, 3, "M.blocks.0", 5'000);  // under the policy
+  rerunIn(other, 4, "M.blocks.0", 9'000);  // a whole re-run (the later plan)
+  addRecordedReruns(other, planned, &elsewhere);
+  ASSERT_EQ((elsewhere[{"M.blocks.0", policy}]), std::vector<int64_t>{5'000});
+  ASSERT_EQ((elsewhere[{"M.blocks.0", ""}]), std::vector<int64_t>{9'000});
+  elsewhere.erase({"M.blocks.0", ""});
+
+  // Block 0's calls as in OpLevelOptionsKeepSomeCallsMostTimePerByteFirst ("keep 2 of 3", 1,200
+  // ns of its 1,700); block 1 (700 ns) an aten::mm of 100 ns making 100 of the 300 bytes it
+  // saves ("keep matmul outputs", 600 ns).
+  Recording rec = blockWithTwoChildren();
+  rec.blocks.push_back(block(0x4200, 100, 23, 39));
+  rec.tags.push_back(saved(23, 0x4200, "M.blocks.1"));
+  rec.ops = {op("aten::mm", 5, 6), op("aten::addmm", 11, 12), op("aten::mm", 13, 17),
+             op("aten::mm", 23, 24)};
+  rec.sortBySeq();
+  absl::StatusOr<RecordedChain> plain = chainFromRecording(rec, categorize(rec), 0, "M.blocks");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(plain->profile.stages[0].options.back().policy, policy);
+  ASSERT_EQ(plain->profile.stages[0].options.back().recomputeNs, 1'200);
+  ASSERT_FALSE(plain->profile.stages[1].options.empty());
+  ASSERT_EQ(plain->profile.stages[1].options.back().policy, kSavePolicyMatmul);
+  ASSERT_EQ(plain->profile.stages[1].options.back().recomputeNs, 600);
+
+  absl::StatusOr<RecordedChain> c =
+      chainFromRecording(rec, categorize(rec), 0, "M.blocks", 0, &elsewhere);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ChainProfile& p = c->profile;
+  EXPECT_EQ(p.stages[0].options.back().recomputeNs, 5'000);  // as recorded
+  EXPECT_EQ(p.stages[0].rerunNs, 0);  // no whole re-run recorded: not the policy's 5,000
+  EXPECT_EQ(p.stages[0].options[0].recomputeNs, plain->profile.stages[0].options[0].recomputeNs);
+  // Block 0's correction, 5,000 - 1,200, is 3,800 / 1,700 of its re-run: block 1's option costs
+  // 600 + 700 x 3,800 / 1,700 = 2,164.7.
+  EXPECT_EQ(p.stages[1].options.back().recomputeNs, 2'165);
+  EXPECT_EQ(p.stages[1].rerunNs, 0);
+
+  // The recording's own steps under the plan: the same, from its own re-runs.
+  Recording own = twoBlocksSteps(4);
+  rerunIn(own, 3, "M.blocks.0", 5'000);
+  const std::map<std::string, ModuleTimes> t =
+      moduleTimesOverSteps(own, {"M.blocks.0"}, nullptr, &planned);
+  EXPECT_EQ(t.at("M.blocks.0").reruns, 0);
+  EXPECT_EQ(t.at("M.blocks.0").policyRerunNs, (std::map<std::string, int64_t>{{policy, 5'000}}));
+  EXPECT_EQ(moduleTimesOverSteps(own, {"M.blocks.0"}).at("M.blocks.0").rerunNs, 5'000);
 }
 
 }  // namespace
