@@ -45,7 +45,8 @@
 #      examples' GPT and convnet under torch 2, the time the planned steps spent recomputing
 #      (their recorded recompute phases) beside the advisor's prediction (bench/recompute_time.py);
 #      the GPT's plans with and without the op-level options that keep some of a block's matrix
-#      products (bench/op_options.py)
+#      products (bench/op_options.py); op-level options' re-run times predicted against
+#      measured, from the recording and calibrated (bench/op_option_times.py)
 # Usage: bash bench/run.sh [ROUNDS] [EVENTS]   (after scripts/build.sh)
 #        SECTIONS="1 2" bash bench/run.sh        (some sections only)
 set -euo pipefail
@@ -521,4 +522,8 @@ echo "== 10b. op-level options that keep some of a block's matrix products (benc
 echo "   the least recomputation predicted at equal budgets without and with them; the halfway"
 echo "   plan applied, predicted against measured peak"
 $PY bench/op_options.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python"
+echo
+echo "== 10c. op-level options' re-runs, measured against predicted from the recording and"
+echo "   calibrated by recorded re-runs (bench/op_option_times.py)"
+$PY bench/op_option_times.py "$BIN" "${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python"
 fi

@@ -357,8 +357,8 @@ std::pair<int64_t, int64_t> backwardPeaks(const Recording& rec, const Window& w,
 // times the re-run/forward ratio of the blocks that have both, when one is known. A child
 // option re-runs the child: the same for the child. An op-level option re-runs the block less
 // its kept ops: its recorded re-runs under that policy when there are some; else its share of the
-// block's re-run, corrected by what the block's re-runs under its other policies showed that
-// share leaves out (selective checkpointing's own work at every op of the block, the same
+// block's recorded forward, corrected by what the block's re-runs under its other policies showed
+// that share leaves out (selective checkpointing's own work at every op of the block, the same
 // whichever calls it keeps), else by the other blocks' corrections relative to their re-runs.
 void calibrateTimes(const Recording& rec, const RerunSamples* rerunsFrom,
                     const PlannedPolicies* policies, ChainProfile* p) {
@@ -400,10 +400,14 @@ void calibrateTimes(const Recording& rec, const RerunSamples* rerunsFrom,
         o.recomputeNs = rerun > 0 ? rerun : forward;
         continue;
       }
+      // Its share of the block's re-run; an op-level option's, of the block's recorded forward:
+      // under selective checkpointing every op of the re-run pays torch's dispatch mode and the
+      // policy, as every op of a forward recorded with op scopes paid the op observer, which a
+      // whole re-run does not (docs/plan-format.md, bench/op_option_times.py).
+      const int64_t of = o.policy.empty() ? s.rerunCostNs() : s.forwardNs;
       if (stepNs > 0)
-        o.recomputeNs =
-            std::llround(static_cast<double>(o.recomputeNs) * static_cast<double>(s.rerunCostNs()) /
-                         static_cast<double>(stepNs));
+        o.recomputeNs = std::llround(static_cast<double>(o.recomputeNs) * static_cast<double>(of) /
+                                     static_cast<double>(stepNs));
       if (o.policy.empty()) continue;
       if (auto run = m.policyRerunNs.find(o.policy); run != m.policyRerunNs.end()) {
         missed += static_cast<double>(run->second - o.recomputeNs);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <string_view>
 
 namespace tidemark::core {
 namespace {
@@ -72,9 +73,16 @@ std::string PlannedPolicies::at(int64_t step, const std::string& name) const {
         return s < e.first;
       });
   if (it == fromStep.begin()) return "";
+  // The module's own, or its parent's: a module inside a block re-run under a policy re-ran
+  // under it too (what it re-ran is the policy's doing, not a whole re-run of it).
   const std::map<std::string, std::string>& policies = (it - 1)->second;
-  auto p = policies.find(name);
-  return p == policies.end() ? "" : p->second;
+  if (policies.empty()) return "";
+  for (std::string_view module = name;;) {
+    if (auto p = policies.find(std::string(module)); p != policies.end()) return p->second;
+    const size_t dot = module.rfind('.');
+    if (dot == std::string_view::npos) return "";
+    module = module.substr(0, dot);
+  }
 }
 
 void addRecordedReruns(const Recording& rec, const PlannedPolicies& policies, RerunSamples* into) {

@@ -28,7 +28,7 @@ struct ModuleTimes {
 // policy of each module named. Empty: every re-run was of a whole module.
 struct PlannedPolicies {
   std::vector<std::pair<int64_t, std::map<std::string, std::string>>> fromStep;  // by step
-  // The policy module `name` ran under in step `step`; "" for none.
+  // The policy module `name` (or the module it is in) ran under in step `step`; "" for none.
   std::string at(int64_t step, const std::string& name) const;
 };
 

@@ -452,6 +452,29 @@ for step in range(3):
         self.assertLessEqual(abs(measured - predicted), 0.05 * predicted)
         self.assertLessEqual(measured, plan["budget_bytes"])
         self.assertEqual(got_losses, base_losses)
+        self.check_op_level_reruns_time_their_options(base, chain, plan, sid)
+
+    def check_op_level_reruns_time_their_options(self, base, chain, plan, sid):
+        """The planned training's re-runs, given to the model (--rerun-times-from), time the
+        op-level options that ran (the mean of the block's re-runs there, which lies between the
+        shortest and the longest in its trace), not the whole block, which no step re-ran."""
+        calibrated = self.daemon.cli_json("chain", str(base), "--rerun-times-from", str(sid))
+        trace = json.loads(self.daemon.cli("export", str(sid)).stdout)["traceEvents"]
+        recomputes = [(e["ts"], e["ts"] + e["dur"]) for e in trace
+                      if e.get("cat") == "phase" and e["name"] == "recompute"]
+        for seg in plan["segments"]:
+            if not seg.get("policy"):
+                continue
+            name = seg["modules"][0]
+            stage = next(s for s in calibrated["stages"] if s["name"] == name)
+            before = next(s for s in chain["stages"] if s["name"] == name)
+            self.assertEqual(stage.get("rerun_ns", 0), before.get("rerun_ns", 0), name)
+            option = next(o for o in stage["options"] if o.get("policy") == seg["policy"])
+            runs = [e["dur"] * 1000 for e in trace if e.get("cat") == "module"
+                    and e["name"] == name and any(b <= e["ts"] <= f for b, f in recomputes)]
+            self.assertTrue(runs, name)
+            self.assertLessEqual(min(runs) - 1, option["recompute_ns"], (name, runs))
+            self.assertLessEqual(option["recompute_ns"], max(runs) + 1, (name, runs))
 
 
 class AdvisorApplyLiveTest(unittest.TestCase):

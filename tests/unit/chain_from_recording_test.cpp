@@ -670,6 +670,8 @@ TEST(ChainFromRecording, OpLevelReRunsTimeTheirOptionsNotTheBlock) {
   EXPECT_EQ(planned.at(2, "M.blocks.0"), policy);
   EXPECT_EQ(planned.at(3, "M.blocks.0"), policy);
   EXPECT_EQ(planned.at(3, "M.blocks.1"), "");
+  EXPECT_EQ(planned.at(3, "M.blocks.0.lin"), policy);  // a module inside it
+  EXPECT_EQ(planned.at(3, "M.blocks.01"), "");
   EXPECT_EQ(planned.at(4, "M.blocks.0"), "");  // a later plan without it
 
   RerunSamples elsewhere;
@@ -709,6 +711,23 @@ TEST(ChainFromRecording, OpLevelReRunsTimeTheirOptionsNotTheBlock) {
   // 600 + 700 x 3,800 / 1,700 = 2,164.7.
   EXPECT_EQ(p.stages[1].options.back().recomputeNs, 2'165);
   EXPECT_EQ(p.stages[1].rerunNs, 0);
+
+  // Whole re-runs known (block 1's, twice its forward: block 0's re-run is taken as twice its
+  // forward too) and no op-level one: an op-level option is its share of the block's forward
+  // (the op observer's work in a recorded forward stands for selective checkpointing's in a
+  // re-run), where a child option follows the re-runs.
+  RerunSamples whole;
+  Recording wholeRun = twoBlocksSteps(2);
+  rerunIn(wholeRun, 2, "M.blocks.1", 1'400);
+  addRecordedReruns(wholeRun, {}, &whole);
+  c = chainFromRecording(rec, categorize(rec), 0, "M.blocks", 0, &whole);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->profile.stages[1].rerunNs, 1'400);
+  EXPECT_EQ(c->profile.stages[0].rerunNs, 3'400);
+  EXPECT_EQ(c->profile.stages[0].options.back().recomputeNs, 1'200);
+  EXPECT_EQ(c->profile.stages[1].options.back().recomputeNs, 600);
+  EXPECT_EQ(c->profile.stages[0].options[0].recomputeNs,
+            2 * plain->profile.stages[0].options[0].recomputeNs);
 
   // The recording's own steps under the plan: the same, from its own re-runs.
   Recording own = twoBlocksSteps(4);
