@@ -552,6 +552,15 @@ class AdvisorApplyLiveTest(unittest.TestCase):
             # size against the prediction is a time: compared in the printout, not asserted (in a
             # loaded run it was 3.3 times the prediction, in a quiet one a third of it).
             self.assertGreater(good["measured_extra_ns"], 0)
+            # The text says how to time re-runs better where the prediction was far off.
+            far = abs(good["measured_extra_ns"] - good["predicted_extra_ns"]) > \
+                0.15 * good["predicted_extra_ns"]
+            hint = "--rerun-times-from %d` time them by this training's re-runs" % sid
+            text = daemon.cli("plan-check", str(sid)).stdout
+            if far:
+                self.assertIn(hint, text)
+            else:
+                self.assertNotIn(hint, text)
         finally:
             daemon.cleanup()
 
