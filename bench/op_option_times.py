@@ -13,14 +13,13 @@ the training of one op-level kind (the first "keep K"); by every other training.
 
     python3 bench/op_option_times.py BIN PYTHON [--layers N] [--steps N] [--markdown]
 """
-import argparse
 import copy
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from advisor_comparison import Bench  # noqa: E402  (the same daemon and trainings)
+from op_options import recorded_gpt  # noqa: E402  (the same recording)
 
 
 def kinds(stage):
@@ -49,18 +48,8 @@ def predicted_ns(chain, planned, kind):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("bin")
-    p.add_argument("python")
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--markdown", action="store_true")
-    args = p.parse_args()
-    b = Bench(args.bin, args.python, "gpt", args.layers, args.steps)
+    args, b, source, chain = recorded_gpt(steps=10)
     try:
-        b.train(repeats=1, record=("--ops",))
-        source = b.last_session
-        chain = b.cli_json("chain", source)
         # Every block but the last; the kinds all of them have.
         planned = {s["name"]: kinds(s) for s in chain["stages"][:-1]}
         common = set.intersection(*(set(k) for k in planned.values()))

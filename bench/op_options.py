@@ -21,19 +21,29 @@ def least_extra(points, budget):
     return min(fits) if fits else None
 
 
-def main():
+def recorded_gpt(steps):
+    """BIN PYTHON [--layers N] [--steps N] [--markdown] read, the examples' GPT trained storing
+    everything with op scopes: (args, the Bench, its session, its chain); the Bench is the
+    caller's to close."""
     p = argparse.ArgumentParser()
     p.add_argument("bin")
     p.add_argument("python")
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args()
     b = Bench(args.bin, args.python, "gpt", args.layers, args.steps)
     try:
         b.train(repeats=1, record=("--ops",))
-        source = b.last_session
-        chain = b.cli_json("chain", source)
+        return args, b, b.last_session, b.cli_json("chain", b.last_session)
+    except BaseException:
+        b.close()
+        raise
+
+
+def main():
+    args, b, source, chain = recorded_gpt(steps=6)
+    try:
         some = sum(1 for s in chain["stages"] for o in s.get("options", [])
                    if o.get("policy", "").startswith("matmul:"))
         curves = {}
