@@ -109,9 +109,14 @@ int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s)
   return s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kExitUsage : kExitError;
 }
 
-void withDeadline(const GlobalOptions& g, grpc::ClientContext& ctx, int seconds) {
+int callDeadline(const GlobalOptions& g, int seconds) {
   lastDeadlineSeconds = g.deadlineS > 0 ? g.deadlineS : seconds;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(lastDeadlineSeconds));
+  return lastDeadlineSeconds;
+}
+
+void withDeadline(const GlobalOptions& g, grpc::ClientContext& ctx, int seconds) {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(callDeadline(g, seconds)));
 }
 
 bool parseSessionId(const std::string& s, uint64_t* id) {

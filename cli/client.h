@@ -22,6 +22,8 @@ std::shared_ptr<grpc::Channel> channelFor(const GlobalOptions& g, int* exitCode)
 int reportError(const GlobalOptions& g, const char* what, const grpc::Status& s);
 // The call's deadline: `seconds` from now, or --deadline's (g.deadlineS) when given.
 void withDeadline(const GlobalOptions& g, grpc::ClientContext& ctx, int seconds);
+// The seconds withDeadline would give a call (0: none), remembered for reportError's message.
+int callDeadline(const GlobalOptions& g, int seconds);
 
 // One unary call of any tidemark service with a deadline: kExitOk, or the exit code of the error
 // it reported (as `tidemark <what>: ...`).

@@ -241,6 +241,8 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   options.note = [](const std::string& what) {
     std::fprintf(stderr, "tidemark upload: %s\n", what.c_str());
   };
+  // No limit of its own (a long spool takes long), --deadline's when given.
+  options.deadlineS = callDeadline(g, 0);
   const client::SpoolUploadResult sent =
       client::uploadSpool(channel, reader, std::move(first), options);
   if (!sent.status.ok()) return reportError(g, "upload", sent.status);

@@ -274,6 +274,8 @@ int importCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   if (!channel) return refused;
   auto stub = v1::Ingest::NewStub(channel);
   grpc::ClientContext ctx;
+  // No limit of its own (a large trace takes long), --deadline's when given.
+  if (g.deadlineS > 0) withDeadline(g, ctx, 0);
   auto stream = stub->Stream(&ctx);
   v1::AgentMessage hello;
   v1::Handshake* h = hello.mutable_handshake();

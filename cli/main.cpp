@@ -66,7 +66,8 @@ options (every command):
                   (default $TIDEMARK_TLS_CA); --tls-cert F and --tls-key F: this client's own,
                   for a daemon that asks (default $TIDEMARK_TLS_CERT, $TIDEMARK_TLS_KEY)
   --deadline S    wait at most S seconds for each answer of the daemon (default: the
-                  command's own, 30 s to 10 min); one that does not answer in time exits 3
+                  command's own, 30 s to 10 min; import and upload: none); one that does
+                  not answer in time exits 3
   --json          machine-readable output
   -h, --help      this help (or: tidemark COMMAND --help)
   --version       print the version

@@ -1,5 +1,6 @@
 #include "client/spool_upload.h"
 
+#include <chrono>
 #include <thread>
 
 #include "tidemark/v1/ingest.grpc.pb.h"
@@ -16,6 +17,8 @@ SpoolUploadResult uploadSpool(const std::shared_ptr<grpc::Channel>& channel, Spo
   for (;;) {
     ctx = std::make_unique<grpc::ClientContext>();
     for (const auto& [key, value] : options.metadata) ctx->AddMetadata(key, value);
+    if (options.deadlineS > 0)
+      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(options.deadlineS));
     stream = stub->Stream(ctx.get());
     if (stream->Write(first) && stream->Read(&reply) && reply.has_handshake_reply()) break;
     const grpc::Status refused = stream->Finish();

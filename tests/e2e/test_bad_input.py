@@ -1,5 +1,6 @@
 """The CLI's answers to bad input: clear messages and meaningful exit codes (0 ok, 1 the server
 said no, 2 bad usage, 3 no server). gRPC-level bad input is in tests/server/ingest_rpc_test.cpp."""
+import json
 import os
 import signal
 import socket
@@ -74,7 +75,17 @@ class CliBadInputTest(DaemonTestCase):
         self.addCleanup(daemon.cleanup)
         self.addCleanup(os.kill, daemon.proc.pid, signal.SIGCONT)
         os.kill(daemon.proc.pid, signal.SIGSTOP)
-        for args in (["--deadline", "2", "sessions"], ["--deadline=2", "steps", "1"]):
+        # A trace to import (an allocation and its free), streamed to the daemon: no limit of
+        # its own, --deadline's when given.
+        trace = os.path.join(daemon.dir, "trace.json")
+        with open(trace, "w") as f:
+            json.dump({"traceEvents": [
+                {"name": "[memory]", "ph": "i", "ts": 1 + i, "pid": 1, "tid": 1, "args": {
+                    "Device Type": 0, "Device Id": -1, "Addr": 4096, "Bytes": 1024 - 2048 * i,
+                    "Total Allocated": 1024 - 1024 * i, "Total Reserved": 4096}}
+                for i in (0, 1)]}, f)
+        for args in (["--deadline", "2", "sessions"], ["--deadline=2", "steps", "1"],
+                     ["--deadline", "2", "import", trace]):
             with self.subTest(args=args):
                 r = daemon.cli(*args, check=False)
                 self.assertEqual(r.returncode, 3, r.stderr)
@@ -83,6 +94,8 @@ class CliBadInputTest(DaemonTestCase):
         os.kill(daemon.proc.pid, signal.SIGCONT)
         self.assertEqual(daemon.cli("--deadline", "30", "sessions", "--json",
                                     check=False).returncode, 0)
+        self.assertIn("imported kineto-trace as session",
+                      daemon.cli("--deadline", "30", "import", trace).stdout)
         for bad in ("0", "x", "86401", ""):
             r = daemon.cli("--deadline", bad, "sessions", check=False)
             self.assertEqual(r.returncode, 2, bad)
