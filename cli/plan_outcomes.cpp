@@ -1,6 +1,7 @@
 // What became of the plans sent to a session, as plan-check and apply print it.
 #include "cli/plan_outcomes.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -87,10 +88,8 @@ namespace {
 // The measured recomputation more than 15 % off the prediction (docs/plan-format.md: times
 // from recorded forwards are estimates; recorded re-runs calibrate them).
 bool recomputeFarOff(const v1::PlanOutcome& o) {
-  if (o.predicted_extra_ns() <= 0 || o.measured_extra_ns() <= 0) return false;
-  const double error = static_cast<double>(o.measured_extra_ns() - o.predicted_extra_ns()) /
-                       static_cast<double>(o.predicted_extra_ns());
-  return error > 0.15 || error < -0.15;
+  return o.measured_extra_ns() > 0 &&
+         std::fabs(errorPct(o.measured_extra_ns(), o.predicted_extra_ns())) > 15.0;
 }
 }  // namespace
 

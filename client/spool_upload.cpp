@@ -1,5 +1,6 @@
 #include "client/spool_upload.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -14,11 +15,13 @@ SpoolUploadResult uploadSpool(const std::shared_ptr<grpc::Channel>& channel, Spo
   std::unique_ptr<grpc::ClientContext> ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
   v1::ServerMessage reply;
+  // One deadline for the whole upload, however many attempts it takes.
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::seconds(std::max(0, options.deadlineS));
   for (;;) {
     ctx = std::make_unique<grpc::ClientContext>();
     for (const auto& [key, value] : options.metadata) ctx->AddMetadata(key, value);
-    if (options.deadlineS > 0)
-      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(options.deadlineS));
+    if (options.deadlineS > 0) ctx->set_deadline(deadline);
     stream = stub->Stream(ctx.get());
     if (stream->Write(first) && stream->Read(&reply) && reply.has_handshake_reply()) break;
     const grpc::Status refused = stream->Finish();

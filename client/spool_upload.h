@@ -27,7 +27,7 @@ struct SpoolUpload {
   // Checked between messages: set, the stream is cancelled (the daemon keeps what it
   // committed; the rest can be sent again).
   const std::atomic<bool>* stop = nullptr;
-  // At most this long for the whole upload (each attempt), 0 for no limit.
+  // At most this long for the whole upload (every attempt together), 0 for no limit.
   int deadlineS = 0;
 };
 
