@@ -25,7 +25,7 @@ class CausalSelfAttention(nn.Module):
         k = k.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
         v = v.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
         y = F.softmax(scores, dim=-1) @ v
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
@@ -58,7 +58,7 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.size(1)
-        x = self.tok(idx) + self.pos(torch.arange(t))
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for i, block in enumerate(self.blocks):
             if i in self.checkpointed and self.training:
                 x = checkpoint(block, x, use_reentrant=True)

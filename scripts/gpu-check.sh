@@ -11,6 +11,11 @@
 #
 #   bash scripts/gpu-check.sh            STEPS=6 PYTHON=python3 DEVICE=cuda (defaults)
 #
+# BUILD_DIR names a build (default build/) or a carried copy of one: bin/tidemark, bin/tidemarkd
+# and lib/libtidemark_agent.so are all it needs (their libraries found by the loader or by their
+# RUNPATH). The adapter is taken from this checkout's python/ unless TIDEMARK_PYTHON_DIR says
+# otherwise.
+#
 # DEVICE=cpu runs the same plumbing without a GPU (the torch figures are then absent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,19 +31,25 @@ if ! "$BIN/tidemark" --version >/dev/null 2>&1; then
   echo "gpu-check: no runnable build in ${BUILD_DIR:-build}/; building" >&2
   bash scripts/build.sh
 fi
+export TIDEMARK_PYTHON_DIR=${TIDEMARK_PYTHON_DIR:-$PWD/python}
 WORK=$(mktemp -d -t tidemark-gpu-check-XXXXXX)
 source scripts/start-tidemarkd.sh
 start_tidemarkd "$WORK"
 # torch's tensor view must be built for the torch that runs here (the carried build's may be for
-# another): built beside the work files from the one source file, with torch's headers.
+# another): built from the one source file with torch's headers, beside the agent under the name
+# the adapter looks for (so the e2e test below finds it too), unless one is there already.
 if TORCH_INFO=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.__version__)') \
    && command -v g++ >/dev/null; then
   read -r TORCH_DIR TORCH_ABI TORCH_VERSION <<<"$TORCH_INFO"
-  if g++ -std=c++17 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" \
+  REPORTER=$BIN/../lib/libtidemark_torch-$TORCH_VERSION.so
+  if [ -f "$REPORTER" ]; then
+    export TIDEMARK_TORCH_REPORTER=$REPORTER
+    echo "gpu-check: torch's tensor view for torch $TORCH_VERSION found in the build"
+  elif g++ -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -D_GLIBCXX_USE_CXX11_ABI="$TORCH_ABI" \
        -DTIDEMARK_TORCH_VERSION="\"$TORCH_VERSION\"" -isystem "$TORCH_DIR/include" \
        agent/torch/memory_reporter.cpp -L"$TORCH_DIR/lib" -lc10 -ltorch_cpu \
-       -Wl,-rpath,"$TORCH_DIR/lib" -o "$WORK/libtidemark_torch.so" 2>"$WORK/reporter-build.log"; then
-    export TIDEMARK_TORCH_REPORTER=$WORK/libtidemark_torch.so
+       -Wl,-rpath,"$TORCH_DIR/lib" -o "$REPORTER" 2>"$WORK/reporter-build.log"; then
+    export TIDEMARK_TORCH_REPORTER=$REPORTER
     echo "gpu-check: torch's tensor view built for torch $TORCH_VERSION"
   else
     echo "gpu-check: could not build torch's tensor view (see below); allocated will be n/a" >&2
@@ -132,10 +143,16 @@ print("%-8s plan (%s): predicted %d, measured %d (%+.2f %%)" % (sys.argv[3], ", 
 PYEOF
 done
 
-# The tests that need a device (ctest label gpu), where the build tree and ctest are here.
+# The tests that need a device (ctest label gpu), where the build tree and ctest are here; with a
+# carried build (no ctest tree), the one such test run directly.
 if command -v ctest >/dev/null && [ -f "${BUILD_DIR:-build}/CTestTestfile.cmake" ]; then
   echo; echo "== ctest -L gpu"
   TIDEMARK_GPU_PYTHON=$PYTHON ctest --test-dir "${BUILD_DIR:-build}" -L gpu --output-on-failure \
     || STATUS=1
+else
+  echo; echo "== tests/e2e/test_gpu_training.py"
+  (cd tests/e2e && TIDEMARK_BIN=$BIN TIDEMARK_SOURCE=$PWD/../.. TIDEMARK_GPU_PYTHON=$PYTHON \
+     TIDEMARK_TORCH_PYTHON=$(command -v "$PYTHON") \
+     "$PYTHON" test_gpu_training.py -v) || STATUS=1
 fi
 exit $STATUS

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -43,6 +44,8 @@ struct State {
   size_t buffersMade = 0;
   bool stopping = false, running = false, parsing = false;
   int flushMs = 100;
+  int exitTimeoutMs = 0;
+  pid_t owner = 0;  // the process whose capture this is (a forked child inherits the state)
   Stats stats;
   std::thread thread;
 };
@@ -226,6 +229,7 @@ bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::str
   s.gpu->setBlocksFromCallbacks(callbacks);
   s.flushMs = flushIntervalMs > 0 ? flushIntervalMs : 100;
   s.stopping = false;
+  s.owner = getpid();
   s.running = true;
   s.thread = std::thread(&run);
   return true;
@@ -255,6 +259,22 @@ void stop(int timeoutMs) {
   if (s.thread.joinable()) s.thread.join();
   s.api->unsubscribe(s.subscriber);
   s.running = false;
+}
+
+namespace {
+
+void stopOnExit() {
+  State& s = state();
+  if (s.owner == getpid()) stop(s.exitTimeoutMs);
+}
+
+}  // namespace
+
+void stopAtExit(int timeoutMs) {
+  State& s = state();
+  s.exitTimeoutMs = timeoutMs;
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(&stopOnExit); });
 }
 
 bool running() { return state().running; }

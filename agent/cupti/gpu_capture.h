@@ -37,6 +37,13 @@ void flush(int timeoutMs);
 // Disables the activity kinds, flushes, unsubscribes and stops the thread. Idempotent; start()
 // may follow (`tidemark detach`, then `attach` again).
 void stop(int timeoutMs);
+// Stops the capture (as stop(timeoutMs)) when the process exits, while libcupti is still loaded.
+// The agent's own exit handler comes too late for CUPTI where the agent was preloaded: registered
+// before the C library registered the loader's finalizer, it runs inside it, after libcupti (loaded
+// later) has torn itself down, and a CUPTI call there crashes the job at exit (seen on a GPU with
+// torch 2). Registered after start(), from the process's main program, this handler runs first.
+// Once per process; a forked child does not stop its parent's capture.
+void stopAtExit(int timeoutMs);
 bool running();
 Stats stats();
 

@@ -25,6 +25,7 @@ std::string startGpuCaptureOnAttach(Agent& agent) {
   if (!gpu_capture::start(agent.recorder(), agent.interner(), 100, &why))
     return "no GPU capture: " + why;
   agent.setBeforeStop(&gpu_capture::stop);
+  gpu_capture::stopAtExit(agent.config().exitTimeoutMs / 2);
   return "GPU capture started (CUPTI)";
 }
 
@@ -53,6 +54,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
       return 1;  // the host side goes on
     }
     agent.setBeforeStop(&gpu_capture::stop);
+    gpu_capture::stopAtExit(agent.config().exitTimeoutMs / 2);
     return 1;
   } catch (...) {
     return 0;

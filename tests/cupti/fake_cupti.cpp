@@ -7,6 +7,7 @@
 #include <cupti.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -27,6 +28,20 @@ CUpti_CallbackFunc g_callback = nullptr;
 int g_callbacksEnabled = 0;
 int g_activityKinds = 0;  // enabled; with none, CUPTI records no activity
 
+// Real CUPTI tears itself down when the loader unloads it at the process's exit, and a call after
+// that crashes the job. The fake does likewise (it aborts, saying so): a capture still running then
+// fails the test.
+bool g_unloaded = false;
+struct Unload {
+  ~Unload() { g_unloaded = true; }
+} g_unload;
+
+void loaded(const char* entry) {
+  if (!g_unloaded) return;
+  std::fprintf(stderr, "fake CUPTI: %s called after libcupti was unloaded\n", entry);
+  std::abort();
+}
+
 // Each record: an 8-byte size, then the record, padded to 8 bytes.
 constexpr size_t kHeader = 8;
 
@@ -45,6 +60,7 @@ uint64_t now() { return g_clock != nullptr ? g_clock() : 0; }
 extern "C" {
 
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void*) {
+  loaded("cuptiSubscribe");
   const char* busy = std::getenv("FAKE_CUPTI_BUSY");
   if ((busy != nullptr && busy[0] == '1') || g_subscribers > 0)
     return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
@@ -54,47 +70,57 @@ CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFun
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle) {
+  loaded("cuptiUnsubscribe");
   --g_subscribers;
   g_callback = nullptr;
   g_callbacksEnabled = 0;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiEnableDomain(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) {
+  loaded("cuptiEnableDomain");
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain,
                                 CUpti_CallbackId) {
+  loaded("cuptiEnableCallback");
   g_callbacksEnabled += enable ? 1 : -1;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiGetDeviceId(CUcontext, uint32_t* device) {
+  loaded("cuptiGetDeviceId");
   *device = 0;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind) {
+  loaded("cuptiActivityEnable");
   ++g_activityKinds;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind) {
+  loaded("cuptiActivityDisable");
   --g_activityKinds;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
                                            CUpti_BuffersCallbackCompleteFunc complete) {
+  loaded("cuptiActivityRegisterCallbacks");
   g_request = request;
   g_complete = complete;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc f) {
+  loaded("cuptiActivityRegisterTimestampCallback");
   g_clock = f;
   return CUPTI_SUCCESS;
 }
 CUptiResult cuptiGetResultString(CUptiResult, const char** s) {
+  loaded("cuptiGetResultString");
   *s = "fake CUPTI error";
   return CUPTI_SUCCESS;
 }
 
 CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
+  loaded("cuptiActivityGetNextRecord");
   size_t at = 0;
   if (*record != nullptr) {
     const size_t current = static_cast<size_t>(reinterpret_cast<uint8_t*>(*record) - buffer);
@@ -108,6 +134,7 @@ CUptiResult cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid, CUpti_Acti
 }
 
 CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropped) {
+  loaded("cuptiActivityGetNumDroppedRecords");
   std::lock_guard<std::mutex> lock(g_mutex);
   *dropped = g_dropped;
   g_dropped = 0;
@@ -116,6 +143,7 @@ CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropp
 
 // Delivers everything pending: one buffer from the agent per call (as many calls as needed).
 CUptiResult cuptiActivityFlushAll(uint32_t) {
+  loaded("cuptiActivityFlushAll");
   for (;;) {
     std::vector<std::vector<uint8_t>> records;
     {
