@@ -115,9 +115,9 @@ done
 
 # Offloading on the GPU (informative): a store-all recording, a plan for 40 % that may offload
 # blocks to host memory over a 16 GB/s link (and a nested one for 30 %), each applied to the same
-# training: the measured peak (torch's tensors, the median step after the first) beside the
-# prediction.
-echo; echo "== offload and nested plans on the GPU: predicted against measured"
+# training; plan-check's figures: the predicted peak of torch's tensors (what the advisor models on
+# a GPU) beside the highest measured in the steps under the plan, and the recomputation time.
+echo; echo "== offload and nested plans on the GPU: predicted against measured (plan-check)"
 PLAIN=(examples/train.py --device "$DEVICE" --steps "$STEPS" --checkpoint "" --seed 1)
 "$BIN/tidemark" run --name gpu-check-store-all -- "$PYTHON" "${PLAIN[@]}" >/dev/null 2>&1 \
   || echo "gpu-check: the store-all run failed" >&2
@@ -130,16 +130,18 @@ for CASE in "offload 40% --offload 16GB/s" "nested 30% --nested"; do
   "$BIN/tidemark" run --name "gpu-check-$NAME" -- "$PYTHON" "${PLAIN[@]}" --plan "$PLAN_FILE" \
     >"$WORK/$NAME.log" 2>&1 || { echo "gpu-check: the $NAME run failed" >&2; continue; }
   RUN=$(newest_analyzed_session)
-  "$BIN/tidemark" steps "$RUN" --json >"$WORK/$NAME-steps.json" || continue
-  "$PYTHON" - "$PLAN_FILE" "$WORK/$NAME-steps.json" "$NAME" <<'PYEOF' || true
+  "$BIN/tidemark" plan-check "$RUN" --json >"$WORK/$NAME-check.json" || continue
+  "$PYTHON" - "$PLAN_FILE" "$WORK/$NAME-check.json" "$NAME" <<'PYEOF' || true
 import json, sys
 plan = json.load(open(sys.argv[1]))
-peaks = sorted(s["peak"]["tracked_bytes"] for s in json.load(open(sys.argv[2]))["steps"][1:])
-measured, predicted = peaks[len(peaks) // 2], plan["predicted"]["peak_bytes"]
 modes = sorted({s["mode"] for s in plan["segments"]} |
                {"nested" for s in plan["segments"] if "inner" in s})
-print("%-8s plan (%s): predicted %d, measured %d (%+.2f %%)" % (sys.argv[3], ", ".join(modes),
-      predicted, measured, 100.0 * (measured - predicted) / predicted))
+for p in json.load(open(sys.argv[2]))["plans"]:
+    predicted, measured = int(p["predicted_peak_bytes"]), int(p.get("measured_peak_bytes", 0))
+    print("%-8s plan (%s), %s: peak predicted %d, measured %d (%+.2f %%); extra time predicted "
+          "%.2f ms, measured %.2f ms" % (sys.argv[3], ", ".join(modes), p["state"], predicted,
+          measured, 100.0 * (measured - predicted) / max(predicted, 1),
+          int(p.get("predicted_extra_ns", 0)) / 1e6, int(p.get("measured_extra_ns", 0)) / 1e6))
 PYEOF
 done
 
