@@ -69,7 +69,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
-SECTIONS=" ${SECTIONS:-1 2 3 4 5 6 7 8 9 10} "
+SECTIONS=" ${SECTIONS:-1 1b 2 3 4 5 6 7 8 9 10} "
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
@@ -120,6 +120,40 @@ PYEOF
   unset WALL CPU
 done
 
+echo
+fi
+
+if want 1b; then
+TORCH2=${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python
+echo "== 1b. the same with a dispatch-bound model (train_step_time.py --size dispatch: width 16,"
+echo "   8 tokens, batch 1, 60 steps; a GPU step's host side when the step is launch-bound), torch 2,"
+echo "   the fastest steady step of 6 interleaved runs each"
+if [ -x "$TORCH2" ]; then
+  DCONFIGS=("plain|$TORCH2 bench/train_step_time.py --size dispatch --steps 60"
+            "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TORCH2 bench/train_step_time.py --size dispatch --steps 60"
+            "tidemark run --no-adapter (agent)|$BIN/tidemark --server $SERVER run --quiet --no-adapter -- $TORCH2 bench/train_step_time.py --size dispatch --steps 60")
+  declare -A WALL=()
+  for _ in 1 2 3 4 5 6; do
+    for c in "${DCONFIGS[@]}"; do
+      label=${c%%|*}; cmd=${c#*|}
+      out=$($cmd 2>/dev/null | grep '^{' | tail -1)
+      WALL[$label]=$(minof "${WALL[$label]:-}" "$(echo "$out" | field min_step_s)")
+    done
+  done
+  rows=()
+  for c in "${DCONFIGS[@]}"; do label=${c%%|*}; rows+=("$label|${WALL[$label]}"); done
+  $PY - "${rows[@]}" <<'PYEOF'
+import sys
+rows = [r.split("|") for r in sys.argv[1:]]
+base = float(rows[0][1])
+print("%-40s %10s %8s" % ("", "wall (ms)", "ratio"))
+for label, w in rows:
+    print("%-40s %10.2f %8.3f" % (label, float(w) * 1e3, float(w) / base))
+PYEOF
+  unset WALL
+else
+  echo "($TORCH2 missing: scripts/install-deps.sh makes it)"
+fi
 echo
 fi
 

@@ -1,6 +1,9 @@
 """Training-step time of the example GPT, for bench/run.sh. With --profiler the steps run
 under torch.profiler.profile(profile_memory=True, record_shapes=True), one of the tools tidemark
-is compared with."""
+is compared with. --size dispatch makes the model so small (width 16, 8 tokens, batch 1) that a
+step is the host's per-op and per-module work alone: what a GPU training's host side is when its
+steps are launch-bound, where every microsecond tidemark adds per module call or saved tensor
+shows."""
 import argparse
 import json
 import os
@@ -18,13 +21,19 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--profiler", action="store_true")
+    p.add_argument("--size", choices=("example", "dispatch"), default="example")
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = TinyGPT()
+    if args.size == "dispatch":
+        model = TinyGPT(vocab=64, d_model=16, n_heads=2, seq_len=8)
+        batch, seq_len, vocab = 1, 8, 64
+    else:
+        model = TinyGPT()
+        batch, seq_len, vocab = 8, 128, 256
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(0)
-    batches = [make_batch(gen, 8, 128, 256) for _ in range(args.steps)]
+    batches = [make_batch(gen, batch, seq_len, vocab) for _ in range(args.steps)]
     times = []
     cpu = []  # CPU time of the whole process (all its threads, the agent's included)
 
