@@ -74,6 +74,31 @@ want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 minof() { $PY -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(min(v))" "$@"; }
 field() { $PY -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 
+# step_time_table "label|command" ...: each command run 6 times, interleaved (the step script
+# prints its JSON last); the fastest steady step of each, wall and CPU time, against the first's.
+step_time_table() {
+  local -A WALL=() CPU=()
+  local c label cmd out rows=()
+  for _ in 1 2 3 4 5 6; do
+    for c in "$@"; do
+      label=${c%%|*}; cmd=${c#*|}
+      out=$($cmd 2>/dev/null | grep '^{' | tail -1)
+      WALL[$label]=$(minof "${WALL[$label]:-}" "$(echo "$out" | field min_step_s)")
+      CPU[$label]=$(minof "${CPU[$label]:-}" "$(echo "$out" | field min_step_cpu_s)")
+    done
+  done
+  for c in "$@"; do label=${c%%|*}; rows+=("$label|${WALL[$label]}|${CPU[$label]}"); done
+  $PY - "${rows[@]}" <<'PYEOF'
+import sys
+rows = [r.split("|") for r in sys.argv[1:]]
+base_w, base_c = float(rows[0][1]), float(rows[0][2])
+print("%-40s %10s %8s %10s %8s" % ("", "wall (ms)", "ratio", "cpu (ms)", "ratio"))
+for label, w, c in rows:
+    w, c = float(w), float(c)
+    print("%-40s %10.2f %8.3f %10.2f %8.3f" % (label, w * 1e3, w / base_w, c * 1e3, c / base_c))
+PYEOF
+}
+
 if want 1; then
 echo "== 1. training step of examples/tiny_gpt.py: the fastest steady step of 6 interleaved runs"
 echo "   each, wall time and the process's CPU time (all threads, the agent's collector and sender"
@@ -85,7 +110,6 @@ for TPY in $PY $TORCH2; do
   TV=$($TPY -c "import torch; print(torch.__version__)")
   HAS_MEMRAY=$($TPY -c "import memray" 2>/dev/null && echo 1 || echo 0)
   echo "-- torch $TV ($TPY)"
-  # label|command, each run 6 times, interleaved; the step script prints its JSON last.
   CONFIGS=("plain|$TPY bench/train_step_time.py"
            "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TPY bench/train_step_time.py"
            "tidemark run --every 12 (summaries)|$BIN/tidemark --server $SERVER run --quiet --every 12 -- $TPY bench/train_step_time.py"
@@ -97,27 +121,7 @@ for TPY in $PY $TORCH2; do
   if [ "$HAS_MEMRAY" = 1 ]; then
     CONFIGS+=("memray run --native|$TPY -m memray run --native -q -f -o $WORK/memray.bin bench/train_step_time.py")
   fi
-  declare -A WALL=() CPU=()
-  for _ in 1 2 3 4 5 6; do
-    for c in "${CONFIGS[@]}"; do
-      label=${c%%|*}; cmd=${c#*|}
-      out=$($cmd 2>/dev/null | grep '^{' | tail -1)
-      WALL[$label]=$(minof "${WALL[$label]:-}" "$(echo "$out" | field min_step_s)")
-      CPU[$label]=$(minof "${CPU[$label]:-}" "$(echo "$out" | field min_step_cpu_s)")
-    done
-  done
-  rows=()
-  for c in "${CONFIGS[@]}"; do label=${c%%|*}; rows+=("$label|${WALL[$label]}|${CPU[$label]}"); done
-  $PY - "${rows[@]}" <<'PYEOF'
-import sys
-rows = [r.split("|") for r in sys.argv[1:]]
-base_w, base_c = float(rows[0][1]), float(rows[0][2])
-print("%-40s %10s %8s %10s %8s" % ("", "wall (ms)", "ratio", "cpu (ms)", "ratio"))
-for label, w, c in rows:
-    w, c = float(w), float(c)
-    print("%-40s %10.1f %8.3f %10.1f %8.3f" % (label, w * 1e3, w / base_w, c * 1e3, c / base_c))
-PYEOF
-  unset WALL CPU
+  step_time_table "${CONFIGS[@]}"
 done
 
 echo
@@ -132,25 +136,7 @@ if [ -x "$TORCH2" ]; then
   DCONFIGS=("plain|$TORCH2 bench/train_step_time.py --size dispatch --steps 60"
             "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TORCH2 bench/train_step_time.py --size dispatch --steps 60"
             "tidemark run --no-adapter (agent)|$BIN/tidemark --server $SERVER run --quiet --no-adapter -- $TORCH2 bench/train_step_time.py --size dispatch --steps 60")
-  declare -A WALL=()
-  for _ in 1 2 3 4 5 6; do
-    for c in "${DCONFIGS[@]}"; do
-      label=${c%%|*}; cmd=${c#*|}
-      out=$($cmd 2>/dev/null | grep '^{' | tail -1)
-      WALL[$label]=$(minof "${WALL[$label]:-}" "$(echo "$out" | field min_step_s)")
-    done
-  done
-  rows=()
-  for c in "${DCONFIGS[@]}"; do label=${c%%|*}; rows+=("$label|${WALL[$label]}"); done
-  $PY - "${rows[@]}" <<'PYEOF'
-import sys
-rows = [r.split("|") for r in sys.argv[1:]]
-base = float(rows[0][1])
-print("%-40s %10s %8s" % ("", "wall (ms)", "ratio"))
-for label, w in rows:
-    print("%-40s %10.2f %8.3f" % (label, float(w) * 1e3, float(w) / base))
-PYEOF
-  unset WALL
+  step_time_table "${DCONFIGS[@]}"
 else
   echo "($TORCH2 missing: scripts/install-deps.sh makes it)"
 fi

@@ -51,6 +51,7 @@ def _storage_of(t):
 
 
 _LOW_PRECISION = ()  # torch.bfloat16, torch.float16 (install)
+_Parameter = type(None)  # torch.nn.Parameter (install): read for every saved tensor
 
 
 def _storage_address(t):
@@ -131,6 +132,14 @@ class Instrumenter:
         self.agent = agent
         self.installed = False
         self.module_names = weakref.WeakKeyDictionary()
+        # What the module hooks read of module_names, by id(module): (weak reference, its name or
+        # None, the scope's name, its interned id). module_names.get builds a weak reference each
+        # time, and each module call asks twice; emptied whenever a module is named.
+        self.scopes_by_id = {}
+        self.saved_name_ids = {}  # module name -> interned "<name>:saved"
+        # The last tag of each tensor a model or optimizer holds from step to step (_tag_state),
+        # by id(tensor): (weak reference, data pointer, category, name).
+        self.state_tags = {}
         self.param_names = {}          # id(param) -> qualified name
         self.roots = weakref.WeakSet()  # training models (root modules an optimizer trains)
         self.frozen = weakref.WeakSet()  # root modules with parameters no optimizer trains
@@ -175,6 +184,54 @@ class Instrumenter:
     def _depth(self):
         return getattr(self.local, "depth", 0)
 
+    def _scope_of(self, module):
+        """(module_names.get(module), the scope's name: that or the class's, its interned id)."""
+        entry = self.scopes_by_id.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1], entry[2], entry[3]
+        name = self.module_names.get(module)
+        scope = name if name is not None else type(module).__name__
+        iid = self.agent.intern(scope)
+        try:
+            self.scopes_by_id[id(module)] = (weakref.ref(module), name, scope, iid)
+        except TypeError:  # a module that cannot be weakly referenced: not cached
+            pass
+        if len(self.scopes_by_id) > 100000:  # modules made and dropped every step: bounded
+            self.scopes_by_id.clear()
+        return name, scope, iid
+
+    def _saved_name_id(self, module):
+        iid = self.saved_name_ids.get(module)
+        if iid is None:
+            if len(self.saved_name_ids) > 100000:
+                self.saved_name_ids.clear()
+            iid = self.saved_name_ids[module] = self.agent.intern(module + ":saved")
+        return iid
+
+    def _tag_state(self, t, category, name):
+        """tag_tensor for what a model or optimizer holds from step to step (weights, gradients,
+        optimizer state), tagged at every step: sent again only when the tensor's storage moved
+        (its data pointer changed) or its category or name did. A tag holds for its block's whole
+        life (docs/categories.md), so the repeats said nothing new, and they cost the job's host
+        a few microseconds each, hundreds of times a step."""
+        try:
+            pointer = t.data_ptr()
+        except Exception:  # storage-less tensors
+            return
+        key = id(t)
+        entry = self.state_tags.get(key)
+        if (entry is not None and entry[0]() is t and entry[1] == pointer and
+                entry[2] == category and entry[3] == name):
+            return
+        self.tag_tensor(t, category, name)
+        try:
+            ref = weakref.ref(t)
+        except TypeError:
+            return
+        if len(self.state_tags) > 65536:  # bounded, however many tensors come and go (a
+            self.state_tags.clear()       # clear costs one repeat of each tag, nothing more)
+        self.state_tags[key] = (ref, pointer, category, name)
+
     def _in_phase(self, phase):
         return phase in self.phases
 
@@ -218,9 +275,9 @@ class Instrumenter:
     def _tag_model_state(self, root):
         prefix = self.module_names.get(root, type(root).__name__)
         for name, p in root.named_parameters():
-            self.tag_tensor(p, A.WEIGHT, _qualified(prefix, name))
+            self._tag_state(p, A.WEIGHT, _qualified(prefix, name))
         for name, b in root.named_buffers():
-            self.tag_tensor(b, A.WEIGHT, _qualified(prefix, name))
+            self._tag_state(b, A.WEIGHT, _qualified(prefix, name))
 
     # ----- models ------------------------------------------------------------------------------
     def _name_model(self, model, prefix, rename=False):
@@ -229,6 +286,7 @@ class Instrumenter:
         for sub, m in model.named_modules():
             if rename or m not in self.module_names:
                 self.module_names[m] = _qualified(prefix, sub)
+        self.scopes_by_id.clear()
         for pname, p in model.named_parameters():
             if rename or id(p) not in self.param_names:
                 self.param_names[id(p)] = _qualified(prefix, pname)
@@ -394,7 +452,7 @@ class Instrumenter:
             return
         module = _original_module(module)
         depth = self._depth()
-        name = self.module_names.get(module)
+        name, scope, iid = self._scope_of(module)
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
             has_params = next(module.parameters(), None) is not None
             if has_params:
@@ -406,9 +464,8 @@ class Instrumenter:
                     self.register_model(module)
                 else:
                     self.register_frozen(module)
-            name = self.module_names.get(module, type(module).__name__)
-        elif name is None:
-            name = type(module).__name__
+            name, scope, iid = self._scope_of(module)
+        name = scope
         if depth == 0 and not self._in_phase(A.BACKWARD) and (module in self.roots or
                                                                module in self.frozen):
             # Only where every context of the thread was seen entering: everywhere when torch
@@ -431,7 +488,7 @@ class Instrumenter:
             self._tag_inputs(_keyword_arguments_of_call())
         if self.path_check is not None and not self._in_phase(A.RECOMPUTE):
             self.path_check.saw(name)
-        self.agent.scope_begin(self.agent.intern(name))
+        self.agent.scope_begin(iid)
         self.local.depth = depth + 1
         stack = getattr(self.local, "names", None)
         if stack is None:
@@ -455,8 +512,7 @@ class Instrumenter:
         stack = getattr(self.local, "names", None)
         if stack:
             stack.pop()
-        name = self.module_names.get(module, type(module).__name__)
-        self.agent.scope_end(self.agent.intern(name))
+        self.agent.scope_end(self._scope_of(module)[2])
         if depth == 0 and self.phases and self.phases[-1] in (A.FORWARD, A.EVAL) and (
                 module in self.roots or module in self.frozen):
             self._phase_end(self.phases[-1])
@@ -471,14 +527,12 @@ class Instrumenter:
         stack = getattr(self.local, "names", None)
         module = stack[-1] if stack else ""
         try:
-            import torch
-            if not isinstance(t, torch.nn.Parameter):
+            if not isinstance(t, _Parameter):
                 address, nbytes = _storage_of(t)
                 if not address:
                     pass
                 elif self._in_phase(A.RECOMPUTE):
-                    self.agent.tag(address, nbytes, A.RECOMPUTED,
-                                   self.agent.intern(module + ":saved"))
+                    self.agent.tag(address, nbytes, A.RECOMPUTED, self._saved_name_id(module))
                 elif (t.grad_fn is None and not t.requires_grad and
                       not self._in_phase(A.FORWARD) and not self._in_phase(A.EVAL)):
                     # Saved outside a model's forward (by the loss, a module or a function) and
@@ -490,18 +544,18 @@ class Instrumenter:
                     if len(saved) > 1000000:  # steps that never end: bounded all the same
                         saved.clear()
                     saved.add(address)
-                    cast_of = self._weight_cast_of(t, torch) if t.dtype in _LOW_PRECISION else None
+                    cast_of = self._weight_cast_of(t) if t.dtype in _LOW_PRECISION else None
                     # An autocast copy of a weight is kept for backward like an activation (and
                     # like one it is made again when its block is recomputed): ACTIVATION, named
                     # after the weight it copies.
-                    self.agent.tag(address, nbytes, A.ACTIVATION, self.agent.intern(
-                        module + ":saved" if cast_of is None else
-                        "%s (%s cast)" % (cast_of, str(t.dtype).replace("torch.", ""))))
+                    self.agent.tag(address, nbytes, A.ACTIVATION, self._saved_name_id(module)
+                                   if cast_of is None else self.agent.intern(
+                                       "%s (%s cast)" % (cast_of, str(t.dtype).replace("torch.", ""))))
         except Exception:
             pass
         return (t, module)
 
-    def _weight_cast_of(self, t, torch):
+    def _weight_cast_of(self, t):
         """The name of the parameter t is an autocast copy of (through a view or two: addmm
         keeps the transposed copy), or None."""
         fn = t.grad_fn
@@ -511,7 +565,7 @@ class Instrumenter:
             if type(fn).__name__.startswith("ToCopyBackward"):
                 for nxt, _ in fn.next_functions:
                     variable = getattr(nxt, "variable", None)
-                    if isinstance(variable, torch.nn.Parameter):
+                    if isinstance(variable, _Parameter):
                         return self._param_name(variable, "param")
                 return None
             nexts = [n for n, _ in fn.next_functions if n is not None]
@@ -627,7 +681,7 @@ class Instrumenter:
         for group in opt.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self.tag_tensor(p.grad, A.GRADIENT, self._param_name(p, "param%d" % i) + ".grad")
+                    self._tag_state(p.grad, A.GRADIENT, self._param_name(p, "param%d" % i) + ".grad")
                 i += 1
         self._phase_begin(A.OPTIMIZER)
 
@@ -640,7 +694,7 @@ class Instrumenter:
             base = self._param_name(p, "param")
             for key, value in state.items():
                 if isinstance(value, torch.Tensor):
-                    self.tag_tensor(value, A.OPTIMIZER_STATE, base + "." + str(key))
+                    self._tag_state(value, A.OPTIMIZER_STATE, base + "." + str(key))
         # A step is a training iteration: it ends once every optimizer (but the idle ones) has
         # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
         self.stepped.add(opt)
@@ -846,9 +900,10 @@ class Instrumenter:
         # installs from another thread, and the interpreter switches threads at any bytecode).
         self.contexts_all_seen = enter_hooks_here
         import torch
-        global _compiling, _LOW_PRECISION
+        global _compiling, _LOW_PRECISION, _Parameter
         _compiling = _compile_probe()
         _LOW_PRECISION = (torch.bfloat16, torch.float16)
+        _Parameter = torch.nn.Parameter
         import warnings
         # torch.compile(model) warns that global module hooks fire once more for the wrapper it
         # makes: the adapter's are the only ones, and it looks through the wrapper.
@@ -862,6 +917,10 @@ class Instrumenter:
         # torch's CPU tensors come from c10::alloc_cpu, in libc10: every other caller of the
         # aligned allocators (oneDNN's primitive caches and scratchpads) is a native library's.
         self.agent.tensor_allocator_library("libc10.so")
+        # A child that records (TIDEMARK_FOLLOW_CHILDREN=1) is a session of its own: it tags
+        # everything again.
+        import os
+        os.register_at_fork(after_in_child=self.state_tags.clear)
         self._track_saved_hooks_contexts()
         nn_module.register_module_forward_pre_hook(self._forward_pre)
         nn_module.register_module_forward_hook(self._forward_post)

@@ -69,6 +69,7 @@ def start(ops=False):
     if not inst.agent.present:
         raise RuntimeError("the tidemark agent is not loaded in this process")
     inst.enabled = True
+    inst.state_tags.clear()  # a new session: what the models and optimizers hold is tagged again
     if "torch" not in sys.modules:
         # Not using torch yet: instrument it when it is imported (op scopes too, if asked).
         if ops:

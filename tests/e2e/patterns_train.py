@@ -167,7 +167,12 @@ def zoo_run(steps):
                               "weight_decay": 0.0}], lr=1e-3)
     gen = torch.Generator().manual_seed(0)
     truth = {"weights": snapshot(list(model.parameters()) + list(model.buffers())), "steps": []}
-    for _ in range(steps):
+    for step in range(steps):
+        if step == 1:
+            # A weight's storage replaced between steps (as `p.data = ...` does): the new block
+            # is the weight from then on (the adapter tags it again: its storage moved).
+            with torch.no_grad():
+                decay[0].data = decay[0].data.clone()
         for _ in range(2):  # micro-batches
             tokens = torch.randint(0, 512, (32,), generator=gen)
             loss = model(tokens, tokens.roll(1)) / 2

@@ -1,6 +1,7 @@
 """A job run while no tidemarkd listens: it completes with its own exit code, the agent says once on
 stderr what it did with the events (a spool file), and `tidemark upload` stores them later."""
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -44,6 +45,19 @@ class NoServerTest(unittest.TestCase):
 
         daemon = Daemon()
         try:
+            # A daemon that does not answer (stopped, as a hung one is): the upload gives up
+            # within its --deadline, says so, and leaves the spool for a later one.
+            os.kill(daemon.proc.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                up = daemon.cli("--deadline", "2", "upload", spools[0], check=False)
+                waited = time.monotonic() - t0
+            finally:
+                os.kill(daemon.proc.pid, signal.SIGCONT)
+            self.assertEqual(up.returncode, 3, up.stderr)
+            self.assertIn("no answer from %s within 2 s" % daemon.address, up.stderr)
+            self.assertLess(waited, 30)
+            self.assertTrue(os.path.exists(spools[0]))
             up = daemon.cli("upload", spools[0], "--json")
             self.assertEqual(up.returncode, 0, up.stderr)
             s = daemon.newest_session()

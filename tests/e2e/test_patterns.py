@@ -122,7 +122,9 @@ class PatternsTest(DaemonTestCase):
         sid, truth = run["session"]["id"], run["truth"]
         # Two micro-batches an optimizer step: one step.
         self.assertEqual(run["session"]["steps"], len(truth["steps"]))
-        weights = sum(truth["weights"]["storages"].values())  # the tied weight once
+        # The tied weight once. One weight's storage is replaced before the second step (same
+        # size): its new block is WEIGHT from then on, so WEIGHT stays the same at every step end.
+        weights = sum(truth["weights"]["storages"].values())
         steps = self.daemon.cli_json("steps", str(sid))["steps"]
         for s, st in zip(steps, truth["steps"]):
             with self.subTest(step=s["step"]):
