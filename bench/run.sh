@@ -130,12 +130,13 @@ fi
 if want 1b; then
 TORCH2=${TIDEMARK_VENV:-/opt/tidemark-venv}/bin/python
 echo "== 1b. the same with a dispatch-bound model (train_step_time.py --size dispatch: width 16,"
-echo "   8 tokens, batch 1, 60 steps; a GPU step's host side when the step is launch-bound), torch 2,"
-echo "   the fastest steady step of 6 interleaved runs each"
+echo "   8 tokens, batch 1, 60 steps; a GPU step's host side when the step is launch-bound),"
+echo "   torch 2, the fastest steady step of 6 interleaved runs each"
 if [ -x "$TORCH2" ]; then
-  DCONFIGS=("plain|$TORCH2 bench/train_step_time.py --size dispatch --steps 60"
-            "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TORCH2 bench/train_step_time.py --size dispatch --steps 60"
-            "tidemark run --no-adapter (agent)|$BIN/tidemark --server $SERVER run --quiet --no-adapter -- $TORCH2 bench/train_step_time.py --size dispatch --steps 60")
+  STEP="$TORCH2 bench/train_step_time.py --size dispatch --steps 60"
+  DCONFIGS=("plain|$STEP"
+            "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $STEP"
+            "tidemark run --no-adapter (agent)|$BIN/tidemark --server $SERVER run --quiet --no-adapter -- $STEP")
   step_time_table "${DCONFIGS[@]}"
 else
   echo "($TORCH2 missing: scripts/install-deps.sh makes it)"

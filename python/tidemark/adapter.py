@@ -548,9 +548,12 @@ class Instrumenter:
                     # An autocast copy of a weight is kept for backward like an activation (and
                     # like one it is made again when its block is recomputed): ACTIVATION, named
                     # after the weight it copies.
-                    self.agent.tag(address, nbytes, A.ACTIVATION, self._saved_name_id(module)
-                                   if cast_of is None else self.agent.intern(
-                                       "%s (%s cast)" % (cast_of, str(t.dtype).replace("torch.", ""))))
+                    if cast_of is None:
+                        name_id = self._saved_name_id(module)
+                    else:
+                        name_id = self.agent.intern("%s (%s cast)" % (
+                            cast_of, str(t.dtype).replace("torch.", "")))
+                    self.agent.tag(address, nbytes, A.ACTIVATION, name_id)
         except Exception:
             pass
         return (t, module)
@@ -681,7 +684,8 @@ class Instrumenter:
         for group in opt.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._tag_state(p.grad, A.GRADIENT, self._param_name(p, "param%d" % i) + ".grad")
+                    self._tag_state(p.grad, A.GRADIENT,
+                                    self._param_name(p, "param%d" % i) + ".grad")
                 i += 1
         self._phase_begin(A.OPTIMIZER)
 

@@ -73,7 +73,8 @@ class AttachCheckpointTest(DaemonTestCase):
                                     self.daemon.address, "attach", str(job.pid), "--json"],
                                    capture_output=True, text=True, timeout=300)
                 rc, out, err = job.finish()
-                self.assertEqual(r.returncode, 0, r.stderr + "\njob rc %s, %d steps; " % (rc, len(losses(out))) + err)
+                self.assertEqual(r.returncode, 0, "%s\njob: exit %s after %d steps; %s"
+                                 % (r.stderr, rc, len(losses(out)), err))
             finally:
                 job.kill()
             with self.subTest(delay=delay):
