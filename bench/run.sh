@@ -4,6 +4,8 @@
 #      on torch 2; with a capture schedule that summarizes all steps but the first; with the
 #      Python stacks of allocations of 64 KiB or more, --stacks), beside
 #      torch.profiler(profile_memory, record_shapes) and memray (native)
+#  1b. the same on a dispatch-bound GPT (train_step_time.py --size dispatch: a GPU step's host
+#      side when the step is launch-bound), tidemark run and the agent alone (--no-adapter)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's; then
 #      bursts from 8 threads (tests/agent/burst_program.cpp) plain, under tidemark lossless and
 #      --lossy, and under heaptrack (lossless too): wall time, what was lost, and how long the
