@@ -6,8 +6,10 @@
 # under torch.profiler (its kernel count; CUPTI takes one subscriber, so not at the same time as
 # the agent). Then it prints a table: the agent's device peaks against
 # torch.cuda.max_memory_reserved / max_memory_allocated, the kernels, the step time overhead, and
-# the agent's breakdown. Exit 0 when the agent's allocated peak (torch's tensors, through
-# libtidemark_torch.so) and reserved peak are within 1 % of torch's.
+# the agent's breakdown; then a capture schedule, offload and nested plans, the training step's
+# time on a GPU-bound and a host-bound model, and the tests labelled gpu. Exit 0 when the agent's
+# allocated peak (torch's tensors, through libtidemark_torch.so) and reserved peak are within 1 %
+# of torch's, and the gpu tests pass.
 #
 #   bash scripts/gpu-check.sh            STEPS=6 PYTHON=python3 DEVICE=cuda (defaults)
 #
@@ -143,6 +145,29 @@ for p in json.load(open(sys.argv[2]))["plans"]:
           measured, 100.0 * (measured - predicted) / max(predicted, 1),
           int(p.get("predicted_extra_ns", 0)) / 1e6, int(p.get("measured_extra_ns", 0)) / 1e6))
 PYEOF
+done
+
+# The training step's time under tidemark where the device's work outweighs the host's (the wide
+# GPT: the host runs ahead and what the hooks add is hidden) and where the host's dispatch is the
+# step (the example's GPT on a fast GPU). Informative: the fastest and the median step of two
+# interleaved runs each (bench/train_step_time.py, every step timed to the device's end).
+echo; echo "== step time: plain against tidemark run (fastest / median of the steady steps, ms)"
+SIZES=("wide 14" "example 60")
+[ "$DEVICE" = cuda ] || SIZES=("example 12")  # the wide GPT takes a minute a step on a CPU
+for SIZE in "${SIZES[@]}"; do
+  read -r NAME N <<<"$SIZE"
+  for ROUND in 1 2; do
+    for MODE in plain tidemark; do
+      CMD=("$PYTHON" bench/train_step_time.py --device "$DEVICE" --size "$NAME" --steps "$N")
+      [ "$MODE" = tidemark ] && CMD=("$BIN/tidemark" run --quiet --name "gpu-check-$NAME" -- "${CMD[@]}")
+      "${CMD[@]}" 2>/dev/null | tail -1 | "$PYTHON" -c '
+import json, sys
+r = json.load(sys.stdin)
+print("%-8s %-9s round %s: %8.2f %8.2f" % (sys.argv[1], sys.argv[2], sys.argv[3],
+      r["min_step_s"] * 1e3, r["median_step_s"] * 1e3))' "$NAME" "$MODE" "$ROUND" \
+        || echo "gpu-check: the $NAME step timing under $MODE failed" >&2
+    done
+  done
 done
 
 # The tests that need a device (ctest label gpu), where the build tree and ctest are here; with a
