@@ -85,6 +85,11 @@ def _original_module(module):
         else module
 
 
+def _holder(value):
+    """A callable that returns value, where a weak reference would stand."""
+    return lambda: value
+
+
 def _qualified(prefix, path):
     """prefix.path, without the `_orig_mod` steps torch.compile(module) puts in (a compiled
     block is named as the block it compiles)."""
@@ -140,7 +145,9 @@ class Instrumenter:
         # The last tag of each tensor a model or optimizer holds from step to step (_tag_state),
         # by id(tensor): (weak reference, data pointer, category, name).
         self.state_tags = {}
+        self.model_state = {}  # id(root) -> its walk (_model_state_of)
         self.param_names = {}          # id(param) -> qualified name
+        self.state_names = {}          # (id(param), state key or None) -> tag name
         self.roots = weakref.WeakSet()  # training models (root modules an optimizer trains)
         self.frozen = weakref.WeakSet()  # root modules with parameters no optimizer trains
         self.new_modules = weakref.WeakSet()  # modules made since the last look for frozen ones
@@ -153,7 +160,8 @@ class Instrumenter:
         self.saved_this_step = set()
         self.optimizers = weakref.WeakSet()
         self.stepping = weakref.WeakSet()  # optimizers inside their step now
-        self.wrapped_classes = weakref.WeakSet()  # torch 1.13: optimizer classes whose step is wrapped
+        # torch 1.13: optimizer classes whose step is wrapped
+        self.wrapped_classes = weakref.WeakSet()
         self.local = threading.local()
         self.phases = []                # the phase stack (training runs on one thread)
         self.step = 0
@@ -273,11 +281,65 @@ class Instrumenter:
             self.step_open = False
 
     def _tag_model_state(self, root):
+        for ref, name in self._model_state_of(root)[1]:
+            t = ref()
+            if t is not None:
+                self._tag_state(t, A.WEIGHT, name)
+
+    def _model_state_of(self, root):
+        """(places, tensors) of root's walk. tensors: what root holds from step to step — its
+        parameters, then its buffers, each once, named as named_parameters and named_buffers
+        name them — as (tensor, name). places: where each of those and each child module was
+        found, as (module, its dict: _parameters, _buffers or _modules, the key, what was there),
+        and each module's three dict sizes. All by weak reference. The walk is made again only
+        when the model changed (a parameter, buffer or child replaced, added or removed), which
+        checking the places sees at a fraction of a walk's cost, once a step."""
+        key = id(root)
+        cached = self.model_state.get(key)
+        if cached is not None and cached[0]() is root and self._walk_current(cached[1][0]):
+            return cached[1]
         prefix = self.module_names.get(root, type(root).__name__)
-        for name, p in root.named_parameters():
-            self._tag_state(p, A.WEIGHT, _qualified(prefix, name))
-        for name, b in root.named_buffers():
-            self._tag_state(b, A.WEIGHT, _qualified(prefix, name))
+        places, tensors, seen = [], [], set()
+        walked = list(root.named_modules())
+        try:
+            for _, m in walked:
+                mref = weakref.ref(m)
+                places.append((mref, None, (len(m._parameters), len(m._buffers),
+                                            len(m._modules)), None))
+                places.extend((mref, "_modules", name, weakref.ref(c))
+                              for name, c in m._modules.items() if c is not None)
+            for kind in ("_parameters", "_buffers"):
+                for path, m in walked:
+                    for name, t in getattr(m, kind).items():
+                        if t is None:
+                            continue
+                        ref = weakref.ref(t)
+                        places.append((weakref.ref(m), kind, name, ref))
+                        if id(t) not in seen:
+                            seen.add(id(t))
+                            tensors.append((ref, _qualified(prefix, path + "." + name
+                                                            if path else name)))
+        except TypeError:  # something that cannot be weakly referenced: walked every step
+            held = list(root.named_parameters()) + list(root.named_buffers())
+            return None, [(_holder(t), _qualified(prefix, name)) for name, t in held]
+        walk = (places, tensors)
+        if len(self.model_state) > 1000:  # models made and dropped: bounded
+            self.model_state.clear()
+        self.model_state[key] = (weakref.ref(root), walk)
+        return walk
+
+    @staticmethod
+    def _walk_current(places):
+        for mref, kind, key, ref in places:
+            m = mref()
+            if m is None:
+                return False
+            if kind is None:
+                if key != (len(m._parameters), len(m._buffers), len(m._modules)):
+                    return False
+            elif getattr(m, kind).get(key) is not ref():
+                return False
+        return True
 
     # ----- models ------------------------------------------------------------------------------
     def _name_model(self, model, prefix, rename=False):
@@ -287,6 +349,8 @@ class Instrumenter:
             if rename or m not in self.module_names:
                 self.module_names[m] = _qualified(prefix, sub)
         self.scopes_by_id.clear()
+        self.state_names.clear()
+        self.model_state.clear()
         for pname, p in model.named_parameters():
             if rename or id(p) not in self.param_names:
                 self.param_names[id(p)] = _qualified(prefix, pname)
@@ -450,8 +514,19 @@ class Instrumenter:
         # side effects outside torch): a compiled region has no module scopes of its own.
         if not self.enabled or _compiling():
             return
+        local = self.local
+        depth = getattr(local, "depth", 0)
+        if depth and self.path_check is None:
+            # The common case, once per module call: a module seen before, inside a forward. What
+            # the rest of this hook would do comes down to opening its scope.
+            entry = self.scopes_by_id.get(id(module))
+            stack = getattr(local, "names", None)
+            if entry is not None and stack is not None and entry[0]() is module:
+                self.agent.scope_begin(entry[3])
+                local.depth = depth + 1
+                stack.append(entry[2])
+                return
         module = _original_module(module)
-        depth = self._depth()
         name, scope, iid = self._scope_of(module)
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
             has_params = next(module.parameters(), None) is not None
@@ -506,8 +581,18 @@ class Instrumenter:
     def _forward_post(self, module, inputs, output):
         if not self.enabled or _compiling():
             return
+        local = self.local
+        depth = getattr(local, "depth", 0)
+        if depth > 1:  # as in _forward_pre: a module inside a forward, seen before
+            entry = self.scopes_by_id.get(id(module))
+            stack = getattr(local, "names", None)
+            if entry is not None and stack and entry[0]() is module:
+                local.depth = depth - 1
+                stack.pop()
+                self.agent.scope_end(entry[3])
+                return
         module = _original_module(module)
-        depth = max(0, self._depth() - 1)
+        depth = max(0, depth - 1)
         self.local.depth = depth
         stack = getattr(self.local, "names", None)
         if stack:
@@ -667,6 +752,22 @@ class Instrumenter:
     def _param_name(self, p, fallback):
         return self.param_names.get(id(p), fallback)
 
+    def _state_name(self, p, key, index):
+        """The name p's gradient (key None) or optimizer state entry key is tagged with, made
+        once per parameter and key: a step tags hundreds of them. index: p's place among its
+        optimizer's parameters, its name where no model names it."""
+        cache_key = (id(p), key)
+        name = self.state_names.get(cache_key)
+        if name is None:
+            if key is None:
+                name = self._param_name(p, "param%d" % index) + ".grad"
+            else:
+                name = self._param_name(p, "param") + "." + str(key)
+            if len(self.state_names) > 100000:  # parameters made and dropped: bounded
+                self.state_names.clear()
+            self.state_names[cache_key] = name
+        return name
+
     def _optimizer_begin(self, opt):
         if not self.enabled or _compiling():
             return
@@ -683,9 +784,9 @@ class Instrumenter:
         i = 0
         for group in opt.param_groups:
             for p in group["params"]:
-                if p.grad is not None:
-                    self._tag_state(p.grad, A.GRADIENT,
-                                    self._param_name(p, "param%d" % i) + ".grad")
+                grad = p.grad
+                if grad is not None:
+                    self._tag_state(grad, A.GRADIENT, self._state_name(p, None, i))
                 i += 1
         self._phase_begin(A.OPTIMIZER)
 
@@ -695,10 +796,9 @@ class Instrumenter:
         self._phase_end(A.OPTIMIZER)
         import torch
         for p, state in opt.state.items():
-            base = self._param_name(p, "param")
             for key, value in state.items():
                 if isinstance(value, torch.Tensor):
-                    self._tag_state(value, A.OPTIMIZER_STATE, base + "." + str(key))
+                    self._tag_state(value, A.OPTIMIZER_STATE, self._state_name(p, key, 0))
         # A step is a training iteration: it ends once every optimizer (but the idle ones) has
         # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
         self.stepped.add(opt)

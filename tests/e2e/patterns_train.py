@@ -173,6 +173,13 @@ def zoo_run(steps):
             # is the weight from then on (the adapter tags it again: its storage moved).
             with torch.no_grad():
                 decay[0].data = decay[0].data.clone()
+        if step == 2:
+            # A buffer and a parameter replaced by new tensors (a module's attribute assigned):
+            # the new ones are weights from then on (the adapter walks the model again).
+            with torch.no_grad():
+                model.body[1].running_var = model.body[1].running_var.clone()
+                model.frozen.weight = nn.Parameter(model.frozen.weight.clone(),
+                                                   requires_grad=False)
         for _ in range(2):  # micro-batches
             tokens = torch.randint(0, 512, (32,), generator=gen)
             loss = model(tokens, tokens.roll(1)) / 2

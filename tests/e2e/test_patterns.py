@@ -1,7 +1,7 @@
 """End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
 evaluation passes and clipped gradients; a GAN; autocast; tied embeddings, BatchNorm, a frozen
-layer, two parameter groups and gradient accumulation), under `tidemark run`, their memory checked block
-by block against the truth each run computed itself."""
+layer, two parameter groups, gradient accumulation and weights replaced), under `tidemark run`,
+their memory checked block by block against the truth each run computed itself."""
 import json
 import os
 
@@ -122,8 +122,9 @@ class PatternsTest(DaemonTestCase):
         sid, truth = run["session"]["id"], run["truth"]
         # Two micro-batches an optimizer step: one step.
         self.assertEqual(run["session"]["steps"], len(truth["steps"]))
-        # The tied weight once. One weight's storage is replaced before the second step (same
-        # size): its new block is WEIGHT from then on, so WEIGHT stays the same at every step end.
+        # The tied weight once. One weight's storage is replaced before the second step, and a
+        # buffer and a frozen parameter by new tensors before the third (same sizes): the new
+        # blocks are WEIGHT from then on, so WEIGHT stays the same at every step end.
         weights = sum(truth["weights"]["storages"].values())
         steps = self.daemon.cli_json("steps", str(sid))["steps"]
         for s, st in zip(steps, truth["steps"]):
