@@ -76,7 +76,7 @@ absl::StatusOr<tidemark_attach_status_t> readStatusAt(pid_t pid, uint64_t at) {
       return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
     const std::string state = statusField(pid, "State");
     if (state.rfind("Z", 0) == 0 || state.rfind("X", 0) == 0)
-      return absl::AbortedError(absl::StrCat("process ", pid, " exited"));
+      return absl::AbortedError(absl::StrCat("process ", pid, " exited (state ", state, ")"));
     return absl::UnavailableError(absl::StrCat("process ", pid, " (state ",
                                                state.empty() ? "unknown" : state,
                                                "): its memory could not be read"));
