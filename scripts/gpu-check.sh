@@ -15,8 +15,8 @@
 #
 # BUILD_DIR names a build (default build/) or a carried copy of one: bin/tidemark, bin/tidemarkd
 # and lib/libtidemark_agent.so are all it needs (their libraries found by the loader or by their
-# RUNPATH). The adapter is taken from this checkout's python/ unless TIDEMARK_PYTHON_DIR says
-# otherwise.
+# RUNPATH; scripts/carry-build.sh makes such a copy). The adapter is taken from this checkout's
+# python/ unless TIDEMARK_PYTHON_DIR says otherwise.
 #
 # DEVICE=cpu runs the same plumbing without a GPU (the torch figures are then absent).
 set -euo pipefail
