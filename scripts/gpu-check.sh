@@ -159,7 +159,8 @@ for SIZE in "${SIZES[@]}"; do
   for ROUND in 1 2; do
     for MODE in plain tidemark; do
       CMD=("$PYTHON" bench/train_step_time.py --device "$DEVICE" --size "$NAME" --steps "$N")
-      [ "$MODE" = tidemark ] && CMD=("$BIN/tidemark" run --quiet --name "gpu-check-$NAME" -- "${CMD[@]}")
+      [ "$MODE" = tidemark ] &&
+        CMD=("$BIN/tidemark" run --quiet --name "gpu-check-$NAME" -- "${CMD[@]}")
       "${CMD[@]}" 2>/dev/null | tail -1 | "$PYTHON" -c '
 import json, sys
 r = json.load(sys.stdin)
