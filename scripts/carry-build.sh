@@ -30,7 +30,13 @@ cp "$BUILD/lib/libtidemark_agent.so" "$OUT/lib/"
 # The runtimes every machine has in its own version: not carried.
 RUNTIMES='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libutil|libnsl|libanl'
 RUNTIMES+='|libstdc\+\+|libgcc_s)\.so'
-ldd "${FILES[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+NEEDED=$(ldd "${FILES[@]}")
+if grep -q "not found" <<<"$NEEDED"; then
+  echo "carry-build: a library the build needs is not found here:" >&2
+  grep "not found" <<<"$NEEDED" >&2
+  exit 2
+fi
+awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$NEEDED" | sort -u |
   while read -r name path; do
     if ! [[ $name =~ $RUNTIMES ]]; then cp -L "$path" "$OUT/deps/$name"; fi
   done

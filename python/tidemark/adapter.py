@@ -302,19 +302,19 @@ class Instrumenter:
         places, tensors, seen = [], [], set()
         walked = list(root.named_modules())
         try:
-            for _, m in walked:
-                mref = weakref.ref(m)
+            refs = [weakref.ref(m) for _, m in walked]
+            for mref, (_, m) in zip(refs, walked):
                 places.append((mref, None, (len(m._parameters), len(m._buffers),
                                             len(m._modules)), None))
                 places.extend((mref, "_modules", name, weakref.ref(c))
                               for name, c in m._modules.items() if c is not None)
             for kind in ("_parameters", "_buffers"):
-                for path, m in walked:
+                for mref, (path, m) in zip(refs, walked):
                     for name, t in getattr(m, kind).items():
                         if t is None:
                             continue
                         ref = weakref.ref(t)
-                        places.append((weakref.ref(m), kind, name, ref))
+                        places.append((mref, kind, name, ref))
                         if id(t) not in seen:
                             seen.add(id(t))
                             tensors.append((ref, _qualified(prefix, path + "." + name
