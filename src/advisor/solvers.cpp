@@ -226,43 +226,117 @@ std::optional<ChainPlan> OptimalChainSolver::planFor(int64_t budgetBytes) const 
       [](const FrontEntry&, int64_t, Segment*) {});
 }
 
+namespace {
+
+// Items of the fractional knapsack, kept in the order of their price per byte: how many bytes
+// the stages inserted so far may drop at each price, and what dropping all of them costs, as
+// Fenwick trees, so that the least cost of dropping D bytes is one descent.
+class DropPrices {
+ public:
+  explicit DropPrices(std::vector<double> ratesInOrder) : m_rate(std::move(ratesInOrder)) {
+    m_bytes.assign(m_rate.size() + 1, 0);
+    m_cost.assign(m_rate.size() + 1, 0);
+  }
+  void add(size_t rank, int64_t bytes) {
+    const long double cost = static_cast<long double>(m_rate[rank]) * bytes;
+    for (size_t i = rank + 1; i < m_bytes.size(); i += i & (~i + 1)) {
+      m_bytes[i] += bytes;
+      m_cost[i] += cost;
+    }
+  }
+  // The least cost of dropping `deficit` bytes from the items added, the cheapest first (all of
+  // them when they hold less).
+  long double cheapest(int64_t deficit) const {
+    size_t pos = 0;
+    int64_t bytes = 0;
+    long double cost = 0;
+    size_t step = 1;
+    while (step * 2 < m_bytes.size()) step *= 2;
+    // The longest prefix of prices whose bytes stay below the deficit.
+    for (; step > 0; step /= 2) {
+      const size_t next = pos + step;
+      if (next < m_bytes.size() && bytes + m_bytes[next] < deficit) {
+        pos = next;
+        bytes += m_bytes[next];
+        cost += m_cost[next];
+      }
+    }
+    if (pos >= m_rate.size()) return cost;  // not enough bytes anywhere: all of them
+    // The rest at the next price: an item holds at least that much, or the descent would have
+    // passed it.
+    return cost + static_cast<long double>(m_rate[pos]) * (deficit - bytes);
+  }
+
+ private:
+  std::vector<double> m_rate;
+  std::vector<int64_t> m_bytes;
+  std::vector<long double> m_cost;
+};
+
+}  // namespace
+
 int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {
   const int n = p.size();
-  int64_t storeAllEnd = p.staticBytes + 2 * p.outBytes(n - 1) + p.endOutsideBytes;
-  for (int i = 0; i < n; ++i) storeAllEnd += stageStoreBytes(p, i);
-  int64_t deficit = storeAllEnd - budgetBytes;
-  if (deficit <= 0) return 0;
-  // Each stage: at most `bytes` dropped, at no less than `rate` ns per byte.
-  struct Item {
-    double rate;
-    int64_t bytes;
-  };
-  std::vector<Item> items;
+  // What each stage can drop of what storing keeps (st_i: input and saved), and its cheapest
+  // price per byte: a recomputation drops at most st_i for its re-run time (the segment's first
+  // stage keeps its input: less for the same time), an offload st_i for its copies, an option
+  // a_i - a_i^k for its re-run.
+  std::vector<int64_t> cap(n, 0);
+  std::vector<double> rate(n, std::numeric_limits<double>::infinity());
   for (int i = 0; i < n; ++i) {
     const Stage& s = p.stages[i];
-    int64_t bytes = 0;
-    double rate = std::numeric_limits<double>::infinity();
     auto consider = [&](int64_t dropped, int64_t ns) {
       if (dropped <= 0) return;
-      bytes = std::max(bytes, dropped);
-      rate = std::min(rate, static_cast<double>(ns) / static_cast<double>(dropped));
+      cap[i] = std::max(cap[i], dropped);
+      rate[i] = std::min(rate[i], static_cast<double>(ns) / static_cast<double>(dropped));
     };
     if (s.checkpointable) consider(stageStoreBytes(p, i), s.rerunCostNs());
     if (p.offloadBytesPerSecond > 0)
       consider(stageStoreBytes(p, i), p.offloadNs(stageStoreBytes(p, i)));
     for (const StageOption& o : s.options) consider(s.savedBytes - o.savedBytes, o.recomputeNs);
-    if (bytes > 0) items.push_back({rate, bytes});
   }
-  std::sort(items.begin(), items.end(),
-            [](const Item& a, const Item& b) { return a.rate < b.rate; });
-  double bound = 0;
-  for (const Item& it : items) {
-    const int64_t take = std::min(it.bytes, deficit);
-    bound += it.rate * static_cast<double>(take);
-    deficit -= take;
-    if (deficit == 0) break;
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return rate[a] < rate[b]; });
+  std::vector<size_t> rank(n);
+  std::vector<double> rates(n);
+  for (int r = 0; r < n; ++r) {
+    rank[order[r]] = static_cast<size_t>(r);
+    rates[r] = std::isfinite(rate[order[r]]) ? rate[order[r]] : 0;
   }
-  // Rounded down so that rounding never lifts the bound above the optimum.
+  DropPrices prices(std::move(rates));
+
+  // Every plan passes through each stage's forward and backward, and the chain's end of forward.
+  // At stage t's, it holds S + sum over i < t of what stage i keeps, plus the least stage t
+  // itself holds there in any of its modes (its input, saved bytes, output, working set and
+  // gradients as docs/chain-model.md schedules them; a recomputed stage's backward holds its
+  // segment's re-run stages, never less). So within the budget the stages before t must drop
+  // at least (that moment with everything stored) - budget bytes: a knapsack on those stages.
+  // The bound is the largest of these.
+  long double bound = 0;
+  int64_t storedBefore = 0;  // sum of st_i for i < t
+  for (int t = 0; t < n; ++t) {
+    const Stage& s = p.stages[t];
+    const int64_t in = p.inBytes(t);
+    int64_t forwardWork = s.forwardWorkingBytes;
+    int64_t backwardHeld = stageStoreBytes(p, t) + s.backwardWorkingBytes;
+    for (const StageOption& o : s.options) {
+      forwardWork = std::min(forwardWork, optionForwardWorkingBytes(s, o));
+      backwardHeld = std::min(backwardHeld, in + o.savedBytes + optionBackwardWorkingBytes(s, o));
+    }
+    const int64_t forward = in + forwardWork + s.outputBytes + s.forwardOutsideBytes;
+    const int64_t backward = backwardHeld + s.outputBytes + in + s.backwardOutsideBytes;
+    const int64_t deficit =
+        p.staticBytes + storedBefore + std::max(forward, backward) - budgetBytes;
+    if (deficit > 0 && t > 0) bound = std::max(bound, prices.cheapest(deficit));
+    if (cap[t] > 0 && std::isfinite(rate[t])) prices.add(rank[t], cap[t]);
+    storedBefore += stageStoreBytes(p, t);
+  }
+  const int64_t endDeficit =
+      p.staticBytes + storedBefore + 2 * p.outBytes(n - 1) + p.endOutsideBytes - budgetBytes;
+  if (endDeficit > 0) bound = std::max(bound, prices.cheapest(endDeficit));
+  // Rounded down: the optimum is a whole number of ns at least the bound, so rounding never
+  // lifts the bound above it.
   return static_cast<int64_t>(std::floor(bound));
 }
 

@@ -83,10 +83,12 @@ class OptimalChainSolver : public ChainFront {
   std::vector<Front> m_front;  // m_front[i]: stages i..n-1; m_front[n]: the end
 };
 
-// A lower bound on the extra time of any plan within budgetBytes under the chain model: at the
-// end of the forward every plan must have dropped storeAllPeak - budget bytes, and a stage can
-// drop at most what it stores at no better than its cheapest time per byte (fractional knapsack).
-// Returns 0 when storing everything fits.
+// A lower bound on the extra time of any plan within budgetBytes under the chain model, nested
+// plans included: every plan passes through each stage's forward and backward and the end of the
+// forward, where it holds what the stages before keep; at each such moment the stages before must
+// have dropped (the moment with everything stored) - budget bytes, and a stage can drop at most
+// what it stores at no better than its cheapest time per byte (a fractional knapsack per moment;
+// the bound is the largest). Returns 0 when storing everything fits.
 int64_t extraTimeLowerBound(const ChainProfile& profile, int64_t budgetBytes);
 
 }  // namespace tidemark::core

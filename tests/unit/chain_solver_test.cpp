@@ -299,9 +299,38 @@ TEST(Baselines, GreedySearchFitsWhenAThresholdDoes) {
 TEST(LowerBound, ZeroWhenEverythingFitsAndPositiveBelow) {
   const ChainProfile p = twoStages();
   EXPECT_EQ(extraTimeLowerBound(p, 1000), 0);
-  // End of forward with everything stored is 230; at 200 some 30 bytes must go, the cheapest at
-  // 5 ns per 60 bytes (stage A), so at least 2.5 ns: 2 after rounding down.
-  EXPECT_EQ(extraTimeLowerBound(p, 200), 2);
+  EXPECT_EQ(extraTimeLowerBound(p, 240), 0);  // store-all's peak: it fits
+  // Store-all's peak is B's backward, 240, where A keeps its 60 bytes (input and saved): at 200
+  // A must drop at least 40 of them, at no less than 5 ns per 60 bytes (its re-run), so at least
+  // 3.33 ns: 3 after rounding down. (At the end of the forward, 230, only 30 must go: 2.5 ns.)
+  EXPECT_EQ(extraTimeLowerBound(p, 200), 3);
+  // The optimum there: recompute A, 5 ns.
+  EXPECT_EQ(simulate(p, *OptimalChainSolver(p).planFor(200)).extraNs, 5);
+}
+
+TEST(LowerBound, SeesAPeakInTheBackwardThatTheEndOfTheForwardDoesNot) {
+  // A chain whose last stage's backward needs a large working set: with everything stored the
+  // end of the forward fits a budget that the backward does not, so only the backward says what
+  // the stages before must drop.
+  ChainProfile p;
+  p.name = "backward peak";
+  p.staticBytes = 1000;
+  p.inputBytes = 10;
+  p.stages = {stage("a", 40, 80, 200, 10), stage("b", 10, 20, 100, 10),
+              stage("c", 10, 20, 50, 10, 0, 400)};
+  const int64_t storeAll = simulate(p, storeAllPlan(p)).peakBytes;
+  ASSERT_EQ(storeAll, 1000 + 210 + 110 + 60 + 10 + 400 + 10);  // c's backward
+  const int64_t budget = storeAll - 150;
+  // The end of the forward, 1000 + 380 + 20, fits: that moment alone gave no bound.
+  ASSERT_LT(1000 + 210 + 110 + 60 + 2 * 10, budget);
+  const std::optional<ChainPlan> best = OptimalChainSolver(p).planFor(budget);
+  ASSERT_TRUE(best.has_value());
+  const int64_t optimum = simulate(p, *best).extraNs;
+  const int64_t bound = extraTimeLowerBound(p, budget);
+  // 150 bytes from a and b: b's 110 at 10/110 ns a byte, then 40 of a's 210 at 40/210.
+  EXPECT_EQ(bound, 17);  // 10 + 7.62
+  EXPECT_LE(bound, optimum);
+  EXPECT_GT(bound, 0);
 }
 
 TEST(Planner, InfeasibleBudgetNamesTheLeastThatFits) {

@@ -190,6 +190,8 @@ TEST(NestedChainSolver, EqualsExhaustiveSearchOverNestedPlans) {
         EXPECT_LE(r.peakBytes, budget) << planSignature(*got);
         EXPECT_EQ(r.extraNs, best)
             << "n=" << n << " budget=" << budget << " " << planSignature(*got);
+        // The lower bound holds for nested plans too.
+        EXPECT_LE(extraTimeLowerBound(p, budget), best) << "n=" << n << " budget=" << budget;
         if (bestDepth > 1) ++nestedOptima;
         ++budgetsChecked;
       }
