@@ -1083,6 +1083,7 @@ class Instrumenter:
                 inst.tag_tensor(t, A.CHECKPOINT_INPUT, "checkpoint_input")
 
             def run(*a, **k):
+                inst.local.checkpoint_entry = False
                 if not inst._in_phase(A.BACKWARD):
                     return function(*a, **k)
                 inst._phase_begin(A.RECOMPUTE)
@@ -1091,11 +1092,18 @@ class Instrumenter:
                 finally:
                     inst._phase_end(A.RECOMPUTE)
 
-            return checkpoint(run, *args, **kwargs)
+            # From here until the function runs, the checkpoint takes the random-number
+            # generators' states it re-runs the function with (tidemark_rng_state).
+            inst.local.checkpoint_entry = True
+            try:
+                return checkpoint(run, *args, **kwargs)
+            finally:
+                inst.local.checkpoint_entry = False
 
         tidemark_checkpoint.__wrapped__ = checkpoint
         tidemark_checkpoint.__doc__ = checkpoint.__doc__
         ckpt.checkpoint = tidemark_checkpoint
+        self._tag_checkpoint_rng_states(torch)
 
         optimizer_init = torch.optim.Optimizer.__init__
 
@@ -1118,6 +1126,33 @@ class Instrumenter:
             return batch
 
         dl._BaseDataLoaderIter.__next__ = tidemark_next
+
+    def _tag_checkpoint_rng_states(self, torch):
+        """A checkpoint keeps the random-number generators' states to re-run its function alike
+        (`preserve_rng_state`, the default): the CPU generator's, 5,056 bytes, and each device's,
+        tensors taken with torch.get_rng_state and torch.cuda.get_rng_state as the checkpoint
+        begins, held until its backward. What the checkpoint keeps: CHECKPOINT_INPUT, named
+        "checkpoint rng state" (they were UNKNOWN, a block per checkpointed region)."""
+        inst = self
+
+        def tagging(get_state):
+            @functools.wraps(get_state)
+            def tidemark_rng_state(*args, **kwargs):
+                state = get_state(*args, **kwargs)
+                if getattr(inst.local, "checkpoint_entry", False) and inst.enabled:
+                    try:
+                        inst.tag_tensor(state, A.CHECKPOINT_INPUT, "checkpoint rng state")
+                    except Exception:  # noqa: BLE001 - never into the job's forward
+                        pass
+                return state
+
+            tidemark_rng_state._tidemark_wrapped = True
+            return tidemark_rng_state
+
+        for owner in (torch, getattr(torch, "cuda", None)):
+            get_state = getattr(owner, "get_rng_state", None)
+            if get_state is not None and not getattr(get_state, "_tidemark_wrapped", False):
+                owner.get_rng_state = tagging(get_state)
 
     def _wrap_gradient_clipping(self):
         """Gradient clipping works on the gradients for the optimizer: its scratch (a norm per

@@ -37,6 +37,21 @@ class TrainingBreakdownTest(StepPeakChecks, unittest.TestCase):
     def test_convnet_step_peaks_match_ground_truth(self):
         self.check_step_peaks("convnet", self.runs["convnet"])
 
+    def test_checkpoint_rng_states_are_what_the_checkpoints_keep(self):
+        """Each checkpointed region keeps the CPU generator's state (5,056 bytes) from its forward
+        to its backward, to re-run alike: CHECKPOINT_INPUT, named so, never UNKNOWN."""
+        for model, run in self.runs.items():
+            p = self.daemon.cli_json("peak", str(run["session"]["id"]), "--top", "1000")
+            states = [t for t in p["tensors"] if t["name"] == "checkpoint rng state"]
+            with self.subTest(model=model):
+                # The peak comes in a backward: the regions whose backward is yet to come, and
+                # the one running, still hold theirs.
+                self.assertGreater(len(states), 0, p["tensors"][-5:])
+                for t in states:
+                    self.assertEqual((t["category"], t["bytes"]), ("CHECKPOINT_INPUT", 5056))
+                self.assertEqual([t for t in p["tensors"]
+                                  if t["category"] == "UNKNOWN" and t["bytes"] == 5056], [])
+
     def test_categories_add_up_at_every_sample(self):
         for model, run in self.runs.items():
             s = run["session"]
