@@ -47,6 +47,20 @@ absl::Status validateProfile(const ChainProfile& profile) {
     return absl::InvalidArgumentError("end_outside_bytes is negative");
   if (profile.offloadBytesPerSecond < 0)
     return absl::InvalidArgumentError("offload_bytes_per_second is negative");
+  // Sums with a ceiling: each value is checked before it is added, so the sum cannot overflow.
+  int64_t bytes = 0, ns = 0;
+  const auto add = [](int64_t* total, int64_t v) {
+    if (v > kMaxProfileTotal - *total) return false;
+    *total += std::max<int64_t>(0, v);
+    return true;
+  };
+  const auto tooLarge = [](const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat("the profile's ", what, " add up to more than ",
+                                                   kMaxProfileTotal, " (2^56): not a step"));
+  };
+  for (int64_t v :
+       {profile.staticBytes, profile.inputBytes, profile.floorBytes, profile.endOutsideBytes})
+    if (!add(&bytes, v)) return tooLarge("sizes");
   std::set<std::string> names;
   for (size_t i = 0; i < profile.stages.size(); ++i) {
     const Stage& s = profile.stages[i];
@@ -60,8 +74,16 @@ absl::Status validateProfile(const ChainProfile& profile) {
     if (s.savedBytes < 0 || s.outputBytes < 0 || s.forwardWorkingBytes < 0 ||
         s.backwardWorkingBytes < 0 || s.forwardOutsideBytes < 0 || s.backwardOutsideBytes < 0)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative size"));
+    for (int64_t v : {s.savedBytes, s.outputBytes, s.forwardWorkingBytes, s.backwardWorkingBytes,
+                      s.forwardOutsideBytes, s.backwardOutsideBytes})
+      if (!add(&bytes, v)) return tooLarge("sizes");
+    for (int64_t v : {s.forwardNs, s.backwardNs, s.rerunNs})
+      if (!add(&ns, v)) return tooLarge("times");
     std::set<std::string> optionNames;
     for (const StageOption& o : s.options) {
+      for (int64_t v : {o.savedBytes, o.forwardWorkingBytes, o.backwardWorkingBytes})
+        if (!add(&bytes, v)) return tooLarge("sizes");
+      if (!add(&ns, o.recomputeNs)) return tooLarge("times");
       // A plan names its option: two of one name would be one plan applied as another.
       if (!optionNames.insert(o.name).second)
         return absl::InvalidArgumentError(

@@ -108,8 +108,14 @@ struct ChainProfile {
   int64_t offloadNs(int64_t bytes) const;
 };
 
+// The most a profile's sizes may add up to (64 PiB), and its times (2^56 ns, 2.3 years): every
+// live total, extra time and bound the model forms is a few such sums (a nested plan re-runs a
+// stage at most once per level, 64 levels), so they all stay far inside 64-bit integers.
+inline constexpr int64_t kMaxProfileTotal = int64_t{1} << 56;
+
 // Rejects what the model cannot mean: no stages, negative sizes or times, an option that keeps
-// more than the stage saves, unnamed or duplicate stages.
+// more than the stage saves, unnamed or duplicate stages, sizes or times adding up past
+// kMaxProfileTotal.
 absl::Status validateProfile(const ChainProfile& profile);
 
 // kOffload: the stage's input and activations go to host memory after its forward and come back

@@ -296,6 +296,28 @@ TEST(Baselines, GreedySearchFitsWhenAThresholdDoes) {
   }
 }
 
+TEST(ChainProfileCheck, SizesAndTimesThatCannotBeAStepAreRefused) {
+  // Sums past 2^63 made every figure wrap (a plan crashed, `pareto` printed 0 B): refused first.
+  ChainProfile p = twoStages();
+  ASSERT_TRUE(validateProfile(p).ok());
+  p.staticBytes = 9000000000000000000;
+  EXPECT_EQ(validateProfile(p).code(), absl::StatusCode::kInvalidArgument);
+  p = twoStages();
+  // Each fits, their sum does not.
+  p.stages[0].savedBytes = kMaxProfileTotal / 2;
+  p.stages[1].savedBytes = kMaxProfileTotal / 2;
+  EXPECT_EQ(validateProfile(p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(validateProfile(p).message()).find("sizes add up"), std::string::npos);
+  p = twoStages();
+  p.stages[1].options.push_back({"o", 1, kMaxProfileTotal, {}});
+  EXPECT_NE(std::string(validateProfile(p).message()).find("times add up"), std::string::npos);
+  // Large but possible: 1 PiB of activations over a year.
+  p = twoStages();
+  p.stages[0].savedBytes = int64_t{1} << 50;
+  p.stages[0].forwardNs = int64_t{365} * 24 * 3600 * 1000000000;
+  EXPECT_TRUE(validateProfile(p).ok());
+}
+
 TEST(LowerBound, ZeroWhenEverythingFitsAndPositiveBelow) {
   const ChainProfile p = twoStages();
   EXPECT_EQ(extraTimeLowerBound(p, 1000), 0);
