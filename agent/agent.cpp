@@ -85,6 +85,7 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.tlsKey = envOr("TIDEMARK_TLS_KEY", "");
   c.sessionName = envOr("TIDEMARK_SESSION_NAME", "");
   c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", base::defaultSpoolDirectory().c_str());
+  c.handoffDir = envOr("TIDEMARK_HANDOFF_DIR", base::defaultHandoffDirectory().c_str());
   c.spoolCapBytes = envNumber("TIDEMARK_SPOOL_MAX_BYTES", c.spoolCapBytes);
   c.ringRecords = static_cast<uint32_t>(envNumber("TIDEMARK_RING_RECORDS", c.ringRecords));
   c.tableBuckets = envNumber("TIDEMARK_TABLE_BUCKETS", c.tableBuckets);
@@ -230,8 +231,12 @@ bool Agent::start() {
   const std::string stamp =
       std::to_string(m_ownerPid) + "-" + std::to_string(base::wallNs() / 1000000) + ".bin";
   tc.spoolPath = m_config.spoolDir + "/tidemark-spool-" + stamp;
-  // The daemon opens it by name: an absolute one.
+  // The daemon opens it by name: an absolute one. In memory first (base::defaultHandoffDirectory).
   tc.handoffPath = std::filesystem::absolute(m_config.spoolDir + "/tidemark-handoff-" + stamp);
+  if (!m_config.handoffDir.empty()) {
+    tc.handoffMemoryPath =
+        std::filesystem::absolute(m_config.handoffDir + "/tidemark-handoff-" + stamp);
+  }
   tc.handoffMinEvents = m_config.handoffMinEvents;
   tc.handshake.set_pid(m_ownerPid);
   tc.handshake.set_hostname(hostName());

@@ -19,9 +19,10 @@ struct AgentConfig {
   std::string tlsCa;    // TIDEMARK_TLS_CA: TLS to the daemon, its certificate checked against it
   std::string tlsCert;  // TIDEMARK_TLS_CERT, TIDEMARK_TLS_KEY: the agent's own, when asked for
   std::string tlsKey;
-  std::string sessionName;                // TIDEMARK_SESSION_NAME
-  std::string spoolDir;                   // TIDEMARK_SPOOL_DIR (default $XDG_RUNTIME_DIR or /tmp)
-  uint64_t spoolCapBytes = 256ull << 20;  // TIDEMARK_SPOOL_MAX_BYTES
+  std::string sessionName;  // TIDEMARK_SESSION_NAME
+  std::string spoolDir;     // TIDEMARK_SPOOL_DIR (default base::defaultSpoolDirectory)
+  std::string handoffDir;   // TIDEMARK_HANDOFF_DIR (default base::defaultHandoffDirectory)
+  uint64_t spoolCapBytes = 256ull << 20;                 // TIDEMARK_SPOOL_MAX_BYTES
   uint32_t ringRecords = Recorder::kDefaultRingRecords;  // TIDEMARK_RING_RECORDS
   size_t tableBuckets = 1u << 17;                        // TIDEMARK_TABLE_BUCKETS (x8 slots)
   int flushIntervalMs = 20;                              // TIDEMARK_FLUSH_MS

@@ -1,6 +1,7 @@
 #include "agent/transport/spool.h"
 
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,14 +13,16 @@
 namespace tidemark::agent {
 
 std::string prepareSpoolDirectory(const std::string& dir) {
-  if (dir == base::defaultSpoolDirectory()) return base::makePrivateDirectory(dir);
+  if (dir == base::defaultSpoolDirectory() || dir == base::defaultHandoffDirectory()) {
+    return base::makePrivateDirectory(dir);
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   return "";
 }
 
 SpoolWriter::~SpoolWriter() {
-  if (m_file != nullptr) std::fclose(m_file);
+  if (m_fd >= 0) ::close(m_fd);
 }
 
 bool SpoolWriter::append(const v1::AgentMessage& message) {
@@ -34,38 +37,45 @@ bool SpoolWriter::appendSerialized(const std::string& bytes, const void* tail, s
   if (m_failed) return false;
   const uint64_t size = bytes.size() + tailBytes;
   if (size > UINT32_MAX || m_bytes + size + 4 > m_cap) return false;
-  if (m_file == nullptr) {
+  if (m_fd < 0) {
     m_failure = prepareSpoolDirectory(std::filesystem::path(m_path).parent_path().string());
     if (!m_failure.empty()) {
       m_failed = true;
       return false;
     }
-    const int fd =
-        ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    m_file = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
-    if (m_file == nullptr) {
+    m_fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (m_fd < 0) {
       m_failure = "cannot create " + m_path + ": " + std::strerror(errno);
-      if (fd >= 0) ::close(fd);
       m_failed = true;
       return false;
     }
   }
   const uint32_t n = static_cast<uint32_t>(size);
-  const unsigned char len[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
-                                static_cast<unsigned char>(n >> 16),
-                                static_cast<unsigned char>(n >> 24)};
-  if (std::fwrite(len, 1, 4, m_file) != 4 ||
-      std::fwrite(bytes.data(), 1, bytes.size(), m_file) != bytes.size() ||
-      (tailBytes > 0 && std::fwrite(tail, 1, tailBytes, m_file) != tailBytes)) {
-    m_failed = true;
-    return false;
+  unsigned char len[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
+                          static_cast<unsigned char>(n >> 16), static_cast<unsigned char>(n >> 24)};
+  iovec parts[3] = {{len, 4},
+                    {const_cast<char*>(bytes.data()), bytes.size()},
+                    {const_cast<void*>(tail), tailBytes}};
+  // The whole message, however the kernel splits the write.
+  int first = 0;
+  const int count = tailBytes > 0 ? 3 : 2;
+  while (first < count) {
+    const ssize_t wrote = ::writev(m_fd, parts + first, count - first);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      m_failure = "cannot write " + m_path + ": " + std::strerror(wrote < 0 ? errno : ENOSPC);
+      m_failed = true;
+      return false;
+    }
+    size_t left = static_cast<size_t>(wrote);
+    while (first < count && left >= parts[first].iov_len) left -= parts[first++].iov_len;
+    if (first < count) {
+      parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + left;
+      parts[first].iov_len -= left;
+    }
   }
   m_bytes += size + 4;
   return true;
-}
-
-void SpoolWriter::flush() {
-  if (m_file != nullptr) std::fflush(m_file);
 }
 
 }  // namespace tidemark::agent

@@ -744,7 +744,8 @@ bool Transport::handoffPossible() const {
   const std::string& target = m_config.server;
   const bool local = target.rfind("unix:", 0) == 0 || target.rfind("127.0.0.1:", 0) == 0 ||
                      target.rfind("localhost:", 0) == 0 || target.rfind("[::1]:", 0) == 0;
-  return m_config.handoffMinEvents != 0 && !m_config.handoffPath.empty() &&
+  return m_config.handoffMinEvents != 0 &&
+         !(m_config.handoffPath.empty() && m_config.handoffMemoryPath.empty()) &&
          m_config.token.empty() && m_config.tlsCa.empty() && local && m_sessionId != 0;
 }
 
@@ -787,37 +788,41 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
   uint64_t rawEvents = 0;
   uint64_t nextBatch = m_nextBatchSeq;
   uint64_t nextEvent = m_nextEventSeq;
-  bool written = false;
-  {
-    // Room for everything the agent may hold (the window, the buffer's memory and its file, the
-    // strings): a handoff never fails for its size (with the spool's cap it did past 256 MiB,
-    // and the exit then went at the daemon's pace, into a spool as capped). The daemon removes
-    // the file once stored.
-    SpoolWriter file(m_config.handoffPath, m_config.windowBytes + m_config.bufferMemoryBytes +
-                                               m_config.bufferFileBytes + (64ull << 20));
+  // Undoes a file written or refused: removed, what it took counted as still held (sent, or
+  // spooled, by the exit's usual path).
+  const auto unwrite = [&] {
+    ::unlink(m_handoffPath.c_str());
+    m_eventsHandedOff = 0;
+    m_eventsSent -= rawEvents;
+    rawEvents = 0;
+  };
+  // Writes the file at m_handoffPath, at most capBytes; false (undone) when it could not.
+  const auto writeTo = [&](uint64_t capBytes) {
+    rawEvents = 0;
+    nextBatch = m_nextBatchSeq;
+    nextEvent = m_nextEventSeq;
+    SpoolWriter file(m_handoffPath, capBytes);
     v1::AgentMessage hello;
     *hello.mutable_handshake() = m_config.handshake;
     hello.mutable_handshake()->set_first_batch_seq(firstBatch);
     hello.mutable_handshake()->set_first_event_seq(firstEvent);
     hello.mutable_handshake()->set_resume_session_id(m_sessionId.load());
-    written = file.append(hello);
+    bool ok = file.append(hello);
     // The plans' results first: a few small messages, never squeezed out by the records.
-    for (const v1::AgentMessage& result : outgoingForFile())
-      written = written && file.append(result);
-    for (const Unacked& u : m_window) written = written && file.appendSerialized(u.bytes);
-    if (raw && written) {
+    for (const v1::AgentMessage& result : outgoingForFile()) ok = ok && file.append(result);
+    for (const Unacked& u : m_window) ok = ok && file.appendSerialized(u.bytes);
+    if (raw && ok) {
+      std::vector<std::pair<uint32_t, std::string>> pending = strings;
       const auto put = [&](const Record* records, size_t n) {
-        written = file.appendSerialized(rawRecordsHead(nextBatch, strings, n * sizeof(Record)),
-                                        records, n * sizeof(Record));
-        strings.clear();
+        ok = file.appendSerialized(rawRecordsHead(nextBatch, pending, n * sizeof(Record)), records,
+                                   n * sizeof(Record));
+        pending.clear();
         nextBatch += rawBatchCount(n);
         rawEvents += n;
         if (n > 0) nextEvent = records[n - 1].seq + 1;
-        return written;
+        return ok;
       };
-      std::vector<std::pair<uint32_t, std::string>> kept = strings;  // for a refusal
-      written = m_log.visit(put) && written && (strings.empty() || put(nullptr, 0));
-      strings = std::move(kept);
+      ok = m_log.visit(put) && ok && (pending.empty() || put(nullptr, 0));
     }
     m_eventsSent += rawEvents;
     m_eventsHandedOff = handed + rawEvents;
@@ -825,13 +830,31 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     *bye.mutable_goodbye()->mutable_counters() = counters();
     bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
     bye.mutable_goodbye()->set_exit_code(-1);
-    written = written && file.append(bye);
-    file.flush();
+    ok = ok && file.append(bye);
+    if (!ok) unwrite();
+    return ok;
+  };
+  // In memory (a memory file system) when the file holds no more than the agent's memory did:
+  // the window and the buffer's memory (not its file); else, or when that fails (the file
+  // system full), in the spool directory, room made for everything the agent may hold (the
+  // window, the buffer's memory and its file, the strings): a handoff never fails for its size
+  // (with the spool's cap it did past 256 MiB, and the exit then went at the daemon's pace,
+  // into a spool as capped). The daemon removes the file once stored.
+  const uint64_t stringBytes = 64ull << 20;
+  const uint64_t inMemory = m_windowBytes + (raw ? m_log.size() * sizeof(Record) : 0);
+  bool written = false;
+  if (!m_config.handoffMemoryPath.empty() &&
+      inMemory <= m_config.windowBytes + m_config.bufferMemoryBytes) {
+    m_handoffPath = m_config.handoffMemoryPath;
+    written = writeTo(m_config.windowBytes + m_config.bufferMemoryBytes + stringBytes);
+  }
+  if (!written && !m_config.handoffPath.empty()) {
+    m_handoffPath = m_config.handoffPath;
+    written = writeTo(m_config.windowBytes + m_config.bufferMemoryBytes + m_config.bufferFileBytes +
+                      stringBytes);
   }
   auto withdraw = [&] {
-    ::unlink(m_config.handoffPath.c_str());
-    m_eventsHandedOff = 0;
-    m_eventsSent -= rawEvents;  // still held: sent (or spooled) by the exit's usual path
+    if (written) unwrite();
     m_carriedStrings = std::move(strings);
     return false;
   };
@@ -839,7 +862,7 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
   // Asked on a call of its own, which the data in flight on the stream does not hold up.
   v1::HandoffRequest request;
   request.set_session_id(m_sessionId.load());
-  request.set_path(m_config.handoffPath);
+  request.set_path(m_handoffPath);
   v1::HandoffReply reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(
@@ -891,7 +914,6 @@ void Transport::spoolRest() {
   bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
   bye.mutable_goodbye()->set_exit_code(-1);
   ok = ok && spool.append(bye);
-  spool.flush();
   m_spoolFailure = spool.failure();
   m_ending = Ending::kSpooled;
 }
@@ -1045,7 +1067,18 @@ std::string Transport::summary() const {
       break;
     }
     case Ending::kSpooled:
-      if (!m_spoolFailure.empty()) {
+      if (!m_spoolFailure.empty() && c.events_spooled() != 0) {
+        // Written in part (the file system filled): what it holds still completes the session.
+        std::snprintf(line, sizeof line,
+                      "tidemark: the rest of the run did not reach tidemarkd at %s (%s); %llu "
+                      "events spooled to %s before its writing failed (%s), %llu dropped; "
+                      "complete the session with: tidemark upload %s",
+                      m_config.server.c_str(),
+                      m_linkError.empty() ? "no answer" : m_linkError.c_str(),
+                      static_cast<unsigned long long>(c.events_spooled()),
+                      m_config.spoolPath.c_str(), m_spoolFailure.c_str(),
+                      static_cast<unsigned long long>(dropped), m_config.spoolPath.c_str());
+      } else if (!m_spoolFailure.empty()) {
         std::snprintf(line, sizeof line,
                       "tidemark: the rest of the run did not reach tidemarkd at %s (%s) and could "
                       "not be spooled (%s); %llu events dropped",
@@ -1085,7 +1118,7 @@ std::string Transport::summary() const {
           "%llu handed to the daemon in %s, which it stores and removes)",
           session, static_cast<unsigned long long>(c.events_sent()), m_config.server.c_str(),
           static_cast<unsigned long long>(dropped),
-          static_cast<unsigned long long>(c.events_handed_off()), m_config.handoffPath.c_str());
+          static_cast<unsigned long long>(c.events_handed_off()), m_handoffPath.c_str());
       if (c.reconnects() != 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
         std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
                       " (the stream broke and was resumed %llu time%s)",

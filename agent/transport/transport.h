@@ -35,10 +35,14 @@ struct TransportConfig {
   std::string spoolPath;  // where the rest goes at exit when no server takes it
   uint64_t spoolCapBytes = 256ull << 20;
   // At exit, when at least this many events are not acknowledged yet, they are handed to the
-  // daemon in a file at handoffPath (Ingest's Handoff) instead of sent at its pace, so the exit
-  // takes a local write; to a daemon on this host (Unix socket, loopback) without a token or
-  // TLS only. 0: never. The default is about half a second of the daemon's ingest.
+  // daemon in a file (Ingest's Handoff) instead of sent at its pace, so the exit takes a local
+  // write; to a daemon on this host (Unix socket, loopback) without a token or TLS only. 0:
+  // never. The default is about half a second of the daemon's ingest.
   uint64_t handoffMinEvents = 262144;
+  // The file: at handoffMemoryPath when not empty (a memory file system) and the file is no
+  // larger than what the agent holds in memory (the window and the buffer's memory), else — or
+  // when it cannot be written there — at handoffPath (the spool directory: any size).
+  std::string handoffMemoryPath;
   std::string handoffPath;
   std::string bufferDir;                     // where the buffer spills past its memory cap
   uint64_t bufferMemoryBytes = 64ull << 20;  // the buffer's memory cap
@@ -214,6 +218,7 @@ class Transport {
   // be read ("": it is sent to).
   std::string m_untrusted;
   bool m_toldUntrusted = false;
+  std::string m_handoffPath;   // the file handed to the daemon at exit (handOff)
   std::string m_spoolFailure;  // why the exit spool could not be written ("": it was)
 
   // Written by the reader thread.

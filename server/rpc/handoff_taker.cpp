@@ -111,7 +111,7 @@ void HandoffTaker::start(grpc::Server& server) {
     take(row, true);
   }
   // A daemon stopped between its yes to an agent and the row's commit left a file of a live
-  // session its row does not name: in this user's own spool directory, those are found here.
+  // session its row does not name: in this user's own handoff or spool directory, found here.
   for (const HandoffRow& row : unrecordedHandoffs(known)) {
     std::fprintf(stderr, "tidemarkd: session %lld: taking up the file its agent handed over (%s)\n",
                  static_cast<long long>(row.sessionId), row.path.c_str());
@@ -121,12 +121,19 @@ void HandoffTaker::start(grpc::Server& server) {
 
 std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::string>& known) {
   std::vector<HandoffRow> out;
-  const std::string dir = base::defaultSpoolDirectory();
+  // The agent's two places for it (base::defaultHandoffDirectory, else the spool directory).
+  for (const std::string& dir : {base::defaultHandoffDirectory(), base::defaultSpoolDirectory()})
+    unrecordedHandoffsIn(dir, known, &out);
+  return out;
+}
+
+void HandoffTaker::unrecordedHandoffsIn(const std::string& dir, const std::set<std::string>& known,
+                                        std::vector<HandoffRow>* out) {
   struct stat dirInfo {};
   // Only a directory of this daemon's own user that no one else may enter.
   if (dir.empty() || ::lstat(dir.c_str(), &dirInfo) != 0 || !S_ISDIR(dirInfo.st_mode) ||
       dirInfo.st_uid != ::geteuid() || (dirInfo.st_mode & 077) != 0) {
-    return out;
+    return;
   }
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -146,10 +153,9 @@ std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::str
         m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
       continue;
     }
-    out.push_back({session, path, static_cast<int64_t>(::geteuid()),
-                   static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)});
+    out->push_back({session, path, static_cast<int64_t>(::geteuid()),
+                    static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)});
   }
-  return out;
 }
 
 absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid,

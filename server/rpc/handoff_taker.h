@@ -54,8 +54,10 @@ class HandoffTaker {
 
  private:
   void run(const HandoffRow& row);
-  // Files of live sessions in this user's own spool directory that no row names.
+  // Files of live sessions in this user's own handoff and spool directories that no row names.
   std::vector<HandoffRow> unrecordedHandoffs(const std::set<std::string>& known);
+  void unrecordedHandoffsIn(const std::string& dir, const std::set<std::string>& known,
+                            std::vector<HandoffRow>* out);
   // Waits up to `ms` unless stopped; false when stopped.
   bool pause(int ms);
 

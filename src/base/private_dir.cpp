@@ -1,6 +1,8 @@
 #include "src/base/private_dir.h"
 
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,6 +44,12 @@ std::string defaultSpoolDirectory() {
   const char* home = std::getenv("HOME");
   return std::string(home != nullptr && *home != '\0' ? home : ".") +
          "/.local/state/tidemark/spool";
+}
+
+std::string defaultHandoffDirectory() {
+  struct statfs fs {};
+  if (::statfs("/dev/shm", &fs) != 0 || fs.f_type != TMPFS_MAGIC) return "";
+  return "/dev/shm/tidemark-" + std::to_string(::geteuid());
 }
 
 }  // namespace tidemark::base

@@ -13,4 +13,11 @@ std::string makePrivateDirectory(const std::string& dir);
 // $XDG_STATE_HOME/tidemark/spool, or ~/.local/state/tidemark/spool. Private (0700).
 std::string defaultSpoolDirectory();
 
+// Where the agent hands its exit's rest to the daemon first (docs/architecture.md, "Handoff at
+// exit"): /dev/shm/tidemark-<uid> where /dev/shm is a memory file system (a write of a hundred
+// megabytes there takes tens of milliseconds, to a disk's page cache it took up to a second on a
+// busy machine); "" where it is not. Private (0700), like the spool directory, which is where a
+// file goes that does not fit or cannot be written here.
+std::string defaultHandoffDirectory();
+
 }  // namespace tidemark::base

@@ -3,11 +3,15 @@ allocations and frees each, faster than any drain) under `tidemark run` with no 
 variable: every event sent is stored, none dropped, the peak equals the program's own count and
 no block is left live that the program freed. The end of the run, far more than the daemon takes
 at once, is handed to it in a file at exit (the job does not wait for the daemon's pace); the
-daemon stores it and removes the file, also when it is killed meanwhile and restarted. The same
+daemon stores it and removes the file, also when it is killed meanwhile and restarted. The file
+goes to a memory file system (/dev/shm) first, to the spool directory when that is full. The same
 under --lossy drops, and says how many."""
 import json
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 import unittest
 import unittest.mock
@@ -15,6 +19,12 @@ import unittest.mock
 from tidemark_env import BIN, DaemonTestCase
 
 PROGRAM = os.path.join(BIN, "tidemark_burst_program")
+
+
+def memory_file_system(path):
+    """Whether `path` is a mount point of a tmpfs (/proc/mounts)."""
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path and line.split()[2] == "tmpfs" for line in f)
 
 
 class BurstLosslessTest(DaemonTestCase):
@@ -55,9 +65,14 @@ class BurstLosslessTest(DaemonTestCase):
         for attempt in range(3):
             truth, s, err = self.run_burst()
             self.assert_whole(truth, s)
-            # The end of the run went in a file, which the daemon stored and removed.
+            # The end of the run went in a file, which the daemon stored and removed: in memory
+            # where /dev/shm is a memory file system (a private directory of this user's).
             handed, path = self.handed_off(err)
             self.assertGreater(handed, 0)
+            if memory_file_system("/dev/shm"):
+                handoff_dir = "/dev/shm/tidemark-%d" % os.geteuid()
+                self.assertEqual(os.path.dirname(path), handoff_dir)
+                self.assertEqual(os.stat(handoff_dir).st_mode & 0o777, 0o700)
             self.assertEqual(s["stats"]["agent_handed_off"]["value"], handed)
             self.assert_removed(path)
             # Nothing was wrong (waits, hand-offs and buffering are "info").
@@ -90,6 +105,28 @@ class BurstLosslessTest(DaemonTestCase):
         self.assert_whole(truth, s)
         handed, path = self.handed_off(err)
         self.assertGreater(handed, cap // 40, "the file (about 40 bytes an event) passed the cap")
+        self.assert_removed(path)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to mount a small memory file system")
+    def test_a_full_memory_file_system_sends_the_handoff_to_the_spool_directory(self):
+        # The memory file system fills while the file is written (4 MiB, the file is tens of
+        # MiB): the part written is removed, the file is written again in the spool directory
+        # and handed over from there; nothing is lost and the job is not held up for it.
+        scratch = tempfile.mkdtemp(prefix="tidemark-handoff-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        mnt, spool = os.path.join(scratch, "mnt"), os.path.join(scratch, "spool")
+        os.mkdir(mnt)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt], check=True)
+        self.addCleanup(subprocess.run, ["umount", mnt], check=True)
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": mnt,
+                                                   "TIDEMARK_SPOOL_DIR": spool,
+                                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
+            truth, s, err = self.run_burst()
+        self.assert_whole(truth, s)
+        handed, path = self.handed_off(err)
+        self.assertEqual(os.path.dirname(path), spool)
+        self.assertGreater(handed, (4 << 20) // 48, "more than the memory file system holds")
+        self.assertEqual(os.listdir(mnt), [], "the part written in memory is removed")
         self.assert_removed(path)
 
     def test_a_daemon_killed_while_it_stores_a_handed_over_file_finishes_it_after_a_restart(self):

@@ -297,6 +297,7 @@ class DaemonRestartTest(unittest.TestCase):
         # offers a handoff (a minimum of one event), which goes unanswered.
         self.interrupted_run(lambda daemon: daemon.proc.send_signal(signal.SIGSTOP),
                              env={"TIDEMARK_SPOOL_DIR": spool_dir,
+                                  "TIDEMARK_HANDOFF_DIR": spool_dir,
                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1",
                                   "TIDEMARK_ACK_TIMEOUT_MS": "500"},
                              after_job=upload)

@@ -22,6 +22,7 @@
 #include "server/store/store.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
+#include "src/base/private_dir.h"
 #include "tests/support/postgres_test_db.h"
 #include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
@@ -1614,6 +1615,28 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-spool-4242-1.bin"));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4242-2.bin"));
   EXPECT_TRUE(std::filesystem::exists(spool / "tidemark-handoff-4343-1.bin"));
+  expectHealthy();
+}
+
+TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersHandoffDirectory) {
+  // The same with the file where agents hand off first: the memory file system's directory.
+  const std::string dir = base::defaultHandoffDirectory();
+  if (dir.empty()) GTEST_SKIP() << "/dev/shm is not a memory file system here";
+  ASSERT_EQ(base::makePrivateDirectory(dir), "");
+  const uint64_t session = sessionLeftLiveByAStoppedDaemon();
+  ASSERT_NE(session, 0u);
+  // A name no agent of this machine uses (its pid part is not a pid).
+  const std::filesystem::path file =
+      std::filesystem::path(dir) / ("tidemark-handoff-test" + std::to_string(::getpid()) + "-" +
+                                    std::to_string(session) + ".bin");
+  writeSpool(file, restOf(session));
+  startServer(std::chrono::seconds(600));
+  const v1::SessionInfo info = awaitEnded(session);
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_FALSE(hasStat(info, "stream_lost"));
+  EXPECT_TRUE(awaitRemoved(file));
+  std::filesystem::remove(file);
   expectHealthy();
 }
 

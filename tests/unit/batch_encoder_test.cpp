@@ -196,7 +196,6 @@ TEST(BatchEncoderTest, RawRecordsInAFileReadBackAsTheSendersBatches) {
     ASSERT_TRUE(file.appendSerialized(rawRecordsHead(8, {}, rest * sizeof(Record)),
                                       records.data() + first, rest * sizeof(Record)));
     ASSERT_TRUE(file.appendSerialized(rawRecordsHead(10, {{9, "late"}}, 0), nullptr, 0));
-    file.flush();
   }
   client::SpoolReader reader(path);
   std::vector<std::string> got;
@@ -222,7 +221,6 @@ TEST(BatchEncoderTest, RawRecordsInAFileReadBackAsTheSendersBatches) {
     m.mutable_raw_records()->set_layout(kRecordLayout + 1);
     m.mutable_raw_records()->set_records(std::string(sizeof(Record), '\0'));
     ASSERT_TRUE(file.append(m));
-    file.flush();
   }
   client::SpoolReader bad(other);
   EXPECT_FALSE(bad.next(&message));

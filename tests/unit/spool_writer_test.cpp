@@ -1,0 +1,66 @@
+#include "agent/transport/spool.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "client/spool_reader.h"
+#include "tidemark/v1/ingest.pb.h"
+
+namespace tidemark::agent {
+namespace {
+
+v1::AgentMessage named(int i, size_t bytes) {
+  v1::AgentMessage m;
+  m.mutable_handshake()->set_session_name(std::to_string(i) + std::string(bytes, 'x'));
+  return m;
+}
+
+TEST(SpoolWriterTest, AFileSystemThatFillsRefusesTheMessageItCannotHoldAndKeepsThoseBefore) {
+  char dir[] = "/tmp/tidemark-spool-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/spool.bin";
+  // In a child (the limit is the process's): a file size limit of 10,000 bytes stands for a full
+  // file system (writes past it fail with EFBIG; SIGXFSZ ignored, as a job that does not die of
+  // it). Three messages of ~3,000 bytes fit, the fourth does not, nor anything after it.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{10000, 10000};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    SpoolWriter file(path, 1u << 30);
+    int code = 0;
+    for (int i = 0; i < 3; ++i)
+      if (!file.append(named(i, 3000))) code = 1 + i;
+    if (code == 0 && file.append(named(3, 3000))) code = 10;
+    if (code == 0 && file.append(named(4, 10))) code = 11;  // nothing after the failure
+    if (code == 0 && file.failure().find("cannot write") == std::string::npos) code = 12;
+    if (code == 0 && file.bytes() != 3 * (4 + named(0, 3000).ByteSizeLong())) code = 13;
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The three whole messages read back; the fourth's part is an end the reader names.
+  client::SpoolReader reader(path);
+  v1::AgentMessage m;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(reader.next(&m)) << reader.error();
+    EXPECT_EQ(m.handshake().session_name(), named(i, 3000).handshake().session_name());
+  }
+  EXPECT_FALSE(reader.next(&m));
+  EXPECT_NE(reader.error(), "");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tidemark::agent
