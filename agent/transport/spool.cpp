@@ -1,9 +1,12 @@
 #include "agent/transport/spool.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +22,24 @@ std::string prepareSpoolDirectory(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   return "";
+}
+
+uint64_t freeBytesFor(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (;;) {
+    struct statvfs fs {};
+    if (::statvfs(dir.c_str(), &fs) == 0) return uint64_t{fs.f_bavail} * fs.f_frsize;
+    if (!dir.has_relative_path()) return 0;
+    dir = dir.parent_path();
+  }
+}
+
+SpoolWriter::SpoolWriter(std::string path, uint64_t capBytes)
+    : m_path(std::move(path)), m_cap(capBytes) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    m_cap = std::min<uint64_t>(m_cap, limit.rlim_cur);
+  }
 }
 
 SpoolWriter::~SpoolWriter() {

@@ -14,6 +14,10 @@ namespace tidemark::agent {
 // 0600 and never follow a link). Returns "" when it may be written to, else why not.
 std::string prepareSpoolDirectory(const std::string& dir);
 
+// The bytes free to this user on the file system a file at `path` would be on (that of the
+// nearest directory above it that exists); 0 when none can be read.
+uint64_t freeBytesFor(const std::string& path);
+
 // A bounded file of AgentMessages (each a little-endian u32 length, then the message), written
 // at exit when no server took the rest of the run. It starts with the handshake (resuming the
 // session when there is one), so `tidemark upload FILE` can send it later (client/spool_reader.h
@@ -23,7 +27,9 @@ std::string prepareSpoolDirectory(const std::string& dir);
 // every one after it, never one appended before.
 class SpoolWriter {
  public:
-  SpoolWriter(std::string path, uint64_t capBytes) : m_path(std::move(path)), m_cap(capBytes) {}
+  // The cap is also the process's file size limit (RLIMIT_FSIZE): a write past it would raise
+  // SIGXFSZ, which ends the job.
+  SpoolWriter(std::string path, uint64_t capBytes);
   ~SpoolWriter();
   SpoolWriter(const SpoolWriter&) = delete;
   SpoolWriter& operator=(const SpoolWriter&) = delete;

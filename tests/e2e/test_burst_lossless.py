@@ -4,7 +4,8 @@ variable: every event sent is stored, none dropped, the peak equals the program'
 no block is left live that the program freed. The end of the run, far more than the daemon takes
 at once, is handed to it in a file at exit (the job does not wait for the daemon's pace); the
 daemon stores it and removes the file, also when it is killed meanwhile and restarted. The file
-goes to a memory file system (/dev/shm) first, to the spool directory when that is full. The same
+goes to a memory file system (/dev/shm) first, to the spool directory when it has no room there;
+a file size limit on the job caps the agent's files and never ends the job. The same
 under --lossy drops, and says how many."""
 import json
 import os
@@ -108,26 +109,41 @@ class BurstLosslessTest(DaemonTestCase):
         self.assert_removed(path)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to mount a small memory file system")
-    def test_a_full_memory_file_system_sends_the_handoff_to_the_spool_directory(self):
-        # The memory file system fills while the file is written (4 MiB, the file is tens of
-        # MiB): the part written is removed, the file is written again in the spool directory
-        # and handed over from there; nothing is lost and the job is not held up for it.
+    def test_a_small_memory_file_system_is_left_alone_and_the_spool_directory_takes_the_file(self):
+        # A container's small /dev/shm (here 8 MiB; the file is tens of MiB), which DataLoader
+        # workers share: nothing is written there (the file would take more than a quarter of
+        # what is free), the file goes to the spool directory and is handed over from there.
         scratch = tempfile.mkdtemp(prefix="tidemark-handoff-")
         self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
         mnt, spool = os.path.join(scratch, "mnt"), os.path.join(scratch, "spool")
         os.mkdir(mnt)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt], check=True)
         self.addCleanup(subprocess.run, ["umount", mnt], check=True)
-        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": mnt,
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": mnt + "/handoff",
                                                    "TIDEMARK_SPOOL_DIR": spool,
                                                    "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
             truth, s, err = self.run_burst()
         self.assert_whole(truth, s)
         handed, path = self.handed_off(err)
         self.assertEqual(os.path.dirname(path), spool)
-        self.assertGreater(handed, (4 << 20) // 48, "more than the memory file system holds")
-        self.assertEqual(os.listdir(mnt), [], "the part written in memory is removed")
+        self.assertGreater(handed, (8 << 20) // 48, "more than the memory file system holds")
+        self.assertEqual(os.listdir(mnt), [], "nothing was written in memory")
         self.assert_removed(path)
+
+    def test_a_file_size_limit_never_ends_the_job(self):
+        # A job run under `ulimit -f` (1 MiB, far below the exit's file): a write past it raises
+        # SIGXFSZ, whose default ends the process; the agent's files stay under it (and its
+        # threads block signals). No file can hold the rest, so the exit sends it at the daemon's
+        # pace (the exit's time is raised for it): the job exits 0, and the session is whole.
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_EXIT_TIMEOUT_MS": "120000"}):
+            r = subprocess.run(["prlimit", "--fsize=%d" % (1 << 20), "--",
+                                os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                "run", "--", PROGRAM, "40000"],
+                               capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        truth = json.loads(r.stdout)
+        self.assertNotIn("handed to the daemon", r.stderr)
+        self.assert_whole(truth, self.daemon.newest_session())
 
     def test_a_daemon_killed_while_it_stores_a_handed_over_file_finishes_it_after_a_restart(self):
         r = self.daemon.cli("run", "--", PROGRAM, "40000")

@@ -27,16 +27,17 @@ TEST(SpoolWriterTest, AFileSystemThatFillsRefusesTheMessageItCannotHoldAndKeepsT
   char dir[] = "/tmp/tidemark-spool-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string path = std::string(dir) + "/spool.bin";
-  // In a child (the limit is the process's): a file size limit of 10,000 bytes stands for a full
-  // file system (writes past it fail with EFBIG; SIGXFSZ ignored, as a job that does not die of
-  // it). Three messages of ~3,000 bytes fit, the fourth does not, nor anything after it.
+  // In a child (the limit is the process's): a file size limit of 10,000 bytes, set after the
+  // writer was made (it caps itself by the limit it finds), stands for a full file system
+  // (writes past it fail with EFBIG; SIGXFSZ ignored here). Three messages of ~3,000 bytes fit,
+  // the fourth does not, nor anything after it.
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::signal(SIGXFSZ, SIG_IGN);
+    SpoolWriter file(path, 1u << 30);
     const rlimit limit{10000, 10000};
     ::setrlimit(RLIMIT_FSIZE, &limit);
-    SpoolWriter file(path, 1u << 30);
     int code = 0;
     for (int i = 0; i < 3; ++i)
       if (!file.append(named(i, 3000))) code = 1 + i;
@@ -59,6 +60,38 @@ TEST(SpoolWriterTest, AFileSystemThatFillsRefusesTheMessageItCannotHoldAndKeepsT
   }
   EXPECT_FALSE(reader.next(&m));
   EXPECT_NE(reader.error(), "");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SpoolWriterTest, AFileSizeLimitCapsTheFileAndNeverEndsTheJob) {
+  // A job run under `ulimit -f`: a write past the limit would raise SIGXFSZ, whose default ends
+  // the process. The writer made under the limit refuses what would pass it instead.
+  char dir[] = "/tmp/tidemark-spool-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/spool.bin";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{10000, 10000};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    SpoolWriter file(path, 1u << 30);
+    int code = 0;
+    for (int i = 0; i < 3; ++i)
+      if (!file.append(named(i, 3000))) code = 1 + i;
+    if (code == 0 && file.append(named(3, 3000))) code = 10;
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_LE(std::filesystem::file_size(path), 10000u);
+  client::SpoolReader reader(path);
+  v1::AgentMessage m;
+  int read = 0;
+  while (reader.next(&m)) ++read;
+  EXPECT_EQ(read, 3);
+  EXPECT_EQ(reader.error(), "");
   std::filesystem::remove_all(dir);
 }
 
