@@ -185,8 +185,18 @@ void Transport::run() {
   // file instead of at its pace. Or decided later: once connected (a handshake still unanswered
   // at shutdown has no session yet), or by shutdown when the exit's delivery takes too long.
   bool handoffTried = false;
+  const auto exitBegan = now;
+  // Offered by its size, or (as shutdown decides while it waits) by an exit still delivering
+  // after kHandoffAfterMs: a handshake answered that late (a loaded machine) is followed by a
+  // handoff at once, not by writing the rest at the daemon's pace.
+  const auto late = [&] {
+    return std::chrono::steady_clock::now() - exitBegan >=
+           std::chrono::milliseconds(kHandoffAfterMs);
+  };
   auto tryHandoff = [&] {
-    if (handoffTried || m_sessionId.load() == 0 || !(m_handingOff || handoffOffered())) return;
+    if (handoffTried || m_sessionId.load() == 0 ||
+        !(m_handingOff || handoffOffered() || (late() && handoffPossible())))
+      return;
     handoffTried = true;
     m_handingOff = true;
     handOff(deadline);
@@ -222,6 +232,15 @@ void Transport::run() {
     // Connected, but the exit's time ran out before everything was acknowledged.
     endStream();
     m_linkError = "not everything was acknowledged within TIDEMARK_EXIT_TIMEOUT_MS";
+  }
+  if (m_ending == Ending::kRunning && m_link != LinkState::kRefused && !handoffTried &&
+      handoffPossible()) {
+    // Out of the exit's time with a session the daemon answered for: the rest goes to it in a
+    // file, its answer given a fifth of the spool's grace (a hung daemon's silence costs the
+    // exit a second), before the spool (which needs an upload).
+    handoffTried = true;
+    m_handingOff = true;
+    handOff(std::chrono::steady_clock::now() + std::chrono::milliseconds(kSpoolGraceMs / 5));
   }
   if (m_ending == Ending::kRunning) {
     if (m_link == LinkState::kRefused) {
@@ -348,6 +367,9 @@ void Transport::noteWaiting() {
 
 void Transport::writeWindow() {
   for (Unacked& u : m_window) {
+    // The exit's time is up: what is not written goes to the handoff file or the spool (on a
+    // loaded machine writing the rest at the daemon's pace took longer than the exit's grace).
+    if (m_outOfTime) return;
     if (u.written) continue;
     if (!write(u.bytes)) {
       loseLink("the stream broke");
@@ -468,10 +490,23 @@ bool Transport::tryConnect() {
     }
   }
   // Nobody listening on this host's socket or port: not waited for (a stop would wait for it).
-  if ((base::isProbedTarget(m_config.server) && !base::daemonListening(m_config.server)) ||
-      !m_channel->WaitForConnected(std::chrono::system_clock::now() +
-                                   std::chrono::milliseconds(200))) {
+  // At the exit, a daemon that listens is waited for up to a second at a time, and asked again
+  // at once: on a loaded machine (24 jobs on 2 cores) gRPC took seconds to connect, and the
+  // backoff's sleeps between 200 ms waits noticed the connection up to 1.8 s late.
+  const bool exiting = m_exitDeadline != std::chrono::steady_clock::time_point::max();
+  auto connectWait = std::chrono::milliseconds(200);
+  if (exiting) {
+    connectWait = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 m_exitDeadline - std::chrono::steady_clock::now()),
+                             std::chrono::milliseconds(200), std::chrono::milliseconds(1000));
+  }
+  if (base::isProbedTarget(m_config.server) && !base::daemonListening(m_config.server)) {
     scheduleReconnect();
+    return false;
+  }
+  if (!m_channel->WaitForConnected(std::chrono::system_clock::now() + connectWait)) {
+    scheduleReconnect();
+    if (exiting) m_nextConnect = std::chrono::steady_clock::now();
     return false;
   }
   // A daemon is there: an exit gives it its whole time.
