@@ -85,6 +85,14 @@ absl::Status sessionWaits(const std::string& store, int64_t session, const v1::H
   return absl::OkStatus();
 }
 
+// Ended by its agent's goodbye with every event it sent stored and none dropped: nothing a
+// handed-over file of it holds is missing.
+bool endedWhole(const std::string& store, int64_t session) {
+  auto record = Store::getSession(store, session);
+  return record.ok() && record->state == v1::SESSION_STATE_ENDED && record->eventsSent &&
+         record->eventsStored == *record->eventsSent && record->eventsDropped.value_or(0) == 0;
+}
+
 }  // namespace
 
 HandoffTaker::HandoffTaker(StoreWriter& writer, Access& access)
@@ -244,22 +252,36 @@ void HandoffTaker::run(const HandoffRow& handed) {
     // Cut short by the daemon's stop: the rest at the next start. (Sent whole just before the
     // stop, it is done with: left there, the next start would take it up again.)
     if (!sent.status.ok() && m_stopping) return;
-    if (sent.status.ok()) {
-      forget();
-      // Removed by the daemon only when it is that user's own (and still the same file).
+    // Removed by the daemon only when it is that user's own (and still the same file).
+    const auto removeFile = [&] {
       struct stat now {};
       const bool same = ::lstat(row->path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
                         now.st_ino == info.st_ino;
       const bool removed = ::geteuid() == uid && same && ::unlink(row->path.c_str()) == 0;
+      if (!removed && same) {
+        std::fprintf(stderr, "tidemarkd: %s is left for its owner to remove\n", row->path.c_str());
+      }
+    };
+    if (sent.status.ok()) {
+      forget();
       std::fprintf(
           stderr,
           "tidemarkd: session %lld: the %llu events its agent handed over are stored%s%s%s\n",
           static_cast<long long>(session), static_cast<unsigned long long>(sent.events),
           sent.readError.empty() ? "" : " (the file ended early: ", sent.readError.c_str(),
           sent.readError.empty() ? "" : ")");
-      if (!removed && same) {
-        std::fprintf(stderr, "tidemarkd: %s is left for its owner to remove\n", row->path.c_str());
-      }
+      removeFile();
+      return;
+    }
+    if (endedWhole(m_writer.path(), session)) {
+      // The goodbye was on its stream before the agent decided to hand off (an exit at the
+      // moment its second ran out): the stream delivered everything, the file adds nothing.
+      forget();
+      std::fprintf(stderr,
+                   "tidemarkd: session %lld: its stream delivered every event before it ended; "
+                   "the file its agent handed over as well adds nothing and is removed\n",
+                   static_cast<long long>(session));
+      removeFile();
       return;
     }
     if (sent.status.error_code() == grpc::StatusCode::UNAVAILABLE) {

@@ -1581,6 +1581,49 @@ TEST_F(IngestRpcTest, AFileHandedOverIsTakenUpByTheNextDaemon) {
   expectHealthy();
 }
 
+TEST_F(IngestRpcTest, AFileHandedOverOfASessionItsStreamCompletedIsRemovedAsAddingNothing) {
+  // The agent's goodbye was on its stream when it decided to hand off (its exit's second ran out
+  // just then): the stream ended the session whole, and the file holds nothing more. The daemon
+  // that takes it up removes it, saying so (it was left "for tidemark upload", in memory).
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(3);
+  uint64_t session = 0;
+  ASSERT_TRUE(send({hello(), event(1, 1, true, 0x1000), event(2, 2, true, 0x2000),
+                    event(3, 3, false, 0x2000), bye},
+                   &session)
+                  .ok());
+  ASSERT_EQ(awaitEnded(session).events_stored(), 3u);
+  const std::filesystem::path file = m_dir / "handoff.bin";
+  writeSpool(file, restOf(session));
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  m_server->shutdown();
+  {
+    auto store = Store::open((m_dir / "store.db").string(), 1 << 20);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)
+                    ->addHandoff({static_cast<int64_t>(session), file.string(),
+                                  static_cast<int64_t>(::geteuid()),
+                                  static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino)})
+                    .ok());
+  }
+  startServer(std::chrono::seconds(600));
+  EXPECT_TRUE(awaitRemoved(file));
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  auto pending = Store::pendingHandoffs((m_dir / "store.db").string(), "");
+  ASSERT_TRUE(pending.ok());
+  for (int i = 0; i < 100 && !pending->empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pending = Store::pendingHandoffs((m_dir / "store.db").string(), "");
+    ASSERT_TRUE(pending.ok());
+  }
+  EXPECT_TRUE(pending->empty());
+  expectHealthy();
+}
+
 TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersSpoolDirectory) {
   // The daemon said yes and stopped before the row was committed: the file sits in this user's
   // spool directory (XDG_STATE_HOME/tidemark/spool, 0700), its session live in the store.
