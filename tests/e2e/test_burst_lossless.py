@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 import unittest.mock
@@ -143,6 +145,45 @@ class BurstLosslessTest(DaemonTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         truth = json.loads(r.stdout)
         self.assertNotIn("handed to the daemon", r.stderr)
+        self.assert_whole(truth, self.daemon.newest_session())
+
+    def test_a_starved_daemon_at_the_exit_loses_nothing(self):
+        # The daemon runs 3 ms of every 300 from before the job starts until it has exited (as
+        # on 2 cores among ~150 threads of other jobs): the job exits 0, in seconds, and nothing
+        # is lost — handed off, or spooled whole for an upload. (What lost 224k events in
+        # section 6 of bench/run.sh — a handshake answered after the exit's time, then the rest
+        # written at the daemon's pace past the spool's grace — needed the agent starved too;
+        # this does not reproduce it, it holds the property.)
+        pid = self.daemon.proc.pid
+        done = threading.Event()
+
+        def starve():
+            while not done.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.297)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(0.003)
+
+        starving = threading.Thread(target=starve)
+        starving.start()
+        try:
+            started = time.monotonic()
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
+                                "run", "--", PROGRAM, "5000"],
+                               capture_output=True, text=True, timeout=300)
+            took = time.monotonic() - started
+        finally:
+            done.set()
+            starving.join()
+            os.kill(pid, signal.SIGCONT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("lost", r.stderr)
+        self.assertIn(", 0 dropped", r.stderr)
+        self.assertLess(took, 20, "the exit waited %.1f s" % took)
+        truth = json.loads(r.stdout)
+        m = re.search(r"tidemark upload (\S+)$", r.stderr.strip())
+        if m:  # spooled: the upload completes the session (or makes it one)
+            self.daemon.cli("upload", m.group(1))
         self.assert_whole(truth, self.daemon.newest_session())
 
     def test_a_daemon_killed_while_it_stores_a_handed_over_file_finishes_it_after_a_restart(self):
