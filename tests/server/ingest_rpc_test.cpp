@@ -233,6 +233,19 @@ class IngestRpcTest : public ::testing::Test {
     stream->Finish();
     return acked ? session : 0;
   }
+  // The row a daemon keeps for a file it accepted (taken up at its next start), written into the
+  // store while no daemon runs on it.
+  void recordHandoff(uint64_t session, const std::filesystem::path& file) {
+    struct stat st {};
+    ASSERT_EQ(::stat(file.c_str(), &st), 0);
+    auto store = Store::open((m_dir / "store.db").string(), 1 << 20);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)
+                    ->addHandoff({static_cast<int64_t>(session), file.string(),
+                                  static_cast<int64_t>(::geteuid()),
+                                  static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino)})
+                    .ok());
+  }
   // Whether a file is gone within 2 s (the daemon removes a handed-over file once stored).
   static bool awaitRemoved(const std::filesystem::path& file) {
     for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
@@ -1561,17 +1574,7 @@ TEST_F(IngestRpcTest, AFileHandedOverIsTakenUpByTheNextDaemon) {
   const uint64_t session = sessionLeftLiveByAStoppedDaemon();
   ASSERT_NE(session, 0u);
   writeSpool(file, restOf(session));
-  struct stat st {};
-  ASSERT_EQ(::stat(file.c_str(), &st), 0);
-  {
-    auto store = Store::open((m_dir / "store.db").string(), 1 << 20);
-    ASSERT_TRUE(store.ok());
-    ASSERT_TRUE((*store)
-                    ->addHandoff({static_cast<int64_t>(session), file.string(),
-                                  static_cast<int64_t>(::geteuid()),
-                                  static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino)})
-                    .ok());
-  }
+  recordHandoff(session, file);
   startServer(std::chrono::seconds(600));
   const v1::SessionInfo info = awaitEnded(session);
   ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
@@ -1595,18 +1598,8 @@ TEST_F(IngestRpcTest, AFileHandedOverOfASessionItsStreamCompletedIsRemovedAsAddi
   ASSERT_EQ(awaitEnded(session).events_stored(), 3u);
   const std::filesystem::path file = m_dir / "handoff.bin";
   writeSpool(file, restOf(session));
-  struct stat st {};
-  ASSERT_EQ(::stat(file.c_str(), &st), 0);
   m_server->shutdown();
-  {
-    auto store = Store::open((m_dir / "store.db").string(), 1 << 20);
-    ASSERT_TRUE(store.ok());
-    ASSERT_TRUE((*store)
-                    ->addHandoff({static_cast<int64_t>(session), file.string(),
-                                  static_cast<int64_t>(::geteuid()),
-                                  static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino)})
-                    .ok());
-  }
+  recordHandoff(session, file);
   startServer(std::chrono::seconds(600));
   EXPECT_TRUE(awaitRemoved(file));
   v1::SessionInfo info;

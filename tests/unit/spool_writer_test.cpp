@@ -23,6 +23,17 @@ v1::AgentMessage named(int i, size_t bytes) {
   return m;
 }
 
+// Runs `body` in a child process (a file size limit is the process's) and returns its wait
+// status; `body` returns the child's exit code.
+template <typename Body>
+int inChild(Body body) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(body());
+  int status = -1;
+  if (child < 0 || ::waitpid(child, &status, 0) != child) return -1;
+  return status;
+}
+
 TEST(SpoolWriterTest, AFileSystemThatFillsRefusesTheMessageItCannotHoldAndKeepsThoseBefore) {
   char dir[] = "/tmp/tidemark-spool-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -31,9 +42,7 @@ TEST(SpoolWriterTest, AFileSystemThatFillsRefusesTheMessageItCannotHoldAndKeepsT
   // writer was made (it caps itself by the limit it finds), stands for a full file system
   // (writes past it fail with EFBIG; SIGXFSZ ignored here). Three messages of ~3,000 bytes fit,
   // the fourth does not, nor anything after it.
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const int status = inChild([&] {
     ::signal(SIGXFSZ, SIG_IGN);
     SpoolWriter file(path, 1u << 30);
     const rlimit limit{10000, 10000};
@@ -45,10 +54,8 @@ TEST(SpoolWriterTest, AFileSystemThatFillsRefusesTheMessageItCannotHoldAndKeepsT
     if (code == 0 && file.append(named(4, 10))) code = 11;  // nothing after the failure
     if (code == 0 && file.failure().find("cannot write") == std::string::npos) code = 12;
     if (code == 0 && file.bytes() != 3 * (4 + named(0, 3000).ByteSizeLong())) code = 13;
-    ::_exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+    return code;
+  });
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   // The three whole messages read back; the fourth's part is an end the reader names.
@@ -69,9 +76,7 @@ TEST(SpoolWriterTest, AFileSizeLimitCapsTheFileAndNeverEndsTheJob) {
   char dir[] = "/tmp/tidemark-spool-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string path = std::string(dir) + "/spool.bin";
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const int status = inChild([&] {
     const rlimit limit{10000, 10000};
     ::setrlimit(RLIMIT_FSIZE, &limit);
     SpoolWriter file(path, 1u << 30);
@@ -79,10 +84,8 @@ TEST(SpoolWriterTest, AFileSizeLimitCapsTheFileAndNeverEndsTheJob) {
     for (int i = 0; i < 3; ++i)
       if (!file.append(named(i, 3000))) code = 1 + i;
     if (code == 0 && file.append(named(3, 3000))) code = 10;
-    ::_exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+    return code;
+  });
   ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_LE(std::filesystem::file_size(path), 10000u);
