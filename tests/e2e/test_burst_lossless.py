@@ -119,7 +119,10 @@ class BurstLosslessTest(DaemonTestCase):
         self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
         mnt, spool = os.path.join(scratch, "mnt"), os.path.join(scratch, "spool")
         os.mkdir(mnt)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt], check=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt],
+                           capture_output=True, text=True)
+        if r.returncode != 0:  # root without CAP_SYS_ADMIN (a container)
+            self.skipTest("cannot mount a memory file system here: " + r.stderr.strip())
         self.addCleanup(subprocess.run, ["umount", mnt], check=True)
         with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": mnt + "/handoff",
                                                    "TIDEMARK_SPOOL_DIR": spool,
