@@ -869,9 +869,11 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     if (!ok) unwrite();
     return ok;
   };
-  // In memory (a memory file system) when the file holds no more than the agent's memory did
-  // (the window and the buffer's memory, not its file) and takes at most a quarter of what is
-  // free there (a container's small /dev/shm, which DataLoader workers share, is never filled);
+  // In memory (a memory file system) when the daemon runs as this user (it removes the file once
+  // stored; a daemon of another user, root serving several, leaves it to its owner), the file
+  // holds no more than the agent's memory did (the window and the buffer's memory, not its
+  // file) and it takes at most a quarter of what is free there (a container's small /dev/shm,
+  // which DataLoader workers share, is never filled);
   // else, or when that fails (the file system full after all), in the spool directory, room made
   // for everything the agent may hold (the window, the buffer's memory and its file, the strings):
   // a handoff never fails for its size (with the spool's cap it did past 256 MiB, and the exit then
@@ -880,6 +882,7 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
   const uint64_t inMemory = m_windowBytes + (raw ? m_log.size() * sizeof(Record) : 0);
   bool written = false;
   if (!m_config.handoffMemoryPath.empty() &&
+      base::daemonOwner(m_config.server) == std::optional<uid_t>(::geteuid()) &&
       inMemory <= m_config.windowBytes + m_config.bufferMemoryBytes &&
       inMemory <= freeBytesFor(m_config.handoffMemoryPath) / 4) {
     m_handoffPath = m_config.handoffMemoryPath;

@@ -89,6 +89,20 @@ std::string untrustedDaemon(const std::string& target, bool tlsVerified) {
   return "";
 }
 
+std::optional<uid_t> daemonOwner(const std::string& target) {
+  if (target.rfind("unix:", 0) == 0) {
+    std::string path = target.substr(5);
+    if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+    return st.st_uid;
+  }
+  if (!isProbedTarget(target)) return std::nullopt;
+  const long port = std::strtol(target.c_str() + target.rfind(':') + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) return std::nullopt;
+  return tcpListenerOwner(static_cast<uint16_t>(port));
+}
+
 std::string readToken(const std::string& value, const std::string& file) {
   std::string token = value;
   if (token.empty() && !file.empty()) {

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 
 namespace tidemark::base {
@@ -19,6 +22,11 @@ std::string defaultDaemonAddress();
 // tlsVerified (the client checks the daemon's certificate against its CA), a TCP address
 // anywhere is trusted: the certificate says who runs the daemon.
 std::string untrustedDaemon(const std::string& target, bool tlsVerified = false);
+
+// The uid the daemon at target runs as, as the kernel tells it: the owner of a Unix socket, or
+// of the socket listening on a loopback port; none for any other address, or when nothing is
+// there.
+std::optional<uid_t> daemonOwner(const std::string& target);
 
 // Whether something listens at target now (a connection the kernel accepts, closed at once):
 // "unix:PATH" or a loopback "HOST:PORT"; false for any other address (not probed). Fast, and

@@ -192,6 +192,28 @@ class AnotherUsersJobTest(DaemonTestCase):
         self.assertEqual([x["session"]["owner_uid"] for x in mine["ranks"]], [NOBODY])
 
 
+    def test_a_handoff_to_a_daemon_of_another_uid_is_never_left_in_memory(self):
+        # Root's daemon never removes another user's file (a daemon serving several users leaves
+        # it to its owner): the exit's handoff of uid 65534 goes to its spool directory on disk,
+        # never to /dev/shm, where it would hold memory until a reboot. (Every exit hands off
+        # here: a minimum of one event.)
+        home = nobody_dir()
+        env = home_env(home)
+        env["TIDEMARK_HANDOFF_MIN_EVENTS"] = "1"
+        r = subprocess.run(AS_NOBODY + [nobody_tool("tidemark"), "--server", self.daemon.address,
+                                        "run", "--", *ALLOC_JOB], capture_output=True,
+                           text=True, timeout=300, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = re.search(r"handed to the daemon in (\S+),", r.stderr)
+        self.assertIsNotNone(m, r.stderr)
+        self.assertTrue(m.group(1).startswith(home + "/"), m.group(1))
+        session = [s for s in self.daemon.cli_json("sessions")["sessions"]
+                   if s["owner_uid"] == NOBODY][-1]
+        s = self.daemon.wait_ended(session["id"])
+        self.assertEqual(s["events_dropped"], 0)
+        self.assertEqual(s["events_stored"], s["events_sent"])
+
+
 class AnotherUserTest(DaemonTestCase):
     """A daemon shared on this host (loopback TCP): each uid sees its own sessions only."""
 

@@ -1,6 +1,6 @@
 // base::daemonListening: what an exiting agent asks the kernel before it gives a daemon the
-// exit's whole time. Real sockets: a Unix socket and a loopback port that listen, and ones that
-// do not.
+// exit's whole time; base::daemonOwner: whether that daemon runs as this user. Real sockets: a Unix
+// socket and a loopback port that listen, and ones that do not.
 #include "src/base/daemon_address.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +31,7 @@ TEST(DaemonListeningTest, AUnixSocketListensUntilItIsClosed) {
   EXPECT_FALSE(daemonListening("unix:" + path));  // bound, not listening
   ASSERT_EQ(::listen(fd, 4), 0);
   EXPECT_TRUE(daemonListening("unix:" + path));
+  EXPECT_EQ(daemonOwner("unix:" + path), std::optional<uid_t>(::geteuid()));
   ::close(fd);
   EXPECT_FALSE(daemonListening("unix:" + path));  // the file stays, no one listens
   std::filesystem::remove(path);
@@ -49,12 +50,16 @@ TEST(DaemonListeningTest, ALoopbackPortListensAndNoOtherAddressIsProbed) {
   ASSERT_EQ(::listen(fd, 4), 0);
   EXPECT_TRUE(daemonListening("127.0.0.1:" + port));
   EXPECT_TRUE(daemonListening("localhost:" + port));
+  EXPECT_EQ(daemonOwner("127.0.0.1:" + port), std::optional<uid_t>(::geteuid()));
+  EXPECT_EQ(daemonOwner("192.0.2.1:" + port),
+            std::nullopt);  // off this host: the kernel cannot say
   // Not probed: another host (its answer would take a network round trip), or no port.
   EXPECT_FALSE(daemonListening("192.0.2.1:" + port));
   EXPECT_FALSE(daemonListening("127.0.0.1"));
   EXPECT_FALSE(daemonListening("127.0.0.1:0"));
   ::close(fd);
   EXPECT_FALSE(daemonListening("127.0.0.1:" + port));
+  EXPECT_EQ(daemonOwner("127.0.0.1:" + port), std::nullopt);
 }
 
 }  // namespace
