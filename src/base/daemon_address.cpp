@@ -27,6 +27,13 @@ std::string defaultUnixSocket() {
 std::string defaultDaemonAddress() { return "unix:" + defaultUnixSocket(); }
 
 namespace {
+// The socket's path of a "unix:PATH" target ("unix:///abs/path" as well).
+std::string unixSocketPath(const std::string& target) {
+  std::string path = target.substr(5);
+  if (path.rfind("//", 0) == 0) path = path.substr(2);
+  return path;
+}
+
 std::string ownerText(uid_t uid) {
   return "uid " + std::to_string(uid) + ", not this user (uid " + std::to_string(::geteuid()) +
          ") or root";
@@ -41,8 +48,7 @@ const char* env(const char* name) {
 std::string untrustedDaemon(const std::string& target, bool tlsVerified) {
   const uid_t self = ::geteuid();
   if (target.rfind("unix:", 0) == 0) {
-    std::string path = target.substr(5);
-    if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+    const std::string path = unixSocketPath(target);
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0) {
       if (errno == ENOENT) return "";
@@ -91,8 +97,7 @@ std::string untrustedDaemon(const std::string& target, bool tlsVerified) {
 
 std::optional<uid_t> daemonOwner(const std::string& target) {
   if (target.rfind("unix:", 0) == 0) {
-    std::string path = target.substr(5);
-    if (path.rfind("//", 0) == 0) path = path.substr(2);  // unix:///abs/path
+    const std::string path = unixSocketPath(target);
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
     return st.st_uid;
@@ -127,7 +132,7 @@ bool daemonListening(const std::string& target) {
   int fd = -1;
   int rc = -1;
   if (target.rfind("unix:", 0) == 0) {
-    const std::string path = target.substr(5);
+    const std::string path = unixSocketPath(target);
     sockaddr_un addr{};
     if (path.empty() || path.size() >= sizeof addr.sun_path) return false;
     addr.sun_family = AF_UNIX;
