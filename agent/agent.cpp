@@ -85,7 +85,9 @@ AgentConfig AgentConfig::fromEnvironment() {
   c.tlsKey = envOr("TIDEMARK_TLS_KEY", "");
   c.sessionName = envOr("TIDEMARK_SESSION_NAME", "");
   c.spoolDir = envOr("TIDEMARK_SPOOL_DIR", base::defaultSpoolDirectory().c_str());
-  c.handoffDir = envOr("TIDEMARK_HANDOFF_DIR", base::defaultHandoffDirectory().c_str());
+  // Set and empty: no handoff in memory.
+  const char* handoffDir = std::getenv("TIDEMARK_HANDOFF_DIR");
+  c.handoffDir = handoffDir != nullptr ? handoffDir : base::defaultHandoffDirectory();
   c.spoolCapBytes = envNumber("TIDEMARK_SPOOL_MAX_BYTES", c.spoolCapBytes);
   c.ringRecords = static_cast<uint32_t>(envNumber("TIDEMARK_RING_RECORDS", c.ringRecords));
   c.tableBuckets = envNumber("TIDEMARK_TABLE_BUCKETS", c.tableBuckets);

@@ -873,44 +873,51 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
   // stored; a daemon of another user, root serving several, leaves it to its owner), the file
   // holds no more than the agent's memory did (the window and the buffer's memory, not its
   // file) and it takes at most a quarter of what is free there (a container's small /dev/shm,
-  // which DataLoader workers share, is never filled);
-  // else, or when that fails (the file system full after all), in the spool directory, room made
-  // for everything the agent may hold (the window, the buffer's memory and its file, the strings):
-  // a handoff never fails for its size (with the spool's cap it did past 256 MiB, and the exit then
-  // went at the daemon's pace, into a spool as capped). The daemon removes the file once stored.
+  // which DataLoader workers share, is never filled). Else — or when that write fails (the file
+  // system full after all), or the daemon cannot open it (one that does not see this /dev/shm: a
+  // container of its own) — in the spool directory, room made for everything the agent may hold
+  // (the window, the buffer's memory and its file, the strings): a handoff never fails for its
+  // size (with the spool's cap it did past 256 MiB, and the exit then went at the daemon's pace,
+  // into a spool as capped). The daemon removes the file once stored.
   const uint64_t stringBytes = 64ull << 20;
   const uint64_t inMemory = m_windowBytes + (raw ? m_log.size() * sizeof(Record) : 0);
-  bool written = false;
+  std::vector<std::pair<std::string, uint64_t>> places;  // (path, cap), tried in order
   if (!m_config.handoffMemoryPath.empty() &&
       base::daemonOwner(m_config.server) == std::optional<uid_t>(::geteuid()) &&
       inMemory <= m_config.windowBytes + m_config.bufferMemoryBytes &&
       inMemory <= freeBytesFor(m_config.handoffMemoryPath) / 4) {
-    m_handoffPath = m_config.handoffMemoryPath;
-    written = writeTo(m_config.windowBytes + m_config.bufferMemoryBytes + stringBytes);
+    places.emplace_back(m_config.handoffMemoryPath,
+                        m_config.windowBytes + m_config.bufferMemoryBytes + stringBytes);
   }
-  if (!written && !m_config.handoffPath.empty()) {
-    m_handoffPath = m_config.handoffPath;
-    written = writeTo(m_config.windowBytes + m_config.bufferMemoryBytes + m_config.bufferFileBytes +
-                      stringBytes);
+  if (!m_config.handoffPath.empty()) {
+    places.emplace_back(m_config.handoffPath, m_config.windowBytes + m_config.bufferMemoryBytes +
+                                                  m_config.bufferFileBytes + stringBytes);
   }
-  auto withdraw = [&] {
-    if (written) unwrite();
+  bool accepted = false;
+  for (const auto& [path, cap] : places) {
+    m_handoffPath = path;
+    if (!writeTo(cap)) continue;
+    // Asked on a call of its own, which the data in flight on the stream does not hold up.
+    v1::HandoffRequest request;
+    request.set_session_id(m_sessionId.load());
+    request.set_path(m_handoffPath);
+    v1::HandoffReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(
+        std::min(std::chrono::system_clock::now() + std::chrono::seconds(3),
+                 std::chrono::system_clock::now() + (deadline - std::chrono::steady_clock::now())));
+    const grpc::Status status = v1::Ingest::NewStub(m_channel)->Handoff(&ctx, request, &reply);
+    accepted = status.ok() && reply.accepted();
+    if (accepted) break;
+    unwrite();
+    // Offered from elsewhere only when the daemon could not open it where it lay; unanswered
+    // (a hung daemon) or refused for its session: not asked again.
+    if (!status.ok() || !reply.cannot_open()) break;
+  }
+  if (!accepted) {
     m_carriedStrings = std::move(strings);
-    return false;
-  };
-  if (!written) return withdraw();
-  // Asked on a call of its own, which the data in flight on the stream does not hold up.
-  v1::HandoffRequest request;
-  request.set_session_id(m_sessionId.load());
-  request.set_path(m_handoffPath);
-  v1::HandoffReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(
-      std::min(std::chrono::system_clock::now() + std::chrono::seconds(3),
-               std::chrono::system_clock::now() + (deadline - std::chrono::steady_clock::now())));
-  const grpc::Status status = v1::Ingest::NewStub(m_channel)->Handoff(&ctx, request, &reply);
-  const bool accepted = status.ok() && reply.accepted();
-  if (!accepted) return withdraw();  // the exit goes on as without: a new stream, or the spool
+    return false;  // the exit goes on as without: a new stream, or the spool
+  }
   m_log.discard(rawEvents);
   m_nextBatchSeq = nextBatch;
   m_nextEventSeq = nextEvent;

@@ -166,14 +166,18 @@ void HandoffTaker::unrecordedHandoffsIn(const std::string& dir, const std::set<s
   }
 }
 
-absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid,
-                                                const std::string& path) {
+absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid, const std::string& path,
+                                                bool* cannotOpen) {
+  *cannotOpen = false;
   if (!m_channel || m_secret.empty()) {
     return absl::UnavailableError("this tidemarkd takes no handed-off file now");
   }
   struct stat info {};
   auto fd = openHandedFile(path, uid, std::nullopt, &info);
-  if (!fd.ok()) return fd.status();
+  if (!fd.ok()) {
+    *cannotOpen = absl::IsNotFound(fd.status());
+    return fd.status();
+  }
   client::SpoolReader reader(*fd);
   v1::AgentMessage first;
   if (auto s = checkResumes(reader, session, &first); !s.ok()) return s;

@@ -44,8 +44,9 @@ class HandoffTaker {
   // handoffs are taken up.
   void start(grpc::Server& server);
   // Checks the file an agent offers for its session: what to take, or why not (the agent then
-  // goes on as without).
-  absl::StatusOr<HandoffRow> accept(int64_t session, uid_t uid, const std::string& path);
+  // goes on as without). *cannotOpen: refused because the file could not be opened where it lies.
+  absl::StatusOr<HandoffRow> accept(int64_t session, uid_t uid, const std::string& path,
+                                    bool* cannotOpen);
   // Sends a file on a thread of its own (resuming its session ends the agent's stream), one at a
   // time per session; `recorded`: its row is in the store already, else it is written first.
   void take(const HandoffRow& row, bool recorded = false);

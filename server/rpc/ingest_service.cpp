@@ -308,12 +308,13 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
   }
   absl::StatusOr<HandoffRow> taken =
       absl::UnavailableError("this tidemarkd takes no handed-over file");
+  bool cannotOpen = false;
   if (m_handoffs != nullptr && caller->tokenId) {
     taken = absl::PermissionDeniedError(
         "a file is taken only from a caller whose user the kernel vouches for, not on a token's "
         "word");
   } else if (m_handoffs != nullptr) {
-    taken = m_handoffs->accept(session, caller->uid, request->path());
+    taken = m_handoffs->accept(session, caller->uid, request->path(), &cannotOpen);
   }
   if (taken.ok()) {
     // Sent from the file by a stream of the daemon's own, which resumes the session: the agent's
@@ -326,6 +327,7 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
   }
   reply->set_accepted(taken.ok());
   if (!taken.ok()) reply->set_reason(std::string(taken.status().message()));
+  reply->set_cannot_open(cannotOpen);
   return grpc::Status::OK;
 }
 

@@ -4,7 +4,8 @@ variable: every event sent is stored, none dropped, the peak equals the program'
 no block is left live that the program freed. The end of the run, far more than the daemon takes
 at once, is handed to it in a file at exit (the job does not wait for the daemon's pace); the
 daemon stores it and removes the file, also when it is killed meanwhile and restarted. The file
-goes to a memory file system (/dev/shm) first, to the spool directory when it has no room there;
+goes to a memory file system (/dev/shm) first, to the spool directory when it has no room there,
+when the daemon cannot open it there, or when TIDEMARK_HANDOFF_DIR is set empty;
 a file size limit on the job caps the agent's files and never ends the job. The same
 under --lossy drops, and says how many."""
 import json
@@ -133,6 +134,66 @@ class BurstLosslessTest(DaemonTestCase):
         self.assertEqual(os.path.dirname(path), spool)
         self.assertGreater(handed, (8 << 20) // 48, "more than the memory file system holds")
         self.assertEqual(os.listdir(mnt), [], "nothing was written in memory")
+        self.assert_removed(path)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to give a daemon a /dev/shm of its own")
+    def test_a_daemon_that_cannot_open_the_memory_file_is_offered_it_from_the_spool(self):
+        # A daemon of this user that does not see this /dev/shm (a container of its own; here a
+        # mount namespace with a tmpfs of its own on /dev/shm): it cannot open the file written
+        # there and says so; the agent writes it again in the spool directory and offers that.
+        scratch = tempfile.mkdtemp(prefix="tidemark-own-shm-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        port_file, spool = os.path.join(scratch, "port"), os.path.join(scratch, "spool")
+        log = open(os.path.join(scratch, "tidemarkd.log"), "w")
+        self.addCleanup(log.close)
+        daemon = subprocess.Popen(
+            ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"',
+             "sh", os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix",
+             "--db", os.path.join(scratch, "store.db"), "--port-file", port_file],
+            stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(daemon.wait)
+        self.addCleanup(daemon.terminate)
+        deadline = time.time() + 30
+        while not os.path.exists(port_file) and daemon.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if daemon.poll() is not None:  # root without CAP_SYS_ADMIN (a container)
+            with open(os.path.join(scratch, "tidemarkd.log")) as f:
+                self.skipTest("cannot give a daemon a /dev/shm of its own here: " + f.read())
+        with open(port_file) as f:
+            address = "127.0.0.1:" + f.read().strip()
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_SPOOL_DIR": spool,
+                                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
+            r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", address, "run",
+                                "--", PROGRAM, "5000"], capture_output=True, text=True,
+                               timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        handed, path = self.handed_off(r.stderr)
+        self.assertEqual(os.path.dirname(path), spool)
+        self.assert_removed(path)
+        with open(os.path.join(scratch, "tidemarkd.log")) as f:
+            self.assertIn("cannot open /dev/shm/tidemark-%d/" % os.geteuid(), f.read())
+        truth = json.loads(r.stdout)
+        for _ in range(600):  # live until the daemon has stored the file
+            sessions = json.loads(subprocess.run(
+                [os.path.join(BIN, "tidemark"), "--server", address, "sessions", "--json"],
+                capture_output=True, text=True, check=True).stdout)["sessions"]
+            if sessions[-1]["state"] != "live":
+                break
+            time.sleep(0.1)
+        self.assertEqual(len(sessions), 1)
+        s = sessions[0]
+        self.assert_whole(truth, s)
+
+    def test_an_empty_handoff_dir_keeps_the_file_out_of_memory(self):
+        spool = tempfile.mkdtemp(prefix="tidemark-spool-")
+        self.addCleanup(shutil.rmtree, spool, ignore_errors=True)
+        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": "",
+                                                   "TIDEMARK_SPOOL_DIR": spool,
+                                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
+            truth, s, err = self.run_burst()
+        self.assert_whole(truth, s)
+        handed, path = self.handed_off(err)
+        self.assertEqual(os.path.dirname(path), spool)
         self.assert_removed(path)
 
     def test_a_file_size_limit_never_ends_the_job(self):

@@ -1538,6 +1538,9 @@ TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_NE(offer(fifo.string()).reason().find("not a regular file"), std::string::npos);
   EXPECT_FALSE(offer((m_dir / "missing.bin").string()).accepted());
+  // Only a file it cannot open where it lies may be offered from elsewhere.
+  EXPECT_TRUE(offer((m_dir / "missing.bin").string()).cannot_open());
+  EXPECT_FALSE(offer(open.string()).cannot_open());
   const std::filesystem::path junk = m_dir / "junk.bin";
   {
     std::FILE* f = std::fopen(junk.c_str(), "wb");
@@ -1565,6 +1568,7 @@ TEST_F(IngestRpcTest, OnlyTheCallersOwnPrivateFileOfThatSessionIsTaken) {
   EXPECT_TRUE(std::filesystem::exists(good));  // never the daemon's
   // Its session has ended: nothing is left to take.
   EXPECT_NE(offer(good.string()).reason().find("has ended"), std::string::npos);
+  EXPECT_FALSE(offer(good.string()).cannot_open());
   expectHealthy();
 }
 
