@@ -51,6 +51,24 @@ class BurstLosslessTest(DaemonTestCase):
             time.sleep(0.05)
         self.assertFalse(os.path.exists(path), path)
 
+    def scratch(self, prefix):
+        """A directory of the test's own, removed after it."""
+        d = tempfile.mkdtemp(prefix=prefix)
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        return d
+
+    def handed_off_from(self, directory, env):
+        """Runs the burst program under env, every exit handing off (a minimum of one event):
+        the session whole, from a file in `directory` that the daemon stored and removed.
+        Returns how many events the file held."""
+        with unittest.mock.patch.dict(os.environ, dict(env, TIDEMARK_HANDOFF_MIN_EVENTS="1")):
+            truth, s, err = self.run_burst()
+        self.assert_whole(truth, s)
+        handed, path = self.handed_off(err)
+        self.assertEqual(os.path.dirname(path), directory)
+        self.assert_removed(path)
+        return handed
+
     def assert_whole(self, truth, s):
         self.assertEqual(s["state"], "ended")
         self.assertEqual(s["events_dropped"], 0, s["stats"])
@@ -116,8 +134,7 @@ class BurstLosslessTest(DaemonTestCase):
         # A container's small /dev/shm (here 8 MiB; the file is tens of MiB), which DataLoader
         # workers share: nothing is written there (the file would take more than a quarter of
         # what is free), the file goes to the spool directory and is handed over from there.
-        scratch = tempfile.mkdtemp(prefix="tidemark-handoff-")
-        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        scratch = self.scratch("tidemark-handoff-")
         mnt, spool = os.path.join(scratch, "mnt"), os.path.join(scratch, "spool")
         os.mkdir(mnt)
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt],
@@ -125,24 +142,17 @@ class BurstLosslessTest(DaemonTestCase):
         if r.returncode != 0:  # root without CAP_SYS_ADMIN (a container)
             self.skipTest("cannot mount a memory file system here: " + r.stderr.strip())
         self.addCleanup(subprocess.run, ["umount", mnt], check=True)
-        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": mnt + "/handoff",
-                                                   "TIDEMARK_SPOOL_DIR": spool,
-                                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
-            truth, s, err = self.run_burst()
-        self.assert_whole(truth, s)
-        handed, path = self.handed_off(err)
-        self.assertEqual(os.path.dirname(path), spool)
+        handed = self.handed_off_from(spool, {"TIDEMARK_HANDOFF_DIR": mnt + "/handoff",
+                                              "TIDEMARK_SPOOL_DIR": spool})
         self.assertGreater(handed, (8 << 20) // 48, "more than the memory file system holds")
         self.assertEqual(os.listdir(mnt), [], "nothing was written in memory")
-        self.assert_removed(path)
 
     @unittest.skipUnless(os.geteuid() == 0, "needs root to give a daemon a /dev/shm of its own")
     def test_a_daemon_that_cannot_open_the_memory_file_is_offered_it_from_the_spool(self):
         # A daemon of this user that does not see this /dev/shm (a container of its own; here a
         # mount namespace with a tmpfs of its own on /dev/shm): it cannot open the file written
         # there and says so; the agent writes it again in the spool directory and offers that.
-        scratch = tempfile.mkdtemp(prefix="tidemark-own-shm-")
-        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        scratch = self.scratch("tidemark-own-shm-")
         port_file, spool = os.path.join(scratch, "port"), os.path.join(scratch, "spool")
         log = open(os.path.join(scratch, "tidemarkd.log"), "w")
         self.addCleanup(log.close)
@@ -185,16 +195,8 @@ class BurstLosslessTest(DaemonTestCase):
         self.assert_whole(truth, s)
 
     def test_an_empty_handoff_dir_keeps_the_file_out_of_memory(self):
-        spool = tempfile.mkdtemp(prefix="tidemark-spool-")
-        self.addCleanup(shutil.rmtree, spool, ignore_errors=True)
-        with unittest.mock.patch.dict(os.environ, {"TIDEMARK_HANDOFF_DIR": "",
-                                                   "TIDEMARK_SPOOL_DIR": spool,
-                                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1"}):
-            truth, s, err = self.run_burst()
-        self.assert_whole(truth, s)
-        handed, path = self.handed_off(err)
-        self.assertEqual(os.path.dirname(path), spool)
-        self.assert_removed(path)
+        spool = self.scratch("tidemark-spool-")
+        self.handed_off_from(spool, {"TIDEMARK_HANDOFF_DIR": "", "TIDEMARK_SPOOL_DIR": spool})
 
     def test_a_file_size_limit_never_ends_the_job(self):
         # A job run under `ulimit -f` (1 MiB, far below the exit's file): a write past it raises
