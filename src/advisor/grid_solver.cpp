@@ -11,45 +11,44 @@ namespace tidemark::core {
 namespace {
 
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
-// m_choice codes: >= 0 a recomputed segment of code + 1 stages; kStored the stage with all its
-// activations; kOption0 - o with option o; kOffloaded the stage offloaded; kNone nothing fits.
+// m_choice codes: kNone nothing fits; >= 0 a recomputed segment of (code >> 1) + 1 stages; <= -2
+// the stage stored with storedChoices()'s choice (-2 - code) >> 1. The low bit says where the
+// choice's tail was read: at the grid value rounded down (0), or at the one above it (1), taken
+// when the plan there still fits exactly.
 constexpr int32_t kNone = -1;
-constexpr int32_t kStored = -2;
-constexpr int32_t kOption0 = -3;
-constexpr int32_t kOffloaded = std::numeric_limits<int32_t>::min();
+int32_t segmentCode(int stages, bool above) { return (stages - 1) << 1 | int32_t{above}; }
+int32_t storedCode(size_t choice, bool above) {
+  return -2 - (static_cast<int32_t>(choice) << 1 | int32_t{above});
+}
 
 int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
 
 // For one grid value x: the segment ends k still open to a segment that starts at the stage being
-// solved, each with prefixNs(k) + (the cost of stages k + 1 .. at headroom x). Ends grow towards
-// the bottom; values strictly decrease towards it, so the least value over ends <= r is the
-// deepest entry with an end <= r.
+// solved, each with prefixNs(k) + (the cost of stages k + 1 .. at headroom x) and the exact need
+// of that tail's plan. Ends grow towards the bottom; values strictly decrease towards it, so the
+// least value over ends <= r is the deepest entry with an end <= r.
 struct SegmentEnds {
-  std::vector<int32_t> end;
-  std::vector<int64_t> value;
+  struct End {
+    int64_t value;
+    int64_t need;
+    int32_t end;
+  };
+  std::vector<End> entries;
 
-  void push(int32_t k, int64_t v) {
+  void push(int32_t k, int64_t v, int64_t need) {
     if (v >= kInf) return;
-    while (!value.empty() && value.back() >= v) {
-      value.pop_back();
-      end.pop_back();
-    }
-    end.push_back(k);
-    value.push_back(v);
+    while (!entries.empty() && entries.back().value >= v) entries.pop_back();
+    entries.push_back({v, need, k});
   }
-  void clear() {
-    end.clear();
-    value.clear();
-  }
-  // The least value over ends <= r and its end (kInf when none).
-  std::pair<int64_t, int32_t> leastUpTo(int32_t r) const {
-    if (end.empty()) return {kInf, -1};
-    if (end.front() <= r) return {value.front(), end.front()};  // every end within reach
-    const auto it = std::partition_point(end.begin(), end.end(), [r](int32_t e) { return e > r; });
-    if (it == end.end()) return {kInf, -1};
-    const size_t j = static_cast<size_t>(it - end.begin());
-    return {value[j], end[j]};
+  void clear() { entries.clear(); }
+  // The least value over ends <= r (nullptr when none).
+  const End* leastUpTo(int32_t r) const {
+    if (entries.empty()) return nullptr;
+    if (entries.front().end <= r) return &entries.front();  // every end within reach
+    const auto it = std::partition_point(entries.begin(), entries.end(),
+                                         [r](const End& e) { return e.end > r; });
+    return it == entries.end() ? nullptr : &*it;
   }
 };
 
@@ -88,16 +87,47 @@ int GridChainSolver::Grid::shifted(int g, int64_t shift) const {
 
 namespace {
 
+// A grid of `points` values `step` apart. Stage i's values are offset so that storing stage i
+// leads exactly onto stage i + 1's: a run of stored stages is not rounded, only the choices that
+// keep less than storing.
+GridChainSolver::Grid makeGrid(const ChainProfile& p, int64_t step, int points, bool down) {
+  GridChainSolver::Grid grid;
+  grid.step = step;
+  grid.points = points;
+  grid.down = down;
+  grid.offset.assign(p.size() + 1, 0);
+  for (int i = 0; i < p.size(); ++i) {
+    const int64_t kept = p.inBytes(i) + p.stages[i].savedBytes;
+    grid.offset[i + 1] = ((grid.offset[i] - kept) % step + step) % step;
+  }
+  return grid;
+}
+
+// What a pass leaves at stage 0: the cost at each grid value and, conservatively, the exact need
+// of the plan behind it (the headroom it takes above static: its peak less static).
+struct PassResult {
+  std::vector<int64_t> cost;
+  std::vector<int64_t> need;
+};
+
 // One pass of the recurrence on the grid: the cost of stages i.. at every grid value of stage i,
-// i from the last stage to the first. Returns stage 0's costs; `choice` (when given) gets every
-// stage's choices.
-std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
-                                 std::vector<int32_t>* choice) {
+// i from the last stage to the first; `choice` (when given) gets every stage's choices.
+//
+// Conservatively (kDown) each cell also carries the exact need of its plan: a choice's need is the
+// larger of its own and what it keeps plus its tail's. The tail is read at the grid value rounded
+// down, which always fits, and at the one above it, taken when cheaper and its plan's exact need
+// still fits: rounding then loses nothing where the plan above had room to spare.
+template <bool kDown>
+PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
+                       std::vector<int32_t>* choice) {
   const int n = p.size();
   const int width = grid.points;
-  std::vector<int64_t> next(width), cur(width);
+  std::vector<int64_t> next(width), cur(width), nextNeed(width), curNeed(width);
   const int64_t endNeed = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
-  for (int g = 0; g < width; ++g) next[g] = grid.value(n, g) >= endNeed ? 0 : kInf;
+  for (int g = 0; g < width; ++g) {
+    next[g] = grid.value(n, g) >= endNeed ? 0 : kInf;
+    nextNeed[g] = endNeed;
+  }
   std::vector<int64_t> prefixNs(n + 1, 0);  // prefixNs[k + 1]: forward time of stages 0..k
   for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].rerunCostNs();
   const int64_t top = grid.value(0, width - 1);
@@ -115,7 +145,7 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
     for (int x = 0; x < width; ++x) {
       if (checkpointable) {
         if (endsHere) ends[x].clear();
-        ends[x].push(i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x]);
+        ends[x].push(i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x], nextNeed[x]);
       } else {
         ends[x].clear();
       }
@@ -140,35 +170,73 @@ std::vector<int64_t> solveOnGrid(const ChainProfile& p, const GridChainSolver::G
     const int64_t segmentShift = grid.shiftAnyStage(i, in);
     for (int g = 0; g < width; ++g) {
       const int64_t h = grid.value(i, g);
-      int64_t best = kInf;
+      int64_t best = kInf, bestNeed = 0;
       int32_t code = kNone;
+      // The tail at grid value x of the next stage (or of any stage, for a segment) for a choice
+      // with this cost, local need and kept bytes: taken when cheaper and, above the rounded
+      // value, when it fits.
+      const auto consider = [&](int64_t cost, int64_t local, int64_t kept, int64_t tailNeed,
+                                int32_t choiceCode) {
+        if (cost >= best) return false;
+        const int64_t need = kDown ? std::max(local, kept + tailNeed) : 0;
+        if (kDown && need > h) return false;
+        best = cost;
+        bestNeed = need;
+        code = choiceCode;
+        return true;
+      };
       for (size_t k = 0; k < stored.size(); ++k) {
         const StageChoice& c = stored[k];
         if (c.local > h || h < c.kept) continue;
-        const int x = grid.shifted(g, shifts[k]);
-        if (x < 0 || next[x] >= kInf) continue;
-        if (next[x] + c.extraNs < best) {
-          best = next[x] + c.extraNs;
-          code = c.offload ? kOffloaded : c.option < 0 ? kStored : kOption0 - c.option;
+        if constexpr (kDown) {
+          const int64_t raw = g + shifts[k];
+          if (raw >= width - 1) {
+            if (next[width - 1] < kInf)
+              consider(next[width - 1] + c.extraNs, c.local, c.kept, nextNeed[width - 1],
+                       storedCode(k, false));
+            continue;
+          }
+          if (raw >= 0 && next[raw] < kInf)
+            consider(next[raw] + c.extraNs, c.local, c.kept, nextNeed[raw], storedCode(k, false));
+          if (raw + 1 >= 0 && next[raw + 1] < kInf)
+            consider(next[raw + 1] + c.extraNs, c.local, c.kept, nextNeed[raw + 1],
+                     storedCode(k, true));
+        } else {
+          const int x = grid.shifted(g, shifts[k]);
+          if (x >= 0 && next[x] < kInf)
+            consider(next[x] + c.extraNs, c.local, c.kept, 0, storedCode(k, false));
         }
       }
       while (fitting < segmentLocal.size() && segmentLocal[fitting] <= h) ++fitting;
       if (fitting > 0 && h >= in) {
-        const int x = grid.shifted(g, segmentShift);
-        if (x >= 0) {
-          const auto [value, end] = ends[x].leastUpTo(i + static_cast<int32_t>(fitting) - 1);
-          if (value < kInf && value - prefixNs[i] < best) {
-            best = value - prefixNs[i];
-            code = end - i;
+        const int32_t reach = i + static_cast<int32_t>(fitting) - 1;
+        const auto segmentAt = [&](int64_t x, bool above) {
+          const SegmentEnds::End* e = ends[x].leastUpTo(reach);
+          if (e != nullptr)
+            consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
+                     segmentCode(e->end - i + 1, above));
+        };
+        if constexpr (kDown) {
+          const int64_t raw = g + segmentShift;
+          if (raw >= width - 1) {
+            segmentAt(width - 1, false);
+          } else {
+            if (raw >= 0) segmentAt(raw, false);
+            if (raw + 1 >= 0) segmentAt(raw + 1, true);
           }
+        } else {
+          const int x = grid.shifted(g, segmentShift);
+          if (x >= 0) segmentAt(x, false);
         }
       }
       cur[g] = best;
+      curNeed[g] = bestNeed;
       if (row != nullptr) row[g] = code;
     }
     std::swap(cur, next);
+    std::swap(curNeed, nextNeed);
   }
-  return next;
+  return {std::move(next), std::move(nextNeed)};
 }
 
 }  // namespace
@@ -185,37 +253,35 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints)
   const int64_t top = std::max<int64_t>(0, storeAllSim.peakBytes - p.staticBytes);
   const int64_t range =
       std::max<int64_t>(1, storeAllSim.peakBytes - std::max(m_minFeasibleBudget, p.staticBytes));
-  m_step = std::max<int64_t>(1, (range + std::max(1, rangePoints) - 1) / std::max(1, rangePoints));
-  const int64_t maxPoints =
-      std::min<int64_t>(kMaxGridPoints, std::max<int64_t>(2, kMaxCells / std::max(1, n)));
-  if (top / m_step + 1 > maxPoints) m_step = (top + maxPoints - 2) / (maxPoints - 1);
+  // The plans' grid: rangePoints values across the range, fewer when the plans' table would
+  // pass its bounds. The bound's grid has no table: it is finer, as far as its pass's cells allow.
+  const int64_t points = std::max(1, rangePoints);
+  const auto stepFor = [&](int64_t rangeValues, int64_t maxValues, int64_t maxCells) {
+    int64_t step = std::max<int64_t>(1, (range + rangeValues - 1) / rangeValues);
+    const int64_t cap =
+        std::min<int64_t>(maxValues, std::max<int64_t>(2, maxCells / std::max(1, n)));
+    if (top / step + 1 > cap) step = (top + cap - 2) / (cap - 1);
+    return step;
+  };
+  m_step = stepFor(points, kMaxGridPoints, kMaxCells);
   m_grid = static_cast<int>((top + m_step - 1) / m_step);
-  // Stage i's grid values are offset so that storing stage i leads exactly onto stage i + 1's:
-  // a run of stored stages is not rounded, only the choices that keep less than storing.
-  Grid grid;
-  grid.step = m_step;
-  grid.points = m_grid + 1;
-  grid.offset.assign(n + 1, 0);
-  for (int i = 0; i < n; ++i) {
-    const int64_t kept = p.inBytes(i) + p.stages[i].savedBytes;
-    grid.offset[i + 1] = ((grid.offset[i] - kept) % m_step + m_step) % m_step;
-  }
-  grid.down = true;
-  const std::vector<int64_t> upper = solveOnGrid(p, grid, &m_choice);
-  m_down = grid;
-  grid.down = false;
-  m_lower = solveOnGrid(p, grid, nullptr);
-  m_up = grid;
+  m_down = makeGrid(p, m_step, m_grid + 1, /*down=*/true);
+  const PassResult upper = solveOnGrid<true>(p, m_down, &m_choice);
+  const int64_t boundStep =
+      std::min(m_step, stepFor(points * kBoundRefinement, kMaxBoundPoints, kMaxBoundCells));
+  m_up = makeGrid(p, boundStep, static_cast<int>((top + boundStep - 1) / boundStep) + 1,
+                  /*down=*/false);
+  m_lower = solveOnGrid<false>(p, m_up, nullptr).cost;
 
-  // The curve: the plan read at each grid value where the conservative cost falls, simulated
-  // (its true peak may be below the grid value), and storing everything.
+  // The curve: the plan read at each grid value where the conservative cost falls, at its exact
+  // peak (static and its need, which may be below the grid value, or the floor), and storing
+  // everything.
   std::vector<Point> found;
   int64_t last = kInf;
   for (int g = 0; g <= m_grid; ++g) {
-    if (upper[g] >= last) continue;
-    last = upper[g];
-    const SimResult sim = simulate(p, planAt(g));
-    found.push_back({sim.peakBytes, sim.extraNs, g});
+    if (upper.cost[g] >= last) continue;
+    last = upper.cost[g];
+    found.push_back({std::max(p.floorBytes, p.staticBytes + upper.need[g]), upper.cost[g], g});
   }
   found.push_back({storeAllSim.peakBytes, storeAllSim.extraNs, -1});
   std::sort(found.begin(), found.end(), [](const Point& a, const Point& b) {
@@ -224,14 +290,14 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints)
   for (const Point& pt : found)
     if (m_points.empty() || pt.extraNs < m_points.back().extraNs) m_points.push_back(pt);
 
-  // The bound: a budget b in (grid value g - 1, grid value g] (above static) has an optimum no
+  // The bound: a budget b in (bound grid value g - 1, g] (above static) has an optimum no
   // cheaper than the optimistic cost at g; the first curve point as cheap lies at most epsilon
   // above b.
-  for (int g = 0; g <= m_grid; ++g) {
+  for (int g = 0; g < m_up.points; ++g) {
     if (m_lower[g] >= kInf) continue;
     int64_t from = m_minFeasibleBudget;
-    if (g > 0) from = std::max(from, p.staticBytes + (g - 1) * m_step + 1);
-    if (from > p.staticBytes + g * m_step) continue;
+    if (g > 0) from = std::max(from, p.staticBytes + (g - 1) * m_up.step + 1);
+    if (from > p.staticBytes + g * m_up.step) continue;
     const auto it = std::partition_point(m_points.begin(), m_points.end(),
                                          [&](const Point& pt) { return pt.extraNs > m_lower[g]; });
     // Storing everything costs nothing: some point always qualifies.
@@ -246,26 +312,29 @@ ChainPlan GridChainSolver::planAt(int grid) const {
   ChainPlan plan;
   int i = 0, g = grid;
   // The walk reads the next values where the pass did (Grid::shift, shiftAnyStage).
+  std::vector<StageChoice> stored;
   while (i < p.size() && g >= 0) {
     const int32_t code = m_choice[static_cast<size_t>(i) * width + g];
-    const Stage& s = p.stages[i];
+    if (code == kNone) break;  // not reached from a grid value that had a plan
     const int64_t in = p.inBytes(i);
+    const bool above = (code >= 0 ? code : -2 - code) & 1;
+    int64_t shift = 0;
     if (code >= 0) {
-      plan.segments.push_back({i, i + code, SegmentMode::kRecompute, -1});
-      g = m_down.shifted(g, m_down.shiftAnyStage(i, in));
-      i += code + 1;
-    } else if (code == kOffloaded) {
-      plan.segments.push_back({i, i, SegmentMode::kOffload, -1});
-      g = m_down.shifted(g, m_down.shift(i, 0));
-      ++i;
-    } else if (code == kStored || code <= kOption0) {
-      const int o = code == kStored ? -1 : kOption0 - code;
-      plan.segments.push_back({i, i, SegmentMode::kStore, o});
-      g = m_down.shifted(g, m_down.shift(i, in + (o < 0 ? s.savedBytes : s.options[o].savedBytes)));
-      ++i;
+      const int stages = (code >> 1) + 1;
+      plan.segments.push_back({i, i + stages - 1, SegmentMode::kRecompute, -1});
+      shift = m_down.shiftAnyStage(i, in);
+      i += stages;
     } else {
-      break;  // kNone: not reached from a grid value that had a plan
+      storedChoices(p, i, &stored);
+      const StageChoice& c = stored[static_cast<size_t>((-2 - code) >> 1)];
+      plan.segments.push_back(
+          {i, i, c.offload ? SegmentMode::kOffload : SegmentMode::kStore, c.option});
+      shift = m_down.shift(i, c.kept);
+      ++i;
     }
+    // Where the pass read the tail: rounded down (clamped at the top), or the value above it.
+    const int64_t raw = g + shift;
+    g = raw >= m_grid ? m_grid : static_cast<int>(raw) + (above ? 1 : 0);
   }
   return plan;
 }
@@ -290,7 +359,8 @@ int64_t GridChainSolver::lowerBoundAt(int64_t budgetBytes) const {
   const int g = m_up.at(0, budgetBytes - m_profile.staticBytes);
   if (g < 0) return std::numeric_limits<int64_t>::max();
   // Past the grid's top storing everything fits: nothing to add.
-  if (budgetBytes - m_profile.staticBytes > static_cast<int64_t>(m_grid) * m_step) return 0;
+  if (budgetBytes - m_profile.staticBytes > static_cast<int64_t>(m_up.points - 1) * m_up.step)
+    return 0;
   return m_lower[g] >= kInf ? std::numeric_limits<int64_t>::max() : m_lower[g];
 }
 

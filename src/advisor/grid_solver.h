@@ -13,12 +13,14 @@ namespace tidemark::core {
 //
 // The exact solver's fronts grow with the chain, and every stage weighs every front entry of every
 // segment end: O(n^2 F), beyond a second past a few hundred stages. This solver runs the same
-// recurrence (docs/chain-model.md) on a grid of headroom values, step bytes apart, twice:
+// recurrence (docs/chain-model.md) on grids of headroom values, twice:
 //
-//  - conservatively: what earlier stages leave is rounded down to the grid, so every plan it
-//    finds fits where it says (its peak, simulated, is what the curve shows);
-//  - optimistically: rounded up, so its cost at each grid value is no more than the optimum's
-//    there (a lower bound on every plan).
+//  - conservatively: each grid value holds the cheapest plan found whose exact need fits under
+//    it (the need travels with the cost). What earlier stages leave is read at the grid value
+//    below it, which always fits, or at the one above when that plan still fits exactly; every
+//    plan it names fits where its exact peak says;
+//  - optimistically, on a finer grid: rounded up, so its cost at each grid value is no more than
+//    the optimum's there (a lower bound on every plan).
 //
 // The exact curve lies between the two. epsilonBytes() is the least shift that puts the first
 // under the second at every budget, measured on this chain after the solve: every plan named at
@@ -27,12 +29,18 @@ namespace tidemark::core {
 // pass costs O(n (G log n + L)) for G grid values and segments of up to L stages.
 class GridChainSolver : public ChainFront {
  public:
-  // The grid puts this many values between the least feasible budget and storing everything.
+  // The plans' grid puts this many values between the least feasible budget and storing
+  // everything.
   static constexpr int kDefaultRangePoints = 20000;
-  // The grid over all headroom values has at most this many values, and stage by grid value at
-  // most kMaxCells (the plans' table): a longer chain gets a coarser grid (epsilonBytes says).
+  // The plans' grid over all headroom values has at most this many values, and stage by grid
+  // value at most kMaxCells (the plans' table): a longer chain gets a coarser grid.
   static constexpr int kMaxGridPoints = 1 << 15;
   static constexpr int64_t kMaxCells = int64_t{1} << 25;
+  // The bound's grid (no table) is this many times finer, within its own caps on values and on
+  // stage by grid value (its pass's work): the bound, not the plans, sets epsilonBytes.
+  static constexpr int kBoundRefinement = 4;
+  static constexpr int kMaxBoundPoints = 1 << 18;
+  static constexpr int64_t kMaxBoundCells = int64_t{1} << 27;
 
   explicit GridChainSolver(const ChainProfile& profile, int rangePoints = kDefaultRangePoints);
 
@@ -46,6 +54,8 @@ class GridChainSolver : public ChainFront {
   int64_t lowerBoundAt(int64_t budgetBytes) const;
   int64_t gridStepBytes() const { return m_step; }
   int gridPoints() const { return m_grid + 1; }
+  int64_t boundStepBytes() const { return m_up.step; }
+  int boundPoints() const { return m_up.points; }
 
   // The headroom values of each stage: offset[i] + g * step for g in [0, points). Offsets make
   // storing a stage lead exactly from one stage's values onto the next one's.
@@ -79,9 +89,9 @@ class GridChainSolver : public ChainFront {
   int m_grid = 0;  // grid values 0 .. m_grid, m_step bytes apart
   int64_t m_minFeasibleBudget = 0;
   int64_t m_epsilonBytes = 0;
-  Grid m_down, m_up;              // the two passes' grids
+  Grid m_down, m_up;              // the plans' grid and the bound's
   std::vector<int32_t> m_choice;  // stage i, grid value g: what the conservative pass chose
-  std::vector<int64_t> m_lower;   // the optimistic pass's cost at each grid value (stage 0)
+  std::vector<int64_t> m_lower;   // the optimistic pass's cost at each bound grid value (stage 0)
   std::vector<Point> m_points;    // the curve: real plans, ascending budget, descending time
 };
 
