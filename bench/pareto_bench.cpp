@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -113,10 +114,11 @@ int gridCurves(int n) {
     }
     std::printf(
         "{\"chain\": \"%s\", \"blocks\": %d, \"grid_solve_s\": %.4f, \"grid_points\": %d, "
-        "\"curve_points\": %zu, \"range_bytes\": %lld, \"epsilon_bytes\": %lld, "
+        "\"bound_points\": %d, \"curve_points\": %zu, \"range_bytes\": %lld, \"epsilon_bytes\": "
+        "%lld, "
         "\"epsilon_share\": %.6f, \"measured_shift_bytes\": %lld, \"exact_solve_s\": %.4f}\n",
-        kind, n, best, grid->gridPoints(), curve.size(), static_cast<long long>(range),
-        static_cast<long long>(grid->epsilonBytes()),
+        kind, n, best, grid->gridPoints(), grid->boundPoints(), curve.size(),
+        static_cast<long long>(range), static_cast<long long>(grid->epsilonBytes()),
         range > 0 ? static_cast<double>(grid->epsilonBytes()) / range : 0.0, measured, exactS);
     std::fflush(stdout);
   }
@@ -163,11 +165,35 @@ int nestedCurves(int n) {
 
 }  // namespace
 
+// A chain length from the command line (1 .. 100,000), or 0 when it is not one.
+int chainLength(const char* text) {
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && n >= 1 && n <= 100000 ? static_cast<int>(n) : 0;
+}
+
+int usage(FILE* out) {
+  std::fprintf(out,
+               "usage: bench_pareto [N]            the exact whole curve of N-block chains "
+               "(default 200)\n"
+               "       bench_pareto --plans N      the plan for one budget (10/50/90 %%)\n"
+               "       bench_pareto --grid N       the long chains' grid solver and its bound\n"
+               "       bench_pareto --nested N     nested plans beside one-level ones\n"
+               "One JSON line per chain (homogeneous, heterogeneous, with options).\n");
+  return out == stdout ? 0 : 2;
+}
+
 int main(int argc, char** argv) {
-  if (argc > 2 && std::string(argv[1]) == "--plans") return plansAtBudgets(std::stoi(argv[2]));
-  if (argc > 2 && std::string(argv[1]) == "--grid") return gridCurves(std::stoi(argv[2]));
-  if (argc > 2 && std::string(argv[1]) == "--nested") return nestedCurves(std::stoi(argv[2]));
-  const int n = argc > 1 ? std::stoi(argv[1]) : 200;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--help" || mode == "-h") return usage(stdout);
+  if (mode == "--plans" || mode == "--grid" || mode == "--nested") {
+    const int n = argc == 3 ? chainLength(argv[2]) : 0;
+    if (n == 0) return usage(stderr);
+    if (mode == "--plans") return plansAtBudgets(n);
+    return mode == "--grid" ? gridCurves(n) : nestedCurves(n);
+  }
+  if (argc > 2 || (argc == 2 && chainLength(argv[1]) == 0)) return usage(stderr);
+  const int n = argc > 1 ? chainLength(argv[1]) : 200;
   for (const char* kind : {"homogeneous", "heterogeneous", "options"}) {
     const ChainProfile p = makeChain(kind, n, 42);
     double best = 1e9;

@@ -463,21 +463,23 @@ for line in open(sys.argv[1]):
           r["nested_solve_s"], r["one_level_solve_s"], a / 2**20, b / 2**20, a / b))
 PYEOF
 echo "   long chains: the grid solver's whole curve (best of 3) beside the targets (1,000 stages 1 s,"
-echo "   10,000 stages 10 s); epsilon (proven, as a share of the budget range; target <= 0.5 %) and, on"
-echo "   200 stages, the shift actually needed to put the grid's curve under the exact one"
+echo "   10,000 stages 10 s); the plans' and the bound's grid values, the curve's points, epsilon"
+echo "   (proven, as a share of the budget range; target <= 0.5 %) and, on 200 stages, the shift"
+echo "   actually needed to put the grid's curve under the exact one"
 for n in 200 1000 10000; do "$BIN/bench_pareto" --grid $n; done > "$WORK/pareto_grid.json"
 $PY - "$WORK/pareto_grid.json" <<'PYEOF'
 import json, sys
-print("%-15s %7s %10s %8s %8s %10s %12s %12s" % ("chain", "stages", "solve (s)", "/ target",
-      "points", "epsilon", "measured", "exact (s)"))
+print("%-15s %7s %10s %8s %8s %8s %8s %10s %12s %12s" % ("chain", "stages", "solve (s)",
+      "/ target", "grid", "bound", "points", "epsilon", "measured", "exact (s)"))
 for line in open(sys.argv[1]):
     r = json.loads(line)
     target = 1.0 if r["blocks"] <= 1000 else 10.0
     measured = ("%11.3f%%" % (100.0 * r["measured_shift_bytes"] / r["range_bytes"])
                 if r["measured_shift_bytes"] >= 0 else "%12s" % "-")
     exact = "%12.3f" % r["exact_solve_s"] if r["exact_solve_s"] >= 0 else "%12s" % "-"
-    print("%-15s %7d %10.3f %8.3f %8d %9.3f%% %s %s" % (r["chain"], r["blocks"], r["grid_solve_s"],
-          r["grid_solve_s"] / target, r["curve_points"], 100.0 * r["epsilon_share"], measured, exact))
+    print("%-15s %7d %10.3f %8.3f %8d %8d %8d %9.3f%% %s %s" % (r["chain"], r["blocks"],
+          r["grid_solve_s"], r["grid_solve_s"] / target, r["grid_points"], r["bound_points"],
+          r["curve_points"], 100.0 * r["epsilon_share"], measured, exact))
 PYEOF
 
 echo

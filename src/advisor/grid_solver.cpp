@@ -1,7 +1,9 @@
 #include "src/advisor/grid_solver.h"
 
 #include <algorithm>
+#include <future>
 #include <limits>
+#include <system_error>
 
 #include "src/advisor/simulator.h"
 #include "src/advisor/stage_choices.h"
@@ -24,39 +26,75 @@ int32_t storedCode(size_t choice, bool above) {
 int64_t floorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
 
-// For one grid value x: the segment ends k still open to a segment that starts at the stage being
-// solved, each with prefixNs(k) + (the cost of stages k + 1 .. at headroom x) and the exact need
-// of that tail's plan. Ends grow towards the bottom; values strictly decrease towards it, so the
-// least value over ends <= r is the deepest entry with an end <= r.
-struct SegmentEnds {
+// For each grid value x: the segment ends k still open to a segment that starts at the stage
+// being solved, each with prefixNs(k) + (the cost of stages k + 1 .. at headroom x) and the exact
+// need of that tail's plan. Ends grow towards the bottom; values strictly decrease towards it, so
+// the least value over ends <= r is the deepest entry with an end <= r. Most stacks hold one or
+// two entries: the bottom kInline of every stack lie side by side in one array (a pass walks the
+// grid values in order), the rest in a vector of the grid value's own.
+class SegmentEndStacks {
+ public:
   struct End {
     int64_t value;
     int64_t need;
     int32_t end;
   };
-  std::vector<End> entries;
 
-  void push(int32_t k, int64_t v, int64_t need) {
+  explicit SegmentEndStacks(int width)
+      : m_inline(static_cast<size_t>(width) * kInline), m_size(width, 0), m_spill(width) {}
+
+  void clear(int x) {
+    if (m_size[x] > kInline) m_spill[x].clear();
+    m_size[x] = 0;
+  }
+  void push(int x, int32_t k, int64_t v, int64_t need) {
     if (v >= kInf) return;
-    while (!entries.empty() && entries.back().value >= v) entries.pop_back();
-    entries.push_back({v, need, k});
+    int s = m_size[x];
+    if (s > kInline) {
+      std::vector<End>& spill = m_spill[x];
+      while (!spill.empty() && spill.back().value >= v) spill.pop_back();
+      s = kInline + static_cast<int>(spill.size());
+      if (!spill.empty()) {
+        spill.push_back({v, need, k});
+        m_size[x] = s + 1;
+        return;
+      }
+    }
+    End* bottom = &m_inline[static_cast<size_t>(x) * kInline];
+    while (s > 0 && bottom[s - 1].value >= v) --s;
+    if (s < kInline)
+      bottom[s] = {v, need, k};
+    else
+      m_spill[x].push_back({v, need, k});
+    m_size[x] = s + 1;
   }
-  void clear() { entries.clear(); }
-  // The least value over ends <= r (nullptr when none).
-  const End* leastUpTo(int32_t r) const {
-    if (entries.empty()) return nullptr;
-    if (entries.front().end <= r) return &entries.front();  // every end within reach
-    const auto it = std::partition_point(entries.begin(), entries.end(),
-                                         [r](const End& e) { return e.end > r; });
-    return it == entries.end() ? nullptr : &*it;
+  // The least value over ends <= r at grid value x (nullptr when none).
+  const End* leastUpTo(int x, int32_t r) const {
+    const int s = m_size[x];
+    if (s == 0) return nullptr;
+    if (at(x, 0).end <= r) return &at(x, 0);  // every end within reach
+    int lo = 1, hi = s;                       // the first entry with an end <= r
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (at(x, mid).end > r)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo == s ? nullptr : &at(x, lo);
   }
+
+ private:
+  static constexpr int kInline = 2;
+  const End& at(int x, int d) const {
+    return d < kInline ? m_inline[static_cast<size_t>(x) * kInline + d] : m_spill[x][d - kInline];
+  }
+  std::vector<End> m_inline;
+  std::vector<int> m_size;
+  std::vector<std::vector<End>> m_spill;
 };
 
 }  // namespace
-
-int64_t GridChainSolver::Grid::value(int stage, int g) const {
-  return offset[stage] + static_cast<int64_t>(g) * step;
-}
 
 int GridChainSolver::Grid::at(int stage, int64_t headroom) const {
   if (headroom < 0) return -1;
@@ -77,12 +115,6 @@ int64_t GridChainSolver::Grid::shift(int stage, int64_t kept) const {
 int64_t GridChainSolver::Grid::shiftAnyStage(int stage, int64_t kept) const {
   return down ? floorDiv(offset[stage] - kept - (step - 1), step)
               : ceilDiv(offset[stage] - kept, step);
-}
-
-int GridChainSolver::Grid::shifted(int g, int64_t shift) const {
-  const int64_t x = g + shift;
-  if (x < 0) return down ? -1 : 0;
-  return static_cast<int>(std::min<int64_t>(x, points - 1));
 }
 
 namespace {
@@ -131,7 +163,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
   std::vector<int64_t> prefixNs(n + 1, 0);  // prefixNs[k + 1]: forward time of stages 0..k
   for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].rerunCostNs();
   const int64_t top = grid.value(0, width - 1);
-  std::vector<SegmentEnds> ends(width);
+  SegmentEndStacks ends(width);
   std::vector<StageChoice> stored;
   std::vector<int64_t> segmentLocal;  // the need of segment [i, i + j]
   std::vector<int64_t> shifts;
@@ -144,10 +176,10 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
     const bool endsHere = i + 1 < n && !p.stages[i + 1].linked;
     for (int x = 0; x < width; ++x) {
       if (checkpointable) {
-        if (endsHere) ends[x].clear();
-        ends[x].push(i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x], nextNeed[x]);
+        if (endsHere) ends.clear(x);
+        ends.push(x, i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x], nextNeed[x]);
       } else {
-        ends[x].clear();
+        ends.clear(x);
       }
     }
     storedChoices(p, i, &stored);
@@ -169,7 +201,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
     for (const StageChoice& c : stored) shifts.push_back(grid.shift(i, c.kept));
     const int64_t segmentShift = grid.shiftAnyStage(i, in);
     for (int g = 0; g < width; ++g) {
-      const int64_t h = grid.value(i, g);
+      const int64_t h = grid.offset[i] + static_cast<int64_t>(g) * grid.step;
       int64_t best = kInf, bestNeed = 0;
       int32_t code = kNone;
       // The tail at grid value x of the next stage (or of any stage, for a segment) for a choice
@@ -211,7 +243,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
       if (fitting > 0 && h >= in) {
         const int32_t reach = i + static_cast<int32_t>(fitting) - 1;
         const auto segmentAt = [&](int64_t x, bool above) {
-          const SegmentEnds::End* e = ends[x].leastUpTo(reach);
+          const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), reach);
           if (e != nullptr)
             consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
                      segmentCode(e->end - i + 1, above));
@@ -266,12 +298,21 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints)
   m_step = stepFor(points, kMaxGridPoints, kMaxCells);
   m_grid = static_cast<int>((top + m_step - 1) / m_step);
   m_down = makeGrid(p, m_step, m_grid + 1, /*down=*/true);
-  const PassResult upper = solveOnGrid<true>(p, m_down, &m_choice);
   const int64_t boundStep =
       std::min(m_step, stepFor(points * kBoundRefinement, kMaxBoundPoints, kMaxBoundCells));
   m_up = makeGrid(p, boundStep, static_cast<int>((top + boundStep - 1) / boundStep) + 1,
                   /*down=*/false);
-  m_lower = solveOnGrid<false>(p, m_up, nullptr).cost;
+  // The two passes share nothing: the bound's runs beside the plans' (in turn where no thread
+  // can be started). The future waits for it whatever happens here.
+  const auto boundPass = [this, &p] { return solveOnGrid<false>(p, m_up, nullptr).cost; };
+  std::future<std::vector<int64_t>> bound;
+  try {
+    bound = std::async(std::launch::async, boundPass);
+  } catch (const std::system_error&) {
+    bound = std::async(std::launch::deferred, boundPass);
+  }
+  const PassResult upper = solveOnGrid<true>(p, m_down, &m_choice);
+  m_lower = bound.get();
 
   // The curve: the plan read at each grid value where the conservative cost falls, at its exact
   // peak (static and its need, which may be below the grid value, or the floor), and storing

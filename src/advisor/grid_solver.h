@@ -40,7 +40,7 @@ class GridChainSolver : public ChainFront {
   // stage by grid value (its pass's work): the bound, not the plans, sets epsilonBytes.
   static constexpr int kBoundRefinement = 4;
   static constexpr int kMaxBoundPoints = 1 << 18;
-  static constexpr int64_t kMaxBoundCells = int64_t{1} << 27;
+  static constexpr int64_t kMaxBoundCells = int64_t{1} << 29;
 
   explicit GridChainSolver(const ChainProfile& profile, int rangePoints = kDefaultRangePoints);
 
@@ -64,7 +64,7 @@ class GridChainSolver : public ChainFront {
     int points = 1;
     std::vector<int64_t> offset;  // per stage, 0 .. n; each in [0, step)
     bool down = true;             // round headroom down (plans that fit), else up (a bound)
-    int64_t value(int stage, int g) const;
+    int64_t value(int stage, int g) const { return offset[stage] + static_cast<int64_t>(g) * step; }
     // The grid value of `stage` a headroom is read at (-1: none, below the grid).
     int at(int stage, int64_t headroom) const;
     // Where value g of `stage`, less `kept` (at most the value), is read: at(stage + 1, ...) is
@@ -73,7 +73,11 @@ class GridChainSolver : public ChainFront {
     // down, at most the headroom whatever the offset; up, at least it.
     int64_t shift(int stage, int64_t kept) const;
     int64_t shiftAnyStage(int stage, int64_t kept) const;
-    int shifted(int g, int64_t shift) const;
+    int shifted(int g, int64_t shift) const {
+      const int64_t x = g + shift;
+      if (x < 0) return down ? -1 : 0;
+      return static_cast<int>(x < points - 1 ? x : points - 1);
+    }
   };
 
  private:
