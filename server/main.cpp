@@ -48,7 +48,10 @@ options:
                     process is gone from this host)
   --nice N          the daemon's scheduling niceness, 0 to 19 (default 10): on a busy machine
                     the recorded jobs get the processors first, and the agents' buffers hold
-                    what the daemon has not taken yet (0 keeps the niceness it was started with)
+                    what the daemon has not taken yet (0 keeps the niceness it was started with);
+                    with the kernel's autogroups it weighs only within the daemon's session: in
+                    a session of its own (setsid, as `tidemark` starts one) the daemon shares the
+                    processors with the jobs' session as an equal group
   --memory-budget B what the daemon's work may hold in memory, e.g. 256MiB (default 1GiB, at
                     least 64MiB): the store's page cache, the analysis pass's sorts (more
                     spills to disk beside the store) and the rows each recording session holds

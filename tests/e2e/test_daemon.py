@@ -1,6 +1,6 @@
-"""tidemarkd itself: the Unix socket, a clean stop on SIGTERM in the middle of a run with
-everything it received committed and the session left resumable, while the job goes on unharmed
-(its rest spooled); a session nobody resumes closed as aborted; one daemon per store, and a
+"""tidemarkd itself: its niceness, the Unix socket, a clean stop on SIGTERM in the middle of a
+run with everything it received committed and the session left resumable, while the job goes on
+unharmed (its rest spooled); a session nobody resumes closed as aborted; one daemon per store, and a
 daemon that cannot start touches nothing of another's."""
 import os
 import signal
@@ -152,6 +152,56 @@ class DaemonTest(unittest.TestCase):
         finally:
             again.kill()
             again.wait()
+
+
+class NicenessTest(unittest.TestCase):
+    """--nice: the daemon's own niceness. Its session's scheduling group (the kernel's autogroup)
+    is left as it was, in a session of its own (setsid, as `tidemark` starts one) or in the
+    caller's: a daemon whose own group was niced 10 (or 5) got too little of a saturated machine
+    to take its jobs' streams (bench/run.sh section 6: 8 of 20 sessions whole, the rest spooled;
+    24 of 24 with the group as it was), and the caller's group is the caller's."""
+
+    def start(self, *args, new_session):
+        d = tempfile.mkdtemp(prefix="tidemark-nice-")
+        port_file = os.path.join(d, "port")
+        proc = subprocess.Popen(
+            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--db",
+             os.path.join(d, "store.db"), "--port-file", port_file, *args],
+            stderr=subprocess.DEVNULL, start_new_session=new_session)
+        self.addCleanup(lambda: (proc.kill(), proc.wait()))
+        deadline = time.time() + 30
+        while not os.path.exists(port_file) and time.time() < deadline:
+            time.sleep(0.02)
+        self.assertTrue(os.path.exists(port_file), "the daemon did not start")
+        return proc.pid
+
+    @staticmethod
+    def niceness(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[16])
+
+    @staticmethod
+    def group_niceness(pid):
+        with open("/proc/%s/autogroup" % pid) as f:
+            return int(f.read().split("nice")[1])
+
+    def test_the_daemon_runs_niced_and_leaves_the_callers_group_alone(self):
+        has_groups = os.path.exists("/proc/self/autogroup")
+        before = self.group_niceness("self") if has_groups else None
+        pid = self.start(new_session=False)
+        self.assertEqual(self.niceness(pid), max(os.nice(0), 10))
+        if has_groups:
+            self.assertEqual(self.group_niceness("self"), before)
+
+    def test_in_a_session_of_its_own_its_group_keeps_an_equal_share(self):
+        pid = self.start(new_session=True)
+        self.assertEqual(self.niceness(pid), max(os.nice(0), 10))
+        if os.path.exists("/proc/self/autogroup"):
+            self.assertEqual(self.group_niceness(pid), 0)
+
+    def test_nice_0_keeps_the_niceness_it_was_started_with(self):
+        pid = self.start("--nice", "0", new_session=True)
+        self.assertEqual(self.niceness(pid), os.nice(0))
 
 
 if __name__ == "__main__":
