@@ -209,13 +209,12 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
       // value, when it fits.
       const auto consider = [&](int64_t cost, int64_t local, int64_t kept, int64_t tailNeed,
                                 int32_t choiceCode) {
-        if (cost >= best) return false;
+        if (cost >= best) return;
         const int64_t need = kDown ? std::max(local, kept + tailNeed) : 0;
-        if (kDown && need > h) return false;
+        if (kDown && need > h) return;
         best = cost;
         bestNeed = need;
         code = choiceCode;
-        return true;
       };
       for (size_t k = 0; k < stored.size(); ++k) {
         const StageChoice& c = stored[k];
