@@ -114,9 +114,9 @@ int gridCurves(int n) {
     }
     std::printf(
         "{\"chain\": \"%s\", \"blocks\": %d, \"grid_solve_s\": %.4f, \"grid_points\": %d, "
-        "\"bound_points\": %d, \"curve_points\": %zu, \"range_bytes\": %lld, \"epsilon_bytes\": "
-        "%lld, "
-        "\"epsilon_share\": %.6f, \"measured_shift_bytes\": %lld, \"exact_solve_s\": %.4f}\n",
+        "\"bound_points\": %d, \"curve_points\": %zu, \"range_bytes\": %lld, "
+        "\"epsilon_bytes\": %lld, \"epsilon_share\": %.6f, \"measured_shift_bytes\": %lld, "
+        "\"exact_solve_s\": %.4f}\n",
         kind, n, best, grid->gridPoints(), grid->boundPoints(), curve.size(),
         static_cast<long long>(range), static_cast<long long>(grid->epsilonBytes()),
         range > 0 ? static_cast<double>(grid->epsilonBytes()) / range : 0.0, measured, exactS);
