@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <type_traits>
 
@@ -70,44 +71,95 @@ bool RecordLog::openSpill() {
   return m_spillFd >= 0;
 }
 
-size_t RecordLog::append(const Record* records, size_t n) {
+size_t RecordLog::toMemory(std::deque<std::vector<Record>>& chunks, const Record* records, size_t n,
+                           bool capped) {
+  size_t kept = 0;
+  while (kept < n && (!capped || m_memoryRecords < m_memoryCapRecords)) {
+    if (chunks.empty() || chunks.back().size() == kChunkRecords) {
+      chunks.emplace_back();
+      chunks.back().reserve(std::min<uint64_t>(kChunkRecords, m_memoryCapRecords));
+    }
+    std::vector<Record>& chunk = chunks.back();
+    size_t room = kChunkRecords - chunk.size();
+    if (capped) room = std::min<uint64_t>(room, m_memoryCapRecords - m_memoryRecords);
+    const size_t k = std::min(room, n - kept);
+    chunk.insert(chunk.end(), records + kept, records + kept + k);
+    kept += k;
+    m_memoryRecords += k;
+  }
+  return kept;
+}
+
+void RecordLog::resetSpill() {
+  // Its blocks go back to the file system, and it may be written again.
+  if (::ftruncate(m_spillFd, 0) != 0) {
+  }
+  m_spillRead = m_spillWritten = 0;
+  m_spillStuck = false;
+  // What came after the file's records is next.
+  for (std::vector<Record>& chunk : m_after) m_chunks.push_back(std::move(chunk));
+  m_after.clear();
+}
+
+size_t RecordLog::append(const Record* records, size_t n, Overflow overflow) {
   std::lock_guard<std::mutex> lock(m_mutex);
   size_t kept = 0;
   // Memory first, unless the file still holds records not read (they are older).
-  if (m_spillWritten == m_spillRead) {
-    while (kept < n && m_memoryRecords < m_memoryCapRecords) {
-      if (m_chunks.empty() || m_chunks.back().size() == kChunkRecords) {
-        m_chunks.emplace_back();
-        m_chunks.back().reserve(std::min<uint64_t>(kChunkRecords, m_memoryCapRecords));
+  if (m_spillWritten == m_spillRead) kept = toMemory(m_chunks, records, n, true);
+  if (kept < n && m_after.empty() && openSpill()) {
+    const uint64_t held = m_spillWritten - m_spillRead;
+    const size_t k = static_cast<size_t>(
+        std::min<uint64_t>(m_spillCapRecords > held ? m_spillCapRecords - held : 0, n - kept));
+    if (k > 0) {
+      if (writeAll(m_spillFd, records + kept, k * sizeof(Record),
+                   static_cast<off_t>(m_spillWritten * sizeof(Record)))) {
+        m_spillWritten += k;
+        m_spilledTotal += k;
+        kept += k;
+      } else {
+        m_spillStuck = true;  // a file size limit, a full disk: not tried again until it is read
       }
-      std::vector<Record>& chunk = m_chunks.back();
-      const size_t room =
-          std::min<uint64_t>(kChunkRecords - chunk.size(), m_memoryCapRecords - m_memoryRecords);
-      const size_t k = std::min(room, n - kept);
-      chunk.insert(chunk.end(), records + kept, records + kept + k);
-      kept += k;
-      m_memoryRecords += k;
     }
   }
-  if (kept < n && openSpill()) {
-    const uint64_t room = m_spillCapRecords > m_spillWritten - m_spillRead
-                              ? m_spillCapRecords - (m_spillWritten - m_spillRead)
-                              : 0;
-    const size_t k = static_cast<size_t>(std::min<uint64_t>(room, n - kept));
-    if (k > 0 && writeAll(m_spillFd, records + kept, k * sizeof(Record),
-                          static_cast<off_t>(m_spillWritten * sizeof(Record)))) {
-      m_spillWritten += k;
-      m_spilledTotal += k;
-      kept += k;
-    }
+  if (kept < n && overflow == Overflow::kKeep) {
+    // Past the caps, in memory: after the file's records when it holds some.
+    kept += toMemory(m_spillWritten == m_spillRead ? m_chunks : m_after, records + kept, n - kept,
+                     false);
   }
   m_refused += n - kept;
   return kept;
 }
 
+bool RecordLog::full() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  const bool fileUsable = !m_spillFailed && !m_spillStuck;
+  return m_memoryRecords + (m_spillWritten - m_spillRead) >=
+         m_memoryCapRecords + (fileUsable ? m_spillCapRecords : 0);
+}
+
+uint64_t RecordLog::takes() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_takes;
+}
+
+void RecordLog::awaitTake(uint64_t seen, int timeoutMs) {
+  std::unique_lock<std::mutex> lock(m_mutex);
+  m_took.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return m_takes != seen; });
+}
+
+void RecordLog::wake() {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  tookSome();
+}
+
+void RecordLog::tookSome() {
+  ++m_takes;
+  m_took.notify_all();
+}
+
 bool RecordLog::empty() const {
   std::lock_guard<std::mutex> lock(m_mutex);
-  return m_memoryRecords == 0 && m_spillRead >= m_spillWritten;
+  return m_memoryRecords == 0 && m_spillRead >= m_spillWritten;  // (m_after is counted in memory)
 }
 
 uint64_t RecordLog::size() const {
@@ -156,13 +208,9 @@ size_t RecordLog::take(std::vector<Record>& out, size_t max) {
       m_refused += m_spillWritten - m_spillRead;
       m_spillRead = m_spillWritten;
     }
-    if (m_spillRead == m_spillWritten) {
-      // Read to its end: the file starts over (its blocks go back to the file system).
-      if (::ftruncate(m_spillFd, 0) != 0) {
-      }
-      m_spillRead = m_spillWritten = 0;
-    }
+    if (m_spillRead == m_spillWritten) resetSpill();  // read to its end: the file starts over
   }
+  if (taken > 0) tookSome();
   return taken;
 }
 
@@ -183,11 +231,14 @@ bool RecordLog::visit(const std::function<bool(const Record* records, size_t n)>
       return false;
     at += k;
   }
+  for (const std::vector<Record>& chunk : m_after) {
+    if (!chunk.empty() && !fn(chunk.data(), chunk.size())) return false;
+  }
   return true;
 }
 
 void RecordLog::discard(uint64_t n) {
-  std::lock_guard<std::mutex> lock(m_mutex);
+  std::unique_lock<std::mutex> lock(m_mutex);
   while (n > 0 && !m_chunks.empty()) {
     const size_t k =
         static_cast<size_t>(std::min<uint64_t>(n, m_chunks.front().size() - m_frontRead));
@@ -201,10 +252,12 @@ void RecordLog::discard(uint64_t n) {
   }
   const uint64_t k = std::min<uint64_t>(n, m_spillWritten - m_spillRead);
   m_spillRead += k;
-  if (m_spillFd >= 0 && m_spillRead == m_spillWritten && m_spillWritten != 0) {
-    if (::ftruncate(m_spillFd, 0) != 0) {
-    }
-    m_spillRead = m_spillWritten = 0;
+  n -= k;
+  if (m_spillFd >= 0 && m_spillRead == m_spillWritten && m_spillWritten != 0) resetSpill();
+  tookSome();
+  if (n > 0 && !m_chunks.empty()) {
+    lock.unlock();  // what came after the file is in memory now
+    discard(n);
   }
 }
 

@@ -85,7 +85,21 @@ void Transport::collect() {
   std::vector<Record> kept;
   for (;;) {
     const uint32_t requests = m_recorder.drainRequests();
+    const uint64_t takes = m_log.takes();
     const bool last = m_collectorStop.load(std::memory_order_acquire);
+    // The lossy and the degraded modes drop what the buffer has no room for, counted. Lossless,
+    // a full buffer (the stream slower than the job for as long as both caps last) is not
+    // added to: the rings are left full, and the job's threads wait for room in them (bounded
+    // by the recorder's deadline) until the sender took some out. A pass is then kept whole,
+    // past the caps by at most what the rings hold; so is the exit's last.
+    const bool dropping = m_recorder.lossy() || m_recorder.degraded();
+    if (!last && !dropping && m_log.full()) {
+      m_log.awaitTake(takes, m_config.flushIntervalMs);  // stopCollector wakes it too
+      watchdog();
+      continue;
+    }
+    const RecordLog::Overflow overflow =
+        dropping && !last ? RecordLog::Overflow::kRefuse : RecordLog::Overflow::kKeep;
     records.clear();
     m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
     if (!records.empty()) {
@@ -93,38 +107,43 @@ void Transport::collect() {
       if (m_filter) {
         kept.clear();
         m_filter->process(records, kept);
-        m_log.append(kept.data(), kept.size());
+        m_log.append(kept.data(), kept.size(), overflow);
       } else {
-        m_log.append(records.data(), records.size());
+        m_log.append(records.data(), records.size(), overflow);
       }
     }
     if (m_filter && last) {
       // Nothing is left waiting for a record that can no longer come.
       kept.clear();
       m_filter->finish(kept);
-      m_log.append(kept.data(), kept.size());
+      m_log.append(kept.data(), kept.size(), overflow);
     }
     m_recorder.notifyDrained();
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       ++m_collectPasses;
     }
-    // The hung-daemon watchdog (the sender may be blocked in a write).
-    const int64_t since = m_waitingSinceNs.load(std::memory_order_acquire);
-    const int64_t bound = (static_cast<int64_t>(m_config.ackTimeoutMs) + 1000) * 1000000;
-    if (since != 0 && steadyNs() - since > bound && !m_watchdogFired.exchange(true)) {
-      std::lock_guard<std::mutex> lock(m_contextMutex);
-      if (m_context) m_context->TryCancel();
-    }
+    watchdog();
     m_progress.notify_all();
     if (last) break;
     m_recorder.awaitDrainRequest(requests, m_config.flushIntervalMs);
   }
 }
 
+void Transport::watchdog() {
+  // The hung-daemon watchdog (the sender may be blocked in a write).
+  const int64_t since = m_waitingSinceNs.load(std::memory_order_acquire);
+  const int64_t bound = (static_cast<int64_t>(m_config.ackTimeoutMs) + 1000) * 1000000;
+  if (since != 0 && steadyNs() - since > bound && !m_watchdogFired.exchange(true)) {
+    std::lock_guard<std::mutex> lock(m_contextMutex);
+    if (m_context) m_context->TryCancel();
+  }
+}
+
 void Transport::stopCollector() {
   m_collectorStop.store(true, std::memory_order_release);
   m_recorder.requestDrain();
+  m_log.wake();
   if (m_collector.joinable()) m_collector.join();
   // This one no longer empties the rings (with none left, a full ring drops, counted).
   m_recorder.collectorStopped();

@@ -126,6 +126,8 @@ class Transport {
   void run();
   void collect();
   void stopCollector();
+  // The collector's: cancels the stream of a daemon that acknowledged nothing for too long.
+  void watchdog();
   // One pass of the sender: forget acknowledged batches, detect a hung server, write what the
   // window holds and new batches while the window has room.
   void pump();

@@ -71,7 +71,8 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
   agentStat("agent_dropped_disconnected", c.dropped_disconnected(),
             "agent: the stream broke and could not be resumed");
   agentStat("agent_dropped_buffer_full", c.dropped_buffer_full(),
-            "agent: its buffer (memory and file) was full while the stream could not take more");
+            "agent (lossy or degraded): its buffer (memory and file) was full while the stream "
+            "could not take more");
   agentStat("agent_degraded", c.degraded() ? 1 : 0,
             "agent: a thread waited past the deadline for room; full rings dropped from then on");
   agentStat("agent_lossy", c.lossy() ? 1 : 0,

@@ -213,6 +213,87 @@ class BurstLosslessTest(DaemonTestCase):
         self.assertNotIn("handed to the daemon", r.stderr)
         self.assert_whole(truth, self.daemon.newest_session())
 
+    def starving(self, stopped_s, running_s):
+        """A context in which the daemon runs `running_s` of every `stopped_s + running_s` (as
+        on a machine saturated by other jobs)."""
+        pid = self.daemon.proc.pid
+        done = threading.Event()
+
+        def starve():
+            while not done.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(stopped_s)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(running_s)
+
+        class Starving:
+            def __enter__(self):
+                self.thread = threading.Thread(target=starve)
+                self.thread.start()
+
+            def __exit__(self, *exc):
+                done.set()
+                self.thread.join()
+                os.kill(pid, signal.SIGCONT)
+
+        return Starving()
+
+    def test_a_full_buffer_holds_the_job_back_instead_of_dropping(self):
+        # A daemon too slow for the job (running 20 ms of every 100) and an agent that holds
+        # little (1 MiB of buffer in memory, a 1 MiB file — the caps a `ulimit -f` or a small
+        # TIDEMARK_SPOOL_MAX_BYTES leave — and a 4 MiB window): once the window and the buffer
+        # are full, the drain leaves the rings full and the job's threads wait for room. The job
+        # runs at the daemon's pace, exits 0, and nothing is dropped (this lost 262k events of a
+        # run on a loaded machine, counted as agent_dropped_buffer_full; 1.7 million here). The
+        # waits last until the daemon commits, every few seconds when it is starved like this:
+        # the deadline is raised (at the default 2 s a wait switches to the degraded mode, as
+        # the next test shows).
+        env = {"TIDEMARK_BUFFER_MAX_BYTES": str(1 << 20), "TIDEMARK_SPOOL_MAX_BYTES": str(1 << 20),
+               "TIDEMARK_WINDOW_MAX_BYTES": str(4 << 20), "TIDEMARK_RING_WAIT_MS": "60000",
+               "TIDEMARK_EXIT_TIMEOUT_MS": "120000"}
+        with unittest.mock.patch.dict(os.environ, env), self.starving(0.08, 0.02):
+            truth, s, err = self.run_burst()
+        self.assertNotIn("degraded", err)
+        self.assert_whole(truth, s)
+        self.assertGreater(s["stats"]["agent_ring_waits"]["value"], 0, s["stats"])
+
+    def test_a_hung_daemon_past_the_deadline_degrades_the_recording_not_the_job(self):
+        # The daemon stopped (hung) from before the job until 3 s into it, a small buffer, and a
+        # 300 ms deadline: a thread waits that long for room, and the whole process records on
+        # in the degraded mode — full rings drop, counted, said — while the job goes on at its
+        # own pace and exits 0. None is lost without being counted.
+        env = {"TIDEMARK_BUFFER_MAX_BYTES": str(1 << 20), "TIDEMARK_SPOOL_MAX_BYTES": str(1 << 20),
+               "TIDEMARK_WINDOW_MAX_BYTES": str(1 << 20), "TIDEMARK_RING_WAIT_MS": "300"}
+        pid = self.daemon.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        timer = threading.Timer(3, os.kill, (pid, signal.SIGCONT))
+        timer.start()
+        try:
+            with unittest.mock.patch.dict(os.environ, env):
+                r = self.daemon.cli("run", "--", PROGRAM, "40000")
+        finally:
+            timer.cancel()
+            os.kill(pid, signal.SIGCONT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("a thread waited 300 ms for the agent to make room; recording goes on in "
+                      "degraded mode", r.stderr)
+        truth = json.loads(r.stdout)
+        m = re.search(r"tidemark upload (\S+)$", r.stderr.strip())
+        if m:  # the exit outran the daemon: spooled, and uploaded here
+            self.daemon.cli("upload", m.group(1))
+        s = self.daemon.newest_session()
+        self.assertEqual(s["state"], "ended")
+        self.assertEqual(s["stats"]["agent_degraded"]["value"], 1)
+        self.assertGreater(s["events_dropped"], 0)
+        self.assertIn("%d dropped" % s["events_dropped"], r.stderr)
+        # Every event sent was received; what was not stored is the frees of blocks whose
+        # allocation was dropped (from the buffer, after the agent had tracked them).
+        self.assertEqual(s["events_received"], s["events_sent"])
+        untracked = s["stats"].get("free_of_untracked", {}).get("value", 0)
+        self.assertEqual(s["events_stored"] + untracked, s["events_sent"])
+        frees = truth["allocs"] - truth["live_blocks"]
+        self.assertLessEqual(s["events_sent"] + s["events_dropped"], truth["allocs"] + frees)
+
     def test_a_starved_daemon_at_the_exit_loses_nothing(self):
         # The daemon runs 3 ms of every 300 from before the job starts until it has exited (as
         # on 2 cores among ~150 threads of other jobs): the job exits 0, in seconds, and nothing
