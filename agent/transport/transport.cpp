@@ -94,6 +94,7 @@ void Transport::collect() {
     // past the caps by at most what the rings hold; so is the exit's last.
     const bool dropping = m_recorder.lossy() || m_recorder.degraded();
     if (!last && !dropping && m_log.full()) {
+      m_heldBack.store(true, std::memory_order_relaxed);
       m_log.awaitTake(takes, m_config.flushIntervalMs);  // stopCollector wakes it too
       watchdog();
       continue;
@@ -289,9 +290,12 @@ void Transport::pump() {
   if (m_recorder.degraded() && !m_toldDegraded && !m_config.quiet) {
     m_toldDegraded = true;
     std::fprintf(stderr,
-                 "tidemark: a thread waited %d ms for the agent to make room; recording goes on "
-                 "in degraded mode (full rings drop, counted) for the rest of the run\n",
-                 m_config.ringWaitDeadlineMs);
+                 "tidemark: a thread waited %d ms for the agent to make room%s; recording goes "
+                 "on in degraded mode (full rings drop, counted) for the rest of the run\n",
+                 m_config.ringWaitDeadlineMs,
+                 m_heldBack.load(std::memory_order_relaxed)
+                     ? " (its buffer had filled: the daemon took less than the job made)"
+                     : "");
   }
   // Committed by the server: forgotten.
   const uint64_t acked = m_ackedSeq.load(std::memory_order_acquire);

@@ -171,6 +171,9 @@ class Transport {
   RecordLog m_log;
   std::unique_ptr<CaptureFilter> m_filter;  // the collector's
   bool m_toldDegraded = false;
+  // The collector left the rings full at least once: the buffer was full (said with the
+  // degraded mode, the likely reason for it).
+  std::atomic<bool> m_heldBack{false};
   // False when shutdown() gave up waiting for the sender (its exit outran the exit timeout):
   // what it wrote is not confirmed. Read by summary().
   std::atomic<bool> m_closedCleanly{true};

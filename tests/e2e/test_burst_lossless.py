@@ -275,7 +275,8 @@ class BurstLosslessTest(DaemonTestCase):
             timer.cancel()
             os.kill(pid, signal.SIGCONT)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("a thread waited 300 ms for the agent to make room; recording goes on in "
+        self.assertIn("a thread waited 300 ms for the agent to make room (its buffer had "
+                      "filled: the daemon took less than the job made); recording goes on in "
                       "degraded mode", r.stderr)
         truth = json.loads(r.stdout)
         m = re.search(r"tidemark upload (\S+)$", r.stderr.strip())
