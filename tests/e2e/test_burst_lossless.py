@@ -275,9 +275,11 @@ class BurstLosslessTest(DaemonTestCase):
             timer.cancel()
             os.kill(pid, signal.SIGCONT)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("a thread waited 300 ms for the agent to make room (its buffer had "
-                      "filled: the daemon took less than the job made); recording goes on in "
-                      "degraded mode", r.stderr)
+        # (Why, where the buffer had filled; a collector that a loaded machine did not run for
+        # 300 ms is the other way there.)
+        self.assertRegex(r.stderr, r"a thread waited 300 ms for the agent to make room( \(its "
+                         r"buffer had filled: the daemon took less than the job made\))?; "
+                         r"recording goes on in degraded mode")
         truth = json.loads(r.stdout)
         m = re.search(r"tidemark upload (\S+)$", r.stderr.strip())
         if m:  # the exit outran the daemon: spooled, and uploaded here
