@@ -88,16 +88,17 @@ class Agent:
             self._tensor_memory.restype = None
         self.lib = lib
         self._names = {}
-        # Bound once: these are called for every module call and every saved tensor.
-        self.scope_begin = lib.tidemark_scope_begin
-        self.scope_end = lib.tidemark_scope_end
-        self.op_begin = lib.tidemark_op_begin
-        self.op_end = lib.tidemark_op_end
-        self.phase_begin = lib.tidemark_phase_begin
-        self.phase_end = lib.tidemark_phase_end
-        self.step_begin = lib.tidemark_step_begin
-        self.step_end = lib.tidemark_step_end
-        self.tag = lib.tidemark_tag
+        # Bound once: these are called for every module call and every saved tensor. Through
+        # ctypes.PyDLL, which keeps the GIL across the call: each only pushes a record (CDLL
+        # gave the GIL up and took it back around every one of them). A push that waits for room
+        # in a full ring waits with the GIL held, as an allocation made by torch does.
+        hot = ctypes.PyDLL(None)
+        for name in ("tidemark_scope_begin", "tidemark_scope_end", "tidemark_op_begin",
+                     "tidemark_op_end", "tidemark_phase_begin", "tidemark_phase_end",
+                     "tidemark_step_begin", "tidemark_step_end", "tidemark_tag"):
+            fn, declared = getattr(hot, name), getattr(lib, name)
+            fn.argtypes, fn.restype = declared.argtypes, declared.restype
+            setattr(self, name[len("tidemark_"):], fn)
 
     @property
     def present(self):

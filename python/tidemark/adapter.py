@@ -240,6 +240,22 @@ class Instrumenter:
             self.state_tags.clear()       # clear costs one repeat of each tag, nothing more)
         self.state_tags[key] = (ref, pointer, category, name)
 
+    def _group_unchanged(self, key, tensors, category):
+        """Whether `tensors` — all a model or an optimizer holds from step to step, in its order
+        — are the same tensors at the same data pointers as at the group's last call (under
+        `key`, for `category`), which then needs no tag of its own: a step's check of a few
+        hundred tensors comes down to two list comparisons. Remembered for the next call either
+        way, by ids and pointers (no reference kept), in state_tags (emptied with it)."""
+        try:
+            pointers = [t.data_ptr() for t in tensors]
+        except Exception:  # a storage-less tensor: tagged one by one
+            return False
+        ids = list(map(id, tensors))
+        key = ("group", category, key)
+        last = self.state_tags.get(key)
+        self.state_tags[key] = (ids, pointers)
+        return last is not None and last[1] == pointers and last[0] == ids
+
     def _in_phase(self, phase):
         return phase in self.phases
 
@@ -281,10 +297,12 @@ class Instrumenter:
             self.step_open = False
 
     def _tag_model_state(self, root):
-        for ref, name in self._model_state_of(root)[1]:
-            t = ref()
-            if t is not None:
-                self._tag_state(t, A.WEIGHT, name)
+        held = [(ref(), name) for ref, name in self._model_state_of(root)[1]]
+        held = [(t, name) for t, name in held if t is not None]
+        if self._group_unchanged(id(root), [t for t, _ in held], A.WEIGHT):
+            return
+        for t, name in held:
+            self._tag_state(t, A.WEIGHT, name)
 
     def _model_state_of(self, root):
         """(places, tensors) of root's walk. tensors: what root holds from step to step — its
@@ -795,10 +813,14 @@ class Instrumenter:
             return
         self._phase_end(A.OPTIMIZER)
         import torch
-        for p, state in opt.state.items():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor):
-                    self._tag_state(value, A.OPTIMIZER_STATE, self._state_name(p, key, 0))
+        tensor = torch.Tensor
+        held = [v for state in opt.state.values() for v in state.values()
+                if isinstance(v, tensor)]
+        if not self._group_unchanged(id(opt), held, A.OPTIMIZER_STATE):
+            for p, state in opt.state.items():
+                for key, value in state.items():
+                    if isinstance(value, tensor):
+                        self._tag_state(value, A.OPTIMIZER_STATE, self._state_name(p, key, 0))
         # A step is a training iteration: it ends once every optimizer (but the idle ones) has
         # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
         self.stepped.add(opt)
