@@ -238,27 +238,30 @@ bool RecordLog::visit(const std::function<bool(const Record* records, size_t n)>
 }
 
 void RecordLog::discard(uint64_t n) {
-  std::unique_lock<std::mutex> lock(m_mutex);
-  while (n > 0 && !m_chunks.empty()) {
-    const size_t k =
-        static_cast<size_t>(std::min<uint64_t>(n, m_chunks.front().size() - m_frontRead));
-    m_frontRead += k;
-    m_memoryRecords -= k;
+  std::lock_guard<std::mutex> lock(m_mutex);
+  // Memory, then the file; once the file is read to its end, what came after it is memory again.
+  for (bool again = true; again;) {
+    while (n > 0 && !m_chunks.empty()) {
+      const size_t k =
+          static_cast<size_t>(std::min<uint64_t>(n, m_chunks.front().size() - m_frontRead));
+      m_frontRead += k;
+      m_memoryRecords -= k;
+      n -= k;
+      if (m_frontRead == m_chunks.front().size()) {
+        m_chunks.pop_front();
+        m_frontRead = 0;
+      }
+    }
+    const uint64_t k = std::min<uint64_t>(n, m_spillWritten - m_spillRead);
+    m_spillRead += k;
     n -= k;
-    if (m_frontRead == m_chunks.front().size()) {
-      m_chunks.pop_front();
-      m_frontRead = 0;
+    again = false;
+    if (m_spillFd >= 0 && m_spillRead == m_spillWritten && m_spillWritten != 0) {
+      resetSpill();
+      again = n > 0;
     }
   }
-  const uint64_t k = std::min<uint64_t>(n, m_spillWritten - m_spillRead);
-  m_spillRead += k;
-  n -= k;
-  if (m_spillFd >= 0 && m_spillRead == m_spillWritten && m_spillWritten != 0) resetSpill();
   tookSome();
-  if (n > 0 && !m_chunks.empty()) {
-    lock.unlock();  // what came after the file is in memory now
-    discard(n);
-  }
 }
 
 uint64_t RecordLog::spilledTotal() const {

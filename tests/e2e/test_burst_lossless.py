@@ -8,6 +8,7 @@ goes to a memory file system (/dev/shm) first, to the spool directory when it ha
 when the daemon cannot open it there, or when TIDEMARK_HANDOFF_DIR is set empty;
 a file size limit on the job caps the agent's files and never ends the job. The same
 under --lossy drops, and says how many."""
+import contextlib
 import json
 import os
 import re
@@ -213,9 +214,10 @@ class BurstLosslessTest(DaemonTestCase):
         self.assertNotIn("handed to the daemon", r.stderr)
         self.assert_whole(truth, self.daemon.newest_session())
 
+    @contextlib.contextmanager
     def starving(self, stopped_s, running_s):
         """A context in which the daemon runs `running_s` of every `stopped_s + running_s` (as
-        on a machine saturated by other jobs)."""
+        on a machine saturated by other jobs); it runs freely again after."""
         pid = self.daemon.proc.pid
         done = threading.Event()
 
@@ -226,17 +228,14 @@ class BurstLosslessTest(DaemonTestCase):
                 os.kill(pid, signal.SIGCONT)
                 time.sleep(running_s)
 
-        class Starving:
-            def __enter__(self):
-                self.thread = threading.Thread(target=starve)
-                self.thread.start()
-
-            def __exit__(self, *exc):
-                done.set()
-                self.thread.join()
-                os.kill(pid, signal.SIGCONT)
-
-        return Starving()
+        starver = threading.Thread(target=starve)
+        starver.start()
+        try:
+            yield
+        finally:
+            done.set()
+            starver.join()
+            os.kill(pid, signal.SIGCONT)
 
     def test_a_full_buffer_holds_the_job_back_instead_of_dropping(self):
         # A daemon too slow for the job (running 20 ms of every 100) and an agent that holds
@@ -304,28 +303,12 @@ class BurstLosslessTest(DaemonTestCase):
         # section 6 of bench/run.sh — a handshake answered after the exit's time, then the rest
         # written at the daemon's pace past the spool's grace — needed the agent starved too;
         # this does not reproduce it, it holds the property.)
-        pid = self.daemon.proc.pid
-        done = threading.Event()
-
-        def starve():
-            while not done.is_set():
-                os.kill(pid, signal.SIGSTOP)
-                time.sleep(0.297)
-                os.kill(pid, signal.SIGCONT)
-                time.sleep(0.003)
-
-        starving = threading.Thread(target=starve)
-        starving.start()
-        try:
+        with self.starving(0.297, 0.003):
             started = time.monotonic()
             r = subprocess.run([os.path.join(BIN, "tidemark"), "--server", self.daemon.address,
                                 "run", "--", PROGRAM, "5000"],
                                capture_output=True, text=True, timeout=300)
             took = time.monotonic() - started
-        finally:
-            done.set()
-            starving.join()
-            os.kill(pid, signal.SIGCONT)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("lost", r.stderr)
         self.assertIn(", 0 dropped", r.stderr)

@@ -164,7 +164,9 @@ TEST_F(RecordLogTest, PastBothCapsRecordsAreRefusedAndCountedOrKeptInOrder) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     log.wake();
   });
+  const auto woken = std::chrono::steady_clock::now();
   log.awaitTake(log.takes(), 60000);
+  EXPECT_LT(std::chrono::steady_clock::now() - woken, std::chrono::seconds(30));
   waker.join();
 }
 
