@@ -18,6 +18,7 @@
 #include "agent/job_member.h"
 #include "src/base/clock.h"
 #include "src/base/daemon_address.h"
+#include "src/base/host_name.h"
 #include "src/base/private_dir.h"
 
 namespace tidemark::agent {
@@ -46,12 +47,6 @@ std::string readCommandLine() {
   }
   while (!raw.empty() && raw.back() == ' ') raw.pop_back();
   return raw;
-}
-
-std::string hostName() {
-  char buf[256] = {};
-  gethostname(buf, sizeof buf - 1);
-  return buf;
 }
 
 void atForkPrepare() { t_recursionGuard = true; }
@@ -241,7 +236,7 @@ bool Agent::start() {
   }
   tc.handoffMinEvents = m_config.handoffMinEvents;
   tc.handshake.set_pid(m_ownerPid);
-  tc.handshake.set_hostname(hostName());
+  tc.handshake.set_hostname(base::hostName());
   tc.handshake.set_command_line(readCommandLine());
   tc.handshake.set_session_name(m_config.sessionName);
   tc.handshake.set_start_ts_ns(base::monotonicNs());

@@ -70,7 +70,8 @@ PY=/usr/bin/python3
 setsid "$BIN/tidemarkd" --listen 127.0.0.1:0 --no-unix --db "$WORK/bench.db" \
   --port-file "$WORK/port" 2>"$WORK/tidemarkd.log" &
 DAEMON=$!
-trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
+DAEMON0=  # section 2b's second daemon, while it runs
+trap 'kill $DAEMON $DAEMON0 2>/dev/null; wait $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do [ -f "$WORK/port" ] && break; sleep 0.1; done
 SERVER=127.0.0.1:$(cat "$WORK/port")
 SECTIONS=" ${SECTIONS:-1 1b 2 3 4 5 6 7 8 9 10} "
@@ -177,7 +178,9 @@ echo "   the bursts' own time (the job held up) and the whole run's wall time (t
 echo "   delivered to tidemarkd, or handed to it in a file at exit; written by heaptrack), best of 3"
 echo "   interleaved. Every run starts on a quiet machine: after the daemon has stored the runs"
 echo "   before it (on this machine's 2 cores its storing a handed-off run would be timed as the next"
-echo "   run's); how long that storing took after the job's exit is its own column"
+echo "   run's); how long that storing took after the job's exit is its own column. tidemarkd --nice 0:"
+echo "   a second daemon whose ingest never pauses while the job wants the processors (the default"
+echo "   --nice 10 pauses: server/ingest/cpu_yield.h)"
 BURST="$BIN/tidemark_burst_program 40000"
 burst() {  # "<bursts' seconds> <wall seconds>" of a run of "$@" (the program's JSON on stdout)
   $PY -c "
@@ -188,26 +191,35 @@ wall = time.perf_counter() - t
 line = [l for l in out.decode().splitlines() if l.startswith('{')][-1]  # heaptrack talks too
 print(json.loads(line)['elapsed_s'], wall)" "$@"
 }
-stored_after() {  # seconds until no burst session is live any more (the daemon has stored them)
-  $PY - "$BIN/tidemark" "$SERVER" <<'PYEOF'
+stored_after() {  # seconds until no burst session is live any more (the daemons have stored them)
+  $PY - "$BIN/tidemark" "$SERVER" "$SERVER0" <<'PYEOF'
 import json, subprocess, sys, time
 t = time.perf_counter()
-for _ in range(1200):
-    out = subprocess.run([sys.argv[1], "--server", sys.argv[2], "sessions", "--json"],
-                         stdout=subprocess.PIPE, check=True).stdout
-    if all(x['state'] != 'live' for x in json.loads(out)['sessions']
-           if 'burst_program' in x['command_line']):
-        break
-    time.sleep(0.05)
+for server in sys.argv[2:]:
+    for _ in range(1200):
+        out = subprocess.run([sys.argv[1], "--server", server, "sessions", "--json"],
+                             stdout=subprocess.PIPE, check=True).stdout
+        if all(x['state'] != 'live' for x in json.loads(out)['sessions']
+               if 'burst_program' in x['command_line']):
+            break
+        time.sleep(0.05)
 print("%.3f" % (time.perf_counter() - t))
 PYEOF
 }
+# The same daemon with --nice 0, beside it: no pauses while the job wants the processors
+# (server/ingest/cpu_yield.h), as before they were built.
+setsid "$BIN/tidemarkd" --nice 0 --listen 127.0.0.1:0 --no-unix --db "$WORK/bench0.db" \
+  --port-file "$WORK/port0" 2>"$WORK/tidemarkd0.log" &
+DAEMON0=$!
+for _ in $(seq 100); do [ -f "$WORK/port0" ] && break; sleep 0.1; done
+SERVER0=127.0.0.1:$(cat "$WORK/port0")
 declare -A job wall stored
 for _ in 1 2 3; do
-  for kind in plain lossless lossy heaptrack; do
+  for kind in plain lossless nopause lossy heaptrack; do
     case $kind in
       plain) r=$(burst $BURST) ;;
       lossless) r=$(burst "$BIN/tidemark" --server "$SERVER" run --quiet -- $BURST) ;;
+      nopause) r=$(burst "$BIN/tidemark" --server "$SERVER0" run --quiet -- $BURST) ;;
       lossy) r=$(burst "$BIN/tidemark" --server "$SERVER" run --quiet --lossy -- $BURST) ;;
       heaptrack) command -v heaptrack >/dev/null || continue
                  r=$(cd "$WORK" && burst heaptrack -o "$WORK/burst-ht" $BURST) ;;
@@ -220,27 +232,35 @@ for _ in 1 2 3; do
 done
 # What the last lossless and lossy runs kept (sessions are listed in the order they ran), once
 # the daemon has stored what their agents handed over at exit (docs/architecture.md).
-kept=$($PY - "$BIN/tidemark" "$SERVER" <<'PYEOF'
+kept=$($PY - "$BIN/tidemark" "$SERVER" "$SERVER0" <<'PYEOF'
 import json, subprocess, sys, time
-for _ in range(600):
-    out = subprocess.run([sys.argv[1], "--server", sys.argv[2], "sessions", "--json"],
-                         stdout=subprocess.PIPE, check=True).stdout
-    s = [x for x in json.loads(out)['sessions'] if 'burst_program' in x['command_line']]
-    if all(x['state'] != 'live' for x in s[-2:]):
-        break
-    time.sleep(0.5)
-print(s[-2]['events_dropped'], s[-1]['events_dropped'], s[-2]['events_stored'])
+def bursts(server):
+    for _ in range(600):
+        out = subprocess.run([sys.argv[1], "--server", server, "sessions", "--json"],
+                             stdout=subprocess.PIPE, check=True).stdout
+        s = [x for x in json.loads(out)['sessions'] if 'burst_program' in x['command_line']]
+        if all(x['state'] != 'live' for x in s[-2:]):
+            return s
+        time.sleep(0.5)
+    return s
+s, s0 = bursts(sys.argv[2]), bursts(sys.argv[3])
+print(s[-2]['events_dropped'], s[-1]['events_dropped'], s[-2]['events_stored'],
+      s0[-1]['events_dropped'])
 PYEOF
 )
+kill $DAEMON0; wait $DAEMON0 2>/dev/null || true; DAEMON0=
 $PY - "${job[plain]}" "${wall[plain]}" "${job[lossless]}" "${wall[lossless]}" "${job[lossy]}" \
   "${wall[lossy]}" "${job[heaptrack]:-0}" "${wall[heaptrack]:-0}" $kept \
-  "${stored[lossless]}" "${stored[lossy]}" <<'PYEOF'
+  "${stored[lossless]}" "${stored[lossy]}" "${job[nopause]}" "${wall[nopause]}" \
+  "${stored[nopause]}" <<'PYEOF'
 import sys
 v = list(map(float, sys.argv[1:9]))
-drop_lossless, drop_lossy, stored = map(int, sys.argv[9:12])
-later_lossless, later_lossy = map(float, sys.argv[12:14])
+drop_lossless, drop_lossy, stored, drop_nopause = map(int, sys.argv[9:13])
+later_lossless, later_lossy = map(float, sys.argv[13:15])
+job0, wall0, later0 = map(float, sys.argv[15:18])
 rows = [("plain", v[0], v[1], "-", "-"),
         ("tidemark run (lossless, default)", v[2], v[3], drop_lossless, "%.2f" % later_lossless),
+        ("  the same, tidemarkd --nice 0", job0, wall0, drop_nopause, "%.2f" % later0),
         ("tidemark run --lossy", v[4], v[5], drop_lossy, "%.2f" % later_lossy)]
 if v[6] > 0:
     rows.append(("heaptrack (lossless)", v[6], v[7], 0, "-"))

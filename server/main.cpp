@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "server/ingest/cpu_yield.h"
 #include "server/server.h"
 #include "server/store/database.h"
 #include "src/advisor/planner.h"
@@ -48,10 +49,12 @@ options:
                     process is gone from this host)
   --nice N          the daemon's scheduling niceness, 0 to 19 (default 10): on a busy machine
                     the recorded jobs get the processors first, and the agents' buffers hold
-                    what the daemon has not taken yet (0 keeps the niceness it was started with);
-                    with the kernel's autogroups it weighs only within the daemon's session: in
-                    a session of its own (setsid, as `tidemark` starts one) the daemon shares the
-                    processors with the jobs' session as an equal group
+                    what the daemon has not taken yet (0 keeps the niceness it was started with
+                    and never pauses). The kernel's autogroups weigh niceness only within the
+                    daemon's session, so while every processor is taken each ingest stream also
+                    pauses, taking about the share a thread of niceness N would take against
+                    the jobs (1/10 of a processor at 10) in a session of its own too (setsid,
+                    as `tidemark` starts one); on a free machine it never pauses
   --memory-budget B what the daemon's work may hold in memory, e.g. 256MiB (default 1GiB, at
                     least 64MiB): the store's page cache, the analysis pass's sorts (more
                     spills to disk beside the store) and the rows each recording session holds
@@ -217,6 +220,9 @@ int main(int argc, char** argv) {
     if (errno == 0 && current < niceness) setpriority(PRIO_PROCESS, 0, niceness);
   }
 
+  // The same weight against the jobs across sessions' scheduling groups, where the kernel's
+  // niceness does not reach: the ingest's own pauses while every processor is taken.
+  options.ingestYieldFactor = tidemark::server::CpuYield::factorForNiceness(niceness);
   Server server(options);
   if (absl::Status s = server.start(); !s.ok()) {
     std::fprintf(stderr, "tidemarkd: %s\n", std::string(s.message()).c_str());

@@ -16,6 +16,7 @@
 
 #include "server/unix_socket_path.h"
 #include "src/base/daemon_address.h"
+#include "src/base/host_name.h"
 #include "src/base/private_dir.h"
 
 namespace tidemark::server {
@@ -67,11 +68,7 @@ absl::Status Server::start() {
     if (!lock.ok()) return lock.status();
     m_storeLock = std::make_unique<StoreLock>(std::move(*lock));
   }
-  if (m_options.daemonName.empty()) {
-    char host[256] = "";
-    ::gethostname(host, sizeof host - 1);
-    m_options.daemonName = host;
-  }
+  if (m_options.daemonName.empty()) m_options.daemonName = base::hostName();
   if (!m_options.unixSocket.empty()) {
     const std::string dir = std::filesystem::path(m_options.unixSocket).parent_path().string();
     if (auto s = makePrivateDirectory(dir.empty() ? "." : dir); !s.ok()) {
@@ -127,7 +124,7 @@ absl::Status Server::start() {
   m_ingest = std::make_unique<IngestService>(
       *m_writer, m_agents, *m_access,
       [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); }, m_options.resumeGrace,
-      shares.sessionRowBytes);
+      shares.sessionRowBytes, m_options.ingestYieldFactor);
   // Sessions left live by the previous run wait for their agents to resume them (or for the
   // files their agents handed over, taken up once the server runs).
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;

@@ -48,6 +48,9 @@ struct ServerOptions {
   // What the daemon's own work may hold in memory (tidemarkd --memory-budget), shared out by
   // MemoryShares below; the resident size stays under it plus a constant (docs/scaling.md).
   int64_t memoryBudgetBytes = int64_t{1} << 30;
+  // While every processor is taken, each ingest stream pauses this many times the processor
+  // time its work took (server/ingest/cpu_yield.h; tidemarkd --nice sets it; 0: never).
+  double ingestYieldFactor = 0;
   // tidemarkd --retain / --max-store (server/store/retention.h); none by default.
   RetentionLimits retention;
 };

@@ -9,10 +9,12 @@
 #include <optional>
 
 #include "google/protobuf/arena.h"
+#include "server/ingest/cpu_yield.h"
 #include "server/ingest/session_ingest.h"
 #include "server/rpc/agent_identity.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/plan_courier.h"
+#include "src/base/host_name.h"
 #include "tidemark/v1/query.pb.h"
 
 namespace tidemark::server {
@@ -221,13 +223,14 @@ void resendUnansweredPlans(const std::string& storePath, int64_t sessionId,
 
 IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
                              std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace,
-                             size_t maxPendingRowBytes)
+                             size_t maxPendingRowBytes, double yieldFactor)
     : m_writer(writer),
       m_access(access),
       m_agents(agents),
       m_onEnded(std::move(onEnded)),
       m_sessions(resumeGrace),
       m_maxPendingRowBytes(maxPendingRowBytes),
+      m_yieldFactor(yieldFactor),
       // Two sessions' shares of rows: the windows of several kept analyses at once.
       m_keptLive(2 * maxPendingRowBytes) {
   m_sweeper = std::thread([this] {
@@ -538,6 +541,8 @@ grpc::Status IngestService::Stream(
   arenaOptions.start_block_size = 64 << 10;
   arenaOptions.max_block_size = 1 << 20;
   google::protobuf::Arena arena(arenaOptions);
+  // Pauses for this stream's job only where it runs beside the daemon, on this host.
+  CpuYield yield(m_yieldFactor, hello.hostname() == base::hostName() ? hello.pid() : 0);
   while (true) {
     arena.Reset();
     v1::AgentMessage& message = *google::protobuf::Arena::CreateMessage<v1::AgentMessage>(&arena);
@@ -604,6 +609,11 @@ grpc::Status IngestService::Stream(
       ack.mutable_ack()->set_batch_seq(*acked);
       LiveAgents::write(*guard, stream, ack);
     }
+    // The job wanted the processors this stream's work took: it gets them back for a while
+    // (CpuYield; the agent keeps what is not read yet). Not while the agent waits for an
+    // acknowledgement (its exit) or a reader for the rows.
+    if (!message.has_ack_request() && !guard->commitWanted.load(std::memory_order_relaxed))
+      yield.afterWork();
   }
 
   // No command nor snapshot once the stream winds down; a query waits until what the ingest

@@ -37,7 +37,7 @@ class IngestService final : public v1::Ingest::Service {
   // lets see every session) may resume it.
   IngestService(StoreWriter& writer, LiveAgents& agents, const Access& access,
                 std::function<void(int64_t)> onEnded, std::chrono::seconds resumeGrace,
-                size_t maxPendingRowBytes = kDefaultMaxPendingRowBytes);
+                size_t maxPendingRowBytes = kDefaultMaxPendingRowBytes, double yieldFactor = 0);
   // The rows one session may hold before its stream waits for them to be committed (the
   // stream's flow control then holds the agent back, which keeps what it sent): memory bounded
   // whatever the rate. Without it the rows would pile up while the writer commits the last ones.
@@ -89,6 +89,9 @@ class IngestService final : public v1::Ingest::Service {
   std::function<void(int64_t)> m_onEnded;
   ResumableSessions m_sessions;
   size_t m_maxPendingRowBytes;
+  // While every processor is taken, each stream pauses this many times its work's processor
+  // time (CpuYield; 0: never).
+  double m_yieldFactor;
   KeptLiveAnalyses m_keptLive;    // of detached sessions, for the streams that resume them
   std::atomic<int> m_streams{0};  // open Ingest streams (each holds one of gRPC's threads)
   std::mutex m_sweepMutex;

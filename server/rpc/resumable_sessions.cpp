@@ -5,18 +5,14 @@
 
 #include <cerrno>
 
+#include "src/base/host_name.h"
+
 namespace tidemark::server {
 
 namespace {
 // A session's process is given this long to come back even when it looks gone (a pid check is
 // only a hint: another pid namespace shares the host name).
 constexpr auto kGoneProcessGrace = std::chrono::seconds(2);
-
-std::string thisHost() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "";
-  return name;
-}
 }  // namespace
 
 void ResumableSessions::hold(int64_t id, grpc::ServerContext* context) {
@@ -87,7 +83,7 @@ void ResumableSessions::detachAtStart(int64_t id, int32_t pid, const std::string
 }
 
 bool ResumableSessions::processGone(const Entry& e) const {
-  if (e.pid <= 0 || e.hostname.empty() || e.hostname != thisHost()) return false;
+  if (e.pid <= 0 || e.hostname.empty() || e.hostname != base::hostName()) return false;
   return kill(e.pid, 0) != 0 && errno == ESRCH;
 }
 

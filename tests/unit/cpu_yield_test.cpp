@@ -1,0 +1,156 @@
+// The ingest's pauses while every processor is taken (server/ingest/cpu_yield.h).
+#include "server/ingest/cpu_yield.h"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+namespace tidemark::server {
+namespace {
+
+int64_t threadCpuNs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+void spinFor(int64_t cpuNs) {
+  const int64_t until = threadCpuNs() + cpuNs;
+  volatile uint64_t x = 0;
+  while (threadCpuNs() < until) x = x + 1;
+}
+
+TEST(CpuYieldTest, PausesOnlyWhenTheJobWantedTheProcessorsItsWorkTook) {
+  const double f = 3;
+  const int64_t wall = 20'000'000;
+  const int64_t busy = 20'000'000;  // the job on a whole processor over the window
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 0, busy, wall, f), 0);          // never waited
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 2'000'000, busy, wall, f), 0);  // 1/6: free enough
+  // A fifth of its time or more in the run queue, the job busy: the job gets them back.
+  EXPECT_EQ(CpuYield::pauseNs(8'000'000, 2'000'000, busy, wall, f), 24'000'000);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, busy, wall, f), 30'000'000);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall / 2, wall, f), 30'000'000);
+  // Others wanted the processors, not the job (idle, or on less than half a processor).
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, 0, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall / 2 - 1, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, busy, wall, 0), 0);  // --nice 0
+  EXPECT_EQ(CpuYield::pauseNs(0, 10'000'000, busy, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(-5, 10, busy, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10, -5, busy, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10, 10, busy, 0, f), 0);
+  // Bounded, however much work came before.
+  EXPECT_EQ(
+      CpuYield::pauseNs(int64_t{1} << 50, int64_t{1} << 50, int64_t{1} << 52, int64_t{1} << 51, f),
+      CpuYield::kMaxPauseNs);
+}
+
+TEST(CpuYieldTest, TakesTheShareOfANiceThread) {
+  EXPECT_EQ(CpuYield::factorForNiceness(0), 0);
+  EXPECT_EQ(CpuYield::factorForNiceness(-3), 0);
+  EXPECT_NEAR(CpuYield::factorForNiceness(1), 0.25, 1e-12);
+  // Niceness 10 against 0: the kernel's weights 110 against 1024, about a tenth of a processor.
+  const double f10 = CpuYield::factorForNiceness(10);
+  EXPECT_NEAR(1 / (1 + f10), 110.0 / 1024, 0.005);
+  EXPECT_EQ(CpuYield::factorForNiceness(40), CpuYield::factorForNiceness(19));
+}
+
+// Spinning threads in this process stand for the job: its processor clock counts them.
+class Spinners {
+ public:
+  explicit Spinners(int n) {
+    for (int i = 0; i < n; ++i) {
+      m_threads.emplace_back([this] {
+        volatile uint64_t x = 0;
+        while (!m_stop.load(std::memory_order_relaxed)) x = x + 1;
+      });
+    }
+  }
+  ~Spinners() {
+    m_stop = true;
+    for (auto& t : m_threads) t.join();
+  }
+
+ private:
+  std::atomic<bool> m_stop{false};
+  std::vector<std::thread> m_threads;
+};
+
+int processorsHere() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
+// The pause due after three windows' work on a thread of its own (its first call only starts
+// the window); *worked: the work's processor time.
+int64_t pauseAfterWork(CpuYield& yield, int64_t* worked) {
+  int64_t pause = -1;
+  std::thread worker([&] {
+    EXPECT_EQ(yield.due().count(), 0);
+    const int64_t t0 = threadCpuNs();
+    spinFor(3 * CpuYield::kWindowCpuNs);
+    *worked = threadCpuNs() - t0;
+    pause = yield.due().count();
+  });
+  worker.join();
+  return pause;
+}
+
+TEST(CpuYieldTest, NeverPausesForAJobElsewhereOrWithAFactorOfZero) {
+  Spinners busy(2 * processorsHere());
+  int64_t worked = 0;
+  CpuYield never(0, getpid());
+  EXPECT_EQ(pauseAfterWork(never, &worked), 0);
+  CpuYield noJob(3, 0);  // an agent on another host
+  EXPECT_EQ(pauseAfterWork(noJob, &worked), 0);
+  CpuYield gone(3, 0x3ffffff0);  // no such process
+  EXPECT_EQ(pauseAfterWork(gone, &worked), 0);
+}
+
+// The processors all taken, but by others: the job (a child that sleeps) wants none of them.
+TEST(CpuYieldTest, NeverPausesForOthersLoad) {
+  const pid_t idleJob = fork();
+  ASSERT_GE(idleJob, 0);
+  if (idleJob == 0) {
+    ::sleep(60);
+    ::_exit(0);
+  }
+  int64_t pause = -1;
+  {
+    Spinners busy(2 * processorsHere());
+    CpuYield yield(3, idleJob);
+    int64_t worked = 0;
+    pause = pauseAfterWork(yield, &worked);
+  }
+  ::kill(idleJob, SIGKILL);
+  ::waitpid(idleJob, nullptr, 0);
+  EXPECT_EQ(pause, 0);
+}
+
+// A real contended machine: twice as many spinning threads as this process may run on (the
+// job: this process), and the stream's work among them. Its run-queue wait is then most of its
+// time, and it pauses for the factor times its work.
+TEST(CpuYieldTest, PausesWhileTheJobWantsTheProcessors) {
+  if (access("/proc/thread-self/schedstat", R_OK) != 0)
+    GTEST_SKIP() << "this kernel keeps no schedstat: the ingest never pauses here";
+  Spinners busy(2 * processorsHere());
+  CpuYield yield(3, getpid());
+  int64_t worked = 0;
+  const int64_t pause = pauseAfterWork(yield, &worked);
+  // Three times the work since the window began (a little more than spun: the calls
+  // themselves), bounded.
+  EXPECT_GE(pause, 3 * worked);
+  EXPECT_LE(pause, std::min<int64_t>(3 * worked + 3'000'000, CpuYield::kMaxPauseNs));
+}
+
+}  // namespace
+}  // namespace tidemark::server
