@@ -179,8 +179,8 @@ echo "   delivered to tidemarkd, or handed to it in a file at exit; written by h
 echo "   interleaved. Every run starts on a quiet machine: after the daemon has stored the runs"
 echo "   before it (on this machine's 2 cores its storing a handed-off run would be timed as the next"
 echo "   run's); how long that storing took after the job's exit is its own column. tidemarkd --nice 0:"
-echo "   a second daemon whose ingest never pauses while the job wants the processors (the default"
-echo "   --nice 10 pauses: server/ingest/cpu_yield.h)"
+echo "   a second daemon that neither pauses while the jobs want the processors nor lowers its"
+echo "   niceness (the default --nice 10 does both: server/ingest/cpu_yield.h)"
 BURST="$BIN/tidemark_burst_program 40000"
 burst() {  # "<bursts' seconds> <wall seconds>" of a run of "$@" (the program's JSON on stdout)
   $PY -c "
@@ -206,8 +206,8 @@ for server in sys.argv[2:]:
 print("%.3f" % (time.perf_counter() - t))
 PYEOF
 }
-# The same daemon with --nice 0, beside it: no pauses while the job wants the processors
-# (server/ingest/cpu_yield.h), as before they were built.
+# The same daemon with --nice 0, beside it: no pauses while the jobs want the processors
+# (server/ingest/cpu_yield.h), and the niceness it was started with.
 setsid "$BIN/tidemarkd" --nice 0 --listen 127.0.0.1:0 --no-unix --db "$WORK/bench0.db" \
   --port-file "$WORK/port0" 2>"$WORK/tidemarkd0.log" &
 DAEMON0=$!

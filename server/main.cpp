@@ -51,10 +51,11 @@ options:
                     the recorded jobs get the processors first, and the agents' buffers hold
                     what the daemon has not taken yet (0 keeps the niceness it was started with
                     and never pauses). The kernel's autogroups weigh niceness only within the
-                    daemon's session, so while every processor is taken each ingest stream also
-                    pauses, taking about the share a thread of niceness N would take against
-                    the jobs (1/10 of a processor at 10) in a session of its own too (setsid,
-                    as `tidemark` starts one); on a free machine it never pauses
+                    daemon's session, so while the jobs it records want every processor, its
+                    work (their streams, the analysis of ended sessions) also pauses, taking
+                    about the share a thread of niceness N would take against them (1/10 of a
+                    processor at 10) in a session of its own too (setsid, as `tidemark` starts
+                    one); on a machine with processors to spare it never pauses
   --memory-budget B what the daemon's work may hold in memory, e.g. 256MiB (default 1GiB, at
                     least 64MiB): the store's page cache, the analysis pass's sorts (more
                     spills to disk beside the store) and the rows each recording session holds
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
 
   // The same weight against the jobs across sessions' scheduling groups, where the kernel's
   // niceness does not reach: the ingest's own pauses while every processor is taken.
-  options.ingestYieldFactor = tidemark::server::CpuYield::factorForNiceness(niceness);
+  options.yieldFactor = tidemark::server::CpuYield::factorForNiceness(niceness);
   Server server(options);
   if (absl::Status s = server.start(); !s.ok()) {
     std::fprintf(stderr, "tidemarkd: %s\n", std::string(s.message()).c_str());

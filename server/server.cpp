@@ -120,11 +120,13 @@ absl::Status Server::start() {
   m_retention = std::make_unique<RetentionKeeper>(*m_writer, m_options.retention);
   m_analysis = std::make_unique<AnalysisRunner>(
       *m_writer, shares.analysisBytes, [keeper = m_retention.get()](int64_t) { keeper->poke(); });
+  m_analysis->yieldTo(m_options.yieldFactor, &m_recordedJobs);
   m_analysis->enqueuePending();
   m_ingest = std::make_unique<IngestService>(
       *m_writer, m_agents, *m_access,
       [runner = m_analysis.get()](int64_t id) { runner->enqueue(id); }, m_options.resumeGrace,
-      shares.sessionRowBytes, m_options.ingestYieldFactor);
+      shares.sessionRowBytes, m_options.yieldFactor);
+  m_ingest->setRecordedJobs(&m_recordedJobs);
   // Sessions left live by the previous run wait for their agents to resume them (or for the
   // files their agents handed over, taken up once the server runs).
   if (auto s = m_ingest->detachLiveSessions(); !s.ok()) return s;

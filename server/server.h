@@ -48,9 +48,10 @@ struct ServerOptions {
   // What the daemon's own work may hold in memory (tidemarkd --memory-budget), shared out by
   // MemoryShares below; the resident size stays under it plus a constant (docs/scaling.md).
   int64_t memoryBudgetBytes = int64_t{1} << 30;
-  // While every processor is taken, each ingest stream pauses this many times the processor
-  // time its work took (server/ingest/cpu_yield.h; tidemarkd --nice sets it; 0: never).
-  double ingestYieldFactor = 0;
+  // While the jobs it records want the processors, the daemon's work (each ingest stream for its
+  // own job, the analysis pass for all of them) pauses this many times the processor time it took
+  // (server/ingest/cpu_yield.h; tidemarkd --nice sets it; 0: never).
+  double yieldFactor = 0;
   // tidemarkd --retain / --max-store (server/store/retention.h); none by default.
   RetentionLimits retention;
 };
@@ -96,6 +97,7 @@ class Server {
   std::unique_ptr<AdminService> m_admin;
   std::unique_ptr<StoreWriter> m_writer;
   std::unique_ptr<RetentionKeeper> m_retention;
+  RecordedJobs m_recordedJobs;  // outlives the services below, which list and read it
   std::unique_ptr<AnalysisRunner> m_analysis;
   std::unique_ptr<IngestService> m_ingest;
   std::unique_ptr<HandoffTaker> m_handoffs;

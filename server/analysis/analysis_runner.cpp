@@ -1,6 +1,7 @@
 #include "server/analysis/analysis_runner.h"
 
 #include <malloc.h>
+#include <pthread.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -91,10 +92,19 @@ class WriterSink : public core::AnalysisSink {
 AnalysisRunner::AnalysisRunner(StoreWriter& writer, size_t memoryBytes,
                                std::function<void(int64_t)> onAnalyzed)
     : m_writer(writer), m_memoryBytes(memoryBytes), m_onAnalyzed(std::move(onAnalyzed)) {
-  m_thread = std::thread([this] { run(); });
+  m_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "td-analysis");
+    run();
+  });
 }
 
 AnalysisRunner::~AnalysisRunner() { stop(); }
+
+void AnalysisRunner::yieldTo(double factor, const RecordedJobs* jobs) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_yieldFactor = factor;
+  m_recordedJobs = jobs;
+}
 
 void AnalysisRunner::enqueue(int64_t sessionId) {
   {
@@ -144,6 +154,16 @@ absl::Status AnalysisRunner::analyze(int64_t id) {
   options.maxInferencePoints =
       std::max<size_t>(1u << 16, m_memoryBytes / 4 / sizeof(core::TotalPoint));
   options.cancel = &m_cancel;
+  double factor = 0;
+  const RecordedJobs* jobs = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    factor = m_yieldFactor;
+    jobs = m_recordedJobs;
+  }
+  CpuYield yield(factor, jobs != nullptr ? CpuYield::JobPids([jobs] { return jobs->pids(); })
+                                         : CpuYield::JobPids());
+  options.pace = [&yield] { yield.afterWork(); };
   core::StreamingResult result = core::analyzeStream(**in, sink, options);
   // The writer's own error first: the analysis only knows that its sink refused.
   const absl::Status written = sink.flush();

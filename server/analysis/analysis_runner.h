@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "server/ingest/cpu_yield.h"
 #include "server/store/writer.h"
 
 namespace tidemark::server {
@@ -30,6 +31,10 @@ class AnalysisRunner {
                           std::function<void(int64_t)> onAnalyzed = nullptr);
   ~AnalysisRunner();  // abandons queued and running work (it is redone at the next start)
 
+  // While the jobs listed there want the processors, the passes pause (CpuYield; factor 0:
+  // never). Set before the first enqueue.
+  void yieldTo(double factor, const RecordedJobs* jobs);
+
   void enqueue(int64_t sessionId);
   // Queues every ended session that has no stored analysis (after a restart).
   void enqueuePending();
@@ -43,6 +48,8 @@ class AnalysisRunner {
 
   StoreWriter& m_writer;
   size_t m_memoryBytes;
+  double m_yieldFactor = 0;
+  const RecordedJobs* m_recordedJobs = nullptr;
   std::mutex m_mutex;
   std::condition_variable m_cv;
   std::condition_variable m_idle;

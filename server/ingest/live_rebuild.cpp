@@ -1,5 +1,6 @@
 #include "server/ingest/live_rebuild.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,7 +125,10 @@ class VectorCursor : public core::Cursor<core::StepInterval> {
 
 LiveRebuild::LiveRebuild(Options options, v1::IngestCheckpoint state, std::vector<BlockRow> open)
     : m_options(std::move(options)), m_state(std::move(state)), m_open(std::move(open)) {
-  m_thread = std::thread([this] { run(); });
+  m_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "td-rebuild");
+    run();
+  });
 }
 
 LiveRebuild::~LiveRebuild() {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -118,7 +119,10 @@ void Listeners::start(grpc::Server* server, PeerRegistry* peers) {
     m_nextFd = 1024;
   }
   m_wake = ::eventfd(0, EFD_CLOEXEC);
-  m_thread = std::thread([this] { acceptLoop(); });
+  m_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "td-accept");
+    acceptLoop();
+  });
 }
 
 int Listeners::handOver(int fd) {

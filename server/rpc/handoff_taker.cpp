@@ -1,6 +1,7 @@
 #include "server/rpc/handoff_taker.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -203,6 +204,7 @@ void HandoffTaker::take(const HandoffRow& row, bool recorded) {
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
   m_threads.push_back({std::thread([this, row, done] {
+                         pthread_setname_np(pthread_self(), "td-handoff");
                          run(row);
                          {
                            std::lock_guard<std::mutex> lock(m_mutex);

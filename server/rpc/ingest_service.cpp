@@ -1,5 +1,7 @@
 #include "server/rpc/ingest_service.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <future>
@@ -234,6 +236,7 @@ IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Acce
       // Two sessions' shares of rows: the windows of several kept analyses at once.
       m_keptLive(2 * maxPendingRowBytes) {
   m_sweeper = std::thread([this] {
+    pthread_setname_np(pthread_self(), "td-sweep");
     std::unique_lock<std::mutex> lock(m_sweepMutex);
     while (!m_stopping) {
       m_sweepWake.wait_for(lock, std::chrono::milliseconds(500));
@@ -541,8 +544,18 @@ grpc::Status IngestService::Stream(
   arenaOptions.start_block_size = 64 << 10;
   arenaOptions.max_block_size = 1 << 20;
   google::protobuf::Arena arena(arenaOptions);
-  // Pauses for this stream's job only where it runs beside the daemon, on this host.
-  CpuYield yield(m_yieldFactor, hello.hostname() == base::hostName() ? hello.pid() : 0);
+  // Pauses for this stream's job only where it runs beside the daemon, on this host; listed
+  // meanwhile as a job being recorded, for the analysis pass to yield to.
+  const pid_t localJob = hello.hostname() == base::hostName() ? hello.pid() : 0;
+  CpuYield yield(m_yieldFactor, localJob);
+  struct Listed {
+    RecordedJobs* jobs;
+    pid_t pid;
+    ~Listed() {
+      if (jobs != nullptr && pid > 0) jobs->remove(pid);
+    }
+  } listed{localJob > 0 ? m_recordedJobs : nullptr, localJob};
+  if (listed.jobs != nullptr) listed.jobs->add(localJob);
   while (true) {
     arena.Reset();
     v1::AgentMessage& message = *google::protobuf::Arena::CreateMessage<v1::AgentMessage>(&arena);

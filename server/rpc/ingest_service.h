@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/ingest/cpu_yield.h"
 #include "server/rpc/access.h"
 #include "server/rpc/handoff_taker.h"
 #include "server/rpc/kept_live_analyses.h"
@@ -50,6 +51,8 @@ class IngestService final : public v1::Ingest::Service {
   void stop();
   // Where the files agents hand over at exit go (none: a Handoff is refused).
   void setHandoffTaker(HandoffTaker* taker) { m_handoffs = taker; }
+  // Where the jobs whose streams are open on this host are listed (none: not listed).
+  void setRecordedJobs(RecordedJobs* jobs) { m_recordedJobs = jobs; }
 
   grpc::Status Stream(
       grpc::ServerContext* context,
@@ -99,6 +102,7 @@ class IngestService final : public v1::Ingest::Service {
   bool m_stopping = false;
   std::thread m_sweeper;
   HandoffTaker* m_handoffs = nullptr;
+  RecordedJobs* m_recordedJobs = nullptr;
 };
 
 }  // namespace tidemark::server

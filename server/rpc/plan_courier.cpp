@@ -1,5 +1,7 @@
 #include "server/rpc/plan_courier.h"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include "src/advisor/plan_json.h"
@@ -35,7 +37,11 @@ v1::ServerMessage applyPlanCommand(int64_t planId, const std::string& planJson) 
 
 PlanCourier::PlanCourier(StoreWriter& writer, LiveAgents& agents, bool shared)
     : m_writer(writer), m_agents(agents) {
-  if (shared) m_thread = std::thread([this] { run(); });
+  if (shared)
+    m_thread = std::thread([this] {
+      pthread_setname_np(pthread_self(), "td-plans");
+      run();
+    });
 }
 
 PlanCourier::~PlanCourier() { stop(); }

@@ -1,5 +1,7 @@
 #include "server/store/retention.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -75,7 +77,10 @@ absl::Status deleteSession(StoreWriter& writer, int64_t sessionId) {
 RetentionKeeper::RetentionKeeper(StoreWriter& writer, RetentionLimits limits)
     : m_writer(writer), m_limits(limits) {
   // Always: without limits it only finishes the prunes a stopped daemon left half done.
-  m_thread = std::thread([this] { run(); });
+  m_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "td-retention");
+    run();
+  });
 }
 
 RetentionKeeper::~RetentionKeeper() { stop(); }

@@ -1,12 +1,17 @@
 #include "server/store/writer.h"
 
+#include <pthread.h>
+
 #include <cstdio>
 
 namespace tidemark::server {
 
 StoreWriter::StoreWriter(std::unique_ptr<Store> store)
     : m_store(std::move(store)), m_path(m_store->path()), m_daemonName(m_store->daemonName()) {
-  m_thread = std::thread([this] { run(); });
+  m_thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "td-store");
+    run();
+  });
 }
 
 StoreWriter::~StoreWriter() { stop(); }

@@ -16,7 +16,13 @@ namespace tidemark::core {
 namespace {
 
 constexpr const char* kCancelled = "cancelled";
+// The passes look at their cancel flag (and pace) every this many items plus one: about a
+// millisecond of work.
+constexpr uint64_t kCheckMask = 0xfff;
+// StreamingOptions::pace of the pass running on this thread (set by analyzeStream).
+thread_local const std::function<void()>* t_pace = nullptr;
 bool cancelled(const std::atomic<bool>* cancel) {
+  if (t_pace != nullptr && *t_pace) (*t_pace)();
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
@@ -122,7 +128,7 @@ class Categorizer {
     Block next;
     bool haveBlock = reader.next(next);
     for (uint64_t n = 0;; ++n) {
-      if ((n & 0xffff) == 0 && cancelled(m_cancel)) {
+      if ((n & kCheckMask) == 0 && cancelled(m_cancel)) {
         error = kCancelled;
         return false;
       }
@@ -288,7 +294,7 @@ bool replay(const DecidedSorter& decided, const std::atomic<bool>* cancel, Befor
   DecidedBlock b;
   bool have = reader.next(b);
   for (uint64_t n = 0; have || !frees.empty(); ++n) {
-    if ((n & 0xffff) == 0 && cancelled(cancel)) {
+    if ((n & kCheckMask) == 0 && cancelled(cancel)) {
       error = kCancelled;
       return false;
     }
@@ -375,6 +381,10 @@ bool fillItems(RecordingStream& in, const DecidedSorter& decided, PeakReport& re
 
 StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
                               const StreamingOptions& options) {
+  struct Pacing {
+    explicit Pacing(const std::function<void()>* pace) { t_pace = pace; }
+    ~Pacing() { t_pace = nullptr; }
+  } pacing(&options.pace);
   StreamingResult result;
   // A third of the memory to each sort: the blocks by allocation, the decided blocks, the codes.
   const size_t share = options.memoryBytes / 3;
@@ -384,7 +394,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
     auto cursor = in.blocks();
     Block b;
     while (cursor->next(b)) {
-      if ((result.blocks & 0xffff) == 0 && cancelled(options.cancel)) {
+      if ((result.blocks & kCheckMask) == 0 && cancelled(options.cancel)) {
         result.error = kCancelled;
         return result;
       }

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,9 @@ struct StreamingOptions {
   size_t topItems = 20;
   // Set from another thread to stop the analysis soon (its result's error then says so).
   const std::atomic<bool>* cancel = nullptr;
+  // Called on the analysing thread wherever the passes look at `cancel` (every 4,096 items):
+  // the caller may pause there (tidemarkd's analysis yields to the jobs it records).
+  std::function<void()> pace;
 };
 
 struct StreamingResult {

@@ -32,24 +32,30 @@ TEST(CpuYieldTest, PausesOnlyWhenTheJobWantedTheProcessorsItsWorkTook) {
   const double f = 3;
   const int64_t wall = 20'000'000;
   const int64_t busy = 20'000'000;  // the job on a whole processor over the window
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 0, busy, wall, f), 0);          // never waited
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 2'000'000, busy, wall, f), 0);  // 1/6: free enough
-  // A fifth of its time or more in the run queue, the job busy: the job gets them back.
-  EXPECT_EQ(CpuYield::pauseNs(8'000'000, 2'000'000, busy, wall, f), 24'000'000);
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, busy, wall, f), 30'000'000);
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall / 2, wall, f), 30'000'000);
+  const int64_t none = 0;           // no thread of the machine waited
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 0, none, busy, wall, f), 0);          // nobody waited
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 2'000'000, none, busy, wall, f), 0);  // 1/6: free enough
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 0, wall / 5 - 1, busy, wall, f), 0);
+  // The thread itself waited a fifth of its time or more, the job busy: it gets them back.
+  EXPECT_EQ(CpuYield::pauseNs(8'000'000, 2'000'000, none, busy, wall, f), 24'000'000);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, none, busy, wall, f), 30'000'000);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, -1, wall / 2, wall, f), 30'000'000);
+  // Or some thread of the machine did (the job's: the daemon's thread ran on a processor the
+  // group's fair share left it), a fifth of the window or more.
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 0, wall / 5, busy, wall, f), 30'000'000);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 0, wall, busy, wall, f), 30'000'000);
   // Others wanted the processors, not the job (idle, or on less than half a processor).
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, 0, wall, f), 0);
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall / 2 - 1, wall, f), 0);
-  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, busy, wall, 0), 0);  // --nice 0
-  EXPECT_EQ(CpuYield::pauseNs(0, 10'000'000, busy, wall, f), 0);
-  EXPECT_EQ(CpuYield::pauseNs(-5, 10, busy, wall, f), 0);
-  EXPECT_EQ(CpuYield::pauseNs(10, -5, busy, wall, f), 0);
-  EXPECT_EQ(CpuYield::pauseNs(10, 10, busy, 0, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall, 0, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall, wall / 2 - 1, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10'000'000, 10'000'000, wall, busy, wall, 0), 0);  // --nice 0
+  EXPECT_EQ(CpuYield::pauseNs(0, 10'000'000, wall, busy, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(-5, 10, wall, busy, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10, -5, wall, busy, wall, f), 0);
+  EXPECT_EQ(CpuYield::pauseNs(10, 10, wall, busy, 0, f), 0);
   // Bounded, however much work came before.
-  EXPECT_EQ(
-      CpuYield::pauseNs(int64_t{1} << 50, int64_t{1} << 50, int64_t{1} << 52, int64_t{1} << 51, f),
-      CpuYield::kMaxPauseNs);
+  EXPECT_EQ(CpuYield::pauseNs(int64_t{1} << 50, int64_t{1} << 50, int64_t{1} << 51,
+                              int64_t{1} << 52, int64_t{1} << 51, f),
+            CpuYield::kMaxPauseNs);
 }
 
 TEST(CpuYieldTest, TakesTheShareOfANiceThread) {
@@ -150,6 +156,36 @@ TEST(CpuYieldTest, PausesWhileTheJobWantsTheProcessors) {
   // themselves), bounded.
   EXPECT_GE(pause, 3 * worked);
   EXPECT_LE(pause, std::min<int64_t>(3 * worked + 3'000'000, CpuYield::kMaxPauseNs));
+}
+
+// The jobs whose streams are open, for the analysis pass: one entry per stream.
+TEST(CpuYieldTest, RecordedJobsListEachJobOnceWhileAStreamOfItIsOpen) {
+  RecordedJobs jobs;
+  EXPECT_TRUE(jobs.pids().empty());
+  jobs.add(7);
+  jobs.add(3);
+  jobs.add(7);  // a second stream of job 7 (a resumed one, say)
+  EXPECT_EQ(jobs.pids(), (std::vector<pid_t>{3, 7}));
+  jobs.remove(7);
+  EXPECT_EQ(jobs.pids(), (std::vector<pid_t>{3, 7}));
+  jobs.remove(7);
+  jobs.remove(9);  // never listed: nothing
+  EXPECT_EQ(jobs.pids(), (std::vector<pid_t>{3}));
+}
+
+// The analysis pass's form: whichever jobs are listed when it asks.
+TEST(CpuYieldTest, YieldsToTheListedJobs) {
+  if (access("/proc/thread-self/schedstat", R_OK) != 0)
+    GTEST_SKIP() << "this kernel keeps no schedstat: the daemon never pauses here";
+  Spinners busy(2 * processorsHere());
+  RecordedJobs jobs;
+  const auto listed = [&jobs] { return jobs.pids(); };
+  int64_t worked = 0;
+  CpuYield noJob(3, listed);  // (one object per thread: its clock is the thread's)
+  EXPECT_EQ(pauseAfterWork(noJob, &worked), 0);
+  jobs.add(getpid());
+  CpuYield oneJob(3, listed);
+  EXPECT_GE(pauseAfterWork(oneJob, &worked), 3 * worked);
 }
 
 }  // namespace
