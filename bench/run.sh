@@ -176,9 +176,9 @@ echo
 echo "== 2b. bursts: 8 threads, bursts of up to 40,000 aligned blocks each (tests/agent/burst_program.cpp):"
 echo "   the bursts' own time (the job held up) and the whole run's wall time (the recording"
 echo "   delivered to tidemarkd, or handed to it in a file at exit; written by heaptrack), best of 3"
-echo "   interleaved. Every run starts on a quiet machine: after the daemon has stored the runs"
-echo "   before it (on this machine's 2 cores its storing a handed-off run would be timed as the next"
-echo "   run's); how long that storing took after the job's exit is its own column. tidemarkd --nice 0:"
+echo "   interleaved. Every run starts on a quiet machine: after the daemon has stored and analysed"
+echo "   the runs before it (on this machine's 2 cores that work would be timed as the next run's);"
+echo "   how long it took after the job's exit is its own column. tidemarkd --nice 0:"
 echo "   a second daemon that neither pauses while the jobs want the processors nor lowers its"
 echo "   niceness (the default --nice 10 does both: server/ingest/cpu_yield.h)"
 BURST="$BIN/tidemark_burst_program 40000"
@@ -191,7 +191,7 @@ wall = time.perf_counter() - t
 line = [l for l in out.decode().splitlines() if l.startswith('{')][-1]  # heaptrack talks too
 print(json.loads(line)['elapsed_s'], wall)" "$@"
 }
-stored_after() {  # seconds until no burst session is live any more (the daemons have stored them)
+stored_after() {  # seconds until every burst session is stored and analysed (by both daemons)
   $PY - "$BIN/tidemark" "$SERVER" "$SERVER0" <<'PYEOF'
 import json, subprocess, sys, time
 t = time.perf_counter()
@@ -199,7 +199,7 @@ for server in sys.argv[2:]:
     for _ in range(1200):
         out = subprocess.run([sys.argv[1], "--server", server, "sessions", "--json"],
                              stdout=subprocess.PIPE, check=True).stdout
-        if all(x['state'] != 'live' for x in json.loads(out)['sessions']
+        if all(x['state'] != 'live' and x['analyzed'] for x in json.loads(out)['sessions']
                if 'burst_program' in x['command_line']):
             break
         time.sleep(0.05)
@@ -265,7 +265,7 @@ rows = [("plain", v[0], v[1], "-", "-"),
 if v[6] > 0:
     rows.append(("heaptrack (lossless)", v[6], v[7], 0, "-"))
 print("%-36s %10s %7s %10s %7s %10s %12s" % ("", "bursts (s)", "ratio", "wall (s)", "ratio",
-                                             "dropped", "stored +(s)"))
+                                             "dropped", "analysed +(s)"))
 for name, job, wall, dropped, later in rows:
     print("%-36s %10.3f %7.2f %10.3f %7.2f %10s %12s" % (name, job, job / v[0], wall, wall / v[1],
                                                          dropped, later))
