@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
   }
 
   // The same weight against the jobs across sessions' scheduling groups, where the kernel's
-  // niceness does not reach: the ingest's own pauses while every processor is taken.
+  // niceness does not reach: the daemon's work pauses while the jobs it records want the
+  // processors (server/ingest/cpu_yield.h).
   options.yieldFactor = tidemark::server::CpuYield::factorForNiceness(niceness);
   Server server(options);
   if (absl::Status s = server.start(); !s.ok()) {
