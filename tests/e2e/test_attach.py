@@ -42,12 +42,25 @@ def thread_names(pid, wanted, timeout=10):
         time.sleep(0.05)
 
 
+def _allow_core_files():
+    """In the job's child before exec: core files as large as the hard limit allows."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+
+
 class Job:
     """examples/train.py (or any command), started without tidemark."""
 
     def __init__(self, *args, command=None):
+        # A job that dies of a signal says where its Python threads were (faulthandler), in what
+        # fate() reports: an attach that killed a job once (SIGSEGV, the sixth attach of twenty
+        # under torch 2) left only its exit status.
+        # And it may leave a core file, whose native stacks fate() reads with gdb where it can.
         self.proc = subprocess.Popen(command or [PYTHON, "-u", TRAIN, *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, PYTHONFAULTHANDLER="1"),
+                                     preexec_fn=_allow_core_files)
         self.out = []
 
     @property
@@ -85,8 +98,26 @@ class Job:
             self.proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             return "; the job still runs (threads: %s)" % self.thread_states()
-        return "; the job ended with %d: %s" % (self.proc.returncode,
-                                                self.proc.stderr.read()[-2000:])
+        return "; the job ended with %d: %s%s" % (self.proc.returncode,
+                                                  self.proc.stderr.read()[-6000:],
+                                                  self.native_stacks())
+
+    def native_stacks(self):
+        """The native stacks of the threads of a job that dumped core (the kernel's core_pattern
+        "core" or "core.PID" in this directory), read by gdb; "" where there is no core or no
+        gdb. The core file is removed."""
+        for name in ("core.%d" % self.pid, "core"):
+            if not os.path.exists(name):
+                continue
+            try:
+                r = subprocess.run(["gdb", "-batch", "-nx", "-ex", "thread apply all bt 12",
+                                    PYTHON, name], capture_output=True, text=True, timeout=120)
+                return "\nnative stacks (gdb):\n" + r.stdout[-8000:]
+            except (OSError, subprocess.TimeoutExpired):
+                return ""
+            finally:
+                os.unlink(name)
+        return ""
 
     def thread_states(self):
         states = []
@@ -107,6 +138,8 @@ class Job:
         for pipe in (self.proc.stdout, self.proc.stderr):
             if not pipe.closed:
                 pipe.close()
+        if self.proc.returncode is not None and self.proc.returncode < 0:
+            self.native_stacks()  # a core file a failure did not read is not left behind
 
 
 class AttachTest(DaemonTestCase):
