@@ -119,7 +119,14 @@ class Recorder {
   // Drain thread: passes every unread record of every ring to sink (in ring order, not seq
   // order), and frees rings whose thread has exited once they are empty.
   template <typename Sink>
+  // One consumer at a time (the rings are single-consumer): a second caller meanwhile — the
+  // collector of a transport that a detach gave up on, beside the next attach's — gets nothing.
   size_t drainAll(Sink&& sink) noexcept {
+    if (m_draining.exchange(true, std::memory_order_acquire)) return 0;
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag.store(false, std::memory_order_release); }
+    } done{m_draining};
     size_t n = 0;
     const uint32_t used = m_ringsUsed.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < used && i < kMaxRings; ++i) {
@@ -183,6 +190,7 @@ class Recorder {
   BlockTable m_blocks;
   Ring m_rings[kMaxRings];
   std::atomic<uint32_t> m_ringsUsed{0};  // high-water mark of claimed ring slots
+  std::atomic<bool> m_draining{false};   // a drainAll under way
   Record* m_ringMemory = nullptr;
   uint32_t m_ringRecords = kDefaultRingRecords;
 };

@@ -142,12 +142,16 @@ void Transport::watchdog() {
 }
 
 void Transport::stopCollector() {
-  m_collectorStop.store(true, std::memory_order_release);
-  m_recorder.requestDrain();
-  m_log.wake();
-  if (m_collector.joinable()) m_collector.join();
-  // This one no longer empties the rings (with none left, a full ring drops, counted).
-  m_recorder.collectorStopped();
+  // Once, from the sender's exit or from a shutdown that gave up on the sender (the others wait
+  // for the first to finish).
+  std::call_once(m_collectorStopped, [this] {
+    m_collectorStop.store(true, std::memory_order_release);
+    m_recorder.requestDrain();
+    m_log.wake();
+    if (m_collector.joinable()) m_collector.join();
+    // This one no longer empties the rings (with none left, a full ring drops, counted).
+    m_recorder.collectorStopped();
+  });
 }
 
 void Transport::run() {
@@ -1048,10 +1052,12 @@ void Transport::shutdown(int timeoutMs) {
     if (spooled) {
       if (m_thread.joinable()) m_thread.join();
     } else {
-      // Give up: the sender is left to end on its own (it stops the collector on its way out;
-      // meanwhile the rings keep being emptied); what it did not spool is lost, and said so.
+      // Give up: the sender is left to end on its own; what it did not spool is lost, and said
+      // so. Its collector stops now: left to the sender's way out, it went on emptying the
+      // rings beside the next attach's collector (the rings have one reader).
       m_closedCleanly = false;
       if (m_thread.joinable()) m_thread.detach();
+      stopCollector();
     }
   }
 }

@@ -167,6 +167,7 @@ class Transport {
   std::thread m_thread;
   std::thread m_collector;
   std::atomic<bool> m_collectorStop{false};
+  std::once_flag m_collectorStopped;
   uint64_t m_collectPasses = 0;  // under m_mutex
   RecordLog m_log;
   std::unique_ptr<CaptureFilter> m_filter;  // the collector's

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -112,6 +113,44 @@ TEST(RecorderTest, AHalfFullRingWakesTheCollector) {
   collector.join();
   EXPECT_LT(slept, std::chrono::seconds(30)) << "the collector slept its whole interval";
   rec.drainAll([](const Record&) {});
+}
+
+// The rings have one reader: a drain that starts while another runs (the collector of a
+// transport a detach gave up on, beside the next attach's) takes nothing; the first takes all.
+TEST(RecorderTest, OneDrainAtATime) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  rec.drainAll([](const Record&) {});
+  for (int i = 0; i < 3; ++i) {
+    Record r{};
+    r.kind = RecordKind::kScopeBegin;
+    ASSERT_TRUE(rec.push(r));
+  }
+  std::atomic<bool> inside{false};
+  std::atomic<bool> release{false};
+  size_t second = 99;
+  size_t firstRecords = 0;
+  std::thread first([&] {
+    rec.drainAll([&](const Record&) {
+      ++firstRecords;
+      inside = true;
+      while (!release) std::this_thread::yield();
+    });
+  });
+  while (!inside) std::this_thread::yield();
+  size_t secondRecords = 0;
+  second = rec.drainAll([&](const Record&) { ++secondRecords; });
+  release = true;
+  first.join();
+  EXPECT_EQ(second, 0u);
+  EXPECT_EQ(secondRecords, 0u);
+  EXPECT_EQ(firstRecords, 3u);
+  // Once the first is done, the next drain runs as before.
+  Record r{};
+  r.kind = RecordKind::kScopeEnd;
+  ASSERT_TRUE(rec.push(r));
+  EXPECT_EQ(rec.drainAll([](const Record&) {}), 1u);
 }
 
 }  // namespace
