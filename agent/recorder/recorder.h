@@ -118,9 +118,9 @@ class Recorder {
 
   // Drain thread: passes every unread record of every ring to sink (in ring order, not seq
   // order), and frees rings whose thread has exited once they are empty.
-  template <typename Sink>
   // One consumer at a time (the rings are single-consumer): a second caller meanwhile — the
   // collector of a transport that a detach gave up on, beside the next attach's — gets nothing.
+  template <typename Sink>
   size_t drainAll(Sink&& sink) noexcept {
     if (m_draining.exchange(true, std::memory_order_acquire)) return 0;
     struct Done {
