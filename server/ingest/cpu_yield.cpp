@@ -1,6 +1,7 @@
 #include "server/ingest/cpu_yield.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 namespace tidemark::server {
@@ -119,6 +121,14 @@ void CpuYield::afterWork() {
   // be scheduled again after it counts in the next window, as it should).
   Reading now;
   if (read(&now)) m_start = std::move(now);
+}
+
+pid_t ownProcessHere(pid_t pid, uid_t caller) {
+  if (pid <= 0) return 0;
+  struct stat info {};
+  const std::string dir = "/proc/" + std::to_string(pid);
+  if (::stat(dir.c_str(), &info) != 0) return 0;
+  return caller == 0 || info.st_uid == caller ? pid : 0;
 }
 
 void RecordedJobs::add(pid_t pid) {

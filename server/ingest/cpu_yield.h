@@ -19,7 +19,7 @@ namespace tidemark::server {
 // The kernel weighs the daemon's niceness against the jobs only inside one session's scheduling
 // group (its autogroups): a daemon in a session of its own, as users' daemons run, shares the
 // processors with the jobs' session as an equal group whatever its niceness, and on a small
-// machine takes half of them from a job whose allocations burst. So the ingest measures it
+// machine takes half of them from a job whose allocations burst. So the daemon measures it
 // itself, over windows of its own work: the time some thread of the machine waited for a
 // processor (the kernel's pressure figures, /proc/pressure/cpu) or the calling thread's own wait
 // in the run queue (/proc/thread-self/schedstat) says whether the processors were all wanted
@@ -31,7 +31,8 @@ namespace tidemark::server {
 // niceness 0 (factorForNiceness). Nothing is lost meanwhile: what the daemon does not take stays
 // with the agent (its buffer, then the stream's flow control) and arrives later; a job that ends
 // hands the rest over in a file, stored at full pace (its job is gone). A machine with processors
-// to spare, another user's load or a job on another host never makes a stream pause.
+// to spare, one busy with others' work while the job is idle, a job on another host or a process
+// that is not the caller's own never makes a stream pause.
 class CpuYield {
  public:
   // The pids of the jobs to yield to, asked at each window's ends (a job met at both counts).
@@ -81,6 +82,11 @@ class CpuYield {
   Reading m_start;
 };
 
+// The pid an agent's handshake names, where it is a process of this host owned by the calling
+// uid (any process for root); 0 otherwise: nothing to yield to (a job on another host, or a pid
+// of somebody else's that a client named, whose load would then slow the daemon for everyone).
+pid_t ownProcessHere(pid_t pid, uid_t caller);
+
 // The jobs the daemon records on this host now, one entry per stream (a job may have several):
 // what its analysis pass yields to.
 class RecordedJobs {
@@ -88,6 +94,23 @@ class RecordedJobs {
   void add(pid_t pid);
   void remove(pid_t pid);
   std::vector<pid_t> pids() const;
+
+  // Lists a stream's job for as long as it lives (pid 0, or no list: nothing).
+  class Listing {
+   public:
+    Listing(RecordedJobs* jobs, pid_t pid) : m_jobs(pid > 0 ? jobs : nullptr), m_pid(pid) {
+      if (m_jobs != nullptr) m_jobs->add(m_pid);
+    }
+    ~Listing() {
+      if (m_jobs != nullptr) m_jobs->remove(m_pid);
+    }
+    Listing(const Listing&) = delete;
+    Listing& operator=(const Listing&) = delete;
+
+   private:
+    RecordedJobs* m_jobs;
+    pid_t m_pid;
+  };
 
  private:
   mutable std::mutex m_mutex;

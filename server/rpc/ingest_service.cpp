@@ -544,18 +544,14 @@ grpc::Status IngestService::Stream(
   arenaOptions.start_block_size = 64 << 10;
   arenaOptions.max_block_size = 1 << 20;
   google::protobuf::Arena arena(arenaOptions);
-  // Pauses for this stream's job only where it runs beside the daemon, on this host; listed
-  // meanwhile as a job being recorded, for the analysis pass to yield to.
-  const pid_t localJob = hello.hostname() == base::hostName() ? hello.pid() : 0;
+  // Pauses for this stream's job only where it runs beside the daemon, on this host, as the
+  // caller's own process; listed meanwhile as a job being recorded, for the analysis pass to
+  // yield to.
+  const pid_t localJob = hello.hostname() == base::hostName()
+                             ? ownProcessHere(static_cast<pid_t>(hello.pid()), owner->uid)
+                             : 0;
   CpuYield yield(m_yieldFactor, localJob);
-  struct Listed {
-    RecordedJobs* jobs;
-    pid_t pid;
-    ~Listed() {
-      if (jobs != nullptr && pid > 0) jobs->remove(pid);
-    }
-  } listed{localJob > 0 ? m_recordedJobs : nullptr, localJob};
-  if (listed.jobs != nullptr) listed.jobs->add(localJob);
+  const RecordedJobs::Listing listed(m_recordedJobs, localJob);
   while (true) {
     arena.Reset();
     v1::AgentMessage& message = *google::protobuf::Arena::CreateMessage<v1::AgentMessage>(&arena);

@@ -132,13 +132,14 @@ class Job:
         return ", ".join(states) or "none"
 
     def kill(self):
+        died = self.proc.poll() is not None and self.proc.returncode < 0  # of itself, not of us
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
         for pipe in (self.proc.stdout, self.proc.stderr):
             if not pipe.closed:
                 pipe.close()
-        if self.proc.returncode is not None and self.proc.returncode < 0:
+        if died:
             self.native_stacks()  # a core file a failure did not read is not left behind
 
 

@@ -171,6 +171,24 @@ TEST(CpuYieldTest, RecordedJobsListEachJobOnceWhileAStreamOfItIsOpen) {
   jobs.remove(7);
   jobs.remove(9);  // never listed: nothing
   EXPECT_EQ(jobs.pids(), (std::vector<pid_t>{3}));
+  {
+    const RecordedJobs::Listing stream(&jobs, 5);
+    const RecordedJobs::Listing remote(&jobs, 0);  // a job elsewhere: not listed
+    EXPECT_EQ(jobs.pids(), (std::vector<pid_t>{3, 5}));
+  }
+  EXPECT_EQ(jobs.pids(), (std::vector<pid_t>{3}));
+}
+
+// Only the caller's own process (any, for root) is yielded to: a client naming somebody else's
+// busy process would otherwise slow the daemon's analysis for everyone.
+TEST(CpuYieldTest, YieldsOnlyToTheCallersOwnProcess) {
+  const uid_t me = getuid();
+  EXPECT_EQ(ownProcessHere(getpid(), me), getpid());
+  EXPECT_EQ(ownProcessHere(getpid(), 0), getpid());  // root
+  const uid_t other = me == 0 ? 4242 : me + 1;
+  EXPECT_EQ(ownProcessHere(getpid(), other), 0);
+  EXPECT_EQ(ownProcessHere(0, me), 0);
+  EXPECT_EQ(ownProcessHere(0x3ffffff0, me), 0);  // no such process
 }
 
 // The analysis pass's form: whichever jobs are listed when it asks.
