@@ -178,18 +178,20 @@ echo "   the bursts' own time (the job held up) and the whole run's wall time (t
 echo "   delivered to tidemarkd, or handed to it in a file at exit; written by heaptrack), best of 3"
 echo "   interleaved. Every run starts on a quiet machine: after the daemon has stored and analysed"
 echo "   the runs before it (on this machine's 2 cores that work would be timed as the next run's);"
-echo "   how long it took after the job's exit is its own column. tidemarkd --nice 0:"
+echo "   how long it took after the job's exit is its own column, and so is the processor time"
+echo "   of the job's own 8 threads (the program's own work and the hooks'). tidemarkd --nice 0:"
 echo "   a second daemon that neither pauses while the jobs want the processors nor lowers its"
 echo "   niceness (the default --nice 10 does both: server/ingest/cpu_yield.h)"
 BURST="$BIN/tidemark_burst_program 40000"
-burst() {  # "<bursts' seconds> <wall seconds>" of a run of "$@" (the program's JSON on stdout)
+burst() {  # "<bursts' seconds> <job threads' processor seconds> <wall seconds>" of a run of "$@"
+          # (the program's JSON on stdout)
   $PY -c "
 import json, subprocess, sys, time
 t = time.perf_counter()
 out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
 wall = time.perf_counter() - t
 line = [l for l in out.decode().splitlines() if l.startswith('{')][-1]  # heaptrack talks too
-print(json.loads(line)['elapsed_s'], wall)" "$@"
+print(json.loads(line)['elapsed_s'], json.loads(line)['threads_cpu_s'], wall)" "$@"
 }
 stored_after() {  # seconds until every burst session is stored and analysed (by both daemons)
   $PY - "$BIN/tidemark" "$SERVER" "$SERVER0" <<'PYEOF'
@@ -213,7 +215,7 @@ setsid "$BIN/tidemarkd" --nice 0 --listen 127.0.0.1:0 --no-unix --db "$WORK/benc
 DAEMON0=$!
 for _ in $(seq 100); do [ -f "$WORK/port0" ] && break; sleep 0.1; done
 SERVER0=127.0.0.1:$(cat "$WORK/port0")
-declare -A job wall stored
+declare -A job cpu wall stored
 for _ in 1 2 3; do
   for kind in plain lossless nopause lossy heaptrack; do
     case $kind in
@@ -224,8 +226,10 @@ for _ in 1 2 3; do
       heaptrack) command -v heaptrack >/dev/null || continue
                  r=$(cd "$WORK" && burst heaptrack -o "$WORK/burst-ht" $BURST) ;;
     esac
-    job[$kind]=$(minof "${job[$kind]:-}" "${r% *}")
-    wall[$kind]=$(minof "${wall[$kind]:-}" "${r#* }")
+    read -r b c w <<<"$r"
+    job[$kind]=$(minof "${job[$kind]:-}" "$b")
+    cpu[$kind]=$(minof "${cpu[$kind]:-}" "$c")
+    wall[$kind]=$(minof "${wall[$kind]:-}" "$w")
     s=$(stored_after)
     stored[$kind]=$(minof "${stored[$kind]:-}" "$s")
   done
@@ -252,23 +256,26 @@ kill $DAEMON0; wait $DAEMON0 2>/dev/null || true; DAEMON0=
 $PY - "${job[plain]}" "${wall[plain]}" "${job[lossless]}" "${wall[lossless]}" "${job[lossy]}" \
   "${wall[lossy]}" "${job[heaptrack]:-0}" "${wall[heaptrack]:-0}" $kept \
   "${stored[lossless]}" "${stored[lossy]}" "${job[nopause]}" "${wall[nopause]}" \
-  "${stored[nopause]}" <<'PYEOF'
+  "${stored[nopause]}" "${cpu[plain]}" "${cpu[lossless]}" "${cpu[nopause]}" "${cpu[lossy]}" \
+  "${cpu[heaptrack]:-0}" <<'PYEOF'
 import sys
 v = list(map(float, sys.argv[1:9]))
+cpu = list(map(float, sys.argv[18:23]))  # the job's own threads' processor time
 drop_lossless, drop_lossy, stored, drop_nopause = map(int, sys.argv[9:13])
 later_lossless, later_lossy = map(float, sys.argv[13:15])
 job0, wall0, later0 = map(float, sys.argv[15:18])
-rows = [("plain", v[0], v[1], "-", "-"),
-        ("tidemark run (lossless, default)", v[2], v[3], drop_lossless, "%.2f" % later_lossless),
-        ("  the same, tidemarkd --nice 0", job0, wall0, drop_nopause, "%.2f" % later0),
-        ("tidemark run --lossy", v[4], v[5], drop_lossy, "%.2f" % later_lossy)]
+rows = [("plain", v[0], cpu[0], v[1], "-", "-"),
+        ("tidemark run (lossless, default)", v[2], cpu[1], v[3], drop_lossless,
+         "%.2f" % later_lossless),
+        ("  the same, tidemarkd --nice 0", job0, cpu[2], wall0, drop_nopause, "%.2f" % later0),
+        ("tidemark run --lossy", v[4], cpu[3], v[5], drop_lossy, "%.2f" % later_lossy)]
 if v[6] > 0:
-    rows.append(("heaptrack (lossless)", v[6], v[7], 0, "-"))
-print("%-36s %10s %7s %10s %7s %10s %12s" % ("", "bursts (s)", "ratio", "wall (s)", "ratio",
-                                             "dropped", "analysed +(s)"))
-for name, job, wall, dropped, later in rows:
-    print("%-36s %10.3f %7.2f %10.3f %7.2f %10s %12s" % (name, job, job / v[0], wall, wall / v[1],
-                                                         dropped, later))
+    rows.append(("heaptrack (lossless)", v[6], cpu[4], v[7], 0, "-"))
+print("%-36s %10s %7s %12s %10s %7s %10s %12s" % ("", "bursts (s)", "ratio", "threads' cpu",
+                                                  "wall (s)", "ratio", "dropped", "analysed +(s)"))
+for name, job, threads, wall, dropped, later in rows:
+    print("%-36s %10.3f %7.2f %12.3f %10.3f %7.2f %10s %12s"
+          % (name, job, job / v[0], threads, wall, wall / v[1], dropped, later))
 if v[6] > 0:
     print("lossless, tidemark / heaptrack: bursts %.3f, wall %.3f (target <= 0.5); %d events stored"
           % (v[2] / v[6], v[3] / v[7], stored))

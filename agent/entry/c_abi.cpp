@@ -115,7 +115,7 @@ TIDEMARK_EXPORT void tidemark_step_begin(int64_t step) {
   r.address = static_cast<uint64_t>(step);
   r.sizeBytes = filter->restateBound(recorder.recordedCount());
   r.device = -1;
-  recorder.push(r, r.sizeBytes);
+  recorder.push(r);  // its sizeBytes numbers reserved by the drain
 }
 TIDEMARK_EXPORT void tidemark_step_end(int64_t step) {
   pushSimple(RecordKind::kStepEnd, 0, static_cast<uint64_t>(step), 0, 0);

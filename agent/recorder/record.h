@@ -13,7 +13,8 @@ enum class RecordKind : uint8_t {
   kScopeEnd = 4,
   kPhaseBegin = 5,
   kPhaseEnd = 6,
-  kStepBegin = 7,
+  kStepBegin = 7,  // sizeBytes: how many numbers right after its own it reserves (the capture
+                   // filter's restated blocks go under them)
   kStepEnd = 8,
   kTag = 9,
   kCounter = 10,  // nameIid, the value in sizeBytes (as int64)
@@ -36,7 +37,8 @@ struct Record {
                       // scope kind (kScope*: 0 module, 1 op, 2 kernel)
   uint16_t reserved;  // kAlloc: kAllocRestated; kStepSummary: the category
   uint32_t threadId;
-  uint64_t seq;
+  uint64_t seq;  // the collector's number (dense, in the order things happened); in a ring, before
+                 // the collector numbered it, the time it was pushed (Recorder::drainAll)
   int64_t tsNs;
   uint64_t address;    // kAlloc/kFree/kTag; the step number for kStep*; the correlation id
                        // for kLaunch and kernel kScopeBegin

@@ -169,25 +169,100 @@ void Recorder::notifyDrained() noexcept {
   if (m_waiters.load(std::memory_order_acquire) != 0) futexWakeAll(m_drainEpoch);
 }
 
-void Recorder::commit(Ring* ring, Record& record, uint64_t extraSeqs) noexcept {
-  record.seq = m_seq.fetch_add(1 + extraSeqs, std::memory_order_acq_rel) + 1;
+void Recorder::commit(Ring* ring, Record& record, int64_t orderNs) noexcept {
+  record.seq = static_cast<uint64_t>(orderNs);
   if (__builtin_expect(ring->push(record), 0)) wakeCollector();
 }
 
-bool Recorder::push(Record& record, uint64_t extraSeqs) noexcept {
+bool Recorder::push(Record& record) noexcept {
   Ring* ring = ringWithRoom();
   if (ring == nullptr) return false;
   record.threadId = ring->threadId;
   record.tsNs = base::monotonicNs();
-  commit(ring, record, extraSeqs);
+  commit(ring, record, record.tsNs);
   return true;
 }
 
 bool Recorder::pushAt(Record& record) noexcept {
   Ring* ring = ringWithRoom();
   if (ring == nullptr) return false;
-  commit(ring, record);
+  commit(ring, record, base::monotonicNs());
   return true;
+}
+
+uint64_t Recorder::recordedCount() const noexcept {
+  uint64_t n = m_seq.load(std::memory_order_acquire);
+  const uint32_t used = m_ringsUsed.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < used && i < kMaxRings; ++i) n += m_rings[i].unread();
+  return n;
+}
+
+size_t Recorder::takeInOrder(bool everything) noexcept {
+  // Read before any ring is looked at: a record pushed after its ring was read has a later
+  // time, and so has every record that follows from it (the class comment).
+  const uint64_t cutoff = everything ? UINT64_MAX : static_cast<uint64_t>(base::monotonicNs());
+  const uint32_t used = std::min(m_ringsUsed.load(std::memory_order_acquire), kMaxRings);
+  size_t unread = 0;
+  for (uint32_t i = 0; i < used; ++i) unread += m_rings[i].unread();
+  m_taken.clear();
+  m_runs.clear();
+  m_ordered.clear();
+  try {
+    // What a pass takes is bounded by this room (the rest stays in its rings for the next):
+    // taking a record never allocates, so no record is lost to a failed allocation.
+    m_taken.reserve(unread);
+    m_ordered.reserve(unread);
+    m_runs.reserve(used);
+  } catch (...) {
+    return 0;
+  }
+  for (uint32_t i = 0; i < used; ++i) {
+    Ring& ring = m_rings[i];
+    const uint32_t state = ring.state.load(std::memory_order_acquire);
+    if (state == Ring::kFree) continue;
+    const size_t begin = m_taken.size();
+    ring.drainBefore(cutoff, unread - begin, [this](const Record& r) { m_taken.push_back(r); });
+    if (m_taken.size() > begin) m_runs.emplace_back(begin, m_taken.size());
+    if (state == Ring::kOrphaned && ring.empty()) {
+      uint32_t expected = Ring::kOrphaned;
+      ring.state.compare_exchange_strong(expected, Ring::kFree, std::memory_order_acq_rel);
+    }
+  }
+  // Merged by the time each was pushed; a ring's own order is kept whatever the times say. On
+  // a busy machine the job's threads take turns on the processors, so a ring's records come in
+  // stretches that no other ring's interleave: each stretch is copied whole.
+  if (m_runs.size() == 1) {
+    m_ordered.swap(m_taken);
+  } else {
+    while (!m_runs.empty()) {
+      size_t first = 0;  // the run whose next record is the earliest (ties: the lower ring)
+      uint64_t second = UINT64_MAX;  // the earliest next record of the others
+      for (size_t i = 1; i < m_runs.size(); ++i) {
+        const uint64_t t = m_taken[m_runs[i].first].seq;
+        if (t < m_taken[m_runs[first].first].seq) {
+          second = m_taken[m_runs[first].first].seq;
+          first = i;
+        } else {
+          second = std::min(second, t);
+        }
+      }
+      std::pair<size_t, size_t>& run = m_runs[first];
+      do {
+        m_ordered.push_back(m_taken[run.first++]);
+      } while (run.first < run.second && m_taken[run.first].seq < second);
+      if (run.first == run.second) m_runs.erase(m_runs.begin() + static_cast<long>(first));
+    }
+  }
+  // Numbered: one shared increment a pass. A step's begin mark reserves numbers after its own.
+  uint64_t numbers = m_ordered.size();
+  for (const Record& r : m_ordered)
+    if (r.kind == RecordKind::kStepBegin) numbers += r.sizeBytes;
+  uint64_t next = m_seq.fetch_add(numbers, std::memory_order_acq_rel) + 1;
+  for (Record& r : m_ordered) {
+    r.seq = next++;
+    if (r.kind == RecordKind::kStepBegin) next += r.sizeBytes;
+  }
+  return m_ordered.size();
 }
 
 void Recorder::onAlloc(void* address, size_t size, uint32_t nativeNameIid) noexcept {
@@ -208,7 +283,7 @@ void Recorder::onAlloc(void* address, size_t size, uint32_t nativeNameIid) noexc
   r.device = -1;
   r.threadId = ring->threadId;
   r.tsNs = base::monotonicNs();
-  commit(ring, r);
+  commit(ring, r, r.tsNs);
   if (nativeNameIid != 0) pushNativeTag(addr, size, nativeNameIid);
   pushStackOf(addr, size);
 }

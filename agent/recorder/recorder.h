@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "agent/recorder/block_table.h"
 #include "agent/recorder/record.h"
@@ -37,10 +38,22 @@ class RecursionGuard {
 // of per-thread rings and the tracked-block table, both mapped once at init.
 //
 // Hot-path contract (DESIGN §3): push() and the hook entry points check a flag and the
-// recursion guard, take a sequence number, and copy a fixed-size record into the calling
-// thread's ring. They do not allocate, lock, log or make system calls. The exception is a
-// thread's first record, which claims a ring from the pool and asks the kernel for its
-// thread id (once per thread).
+// recursion guard, read the clock, and copy a fixed-size record into the calling thread's ring.
+// They do not allocate, lock, log or make system calls, and write no memory another thread
+// writes. The exception is a thread's first record, which claims a ring from the pool and asks
+// the kernel for its thread id (once per thread).
+//
+// Sequence numbers are given by the drain (drainAll), not taken on the hot path: a counter
+// shared by every thread cost each record a locked increment of a cache line that the job's
+// threads took from each other (a tenth of an 8-thread allocating program's time). A record
+// carries the time it was pushed (CLOCK_MONOTONIC: consistent across processors) in its seq
+// field; the drain reads the clock, takes from each ring the records pushed before that time,
+// merges them by it and numbers them. The numbers keep every order the program made: a free is
+// pushed before the block goes back to the allocator and an allocation after the allocator gave
+// it, so whatever happens because of a record (the address allocated again, a tensor tagged)
+// reads the clock after that record was pushed. Within a pass that order is the clocks'; across
+// passes, a record whose pass saw its ring before it was pushed has a time no earlier than the
+// pass's own clock read, so it waits for the next pass, with everything after it.
 class Recorder {
  public:
   static constexpr uint32_t kMaxRings = 256;
@@ -108,47 +121,39 @@ class Recorder {
     if (m_stackMinBytes != 0 && size >= m_stackMinBytes) pushStack(address);
   }
 
-  // For the C ABI: fills seq, ts and thread id, then pushes. False if the record was dropped.
-  // extraSeqs: the numbers right after the record's are taken too (for records made later
-  // that must come right after this one: a capture schedule's).
-  bool push(Record& record, uint64_t extraSeqs = 0) noexcept;
+  // For the C ABI: fills ts and thread id, then pushes. False if the record was dropped. (A
+  // kStepBegin's sizeBytes numbers after its own are reserved by the drain: record.h.)
+  bool push(Record& record) noexcept;
   // For sources with their own times and lanes (GPU activity, on the calling thread's ring):
-  // keeps record.tsNs and record.threadId, fills seq. False if dropped.
+  // keeps record.tsNs and record.threadId. False if dropped.
   bool pushAt(Record& record) noexcept;
 
-  // Drain thread: passes every unread record of every ring to sink (in ring order, not seq
-  // order), and frees rings whose thread has exited once they are empty.
+  // Drain thread: passes the records of every ring pushed before this call to sink, numbered
+  // (seq) in the order they happened, and frees rings whose thread has exited once they are
+  // empty. everything: every unread record, pushed before or not (the exit's last pass).
   // One consumer at a time (the rings are single-consumer): a second caller meanwhile — the
   // collector of a transport that a detach gave up on, beside the next attach's — gets nothing.
   template <typename Sink>
-  size_t drainAll(Sink&& sink) noexcept {
+  size_t drainAll(Sink&& sink, bool everything = false) noexcept {
     if (m_draining.exchange(true, std::memory_order_acquire)) return 0;
     struct Done {
       std::atomic<bool>& flag;
       ~Done() { flag.store(false, std::memory_order_release); }
     } done{m_draining};
-    size_t n = 0;
-    const uint32_t used = m_ringsUsed.load(std::memory_order_acquire);
-    for (uint32_t i = 0; i < used && i < kMaxRings; ++i) {
-      Ring& ring = m_rings[i];
-      const uint32_t state = ring.state.load(std::memory_order_acquire);
-      if (state == Ring::kFree) continue;
-      n += ring.drain(sink);
-      if (state == Ring::kOrphaned && ring.empty()) {
-        uint32_t expected = Ring::kOrphaned;
-        ring.state.compare_exchange_strong(expected, Ring::kFree, std::memory_order_acq_rel);
-      }
-    }
+    const size_t n = takeInOrder(everything);
+    for (size_t i = 0; i < n; ++i) sink(m_ordered[i]);
     return n;
   }
 
-  // Takes n sequence numbers for records made outside a hook (a capture schedule's); the first.
+  // Takes n sequence numbers for records made by the drain's consumer (a capture schedule's);
+  // the first. They come after every record drained so far.
   uint64_t reserveSeqs(uint64_t n) noexcept {
     return m_seq.fetch_add(n, std::memory_order_acq_rel) + 1;
   }
 
-  // Records pushed so far (the sequence numbers taken).
-  uint64_t recordedCount() const noexcept { return m_seq.load(std::memory_order_acquire); }
+  // Records pushed so far: the numbers given (and reserved), and the records the rings hold.
+  // From any thread; a snapshot.
+  uint64_t recordedCount() const noexcept;
   const DropCounters& drops() const noexcept { return m_drops; }
   BlockTable& blocks() noexcept { return m_blocks; }
 
@@ -163,8 +168,10 @@ class Recorder {
   Ring* threadRing() noexcept;
   // The calling thread's ring if it has room for a record; else counts the drop, nullptr.
   Ring* ringWithRoom() noexcept;
-  // Takes the next sequence number (and extraSeqs more) and copies the record in.
-  void commit(Ring* ring, Record& record, uint64_t extraSeqs = 0) noexcept;
+  // Copies the record in, with the time it was pushed (orderNs) where its number will go.
+  void commit(Ring* ring, Record& record, int64_t orderNs) noexcept;
+  // drainAll's work: takes the rings' records into m_ordered, merged and numbered. How many.
+  size_t takeInOrder(bool everything) noexcept;
   Ring* claimRing() noexcept;
   // Lossless mode's slow path: true once the ring has room, false (drop) if the process is or
   // becomes degraded, or no collector runs.
@@ -185,12 +192,17 @@ class Recorder {
   alignas(64) std::atomic<uint32_t> m_drainEpoch{0};
   std::atomic<uint32_t> m_waiters{0};
   std::atomic<bool> m_recording{false};
-  alignas(64) std::atomic<uint64_t> m_seq{0};
+  alignas(64) std::atomic<uint64_t> m_seq{0};  // the last number given or reserved
   DropCounters m_drops;
   BlockTable m_blocks;
   Ring m_rings[kMaxRings];
   std::atomic<uint32_t> m_ringsUsed{0};  // high-water mark of claimed ring slots
   std::atomic<bool> m_draining{false};   // a drainAll under way
+  // drainAll's, reused between passes: the rings' records as taken (one run a ring), the runs,
+  // and the records merged.
+  std::vector<Record> m_taken;
+  std::vector<std::pair<size_t, size_t>> m_runs;
+  std::vector<Record> m_ordered;
   Record* m_ringMemory = nullptr;
   uint32_t m_ringRecords = kDefaultRingRecords;
 };

@@ -39,14 +39,31 @@ class Ring {
     return head + 1 - m_tail.load(std::memory_order_relaxed) == m_drainMark;
   }
 
-  // Consumer side: appends up to max unread records to out, returns how many.
+  // Consumer side: passes the unread records to sink, oldest first, up to the first whose seq
+  // field (in a ring: the time it was pushed, Recorder's order key) is cutoff or later and at
+  // most max of them; they are then read. Returns how many.
   template <typename Sink>
-  size_t drain(Sink&& sink) noexcept {
+  size_t drainBefore(uint64_t cutoff, size_t max, Sink&& sink) noexcept {
     const uint64_t tail = m_tail.load(std::memory_order_relaxed);
     const uint64_t head = m_head.load(std::memory_order_acquire);
-    for (uint64_t i = tail; i < head; ++i) sink(m_slots[i & m_mask]);
-    m_tail.store(head, std::memory_order_release);
-    return static_cast<size_t>(head - tail);
+    uint64_t i = tail;
+    for (; i < head && i - tail < max; ++i) {
+      const Record& r = m_slots[i & m_mask];
+      if (r.seq >= cutoff) break;
+      sink(r);
+    }
+    m_tail.store(i, std::memory_order_release);
+    return static_cast<size_t>(i - tail);
+  }
+  // Every unread record.
+  template <typename Sink>
+  size_t drain(Sink&& sink) noexcept {
+    return drainBefore(UINT64_MAX, SIZE_MAX, sink);
+  }
+  // Records pushed and not yet read (a snapshot: either side may move meanwhile).
+  size_t unread() const noexcept {
+    return static_cast<size_t>(m_head.load(std::memory_order_acquire) -
+                               m_tail.load(std::memory_order_acquire));
   }
   bool empty() const noexcept {
     return m_head.load(std::memory_order_acquire) == m_tail.load(std::memory_order_acquire);

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "agent/recorder/seq_order.h"
 #include "agent/transport/batch_encoder.h"
 #include "client/channel.h"
 #include "src/base/clock.h"
@@ -81,7 +80,6 @@ void Transport::collect() {
   t_recursionGuard = true;
   pthread_setname_np(pthread_self(), "tidemark-drain");  // as top, gdb and py-spy show it
   std::vector<Record> records;
-  std::vector<Record> scratch;
   std::vector<Record> kept;
   for (;;) {
     const uint32_t requests = m_recorder.drainRequests();
@@ -102,9 +100,9 @@ void Transport::collect() {
     const RecordLog::Overflow overflow =
         dropping && !last ? RecordLog::Overflow::kRefuse : RecordLog::Overflow::kKeep;
     records.clear();
-    m_recorder.drainAll([&](const Record& r) { records.push_back(r); });
+    // In the order things happened, numbered (Recorder::drainAll).
+    m_recorder.drainAll([&](const Record& r) { records.push_back(r); }, last);
     if (!records.empty()) {
-      orderBySeq(records, scratch);
       if (m_filter) {
         kept.clear();
         m_filter->process(records, kept);

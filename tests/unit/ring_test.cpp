@@ -30,6 +30,27 @@ TEST(RingTest, FullRingRefusesUntilDrained) {
   EXPECT_TRUE(ring.empty());
 }
 
+// A drain takes what was pushed before its time (the records' seq field, before they are
+// numbered), and no more than it was asked for; the rest stays, in order, for the next.
+TEST(RingTest, DrainBeforeStopsAtTheCutoffAndTheMax) {
+  std::vector<Record> slots(8);
+  Ring ring;
+  ring.init(slots.data(), 8);
+  for (uint64_t t : {10, 20, 30, 40, 50}) {
+    Record r{};
+    r.seq = t;
+    ring.push(r);
+  }
+  std::vector<uint64_t> seen;
+  const auto keep = [&](const Record& r) { seen.push_back(r.seq); };
+  EXPECT_EQ(ring.drainBefore(30, SIZE_MAX, keep), 2u);
+  EXPECT_EQ(ring.unread(), 3u);
+  EXPECT_EQ(ring.drainBefore(100, 2, keep), 2u);
+  EXPECT_EQ(ring.drainBefore(100, SIZE_MAX, keep), 1u);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{10, 20, 30, 40, 50}));
+  EXPECT_TRUE(ring.empty());
+}
+
 TEST(RingTest, APushThatFillsHalfTheRingSaysSo) {
   std::vector<Record> slots(8);
   Ring ring;
@@ -85,6 +106,67 @@ TEST(RecorderTest, SequenceNumbersAreDenseAcrossThreads) {
   ASSERT_EQ(seqs.size(), 3000u);
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], before + 1 + i);
   EXPECT_EQ(rec.drops().ringFull.load(), 0u);
+}
+
+// Records of two threads taking turns (each waits for the other's record to be pushed) come out
+// of one drain in the order they were made, numbered densely: the numbers are the drain's, by
+// the time each record was pushed, not taken by the threads.
+TEST(RecorderTest, NumbersFollowTheOrderTheThreadsMadeThingsIn) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  rec.drainAll([](const Record&) {});
+  constexpr int kTurns = 500;
+  std::atomic<int> turn{0};
+  auto player = [&](int me) {
+    for (int i = me; i < kTurns; i += 2) {
+      while (turn.load(std::memory_order_acquire) != i) std::this_thread::yield();
+      Record r{};
+      r.kind = RecordKind::kScopeBegin;
+      r.address = static_cast<uint64_t>(i);
+      ASSERT_TRUE(rec.push(r));
+      turn.store(i + 1, std::memory_order_release);
+    }
+  };
+  std::thread a(player, 0);
+  std::thread b(player, 1);
+  a.join();
+  b.join();
+  std::vector<Record> out;
+  rec.drainAll([&](const Record& r) { out.push_back(r); });
+  ASSERT_EQ(out.size(), static_cast<size_t>(kTurns));
+  for (int i = 0; i < kTurns; ++i) {
+    EXPECT_EQ(out[i].address, static_cast<uint64_t>(i)) << i;
+    if (i > 0) {
+      EXPECT_EQ(out[i].seq, out[i - 1].seq + 1) << i;
+    }
+  }
+  EXPECT_NE(out[0].threadId, out[1].threadId);
+}
+
+// A step's begin mark reserves the numbers its sizeBytes says right after its own (the capture
+// filter's restated blocks go there); the records pushed so far count what the rings hold.
+TEST(RecorderTest, AStepBeginReservesNumbersAfterItsOwn) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  rec.drainAll([](const Record&) {});
+  const uint64_t before = rec.recordedCount();
+  Record begin{};
+  begin.kind = RecordKind::kStepBegin;
+  begin.sizeBytes = 5;
+  ASSERT_TRUE(rec.push(begin));
+  Record next{};
+  next.kind = RecordKind::kScopeBegin;
+  ASSERT_TRUE(rec.push(next));
+  EXPECT_EQ(rec.recordedCount(), before + 2);
+  std::vector<Record> out;
+  rec.drainAll([&](const Record& r) { out.push_back(r); });
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].seq, before + 1);
+  EXPECT_EQ(out[1].seq, before + 7);
+  EXPECT_EQ(rec.recordedCount(), before + 7);
+  EXPECT_EQ(rec.reserveSeqs(3), before + 8);
 }
 
 // A thread that fills half its ring wakes a collector asleep for its interval (a thread that
