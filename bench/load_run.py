@@ -77,13 +77,20 @@ def main():
                 break
             time.sleep(0.5)
         stored = time.perf_counter() - t0
-        whole = sum(1 for s in sessions if s["state"] == "ended" and s["events_dropped"] == 0
+        def is_whole(s):
+            return (s["state"] == "ended" and s["events_dropped"] == 0
                     and s["events_sent"] == s["events_stored"])
+        whole = sum(1 for s in sessions if is_whole(s))
         events = sum(s["events_stored"] for s in sessions)
         print("%-44s %10s" % ("jobs (burst + training)", "%d + %d" % (a.bursts, a.trainings)))
         print("%-44s %10d" % ("jobs that failed", failed))
         print("%-44s %10s" % ("sessions whole (ended, 0 dropped, sent=stored)",
                               "%d / %d" % (whole, len(sessions))))
+        for s in sessions:
+            if not is_whole(s):
+                print("   not whole: session %s, %s, sent %s, stored %s, dropped %s: %s" % (
+                    s["id"], s["state"], s["events_sent"], s["events_stored"],
+                    s["events_dropped"], s["command_line"][:80]))
         print("%-44s %10d" % ("events stored", events))
         print("%-44s %10.1f" % ("wall time of the whole load (s)", wall))
         print("%-44s %10.1f" % ("every session stored after (s)", stored))
