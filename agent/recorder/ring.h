@@ -60,10 +60,13 @@ class Ring {
   size_t drain(Sink&& sink) noexcept {
     return drainBefore(UINT64_MAX, SIZE_MAX, sink);
   }
-  // Records pushed and not yet read (a snapshot: either side may move meanwhile).
+  // Records pushed and not yet read, from any thread (a snapshot: either side may move
+  // meanwhile). The tail is read first: the head only grows and the tail never passes it, so the
+  // head read after it is no lower (read the other way round, a drain between the two reads
+  // could move the tail past the head read, and the difference wrap round to ~2^64).
   size_t unread() const noexcept {
-    return static_cast<size_t>(m_head.load(std::memory_order_acquire) -
-                               m_tail.load(std::memory_order_acquire));
+    const uint64_t tail = m_tail.load(std::memory_order_acquire);
+    return static_cast<size_t>(m_head.load(std::memory_order_acquire) - tail);
   }
   bool empty() const noexcept {
     return m_head.load(std::memory_order_acquire) == m_tail.load(std::memory_order_acquire);

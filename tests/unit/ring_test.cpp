@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -167,6 +168,37 @@ TEST(RecorderTest, AStepBeginReservesNumbersAfterItsOwn) {
   EXPECT_EQ(out[1].seq, before + 7);
   EXPECT_EQ(rec.recordedCount(), before + 7);
   EXPECT_EQ(rec.reserveSeqs(3), before + 8);
+}
+
+// recordedCount is read by the job's threads (a step's begin mark under a capture schedule)
+// while the collector drains: a snapshot, never more than was pushed (a ring's head read before
+// its tail, with the drain moving the tail past that head meanwhile, wrapped round to ~2^64).
+TEST(RecorderTest, RecordedCountWhileDrainingNeverExceedsWhatWasPushed) {
+  Recorder& rec = Recorder::instance();
+  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
+  rec.setRecording(true);
+  rec.drainAll([](const Record&) {});
+  const uint64_t before = rec.recordedCount();
+  constexpr uint64_t kRecords = 200000;
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < kRecords; ++i) {
+      Record r{};
+      r.kind = RecordKind::kScopeBegin;
+      while (!rec.push(r)) std::this_thread::yield();  // no collector runs: a full ring drops
+    }
+    done = true;
+  });
+  std::thread consumer([&] {
+    while (!done) rec.drainAll([](const Record&) {});
+    rec.drainAll([](const Record&) {}, /*everything=*/true);
+  });
+  uint64_t highest = 0;
+  while (!done) highest = std::max(highest, rec.recordedCount());
+  producer.join();
+  consumer.join();
+  EXPECT_LE(highest, before + kRecords);
+  EXPECT_EQ(rec.recordedCount(), before + kRecords);
 }
 
 // A thread that fills half its ring wakes a collector asleep for its interval (a thread that
