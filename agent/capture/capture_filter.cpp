@@ -24,8 +24,10 @@ CaptureFilter::CaptureFilter(core::CaptureSchedule schedule,
       m_reservedIid(reservedCounterIid) {}
 
 void CaptureFilter::process(const std::vector<Record>& in, std::vector<Record>& out) {
-  // In sequence order across passes: a record a thread published late is waited for (a few
-  // passes at most), so that every record meets the state its moment had.
+  // In sequence order across passes. The collector numbers each pass in order
+  // (Recorder::drainAll), so the gaps are numbers reserved (a step's begin mark's, the filter's
+  // own) or taken by another collector (a detach's, still winding down, beside the next
+  // attach's): a missing number is waited for a few passes at most, then gone past.
   for (const Record& r : in) {
     if (m_nextSeq == 0) m_nextSeq = r.seq;
     if (r.seq < m_nextSeq) {
@@ -41,8 +43,7 @@ void CaptureFilter::process(const std::vector<Record>& in, std::vector<Record>& 
   if (m_waiting.empty()) {
     m_waitedPasses = 0;
   } else if (++m_waitedPasses > kMaxWaitPasses || m_waiting.size() > kMaxWaiting) {
-    // What is missing may never come (a thread that died between taking its number and
-    // publishing): go on without it.
+    // What is missing may never come (another collector's): go on without it.
     m_nextSeq = m_waiting.begin()->first;
     releaseWaiting(out);
     m_waitedPasses = 0;
