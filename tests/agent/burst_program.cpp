@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
       "{\"allocs\": %llu, \"peak_bytes\": %llu, \"live_blocks\": %llu, \"live_bytes\": %llu, "
       "\"elapsed_s\": %.4f, \"threads_cpu_s\": %.4f}\n",
       static_cast<unsigned long long>(allocs), static_cast<unsigned long long>(peak),
-      static_cast<unsigned long long>(kept), static_cast<unsigned long long>(keptBytes), elapsed, threadsCpu);
+      static_cast<unsigned long long>(kept), static_cast<unsigned long long>(keptBytes), elapsed,
+      threadsCpu);
   return 0;
 }
