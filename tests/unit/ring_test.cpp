@@ -13,6 +13,14 @@
 namespace tidemark::agent {
 namespace {
 
+// The process's recorder, set up, recording, its rings emptied of earlier tests' records.
+bool recordingWithEmptyRings(Recorder& rec) {
+  if (!rec.init(1 << 12, 1 << 10)) return false;
+  rec.setRecording(true);
+  rec.drainAll([](const Record&) {}, /*everything=*/true);
+  return true;
+}
+
 TEST(RingTest, FullRingRefusesUntilDrained) {
   std::vector<Record> slots(4);
   Ring ring;
@@ -114,9 +122,7 @@ TEST(RecorderTest, SequenceNumbersAreDenseAcrossThreads) {
 // the time each record was pushed, not taken by the threads.
 TEST(RecorderTest, NumbersFollowTheOrderTheThreadsMadeThingsIn) {
   Recorder& rec = Recorder::instance();
-  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
-  rec.setRecording(true);
-  rec.drainAll([](const Record&) {});
+  ASSERT_TRUE(recordingWithEmptyRings(rec));
   constexpr int kTurns = 500;
   std::atomic<int> turn{0};
   auto player = [&](int me) {
@@ -149,9 +155,7 @@ TEST(RecorderTest, NumbersFollowTheOrderTheThreadsMadeThingsIn) {
 // filter's restated blocks go there); the records pushed so far count what the rings hold.
 TEST(RecorderTest, AStepBeginReservesNumbersAfterItsOwn) {
   Recorder& rec = Recorder::instance();
-  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
-  rec.setRecording(true);
-  rec.drainAll([](const Record&) {});
+  ASSERT_TRUE(recordingWithEmptyRings(rec));
   const uint64_t before = rec.recordedCount();
   Record begin{};
   begin.kind = RecordKind::kStepBegin;
@@ -175,9 +179,7 @@ TEST(RecorderTest, AStepBeginReservesNumbersAfterItsOwn) {
 // its tail, with the drain moving the tail past that head meanwhile, wrapped round to ~2^64).
 TEST(RecorderTest, RecordedCountWhileDrainingNeverExceedsWhatWasPushed) {
   Recorder& rec = Recorder::instance();
-  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
-  rec.setRecording(true);
-  rec.drainAll([](const Record&) {});
+  ASSERT_TRUE(recordingWithEmptyRings(rec));
   const uint64_t before = rec.recordedCount();
   constexpr uint64_t kRecords = 200000;
   std::atomic<bool> done{false};
@@ -205,9 +207,7 @@ TEST(RecorderTest, RecordedCountWhileDrainingNeverExceedsWhatWasPushed) {
 // allocates fast would otherwise find its ring full and wait for the collector's next pass).
 TEST(RecorderTest, AHalfFullRingWakesTheCollector) {
   Recorder& rec = Recorder::instance();
-  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
-  rec.setRecording(true);
-  rec.drainAll([](const Record&) {});
+  ASSERT_TRUE(recordingWithEmptyRings(rec));
   const uint32_t capacity = rec.ringRecords();
   std::chrono::steady_clock::duration slept{};
   std::thread collector([&] {
@@ -233,9 +233,7 @@ TEST(RecorderTest, AHalfFullRingWakesTheCollector) {
 // transport a detach gave up on, beside the next attach's) takes nothing; the first takes all.
 TEST(RecorderTest, OneDrainAtATime) {
   Recorder& rec = Recorder::instance();
-  ASSERT_TRUE(rec.init(1 << 12, 1 << 10));
-  rec.setRecording(true);
-  rec.drainAll([](const Record&) {});
+  ASSERT_TRUE(recordingWithEmptyRings(rec));
   for (int i = 0; i < 3; ++i) {
     Record r{};
     r.kind = RecordKind::kScopeBegin;
