@@ -187,6 +187,9 @@ class Instrumenter:
         # Whether every saved-tensor hooks context of every thread was entered after the adapter
         # was installed (see _ensure_thread_hooks). Set by install(), before any hook exists.
         self.contexts_all_seen = False
+        # After an attach: the parameters whose gradients are to be seeded, [(weak reference,
+        # the gradient's name)], on a training thread outside backward (_seed_gradients_held).
+        self.gradients_to_seed = []
 
     # ----- helpers -----------------------------------------------------------------------------
     def _depth(self):
@@ -272,6 +275,50 @@ class Instrumenter:
                     break
         self.agent.phase_end(phase)
 
+    def seed_tensor(self, t, category, name, seen):
+        """An attach: t, allocated before it (its storage not among the blocks the agent saw
+        allocated), recorded as allocated now, then tagged. seen: the storages seeded so far."""
+        try:
+            address, nbytes = _storage_of(t)
+        except Exception:  # storage-less tensors
+            return
+        if not address:
+            return
+        if address not in seen:
+            seen.add(address)
+            if t.is_cuda:
+                # A tensor of the CUDA caching allocator: recorded at the tensor level (the
+                # segments it lies in are not known to an attach).
+                self.agent.tensor_memory(address, nbytes, t.device.index or 0)
+            else:
+                self.agent.seed_block(address, nbytes)
+        self.tag_tensor(t, category, name)
+
+    def _seed_gradients_held(self, in_backward_unknown=False):
+        """Seeds the gradients the models held at the attach, from a training thread between a
+        backward and the next: the attach thread cannot read a parameter's .grad while a
+        backward may be replacing it (torch's autograd engine writes it without the GIL, and a
+        read then took a reference to a gradient being freed: the job died of SIGSEGV). Called
+        at a step's begin and at an optimizer's step; in_backward_unknown: a step begun by a
+        forward, which under torch 1.13 cannot tell a recomputation inside a backward (then the
+        optimizer's step seeds them)."""
+        if not self.gradients_to_seed:
+            return
+        import torch
+        current = getattr(torch._C, "_current_graph_task_id", None)
+        if current is not None:
+            if current() != -1:  # inside a backward
+                return
+        elif in_backward_unknown:
+            return
+        held, self.gradients_to_seed = self.gradients_to_seed, []
+        seen = set()
+        for ref, name in held:
+            p = ref()
+            grad = p.grad if p is not None else None
+            if grad is not None:
+                self.seed_tensor(grad, A.GRADIENT, name, seen)
+
     def tag_tensor(self, t, category, name=""):
         try:
             address, nbytes = _storage_of(t)
@@ -287,6 +334,7 @@ class Instrumenter:
             self.stepped = weakref.WeakSet()
             self.saved_this_step = set()
             self.agent.step_begin(self.step)
+            self._seed_gradients_held(in_backward_unknown=True)
             self._find_frozen_models()
             for root in list(self.roots) + list(self.frozen):
                 self._tag_model_state(root)
@@ -799,6 +847,7 @@ class Instrumenter:
             self._step_boundary()
         self.idle_optimizers.discard(opt)
         self._begin_step_if_needed()
+        self._seed_gradients_held()
         i = 0
         for group in opt.param_groups:
             for p in group["params"]:

@@ -4,15 +4,17 @@
 (or turns them back on after a detach), finds the models (root ``nn.Module`` objects holding
 parameters; those no optimizer trains are frozen models) and optimizers among the live objects,
 and seeds what they already hold, so that the breakdown is complete from the first step after the
-attach: each parameter and buffer (WEIGHT), gradient (GRADIENT) and optimizer state tensor
-(OPTIMIZER_STATE) is recorded as allocated at the attach, then tagged. ``stop()`` (``tidemark detach``) turns every hook off.
+attach: each parameter and buffer (WEIGHT) and optimizer state tensor (OPTIMIZER_STATE) is recorded
+as allocated at the attach, then tagged; the gradients (GRADIENT) at the training thread's next
+step (a backward may be replacing them now). ``stop()`` (``tidemark detach``) turns every hook off.
 """
 import gc
 import os
 import sys
+import weakref
 
 from . import _agent as A
-from .adapter import _storage_of, instance
+from .adapter import instance
 
 
 # The agent's attach thread leaves the live modules and optimizers here, found in C under the
@@ -45,38 +47,25 @@ def _find_models_and_optimizers():
     return roots, optimizers
 
 
-def _seed(inst, tensor, category, name, seen):
-    try:
-        address, nbytes = _storage_of(tensor)
-    except Exception:
-        return
-    if not address:
-        return
-    if address not in seen:
-        seen.add(address)
-        if tensor.is_cuda:
-            # A tensor of the CUDA caching allocator: recorded at the tensor level (the segments
-            # it lies in are not known to an attach).
-            inst.agent.tensor_memory(address, nbytes, tensor.device.index or 0)
-        else:
-            inst.agent.seed_block(address, nbytes)
-    inst.tag_tensor(tensor, category, name)
-
-
 def start(ops=False):
     """ops: turn torch's op scopes on too (`tidemark attach --ops`)."""
     inst = instance()
     if not inst.agent.present:
         raise RuntimeError("the tidemark agent is not loaded in this process")
-    inst.enabled = True
     inst.state_tags.clear()  # a new session: what the models and optimizers hold is tagged again
     if "torch" not in sys.modules:
         # Not using torch yet: instrument it when it is imported (op scopes too, if asked).
+        inst.enabled = True
         if ops:
             os.environ["TIDEMARK_OPS"] = "1"
         from .autostart import _TorchWatcher
         sys.meta_path.insert(0, _TorchWatcher())
         return
+    # The hooks stay off until everything is registered and seeded: the job's threads run on
+    # meanwhile (the interpreter switches threads at any bytecode, and every seed is a call that
+    # gives the GIL up), and a step they began before the gradients were handed over would have
+    # ended without those held at the attach.
+    inst.enabled = False
     import torch
     inst.install(enter_hooks_here=False)
     if inst.tensor_memory is not None:
@@ -96,30 +85,37 @@ def start(ops=False):
             inst.register_model(m)
         else:
             inst.register_frozen(m, tag=False)
-    seen = set()
+    seen, gradients = set(), []
     with torch.no_grad():
         for m in roots:
             prefix = inst.module_names.get(m, type(m).__name__)
-            for name, p in m.named_parameters():
-                _seed(inst, p, A.WEIGHT, prefix + "." + name, seen)
-                if p.grad is not None:
-                    _seed(inst, p.grad, A.GRADIENT, prefix + "." + name + ".grad", seen)
-            for name, b in m.named_buffers():
-                _seed(inst, b, A.WEIGHT, prefix + "." + name, seen)
+            for name, p in list(m.named_parameters()):
+                inst.seed_tensor(p, A.WEIGHT, prefix + "." + name, seen)
+                # Not p.grad: a backward running now may be replacing it (seeded by the training
+                # thread itself, at its next step or optimizer step: Instrumenter
+                # ._seed_gradients_held).
+                gradients.append((weakref.ref(p), prefix + "." + name + ".grad"))
+            for name, b in list(m.named_buffers()):
+                inst.seed_tensor(b, A.WEIGHT, prefix + "." + name, seen)
+        # Lists taken whole (one call under the GIL each): the training thread runs between the
+        # seeds, and its optimizer's first step adds state while this reads it.
         for o in optimizers:
-            for p, state in o.state.items():
+            for p, state in list(o.state.items()):
                 base = inst._param_name(p, "param")
-                for key, value in state.items():
+                for key, value in list(state.items()):
                     if isinstance(value, torch.Tensor):
-                        _seed(inst, value, A.OPTIMIZER_STATE, base + "." + str(key), seen)
+                        inst.seed_tensor(value, A.OPTIMIZER_STATE, base + "." + str(key), seen)
+    inst.gradients_to_seed = gradients
+    inst.enabled = True
     sys.stderr.write("tidemark: attached; %d model(s), %d optimizer(s), %d tensors already "
-                     "allocated recorded\n" % (len(roots) - len(inst.frozen), len(optimizers),
-                                               len(seen)))
+                     "allocated recorded (their gradients at the next step)\n"
+                     % (len(roots) - len(inst.frozen), len(optimizers), len(seen)))
 
 
 def stop():
     inst = instance()
     inst.enabled = False
+    inst.gradients_to_seed = []
     if inst.tensor_memory is not None:
         inst.tensor_memory.enable(False)
     if inst.torch_ops is not None:

@@ -298,6 +298,55 @@ class AttachTest(DaemonTestCase):
         b = self.daemon.cli_json("breakdown", str(sessions[-1]))
         self.assertEqual(b["categories"]["WEIGHT"]["bytes"], params)
 
+    def test_attach_while_backward_replaces_the_gradients(self):
+        """A job whose backward is running most of the time, setting 2,000 gradients anew each
+        step: attached and detached 10 times it trains exactly as without (an attach thread that
+        read each parameter's .grad while the backward replaced it killed the job with SIGSEGV),
+        and every session's steps end with all 2,000 gradients in GRADIENT (a step the job
+        began while the attach was seeding ended without those it held: the hooks stay off until
+        the attach is done)."""
+        churn = os.path.join(SOURCE, "tests", "e2e", "gradient_churn_train.py")
+        stop = os.path.join(tempfile.mkdtemp(prefix="tidemark-churn-"), "stop")
+        job = Job(command=[PYTHON, "-u", churn, "--steps", "100000", "--stop-file", stop])
+        sessions = []
+        try:
+            job.wait_for_step(2)
+            for cycle in range(int(os.environ.get("TIDEMARK_TEST_CYCLES", "10"))):
+                rc, a, err = self.cli("attach", str(job.pid))
+                if rc != 0:
+                    self.fail("attach %d: %s%s" % (cycle, err, job.fate()))
+                sessions.append(a["session"])
+                job.wait_for(r"^step \d+ ", "a step", 120)  # (at least one more step begun)
+                time.sleep(0.3)
+                rc, d, err = self.cli("detach", str(job.pid))
+                if rc != 0:
+                    self.fail("detach %d: %s%s" % (cycle, err, job.fate()))
+            open(stop, "w").close()
+            rc, out, err = job.finish()
+        finally:
+            job.kill()
+        self.assertEqual(rc, 0, err)
+        losses = re.findall(r"^step \d+ loss \S+", out, re.M)
+        reference = subprocess.run([PYTHON, "-u", churn, "--steps", str(len(losses))],
+                                   capture_output=True, text=True, timeout=600)
+        self.assertEqual(reference.returncode, 0, reference.stderr)
+        self.assertEqual(losses, re.findall(r"^step \d+ loss \S+", reference.stdout, re.M))
+        gradients = 2000 * 8 * 4
+        ended, wrong = 0, []
+        for sid in sessions:
+            self.wait_ended(sid)
+            self.daemon.wait_analyzed(sid)
+            for s in self.daemon.cli_json("steps", str(sid))["steps"]:
+                if not s.get("end_ts_ns"):  # the step the detach cut short
+                    continue
+                ended += 1
+                b = self.daemon.cli_json("breakdown", str(sid), "--at", str(s["end_ts_ns"]))
+                if b["categories"]["GRADIENT"]["bytes"] != gradients:
+                    wrong.append((sid, s["step"], {k: v["bytes"]
+                                                   for k, v in b["categories"].items() if v}))
+        self.assertEqual(wrong, [], "of %d steps" % ended)
+        self.assertGreater(ended, 0)
+
     def test_threads_allocating_through_the_attach_lose_no_free(self):
         """A native program whose 4 threads allocate and free without pause, attached and
         detached five times while they run: every block a session saw allocated it saw freed,
