@@ -221,7 +221,9 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
     const uint32_t state = ring.state.load(std::memory_order_acquire);
     if (state == Ring::kFree) continue;
     const size_t begin = m_taken.size();
-    ring.drainBefore(cutoff, unread - begin, [this](const Record& r) { m_taken.push_back(r); });
+    ring.drainBefore(cutoff, unread - begin, [this](const Record* first, size_t n) {
+      m_taken.insert(m_taken.end(), first, first + n);
+    });
     if (m_taken.size() > begin) m_runs.emplace_back(begin, m_taken.size());
     if (state == Ring::kOrphaned && ring.empty()) {
       uint32_t expected = Ring::kOrphaned;
@@ -247,9 +249,11 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
         }
       }
       std::pair<size_t, size_t>& run = m_runs[first];
-      do {
-        m_ordered.push_back(m_taken[run.first++]);
-      } while (run.first < run.second && m_taken[run.first].seq < second);
+      size_t end = run.first + 1;
+      while (end < run.second && m_taken[end].seq < second) ++end;
+      m_ordered.insert(m_ordered.end(), m_taken.begin() + static_cast<long>(run.first),
+                       m_taken.begin() + static_cast<long>(end));
+      run.first = end;
       if (run.first == run.second) m_runs.erase(m_runs.begin() + static_cast<long>(first));
     }
   }

@@ -135,13 +135,23 @@ class Recorder {
   // collector of a transport that a detach gave up on, beside the next attach's — gets nothing.
   template <typename Sink>
   size_t drainAll(Sink&& sink, bool everything = false) noexcept {
+    return drainAllAtOnce(
+        [&sink](const Record* records, size_t n) {
+          for (size_t i = 0; i < n; ++i) sink(records[i]);
+        },
+        everything);
+  }
+  // The same, the pass's records given to sink(const Record* records, size_t n) in one piece
+  // (copied whole by the collector), only if there are any.
+  template <typename Sink>
+  size_t drainAllAtOnce(Sink&& sink, bool everything = false) noexcept {
     if (m_draining.exchange(true, std::memory_order_acquire)) return 0;
     struct Done {
       std::atomic<bool>& flag;
       ~Done() { flag.store(false, std::memory_order_release); }
     } done{m_draining};
     const size_t n = takeInOrder(everything);
-    for (size_t i = 0; i < n; ++i) sink(m_ordered[i]);
+    if (n > 0) sink(m_ordered.data(), n);
     return n;
   }
 

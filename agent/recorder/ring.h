@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -41,24 +42,30 @@ class Ring {
 
   // Consumer side: passes the unread records to sink, oldest first, up to the first whose seq
   // field (in a ring: the time it was pushed, Recorder's order key) is cutoff or later and at
-  // most max of them; they are then read. Returns how many.
+  // most max of them; they are then read. sink(const Record* first, size_t n) is given them in
+  // at most two pieces of consecutive slots (the ring wraps round once at most), to be copied
+  // whole. Returns how many.
   template <typename Sink>
   size_t drainBefore(uint64_t cutoff, size_t max, Sink&& sink) noexcept {
     const uint64_t tail = m_tail.load(std::memory_order_relaxed);
     const uint64_t head = m_head.load(std::memory_order_acquire);
-    uint64_t i = tail;
-    for (; i < head && i - tail < max; ++i) {
-      const Record& r = m_slots[i & m_mask];
-      if (r.seq >= cutoff) break;
-      sink(r);
-    }
-    m_tail.store(i, std::memory_order_release);
-    return static_cast<size_t>(i - tail);
+    uint64_t end = tail;
+    for (; end < head && end - tail < max; ++end)
+      if (m_slots[end & m_mask].seq >= cutoff) break;
+    const uint64_t firstSlot = tail & m_mask;
+    const uint64_t n = end - tail;
+    const uint64_t beforeWrap = std::min<uint64_t>(n, m_mask + 1 - firstSlot);
+    if (beforeWrap > 0) sink(m_slots + firstSlot, static_cast<size_t>(beforeWrap));
+    if (n > beforeWrap) sink(m_slots, static_cast<size_t>(n - beforeWrap));
+    m_tail.store(end, std::memory_order_release);
+    return static_cast<size_t>(n);
   }
-  // Every unread record.
+  // Every unread record, one by one to sink(const Record&).
   template <typename Sink>
   size_t drain(Sink&& sink) noexcept {
-    return drainBefore(UINT64_MAX, SIZE_MAX, sink);
+    return drainBefore(UINT64_MAX, SIZE_MAX, [&sink](const Record* first, size_t n) {
+      for (size_t i = 0; i < n; ++i) sink(first[i]);
+    });
   }
   // Records pushed and not yet read, from any thread (a snapshot: either side may move
   // meanwhile). The tail is read first: the head only grows and the tail never passes it, so the

@@ -99,18 +99,20 @@ void Transport::collect() {
     }
     const RecordLog::Overflow overflow =
         dropping && !last ? RecordLog::Overflow::kRefuse : RecordLog::Overflow::kKeep;
-    records.clear();
-    // In the order things happened, numbered (Recorder::drainAll).
-    m_recorder.drainAll([&](const Record& r) { records.push_back(r); }, last);
-    if (!records.empty()) {
-      if (m_filter) {
-        kept.clear();
-        m_filter->process(records, kept);
-        m_log.append(kept.data(), kept.size(), overflow);
-      } else {
-        m_log.append(records.data(), records.size(), overflow);
-      }
-    }
+    // In the order things happened, numbered (Recorder::drainAll): into the log in one copy,
+    // or through the capture filter.
+    m_recorder.drainAllAtOnce(
+        [&](const Record* taken, size_t n) {
+          if (!m_filter) {
+            m_log.append(taken, n, overflow);
+            return;
+          }
+          records.assign(taken, taken + n);
+          kept.clear();
+          m_filter->process(records, kept);
+          m_log.append(kept.data(), kept.size(), overflow);
+        },
+        last);
     if (m_filter && last) {
       // Nothing is left waiting for a record that can no longer come.
       kept.clear();

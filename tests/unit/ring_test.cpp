@@ -51,7 +51,9 @@ TEST(RingTest, DrainBeforeStopsAtTheCutoffAndTheMax) {
     ring.push(r);
   }
   std::vector<uint64_t> seen;
-  const auto keep = [&](const Record& r) { seen.push_back(r.seq); };
+  const auto keep = [&](const Record* first, size_t n) {
+    for (size_t i = 0; i < n; ++i) seen.push_back(first[i].seq);
+  };
   EXPECT_EQ(ring.drainBefore(30, SIZE_MAX, keep), 2u);
   EXPECT_EQ(ring.unread(), 3u);
   EXPECT_EQ(ring.drainBefore(100, 2, keep), 2u);
