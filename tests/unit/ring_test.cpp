@@ -62,6 +62,35 @@ TEST(RingTest, DrainBeforeStopsAtTheCutoffAndTheMax) {
   EXPECT_TRUE(ring.empty());
 }
 
+// Records that wrap round the ring's end come in two pieces, each of consecutive slots, in order.
+TEST(RingTest, ADrainAcrossTheRingsEndComesInTwoPieces) {
+  std::vector<Record> slots(8);
+  Ring ring;
+  ring.init(slots.data(), 8);
+  const auto pushTimes = [&](std::initializer_list<uint64_t> times) {
+    for (uint64_t t : times) {
+      Record r{};
+      r.seq = t;
+      ASSERT_TRUE(ring.hasSpace());
+      ring.push(r);
+    }
+  };
+  pushTimes({1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(ring.drain([](const Record&) {}), 6u);
+  pushTimes({7, 8, 9, 10, 11});  // slots 6, 7, then 0, 1, 2
+  std::vector<std::vector<uint64_t>> pieces;
+  const auto keep = [&](const Record* first, size_t n) {
+    pieces.emplace_back();
+    for (size_t i = 0; i < n; ++i) pieces.back().push_back(first[i].seq);
+  };
+  EXPECT_EQ(ring.drainBefore(11, SIZE_MAX, keep), 4u);
+  EXPECT_EQ(pieces, (std::vector<std::vector<uint64_t>>{{7, 8}, {9, 10}}));
+  pieces.clear();
+  EXPECT_EQ(ring.drainBefore(UINT64_MAX, SIZE_MAX, keep), 1u);
+  EXPECT_EQ(pieces, (std::vector<std::vector<uint64_t>>{{11}}));
+  EXPECT_TRUE(ring.empty());
+}
+
 TEST(RingTest, APushThatFillsHalfTheRingSaysSo) {
   std::vector<Record> slots(8);
   Ring ring;
