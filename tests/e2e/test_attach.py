@@ -4,6 +4,7 @@ WEIGHT and OPTIMIZER_STATE, attach and detach repeat, and every error leaves the
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -306,7 +307,9 @@ class AttachTest(DaemonTestCase):
         began while the attach was seeding ended without those it held: the hooks stay off until
         the attach is done)."""
         churn = os.path.join(SOURCE, "tests", "e2e", "gradient_churn_train.py")
-        stop = os.path.join(tempfile.mkdtemp(prefix="tidemark-churn-"), "stop")
+        scratch = tempfile.mkdtemp(prefix="tidemark-churn-")
+        self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
+        stop = os.path.join(scratch, "stop")
         job = Job(command=[PYTHON, "-u", churn, "--steps", "100000", "--stop-file", stop])
         sessions = []
         try:
