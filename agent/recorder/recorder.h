@@ -133,18 +133,10 @@ class Recorder {
   // empty. everything: every unread record, pushed before or not (the exit's last pass).
   // One consumer at a time (the rings are single-consumer): a second caller meanwhile — the
   // collector of a transport that a detach gave up on, beside the next attach's — gets nothing.
+  // sink(const Record* records, size_t n) is given the pass in one piece, only if there is one
+  // (the collector copies it whole), while the pass's buffer is held for it.
   template <typename Sink>
   size_t drainAll(Sink&& sink, bool everything = false) noexcept {
-    return drainAllAtOnce(
-        [&sink](const Record* records, size_t n) {
-          for (size_t i = 0; i < n; ++i) sink(records[i]);
-        },
-        everything);
-  }
-  // The same, the pass's records given to sink(const Record* records, size_t n) in one piece
-  // (copied whole by the collector), only if there are any.
-  template <typename Sink>
-  size_t drainAllAtOnce(Sink&& sink, bool everything = false) noexcept {
     if (m_draining.exchange(true, std::memory_order_acquire)) return 0;
     struct Done {
       std::atomic<bool>& flag;

@@ -60,12 +60,10 @@ class Ring {
     m_tail.store(end, std::memory_order_release);
     return static_cast<size_t>(n);
   }
-  // Every unread record, one by one to sink(const Record&).
+  // Every unread record, to sink as drainBefore gives them.
   template <typename Sink>
   size_t drain(Sink&& sink) noexcept {
-    return drainBefore(UINT64_MAX, SIZE_MAX, [&sink](const Record* first, size_t n) {
-      for (size_t i = 0; i < n; ++i) sink(first[i]);
-    });
+    return drainBefore(UINT64_MAX, SIZE_MAX, sink);
   }
   // Records pushed and not yet read, from any thread (a snapshot: either side may move
   // meanwhile). The tail is read first: the head only grows and the tail never passes it, so the

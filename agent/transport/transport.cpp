@@ -101,7 +101,7 @@ void Transport::collect() {
         dropping && !last ? RecordLog::Overflow::kRefuse : RecordLog::Overflow::kKeep;
     // In the order things happened, numbered (Recorder::drainAll): into the log in one copy,
     // or through the capture filter.
-    m_recorder.drainAllAtOnce(
+    m_recorder.drainAll(
         [&](const Record* taken, size_t n) {
           if (!m_filter) {
             m_log.append(taken, n, overflow);

@@ -9,6 +9,7 @@
 #include "agent/cupti/api_callbacks.h"
 #include "agent/cupti/gpu_recorder.h"
 #include "tests/cupti/activity_record.h"
+#include "tests/unit/record_sinks.h"
 
 namespace tidemark::agent {
 namespace {
@@ -193,7 +194,7 @@ namespace {
 
 std::vector<Record> drain(Recorder& rec) {
   std::vector<Record> out;
-  rec.drainAll([&](const Record& r) { out.push_back(r); });
+  rec.drainAll(eachRecord([&](const Record& r) { out.push_back(r); }));
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agent/recorder/recorder.h"
+#include "tests/unit/record_sinks.h"
 
 namespace tidemark::agent {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 bool recordingWithEmptyRings(Recorder& rec) {
   if (!rec.init(1 << 12, 1 << 10)) return false;
   rec.setRecording(true);
-  rec.drainAll([](const Record&) {}, /*everything=*/true);
+  rec.drainAll(eachRecord([](const Record&) {}), /*everything=*/true);
   return true;
 }
 
@@ -33,7 +34,7 @@ TEST(RingTest, FullRingRefusesUntilDrained) {
   }
   EXPECT_FALSE(ring.hasSpace());
   std::vector<uint64_t> seen;
-  EXPECT_EQ(ring.drain([&](const Record& r) { seen.push_back(r.seq); }), 4u);
+  EXPECT_EQ(ring.drain(eachRecord([&](const Record& r) { seen.push_back(r.seq); })), 4u);
   EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2, 3, 4}));
   EXPECT_TRUE(ring.hasSpace());
   EXPECT_TRUE(ring.empty());
@@ -76,7 +77,7 @@ TEST(RingTest, ADrainAcrossTheRingsEndComesInTwoPieces) {
     }
   };
   pushTimes({1, 2, 3, 4, 5, 6});
-  EXPECT_EQ(ring.drain([](const Record&) {}), 6u);
+  EXPECT_EQ(ring.drain(eachRecord([](const Record&) {})), 6u);
   pushTimes({7, 8, 9, 10, 11});  // slots 6, 7, then 0, 1, 2
   std::vector<std::vector<uint64_t>> pieces;
   const auto keep = [&](const Record* first, size_t n) {
@@ -98,7 +99,7 @@ TEST(RingTest, APushThatFillsHalfTheRingSaysSo) {
   std::vector<bool> said;
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < 6; ++i) said.push_back(ring.push(Record{}));
-    ring.drain([](const Record&) {});
+    ring.drain(eachRecord([](const Record&) {}));
   }
   EXPECT_EQ(said, (std::vector<bool>{false, false, false, true, false, false,  //
                                      false, false, false, true, false, false}));
@@ -119,7 +120,7 @@ TEST(RingTest, ProducerAndConsumerThreadsKeepOrderAcrossWraparound) {
   });
   uint64_t expected = 1;
   while (expected <= kCount) {
-    ring.drain([&](const Record& r) { ASSERT_EQ(r.seq, expected++); });
+    ring.drain(eachRecord([&](const Record& r) { ASSERT_EQ(r.seq, expected++); }));
   }
   producer.join();
 }
@@ -141,7 +142,7 @@ TEST(RecorderTest, SequenceNumbersAreDenseAcrossThreads) {
     });
   }
   for (auto& t : threads) t.join();
-  rec.drainAll([&](const Record& r) { seqs.push_back(r.seq); });
+  rec.drainAll(eachRecord([&](const Record& r) { seqs.push_back(r.seq); }));
   std::sort(seqs.begin(), seqs.end());
   ASSERT_EQ(seqs.size(), 3000u);
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], before + 1 + i);
@@ -171,7 +172,7 @@ TEST(RecorderTest, NumbersFollowTheOrderTheThreadsMadeThingsIn) {
   a.join();
   b.join();
   std::vector<Record> out;
-  rec.drainAll([&](const Record& r) { out.push_back(r); });
+  rec.drainAll(eachRecord([&](const Record& r) { out.push_back(r); }));
   ASSERT_EQ(out.size(), static_cast<size_t>(kTurns));
   for (int i = 0; i < kTurns; ++i) {
     EXPECT_EQ(out[i].address, static_cast<uint64_t>(i)) << i;
@@ -197,7 +198,7 @@ TEST(RecorderTest, AStepBeginReservesNumbersAfterItsOwn) {
   ASSERT_TRUE(rec.push(next));
   EXPECT_EQ(rec.recordedCount(), before + 2);
   std::vector<Record> out;
-  rec.drainAll([&](const Record& r) { out.push_back(r); });
+  rec.drainAll(eachRecord([&](const Record& r) { out.push_back(r); }));
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].seq, before + 1);
   EXPECT_EQ(out[1].seq, before + 7);
@@ -223,8 +224,8 @@ TEST(RecorderTest, RecordedCountWhileDrainingNeverExceedsWhatWasPushed) {
     done = true;
   });
   std::thread consumer([&] {
-    while (!done) rec.drainAll([](const Record&) {});
-    rec.drainAll([](const Record&) {}, /*everything=*/true);
+    while (!done) rec.drainAll(eachRecord([](const Record&) {}));
+    rec.drainAll(eachRecord([](const Record&) {}), /*everything=*/true);
   });
   uint64_t highest = 0;
   while (!done) highest = std::max(highest, rec.recordedCount());
@@ -257,7 +258,7 @@ TEST(RecorderTest, AHalfFullRingWakesTheCollector) {
   producer.join();
   collector.join();
   EXPECT_LT(slept, std::chrono::seconds(30)) << "the collector slept its whole interval";
-  rec.drainAll([](const Record&) {});
+  rec.drainAll(eachRecord([](const Record&) {}));
 }
 
 // The rings have one reader: a drain that starts while another runs (the collector of a
@@ -275,15 +276,15 @@ TEST(RecorderTest, OneDrainAtATime) {
   size_t second = 99;
   size_t firstRecords = 0;
   std::thread first([&] {
-    rec.drainAll([&](const Record&) {
+    rec.drainAll(eachRecord([&](const Record&) {
       ++firstRecords;
       inside = true;
       while (!release) std::this_thread::yield();
-    });
+    }));
   });
   while (!inside) std::this_thread::yield();
   size_t secondRecords = 0;
-  second = rec.drainAll([&](const Record&) { ++secondRecords; });
+  second = rec.drainAll(eachRecord([&](const Record&) { ++secondRecords; }));
   release = true;
   first.join();
   EXPECT_EQ(second, 0u);
@@ -293,7 +294,7 @@ TEST(RecorderTest, OneDrainAtATime) {
   Record r{};
   r.kind = RecordKind::kScopeEnd;
   ASSERT_TRUE(rec.push(r));
-  EXPECT_EQ(rec.drainAll([](const Record&) {}), 1u);
+  EXPECT_EQ(rec.drainAll(eachRecord([](const Record&) {})), 1u);
 }
 
 }  // namespace
