@@ -48,6 +48,15 @@ bool Recorder::init(uint32_t ringRecords, size_t tableBuckets) noexcept {
     m_rings[i].init(m_ringMemory + static_cast<size_t>(i) * capacity, capacity);
   }
   if (!m_blocks.init(tableBuckets)) return false;
+  try {
+    // A first room for the collector's passes (address space only until used): a pass that
+    // later finds no memory to grow it still takes this much (takeInOrder).
+    m_taken.reserve(2 * static_cast<size_t>(capacity));
+    m_ordered.reserve(2 * static_cast<size_t>(capacity));
+    m_runs.reserve(kMaxRings);
+  } catch (...) {
+    return false;
+  }
   if (pthread_key_create(&g_ringKey, &Recorder::releaseThreadRing) != 0) return false;
   m_initialized = true;
   return true;
@@ -200,7 +209,7 @@ uint64_t Recorder::recordedCount() const noexcept {
 size_t Recorder::takeInOrder(bool everything) noexcept {
   // Read before any ring is looked at: a record pushed after its ring was read has a later
   // time, and so has every record that follows from it (the class comment).
-  const uint64_t cutoff = everything ? UINT64_MAX : static_cast<uint64_t>(base::monotonicNs());
+  uint64_t cutoff = everything ? UINT64_MAX : static_cast<uint64_t>(base::monotonicNs());
   const uint32_t used = std::min(m_ringsUsed.load(std::memory_order_acquire), kMaxRings);
   size_t unread = 0;
   for (uint32_t i = 0; i < used; ++i) unread += m_rings[i].unread();
@@ -214,7 +223,14 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
     m_ordered.reserve(unread);
     m_runs.reserve(used);
   } catch (...) {
-    return 0;
+    // No memory for the whole pass (the job at its memory limit): a smaller one, within the
+    // room the vectors have, cut at an earlier time so that every ring gives all it holds before
+    // it — the next pass goes on from there, and the order stays whole. (Without any room the
+    // rings stay full: their threads wait, as for a slow link.)
+    const size_t room = std::min(m_taken.capacity(), m_ordered.capacity());
+    if (m_runs.capacity() < used || room == 0) return 0;
+    cutoff = cutoffWithin(cutoff, room, used);
+    unread = room;
   }
   for (uint32_t i = 0; i < used; ++i) {
     Ring& ring = m_rings[i];
@@ -267,6 +283,27 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
     if (r.kind == RecordKind::kStepBegin) next += r.sizeBytes;
   }
   return m_ordered.size();
+}
+
+uint64_t Recorder::cutoffWithin(uint64_t cutoff, size_t room, uint32_t used) const noexcept {
+  const auto before = [&](uint64_t t) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < used; ++i) n += m_rings[i].countBefore(t);
+    return n;
+  };
+  if (before(cutoff) <= room) return cutoff;
+  // The latest time before which the rings hold no more than room records (0: none fits).
+  uint64_t lo = 0;
+  uint64_t hi = cutoff;
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (before(mid) <= room) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
 }
 
 void Recorder::onAlloc(void* address, size_t size, uint32_t nativeNameIid) noexcept {

@@ -174,6 +174,9 @@ class Recorder {
   void commit(Ring* ring, Record& record, int64_t orderNs) noexcept;
   // drainAll's work: takes the rings' records into m_ordered, merged and numbered. How many.
   size_t takeInOrder(bool everything) noexcept;
+  // The latest time no later than cutoff before which the first `used` rings hold at most room
+  // unread records (0 when none does).
+  uint64_t cutoffWithin(uint64_t cutoff, size_t room, uint32_t used) const noexcept;
   Ring* claimRing() noexcept;
   // Lossless mode's slow path: true once the ring has room, false (drop) if the process is or
   // becomes degraded, or no collector runs.

@@ -60,6 +60,22 @@ class Ring {
     m_tail.store(end, std::memory_order_release);
     return static_cast<size_t>(n);
   }
+  // How many unread records drainBefore(cutoff, ...) would give: a binary search (a ring's order
+  // keys rise with its slots).
+  size_t countBefore(uint64_t cutoff) const noexcept {
+    uint64_t lo = m_tail.load(std::memory_order_acquire);
+    uint64_t hi = m_head.load(std::memory_order_acquire);
+    const uint64_t tail = lo;
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (m_slots[mid & m_mask].seq < cutoff) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return static_cast<size_t>(lo - tail);
+  }
   // Every unread record, to sink as drainBefore gives them.
   template <typename Sink>
   size_t drain(Sink&& sink) noexcept {

@@ -1,5 +1,8 @@
 #include "agent/transport/interner.h"
 
+#include <iterator>
+#include <new>
+
 namespace tidemark::agent {
 
 uint32_t Interner::intern(std::string_view value) {
@@ -17,6 +20,19 @@ std::vector<std::pair<uint32_t, std::string>> Interner::takeNew() {
   std::vector<std::pair<uint32_t, std::string>> out;
   out.swap(m_new);
   return out;
+}
+
+void Interner::giveBack(std::vector<std::pair<uint32_t, std::string>>&& strings) noexcept {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  if (m_new.empty()) {
+    m_new.swap(strings);
+    return;
+  }
+  try {
+    m_new.insert(m_new.end(), std::make_move_iterator(strings.begin()),
+                 std::make_move_iterator(strings.end()));
+  } catch (const std::bad_alloc&) {
+  }
 }
 
 std::vector<std::pair<uint32_t, std::string>> Interner::all() {

@@ -17,6 +17,10 @@ class Interner {
   uint32_t intern(std::string_view value);
   // Strings interned since the last call, to be sent before any record that uses them.
   std::vector<std::pair<uint32_t, std::string>> takeNew();
+  // Strings takeNew gave that could not be sent (no memory to batch them): they come again,
+  // with the next takeNew. (Only when no memory can be had for both lists are they lost: the
+  // records naming them show no name.)
+  void giveBack(std::vector<std::pair<uint32_t, std::string>>&& strings) noexcept;
   // Every string interned so far (a new session needs them again).
   std::vector<std::pair<uint32_t, std::string>> all();
 

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <new>
 #include <type_traits>
 
 namespace tidemark::agent {
@@ -46,7 +47,15 @@ bool readAll(int fd, void* data, size_t bytes, off_t offset) {
 RecordLog::RecordLog(uint64_t memoryCapBytes, std::string spillDir, uint64_t spillCapBytes)
     : m_memoryCapRecords(std::max<uint64_t>(memoryCapBytes / sizeof(Record), 1)),
       m_spillDir(std::move(spillDir)),
-      m_spillCapRecords(spillCapBytes / sizeof(Record)) {}
+      m_spillCapRecords(spillCapBytes / sizeof(Record)) {
+  // Opened now, while memory can be had: a job that later reaches its memory limit (`ulimit -v`)
+  // leaves the agent no memory for a chunk, nor for the file's path, and the file is then what
+  // keeps the records. (Unnamed and empty: nothing on disk until it is written to.)
+  try {
+    if (m_spillCapRecords > 0) openSpill();
+  } catch (const std::bad_alloc&) {  // tried again when first needed
+  }
+}
 
 RecordLog::~RecordLog() {
   if (m_spillFd >= 0) ::close(m_spillFd);
@@ -75,12 +84,22 @@ size_t RecordLog::toMemory(std::deque<std::vector<Record>>& chunks, const Record
                            bool capped) {
   size_t kept = 0;
   while (kept < n && (!capped || m_memoryRecords < m_memoryCapRecords)) {
-    if (chunks.empty() || chunks.back().size() == kChunkRecords) {
-      chunks.emplace_back();
-      chunks.back().reserve(std::min<uint64_t>(kChunkRecords, m_memoryCapRecords));
+    if (chunks.empty() || chunks.back().size() == chunks.back().capacity()) {
+      // A chunk that cannot be had (the job at its memory limit: `ulimit -v`) takes nothing:
+      // the caller goes on to the file, or counts what neither took. Never an exception into
+      // the collector, which would end the job.
+      try {
+        chunks.emplace_back();
+        chunks.back().reserve(std::min<uint64_t>(kChunkRecords, m_memoryCapRecords));
+      } catch (const std::bad_alloc&) {
+        if (!chunks.empty() && chunks.back().capacity() == 0) chunks.pop_back();
+        ++m_memoryRefusals;
+        break;
+      }
     }
     std::vector<Record>& chunk = chunks.back();
-    size_t room = kChunkRecords - chunk.size();
+    // Within what the chunk reserved: an insert never allocates.
+    size_t room = chunk.capacity() - chunk.size();
     if (capped) room = std::min<uint64_t>(room, m_memoryCapRecords - m_memoryRecords);
     const size_t k = std::min(room, n - kept);
     chunk.insert(chunk.end(), records + kept, records + kept + k);
@@ -106,7 +125,15 @@ size_t RecordLog::append(const Record* records, size_t n, Overflow overflow) {
   size_t kept = 0;
   // Memory first, unless the file still holds records not read (they are older).
   if (m_spillWritten == m_spillRead) kept = toMemory(m_chunks, records, n, true);
-  if (kept < n && m_after.empty() && openSpill()) {
+  bool spill = false;
+  if (kept < n && m_after.empty()) {
+    try {
+      spill = openSpill();
+    } catch (const std::bad_alloc&) {  // its path's strings: tried again at the next append
+      ++m_memoryRefusals;
+    }
+  }
+  if (spill) {
     const uint64_t held = m_spillWritten - m_spillRead;
     const size_t k = static_cast<size_t>(
         std::min<uint64_t>(m_spillCapRecords > held ? m_spillCapRecords - held : 0, n - kept));
@@ -272,6 +299,16 @@ uint64_t RecordLog::spilledTotal() const {
 uint64_t RecordLog::refused() const {
   std::lock_guard<std::mutex> lock(m_mutex);
   return m_refused;
+}
+
+void RecordLog::refuse(uint64_t n) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_refused += n;
+}
+
+uint64_t RecordLog::memoryRefusals() const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_memoryRefusals;
 }
 
 }  // namespace tidemark::agent

@@ -57,7 +57,13 @@ class RecordLog {
   bool empty() const;
   uint64_t size() const;          // records held (memory and file)
   uint64_t spilledTotal() const;  // records that ever went to the file
-  uint64_t refused() const;       // records over both caps
+  uint64_t refused() const;       // records over both caps, or counted in by refuse()
+  // Records the caller had and could not hand over (no memory to pass them on): counted with
+  // those over both caps.
+  void refuse(uint64_t n);
+  // How many times a chunk of memory could not be had (the job at its memory limit): the
+  // records went to the file instead, or were refused when it could not take them.
+  uint64_t memoryRefusals() const;
 
  private:
   bool openSpill();
@@ -86,6 +92,7 @@ class RecordLog {
   uint64_t m_spillRead = 0;     // of which read
   uint64_t m_spilledTotal = 0;
   uint64_t m_refused = 0;
+  uint64_t m_memoryRefusals = 0;
   uint64_t m_takes = 0;
   std::condition_variable m_took;
 };

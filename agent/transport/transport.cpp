@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,21 @@
 namespace tidemark::agent {
 
 namespace {
+// What the process must be able to map before the sender calls into gRPC. gRPC's core ends the
+// process when an allocation fails inside it (the exception crosses its C interface), so while
+// the job is at its memory limit (`ulimit -v`, strict overcommit) the sender leaves the link
+// alone: records wait in the buffer (memory, then its file) until memory is back.
+constexpr size_t kLinkHeadroomBytes = 64u << 20;
+
+// Whether kLinkHeadroomBytes could be mapped now (mapped and given back at once: a probe).
+bool roomForTheLink() noexcept {
+  void* p = ::mmap(nullptr, kLinkHeadroomBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  ::munmap(p, kLinkHeadroomBytes);
+  return true;
+}
+
 int64_t steadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -70,6 +86,10 @@ void Transport::spawnThreads() {
   sigset_t previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
+  // The channel now, and with it gRPC's own threads (its timers): a job that reaches its memory
+  // limit before the first connection would leave gRPC without them, and its waits without an
+  // end. (A channel that cannot be made now is tried again at each connection.)
+  survive([this] { openChannel(); });
   m_recorder.collectorStarted();
   m_collector = std::thread([this] { collect(); });
   m_thread = std::thread([this] { run(); });
@@ -101,25 +121,38 @@ void Transport::collect() {
         dropping && !last ? RecordLog::Overflow::kRefuse : RecordLog::Overflow::kKeep;
     // In the order things happened, numbered (Recorder::drainAll): into the log in one copy,
     // or through the capture filter.
-    m_recorder.drainAll(
-        [&](const Record* taken, size_t n) {
-          if (!m_filter) {
-            m_log.append(taken, n, overflow);
-            return;
-          }
-          records.assign(taken, taken + n);
-          kept.clear();
-          m_filter->process(records, kept);
-          m_log.append(kept.data(), kept.size(), overflow);
-        },
-        last);
+    // (Nothing in a pass throws: an append that finds no memory goes to the file or counts.)
+    const auto toLog = [&](const Record* taken, size_t n) {
+      if (!m_filter) {
+        m_log.append(taken, n, overflow);  // never throws: no memory, the file or counted
+        return;
+      }
+      try {
+        records.assign(taken, taken + n);
+        kept.clear();
+        m_filter->process(records, kept);
+      } catch (const std::bad_alloc&) {
+        // The job at its memory limit: what the filter could not sort is counted as lost
+        // (an exception here would end the job).
+        m_log.refuse(n);
+        return;
+      }
+      m_log.append(kept.data(), kept.size(), overflow);
+    };
+    // The exit's last pass takes everything: again while a pass cut short for want of memory
+    // (Recorder::takeInOrder) left some.
+    size_t drained = m_recorder.drainAll(toLog, last);
+    while (last && drained > 0) drained = m_recorder.drainAll(toLog, true);
     if (m_filter && last) {
       // Nothing is left waiting for a record that can no longer come.
       kept.clear();
-      m_filter->finish(kept);
+      survive([&] { m_filter->finish(kept); });
       m_log.append(kept.data(), kept.size(), overflow);
     }
     m_recorder.notifyDrained();
+    if (!m_toldShortage.load(std::memory_order_relaxed) && m_log.memoryRefusals() != 0) {
+      noteShortage("its buffer's memory", false);  // counted by the buffer
+    }
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       ++m_collectPasses;
@@ -158,6 +191,8 @@ void Transport::run() {
   // The agent's own allocations are never recorded.
   t_recursionGuard = true;
   pthread_setname_np(pthread_self(), "tidemark-send");
+  // (Every step here survives the job's memory limit: tryConnect and survive() keep what a step
+  // that found no memory held, and the next pass tries it again.)
   std::unique_lock<std::mutex> lock(m_mutex);
   while (!m_stopRequested) {
     lock.unlock();
@@ -171,7 +206,7 @@ void Transport::run() {
       lock.lock();
       break;
     }
-    pump();
+    survive([this] { pump(); });
     lock.lock();
     ++m_passes;
     m_progress.notify_all();
@@ -186,6 +221,16 @@ void Transport::run() {
   // closing the stream. A broken link is retried while the exit's time allows; what no server
   // took then goes to the spool file.
   stopCollector();
+  // (A step of the exit that found no memory: a pass is tried again, the handoff or the spool
+  // is not — what is left is then counted as dropped.)
+  if (!survive([this] { deliverRest(); })) abandonRest();
+  lock.lock();
+  ++m_passes;
+  m_stopped = true;
+  m_progress.notify_all();
+}
+
+void Transport::deliverRest() {
   // A daemon seen during the run may be restarting: retried while the exit's time allows. One
   // never seen gets one more try (the job's exit is not held up for nothing) — and the whole
   // time once it answers (a short job on a loaded machine may end before its first handshake).
@@ -241,10 +286,13 @@ void Transport::run() {
       tryHandoff();
       if (m_ending != Ending::kRunning) break;
     }
-    pump();
+    if (!survive([this] { pump(); })) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // memory may come back
+      continue;
+    }
     if (m_link != LinkState::kLive) continue;
     const bool everythingWritten =
-        m_log.empty() &&
+        m_log.empty() && m_batchRecords.empty() &&
         std::all_of(m_window.begin(), m_window.end(), [](const Unacked& u) { return u.written; });
     if (!everythingWritten) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the window waits for acks
@@ -273,7 +321,8 @@ void Transport::run() {
       uint64_t batched = 0;
       for (const Unacked& u : m_window) batched += u.events;
       m_eventsSent -= std::min<uint64_t>(m_eventsSent.load(), batched);
-      uint64_t left = batched;
+      uint64_t left = batched + m_batchRecords.size();
+      m_batchRecords.clear();
       std::vector<Record> records;
       while (m_log.take(records, kMaxEventsPerBatch) > 0) {
         left += records.size();
@@ -284,13 +333,13 @@ void Transport::run() {
       spoolRest();
     }
   }
-  lock.lock();
-  ++m_passes;
-  m_stopped = true;
-  m_progress.notify_all();
 }
 
 void Transport::pump() {
+  if (!roomForTheLink()) {
+    noteShortage("room for the stream");
+    return;
+  }
   if (m_recorder.degraded() && !m_toldDegraded && !m_config.quiet) {
     m_toldDegraded = true;
     std::fprintf(stderr,
@@ -344,41 +393,55 @@ void Transport::pump() {
 
 bool Transport::fillWindow(bool unbounded) {
   // Strings first: every string a record names was interned before the record was pushed.
-  std::vector<std::pair<uint32_t, std::string>> strings = m_interner.takeNew();
-  if (!m_carriedStrings.empty()) {
-    strings.insert(strings.begin(), std::make_move_iterator(m_carriedStrings.begin()),
-                   std::make_move_iterator(m_carriedStrings.end()));
-    m_carriedStrings.clear();
+  // Whatever was taken (strings, records) stays the sender's until its batch is in the window:
+  // an encoding that finds no memory (the job at its limit) throws with nothing lost, and the
+  // next pass tries the same batch again.
+  std::vector<std::pair<uint32_t, std::string>> fresh = m_interner.takeNew();
+  if (m_carriedStrings.empty()) {
+    m_carriedStrings.swap(fresh);
+  } else if (!fresh.empty()) {
+    try {
+      m_carriedStrings.insert(m_carriedStrings.end(), std::make_move_iterator(fresh.begin()),
+                              std::make_move_iterator(fresh.end()));
+    } catch (const std::bad_alloc&) {
+      m_interner.giveBack(std::move(fresh));
+      throw;
+    }
   }
-  std::vector<Record> records;
+  std::vector<Record>& records = m_batchRecords;
   bool added = false;
   for (;;) {
-    records.clear();
-    if (unbounded || m_windowBytes < m_config.windowBytes) m_log.take(records, kMaxEventsPerBatch);
+    if (records.empty() && (unbounded || m_windowBytes < m_config.windowBytes)) {
+      m_log.take(records, kMaxEventsPerBatch);
+    }
     // Records older than the session (pushed while a re-attached agent was dormant) belong to
     // none: the server would refuse them as already seen.
     if (m_config.firstEventSeq > 1 && !records.empty()) {
       records.erase(std::remove_if(records.begin(), records.end(),
                                    [&](const Record& r) { return r.seq < m_config.firstEventSeq; }),
                     records.end());
-      if (records.empty() && strings.empty() && !m_log.empty()) continue;
+      if (records.empty() && m_carriedStrings.empty() && !m_log.empty()) continue;
     }
-    if (records.empty() && strings.empty()) break;
+    if (records.empty() && m_carriedStrings.empty()) break;
     Unacked u;
-    u.batchSeq = m_nextBatchSeq++;
+    u.batchSeq = m_nextBatchSeq;
     u.firstEventSeq = m_nextEventSeq;
     // Kept serialized (about 20 bytes an event, an eighth of a parsed message): the window holds
     // more events in flight for its memory, and they are written as they are.
-    u.bytes = encodeBatchMessage(u.batchSeq, strings, records);
-    strings.clear();
-    if (!records.empty()) m_nextEventSeq = records.back().seq + 1;
+    u.bytes = encodeBatchMessage(u.batchSeq, m_carriedStrings, records);
     u.events = records.size();
     u.cost = 64 + u.bytes.size();
-    m_windowBytes += u.cost;
-    m_eventsSent += u.events;
     m_window.push_back(std::move(u));
+    // In the window: the batch is made.
+    ++m_nextBatchSeq;
+    m_carriedStrings.clear();
+    if (!records.empty()) m_nextEventSeq = records.back().seq + 1;
+    m_windowBytes += m_window.back().cost;
+    m_eventsSent += m_window.back().events;
     added = true;
-    if (records.empty()) break;
+    const bool none = records.empty();
+    records.clear();
+    if (none) break;
   }
   return added;
 }
@@ -491,19 +554,72 @@ void Transport::scheduleReconnect() {
 }
 
 bool Transport::tryConnect() {
+  if (!roomForTheLink()) {
+    noteShortage("room to connect");
+    scheduleReconnect();
+    return false;
+  }
+  try {
+    return connect();
+  } catch (const std::exception& e) {
+    // No memory for the stream, its reader thread or the handshake (the job at its limit): the
+    // stream begun is ended, and tried again later.
+    noteShortage(e.what());
+  }
+  if (m_stream) survive([this] { endStream(); });
+  m_link = LinkState::kDown;
+  scheduleReconnect();
+  return false;
+}
+
+void Transport::noteShortage(const char* what, bool count) noexcept {
+  if (count) m_shortages.fetch_add(1, std::memory_order_relaxed);
+  if (!m_toldShortage.exchange(true) && !m_config.quiet) {
+    // (Unbuffered stderr, a fixed format: no memory needed to say it.)
+    std::fprintf(stderr,
+                 "tidemark: the agent could not get memory (%s; the job is at its memory limit?); "
+                 "it keeps its events and tries again\n",
+                 what);
+  }
+}
+
+void Transport::abandonRest() noexcept {
+  // Batches the daemon acknowledged were delivered; the others, and what was not batched, not.
+  uint64_t left = m_batchRecords.size() + m_log.size();
+  const uint64_t acked = m_ackedSeq.load(std::memory_order_acquire);
+  for (const Unacked& u : m_window) {
+    if (u.batchSeq <= acked) continue;
+    left += u.events;
+    m_eventsSent -= std::min<uint64_t>(m_eventsSent.load(), u.events);
+  }
+  m_window.clear();
+  m_windowBytes = 0;
+  m_batchRecords.clear();
+  m_log.discard(m_log.size());
+  m_droppedDisconnected += left;
+  m_exitShortOfMemory = true;
+  m_ending = Ending::kSpooled;
+}
+
+void Transport::openChannel() {
+  if (m_channel) return;
+  client::ChannelOptions o;
+  o.target = m_config.server;
+  o.token = m_config.token;
+  o.tlsCa = m_config.tlsCa;
+  o.tlsCert = m_config.tlsCert;
+  o.tlsKey = m_config.tlsKey;
+  m_channel = client::makeChannel(o, &m_untrusted);
+  // Registered with this channel: a method registered with an earlier transport's channel
+  // (an attach after a detach) would point into a channel that is gone.
+  if (m_channel)
+    m_streamMethod = std::make_unique<grpc::internal::RpcMethod>(
+        streamMethodName().c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, m_channel);
+}
+
+bool Transport::connect() {
   if (!m_channel) {
-    client::ChannelOptions o;
-    o.target = m_config.server;
-    o.token = m_config.token;
-    o.tlsCa = m_config.tlsCa;
-    o.tlsCert = m_config.tlsCert;
-    o.tlsKey = m_config.tlsKey;
-    m_channel = client::makeChannel(o, &m_untrusted);
-    // Registered with this channel: a method registered with an earlier transport's channel
-    // (an attach after a detach) would point into a channel that is gone.
-    if (m_channel)
-      m_streamMethod = std::make_unique<grpc::internal::RpcMethod>(
-          streamMethodName().c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, m_channel);
+    openChannel();
     if (!m_channel) {
       // Nothing is sent (tried again later: the file may appear); the exit spools the run.
       m_linkError = m_untrusted;
@@ -701,6 +817,20 @@ void Transport::readCommands() {
   t_recursionGuard = true;
   pthread_setname_np(pthread_self(), "tidemark-read");
   v1::ServerMessage message;
+  // A message that finds no memory (the job at its limit) ends the stream, cancelled (its
+  // reading cannot go on), as a broken link does: the sender reconnects and resumes.
+  if (!survive([&] { readMessages(message); })) {
+    std::lock_guard<std::mutex> lock(m_contextMutex);
+    if (m_context) m_context->TryCancel();
+  }
+  {
+    std::lock_guard<std::mutex> lock(m_replyMutex);
+    m_readerDone = true;
+  }
+  m_replyCv.notify_all();
+}
+
+void Transport::readMessages(v1::ServerMessage& message) {
   while (m_stream->Read(&message)) {
     if (message.has_handshake_reply()) {
       std::lock_guard<std::mutex> lock(m_replyMutex);
@@ -745,11 +875,6 @@ void Transport::readCommands() {
     }
     if (answeredAgain) m_wake.notify_one();
   }
-  {
-    std::lock_guard<std::mutex> lock(m_replyMutex);
-    m_readerDone = true;
-  }
-  m_replyCv.notify_all();
 }
 
 bool Transport::write(const std::string& bytes) {
@@ -763,6 +888,7 @@ bool Transport::write(const v1::AgentMessage& message) {
 }
 
 bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
+  if (!roomForTheLink()) return false;  // tried again at the exit's next pass
   sendOutbox();  // a result queued since the last pass goes before the goodbye
   if (m_link != LinkState::kLive) return false;
   v1::AgentMessage bye;
@@ -820,7 +946,9 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
   // What the buffer holds goes as it lies, raw (RawRecords), to a daemon that reads it: the
   // reader encodes it, not the job's exit (at the burst program's exit: 600,000 records, 35 to
   // 65 ms of encoding). Not for records a re-attached agent must leave out (firstEventSeq).
-  const bool raw = m_takesRaw && m_config.firstEventSeq <= 1;
+  if (!roomForTheLink()) return false;  // the exit delivers or spools the rest its usual way
+  // (A batch whose encoding found no memory is encoded first: its records precede the buffer's.)
+  const bool raw = m_takesRaw && m_config.firstEventSeq <= 1 && m_batchRecords.empty();
   if (!raw) fillWindow(true);
   const uint64_t acked = m_ackedSeq.load(std::memory_order_acquire);
   while (!m_window.empty() && m_window.front().batchSeq <= acked) {
@@ -1100,6 +1228,7 @@ v1::AgentCounters Transport::counters() const {
   c.set_degraded(m_recorder.degraded());
   c.set_lossy(m_recorder.lossy());
   c.set_events_buffered_to_disk(m_log.spilledTotal());
+  c.set_memory_shortages(m_shortages.load(std::memory_order_relaxed) + m_log.memoryRefusals());
   c.set_reconnects(m_reconnects.load());
   if (m_filter) {
     c.set_events_summarized(m_filter->summarized());
@@ -1143,7 +1272,14 @@ std::string Transport::summary() const {
       break;
     }
     case Ending::kSpooled:
-      if (!m_spoolFailure.empty() && c.events_spooled() != 0) {
+      if (m_exitShortOfMemory) {
+        std::snprintf(line, sizeof line,
+                      "tidemark: session %llu: the agent found no memory at the exit (the job at "
+                      "its memory limit) to deliver or spool the rest; %llu events sent to %s, "
+                      "%llu dropped",
+                      session, static_cast<unsigned long long>(c.events_sent()),
+                      m_config.server.c_str(), static_cast<unsigned long long>(dropped));
+      } else if (!m_spoolFailure.empty() && c.events_spooled() != 0) {
         // Written in part (the file system filled): what it holds still completes the session.
         std::snprintf(line, sizeof line,
                       "tidemark: the rest of the run did not reach tidemarkd at %s (%s); %llu "

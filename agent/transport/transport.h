@@ -124,6 +124,9 @@ class Transport {
 
   void spawnThreads();
   void run();
+  // The exit's delivery: the rest to the daemon (reconnecting while the exit's time allows),
+  // in a handed-off file, or to the spool.
+  void deliverRest();
   void collect();
   void stopCollector();
   // The collector's: cancels the stream of a daemon that acknowledged nothing for too long.
@@ -141,10 +144,34 @@ class Transport {
   void writeWindow();
   // Publishes since when the oldest written batch waits (for the collector's watchdog).
   void noteWaiting();
-  bool tryConnect();
+  bool tryConnect();  // never throws: a connection that found no memory is tried again later
+  bool connect();
+  // The gRPC channel to the daemon (m_channel stays empty when it cannot be made: m_untrusted).
+  void openChannel();
+  // The agent could not get memory (the job at its limit, `ulimit -v`) or a thread: said once
+  // on stderr; the pass that failed is tried again later with nothing it held lost.
+  void noteShortage(const char* what, bool count = true) noexcept;
+  // Runs one of the sender's steps; an exception (no memory) is noted and swallowed, never let
+  // out of the agent's thread (where it would end the job). False if it threw.
+  template <typename Step>
+  bool survive(Step&& step) noexcept {
+    try {
+      step();
+      return true;
+    } catch (const std::exception& e) {
+      noteShortage(e.what());
+    } catch (...) {
+      noteShortage("an unknown exception");
+    }
+    return false;
+  }
+  // The exit could not deliver, spool or hand off the rest for want of memory: what is left is
+  // counted as dropped, and the summary says why.
+  void abandonRest() noexcept;
   // The stream is gone: cancel it, say so once, reconnect later.
   void loseLink(const std::string& why);
   void readCommands();
+  void readMessages(v1::ServerMessage& message);
   bool closeStream(std::chrono::steady_clock::time_point deadline);
   // Ends the current stream (cancelled unless the server ended it); the link is down after.
   grpc::Status endStream();
@@ -201,11 +228,18 @@ class Transport {
   std::string m_linkError;
   bool m_everConnected = false;
   bool m_toldLost = false;
-  uint64_t m_streamBreaks = 0;    // the live stream lost (not ended for a handoff or the exit)
-  bool m_goodbyeWritten = false;  // a goodbye went out on some stream
+  std::atomic<uint64_t> m_shortages{0};  // steps that found no memory (noteShortage)
+  std::atomic<bool> m_toldShortage{false};
+  bool m_exitShortOfMemory = false;  // abandonRest: the summary says why the rest was dropped
+  uint64_t m_streamBreaks = 0;       // the live stream lost (not ended for a handoff or the exit)
+  bool m_goodbyeWritten = false;     // a goodbye went out on some stream
   // A session could not be resumed: the new one gets every interned string again.
   bool m_resendStrings = false;
+  // Strings not in a batch yet (taken from the interner, or every string for a new session).
   std::vector<std::pair<uint32_t, std::string>> m_carriedStrings;
+  // The records of the next batch, taken from the buffer (kept when their encoding found no
+  // memory: the next pass encodes them again).
+  std::vector<Record> m_batchRecords;
   int m_backoffMs = 0;
   std::chrono::steady_clock::time_point m_nextConnect{};
   std::chrono::steady_clock::time_point m_lastWrite{};

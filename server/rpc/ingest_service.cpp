@@ -89,6 +89,10 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
             "agent: events of the end of the run it handed to the daemon in a file at exit "
             "(stored from the file; nothing lost)",
             "info");
+  agentStat("agent_memory_shortages", c.memory_shortages(),
+            "agent: times it could not get memory (the job at its memory limit) and kept its "
+            "events in its buffer file or tried again (what was lost is in the dropped counts)",
+            "info");
   agentStat("agent_reconnects", c.reconnects(),
             "agent: times the stream broke and the agent resumed the session (nothing lost)",
             "info");

@@ -92,6 +92,37 @@ TEST(RingTest, ADrainAcrossTheRingsEndComesInTwoPieces) {
   EXPECT_TRUE(ring.empty());
 }
 
+TEST(RingTest, CountBeforeIsWhatADrainBeforeTheSameCutoffGives) {
+  // (A collector pass short of memory cuts the pass at the time where what the rings hold
+  // before it fits: Recorder::cutoffWithin counts with this.)
+  std::vector<Record> slots(8);
+  Ring ring;
+  ring.init(slots.data(), 8);
+  for (uint64_t t : std::initializer_list<uint64_t>{10, 20, 30, 40, 50, 60}) {
+    Record r{};
+    r.seq = t;
+    ring.push(r);
+  }
+  EXPECT_EQ(ring.drain(eachRecord([](const Record&) {})), 6u);
+  for (uint64_t t : std::initializer_list<uint64_t>{
+           70, 80, 80, 90, 100}) {  // across the ring's end, a tie included
+    Record r{};
+    r.seq = t;
+    ring.push(r);
+  }
+  for (uint64_t cutoff :
+       std::initializer_list<uint64_t>{0, 70, 71, 80, 81, 95, 100, 101, UINT64_MAX}) {
+    const size_t counted = ring.countBefore(cutoff);
+    size_t expected = 0;
+    for (uint64_t t : std::initializer_list<uint64_t>{70, 80, 80, 90, 100})
+      expected += t < cutoff ? 1 : 0;
+    EXPECT_EQ(counted, expected) << cutoff;
+  }
+  const size_t before81 = ring.countBefore(81);
+  EXPECT_EQ(ring.drainBefore(81, SIZE_MAX, eachRecord([](const Record&) {})), before81);
+  EXPECT_EQ(ring.countBefore(UINT64_MAX), 2u);
+}
+
 TEST(RingTest, APushThatFillsHalfTheRingSaysSo) {
   std::vector<Record> slots(8);
   Ring ring;

@@ -1,0 +1,119 @@
+"""A job that reaches its memory limit is not ended by the profiler, and loses nothing. A native
+program under `tidemark run` sets an address-space limit (RLIMIT_AS, as `ulimit -v` does) a little
+above what it maps, fills it with 1 MiB blocks until one is refused, keeps allocating and freeing
+small blocks there, halves and refills, and exits. While it sits at the limit the agent finds no
+memory either — for its buffer's chunks, its encoding, its threads, gRPC's — and before, that
+ended the job: std::bad_alloc or std::system_error out of the agent's threads (SIGABRT, exit 134),
+e.g. at a reconnection (its reader thread could not be made). Now the records go to the buffer's
+file (opened at the start), the sender leaves the link alone until memory is back, and the
+session is whole: every allocation and free of the program sent and stored, none dropped."""
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from tidemark_env import BIN, DaemonTestCase
+
+PROGRAM = os.path.join(BIN, "tidemark_memory_limit_program")
+
+
+class MemoryLimitTest(DaemonTestCase):
+    def run_to_the_limit(self, pairs, at_the_limit=None, daemon_stopped=False):
+        """The program under `tidemark run`, its limit set once its session is live (mid-run: a
+        job reaches its limit after its start, with the agent connected). at_the_limit: called
+        while the job holds all the memory there is. daemon_stopped: the daemon is stopped
+        (SIGSTOP, a hung daemon) from the limit to the end of the job's work, so that the agent
+        must keep what the daemon does not take. Returns the program's own counts, the session
+        and the agent's stderr."""
+        job = subprocess.Popen(
+            [os.path.join(BIN, "tidemark"), "--server", self.daemon.address, "run", "--",
+             PROGRAM, "256", str(pairs), "wait"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: job.poll() is None and job.kill())
+        self.assertEqual(job.stdout.readline(), "ready\n")
+        deadline = time.time() + 60
+        while not any(s["pid"] == job.pid and s["state"] == "live"
+                      for s in self.daemon.cli_json("sessions")["sessions"]):
+            self.assertLess(time.time(), deadline, "the session never went live")
+            time.sleep(0.05)
+        if daemon_stopped:
+            os.kill(self.daemon.proc.pid, signal.SIGSTOP)
+            self.addCleanup(lambda: self.daemon.proc.poll() is None and
+                            os.kill(self.daemon.proc.pid, signal.SIGCONT))
+        def go():
+            try:
+                job.stdin.write("go\n")
+                job.stdin.flush()
+            except BrokenPipeError:  # the job died: its exit status says how, below
+                pass
+
+        go()
+        if job.stdout.readline() == "full\n" and at_the_limit:
+            at_the_limit()
+        go()
+        line = job.stdout.readline()  # its work is done (or it died: no line)
+        if daemon_stopped:
+            os.kill(self.daemon.proc.pid, signal.SIGCONT)
+        out, err = job.communicate(timeout=300)
+        self.assertEqual(job.returncode, 0, err)
+        truth = json.loads(line)
+        return truth, self.daemon.wait_ended(self.daemon.session_for_pid(job.pid)["id"]), err
+
+    def assert_whole(self, truth, s, err):
+        # The job did reach its limit (its large blocks were refused in the end) and did its
+        # whole work.
+        self.assertGreater(truth["refused"], 0)
+        self.assertEqual(truth["rounds"], 3)
+        self.assertEqual(truth["allocs"], truth["frees"])
+        # Whole: one session, every allocation and free of the program sent and stored, none
+        # dropped, nothing left live.
+        self.assertEqual(s["state"], "ended", (s, err))
+        self.assertEqual(s["events_dropped"], 0, s["stats"])
+        self.assertEqual(s["events_sent"], 2 * truth["allocs"])
+        self.assertEqual(s["events_stored"], s["events_sent"])
+        self.assertEqual(s["blocks"], truth["allocs"])
+        self.assertEqual(s["live_blocks_at_end"], 0)
+        self.assertIn(", 0 dropped", err)
+        self.assertEqual({k for k, v in s["stats"].items() if v["severity"] != "info"}, set(),
+                         s["stats"])
+
+    def test_a_job_at_its_memory_limit_runs_on_and_loses_nothing(self):
+        # The sender's passes while the job is at its limit find no room for the stream (a
+        # probe): said once, counted on the session. (Up to three runs: a short stay at the
+        # limit can fall between two passes.)
+        for attempt in range(3):
+            truth, s, err = self.run_to_the_limit(60000)
+            self.assert_whole(truth, s, err)
+            if "agent_memory_shortages" in s["stats"]:
+                break
+        self.assertGreater(s["stats"]["agent_memory_shortages"]["value"], 0, s["stats"])
+        self.assertEqual(err.count("the agent could not get memory"), 1, err)
+
+    def test_a_daemon_restarted_while_the_job_is_at_its_limit(self):
+        # The stream breaks while the job holds all the memory there is: reconnecting needs a
+        # thread and gRPC's memory. Before, the reader thread's creation threw out of the agent
+        # (the job ended with SIGABRT); now the agent waits for memory, then resumes the session.
+        # (The daemon's address stays: a restart on the same port.)
+        def restart():
+            self.daemon.kill_and_restart(same_port=True)
+            time.sleep(1.5)  # reconnection attempts while the job is still at its limit
+
+        truth, s, err = self.run_to_the_limit(60000, at_the_limit=restart)
+        self.assert_whole(truth, s, err)
+        # The stream did break; the session went on (resumed by a reconnection once memory was
+        # back, or from the file the exit handed over).
+        self.assertIn("the agent keeps the events and reconnects", err)
+        self.assertGreater(s["stats"]["agent_memory_shortages"]["value"], 0, s["stats"])
+
+    def test_a_job_at_its_memory_limit_with_a_hung_daemon_loses_nothing(self):
+        # The agent's buffer grows past its memory (2.8 million records, 130 MB) while the job
+        # holds all the memory there is: the rest goes to the buffer's file.
+        truth, s, err = self.run_to_the_limit(200000, daemon_stopped=True)
+        self.assert_whole(truth, s, err)
+        self.assertGreater(s["stats"]["agent_buffered_to_disk"]["value"], 0, s["stats"])
+
+
+if __name__ == "__main__":
+    unittest.main()
