@@ -47,6 +47,7 @@ struct State {
   int exitTimeoutMs = 0;
   pid_t owner = 0;  // the process whose capture this is (a forked child inherits the state)
   Stats stats;
+  uint64_t droppedReported = 0;  // the lost records' total last recorded (recordDropped)
   std::thread thread;
 };
 
@@ -56,6 +57,16 @@ State& state() {
 }
 
 uint64_t monotonicTimestamp() { return static_cast<uint64_t>(base::monotonicNs()); }
+
+// A buffer's records, counted without decoding them (no memory needed).
+uint64_t countRecords(State& s, const Completed& c) noexcept {
+  uint64_t n = 0;
+  CUpti_Activity* record = nullptr;
+  while (c.validSize > 0 &&
+         s.api->activityGetNextRecord(c.buffer, c.validSize, &record) == CUPTI_SUCCESS)
+    ++n;
+  return n;
+}
 
 void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumRecords) {
   State& s = state();
@@ -81,9 +92,24 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* maxNumReco
 void CUPTIAPI bufferCompleted(CUcontext context, uint32_t streamId, uint8_t* buffer, size_t,
                               size_t validSize) {
   State& s = state();
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.queue.push_back({buffer, validSize, context, streamId});
+    try {
+      s.queue.push_back({buffer, validSize, context, streamId});
+      queued = true;
+    } catch (const std::bad_alloc&) {
+      // No memory to queue it (the job at its memory limit; an exception would cross CUPTI and
+      // end the job): its records are counted as lost (reported with the next buffer parsed),
+      // and the buffer goes back to the pool.
+    }
+  }
+  if (!queued) {
+    const uint64_t lost = countRecords(s, {buffer, validSize, context, streamId});
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stats.recordsLostNoMemory += lost;
+    s.freeBuffers.push_back(buffer);
+    return;
   }
   s.wake.notify_all();
 }
@@ -121,26 +147,43 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
 }
 
 void parseOne(State& s, const Completed& c) {
-  std::vector<GpuEvent> events;
-  const size_t skipped =
-      c.validSize > 0 ? decodeBuffer(c.buffer, c.validSize, s.api->activityGetNextRecord, &events)
-                      : 0;
+  size_t skipped = 0;
   uint64_t recorded = 0;
-  for (const GpuEvent& e : events)
-    if (s.gpu->record(e)) ++recorded;
+  uint64_t lost = 0;  // not recorded for want of memory (the job at its memory limit)
+  try {
+    std::vector<GpuEvent> events;
+    skipped = c.validSize > 0
+                  ? decodeBuffer(c.buffer, c.validSize, s.api->activityGetNextRecord, &events)
+                  : 0;
+    size_t i = 0;
+    try {
+      for (; i < events.size(); ++i)
+        if (s.gpu->record(events[i])) ++recorded;
+    } catch (const std::bad_alloc&) {  // a name's interning
+      lost = events.size() - i;
+    }
+  } catch (const std::bad_alloc&) {  // the decoding
+    lost = countRecords(s, c);
+    recorded = 0;
+    skipped = 0;
+  }
   size_t dropped = 0;
   s.api->activityGetNumDroppedRecords(c.context, c.streamId, &dropped);
   uint64_t droppedTotal = 0;
+  bool report = false;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.stats.buffersCompleted += 1;
     s.stats.records += recorded;
     s.stats.recordsSkipped += skipped;
     s.stats.cuptiDropped += dropped;
-    droppedTotal = s.stats.cuptiDropped;
-    s.freeBuffers.push_back(c.buffer);
+    s.stats.recordsLostNoMemory += lost;
+    droppedTotal = s.stats.cuptiDropped + s.stats.recordsLostNoMemory;
+    report = droppedTotal != s.droppedReported;
+    s.droppedReported = droppedTotal;
+    s.freeBuffers.push_back(c.buffer);  // within the capacity reserved at the start
   }
-  if (dropped > 0) s.gpu->recordDropped(droppedTotal, base::monotonicNs());
+  if (report) s.gpu->recordDropped(droppedTotal, base::monotonicNs());
 }
 
 void run() {
@@ -230,6 +273,7 @@ bool start(Recorder& recorder, Interner& interner, int flushIntervalMs, std::str
   s.flushMs = flushIntervalMs > 0 ? flushIntervalMs : 100;
   s.stopping = false;
   s.owner = getpid();
+  s.freeBuffers.reserve(kMaxBuffers);  // a buffer handed back never allocates
   s.running = true;
   s.thread = std::thread(&run);
   return true;

@@ -28,6 +28,9 @@ struct Stats {
   uint64_t recordsSkipped = 0;  // kinds not used
   uint64_t cuptiDropped = 0;    // what CUPTI reported it dropped
   uint64_t buffersRefused = 0;  // requests refused because the pool was exhausted
+  // Records not recorded for want of memory (the job at its memory limit); reported with what
+  // CUPTI dropped (GpuRecorder::recordDropped).
+  uint64_t recordsLostNoMemory = 0;
 };
 
 // True if capturing. *why says why not otherwise.

@@ -216,6 +216,7 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
   m_taken.clear();
   m_runs.clear();
   m_ordered.clear();
+  m_lastPassCut = false;
   try {
     // What a pass takes is bounded by this room (the rest stays in its rings for the next):
     // taking a record never allocates, so no record is lost to a failed allocation.
@@ -231,6 +232,7 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
     if (m_runs.capacity() < used || room == 0) return 0;
     cutoff = cutoffWithin(cutoff, room, used);
     unread = room;
+    m_lastPassCut = true;
   }
   for (uint32_t i = 0; i < used; ++i) {
     Ring& ring = m_rings[i];

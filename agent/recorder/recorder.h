@@ -147,6 +147,10 @@ class Recorder {
     return n;
   }
 
+  // The last drainAll was cut short for want of memory (takeInOrder): records before its
+  // cutoff may still wait in the rings (an exit's last pass drains again).
+  bool lastPassCut() const noexcept { return m_lastPassCut; }
+
   // Takes n sequence numbers for records made by the drain's consumer (a capture schedule's);
   // the first. They come after every record drained so far.
   uint64_t reserveSeqs(uint64_t n) noexcept {
@@ -208,6 +212,7 @@ class Recorder {
   std::vector<Record> m_taken;
   std::vector<std::pair<size_t, size_t>> m_runs;
   std::vector<Record> m_ordered;
+  bool m_lastPassCut = false;  // the drain's
   Record* m_ringMemory = nullptr;
   uint32_t m_ringRecords = kDefaultRingRecords;
 };

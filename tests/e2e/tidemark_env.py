@@ -115,13 +115,13 @@ class Daemon:
         self.log = open(os.path.join(self.dir, "tidemarkd.log"), "w")
         self._start(extra_args)
 
-    def _start(self, extra_args, port=0):
+    def _start(self, extra_args):
         port_file = os.path.join(self.dir, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
         self.proc = subprocess.Popen(
-            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:%d" % port, "--no-unix",
-             "--store", self.store, "--port-file", port_file, *extra_args], stdout=self.log,
+            [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:0", "--no-unix", "--store",
+             self.store, "--port-file", port_file, *extra_args], stdout=self.log,
             stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while not os.path.exists(port_file):
@@ -131,12 +131,11 @@ class Daemon:
         with open(port_file) as f:
             self.address = "127.0.0.1:" + f.read().strip()
 
-    def kill_and_restart(self, *extra_args, same_port=False):
-        """SIGKILL (nothing the daemon can do about it), then a new tidemarkd on the same store
-        (same_port: at the same address, where running agents reconnect)."""
+    def kill_and_restart(self, *extra_args):
+        """SIGKILL (nothing the daemon can do about it), then a new tidemarkd on the same store."""
         self.proc.kill()
         self.proc.wait(timeout=30)
-        self._start(extra_args, int(self.address.rsplit(":", 1)[1]) if same_port else 0)
+        self._start(extra_args)
 
     def read_log(self):
         with open(os.path.join(self.dir, "tidemarkd.log")) as f:
