@@ -45,6 +45,7 @@ class MemoryLimitTest(DaemonTestCase):
             os.kill(self.daemon.proc.pid, signal.SIGSTOP)
             self.addCleanup(lambda: self.daemon.proc.poll() is None and
                             os.kill(self.daemon.proc.pid, signal.SIGCONT))
+
         def go():
             try:
                 job.stdin.write("go\n")
