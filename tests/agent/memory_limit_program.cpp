@@ -57,7 +57,7 @@ void give(Counts& c, void* p, size_t size) {
   c.live -= size;
 }
 
-// Large blocks until one is refused (at most `room`), kept in `blocks`.
+// Large blocks until one is refused (at most what `blocks` reserved), kept in `blocks`.
 void fill(Counts& c, std::vector<void*>& blocks) {
   while (blocks.size() < blocks.capacity()) {
     void* p = take(c, kLarge);
