@@ -599,8 +599,7 @@ void Transport::abandonRest() noexcept {
   m_batchRecords.clear();
   m_log.discard(m_log.size());
   m_droppedDisconnected += left;
-  m_exitShortOfMemory = true;
-  m_ending = Ending::kSpooled;
+  m_ending = Ending::kNoMemory;
 }
 
 void Transport::openChannel() {
@@ -1273,15 +1272,16 @@ std::string Transport::summary() const {
       }
       break;
     }
+    case Ending::kNoMemory:
+      std::snprintf(line, sizeof line,
+                    "tidemark: session %llu: the agent found no memory at the exit (the job at "
+                    "its memory limit) to deliver or spool the rest; %llu events sent to %s, "
+                    "%llu dropped",
+                    session, static_cast<unsigned long long>(c.events_sent()),
+                    m_config.server.c_str(), static_cast<unsigned long long>(dropped));
+      break;
     case Ending::kSpooled:
-      if (m_exitShortOfMemory) {
-        std::snprintf(line, sizeof line,
-                      "tidemark: session %llu: the agent found no memory at the exit (the job at "
-                      "its memory limit) to deliver or spool the rest; %llu events sent to %s, "
-                      "%llu dropped",
-                      session, static_cast<unsigned long long>(c.events_sent()),
-                      m_config.server.c_str(), static_cast<unsigned long long>(dropped));
-      } else if (!m_spoolFailure.empty() && c.events_spooled() != 0) {
+      if (!m_spoolFailure.empty() && c.events_spooled() != 0) {
         // Written in part (the file system filled): what it holds still completes the session.
         std::snprintf(line, sizeof line,
                       "tidemark: the rest of the run did not reach tidemarkd at %s (%s); %llu "

@@ -99,7 +99,8 @@ class Transport {
 
  private:
   enum class LinkState { kDown, kLive, kRefused };
-  enum class Ending { kRunning, kDelivered, kSpooled, kRefused, kHandedOff };
+  // kNoMemory: the exit found no memory to deliver, hand off or spool the rest (abandonRest).
+  enum class Ending { kRunning, kDelivered, kSpooled, kRefused, kHandedOff, kNoMemory };
   // A batch written (or to be written) and not acknowledged yet.
   struct Unacked {
     uint64_t batchSeq = 0;
@@ -230,9 +231,8 @@ class Transport {
   bool m_toldLost = false;
   std::atomic<uint64_t> m_shortages{0};  // steps that found no memory (noteShortage)
   std::atomic<bool> m_toldShortage{false};
-  bool m_exitShortOfMemory = false;  // abandonRest: the summary says why the rest was dropped
-  uint64_t m_streamBreaks = 0;       // the live stream lost (not ended for a handoff or the exit)
-  bool m_goodbyeWritten = false;     // a goodbye went out on some stream
+  uint64_t m_streamBreaks = 0;    // the live stream lost (not ended for a handoff or the exit)
+  bool m_goodbyeWritten = false;  // a goodbye went out on some stream
   // A session could not be resumed: the new one gets every interned string again.
   bool m_resendStrings = false;
   // Strings not in a batch yet (taken from the interner, or every string for a new session).
