@@ -37,6 +37,7 @@ SpoolUploadResult uploadSpool(const std::shared_ptr<grpc::Channel>& channel, Spo
                    refused.error_message() + "); the spool becomes a new session");
     }
     first.mutable_handshake()->set_resume_session_id(0);
+    first.mutable_handshake()->set_agent_instance(0);  // nor the session its agent first made
   }
   // A resumed session may hold the first batches already (the daemon committed them before the
   // agent gave up): they are not sent again.

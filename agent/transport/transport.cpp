@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +54,16 @@ const std::string& streamMethodName() {
   static const std::string name = std::string("/") + v1::Ingest::service_full_name() + "/Stream";
   return name;
 }
+
+// A number no other session of this user is likely to have drawn (never 0: none).
+uint64_t drawInstance() {
+  uint64_t n = 0;
+  if (::getrandom(&n, sizeof n, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof n)) {
+    n = static_cast<uint64_t>(base::monotonicNs()) * 0x9E3779B97F4A7C15ull ^
+        (static_cast<uint64_t>(::getpid()) << 32);
+  }
+  return n != 0 ? n : 1;
+}
 }  // namespace
 
 Transport::Transport(Recorder& recorder, Interner& interner, TransportConfig config)
@@ -63,6 +74,7 @@ Transport::Transport(Recorder& recorder, Interner& interner, TransportConfig con
   m_config.handshake.set_magic(kHandshakeMagic);
   m_config.handshake.set_protocol_version(kProtocolVersion);
   m_nextEventSeq = std::max<uint64_t>(1, m_config.firstEventSeq);
+  m_instance = drawInstance();
   if (m_config.schedule) {
     m_filter = std::make_unique<CaptureFilter>(
         *m_config.schedule, [this](uint64_t n) { return m_recorder.reserveSeqs(n); },
@@ -692,6 +704,7 @@ bool Transport::connect() {
   h->set_first_event_seq(m_window.empty() ? m_nextEventSeq : m_window.front().firstEventSeq);
   const uint64_t resuming = m_sessionId.load();
   h->set_resume_session_id(resuming);
+  h->set_agent_instance(m_instance);
   bool replied = false;
   if (write(hello)) {
     // A hung daemon may take the connection and never answer: the wait is bounded, at the
@@ -729,6 +742,7 @@ bool Transport::connect() {
                      static_cast<unsigned long long>(resuming), m_linkError.c_str());
       }
       m_sessionId = 0;
+      m_instance = drawInstance();
       m_resendStrings = true;
       m_nextConnect = std::chrono::steady_clock::now();
       return false;
@@ -1092,6 +1106,7 @@ void Transport::spoolRest() {
   h->set_first_batch_seq(m_window.empty() ? m_nextBatchSeq : m_window.front().batchSeq);
   h->set_first_event_seq(m_window.empty() ? m_nextEventSeq : m_window.front().firstEventSeq);
   h->set_resume_session_id(m_sessionId.load());
+  h->set_agent_instance(m_instance);
   bool ok = spool.append(hello);
   // The plans' results first: a few small messages that a spool capped by the records' bytes
   // still holds.

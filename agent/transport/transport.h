@@ -288,6 +288,10 @@ class Transport {
   bool m_toldOutboxFull = false;
 
   std::atomic<uint64_t> m_sessionId{0};
+  // The number drawn for the session this agent makes (Handshake.agent_instance): a handshake
+  // sent again after its answer came too late continues the session the first one made. Drawn
+  // again when the agent makes a new session on purpose (one that could not be resumed).
+  uint64_t m_instance = 0;
   std::atomic<uint64_t> m_eventsSent{0};
   std::atomic<uint64_t> m_eventsSpooled{0};
   std::atomic<uint64_t> m_eventsHandedOff{0};

@@ -395,8 +395,31 @@ grpc::Status IngestService::Stream(
 
   int64_t sessionId = 0;
   std::optional<SessionIngest> ingest;
-  if (hello.resume_session_id() != 0) {
-    sessionId = static_cast<int64_t>(hello.resume_session_id());
+  // A new session's handshake sent again (its answer came too late): the session the first one
+  // made goes on, when it is still live and this agent's; else a new one is made, as always.
+  int64_t resumeId = static_cast<int64_t>(hello.resume_session_id());
+  bool claimedInstance = false;
+  bool viaInstance = false;
+  if (resumeId == 0 && hello.agent_instance() != 0) {
+    const AgentInstances::Found found =
+        m_instances.claim(owner->uid, hello.agent_instance(),
+                          std::chrono::steady_clock::now() + std::chrono::seconds(30),
+                          [context] { return !context->IsCancelled(); });
+    claimedInstance = found.claimed;
+    if (found.session > 0) {
+      auto known = Store::getSession(m_writer.path(), found.session);
+      viaInstance = known.ok() && known->state == v1::SESSION_STATE_LIVE &&
+                    sameAgent(hello, known->header, found.session).ok() &&
+                    m_access.check(*context, found.session, "resuming a session", kIngest).ok();
+      if (viaInstance) resumeId = found.session;
+    }
+    if (context->IsCancelled()) {
+      if (claimedInstance) m_instances.made(owner->uid, hello.agent_instance(), 0);
+      return grpc::Status::CANCELLED;
+    }
+  }
+  if (resumeId != 0) {
+    sessionId = resumeId;
     auto known = Store::getSession(m_writer.path(), sessionId);
     if (!known.ok()) return toGrpc(known.status());
     // Another process's session of the same number (a daemon back on another store): not this
@@ -412,7 +435,11 @@ grpc::Status IngestService::Stream(
       return toGrpc(absl::FailedPreconditionError("session " + std::to_string(sessionId) +
                                                   " has ended; it cannot be resumed"));
     }
-    if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) return toGrpc(s);
+    if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) {
+      // (The agent did not ask to resume: told to try again, not refused for good.)
+      if (viaInstance) return toGrpc(absl::UnavailableError(std::string(s.message())));
+      return toGrpc(s);
+    }
     ingest.emplace(sessionId, windowEdges());
     // A share of rows again for the rebuild's sort; its log of what comes meanwhile spills.
     LiveRebuild::Options rebuild;
@@ -428,6 +455,14 @@ grpc::Status IngestService::Stream(
       return toGrpc(absl::UnavailableError("cannot read the checkpoint of session " +
                                            std::to_string(sessionId) + ": " +
                                            std::string(restored.message())));
+    }
+    // Its first stream took nothing (the agent sends after the answer it never had): the
+    // session starts where this handshake says, as a new one would.
+    if (viaInstance) {
+      if (hello.first_batch_seq() > ingest->nextBatchSeq())
+        ingest->setFirstBatchSeq(hello.first_batch_seq());
+      if (hello.first_event_seq() > ingest->nextEventSeq())
+        ingest->setFirstEventSeq(hello.first_event_seq());
     }
   } else {
     SessionHeader header;
@@ -475,9 +510,15 @@ grpc::Status IngestService::Stream(
                              },
                              StoreWriter::Priority::kUrgent)
                          .get();
-    if (!s.ok()) return toGrpc(storeUnavailable(s));
+    if (!s.ok()) {
+      if (claimedInstance) m_instances.made(owner->uid, hello.agent_instance(), 0);
+      return toGrpc(storeUnavailable(s));
+    }
     sessionId = *created;
     m_sessions.hold(sessionId, context);
+    // Held first: a handshake sent again finds it held and waits for this stream to let go.
+    if (hello.agent_instance() != 0)
+      m_instances.made(owner->uid, hello.agent_instance(), sessionId);
     // The live analysis's window: half a session's row share again.
     ingest.emplace(sessionId, windowEdges());
     if (hello.first_batch_seq() != 0) ingest->setFirstBatchSeq(hello.first_batch_seq());
@@ -491,7 +532,7 @@ grpc::Status IngestService::Stream(
   // A handed-off file is read by client::SpoolReader, which reads RawRecords.
   reply.mutable_handshake_reply()->set_takes_raw_records(true);
   stream->Write(reply);
-  if (hello.resume_session_id() != 0) resendUnansweredPlans(m_writer.path(), sessionId, stream);
+  if (resumeId != 0) resendUnansweredPlans(m_writer.path(), sessionId, stream);
   // Its mutex is held while a batch goes through `ingest`, so that queries and the advisor can
   // read its open blocks and its live analysis.
   auto guard = std::make_shared<LiveAgents::IngestGuard>();

@@ -9,6 +9,7 @@
 
 #include "server/ingest/cpu_yield.h"
 #include "server/rpc/access.h"
+#include "server/rpc/agent_instances.h"
 #include "server/rpc/handoff_taker.h"
 #include "server/rpc/kept_live_analyses.h"
 #include "server/rpc/live_agents.h"
@@ -91,6 +92,7 @@ class IngestService final : public v1::Ingest::Service {
   LiveAgents& m_agents;
   std::function<void(int64_t)> m_onEnded;
   ResumableSessions m_sessions;
+  AgentInstances m_instances;  // new sessions by their agent's number (Handshake.agent_instance)
   size_t m_maxPendingRowBytes;
   // While every processor is taken, each stream pauses this many times its work's processor
   // time (CpuYield; 0: never).

@@ -355,6 +355,64 @@ TEST_F(IngestRpcTest, ResumeOfAnUnknownSessionIsNotFound) {
   expectHealthy();
 }
 
+// A handshake whose answer reached the agent too late (a loaded daemon slow to make the session):
+// the agent ends that stream and sends its handshake again, with the number it drew for the
+// session (agent_instance). It continues the session the first one made — one session per job,
+// not an empty aborted one beside it. Once that session has ended, the number makes a new one;
+// another number is another session.
+TEST_F(IngestRpcTest, AHandshakeSentAgainContinuesTheSessionItsFirstMade) {
+  auto helloOf = [](uint64_t instance) {
+    v1::AgentMessage m = hello();
+    m.mutable_handshake()->set_agent_instance(instance);
+    return m;
+  };
+  auto sessionCount = [&] {
+    grpc::ClientContext ctx;
+    v1::ListSessionsResponse all;
+    EXPECT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &all).ok());
+    return all.sessions_size();
+  };
+  uint64_t first = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    v1::ServerMessage reply;
+    ASSERT_TRUE(stream->Write(helloOf(0xC0FFEE)));
+    ASSERT_TRUE(stream->Read(&reply));  // the answer the agent did not wait for
+    first = reply.handshake_reply().session_id();
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  ASSERT_NE(first, 0u);
+  grpc::ClientContext ctx;
+  auto stream = m_ingest->Stream(&ctx);
+  v1::ServerMessage reply;
+  ASSERT_TRUE(stream->Write(helloOf(0xC0FFEE)));
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_EQ(reply.handshake_reply().session_id(), first);
+  EXPECT_EQ(reply.handshake_reply().next_batch_seq(), 1u);
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(2);
+  ASSERT_TRUE(stream->Write(goodBatch(1, 1)));
+  ASSERT_TRUE(stream->Write(bye));
+  ASSERT_TRUE(closeStream(stream.get()).ok());
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(first, &info).ok());
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 2u);
+  EXPECT_EQ(sessionCount(), 1);
+  // Ended: the same number again makes a session of its own, and so does another number.
+  uint64_t again = 0;
+  uint64_t other = 0;
+  ASSERT_TRUE(send({helloOf(0xC0FFEE), goodBatch(1, 1), bye}, &again).ok());
+  ASSERT_TRUE(send({helloOf(0xBEEF), goodBatch(1, 1), bye}, &other).ok());
+  EXPECT_NE(again, first);
+  EXPECT_NE(other, first);
+  EXPECT_NE(other, again);
+  EXPECT_EQ(sessionCount(), 3);
+  expectHealthy();
+}
+
 // Session numbers are a store's own: an agent back on a daemon of another store may name a live
 // session there that another process records. It is not that agent's: NOT_FOUND (it records
 // the rest as a new session), and the other process's stream and session go on untouched, while
