@@ -1076,7 +1076,9 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     ctx.set_deadline(
         std::min(std::chrono::system_clock::now() + std::chrono::seconds(3),
                  std::chrono::system_clock::now() + (deadline - std::chrono::steady_clock::now())));
+    m_exitStage = ExitStage::kHandingOver;
     const grpc::Status status = v1::Ingest::NewStub(m_channel)->Handoff(&ctx, request, &reply);
+    m_exitStage = ExitStage::kDelivering;
     accepted = status.ok() && reply.accepted();
     if (accepted) break;
     unwrite();
@@ -1099,6 +1101,7 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
 }
 
 void Transport::spoolRest() {
+  m_exitStage = ExitStage::kSpooling;
   SpoolWriter spool(m_config.spoolPath, m_config.spoolCapBytes);
   v1::AgentMessage hello;
   *hello.mutable_handshake() = m_config.handshake;
@@ -1259,6 +1262,29 @@ std::string Transport::summary() const {
                            c.dropped_spool_full() + c.dropped_disconnected() +
                            c.dropped_buffer_full();
   char line[1024];
+  if (!m_closedCleanly && m_exitStage == ExitStage::kHandingOver) {
+    // The file was written and the daemon asked to take it (a loaded daemon answers late; it
+    // may take it still, or the sender, left to go on, may spool the rest).
+    std::snprintf(line, sizeof line,
+                  "tidemark: tidemarkd at %s had not answered, when the exit stopped waiting, "
+                  "whether it took the rest of session %llu (%llu events) from the file handed to "
+                  "it; `tidemark sessions` shows whether the session is complete",
+                  m_config.server.c_str(), static_cast<unsigned long long>(m_sessionId.load()),
+                  static_cast<unsigned long long>(c.events_handed_off()));
+    return line;
+  }
+  if (!m_closedCleanly && m_exitStage == ExitStage::kSpooling) {
+    // (What the process's exit cut short of it is lost; what it holds is delivered by upload.)
+    const unsigned long long session = m_sessionId.load();
+    char what[64] = "the run";
+    if (session != 0) std::snprintf(what, sizeof what, "the rest of session %llu", session);
+    std::snprintf(line, sizeof line,
+                  "tidemark: the exit stopped waiting while %s was being spooled to %s (%llu "
+                  "events written so far; the rest is lost); deliver it with: tidemark upload %s",
+                  what, m_config.spoolPath.c_str(),
+                  static_cast<unsigned long long>(c.events_spooled()), m_config.spoolPath.c_str());
+    return line;
+  }
   if (!m_closedCleanly) {
     const uint64_t left = m_recorder.recordedCount() > c.events_sent()
                               ? m_recorder.recordedCount() - c.events_sent()
