@@ -1076,9 +1076,7 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
     ctx.set_deadline(
         std::min(std::chrono::system_clock::now() + std::chrono::seconds(3),
                  std::chrono::system_clock::now() + (deadline - std::chrono::steady_clock::now())));
-    m_exitStage = ExitStage::kHandingOver;
     const grpc::Status status = v1::Ingest::NewStub(m_channel)->Handoff(&ctx, request, &reply);
-    m_exitStage = ExitStage::kDelivering;
     accepted = status.ok() && reply.accepted();
     if (accepted) break;
     unwrite();
@@ -1101,7 +1099,7 @@ bool Transport::handOff(std::chrono::steady_clock::time_point deadline) {
 }
 
 void Transport::spoolRest() {
-  m_exitStage = ExitStage::kSpooling;
+  m_spooling = true;
   SpoolWriter spool(m_config.spoolPath, m_config.spoolCapBytes);
   v1::AgentMessage hello;
   *hello.mutable_handshake() = m_config.handshake;
@@ -1262,19 +1260,9 @@ std::string Transport::summary() const {
                            c.dropped_spool_full() + c.dropped_disconnected() +
                            c.dropped_buffer_full();
   char line[1024];
-  if (!m_closedCleanly && m_exitStage == ExitStage::kHandingOver) {
-    // The file was written and the daemon asked to take it (a loaded daemon answers late; it
-    // may take it still, or the sender, left to go on, may spool the rest).
-    std::snprintf(line, sizeof line,
-                  "tidemark: tidemarkd at %s had not answered, when the exit stopped waiting, "
-                  "whether it took the rest of session %llu (%llu events) from the file handed to "
-                  "it; `tidemark sessions` shows whether the session is complete",
-                  m_config.server.c_str(), static_cast<unsigned long long>(m_sessionId.load()),
-                  static_cast<unsigned long long>(c.events_handed_off()));
-    return line;
-  }
-  if (!m_closedCleanly && m_exitStage == ExitStage::kSpooling) {
-    // (What the process's exit cut short of it is lost; what it holds is delivered by upload.)
+  if (!m_closedCleanly && m_spooling) {
+    // Likely after a handoff a loaded daemon answered too late (its call given 3 s at most).
+    // What the process's exit cuts short of the spool is lost; what it holds, upload delivers.
     const unsigned long long session = m_sessionId.load();
     char what[64] = "the run";
     if (session != 0) std::snprintf(what, sizeof what, "the rest of session %llu", session);

@@ -206,10 +206,9 @@ class Transport {
   // False when shutdown() gave up waiting for the sender (its exit outran the exit timeout):
   // what it wrote is not confirmed. Read by summary().
   std::atomic<bool> m_closedCleanly{true};
-  // Where the sender's exit is, for a summary written while it is still at work (shutdown gave
-  // up on it): asking the daemon to take the file it handed over, or writing the spool.
-  enum class ExitStage { kDelivering, kHandingOver, kSpooling };
-  std::atomic<ExitStage> m_exitStage{ExitStage::kDelivering};
+  // The sender's exit is writing the spool: a summary written while it still does (shutdown gave
+  // up on it) names the file, which holds what was written by then.
+  std::atomic<bool> m_spooling{false};
   // The exit's deadline for reconnecting (a handshake's wait is cut to it), and whether the
   // exit's whole time ran out (shutdown cancelled the stream: what is left goes to the spool).
   std::chrono::steady_clock::time_point m_exitDeadline =

@@ -368,6 +368,26 @@ absl::Status IngestService::keepJobsOwnPlan(int64_t sessionId, const v1::PlanRes
   return absl::OkStatus();
 }
 
+grpc::Status IngestService::mayResume(const v1::Handshake& hello, grpc::ServerContext& context,
+                                      int64_t sessionId) const {
+  auto known = Store::getSession(m_writer.path(), sessionId);
+  if (!known.ok()) return toGrpc(known.status());
+  // Another process's session of the same number (a daemon back on another store): not this
+  // agent's to continue; it records the rest as a new session.
+  if (absl::Status same = sameAgent(hello, known->header, sessionId); !same.ok()) {
+    return toGrpc(same);
+  }
+  if (grpc::Status denied = m_access.check(context, sessionId, "resuming a session", kIngest);
+      !denied.ok()) {
+    return denied;
+  }
+  if (known->state != v1::SESSION_STATE_LIVE) {
+    return toGrpc(absl::FailedPreconditionError("session " + std::to_string(sessionId) +
+                                                " has ended; it cannot be resumed"));
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status IngestService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) {
@@ -406,12 +426,9 @@ grpc::Status IngestService::Stream(
                           std::chrono::steady_clock::now() + std::chrono::seconds(30),
                           [context] { return !context->IsCancelled(); });
     claimedInstance = found.claimed;
-    if (found.session > 0) {
-      auto known = Store::getSession(m_writer.path(), found.session);
-      viaInstance = known.ok() && known->state == v1::SESSION_STATE_LIVE &&
-                    sameAgent(hello, known->header, found.session).ok() &&
-                    m_access.check(*context, found.session, "resuming a session", kIngest).ok();
-      if (viaInstance) resumeId = found.session;
+    if (found.session > 0 && mayResume(hello, *context, found.session).ok()) {
+      resumeId = found.session;
+      viaInstance = true;
     }
     if (context->IsCancelled()) {
       if (claimedInstance) m_instances.made(owner->uid, hello.agent_instance(), 0);
@@ -420,20 +437,10 @@ grpc::Status IngestService::Stream(
   }
   if (resumeId != 0) {
     sessionId = resumeId;
-    auto known = Store::getSession(m_writer.path(), sessionId);
-    if (!known.ok()) return toGrpc(known.status());
-    // Another process's session of the same number (a daemon back on another store): not this
-    // agent's to continue; it records the rest as a new session.
-    if (absl::Status same = sameAgent(hello, known->header, sessionId); !same.ok()) {
-      return toGrpc(same);
-    }
-    if (grpc::Status denied = m_access.check(*context, sessionId, "resuming a session", kIngest);
-        !denied.ok()) {
-      return denied;
-    }
-    if (known->state != v1::SESSION_STATE_LIVE) {
-      return toGrpc(absl::FailedPreconditionError("session " + std::to_string(sessionId) +
-                                                  " has ended; it cannot be resumed"));
+    if (!viaInstance) {  // (checked already when found by its number)
+      if (grpc::Status refused = mayResume(hello, *context, sessionId); !refused.ok()) {
+        return refused;
+      }
     }
     if (auto s = m_sessions.holdForResume(sessionId, context); !s.ok()) {
       // (The agent did not ask to resume: told to try again, not refused for good.)

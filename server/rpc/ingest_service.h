@@ -76,6 +76,11 @@ class IngestService final : public v1::Ingest::Service {
 
  private:
   void closeExpiredSessions();
+  // Whether the agent of `hello` may continue session `sessionId`: a live session of this store,
+  // recorded from the same process (agent_identity.h), that the caller may write to; else the
+  // status it is refused with.
+  grpc::Status mayResume(const v1::Handshake& hello, grpc::ServerContext& context,
+                         int64_t sessionId) const;
   // Keeps the result of a plan the job applied itself as a plan of the session (the writer
   // stores it); *sent: what this stream sent of them so far.
   absl::Status keepJobsOwnPlan(int64_t sessionId, const v1::PlanResult& result, JobsOwnPlans* sent);
