@@ -37,4 +37,10 @@ void AgentInstances::made(uid_t owner, uint64_t instance, int64_t session) {
   m_madeCv.notify_all();
 }
 
+int64_t AgentInstances::sessionOf(uid_t owner, uint64_t instance) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_sessions.find({owner, instance});
+  return it == m_sessions.end() || it->second == kMaking ? 0 : it->second;
+}
+
 }  // namespace tidemark::server

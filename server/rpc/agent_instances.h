@@ -35,6 +35,8 @@ class AgentInstances {
               const std::function<bool()>& stillWanted);
   // The claimed number's session (0: none was made; a later handshake may claim it again).
   void made(uid_t owner, uint64_t instance, int64_t session);
+  // The session made for this number (0: none, or not yet).
+  int64_t sessionOf(uid_t owner, uint64_t instance);
 
  private:
   using Key = std::pair<uid_t, uint64_t>;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "client/spool_upload.h"
 #include "server/rpc/agent_identity.h"
@@ -73,6 +74,58 @@ absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::Agen
   return absl::OkStatus();
 }
 
+// Its first message: the handshake resuming `session` — or, the rest of a run whose first
+// handshake was never answered, the new session's handshake of the process that recorded
+// `session` with the number its agent drew (the daemon's handshake finds the session by it).
+absl::Status checkRestOf(client::SpoolReader& reader, const std::string& store, int64_t session,
+                         v1::AgentMessage* first) {
+  auto resumes = readHandshake(reader, first);
+  if (!resumes.ok()) return resumes.status();
+  if (*resumes == 0 && first->handshake().agent_instance() != 0) {
+    auto record = Store::getSession(store, session);
+    if (!record.ok()) return record.status();
+    return sameAgent(first->handshake(), record->header, session);
+  }
+  if (*resumes != session) {
+    return absl::InvalidArgumentError("it continues session " + std::to_string(*resumes) +
+                                      ", not session " + std::to_string(session));
+  }
+  return absl::OkStatus();
+}
+
+// A directory of this daemon's own user that no one else may enter.
+bool ownPrivateDirectory(const std::string& dir) {
+  struct stat info {};
+  return !dir.empty() && ::lstat(dir.c_str(), &info) == 0 && S_ISDIR(info.st_mode) &&
+         info.st_uid == ::geteuid() && (info.st_mode & 077) == 0;
+}
+
+// The agent's two places for the rest of a run (base::defaultHandoffDirectory, else the spool
+// directory).
+std::vector<std::string> ownFileDirectories() {
+  std::vector<std::string> out;
+  for (const std::string& dir : {base::defaultHandoffDirectory(), base::defaultSpoolDirectory()})
+    if (ownPrivateDirectory(dir)) out.push_back(dir);
+  return out;
+}
+
+// Files of `dir` whose name begins with one of `prefixes`.
+std::vector<std::string> filesNamed(const std::string& dir,
+                                    const std::vector<std::string>& prefixes) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string& prefix : prefixes) {
+      if (name.rfind(prefix, 0) == 0) {
+        out.push_back(entry.path().string());
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 // OK when the session is live in the store, and recorded by the process whose file begins with
 // `hello` (a spool file of another store's session of the same number is not its rest): it
 // still waits for the rest.
@@ -130,41 +183,56 @@ void HandoffTaker::start(grpc::Server& server) {
 
 std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::string>& known) {
   std::vector<HandoffRow> out;
-  // The agent's two places for it (base::defaultHandoffDirectory, else the spool directory).
-  for (const std::string& dir : {base::defaultHandoffDirectory(), base::defaultSpoolDirectory()})
-    unrecordedHandoffsIn(dir, known, &out);
+  for (const std::string& dir : ownFileDirectories()) {
+    for (const std::string& path : filesNamed(dir, {"tidemark-handoff-"})) {
+      if (known.count(path) != 0) continue;
+      struct stat info {};
+      auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &info);
+      if (!fd.ok()) continue;
+      client::SpoolReader reader(*fd);
+      v1::AgentMessage first;
+      const absl::StatusOr<int64_t> resumes = readHandshake(reader, &first);
+      if (!resumes.ok() || *resumes == 0) continue;
+      const int64_t session = *resumes;
+      // Its session still waits for the rest, and is this user's.
+      if (!sessionWaits(m_writer.path(), session, first.handshake()).ok() ||
+          m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
+        continue;
+      }
+      out.push_back({session, path, static_cast<int64_t>(::geteuid()),
+                     static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)});
+    }
+  }
   return out;
 }
 
-void HandoffTaker::unrecordedHandoffsIn(const std::string& dir, const std::set<std::string>& known,
-                                        std::vector<HandoffRow>* out) {
-  struct stat dirInfo {};
-  // Only a directory of this daemon's own user that no one else may enter.
-  if (dir.empty() || ::lstat(dir.c_str(), &dirInfo) != 0 || !S_ISDIR(dirInfo.st_mode) ||
-      dirInfo.st_uid != ::geteuid() || (dirInfo.st_mode & 077) != 0) {
-    return;
+std::optional<HandoffRow> HandoffTaker::leftBehind(
+    int64_t session, const std::function<bool(uint64_t instance)>& madeFor) {
+  if (m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
+    return std::nullopt;  // another user's: their files are theirs to upload
   }
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string path = entry.path().string();
-    if (name.rfind("tidemark-handoff-", 0) != 0 || known.count(path) != 0) continue;
-    struct stat info {};
-    auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &info);
-    if (!fd.ok()) continue;
-    client::SpoolReader reader(*fd);
-    v1::AgentMessage first;
-    const absl::StatusOr<int64_t> resumes = readHandshake(reader, &first);
-    if (!resumes.ok() || *resumes == 0) continue;
-    const int64_t session = *resumes;
-    // Its session still waits for the rest, and is this user's.
-    if (!sessionWaits(m_writer.path(), session, first.handshake()).ok() ||
-        m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
-      continue;
+  auto record = Store::getSession(m_writer.path(), session);
+  if (!record.ok() || record->state != v1::SESSION_STATE_LIVE) return std::nullopt;
+  const std::string pid = std::to_string(record->header.pid) + "-";
+  for (const std::string& dir : ownFileDirectories()) {
+    for (const std::string& path :
+         filesNamed(dir, {"tidemark-spool-" + pid, "tidemark-handoff-" + pid})) {
+      struct stat info {};
+      auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &info);
+      if (!fd.ok()) continue;
+      client::SpoolReader reader(*fd);
+      v1::AgentMessage first;
+      const absl::StatusOr<int64_t> resumes = readHandshake(reader, &first);
+      if (!resumes.ok()) continue;
+      const v1::Handshake& hello = first.handshake();
+      const bool itsRest = *resumes == session || (*resumes == 0 && hello.agent_instance() != 0 &&
+                                                   madeFor(hello.agent_instance()));
+      if (!itsRest || !sameAgent(hello, record->header, session).ok()) continue;
+      return HandoffRow{session, path, static_cast<int64_t>(::geteuid()),
+                        static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)};
     }
-    out->push_back({session, path, static_cast<int64_t>(::geteuid()),
-                    static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)});
   }
+  return std::nullopt;
 }
 
 absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid, const std::string& path,
@@ -206,6 +274,7 @@ void HandoffTaker::take(const HandoffRow& row, bool recorded) {
   m_threads.push_back({std::thread([this, row, done] {
                          pthread_setname_np(pthread_self(), "td-handoff");
                          run(row);
+                         if (!m_stopping && m_fileDone) m_fileDone(row.sessionId);
                          {
                            std::lock_guard<std::mutex> lock(m_mutex);
                            m_taking.erase(row.sessionId);
@@ -235,7 +304,7 @@ void HandoffTaker::run(const HandoffRow& handed) {
     absl::Status usable = fd.status();
     if (fd.ok()) {
       reader.emplace(*fd);
-      usable = checkResumes(*reader, session, &first);
+      usable = checkRestOf(*reader, m_writer.path(), session, &first);
     }
     if (!usable.ok()) {
       // Gone or changed: nothing more to take; the session is closed as its agent left it.

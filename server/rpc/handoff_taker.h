@@ -5,8 +5,10 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -50,6 +52,16 @@ class HandoffTaker {
   // Sends a file on a thread of its own (resuming its session ends the agent's stream), one at a
   // time per session; `recorded`: its row is in the store already, else it is written first.
   void take(const HandoffRow& row, bool recorded = false);
+  // The rest of a live session's run that its agent left in a file of this daemon's own user —
+  // its spool, or a handoff file — when that agent's process has gone: found in the user's
+  // handoff and spool directories (a name of the session's pid), beginning with the handshake
+  // resuming the session from the process that recorded it, or with the new session's handshake
+  // it sent again, its number (Handshake.agent_instance) one `madeFor` says made this session
+  // (an exit before its first handshake was answered). nullopt when there is none.
+  std::optional<HandoffRow> leftBehind(int64_t session,
+                                       const std::function<bool(uint64_t instance)>& madeFor);
+  // Called when done with a file taken (stored, or given up), not when stopped.
+  void setFileDone(std::function<void(int64_t session)> done) { m_fileDone = std::move(done); }
   // Stops sending (what was sent is committed, the rest is taken up at the next start).
   void stop();
 
@@ -57,13 +69,12 @@ class HandoffTaker {
   void run(const HandoffRow& row);
   // Files of live sessions in this user's own handoff and spool directories that no row names.
   std::vector<HandoffRow> unrecordedHandoffs(const std::set<std::string>& known);
-  void unrecordedHandoffsIn(const std::string& dir, const std::set<std::string>& known,
-                            std::vector<HandoffRow>* out);
   // Waits up to `ms` unless stopped; false when stopped.
   bool pause(int ms);
 
   StoreWriter& m_writer;
   Access& m_access;
+  std::function<void(int64_t)> m_fileDone;
   std::string m_secret;
   std::shared_ptr<grpc::Channel> m_channel;
   std::atomic<bool> m_stopping{false};

@@ -1,6 +1,7 @@
 #include "server/rpc/ingest_service.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -272,8 +273,34 @@ absl::Status IngestService::detachLiveSessions() {
   return absl::OkStatus();
 }
 
+void IngestService::setHandoffTaker(HandoffTaker* taker) {
+  if (taker != nullptr) taker->setFileDone([this](int64_t id) { m_sessions.fileDone(id); });
+  m_handoffs = taker;
+}
+
+bool IngestService::takeUpLeftBehind(int64_t id) {
+  HandoffTaker* taker = m_handoffs.load();
+  if (taker == nullptr) return false;
+  const std::optional<HandoffRow> row = taker->leftBehind(
+      id, [&](uint64_t instance) { return m_instances.sessionOf(::geteuid(), instance) == id; });
+  if (!row) return false;
+  std::fprintf(stderr,
+               "tidemarkd: session %lld: its process has exited; taking up the rest of its run "
+               "that its agent left in %s\n",
+               static_cast<long long>(id), row->path.c_str());
+  m_sessions.restTakenUp(id);
+  taker->take(*row);
+  return true;
+}
+
 void IngestService::closeExpiredSessions() {
-  for (int64_t id : m_sessions.takeExpired()) {
+  for (const ResumableSessions::Expired& expired : m_sessions.takeExpired()) {
+    const int64_t id = expired.id;
+    if (expired.processGone && takeUpLeftBehind(id)) continue;
+    if (!expired.due) {
+      m_sessions.keepWaiting(id);
+      continue;
+    }
     m_keptLive.drop(id);
     const absl::Status s = closeDetached(id);
     if (!s.ok()) {
@@ -320,18 +347,19 @@ grpc::Status IngestService::Handoff(grpc::ServerContext* context, const v1::Hand
   absl::StatusOr<HandoffRow> taken =
       absl::UnavailableError("this tidemarkd takes no handed-over file");
   bool cannotOpen = false;
-  if (m_handoffs != nullptr && caller->tokenId) {
+  HandoffTaker* const handoffs = m_handoffs.load();
+  if (handoffs != nullptr && caller->tokenId) {
     taken = absl::PermissionDeniedError(
         "a file is taken only from a caller whose user the kernel vouches for, not on a token's "
         "word");
-  } else if (m_handoffs != nullptr) {
-    taken = m_handoffs->accept(session, caller->uid, request->path(), &cannotOpen);
+  } else if (handoffs != nullptr) {
+    taken = handoffs->accept(session, caller->uid, request->path(), &cannotOpen);
   }
   if (taken.ok()) {
     // Sent from the file by a stream of the daemon's own, which resumes the session: the agent's
     // stream is ended (what it carried so far is committed), whatever it still had in flight.
     m_sessions.markHandedOver(session);
-    m_handoffs->take(*taken);
+    handoffs->take(*taken);
   } else {
     std::fprintf(stderr, "tidemarkd: session %lld: a handed-over file was refused: %s\n",
                  static_cast<long long>(session), std::string(taken.status().message()).c_str());

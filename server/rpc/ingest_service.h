@@ -50,8 +50,9 @@ class IngestService final : public v1::Ingest::Service {
   absl::Status detachLiveSessions();
   // Stops closing expired sessions (before the writer stops). Idempotent.
   void stop();
-  // Where the files agents hand over at exit go (none: a Handoff is refused).
-  void setHandoffTaker(HandoffTaker* taker) { m_handoffs = taker; }
+  // Where the files agents hand over at exit go (none: a Handoff is refused), and the rest of a
+  // run an agent left in its spool when its process has gone (none: closed as aborted).
+  void setHandoffTaker(HandoffTaker* taker);
   // Where the jobs whose streams are open on this host are listed (none: not listed).
   void setRecordedJobs(RecordedJobs* jobs) { m_recordedJobs = jobs; }
 
@@ -76,6 +77,9 @@ class IngestService final : public v1::Ingest::Service {
 
  private:
   void closeExpiredSessions();
+  // The rest of the run of a detached session whose process has gone, left in a file of this
+  // daemon's user (HandoffTaker::leftBehind): taken up as a handed-over file is. False: none.
+  bool takeUpLeftBehind(int64_t id);
   // Whether the agent of `hello` may continue session `sessionId`: a live session of this store,
   // recorded from the same process (agent_identity.h), that the caller may write to; else the
   // status it is refused with.
@@ -108,7 +112,7 @@ class IngestService final : public v1::Ingest::Service {
   std::condition_variable m_sweepWake;
   bool m_stopping = false;
   std::thread m_sweeper;
-  HandoffTaker* m_handoffs = nullptr;
+  std::atomic<HandoffTaker*> m_handoffs{nullptr};  // (read by the sweeper's thread too)
   RecordedJobs* m_recordedJobs = nullptr;
 };
 

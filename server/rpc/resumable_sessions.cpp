@@ -17,7 +17,7 @@ constexpr auto kGoneProcessGrace = std::chrono::seconds(2);
 
 void ResumableSessions::hold(int64_t id, grpc::ServerContext* context) {
   std::lock_guard<std::mutex> lock(m_mutex);
-  m_entries[id] = Entry{context, false, {}, false, 0, ""};
+  m_entries[id] = Entry{context, false, {}, false, false, 0, ""};
 }
 
 absl::Status ResumableSessions::holdForResume(int64_t id, grpc::ServerContext* context) {
@@ -60,11 +60,11 @@ void ResumableSessions::release(int64_t id, bool resumable, int32_t pid,
       m_entries.erase(id);
       m_handedOver.erase(id);
     } else {
-      // A session whose rest its agent handed over in a file waits for the file, not for its
-      // process (gone by design): only the full grace closes it (a store that cannot be written
-      // for that long).
-      const bool waitsForFile = m_handedOver.count(id) > 0;
-      m_entries[id] = Entry{nullptr, false, Clock::now(), true, waitsForFile ? 0 : pid, hostname};
+      // (A session whose rest its agent handed over in a file waits for the file, not for its
+      // process, gone by design: see takeExpired.)
+      const auto old = m_entries.find(id);
+      const bool looked = old != m_entries.end() && old->second.lookedForFile;
+      m_entries[id] = Entry{nullptr, false, Clock::now(), true, looked, pid, hostname};
     }
   }
   m_released.notify_all();
@@ -73,13 +73,16 @@ void ResumableSessions::release(int64_t id, bool resumable, int32_t pid,
 void ResumableSessions::markHandedOver(int64_t id) {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_handedOver.insert(id);
-  auto it = m_entries.find(id);
-  if (it != m_entries.end()) it->second.pid = 0;
+}
+
+void ResumableSessions::fileDone(int64_t id) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_handedOver.erase(id);
 }
 
 void ResumableSessions::detachAtStart(int64_t id, int32_t pid, const std::string& hostname) {
   std::lock_guard<std::mutex> lock(m_mutex);
-  m_entries[id] = Entry{nullptr, false, Clock::now(), false, pid, hostname};
+  m_entries[id] = Entry{nullptr, false, Clock::now(), false, false, pid, hostname};
 }
 
 bool ResumableSessions::processGone(const Entry& e) const {
@@ -87,19 +90,42 @@ bool ResumableSessions::processGone(const Entry& e) const {
   return kill(e.pid, 0) != 0 && errno == ESRCH;
 }
 
-std::vector<int64_t> ResumableSessions::takeExpired() {
-  std::vector<int64_t> out;
+void ResumableSessions::keepWaiting(int64_t id) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  auto it = m_entries.find(id);
+  if (it != m_entries.end()) it->second.closing = false;
+}
+
+void ResumableSessions::restTakenUp(int64_t id) {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_handedOver.insert(id);
+  auto it = m_entries.find(id);
+  if (it != m_entries.end()) {
+    it->second.closing = false;
+    it->second.since = Clock::now();  // the full grace for the file (a store that cannot be
+                                      // written meanwhile)
+  }
+}
+
+std::vector<ResumableSessions::Expired> ResumableSessions::takeExpired() {
+  std::vector<Expired> out;
   std::lock_guard<std::mutex> lock(m_mutex);
   const Clock::time_point now = Clock::now();
   for (auto& [id, e] : m_entries) {
     if (e.holder != nullptr || e.closing) continue;
     const auto detached = now - e.since;
-    // Sessions found at start wait the full grace even when their process is gone: their
-    // agent may have written its spool for `tidemark upload`, which resumes them.
-    const bool gone = e.brokeWhileRunning && detached >= kGoneProcessGrace && processGone(e);
-    if (detached >= m_grace || gone) {
+    // A session whose rest was handed over in a file waits for the file, not for its process
+    // (gone by design): only the full grace closes it (a store that cannot be written that long).
+    const bool gone =
+        m_handedOver.count(id) == 0 && detached >= kGoneProcessGrace && processGone(e);
+    // Sessions found at start wait the full grace even when their process is gone (once looked
+    // for the file its agent left): `tidemark upload` of a spool elsewhere still resumes them.
+    const bool due = detached >= m_grace || (gone && e.brokeWhileRunning);
+    const bool lookFirst = gone && !e.lookedForFile;
+    if (due || lookFirst) {
       e.closing = true;
-      out.push_back(id);
+      e.lookedForFile = e.lookedForFile || gone;
+      out.push_back({id, lookFirst, due});
     }
   }
   return out;

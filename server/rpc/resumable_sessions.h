@@ -22,7 +22,10 @@ namespace tidemark::server {
 // checkpoint is in the store and a new stream may resume it. A detached session is closed as
 // aborted (by the caller, from its checkpoint) once its grace period passed, or sooner when its
 // process is known to be gone (same host, no such pid). Sessions found live when the daemon
-// starts are detached as of then, with the full grace: their agents may be retrying.
+// starts are detached as of then, with the full grace: their agents may be retrying. Before a
+// session whose process is gone is closed, the caller looks once for the rest of its run that the
+// agent left in a file (its spool, written at an exit the daemon did not answer in time) and takes
+// that up instead (restTakenUp).
 class ResumableSessions {
  public:
   using Clock = std::chrono::steady_clock;
@@ -37,13 +40,30 @@ class ResumableSessions {
   absl::Status holdForResume(int64_t id, grpc::ServerContext* context);
   // The holding stream ended. resumable: detach (wait for the agent); else forget it.
   void release(int64_t id, bool resumable, int32_t pid, const std::string& hostname);
-  // The session's agent handed the rest over in a file (IngestService::Handoff): from now on
-  // its process being gone does not close it early.
+  // The session's agent handed the rest over in a file (IngestService::Handoff), or the daemon
+  // found the file its agent left: from now on its process being gone does not close it early.
   void markHandedOver(int64_t id);
+  // Done with the file handed over: a session still live after it (the file could not be taken,
+  // or ended early) is closed once its process is gone, after a look for a file its agent left
+  // (its spool) when none was looked for yet.
+  void fileDone(int64_t id);
   // At start: sessions left live by the previous run of the daemon.
   void detachAtStart(int64_t id, int32_t pid, const std::string& hostname);
-  // Detached sessions due to be closed, now held by the caller (release(id, false) after).
-  std::vector<int64_t> takeExpired();
+
+  struct Expired {
+    int64_t id = 0;
+    bool processGone = false;  // look for a file its agent left before closing it (once)
+    bool due = false;          // closed unless such a file is found; else it waits on
+  };
+  // Detached sessions due to be closed, or whose process is gone (not looked at before), now held
+  // by the caller: then release(id, false) once closed, keepWaiting(id) when not due, or
+  // restTakenUp(id) when the rest of its run was found.
+  std::vector<Expired> takeExpired();
+  // Not closed after all: detached as before (its grace counted from when it was detached).
+  void keepWaiting(int64_t id);
+  // The rest of its run was found in a file and is being taken up (its process is gone): it
+  // waits for that, as for a file handed over.
+  void restTakenUp(int64_t id);
 
  private:
   struct Entry {
@@ -51,6 +71,7 @@ class ResumableSessions {
     bool closing = false;                   // taken by takeExpired
     Clock::time_point since{};              // detached since
     bool brokeWhileRunning = false;         // detached by this daemon (not found at start)
+    bool lookedForFile = false;             // its process gone, a file of its agent looked for
     int32_t pid = 0;
     std::string hostname;
   };

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "server/store/store.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
+#include "src/base/host_name.h"
 #include "src/base/private_dir.h"
 #include "tests/support/postgres_test_db.h"
 #include "tidemark/v1/control.grpc.pb.h"
@@ -1736,6 +1738,139 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersHandoffDirecto
   EXPECT_TRUE(awaitRemoved(file));
   std::filesystem::remove(file);
   expectHealthy();
+}
+
+// A pid that no process has now: a child that exited and was reaped.
+int32_t exitedPid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return static_cast<int32_t>(child);
+}
+
+// A job whose process has exited, with the rest of its run in its spool (its exit's handoff
+// answered too late, or never offered): the daemon, about to close its session as aborted, finds
+// the spool in this user's spool directory and completes the session from it — as `tidemark
+// upload` would, without one. A spool with the same name of another process is left alone.
+class LeftBehindTest : public IngestRpcTest {
+ protected:
+  void SetUp() override {
+    IngestRpcTest::SetUp();
+    m_state = m_dir / "state";
+    m_spool = m_state / "tidemark" / "spool";
+    std::filesystem::create_directories(m_spool);
+    std::filesystem::permissions(m_spool, std::filesystem::perms::owner_all);
+    const char* old = std::getenv("XDG_STATE_HOME");
+    m_saved = old != nullptr ? old : "";
+    ::setenv("XDG_STATE_HOME", m_state.c_str(), 1);
+    m_pid = exitedPid();
+  }
+  void TearDown() override {
+    if (m_saved.empty()) {
+      ::unsetenv("XDG_STATE_HOME");
+    } else {
+      ::setenv("XDG_STATE_HOME", m_saved.c_str(), 1);
+    }
+    IngestRpcTest::TearDown();
+  }
+  // The handshake of the exited process (its pid, this host, its start).
+  v1::AgentMessage exitedHello(uint64_t resume, uint64_t instance, int64_t startWall = 77) const {
+    v1::AgentMessage m = hello();
+    m.mutable_handshake()->set_pid(m_pid);
+    m.mutable_handshake()->set_hostname(base::hostName());
+    m.mutable_handshake()->set_start_wall_ns(startWall);
+    m.mutable_handshake()->set_resume_session_id(resume);
+    m.mutable_handshake()->set_agent_instance(instance);
+    return m;
+  }
+  // Its spool: `hello`, then batches from `firstBatch` to 3 (an allocation of 0x1000 in batch 1,
+  // one of 0x2000 in 2 and its free in 3) and the goodbye (3 events sent).
+  void writeItsSpool(const std::string& name, const v1::AgentMessage& hello, uint64_t firstBatch) {
+    std::vector<v1::AgentMessage> messages = restOf(1);
+    messages[0] = hello;
+    if (firstBatch == 1) messages.insert(messages.begin() + 1, event(1, 1, true, 0x1000));
+    writeSpool(m_spool / name, messages);
+  }
+  // Its stream broke after the handshake (and batch 1 when `firstBatch`): the session waits.
+  uint64_t brokenStream(uint64_t instance, bool firstBatch) {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    v1::ServerMessage reply;
+    EXPECT_TRUE(stream->Write(exitedHello(0, instance)));
+    EXPECT_TRUE(stream->Read(&reply));
+    const uint64_t session = reply.handshake_reply().session_id();
+    if (firstBatch) {
+      EXPECT_TRUE(sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1));
+    }
+    ctx.TryCancel();
+    stream->Finish();
+    return session;
+  }
+  // The session once it is no longer live, or as it is after 20 s.
+  v1::SessionInfo awaitClosed(uint64_t session) {
+    v1::SessionInfo info;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline && sessionInfo(session, &info).ok() &&
+           info.state() == v1::SESSION_STATE_LIVE) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return info;
+  }
+  std::string spoolName(const std::string& kind, int n) const {
+    return "tidemark-" + kind + "-" + std::to_string(m_pid) + "-" + std::to_string(n) + ".bin";
+  }
+
+  std::filesystem::path m_state, m_spool;
+  std::string m_saved;
+  int32_t m_pid = 0;
+};
+
+TEST_F(LeftBehindTest, TheSpoolOfAnExitedJobCompletesItsSession) {
+  const uint64_t session = brokenStream(0, true);
+  ASSERT_NE(session, 0u);
+  // Another process of the same pid (started at another moment): not this session's rest.
+  writeItsSpool(spoolName("spool", 1), exitedHello(session, 0, 78), 2);
+  writeItsSpool(spoolName("spool", 2), exitedHello(session, 0), 2);
+  const v1::SessionInfo info = awaitClosed(session);
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED) << "closed as aborted instead";
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_EQ(info.events_sent(), 3u);
+  EXPECT_FALSE(hasStat(info, "stream_lost"));
+  EXPECT_TRUE(awaitRemoved(m_spool / spoolName("spool", 2)));
+  EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 1)));
+  expectHealthy();
+}
+
+// Its exit came before its first handshake was answered: the spool begins with that handshake
+// (no session to resume), its number the one the daemon made the session for.
+TEST_F(LeftBehindTest, TheSpoolOfAJobNeverAnsweredCompletesTheSessionMadeForIt) {
+  const uint64_t instance = 0x5eed5eed5eedull;
+  const uint64_t session = brokenStream(instance, false);
+  ASSERT_NE(session, 0u);
+  // Another number (a session the daemon never made): not this session's rest.
+  writeItsSpool(spoolName("spool", 1), exitedHello(0, instance + 1), 1);
+  writeItsSpool(spoolName("handoff", 2), exitedHello(0, instance), 1);
+  const v1::SessionInfo info = awaitClosed(session);
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED) << "closed as aborted instead";
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_EQ(info.blocks(), 2u);
+  EXPECT_TRUE(awaitRemoved(m_spool / spoolName("handoff", 2)));
+  EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 1)));
+  v1::ListSessionsResponse list;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  EXPECT_EQ(list.sessions_size(), 1) << "a session made from the file";
+  expectHealthy();
+}
+
+// Without a file its session is closed once its process is gone, as before.
+TEST_F(LeftBehindTest, WithoutASpoolTheSessionOfAnExitedJobIsClosed) {
+  const uint64_t session = brokenStream(0, true);
+  const v1::SessionInfo info = awaitClosed(session);
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ABORTED);
+  EXPECT_TRUE(hasStat(info, "stream_lost"));
+  EXPECT_EQ(info.blocks(), 1u);
 }
 
 // A store shared by two daemons (PostgreSQL): `tidemark apply` asked of one daemon reaches a job
