@@ -86,6 +86,12 @@ def main():
         print("%-44s %10d" % ("jobs that failed", failed))
         print("%-44s %10s" % ("sessions whole (ended, 0 dropped, sent=stored)",
                               "%d / %d" % (whole, len(sessions))))
+        # (`tidemark run` execs the job: its pid is the session's.) A job whose handshake never
+        # reached the daemon before its exit has no session: its run is in its spool, for
+        # `tidemark upload`.
+        recorded = {s["pid"] for s in sessions}
+        print("%-44s %10d" % ("jobs without a session (spooled)",
+                              sum(1 for j in jobs if j.pid not in recorded)))
         for s in sessions:
             if not is_whole(s):
                 print("   not whole: session %s, %s, sent %s, stored %s, dropped %s: %s" % (

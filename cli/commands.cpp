@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -219,13 +220,20 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
         "usage: tidemark upload SPOOL [--server ADDR] [--json]\n\n"
         "Sends a spool file (written by the agent at exit when no tidemarkd took the rest of\n"
         "its run): the rest of the session it continues, or a new session. A session closed\n"
-        "meanwhile (its resume grace passed) gets the rest as a new session.\n",
+        "meanwhile (its resume grace passed) gets the rest as a new session. A tidemarkd of\n"
+        "the same user takes up by itself, and removes, the spool of a session it made once\n"
+        "the job's process has exited (in the user's spool directory).\n",
         args.size() == 1 ? stdout : stderr);
     return args.size() == 1 ? kExitOk : kExitUsage;
   }
   client::SpoolReader reader(args[0]);
   if (!reader.ok()) {
-    std::fprintf(stderr, "tidemark upload: %s\n", reader.error().c_str());
+    std::error_code ec;
+    const bool gone = !std::filesystem::exists(std::filesystem::symlink_status(args[0], ec));
+    std::fprintf(stderr, "tidemark upload: %s%s\n", reader.error().c_str(),
+                 gone ? " (a job's spool may have been taken up already by a tidemarkd of this "
+                        "user, which removes it once stored: see `tidemark sessions`)"
+                      : "");
     return kExitError;
   }
   v1::AgentMessage first;

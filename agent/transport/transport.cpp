@@ -8,11 +8,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 
 #include "agent/transport/batch_encoder.h"
 #include "client/channel.h"
 #include "src/base/clock.h"
 #include "src/base/daemon_address.h"
+#include "src/base/private_dir.h"
 
 namespace tidemark::agent {
 
@@ -952,6 +955,13 @@ bool Transport::handoffPossible() const {
          m_config.token.empty() && m_config.tlsCa.empty() && local && m_sessionId != 0;
 }
 
+bool Transport::daemonTakesSpool() const {
+  return m_config.token.empty() && m_config.tlsCa.empty() &&
+         std::filesystem::path(m_config.spoolPath).parent_path() ==
+             std::filesystem::path(base::defaultSpoolDirectory()) &&
+         base::daemonOwner(m_config.server) == std::optional<uid_t>(::geteuid());
+}
+
 bool Transport::handoffOffered() const {
   return handoffPossible() &&
          m_windowEvents.load(std::memory_order_acquire) + m_log.size() >= m_config.handoffMinEvents;
@@ -1268,9 +1278,14 @@ std::string Transport::summary() const {
     if (session != 0) std::snprintf(what, sizeof what, "the rest of session %llu", session);
     std::snprintf(line, sizeof line,
                   "tidemark: the exit stopped waiting while %s was being spooled to %s (%llu "
-                  "events written so far; the rest is lost); deliver it with: tidemark upload %s",
+                  "events written so far; the rest is lost); %s %s",
                   what, m_config.spoolPath.c_str(),
-                  static_cast<unsigned long long>(c.events_spooled()), m_config.spoolPath.c_str());
+                  static_cast<unsigned long long>(c.events_spooled()),
+                  session != 0 && daemonTakesSpool()
+                      ? "tidemarkd takes it up once this process has exited, else: tidemark "
+                        "upload"
+                      : "deliver it with: tidemark upload",
+                  m_config.spoolPath.c_str());
     return line;
   }
   if (!m_closedCleanly) {
@@ -1346,11 +1361,13 @@ std::string Transport::summary() const {
       } else {
         std::snprintf(line, sizeof line,
                       "tidemark: session %llu: the end of the run did not reach tidemarkd at %s "
-                      "(%s); %llu events spooled to %s (%llu dropped); complete the session "
-                      "with: tidemark upload %s",
+                      "(%s); %llu events spooled to %s (%llu dropped); %s %s",
                       session, m_config.server.c_str(), m_linkError.c_str(),
                       static_cast<unsigned long long>(c.events_spooled()),
                       m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
+                      daemonTakesSpool() ? "tidemarkd takes it up once this process has "
+                                           "exited, else: tidemark upload"
+                                         : "complete the session with: tidemark upload",
                       m_config.spoolPath.c_str());
       }
       break;

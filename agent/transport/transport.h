@@ -141,6 +141,10 @@ class Transport {
   // itself (true when the daemon took the file; else the window holds the whole rest).
   bool handoffPossible() const;
   bool handoffOffered() const;
+  // Whether the daemon takes the spool up itself once this process has exited (a daemon of this
+  // user on this host, the spool in the user's default spool directory, where it looks:
+  // server/rpc/handoff_taker.h); else only `tidemark upload` delivers it.
+  bool daemonTakesSpool() const;
   bool handOff(std::chrono::steady_clock::time_point deadline);
   void writeWindow();
   // Publishes since when the oldest written batch waits (for the collector's watchdog).

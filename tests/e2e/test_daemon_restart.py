@@ -43,8 +43,9 @@ EXACT = ("WEIGHT", "GRADIENT", "OPTIMIZER_STATE")
 class Tidemarkd:
     """A daemon on one store that can be killed, stopped and started again on the same port."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, env=None):
         self.dir = directory
+        self.env = env
         # The store: a file of the test's own, or (TIDEMARK_TEST_STORE=postgresql) a fresh
         # database on the tests' PostgreSQL server, the same one at every start.
         self.db = (fresh_postgres_database() if STORE_BACKEND == "postgresql"
@@ -61,7 +62,8 @@ class Tidemarkd:
         log = open(os.path.join(self.dir, "tidemarkd-%d.log" % self.logs), "w")
         self.proc = subprocess.Popen(
             [os.path.join(BIN, "tidemarkd"), "--listen", "127.0.0.1:%d" % self.port, "--no-unix",
-             "--store", self.db, "--port-file", port_file], stdout=log, stderr=subprocess.STDOUT)
+             "--store", self.db, "--port-file", port_file], stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, **(self.env or {})))
         log.close()
         deadline = time.time() + 30
         while not os.path.exists(port_file) or os.path.getsize(port_file) == 0:
@@ -156,11 +158,11 @@ class DaemonRestartTest(unittest.TestCase):
         return {k: v["bytes"] for k, v in b["categories"].items()}
 
     def interrupted_run(self, interrupt, env=None, expect_stat=None, after_job=None,
-                        latest=STEPS - 12, run_args=()):
+                        latest=STEPS - 12, run_args=(), daemon_env=None):
         """Runs the training (under `tidemark run RUN_ARGS`) while `interrupt(daemon)` does its
         worst at a random moment, then checks the session against the reference."""
         directory = tempfile.mkdtemp(prefix="tidemark-restart-", dir=self.dir)
-        daemon = Tidemarkd(directory)
+        daemon = Tidemarkd(directory, daemon_env)
         daemon.start()
         try:
             job = self.start_job(daemon, env, run_args)
@@ -301,6 +303,29 @@ class DaemonRestartTest(unittest.TestCase):
                                   "TIDEMARK_HANDOFF_MIN_EVENTS": "1",
                                   "TIDEMARK_ACK_TIMEOUT_MS": "500"},
                              after_job=upload)
+
+    def test_a_hung_daemon_at_the_exit_completes_the_session_from_the_spool_itself(self):
+        # The job and its daemon share the user's default spool directory (as a user's own daemon
+        # does): once the daemon runs again and the job's process has gone, it finds the spool
+        # and completes the session from it — no `tidemark upload` needed, and the file goes.
+        state = tempfile.mkdtemp(prefix="state-", dir=self.dir)
+        spool_dir = os.path.join(state, "tidemark", "spool")
+
+        def resume(daemon, err):
+            self.assertIn("tidemarkd takes it up once this process has exited", err)
+            spool = err.split("tidemark upload ")[-1].strip()
+            self.assertTrue(spool.startswith(spool_dir), err)
+            self.assertTrue(os.path.exists(spool), err)
+            daemon.proc.send_signal(signal.SIGCONT)
+            deadline = time.time() + 120
+            while os.path.exists(spool) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertFalse(os.path.exists(spool), daemon.log_tail())
+            self.assertIn("taking up the rest of its run", daemon.log_tail())
+            return err
+        self.interrupted_run(lambda daemon: daemon.proc.send_signal(signal.SIGSTOP),
+                             env={"XDG_STATE_HOME": state, "TIDEMARK_ACK_TIMEOUT_MS": "500"},
+                             daemon_env={"XDG_STATE_HOME": state}, after_job=resume)
 
     def test_a_plan_the_job_applies_while_no_daemon_runs_is_spooled_with_the_run(self):
         """The script applies a plan itself (tidemark.apply_plan) after the daemon was killed,
