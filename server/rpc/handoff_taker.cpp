@@ -126,6 +126,29 @@ std::vector<std::string> filesNamed(const std::string& dir,
   return out;
 }
 
+// A file of this daemon's own user in one of its directories (openHandedFile's checks), and the
+// handshake it begins with.
+struct OwnFile {
+  std::string path;
+  struct stat info {};
+  v1::Handshake hello;
+  HandoffRow row(int64_t session) const {
+    return {session, path, static_cast<int64_t>(::geteuid()), static_cast<int64_t>(info.st_dev),
+            static_cast<int64_t>(info.st_ino)};
+  }
+};
+std::optional<OwnFile> ownFile(const std::string& path) {
+  OwnFile file;
+  file.path = path;
+  auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &file.info);
+  if (!fd.ok()) return std::nullopt;
+  client::SpoolReader reader(*fd);
+  v1::AgentMessage first;
+  if (!readHandshake(reader, &first).ok()) return std::nullopt;
+  file.hello = first.handshake();
+  return file;
+}
+
 // OK when the session is live in the store, and recorded by the process whose file begins with
 // `hello` (a spool file of another store's session of the same number is not its rest): it
 // still waits for the rest.
@@ -186,21 +209,15 @@ std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::str
   for (const std::string& dir : ownFileDirectories()) {
     for (const std::string& path : filesNamed(dir, {"tidemark-handoff-"})) {
       if (known.count(path) != 0) continue;
-      struct stat info {};
-      auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &info);
-      if (!fd.ok()) continue;
-      client::SpoolReader reader(*fd);
-      v1::AgentMessage first;
-      const absl::StatusOr<int64_t> resumes = readHandshake(reader, &first);
-      if (!resumes.ok() || *resumes == 0) continue;
-      const int64_t session = *resumes;
+      std::optional<OwnFile> file = ownFile(path);
+      if (!file || file->hello.resume_session_id() == 0) continue;
+      const auto session = static_cast<int64_t>(file->hello.resume_session_id());
       // Its session still waits for the rest, and is this user's.
-      if (!sessionWaits(m_writer.path(), session, first.handshake()).ok() ||
+      if (!sessionWaits(m_writer.path(), session, file->hello).ok() ||
           m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
         continue;
       }
-      out.push_back({session, path, static_cast<int64_t>(::geteuid()),
-                     static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)});
+      out.push_back(file->row(session));
     }
   }
   return out;
@@ -217,19 +234,13 @@ std::optional<HandoffRow> HandoffTaker::leftBehind(
   for (const std::string& dir : ownFileDirectories()) {
     for (const std::string& path :
          filesNamed(dir, {"tidemark-spool-" + pid, "tidemark-handoff-" + pid})) {
-      struct stat info {};
-      auto fd = openHandedFile(path, ::geteuid(), std::nullopt, &info);
-      if (!fd.ok()) continue;
-      client::SpoolReader reader(*fd);
-      v1::AgentMessage first;
-      const absl::StatusOr<int64_t> resumes = readHandshake(reader, &first);
-      if (!resumes.ok()) continue;
-      const v1::Handshake& hello = first.handshake();
-      const bool itsRest = *resumes == session || (*resumes == 0 && hello.agent_instance() != 0 &&
-                                                   madeFor(hello.agent_instance()));
-      if (!itsRest || !sameAgent(hello, record->header, session).ok()) continue;
-      return HandoffRow{session, path, static_cast<int64_t>(::geteuid()),
-                        static_cast<int64_t>(info.st_dev), static_cast<int64_t>(info.st_ino)};
+      std::optional<OwnFile> file = ownFile(path);
+      if (!file) continue;
+      const v1::Handshake& hello = file->hello;
+      const auto resumes = static_cast<int64_t>(hello.resume_session_id());
+      const bool itsRest = resumes == session || (resumes == 0 && hello.agent_instance() != 0 &&
+                                                  madeFor(hello.agent_instance()));
+      if (itsRest && sameAgent(hello, record->header, session).ok()) return file->row(session);
     }
   }
   return std::nullopt;

@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +24,7 @@
 #include "src/advisor/planner.h"
 #include "src/base/host_name.h"
 #include "src/base/private_dir.h"
+#include "tests/support/exited_pid.h"
 #include "tests/support/postgres_test_db.h"
 #include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
@@ -1740,15 +1740,6 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersHandoffDirecto
   expectHealthy();
 }
 
-// A pid that no process has now: a child that exited and was reaped.
-int32_t exitedPid() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return static_cast<int32_t>(child);
-}
-
 // A job whose process has exited, with the rest of its run in its spool (its exit's handoff
 // answered too late, or never offered): the daemon, about to close its session as aborted, finds
 // the spool in this user's spool directory and completes the session from it — as `tidemark
@@ -1764,7 +1755,7 @@ class LeftBehindTest : public IngestRpcTest {
     const char* old = std::getenv("XDG_STATE_HOME");
     m_saved = old != nullptr ? old : "";
     ::setenv("XDG_STATE_HOME", m_state.c_str(), 1);
-    m_pid = exitedPid();
+    m_pid = test_support::exitedPid();
   }
   void TearDown() override {
     if (m_saved.empty()) {

@@ -5,25 +5,16 @@
 #include "server/rpc/resumable_sessions.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <thread>
 
 #include "src/base/host_name.h"
+#include "tests/support/exited_pid.h"
 
 namespace tidemark::server {
 namespace {
-
-// A pid that no process has now: a child that exited and was reaped.
-int32_t exitedPid() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return static_cast<int32_t>(child);
-}
 
 // Past the 2 s a gone process is given to come back.
 void pastTheGoneProcessGrace() { std::this_thread::sleep_for(std::chrono::milliseconds(2300)); }
@@ -37,7 +28,7 @@ void brokenStream(ResumableSessions& sessions, int64_t id, int32_t pid) {
 
 TEST(ResumableSessionsTest, AGoneProcessIsLookedAtOnceThenItsRestWaitsAsAHandedOverFile) {
   ResumableSessions sessions(std::chrono::seconds(600));
-  brokenStream(sessions, 7, exitedPid());
+  brokenStream(sessions, 7, test_support::exitedPid());
   EXPECT_TRUE(sessions.takeExpired().empty()) << "closed before the gone process's grace";
   pastTheGoneProcessGrace();
   std::vector<ResumableSessions::Expired> expired = sessions.takeExpired();
@@ -61,7 +52,7 @@ TEST(ResumableSessionsTest, AGoneProcessIsLookedAtOnceThenItsRestWaitsAsAHandedO
 
 TEST(ResumableSessionsTest, AHandedOverFileThatCouldNotBeTakenLeavesOneLookForTheSpool) {
   ResumableSessions sessions(std::chrono::seconds(600));
-  brokenStream(sessions, 8, exitedPid());
+  brokenStream(sessions, 8, test_support::exitedPid());
   sessions.markHandedOver(8);
   pastTheGoneProcessGrace();
   EXPECT_TRUE(sessions.takeExpired().empty()) << "the handed-over file is waited for";
@@ -73,7 +64,7 @@ TEST(ResumableSessionsTest, AHandedOverFileThatCouldNotBeTakenLeavesOneLookForTh
 
 TEST(ResumableSessionsTest, FoundAtStartItIsLookedAtOnceAndWaitsItsGrace) {
   ResumableSessions sessions(std::chrono::seconds(4));
-  sessions.detachAtStart(9, exitedPid(), base::hostName());
+  sessions.detachAtStart(9, test_support::exitedPid(), base::hostName());
   sessions.detachAtStart(10, static_cast<int32_t>(::getpid()), base::hostName());  // lives
   pastTheGoneProcessGrace();
   std::vector<ResumableSessions::Expired> expired = sessions.takeExpired();
