@@ -63,26 +63,16 @@ absl::StatusOr<int64_t> readHandshake(client::SpoolReader& reader, v1::AgentMess
   return static_cast<int64_t>(first->handshake().resume_session_id());
 }
 
-// Its first message: the handshake resuming `session`.
-absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::AgentMessage* first) {
+// Its first message: the handshake resuming `session` — or, when `store` is given, the rest of
+// a run whose first handshake was never answered: the new session's handshake of the process
+// that recorded `session`, with the number its agent drew (the daemon's handshake finds the
+// session by it; HandoffTaker::leftBehind checked that number).
+absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::AgentMessage* first,
+                          const std::string* store = nullptr) {
   auto resumes = readHandshake(reader, first);
   if (!resumes.ok()) return resumes.status();
-  if (*resumes != session) {
-    return absl::InvalidArgumentError("it continues session " + std::to_string(*resumes) +
-                                      ", not session " + std::to_string(session));
-  }
-  return absl::OkStatus();
-}
-
-// Its first message: the handshake resuming `session` — or, the rest of a run whose first
-// handshake was never answered, the new session's handshake of the process that recorded
-// `session` with the number its agent drew (the daemon's handshake finds the session by it).
-absl::Status checkRestOf(client::SpoolReader& reader, const std::string& store, int64_t session,
-                         v1::AgentMessage* first) {
-  auto resumes = readHandshake(reader, first);
-  if (!resumes.ok()) return resumes.status();
-  if (*resumes == 0 && first->handshake().agent_instance() != 0) {
-    auto record = Store::getSession(store, session);
+  if (store != nullptr && *resumes == 0 && first->handshake().agent_instance() != 0) {
+    auto record = Store::getSession(*store, session);
     if (!record.ok()) return record.status();
     return sameAgent(first->handshake(), record->header, session);
   }
@@ -315,7 +305,7 @@ void HandoffTaker::run(const HandoffRow& handed) {
     absl::Status usable = fd.status();
     if (fd.ok()) {
       reader.emplace(*fd);
-      usable = checkRestOf(*reader, m_writer.path(), session, &first);
+      usable = checkResumes(*reader, session, &first, &m_writer.path());
     }
     if (!usable.ok()) {
       // Gone or changed: nothing more to take; the session is closed as its agent left it.

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -294,6 +295,59 @@ class AnotherUserTest(DaemonTestCase):
                 return live[-1]["id"]
             time.sleep(0.1)
         raise AssertionError("no live session reached %d steps" % steps)
+
+    def test_a_daemon_of_another_uid_never_takes_up_a_users_spool(self):
+        # The daemon takes up by itself only the spools of its own user's sessions, from its own
+        # directories: uid 65534's job, whose end reached no one (root's daemon hung at its exit),
+        # keeps its spool for its own `tidemark upload`; the daemon closes the session as aborted
+        # once the job is gone and touches nothing of that user's. (A daemon of its own: this one
+        # is stopped for a while, and the session it keeps is uid 65534's.)
+        daemon = Daemon()
+        self.addCleanup(daemon.cleanup)
+        home = nobody_dir()
+        ready, go = os.path.join(home, "ready"), os.path.join(home, "go")
+        code = ("import os, sys, time, torch\n"
+                "xs = [torch.ones(1 << 16) for _ in range(20)]\n"
+                "open(sys.argv[1], 'w').close()\n"
+                "while not os.path.exists(sys.argv[2]):\n"
+                "    time.sleep(0.02)\n"
+                "print('ok')\n")
+        env = dict(home_env(home), TIDEMARK_ACK_TIMEOUT_MS="500")
+        job = subprocess.Popen(AS_NOBODY + [nobody_tool("tidemark"), "--server",
+                                            daemon.address, "run", "--", PYTHON, "-c", code,
+                                            ready, go],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.time() + 120
+            session = None
+            while session is None:
+                self.assertIsNone(job.poll(), "the job ended early")
+                self.assertLess(time.time(), deadline, "the job's session did not appear")
+                found = [s for s in daemon.cli_json("sessions")["sessions"]
+                         if s["pid"] == job.pid and s["events_stored"] > 0]
+                session = found[0] if found and os.path.exists(ready) else None
+                time.sleep(0.05)
+            os.kill(daemon.proc.pid, signal.SIGSTOP)
+            open(go, "w").close()
+            out, err = job.communicate(timeout=120)
+        finally:
+            os.kill(daemon.proc.pid, signal.SIGCONT)
+            if job.poll() is None:
+                job.kill()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertIn("ok", out)
+        self.assertIn("complete the session with: tidemark upload", err)
+        self.assertNotIn("takes it up", err)
+        spool = err.split("tidemark upload ")[-1].strip()
+        self.assertTrue(spool.startswith(home + "/"), err)
+        s = daemon.wait_ended(session["id"])
+        self.assertEqual(s["state"], "aborted")
+        self.assertTrue(os.path.exists(spool), "the daemon removed another user's spool")
+        self.assertEqual(os.stat(spool).st_uid, NOBODY)
+        self.assertNotIn("taking up the rest of its run", daemon.read_log())
+        r = as_nobody(daemon, "upload", spool, home=home)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"uploaded \d+ events as session \d+")
 
 
 class AnotherUsersDaemonTest(unittest.TestCase):
