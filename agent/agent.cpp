@@ -242,6 +242,7 @@ bool Agent::start() {
   tc.handshake.set_start_ts_ns(base::monotonicNs());
   tc.handshake.set_start_wall_ns(base::wallNs());
   tc.handshake.set_agent_version(TIDEMARK_VERSION);
+  tc.handshake.set_server_address(m_config.server);
   if (v1::JobMember job; jobMemberFrom(std::getenv, &job)) *tc.handshake.mutable_job() = job;
   m_transport = std::make_unique<Transport>(Recorder::instance(), m_interner, std::move(tc));
   m_transport->start();

@@ -222,7 +222,8 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
         "its run): the rest of the session it continues, or a new session. A session closed\n"
         "meanwhile (its resume grace passed) gets the rest as a new session. A tidemarkd of\n"
         "the same user takes up by itself, and removes, the spool of a session it made once\n"
-        "the job's process has exited (in the user's spool directory).\n",
+        "the job's process has exited (in the user's spool directory), and that of a job\n"
+        "aimed at it, started after it, that exited before its first handshake reached it.\n",
         args.size() == 1 ? stdout : stderr);
     return args.size() == 1 ? kExitOk : kExitUsage;
   }
@@ -254,6 +255,18 @@ int uploadCommand(const GlobalOptions& g, const std::vector<std::string>& args) 
   const client::SpoolUploadResult sent =
       client::uploadSpool(channel, reader, std::move(first), options);
   if (!sent.status.ok()) return reportError(g, "upload", sent.status);
+  if (sent.alreadyWhole) {
+    const auto id = static_cast<unsigned long long>(sent.sessionId);
+    if (g.json) {
+      std::printf("{\"session\": %llu, \"events\": 0, \"already_whole\": true}\n", id);
+    } else {
+      std::printf(
+          "session %llu had ended whole (every event its agent sent is stored): the spool "
+          "adds nothing, nothing uploaded\n",
+          id);
+    }
+    return kExitOk;
+  }
   if (!sent.readError.empty()) {
     std::fprintf(stderr, "tidemark upload: stopped early: %s (what came before is stored)\n",
                  sent.readError.c_str());

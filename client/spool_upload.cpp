@@ -26,6 +26,13 @@ SpoolUploadResult uploadSpool(const std::shared_ptr<grpc::Channel>& channel, Spo
     if (stream->Write(first) && stream->Read(&reply) && reply.has_handshake_reply()) break;
     const grpc::Status refused = stream->Finish();
     const uint64_t resuming = first.handshake().resume_session_id();
+    if (resuming != 0 && refused.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+      // The session ended whole (its agent's goodbye came, every event stored): the spool only
+      // repeats it. Nothing sent, no second session made of the same run.
+      result.sessionId = resuming;
+      result.alreadyWhole = true;
+      return result;
+    }
     if (!options.newSessionIfClosed || resuming == 0 ||
         (refused.error_code() != grpc::StatusCode::FAILED_PRECONDITION &&
          refused.error_code() != grpc::StatusCode::NOT_FOUND)) {

@@ -36,6 +36,8 @@ struct SpoolUploadResult {
   uint64_t sessionId = 0;  // the session that took the events
   uint64_t events = 0;     // events sent (those the daemon had already are skipped)
   std::string readError;   // the spool ended with a bad record ("" if read to its end)
+  // The session it continues had ended whole: the spool adds nothing (no events sent).
+  bool alreadyWhole = false;
 };
 
 // `first`: the spool's first message, its handshake (already read from `reader`).

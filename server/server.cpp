@@ -164,7 +164,7 @@ absl::Status Server::start() {
   }
   if (tls) m_peers.setTlsPort(m_port);
   m_listeners.start(m_server.get(), &m_peers);
-  m_handoffs->start(*m_server);
+  m_handoffs->start(*m_server, m_options.unixSocket, m_port);
   return absl::OkStatus();
 }
 

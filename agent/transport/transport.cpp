@@ -728,9 +728,11 @@ bool Transport::connect() {
     const grpc::Status status = endStream();
     m_linkError = status.ok() ? "no answer to the handshake" : status.error_message();
     const grpc::StatusCode code = status.error_code();
-    if (resuming != 0 && m_goodbyeWritten && code == grpc::StatusCode::FAILED_PRECONDITION) {
-      // The goodbye went out before the link broke and the server ended the session with it:
-      // everything was delivered, only the confirmation was lost.
+    if (resuming != 0 && (code == grpc::StatusCode::ALREADY_EXISTS ||
+                          (m_goodbyeWritten && code == grpc::StatusCode::FAILED_PRECONDITION))) {
+      // The goodbye went out before the link broke — on the stream, or in a file handed over
+      // whose answer came too late — and the server ended the session with it, every event
+      // stored (ALREADY_EXISTS): everything was delivered, only the confirmation was lost.
       m_ending = Ending::kDelivered;
       return false;
     }
@@ -955,10 +957,15 @@ bool Transport::handoffPossible() const {
          m_config.token.empty() && m_config.tlsCa.empty() && local && m_sessionId != 0;
 }
 
-bool Transport::daemonTakesSpool() const {
+bool Transport::spoolInUsersDirectory() const {
   return m_config.token.empty() && m_config.tlsCa.empty() &&
+         base::isProbedTarget(m_config.server) &&
          std::filesystem::path(m_config.spoolPath).parent_path() ==
-             std::filesystem::path(base::defaultSpoolDirectory()) &&
+             std::filesystem::path(base::defaultSpoolDirectory());
+}
+
+bool Transport::daemonTakesSpool() const {
+  return spoolInUsersDirectory() &&
          base::daemonOwner(m_config.server) == std::optional<uid_t>(::geteuid());
 }
 
@@ -1354,9 +1361,14 @@ std::string Transport::summary() const {
       } else if (session == 0) {
         std::snprintf(line, sizeof line,
                       "tidemark: no tidemarkd answered at %s; %llu events spooled to %s "
-                      "(%llu dropped); load them with: tidemark upload %s",
+                      "(%llu dropped); %s %s",
                       m_config.server.c_str(), static_cast<unsigned long long>(c.events_spooled()),
                       m_config.spoolPath.c_str(), static_cast<unsigned long long>(dropped),
+                      spoolInUsersDirectory()
+                          ? "a tidemarkd of this user listening there since before this job "
+                            "began takes it up once this process has exited, else load them "
+                            "with: tidemark upload"
+                          : "load them with: tidemark upload",
                       m_config.spoolPath.c_str());
       } else {
         std::snprintf(line, sizeof line,

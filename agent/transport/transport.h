@@ -145,6 +145,9 @@ class Transport {
   // user on this host, the spool in the user's default spool directory, where it looks:
   // server/rpc/handoff_taker.h); else only `tidemark upload` delivers it.
   bool daemonTakesSpool() const;
+  // Where such a daemon would look: the spool in the user's default spool directory, a daemon
+  // on this host (a Unix socket or loopback), no token or TLS (the daemon's own user's).
+  bool spoolInUsersDirectory() const;
   bool handOff(std::chrono::steady_clock::time_point deadline);
   void writeWindow();
   // Publishes since when the oldest written batch waits (for the collector's watchdog).

@@ -1,5 +1,7 @@
 #include "server/rpc/agent_identity.h"
 
+#include "tidemark/v1/query.pb.h"
+
 namespace tidemark::server {
 
 std::string bounded(const std::string& text, size_t max) {
@@ -16,6 +18,11 @@ absl::Status sameAgent(const v1::Handshake& hello, const SessionHeader& header, 
   }
   return absl::NotFoundError("session " + std::to_string(id) +
                              " of this store was not recorded by this process");
+}
+
+bool endedWhole(const SessionRecord& record) {
+  return record.state == v1::SESSION_STATE_ENDED && record.eventsSent &&
+         record.eventsStored == *record.eventsSent && record.eventsDropped.value_or(0) == 0;
 }
 
 }  // namespace tidemark::server

@@ -27,4 +27,8 @@ std::string bounded(const std::string& text, size_t max);
 // tells nothing of the other job).
 absl::Status sameAgent(const v1::Handshake& hello, const SessionHeader& header, int64_t id);
 
+// Ended by its agent's goodbye with every event it sent stored and none dropped: nothing a spool
+// or handed-over file of its agent holds is missing from the session.
+bool endedWhole(const SessionRecord& record);
+
 }  // namespace tidemark::server

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -17,6 +19,9 @@
 #include "client/spool_upload.h"
 #include "server/rpc/agent_identity.h"
 #include "server/store/store.h"
+#include "src/base/clock.h"
+#include "src/base/daemon_address.h"
+#include "src/base/host_name.h"
 #include "src/base/private_dir.h"
 #include "tidemark/v1/query.pb.h"
 
@@ -71,6 +76,11 @@ absl::Status checkResumes(client::SpoolReader& reader, int64_t session, v1::Agen
                           const std::string* store = nullptr) {
   auto resumes = readHandshake(reader, first);
   if (!resumes.ok()) return resumes.status();
+  if (session == 0) {  // a run that never got a session: the new session it begins
+    if (*resumes == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError("it continues session " + std::to_string(*resumes) +
+                                      ", it does not begin one");
+  }
   if (store != nullptr && *resumes == 0 && first->handshake().agent_instance() != 0) {
     auto record = Store::getSession(*store, session);
     if (!record.ok()) return record.status();
@@ -152,22 +162,30 @@ absl::Status sessionWaits(const std::string& store, int64_t session, const v1::H
   return absl::OkStatus();
 }
 
-// Ended by its agent's goodbye with every event it sent stored and none dropped: nothing a
-// handed-over file of it holds is missing.
-bool endedWhole(const std::string& store, int64_t session) {
+// Removes the file at `path` if it is still the one `info` describes (the same device and
+// inode); true when removed.
+bool removeIfSame(const std::string& path, const struct stat& info) {
+  struct stat now {};
+  return ::lstat(path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
+         now.st_ino == info.st_ino && ::unlink(path.c_str()) == 0;
+}
+
+// Its session in `store` ended whole (endedWhole).
+bool sessionEndedWhole(const std::string& store, int64_t session) {
   auto record = Store::getSession(store, session);
-  return record.ok() && record->state == v1::SESSION_STATE_ENDED && record->eventsSent &&
-         record->eventsStored == *record->eventsSent && record->eventsDropped.value_or(0) == 0;
+  return record.ok() && endedWhole(*record);
 }
 
 }  // namespace
 
 HandoffTaker::HandoffTaker(StoreWriter& writer, Access& access)
-    : m_writer(writer), m_access(access) {}
+    : m_writer(writer), m_access(access), m_startWallNs(base::wallNs()) {}
 
 HandoffTaker::~HandoffTaker() { stop(); }
 
-void HandoffTaker::start(grpc::Server& server) {
+void HandoffTaker::start(grpc::Server& server, const std::string& unixSocket, int tcpPort) {
+  m_unixSocket = unixSocket;
+  m_tcpPort = tcpPort;
   m_secret = m_access.makeInternalSecret();
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(static_cast<int>(client::SpoolReader::kMaxMessageBytes) + 1024);
@@ -236,6 +254,64 @@ std::optional<HandoffRow> HandoffTaker::leftBehind(
   return std::nullopt;
 }
 
+void HandoffTaker::lookAtSpools(const std::function<bool(uint64_t instance)>& sessionMadeFor) {
+  if (!m_channel || m_secret.empty()) return;
+  const std::string dir = base::defaultSpoolDirectory();
+  if (!ownPrivateDirectory(dir)) return;
+  const std::string host = base::hostName();
+  for (const std::string& path : filesNamed(dir, {"tidemark-spool-"})) {
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) continue;
+    const std::pair<int64_t, int64_t> key{static_cast<int64_t>(info.st_dev),
+                                          static_cast<int64_t>(info.st_ino)};
+    if (m_spoolsSeen.count(key) != 0) continue;
+    // tidemark-spool-<pid>-<ms>.bin: a process that still runs may still be writing it.
+    const std::string name = std::filesystem::path(path).filename().string();
+    const long pid = std::strtol(name.c_str() + std::strlen("tidemark-spool-"), nullptr, 10);
+    if (pid <= 0 || !(::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) continue;
+    if (m_spoolsSeen.size() >= 4096) m_spoolsSeen.clear();  // bounded
+    std::optional<OwnFile> file = ownFile(path);
+    if (!file || file->hello.pid() != pid || file->hello.hostname() != host) {
+      m_spoolsSeen.insert(key);
+      continue;
+    }
+    const v1::Handshake& hello = file->hello;
+    if (hello.resume_session_id() != 0) {
+      m_spoolsSeen.insert(key);
+      const auto session = static_cast<int64_t>(hello.resume_session_id());
+      if (addsNothing(session, hello) && removeIfSame(path, info)) {
+        std::fprintf(stderr,
+                     "tidemarkd: session %lld: removed %s, the spool of its process (pid %ld): "
+                     "the session has ended whole, with every event the spool holds\n",
+                     static_cast<long long>(session), path.c_str(), pid);
+      }
+      continue;
+    }
+    const bool unanswered =
+        hello.start_wall_ns() >= m_startWallNs &&
+        base::reachesDaemonAt(hello.server_address(), m_unixSocket, m_tcpPort) &&
+        (hello.agent_instance() == 0 || !sessionMadeFor(hello.agent_instance()));
+    if (!unanswered) {
+      m_spoolsSeen.insert(key);
+      continue;
+    }
+    if (!take(file->row(0), true)) continue;  // another is being sent: at the next call
+    m_spoolsSeen.insert(key);
+    std::fprintf(stderr,
+                 "tidemarkd: taking up %s, the spool of a job (pid %ld) that exited before its "
+                 "first handshake reached this daemon\n",
+                 path.c_str(), pid);
+  }
+}
+
+bool HandoffTaker::addsNothing(int64_t session, const v1::Handshake& hello) {
+  if (m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
+    return false;
+  }
+  auto record = Store::getSession(m_writer.path(), session);
+  return record.ok() && sameAgent(hello, record->header, session).ok() && endedWhole(*record);
+}
+
 absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid, const std::string& path,
                                                 bool* cannotOpen) {
   *cannotOpen = false;
@@ -256,9 +332,9 @@ absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid, cons
                     static_cast<int64_t>(info.st_ino)};
 }
 
-void HandoffTaker::take(const HandoffRow& row, bool recorded) {
+bool HandoffTaker::take(const HandoffRow& row, bool recorded) {
   std::lock_guard<std::mutex> lock(m_mutex);
-  if (m_stopping || !m_taking.insert(row.sessionId).second) return;  // one taker a session
+  if (m_stopping || !m_taking.insert(row.sessionId).second) return false;  // one a session
   // Recorded for a restart (queued before anything the file brings, so committed before it);
   // the agent is not kept waiting for it: a long commit of other sessions may be under way.
   if (!recorded) m_writer.post([row](Store& s) { return s.addHandoff(row); });
@@ -275,7 +351,9 @@ void HandoffTaker::take(const HandoffRow& row, bool recorded) {
   m_threads.push_back({std::thread([this, row, done] {
                          pthread_setname_np(pthread_self(), "td-handoff");
                          run(row);
-                         if (!m_stopping && m_fileDone) m_fileDone(row.sessionId);
+                         if (!m_stopping && m_fileDone && row.sessionId != 0) {
+                           m_fileDone(row.sessionId);
+                         }
                          {
                            std::lock_guard<std::mutex> lock(m_mutex);
                            m_taking.erase(row.sessionId);
@@ -283,6 +361,7 @@ void HandoffTaker::take(const HandoffRow& row, bool recorded) {
                          done->store(true);
                        }),
                        done});
+  return true;
 }
 
 bool HandoffTaker::pause(int ms) {
@@ -294,7 +373,12 @@ bool HandoffTaker::pause(int ms) {
 void HandoffTaker::run(const HandoffRow& handed) {
   const int64_t session = handed.sessionId;
   const HandoffRow* row = &handed;
-  auto forget = [&] { m_writer.post([session](Store& s) { return s.removeHandoff(session); }); };
+  // What the log calls it: its session, or the spool of a run that never got one.
+  const std::string whose =
+      session != 0 ? "session " + std::to_string(session) : "the spool " + handed.path;
+  auto forget = [&] {
+    if (session != 0) m_writer.post([session](Store& s) { return s.removeHandoff(session); });
+  };
   int backoffMs = 5000;
   while (!m_stopping) {
     struct stat info {};
@@ -309,9 +393,8 @@ void HandoffTaker::run(const HandoffRow& handed) {
     }
     if (!usable.ok()) {
       // Gone or changed: nothing more to take; the session is closed as its agent left it.
-      std::fprintf(stderr,
-                   "tidemarkd: session %lld: cannot take the file its agent handed over: %s\n",
-                   static_cast<long long>(session), std::string(usable.message()).c_str());
+      std::fprintf(stderr, "tidemarkd: %s: cannot take the file its agent handed over: %s\n",
+                   whose.c_str(), std::string(usable.message()).c_str());
       forget();
       return;
     }
@@ -330,14 +413,31 @@ void HandoffTaker::run(const HandoffRow& handed) {
     if (!sent.status.ok() && m_stopping) return;
     // Removed by the daemon only when it is that user's own (and still the same file).
     const auto removeFile = [&] {
-      struct stat now {};
-      const bool same = ::lstat(row->path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
-                        now.st_ino == info.st_ino;
-      const bool removed = ::geteuid() == uid && same && ::unlink(row->path.c_str()) == 0;
-      if (!removed && same) {
+      if ((::geteuid() != uid || !removeIfSame(row->path, info)) &&
+          ::access(row->path.c_str(), F_OK) == 0) {
         std::fprintf(stderr, "tidemarkd: %s is left for its owner to remove\n", row->path.c_str());
       }
     };
+    if (sent.alreadyWhole || (!sent.status.ok() && sessionEndedWhole(m_writer.path(), session))) {
+      // The goodbye was on its stream before the agent decided to hand off (an exit at the
+      // moment its second ran out): the stream delivered everything, the file adds nothing.
+      forget();
+      std::fprintf(stderr,
+                   "tidemarkd: session %lld: its stream delivered every event before it ended; "
+                   "the file its agent handed over as well adds nothing and is removed\n",
+                   static_cast<long long>(session));
+      removeFile();
+      return;
+    }
+    if (sent.status.ok() && session == 0) {
+      std::fprintf(stderr, "tidemarkd: session %llu: made from %s, %llu events stored%s%s%s\n",
+                   static_cast<unsigned long long>(sent.sessionId), row->path.c_str(),
+                   static_cast<unsigned long long>(sent.events),
+                   sent.readError.empty() ? "" : " (the file ended early: ", sent.readError.c_str(),
+                   sent.readError.empty() ? "" : ")");
+      removeFile();
+      return;
+    }
     if (sent.status.ok()) {
       forget();
       std::fprintf(
@@ -349,31 +449,18 @@ void HandoffTaker::run(const HandoffRow& handed) {
       removeFile();
       return;
     }
-    if (endedWhole(m_writer.path(), session)) {
-      // The goodbye was on its stream before the agent decided to hand off (an exit at the
-      // moment its second ran out): the stream delivered everything, the file adds nothing.
-      forget();
-      std::fprintf(stderr,
-                   "tidemarkd: session %lld: its stream delivered every event before it ended; "
-                   "the file its agent handed over as well adds nothing and is removed\n",
-                   static_cast<long long>(session));
-      removeFile();
-      return;
-    }
     if (sent.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // The store cannot be written yet (a full disk): tried again, less and less often.
-      std::fprintf(
-          stderr, "tidemarkd: session %lld: the handed-over file waits (%s); tried again in %d s\n",
-          static_cast<long long>(session), sent.status.error_message().c_str(), backoffMs / 1000);
+      std::fprintf(stderr, "tidemarkd: %s: the handed-over file waits (%s); tried again in %d s\n",
+                   whose.c_str(), sent.status.error_message().c_str(), backoffMs / 1000);
       if (!pause(backoffMs)) return;
       backoffMs = std::min(backoffMs * 2, 300000);
       continue;
     }
     std::fprintf(stderr,
-                 "tidemarkd: session %lld: the file its agent handed over was refused (%s); it "
+                 "tidemarkd: %s: the file its agent handed over was refused (%s); it "
                  "stays at %s for `tidemark upload`\n",
-                 static_cast<long long>(session), sent.status.error_message().c_str(),
-                 row->path.c_str());
+                 whose.c_str(), sent.status.error_message().c_str(), row->path.c_str());
     forget();
     return;
   }

@@ -21,6 +21,7 @@
 #include "server/rpc/access.h"
 #include "server/store/store.h"
 #include "server/store/writer.h"
+#include "tidemark/v1/ingest.pb.h"
 
 namespace tidemark::server {
 
@@ -43,15 +44,19 @@ class HandoffTaker {
   HandoffTaker& operator=(const HandoffTaker&) = delete;
 
   // Once the gRPC server runs: files go through its in-process channel; the store's pending
-  // handoffs are taken up.
-  void start(grpc::Server& server);
+  // handoffs are taken up. unixSocket and tcpPort: where this daemon listens ("", 0: not
+  // there), which lookAtSpools compares with the address a spool's agent was aimed at.
+  void start(grpc::Server& server, const std::string& unixSocket = "", int tcpPort = 0);
   // Checks the file an agent offers for its session: what to take, or why not (the agent then
   // goes on as without). *cannotOpen: refused because the file could not be opened where it lies.
   absl::StatusOr<HandoffRow> accept(int64_t session, uid_t uid, const std::string& path,
                                     bool* cannotOpen);
   // Sends a file on a thread of its own (resuming its session ends the agent's stream), one at a
   // time per session; `recorded`: its row is in the store already, else it is written first.
-  void take(const HandoffRow& row, bool recorded = false);
+  // Session 0: a spool of a run that never got a session (lookAtSpools), sent as the new
+  // session it begins; no row. False when not taken now (stopping, or that session's file is
+  // being sent).
+  bool take(const HandoffRow& row, bool recorded = false);
   // The rest of a live session's run that its agent left in a file of this daemon's own user —
   // its spool, or a handoff file — when that agent's process has gone: found in the user's
   // handoff and spool directories (a name of the session's pid), beginning with the handshake
@@ -60,6 +65,21 @@ class HandoffTaker {
   // (an exit before its first handshake was answered). nullopt when there is none.
   std::optional<HandoffRow> leftBehind(int64_t session,
                                        const std::function<bool(uint64_t instance)>& madeFor);
+  // The spools in this user's spool directory of jobs that have exited (kill(pid, 0): no such
+  // process), looked at now and then (IngestService):
+  // - a job that never got a session from this daemon — its first handshake had not reached it
+  //   when the job exited (a daemon loaded by many jobs at once): its spool, whose handshake says
+  //   it was aimed at this daemon's address, from a process of this host that started after
+  //   this daemon, and for which no session was made (`sessionMadeFor`, by its
+  //   Handshake.agent_instance: such a spool is the rest of that session, leftBehind's), is
+  //   taken up as `tidemark upload` would, as the session it begins, and removed once stored;
+  // - a spool that adds nothing: the rest of a session of this user that ended whole (its
+  //   goodbye came, every event sent stored, none dropped) from the same process — an exit
+  //   that gave up waiting for the daemon's answer after the daemon had the whole run, by its
+  //   stream or a handed-over file — is removed (an upload would only repeat the run).
+  // Each file is looked at until it is dealt with or found to be neither; one whose process
+  // still runs is looked at again at the next call. Called from one thread.
+  void lookAtSpools(const std::function<bool(uint64_t instance)>& sessionMadeFor);
   // Called when done with a file taken (stored, or given up), not when stopped.
   void setFileDone(std::function<void(int64_t session)> done) { m_fileDone = std::move(done); }
   // Stops sending (what was sent is committed, the rest is taken up at the next start).
@@ -69,6 +89,9 @@ class HandoffTaker {
   void run(const HandoffRow& row);
   // Files of live sessions in this user's own handoff and spool directories that no row names.
   std::vector<HandoffRow> unrecordedHandoffs(const std::set<std::string>& known);
+  // Whether a spool resuming `session` from the process of `hello` adds nothing to it: a session
+  // of this daemon's user, recorded by that process, that ended whole.
+  bool addsNothing(int64_t session, const v1::Handshake& hello);
   // Waits up to `ms` unless stopped; false when stopped.
   bool pause(int ms);
 
@@ -85,8 +108,14 @@ class HandoffTaker {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Taking> m_threads;
-  std::set<int64_t> m_taking;  // sessions whose file is being sent
-  std::mutex m_sendMutex;      // held while a file is sent: one at a time
+  std::set<int64_t> m_taking;  // sessions whose file is being sent (0: an unanswered spool's)
+  // Where this daemon listens and since when (base::wallNs), for lookAtSpools; the spools
+  // (device, inode) it dealt with or found not to be its to deal with.
+  std::string m_unixSocket;
+  int m_tcpPort = 0;
+  int64_t m_startWallNs = 0;
+  std::set<std::pair<int64_t, int64_t>> m_spoolsSeen;
+  std::mutex m_sendMutex;  // held while a file is sent: one at a time
 };
 
 }  // namespace tidemark::server

@@ -243,11 +243,12 @@ IngestService::IngestService(StoreWriter& writer, LiveAgents& agents, const Acce
   m_sweeper = std::thread([this] {
     pthread_setname_np(pthread_self(), "td-sweep");
     std::unique_lock<std::mutex> lock(m_sweepMutex);
-    while (!m_stopping) {
+    for (uint64_t round = 1; !m_stopping; ++round) {
       m_sweepWake.wait_for(lock, std::chrono::milliseconds(500));
       if (m_stopping) break;
       lock.unlock();
       closeExpiredSessions();
+      if (round % 4 == 0) lookAtSpools();  // every 2 s
       lock.lock();
     }
   });
@@ -291,6 +292,13 @@ bool IngestService::takeUpLeftBehind(int64_t id) {
   m_sessions.restTakenUp(id);
   taker->take(*row);
   return true;
+}
+
+void IngestService::lookAtSpools() {
+  HandoffTaker* taker = m_handoffs.load();
+  if (taker == nullptr) return;
+  taker->lookAtSpools(
+      [this](uint64_t instance) { return m_instances.sessionOf(::geteuid(), instance) != 0; });
 }
 
 void IngestService::closeExpiredSessions() {
@@ -408,6 +416,14 @@ grpc::Status IngestService::mayResume(const v1::Handshake& hello, grpc::ServerCo
   if (grpc::Status denied = m_access.check(context, sessionId, "resuming a session", kIngest);
       !denied.ok()) {
     return denied;
+  }
+  if (endedWhole(*known)) {
+    // Its agent's goodbye came and every event it sent is stored: a spool or an exit that gave
+    // up waiting for the answer only repeats what the session holds (ALREADY_EXISTS: nothing to
+    // add, no new session to make of it).
+    return toGrpc(absl::AlreadyExistsError("session " + std::to_string(sessionId) +
+                                           " has ended whole: every event its agent sent is "
+                                           "stored"));
   }
   if (known->state != v1::SESSION_STATE_LIVE) {
     return toGrpc(absl::FailedPreconditionError("session " + std::to_string(sessionId) +

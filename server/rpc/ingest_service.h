@@ -80,6 +80,9 @@ class IngestService final : public v1::Ingest::Service {
   // The rest of the run of a detached session whose process has gone, left in a file of this
   // daemon's user (HandoffTaker::leftBehind): taken up as a handed-over file is. False: none.
   bool takeUpLeftBehind(int64_t id);
+  // The spools of this user's jobs aimed at this daemon that exited before their first
+  // handshake reached it (HandoffTaker::lookAtSpools); every 2 s.
+  void lookAtSpools();
   // Whether the agent of `hello` may continue session `sessionId`: a live session of this store,
   // recorded from the same process (agent_identity.h), that the caller may write to; else the
   // status it is refused with.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "src/base/socket_owner.h"
@@ -118,6 +119,18 @@ std::string readToken(const std::string& value, const std::string& file) {
   if (begin == std::string::npos) return "";
   const size_t end = token.find_last_not_of(" \t\r\n");
   return token.substr(begin, end - begin + 1);
+}
+
+bool reachesDaemonAt(const std::string& target, const std::string& unixSocket, int tcpPort) {
+  if (target.rfind("unix:", 0) == 0) {
+    if (unixSocket.empty()) return false;
+    const std::filesystem::path path = unixSocketPath(target);
+    std::error_code ec;
+    if (std::filesystem::equivalent(path, unixSocket, ec)) return true;
+    return path.lexically_normal() == std::filesystem::path(unixSocket).lexically_normal();
+  }
+  if (tcpPort <= 0 || !isProbedTarget(target)) return false;
+  return std::strtol(target.c_str() + target.rfind(':') + 1, nullptr, 10) == tcpPort;
 }
 
 bool isProbedTarget(const std::string& target) {

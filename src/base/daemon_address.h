@@ -28,6 +28,11 @@ std::string untrustedDaemon(const std::string& target, bool tlsVerified = false)
 // there.
 std::optional<uid_t> daemonOwner(const std::string& target);
 
+// Whether target (a gRPC target, as an agent was given it) reaches the daemon listening on the
+// Unix socket `unixSocket` ("" for none) or on loopback port `tcpPort` (0 for none): the same
+// socket file, or a loopback address of that port.
+bool reachesDaemonAt(const std::string& target, const std::string& unixSocket, int tcpPort);
+
 // Whether something listens at target now (a connection the kernel accepts, closed at once):
 // "unix:PATH" or a loopback "HOST:PORT"; false for any other address (not probed). Fast, and
 // independent of gRPC's threads, which a loaded machine may hold up.

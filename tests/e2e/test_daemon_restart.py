@@ -453,5 +453,53 @@ for step in range(1, 9):
             daemon.stop(signal.SIGKILL)
 
 
+class NeverAnsweredJobTest(unittest.TestCase):
+    def test_a_job_whose_handshake_never_reached_the_hung_daemon_becomes_a_session_by_itself(self):
+        """A daemon hung (SIGSTOP) from before a job starts until after it exits, as one loaded
+        by many jobs at once can be: the job's first handshake is never answered, the job trains
+        on, and its exit spools the whole run (no session to continue) into the user's spool
+        directory, which it shares with its daemon. Once the daemon runs again it finds that
+        spool — aimed at it, from a job that started after it and has exited — and makes the
+        job's session from it: whole, without `tidemark upload`, and the file goes."""
+        directory = tempfile.mkdtemp(prefix="tidemark-unanswered-")
+        self.addCleanup(shutil.rmtree, directory, ignore_errors=True)
+        state = os.path.join(directory, "state")
+        daemon = Tidemarkd(directory, env={"XDG_STATE_HOME": state})
+        daemon.start()
+        self.addCleanup(daemon.stop, signal.SIGKILL)
+        daemon.proc.send_signal(signal.SIGSTOP)
+        self.addCleanup(lambda: daemon.proc.poll() is None and
+                        daemon.proc.send_signal(signal.SIGCONT))
+        job = subprocess.Popen(
+            [os.path.join(BIN, "tidemark"), "--server", daemon.address, "run", "--",
+             os.path.join(BIN, "tidemark_alloc_program")], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, XDG_STATE_HOME=state, TIDEMARK_ACK_TIMEOUT_MS="500"))
+        _, err = job.communicate(timeout=300)
+        self.assertEqual(job.returncode, 0, err)
+        self.assertIn("no tidemarkd answered at " + daemon.address, err)
+        self.assertIn("a tidemarkd of this user listening there since before this job began "
+                      "takes it up once this process has exited", err)
+        spool = err.strip().split("tidemark upload ")[-1].strip()
+        self.assertTrue(spool.startswith(os.path.join(state, "tidemark", "spool")), err)
+        self.assertTrue(os.path.exists(spool), err)
+        daemon.proc.send_signal(signal.SIGCONT)
+        deadline = time.time() + 120
+        while os.path.exists(spool) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(spool), daemon.log_tail())
+        session = daemon.analyzed(job.pid, job_err=err)
+        self.assertEqual(session["state"], "ended", session)
+        self.assertEqual(session["events_dropped"], 0, session)
+        self.assertGreater(session["events_sent"], 0, session)
+        self.assertEqual(session["events_stored"], session["events_sent"], session)
+        # Which of the daemon's two ways took it: the handshake it found waiting on the
+        # connection when it ran again (a session made for the job, whose spool completes it),
+        # or none at all (the spool makes the session). Either leaves one whole session.
+        log = daemon.log_tail()
+        self.assertTrue("that exited before its first handshake reached this daemon" in log or
+                        "taking up the rest of its run" in log, log)
+        print("\n" + [line for line in log.splitlines() if "taking up" in line][0])
+
 if __name__ == "__main__":
     unittest.main()

@@ -16,12 +16,14 @@
 #include <filesystem>
 #include <functional>
 
+#include "client/spool_upload.h"
 #include "server/ingest/session_ingest.h"
 #include "server/rpc/query_service.h"
 #include "server/server.h"
 #include "server/store/store.h"
 #include "src/advisor/plan_json.h"
 #include "src/advisor/planner.h"
+#include "src/base/clock.h"
 #include "src/base/host_name.h"
 #include "src/base/private_dir.h"
 #include "tests/support/exited_pid.h"
@@ -248,9 +250,10 @@ class IngestRpcTest : public ::testing::Test {
                                   static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino)})
                     .ok());
   }
-  // Whether a file is gone within 2 s (the daemon removes a handed-over file once stored).
-  static bool awaitRemoved(const std::filesystem::path& file) {
-    for (int i = 0; i < 100 && std::filesystem::exists(file); ++i)
+  // Whether a file is gone within `tries` × 20 ms (the daemon removes a handed-over file once
+  // stored).
+  static bool awaitRemoved(const std::filesystem::path& file, int tries = 100) {
+    for (int i = 0; i < tries && std::filesystem::exists(file); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return !std::filesystem::exists(file);
   }
@@ -1396,6 +1399,45 @@ std::vector<v1::AgentMessage> restOf(uint64_t session, uint64_t otherSession = 0
   return {h, b2, b3, bye};
 }
 
+// A spool of a session that ended whole (its agent's goodbye came, every event stored; the exit
+// gave up waiting for the answer and spooled the rest all the same): its upload adds nothing and
+// makes no second session of the same run; resuming it says ALREADY_EXISTS. A session that ended
+// otherwise is still refused as before.
+TEST_F(IngestRpcTest, TheUploadOfASpoolOfASessionThatEndedWholeAddsNothing) {
+  uint64_t session = 0;
+  std::vector<v1::AgentMessage> whole = restOf(0);
+  whole[0] = hello();
+  whole.insert(whole.begin() + 1, event(1, 1, true, 0x1000));
+  ASSERT_TRUE(send(whole, &session).ok());
+  ASSERT_NE(session, 0u);
+  v1::SessionInfo info;
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  ASSERT_EQ(info.events_stored(), 3u);
+
+  v1::AgentMessage resume = hello();
+  resume.mutable_handshake()->set_resume_session_id(session);
+  EXPECT_EQ(send({resume}).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+
+  const std::filesystem::path file = m_dir / "spool.bin";
+  writeSpool(file, restOf(session));
+  client::SpoolReader reader(file.string());
+  v1::AgentMessage first;
+  ASSERT_TRUE(reader.next(&first));
+  const client::SpoolUploadResult sent =
+      client::uploadSpool(m_channel, reader, first, client::SpoolUpload());
+  ASSERT_TRUE(sent.status.ok()) << sent.status.error_message();
+  EXPECT_TRUE(sent.alreadyWhole);
+  EXPECT_EQ(sent.sessionId, session);
+  EXPECT_EQ(sent.events, 0u);
+  v1::ListSessionsResponse list;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  EXPECT_EQ(list.sessions_size(), 1) << "a second session of the same run";
+  ASSERT_TRUE(sessionInfo(session, &info).ok());
+  EXPECT_EQ(info.events_stored(), 3u);
+}
+
 TEST_F(IngestRpcTest, AFileHandedOverCompletesTheSessionAndGoes) {
   grpc::ClientContext ctx;
   auto stream = m_ingest->Stream(&ctx);
@@ -1853,6 +1895,79 @@ TEST_F(LeftBehindTest, TheSpoolOfAJobNeverAnsweredCompletesTheSessionMadeForIt) 
   ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
   EXPECT_EQ(list.sessions_size(), 1) << "a session made from the file";
   expectHealthy();
+}
+
+// Its exit came before its first handshake reached the daemon at all (a daemon loaded by many
+// jobs): no session was made. The daemon finds its spool — aimed at this daemon, from a process
+// that started after it and has exited — and makes the session from it; spools that are not
+// such a run are left for `tidemark upload`.
+TEST_F(LeftBehindTest, TheSpoolOfAJobThatNeverReachedTheDaemonBecomesItsSession) {
+  const int64_t now = base::wallNs();
+  auto unanswered = [&](uint64_t instance, const std::string& address, int64_t startWall) {
+    v1::AgentMessage m = exitedHello(0, instance, startWall);
+    m.mutable_handshake()->set_server_address(address);
+    return m;
+  };
+  // Aimed at another daemon; made before this daemon started (its line said `tidemark upload`);
+  // the rest of a session (resumes one); a process that still runs (this one).
+  writeItsSpool(spoolName("spool", 1), unanswered(11, "127.0.0.1:1", now), 1);
+  writeItsSpool(spoolName("spool", 2), unanswered(12, m_server->address(), 77), 1);
+  writeItsSpool(spoolName("spool", 3), exitedHello(99, 0, now), 2);
+  v1::AgentMessage running = unanswered(14, m_server->address(), now);
+  running.mutable_handshake()->set_pid(::getpid());
+  const std::string runningName = "tidemark-spool-" + std::to_string(::getpid()) + "-4.bin";
+  writeItsSpool(runningName, running, 1);
+  // The job's.
+  writeItsSpool(spoolName("spool", 5), unanswered(15, m_server->address(), now), 1);
+
+  v1::ListSessionsResponse list;
+  for (int i = 0; i < 200 && list.sessions_size() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  }
+  ASSERT_EQ(list.sessions_size(), 1) << "no session made from the job's spool in 10 s";
+  const v1::SessionInfo info = awaitClosed(list.sessions(0).id());
+  EXPECT_EQ(info.pid(), m_pid);
+  EXPECT_EQ(info.state(), v1::SESSION_STATE_ENDED);
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_EQ(info.events_sent(), 3u);
+  EXPECT_EQ(info.blocks(), 2u);
+  EXPECT_TRUE(awaitRemoved(m_spool / spoolName("spool", 5)));
+  // Two more rounds of the daemon's look: the others stay, no other session.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  for (int n : {1, 2, 3})
+    EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", n))) << n;
+  EXPECT_TRUE(std::filesystem::exists(m_spool / runningName));
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  EXPECT_EQ(list.sessions_size(), 1);
+  expectHealthy();
+}
+
+// The exit gave up waiting for the daemon's answer after the daemon had the whole run (by the
+// stream, or a handed-over file it had opened): the session ended whole and the spool written
+// meanwhile only repeats it. The daemon removes it (an upload would make a second session of the
+// same run); a spool of another process, or of a session that did not end whole, stays.
+TEST_F(LeftBehindTest, TheSpoolOfASessionThatEndedWholeIsRemoved) {
+  v1::AgentMessage bye;
+  bye.mutable_goodbye()->mutable_counters()->set_events_sent(2);
+  uint64_t whole = 0;
+  ASSERT_TRUE(send({exitedHello(0, 0), goodBatch(1, 1), bye}, &whole).ok());
+  ASSERT_NE(whole, 0u);
+  const uint64_t aborted = brokenStream(0, true);
+  ASSERT_EQ(awaitClosed(aborted).state(), v1::SESSION_STATE_ABORTED);
+  writeItsSpool(spoolName("spool", 1), exitedHello(whole, 0), 1);      // repeats it
+  writeItsSpool(spoolName("spool", 2), exitedHello(whole, 0, 78), 1);  // another process's
+  writeItsSpool(spoolName("spool", 3), exitedHello(aborted, 0), 2);    // not whole
+  EXPECT_TRUE(awaitRemoved(m_spool / spoolName("spool", 1), 200)) << "not removed in 4 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // another look
+  EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 2)));
+  EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 3)));
+  v1::ListSessionsResponse list;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  EXPECT_EQ(list.sessions_size(), 2) << "no session made from a spool";
 }
 
 // Without a file its session is closed once its process is gone, as before.

@@ -62,5 +62,34 @@ TEST(DaemonListeningTest, ALoopbackPortListensAndNoOtherAddressIsProbed) {
   EXPECT_EQ(daemonOwner("127.0.0.1:" + port), std::nullopt);
 }
 
+// Which daemon an agent's target reaches: what a daemon asks of a spool's handshake before it
+// takes the spool up as a run that was meant for it.
+TEST(ReachesDaemonAtTest, TheSameSocketFileOrTheSameLoopbackPort) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tidemark-reaches-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "sub");
+  const std::string path = (dir / "d.sock").string();
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_TRUE(reachesDaemonAt("unix:" + path, path, 0));
+  EXPECT_TRUE(reachesDaemonAt("unix://" + path, path, 0));
+  EXPECT_TRUE(reachesDaemonAt("unix:" + (dir / "sub" / ".." / "d.sock").string(), path, 0));
+  EXPECT_FALSE(reachesDaemonAt("unix:" + (dir / "other.sock").string(), path, 0));
+  EXPECT_FALSE(reachesDaemonAt("unix:" + path, "", 4242));
+  EXPECT_TRUE(reachesDaemonAt("127.0.0.1:4242", path, 4242));
+  EXPECT_TRUE(reachesDaemonAt("localhost:4242", "", 4242));
+  EXPECT_TRUE(reachesDaemonAt("[::1]:4242", "", 4242));
+  EXPECT_FALSE(reachesDaemonAt("127.0.0.1:4243", "", 4242));
+  EXPECT_FALSE(reachesDaemonAt("192.0.2.1:4242", "", 4242));  // another host's port
+  EXPECT_FALSE(reachesDaemonAt("127.0.0.1:4242", path, 0));   // no TCP port here
+  EXPECT_FALSE(reachesDaemonAt("", path, 4242));
+  ::close(fd);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tidemark::base
