@@ -406,6 +406,10 @@ void HandoffTaker::run(const HandoffRow& handed) {
     options.metadata = {{Access::kInternalKey, m_secret},
                         {Access::kOnBehalfKey, std::to_string(row->ownerUid)}};
     options.stop = &m_stopping;
+    // The rest of a run whose first handshake was never answered begins with that new session's
+    // handshake: it continues the session made for it (checkResumes said so) — by its number on
+    // the daemon that made it, which may have been the one before this one: named here.
+    if (session != 0) first.mutable_handshake()->set_resume_session_id(session);
     const client::SpoolUploadResult sent = client::uploadSpool(m_channel, *reader, first, options);
     sending.unlock();
     // Cut short by the daemon's stop: the rest at the next start. (Sent whole just before the

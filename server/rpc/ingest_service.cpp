@@ -282,8 +282,13 @@ void IngestService::setHandoffTaker(HandoffTaker* taker) {
 bool IngestService::takeUpLeftBehind(int64_t id) {
   HandoffTaker* taker = m_handoffs.load();
   if (taker == nullptr) return false;
-  const std::optional<HandoffRow> row = taker->leftBehind(
-      id, [&](uint64_t instance) { return m_instances.sessionOf(::geteuid(), instance) == id; });
+  // The number its first handshake drew made this session — on this daemon, or, a session found
+  // live at its start, maybe on the daemon before it, which took that knowledge along (then the
+  // handshake's process, pid, host and start, says it: leftBehind checks it).
+  const std::optional<HandoffRow> row = taker->leftBehind(id, [&](uint64_t instance) {
+    const int64_t made = m_instances.sessionOf(::geteuid(), instance);
+    return made == id || (made == 0 && m_sessions.wasLiveAtStart(id));
+  });
   if (!row) return false;
   std::fprintf(stderr,
                "tidemarkd: session %lld: its process has exited; taking up the rest of its run "

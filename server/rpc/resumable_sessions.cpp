@@ -59,6 +59,7 @@ void ResumableSessions::release(int64_t id, bool resumable, int32_t pid,
     if (!resumable) {
       m_entries.erase(id);
       m_handedOver.erase(id);
+      m_liveAtStart.erase(id);
     } else {
       // (A session whose rest its agent handed over in a file waits for the file, not for its
       // process, gone by design: see takeExpired.)
@@ -83,6 +84,12 @@ void ResumableSessions::fileDone(int64_t id) {
 void ResumableSessions::detachAtStart(int64_t id, int32_t pid, const std::string& hostname) {
   std::lock_guard<std::mutex> lock(m_mutex);
   m_entries[id] = Entry{nullptr, false, Clock::now(), false, false, pid, hostname};
+  m_liveAtStart.insert(id);
+}
+
+bool ResumableSessions::wasLiveAtStart(int64_t id) const {
+  std::lock_guard<std::mutex> lock(m_mutex);
+  return m_liveAtStart.count(id) != 0;
 }
 
 bool ResumableSessions::processGone(const Entry& e) const {

@@ -49,6 +49,10 @@ class ResumableSessions {
   void fileDone(int64_t id);
   // At start: sessions left live by the previous run of the daemon.
   void detachAtStart(int64_t id, int32_t pid, const std::string& hostname);
+  // Whether the session was found live at this daemon's start (detachAtStart) and has not been
+  // closed since: the daemon that made it, and knew which agent's number it was made for, is
+  // gone.
+  bool wasLiveAtStart(int64_t id) const;
 
   struct Expired {
     int64_t id = 0;
@@ -82,6 +86,7 @@ class ResumableSessions {
   std::condition_variable m_released;
   std::map<int64_t, Entry> m_entries;
   std::set<int64_t> m_handedOver;
+  std::set<int64_t> m_liveAtStart;
 };
 
 }  // namespace tidemark::server

@@ -1897,6 +1897,27 @@ TEST_F(LeftBehindTest, TheSpoolOfAJobNeverAnsweredCompletesTheSessionMadeForIt) 
   expectHealthy();
 }
 
+// The same after a restart of the daemon (killed while it took up such a spool, or before the
+// job's exit): the daemon that made the session for the number is gone; the session, found live
+// at the start, is completed from the spool of its own process all the same.
+TEST_F(LeftBehindTest, TheSpoolOfAJobNeverAnsweredCompletesItsSessionAfterARestart) {
+  const uint64_t instance = 0x5eed5eed5eedull;
+  const uint64_t session = brokenStream(instance, false);
+  ASSERT_NE(session, 0u);
+  writeItsSpool(spoolName("spool", 1), exitedHello(0, instance, 78), 1);  // another process
+  writeItsSpool(spoolName("spool", 2), exitedHello(0, instance), 1);
+  startServer(std::chrono::seconds(600));
+  const v1::SessionInfo info = awaitClosed(session);
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED) << "closed as aborted instead";
+  EXPECT_EQ(info.events_stored(), 3u);
+  EXPECT_TRUE(awaitRemoved(m_spool / spoolName("spool", 2)));
+  EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 1)));
+  v1::ListSessionsResponse list;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  EXPECT_EQ(list.sessions_size(), 1) << "a session made from the file";
+}
+
 // Its exit came before its first handshake reached the daemon at all (a daemon loaded by many
 // jobs): no session was made. The daemon finds its spool — aimed at this daemon, from a process
 // that started after it and has exited — and makes the session from it; spools that are not
