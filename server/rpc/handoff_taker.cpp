@@ -335,6 +335,7 @@ absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid, cons
 bool HandoffTaker::take(const HandoffRow& row, bool recorded) {
   std::lock_guard<std::mutex> lock(m_mutex);
   if (m_stopping || !m_taking.insert(row.sessionId).second) return false;  // one a session
+  if (row.sessionId != 0 && m_fileTaken) m_fileTaken(row.sessionId);
   // Recorded for a restart (queued before anything the file brings, so committed before it);
   // the agent is not kept waiting for it: a long commit of other sessions may be under way.
   if (!recorded) m_writer.post([row](Store& s) { return s.addHandoff(row); });

@@ -80,7 +80,9 @@ class HandoffTaker {
   // Each file is looked at until it is dealt with or found to be neither; one whose process
   // still runs is looked at again at the next call. Called from one thread.
   void lookAtSpools(const std::function<bool(uint64_t instance)>& sessionMadeFor);
-  // Called when done with a file taken (stored, or given up), not when stopped.
+  // Called when a session's file is taken (before it is sent), and when done with it (stored, or
+  // given up; not when stopped).
+  void setFileTaken(std::function<void(int64_t session)> taken) { m_fileTaken = std::move(taken); }
   void setFileDone(std::function<void(int64_t session)> done) { m_fileDone = std::move(done); }
   // Stops sending (what was sent is committed, the rest is taken up at the next start).
   void stop();
@@ -97,6 +99,7 @@ class HandoffTaker {
 
   StoreWriter& m_writer;
   Access& m_access;
+  std::function<void(int64_t)> m_fileTaken;
   std::function<void(int64_t)> m_fileDone;
   std::string m_secret;
   std::shared_ptr<grpc::Channel> m_channel;

@@ -275,7 +275,10 @@ absl::Status IngestService::detachLiveSessions() {
 }
 
 void IngestService::setHandoffTaker(HandoffTaker* taker) {
-  if (taker != nullptr) taker->setFileDone([this](int64_t id) { m_sessions.fileDone(id); });
+  if (taker != nullptr) {
+    taker->setFileTaken([this](int64_t id) { m_sessions.markHandedOver(id); });
+    taker->setFileDone([this](int64_t id) { m_sessions.fileDone(id); });
+  }
   m_handoffs = taker;
 }
 

@@ -121,13 +121,15 @@ std::vector<ResumableSessions::Expired> ResumableSessions::takeExpired() {
   for (auto& [id, e] : m_entries) {
     if (e.holder != nullptr || e.closing) continue;
     const auto detached = now - e.since;
-    // A session whose rest was handed over in a file waits for the file, not for its process
-    // (gone by design): only the full grace closes it (a store that cannot be written that long).
-    const bool gone =
-        m_handedOver.count(id) == 0 && detached >= kGoneProcessGrace && processGone(e);
+    // A session whose rest is being taken from a file waits for the file — not for its process
+    // (gone by design), nor for its grace: a store that cannot be written (a full disk) for
+    // longer than the grace would otherwise see the session closed as aborted first, and the
+    // rest, refused then, become a second session. The file's taker says when it is done.
+    const bool waitsForFile = m_handedOver.count(id) != 0;
+    const bool gone = !waitsForFile && detached >= kGoneProcessGrace && processGone(e);
     // Sessions found at start wait the full grace even when their process is gone (once looked
     // for the file its agent left): `tidemark upload` of a spool elsewhere still resumes them.
-    const bool due = detached >= m_grace || (gone && e.brokeWhileRunning);
+    const bool due = (!waitsForFile && detached >= m_grace) || (gone && e.brokeWhileRunning);
     const bool lookFirst = gone && !e.lookedForFile;
     if (due || lookFirst) {
       e.closing = true;

@@ -41,7 +41,8 @@ class ResumableSessions {
   // The holding stream ended. resumable: detach (wait for the agent); else forget it.
   void release(int64_t id, bool resumable, int32_t pid, const std::string& hostname);
   // The session's agent handed the rest over in a file (IngestService::Handoff), or the daemon
-  // found the file its agent left: from now on its process being gone does not close it early.
+  // takes up such a file left by its previous run: from now until fileDone neither its process
+  // being gone nor its grace closes it.
   void markHandedOver(int64_t id);
   // Done with the file handed over: a session still live after it (the file could not be taken,
   // or ended early) is closed once its process is gone, after a look for a file its agent left
@@ -66,7 +67,7 @@ class ResumableSessions {
   // Not closed after all: detached as before (its grace counted from when it was detached).
   void keepWaiting(int64_t id);
   // The rest of its run was found in a file and is being taken up (its process is gone): it
-  // waits for that, as for a file handed over.
+  // waits for that, as for a file handed over (until fileDone).
   void restTakenUp(int64_t id);
 
  private:

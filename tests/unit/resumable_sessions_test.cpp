@@ -83,5 +83,21 @@ TEST(ResumableSessionsTest, FoundAtStartItIsLookedAtOnceAndWaitsItsGrace) {
   }
 }
 
+// Its rest is being taken from a file while the store cannot be written (a full disk) for longer
+// than the grace: the session waits for the file, not for the grace — closed first, the rest
+// would be refused and become a second session. Once the taker is done, the grace closes it.
+TEST(ResumableSessionsTest, TheGraceDoesNotCloseASessionWhoseFileIsBeingTaken) {
+  ResumableSessions sessions(std::chrono::seconds(0));  // every grace has passed
+  brokenStream(sessions, 10, ::getpid());               // its process lives
+  sessions.markHandedOver(10);
+  EXPECT_TRUE(sessions.takeExpired().empty()) << "closed while its file is being taken";
+  sessions.fileDone(10);
+  const std::vector<ResumableSessions::Expired> expired = sessions.takeExpired();
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].id, 10);
+  EXPECT_TRUE(expired[0].due);
+  EXPECT_FALSE(expired[0].processGone);
+}
+
 }  // namespace
 }  // namespace tidemark::server
