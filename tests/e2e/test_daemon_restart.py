@@ -118,6 +118,16 @@ class Tidemarkd:
         raise AssertionError("the session of pid %d was not analyzed" % pid)
 
 
+def await_taken_up(test, daemon, spool, err):
+    """The job's spool is there; the hung daemon, continued, takes it up and removes it."""
+    test.assertTrue(os.path.exists(spool), err)
+    daemon.proc.send_signal(signal.SIGCONT)
+    deadline = time.time() + 120
+    while os.path.exists(spool) and time.time() < deadline:
+        time.sleep(0.1)
+    test.assertFalse(os.path.exists(spool), daemon.log_tail())
+
+
 class DaemonRestartTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -315,12 +325,7 @@ class DaemonRestartTest(unittest.TestCase):
             self.assertIn("tidemarkd takes it up once this process has exited", err)
             spool = err.split("tidemark upload ")[-1].strip()
             self.assertTrue(spool.startswith(spool_dir), err)
-            self.assertTrue(os.path.exists(spool), err)
-            daemon.proc.send_signal(signal.SIGCONT)
-            deadline = time.time() + 120
-            while os.path.exists(spool) and time.time() < deadline:
-                time.sleep(0.1)
-            self.assertFalse(os.path.exists(spool), daemon.log_tail())
+            await_taken_up(self, daemon, spool, err)
             self.assertIn("taking up the rest of its run", daemon.log_tail())
             return err
         self.interrupted_run(lambda daemon: daemon.proc.send_signal(signal.SIGSTOP),
@@ -482,12 +487,7 @@ class NeverAnsweredJobTest(unittest.TestCase):
                       "takes it up once this process has exited", err)
         spool = err.strip().split("tidemark upload ")[-1].strip()
         self.assertTrue(spool.startswith(os.path.join(state, "tidemark", "spool")), err)
-        self.assertTrue(os.path.exists(spool), err)
-        daemon.proc.send_signal(signal.SIGCONT)
-        deadline = time.time() + 120
-        while os.path.exists(spool) and time.time() < deadline:
-            time.sleep(0.1)
-        self.assertFalse(os.path.exists(spool), daemon.log_tail())
+        await_taken_up(self, daemon, spool, err)
         session = daemon.analyzed(job.pid, job_err=err)
         self.assertEqual(session["state"], "ended", session)
         self.assertEqual(session["events_dropped"], 0, session)

@@ -258,6 +258,14 @@ class IngestRpcTest : public ::testing::Test {
     return !std::filesystem::exists(file);
   }
 
+  // How many sessions the daemon lists.
+  int sessionCount() {
+    v1::ListSessionsResponse list;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+    return list.sessions_size();
+  }
+
   // A complete, well-behaved session still works: the server kept serving.
   void expectHealthy() {
     v1::AgentMessage bye;
@@ -1430,10 +1438,7 @@ TEST_F(IngestRpcTest, TheUploadOfASpoolOfASessionThatEndedWholeAddsNothing) {
   EXPECT_TRUE(sent.alreadyWhole);
   EXPECT_EQ(sent.sessionId, session);
   EXPECT_EQ(sent.events, 0u);
-  v1::ListSessionsResponse list;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
-  EXPECT_EQ(list.sessions_size(), 1) << "a second session of the same run";
+  EXPECT_EQ(sessionCount(), 1) << "a second session of the same run";
   ASSERT_TRUE(sessionInfo(session, &info).ok());
   EXPECT_EQ(info.events_stored(), 3u);
 }
@@ -1890,10 +1895,7 @@ TEST_F(LeftBehindTest, TheSpoolOfAJobNeverAnsweredCompletesTheSessionMadeForIt) 
   EXPECT_EQ(info.blocks(), 2u);
   EXPECT_TRUE(awaitRemoved(m_spool / spoolName("handoff", 2)));
   EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 1)));
-  v1::ListSessionsResponse list;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
-  EXPECT_EQ(list.sessions_size(), 1) << "a session made from the file";
+  EXPECT_EQ(sessionCount(), 1) << "a session made from the file";
   expectHealthy();
 }
 
@@ -1912,10 +1914,7 @@ TEST_F(LeftBehindTest, TheSpoolOfAJobNeverAnsweredCompletesItsSessionAfterAResta
   EXPECT_EQ(info.events_stored(), 3u);
   EXPECT_TRUE(awaitRemoved(m_spool / spoolName("spool", 2)));
   EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 1)));
-  v1::ListSessionsResponse list;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
-  EXPECT_EQ(list.sessions_size(), 1) << "a session made from the file";
+  EXPECT_EQ(sessionCount(), 1) << "a session made from the file";
 }
 
 // Its exit came before its first handshake reached the daemon at all (a daemon loaded by many
@@ -1960,9 +1959,7 @@ TEST_F(LeftBehindTest, TheSpoolOfAJobThatNeverReachedTheDaemonBecomesItsSession)
   for (int n : {1, 2, 3})
     EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", n))) << n;
   EXPECT_TRUE(std::filesystem::exists(m_spool / runningName));
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
-  EXPECT_EQ(list.sessions_size(), 1);
+  EXPECT_EQ(sessionCount(), 1);
   expectHealthy();
 }
 
@@ -1985,10 +1982,7 @@ TEST_F(LeftBehindTest, TheSpoolOfASessionThatEndedWholeIsRemoved) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // another look
   EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 2)));
   EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", 3)));
-  v1::ListSessionsResponse list;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(m_query->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
-  EXPECT_EQ(list.sessions_size(), 2) << "no session made from a spool";
+  EXPECT_EQ(sessionCount(), 2) << "no session made from a spool";
 }
 
 // Without a file its session is closed once its process is gone, as before.

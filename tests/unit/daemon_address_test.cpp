@@ -16,18 +16,28 @@
 namespace tidemark::base {
 namespace {
 
+// A Unix socket bound at `path` (not listening yet); its descriptor.
+int boundUnixSocket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 TEST(DaemonListeningTest, AUnixSocketListensUntilItIsClosed) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("tidemark-listen-" + std::to_string(getpid()) + ".sock"))
                                .string();
   std::filesystem::remove(path);
   EXPECT_FALSE(daemonListening("unix:" + path));  // nothing there
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  const int fd = boundUnixSocket(path);
   ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   EXPECT_FALSE(daemonListening("unix:" + path));  // bound, not listening
   ASSERT_EQ(::listen(fd, 4), 0);
   EXPECT_TRUE(daemonListening("unix:" + path));
@@ -69,12 +79,8 @@ TEST(ReachesDaemonAtTest, TheSameSocketFileOrTheSameLoopbackPort) {
       std::filesystem::temp_directory_path() / ("tidemark-reaches-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir / "sub");
   const std::string path = (dir / "d.sock").string();
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  const int fd = boundUnixSocket(path);
   ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size());
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   EXPECT_TRUE(reachesDaemonAt("unix:" + path, path, 0));
   EXPECT_TRUE(reachesDaemonAt("unix://" + path, path, 0));
   EXPECT_TRUE(reachesDaemonAt("unix:" + (dir / "sub" / ".." / "d.sock").string(), path, 0));
