@@ -418,8 +418,10 @@ void HandoffTaker::run(const HandoffRow& handed) {
     if (!sent.status.ok() && m_stopping) return;
     // Removed by the daemon only when it is that user's own (and still the same file).
     const auto removeFile = [&] {
-      if ((::geteuid() != uid || !removeIfSame(row->path, info)) &&
-          ::access(row->path.c_str(), F_OK) == 0) {
+      if (::geteuid() == uid && removeIfSame(row->path, info)) return;
+      struct stat now {};
+      if (::lstat(row->path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
+          now.st_ino == info.st_ino) {
         std::fprintf(stderr, "tidemarkd: %s is left for its owner to remove\n", row->path.c_str());
       }
     };
