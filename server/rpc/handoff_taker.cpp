@@ -190,6 +190,9 @@ void HandoffTaker::start(grpc::Server& server, const std::string& unixSocket, in
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(static_cast<int>(client::SpoolReader::kMaxMessageBytes) + 1024);
   m_channel = server.InProcessChannel(args);
+  // From here on the RPC threads (accept) and the sweeper (lookAtSpools), which run before this
+  // start, may read the channel, the secret and the addresses (no secret: no file is taken).
+  m_started.store(!m_secret.empty(), std::memory_order_release);
   auto pending = Store::pendingHandoffs(m_writer.path(), m_writer.daemonName());
   if (!pending.ok()) {
     std::fprintf(stderr, "tidemarkd: cannot read the handed-over files to take up: %s\n",
@@ -233,6 +236,7 @@ std::vector<HandoffRow> HandoffTaker::unrecordedHandoffs(const std::set<std::str
 
 std::optional<HandoffRow> HandoffTaker::leftBehind(
     int64_t session, const std::function<bool(uint64_t instance)>& madeFor) {
+  if (!m_started.load(std::memory_order_acquire)) return std::nullopt;  // nothing could take it
   if (m_access.ownerOf(session).value_or(std::nullopt) != std::optional<uid_t>(::geteuid())) {
     return std::nullopt;  // another user's: their files are theirs to upload
   }
@@ -255,7 +259,7 @@ std::optional<HandoffRow> HandoffTaker::leftBehind(
 }
 
 void HandoffTaker::lookAtSpools(const std::function<bool(uint64_t instance)>& sessionMadeFor) {
-  if (!m_channel || m_secret.empty()) return;
+  if (!m_started.load(std::memory_order_acquire)) return;
   const std::string dir = base::defaultSpoolDirectory();
   if (!ownPrivateDirectory(dir)) return;
   const std::string host = base::hostName();
@@ -315,7 +319,7 @@ bool HandoffTaker::addsNothing(int64_t session, const v1::Handshake& hello) {
 absl::StatusOr<HandoffRow> HandoffTaker::accept(int64_t session, uid_t uid, const std::string& path,
                                                 bool* cannotOpen) {
   *cannotOpen = false;
-  if (!m_channel || m_secret.empty()) {
+  if (!m_started.load(std::memory_order_acquire)) {
     return absl::UnavailableError("this tidemarkd takes no handed-off file now");
   }
   struct stat info {};

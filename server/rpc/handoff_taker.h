@@ -46,7 +46,7 @@ class HandoffTaker {
   // Once the gRPC server runs: files go through its in-process channel; the store's pending
   // handoffs are taken up. unixSocket and tcpPort: where this daemon listens ("", 0: not
   // there), which lookAtSpools compares with the address a spool's agent was aimed at.
-  void start(grpc::Server& server, const std::string& unixSocket = "", int tcpPort = 0);
+  void start(grpc::Server& server, const std::string& unixSocket, int tcpPort);
   // Checks the file an agent offers for its session: what to take, or why not (the agent then
   // goes on as without). *cannotOpen: refused because the file could not be opened where it lies.
   absl::StatusOr<HandoffRow> accept(int64_t session, uid_t uid, const std::string& path,
@@ -103,6 +103,7 @@ class HandoffTaker {
   std::function<void(int64_t)> m_fileDone;
   std::string m_secret;
   std::shared_ptr<grpc::Channel> m_channel;
+  std::atomic<bool> m_started{false};  // start() set the channel, a secret and the addresses
   std::atomic<bool> m_stopping{false};
   std::mutex m_mutex;
   std::condition_variable m_wake;
