@@ -733,6 +733,7 @@ bool Transport::connect() {
       // The goodbye went out before the link broke — on the stream, or in a file handed over
       // whose answer came too late — and the server ended the session with it, every event
       // stored (ALREADY_EXISTS): everything was delivered, only the confirmation was lost.
+      m_confirmationLost = code == grpc::StatusCode::ALREADY_EXISTS;
       m_ending = Ending::kDelivered;
       return false;
     }
@@ -1315,7 +1316,11 @@ std::string Transport::summary() const {
                             "tidemark: session %llu: %llu events sent to %s, %llu dropped", session,
                             static_cast<unsigned long long>(c.events_sent()),
                             m_config.server.c_str(), static_cast<unsigned long long>(dropped));
-      if (c.reconnects() != 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
+      if (m_confirmationLost && n > 0 && static_cast<size_t>(n) < sizeof line) {
+        n += std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                           " (the daemon's answer to the run's end was lost; asked again, it "
+                           "said the session had ended whole)");
+      } else if (c.reconnects() != 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
         std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
                       " (the stream broke and was resumed %llu time%s)",
                       static_cast<unsigned long long>(c.reconnects()),

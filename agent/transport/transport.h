@@ -243,6 +243,9 @@ class Transport {
   std::atomic<bool> m_toldShortage{false};
   uint64_t m_streamBreaks = 0;    // the live stream lost (not ended for a handoff or the exit)
   bool m_goodbyeWritten = false;  // a goodbye went out on some stream
+  // The server said, when asked to continue the session, that it had ended whole: the answer to
+  // the goodbye was lost on the way (the exit line says so).
+  std::atomic<bool> m_confirmationLost{false};
   // A session could not be resumed: the new one gets every interned string again.
   bool m_resendStrings = false;
   // Strings not in a batch yet (taken from the interner, or every string for a new session).

@@ -16,8 +16,8 @@ import shutil
 import time
 import unittest
 
-from tidemark_env import (BIN, PYTHON, SOURCE, STORE_BACKEND, fresh_postgres_database, plan_doc,
-                          store_sql)
+from tidemark_env import (BIN, PYTHON, SOURCE, STORE_BACKEND, CuttableProxy,
+                          fresh_postgres_database, plan_doc, store_sql)
 
 TRAIN = r"""
 import sys, time, torch
@@ -456,6 +456,77 @@ for step in range(1, 9):
             self.assertEqual(unnamed, 0, "names used but not defined in the new session")
         finally:
             daemon.stop(signal.SIGKILL)
+
+
+# A job whose blocks (aligned, as torch's allocator makes them) stay live; it exits once told.
+HOLDING_JOB = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None)
+blocks = [ctypes.c_void_p() for _ in range(200)]
+for b in blocks:
+    assert libc.posix_memalign(ctypes.byref(b), 64, 4096) == 0
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+class LostConfirmationTest(unittest.TestCase):
+    def test_a_run_stored_whole_whose_confirmation_was_lost_is_delivered_not_spooled(self):
+        """The daemon stores a job's whole run at its exit — the goodbye too — and its answer is
+        lost on the way (the network holds it, then the connection breaks). The agent, still
+        within its exit's time, reconnects and asks to continue the session; the daemon answers
+        that the session ended whole (ALREADY_EXISTS), and the agent counts the run delivered:
+        it says so, spools nothing and makes no second session (before the daemon said so, such
+        an exit spooled its whole rest, and `tidemark upload` of that spool made the run a
+        second session)."""
+        directory = tempfile.mkdtemp(prefix="tidemark-lost-answer-")
+        self.addCleanup(shutil.rmtree, directory, ignore_errors=True)
+        daemon = Tidemarkd(directory)
+        daemon.start()
+        self.addCleanup(daemon.stop, signal.SIGKILL)
+        proxy = CuttableProxy(daemon.port)
+        self.addCleanup(proxy.close)
+        state = os.path.join(directory, "job-state")  # the job's spool directory: not the daemon's
+        job = subprocess.Popen(
+            [os.path.join(BIN, "tidemark"), "--server", proxy.address, "run", "--no-adapter",
+             "--", "/usr/bin/python3", "-c", HOLDING_JOB], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, XDG_STATE_HOME=state, TIDEMARK_EXIT_TIMEOUT_MS="60000"))
+        self.addCleanup(lambda: job.poll() is None and job.kill())
+        self.assertEqual(job.stdout.readline().strip(), "ready")
+        deadline = time.time() + 60
+        while True:  # the blocks received: the stream has nothing else to carry
+            found = [s for s in daemon.cli_json("sessions")["sessions"] if s["pid"] == job.pid]
+            if found and found[0]["events_received"] >= 200:
+                break
+            self.assertLess(time.time(), deadline, found)
+            time.sleep(0.05)
+        sid = found[0]["id"]
+        time.sleep(0.5)  # and acknowledged
+        proxy.hold_replies()
+        job.stdin.write("\n")
+        job.stdin.flush()
+        while daemon.session_of(job.pid)["state"] == "live":  # the goodbye stored, unanswered
+            self.assertLess(time.time(), deadline, daemon.log_tail())
+            time.sleep(0.05)
+        accepted = proxy.accepted
+        proxy.cut()
+        _, err = job.communicate(timeout=120)
+        self.assertEqual(job.returncode, 0, err)
+        self.assertGreater(proxy.accepted, accepted, "the agent did not connect again: " + err)
+        self.assertIn("session %d: 200 events sent to %s, 0 dropped (the daemon's answer to the "
+                      "run's end was lost; asked again, it said the session had ended whole)"
+                      % (sid, proxy.address), err)
+        self.assertNotIn("spool", err)
+        spools = os.path.join(state, "tidemark", "spool")
+        self.assertEqual(os.listdir(spools) if os.path.isdir(spools) else [], [], err)
+        sessions = [s for s in daemon.cli_json("sessions")["sessions"] if s["pid"] == job.pid]
+        self.assertEqual(len(sessions), 1, sessions)
+        session = sessions[0]
+        self.assertEqual(session["state"], "ended", session)
+        self.assertEqual(session["events_dropped"], 0, session)
+        self.assertEqual(session["events_stored"], session["events_sent"], session)
+        self.assertGreaterEqual(session["blocks"], 200, session)
 
 
 class NeverAnsweredJobTest(unittest.TestCase):

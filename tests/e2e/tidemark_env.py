@@ -340,3 +340,82 @@ def start_ranks(daemon, out_dir, world, big_rank=-1, steps=4, under_tidemark=Tru
             if p.returncode != 0:
                 raise AssertionError("a rank failed (%d): %s" % (p.returncode, err))
     return port, procs
+
+
+class CuttableProxy:
+    """A TCP proxy on loopback between agents and a daemon that can hold back what the daemon
+    says on the connections open now (`hold_replies`) and then cut them (`cut`), as a network
+    that breaks right after the daemon answered does; connections made after a cut pass both
+    ways again."""
+
+    def __init__(self, target_port):
+        import threading
+        self._threading = threading
+        self.target_port = target_port
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.open = []  # [client, server, holding]
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            pair = [client, server, False]
+            with self.lock:
+                self.open.append(pair)
+                self.accepted += 1
+            for src, dst, replies in ((client, server, False), (server, client, True)):
+                self._threading.Thread(target=self._pump, args=(pair, src, dst, replies),
+                                       daemon=True).start()
+
+    @staticmethod
+    def _pump(pair, src, dst, replies):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                for s in (src, dst):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                src.close()
+                return
+            if replies and pair[2]:
+                continue  # held back: never delivered
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def hold_replies(self):
+        with self.lock:
+            for pair in self.open:
+                pair[2] = True
+
+    def cut(self):
+        """Closes every connection open now, both ways."""
+        with self.lock:
+            pairs, self.open = self.open, []
+        for client, server, _ in pairs:
+            for s in (client, server):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)  # wakes the pumps
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
+        self.cut()
