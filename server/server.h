@@ -84,6 +84,8 @@ class Server {
   RetentionKeeper* retention() { return m_retention.get(); }
   // The sessions whose agents stream now (for tests: what their ingests hold).
   LiveAgents& liveAgents() { return m_agents; }
+  // What takes up handed-over files and spools (for tests: how much its looks cost).
+  const HandoffTaker* handoffs() const { return m_handoffs.get(); }
   std::string address() const;
   const ServerOptions& options() const { return m_options; }
 

@@ -262,26 +262,59 @@ void HandoffTaker::lookAtSpools(const std::function<bool(uint64_t instance)>& se
   if (!m_started.load(std::memory_order_acquire)) return;
   const std::string dir = base::defaultSpoolDirectory();
   if (!ownPrivateDirectory(dir)) return;
+  // The directory unchanged since a look that was not too close to its last change (a file
+  // made in the same tick of the file system's clock leaves its time as it was): only the files
+  // that look left to look at again. So a directory of many spools that are not this daemon's
+  // to deal with costs a stat every call, not a read of each.
+  struct stat dirInfo {};
+  if (::stat(dir.c_str(), &dirInfo) != 0) return;
+  const DirectoryStamp stamp{
+      static_cast<int64_t>(dirInfo.st_dev), static_cast<int64_t>(dirInfo.st_ino),
+      static_cast<int64_t>(dirInfo.st_mtim.tv_sec) * 1000000000 + dirInfo.st_mtim.tv_nsec};
+  const bool unchanged = m_spoolDirSettled && stamp == m_spoolDir;
+  std::vector<std::string> paths;
+  if (unchanged) {
+    paths.swap(m_spoolsAgain);
+  } else {
+    paths = filesNamed(dir, {"tidemark-spool-"});
+    m_spoolsAgain.clear();
+  }
+  m_spoolDir = stamp;
+  m_spoolDirSettled = base::wallNs() - stamp.mtimeNs > 1000000000;
+  m_spoolsLookedAt += paths.size();
+  ++m_spoolLooks;
   const std::string host = base::hostName();
-  for (const std::string& path : filesNamed(dir, {"tidemark-spool-"})) {
+  std::set<std::pair<int64_t, int64_t>> seen;  // of the files there now (bounds the set)
+  for (const std::string& path : paths) {
     struct stat info {};
     if (::lstat(path.c_str(), &info) != 0) continue;
     const std::pair<int64_t, int64_t> key{static_cast<int64_t>(info.st_dev),
                                           static_cast<int64_t>(info.st_ino)};
-    if (m_spoolsSeen.count(key) != 0) continue;
+    if (m_spoolsSeen.count(key) != 0) {
+      seen.insert(key);
+      continue;
+    }
+    auto dealtWith = [&] { seen.insert(key); };
     // tidemark-spool-<pid>-<ms>.bin: a process that still runs may still be writing it.
     const std::string name = std::filesystem::path(path).filename().string();
     const long pid = std::strtol(name.c_str() + std::strlen("tidemark-spool-"), nullptr, 10);
-    if (pid <= 0 || !(::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) continue;
-    if (m_spoolsSeen.size() >= 4096) m_spoolsSeen.clear();  // bounded
+    if (pid <= 0) {
+      dealtWith();
+      continue;
+    }
+    if (!(::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+      m_spoolsAgain.push_back(path);
+      continue;
+    }
+    ++m_spoolsRead;
     std::optional<OwnFile> file = ownFile(path);
     if (!file || file->hello.pid() != pid || file->hello.hostname() != host) {
-      m_spoolsSeen.insert(key);
+      dealtWith();
       continue;
     }
     const v1::Handshake& hello = file->hello;
     if (hello.resume_session_id() != 0) {
-      m_spoolsSeen.insert(key);
+      dealtWith();
       const auto session = static_cast<int64_t>(hello.resume_session_id());
       if (addsNothing(session, hello) && removeIfSame(path, info)) {
         std::fprintf(stderr,
@@ -296,15 +329,25 @@ void HandoffTaker::lookAtSpools(const std::function<bool(uint64_t instance)>& se
         base::reachesDaemonAt(hello.server_address(), m_unixSocket, m_tcpPort) &&
         (hello.agent_instance() == 0 || !sessionMadeFor(hello.agent_instance()));
     if (!unanswered) {
-      m_spoolsSeen.insert(key);
+      dealtWith();
       continue;
     }
-    if (!take(file->row(0), true)) continue;  // another is being sent: at the next call
-    m_spoolsSeen.insert(key);
+    if (!take(file->row(0), true)) {  // another is being sent: at the next call
+      m_spoolsAgain.push_back(path);
+      continue;
+    }
+    dealtWith();
     std::fprintf(stderr,
                  "tidemarkd: taking up %s, the spool of a job (pid %ld) that exited before its "
                  "first handshake reached this daemon\n",
                  path.c_str(), pid);
+  }
+  // The files looked at now and those dealt with before that are still there; a look at the
+  // files to look at again keeps the rest.
+  if (unchanged) {
+    m_spoolsSeen.insert(seen.begin(), seen.end());
+  } else {
+    m_spoolsSeen.swap(seen);
   }
 }
 

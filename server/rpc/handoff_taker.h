@@ -77,9 +77,15 @@ class HandoffTaker {
   //   goodbye came, every event sent stored, none dropped) from the same process — an exit
   //   that gave up waiting for the daemon's answer after the daemon had the whole run, by its
   //   stream or a handed-over file — is removed (an upload would only repeat the run).
-  // Each file is looked at until it is dealt with or found to be neither; one whose process
-  // still runs is looked at again at the next call. Called from one thread.
+  // Each file is read once, until it is dealt with or found to be neither; one whose process
+  // still runs is looked at again at the next call. While the directory is unchanged (its
+  // modification time), a call looks at those alone: a stat of the directory, not a read of
+  // each file there. Called from one thread.
   void lookAtSpools(const std::function<bool(uint64_t instance)>& sessionMadeFor);
+  // For tests: how many calls looked, at how many files, and how many of them they read.
+  uint64_t spoolLooks() const { return m_spoolLooks; }
+  uint64_t spoolsLookedAt() const { return m_spoolsLookedAt; }
+  uint64_t spoolsRead() const { return m_spoolsRead; }
   // Called when a session's file is taken (before it is sent), and when done with it (stored, or
   // given up; not when stopped).
   void setFileTaken(std::function<void(int64_t session)> taken) { m_fileTaken = std::move(taken); }
@@ -118,7 +124,15 @@ class HandoffTaker {
   std::string m_unixSocket;
   int m_tcpPort = 0;
   int64_t m_startWallNs = 0;
-  std::set<std::pair<int64_t, int64_t>> m_spoolsSeen;
+  std::set<std::pair<int64_t, int64_t>> m_spoolsSeen;  // of files still there at the last look
+  struct DirectoryStamp {
+    int64_t device = 0, inode = 0, mtimeNs = 0;
+    bool operator==(const DirectoryStamp&) const = default;
+  };
+  DirectoryStamp m_spoolDir;               // the spool directory at the last look
+  bool m_spoolDirSettled = false;          // its last change was over a second before that look
+  std::vector<std::string> m_spoolsAgain;  // to look at again (a process that still runs)
+  std::atomic<uint64_t> m_spoolLooks{0}, m_spoolsLookedAt{0}, m_spoolsRead{0};
   std::mutex m_sendMutex;  // held while a file is sent: one at a time
 };
 

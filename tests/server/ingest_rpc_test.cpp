@@ -1963,6 +1963,47 @@ TEST_F(LeftBehindTest, TheSpoolOfAJobThatNeverReachedTheDaemonBecomesItsSession)
   expectHealthy();
 }
 
+// A spool directory holding many spools that are not this daemon's to deal with (of jobs aimed
+// at another daemon: left for `tidemark upload`): each is read once; while the directory does
+// not change, a look costs a stat of it, not a read (nor a stat) of each file. A spool that
+// appears later is still found.
+TEST_F(LeftBehindTest, ManySpoolsNotItsOwnAreReadOnce) {
+  const int64_t now = base::wallNs();
+  auto aimedAt = [&](const std::string& address, uint64_t instance) {
+    v1::AgentMessage m = exitedHello(0, instance, now);
+    m.mutable_handshake()->set_server_address(address);
+    return m;
+  };
+  constexpr int kForeign = 5000;  // more than the 4,096 a look once remembered
+  for (int n = 1; n <= kForeign; ++n) {
+    writeItsSpool(spoolName("spool", n), aimedAt("127.0.0.1:1", static_cast<uint64_t>(n)), 1);
+  }
+  const HandoffTaker& taker = *m_server->handoffs();
+  auto awaitLooks = [&](uint64_t looks) {
+    const uint64_t until = taker.spoolLooks() + looks;
+    for (int i = 0; i < 400 && taker.spoolLooks() < until; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_GE(taker.spoolLooks(), until);
+  };
+  for (int i = 0; i < 400 && taker.spoolsRead() < kForeign; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_EQ(taker.spoolsRead(), static_cast<uint64_t>(kForeign));
+  awaitLooks(1);  // the directory's last change is now over a second old
+  const uint64_t read = taker.spoolsRead(), lookedAt = taker.spoolsLookedAt();
+  awaitLooks(2);
+  EXPECT_EQ(taker.spoolsRead(), read) << "spools read again";
+  EXPECT_EQ(taker.spoolsLookedAt(), lookedAt) << "an unchanged directory listed again";
+  // The job's: its session is made from it.
+  writeItsSpool(spoolName("spool", kForeign + 1), aimedAt(m_server->address(), 1), 1);
+  EXPECT_TRUE(awaitRemoved(m_spool / spoolName("spool", kForeign + 1), 300));
+  EXPECT_EQ(sessionCount(), 1);
+  EXPECT_EQ(taker.spoolsRead(), read + 1);
+  EXPECT_TRUE(std::filesystem::exists(m_spool / spoolName("spool", kForeign)));
+  expectHealthy();
+}
+
 // The exit gave up waiting for the daemon's answer after the daemon had the whole run (by the
 // stream, or a handed-over file it had opened): the session ended whole and the spool written
 // meanwhile only repeats it. The daemon removes it (an upload would make a second session of the
