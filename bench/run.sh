@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run and reported as ratios (never run by the tests):
-#   1. the agent's overhead on the example's training step (torch 1.13 and torch 2; with op scopes
-#      on torch 2; with a capture schedule that summarizes all steps but the first; with the
-#      Python stacks of allocations of 64 KiB or more, --stacks), beside
+#   1. the agent's overhead on the example's training step (torch 1.13 and torch 2; with the
+#      adapter's hooks all in Python, TIDEMARK_NATIVE_HOOKS=0; with op scopes on torch 2; with a
+#      capture schedule that summarizes all steps but the first; with the Python stacks of
+#      allocations of 64 KiB or more, --stacks), beside
 #      torch.profiler(profile_memory, record_shapes) and memray (native)
 #  1b. the same on a dispatch-bound GPT (train_step_time.py --size dispatch: a GPU step's host
-#      side when the step is launch-bound), tidemark run and the agent alone (--no-adapter)
+#      side when the step is launch-bound), tidemark run (also with the adapter's hooks all in
+#      Python) and the agent alone (--no-adapter)
 #   2. the hook cost per recorded event on an allocation-heavy program, beside heaptrack's; then
 #      bursts from 8 threads (tests/agent/burst_program.cpp) plain, under tidemark lossless and
 #      --lossy, and under heaptrack (lossless too): wall time, what was lost, and how long the
@@ -117,6 +119,7 @@ for TPY in $PY $TORCH2; do
   echo "-- torch $TV ($TPY)"
   CONFIGS=("plain|$TPY bench/train_step_time.py"
            "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $TPY bench/train_step_time.py"
+           "tidemark run, hooks in Python|env TIDEMARK_NATIVE_HOOKS=0 $BIN/tidemark --server $SERVER run --quiet -- $TPY bench/train_step_time.py"
            "tidemark run --every 12 (summaries)|$BIN/tidemark --server $SERVER run --quiet --every 12 -- $TPY bench/train_step_time.py"
            "tidemark run --stacks (Python stacks)|$BIN/tidemark --server $SERVER run --quiet --stacks -- $TPY bench/train_step_time.py")
   if [ "${TV%%.*}" -ge 2 ]; then
@@ -141,6 +144,7 @@ if [ -x "$TORCH2" ]; then
   STEP="$TORCH2 bench/train_step_time.py --size dispatch --steps 60"
   DCONFIGS=("plain|$STEP"
             "tidemark run (agent + adapter)|$BIN/tidemark --server $SERVER run --quiet -- $STEP"
+            "tidemark run, hooks in Python|env TIDEMARK_NATIVE_HOOKS=0 $BIN/tidemark --server $SERVER run --quiet -- $STEP"
             "tidemark run --no-adapter (agent)|$BIN/tidemark --server $SERVER run --quiet --no-adapter -- $STEP")
   step_time_table "${DCONFIGS[@]}"
 else

@@ -13,7 +13,7 @@ PACKAGES=(
   libpq-dev postgresql python3-psycopg2
   qt6-base-dev libgl-dev
   libgtest-dev
-  python3 python3-venv python3-torch libtorch-dev libopenblas0-pthread
+  python3 python3-venv python3-dev pybind11-dev python3-torch libtorch-dev libopenblas0-pthread
   xvfb
 )
 

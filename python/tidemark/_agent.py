@@ -100,6 +100,14 @@ class Agent:
             fn.argtypes, fn.restype = declared.argtypes, declared.restype
             setattr(self, name[len("tidemark_"):], fn)
 
+    def use_native(self, native):
+        """The hot entry points as the native builtins of native_hooks (a call costs ~0.05 µs,
+        through ctypes ~0.3-0.5)."""
+        if self.lib is None:
+            return
+        for name in ("scope_begin", "scope_end", "phase_begin", "phase_end", "tag"):
+            setattr(self, name, native[name])
+
     @property
     def present(self):
         return self.lib is not None

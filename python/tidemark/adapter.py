@@ -35,8 +35,8 @@ import weakref
 from . import _agent as A
 
 
-def _storage_of(t):
-    """(address, bytes) of the storage behind tensor t, or None."""
+def _storage_of_in_python(t):
+    """(address, bytes) of the storage behind tensor t; raises for a tensor without one."""
     try:
         s = t.untyped_storage()
     except AttributeError:
@@ -48,6 +48,11 @@ def _storage_of(t):
     except AttributeError:
         nbytes = s.size() * s.element_size()
     return s.data_ptr(), nbytes
+
+
+# The native one where the adapter's native hooks are loaded (install; it calls the Python one for
+# tensors of other types), else the Python one.
+_storage_of = _storage_of_in_python
 
 
 _LOW_PRECISION = ()  # torch.bfloat16, torch.float16 (install)
@@ -179,6 +184,10 @@ class Instrumenter:
         # Plans the script applied itself (tidemark.apply_plan), for plan-check: [AppliedPlan,
         # its JSON, its first step, the (applied, message) last reported]; the last 64.
         self.jobs_own_plans = []
+        # The saved-tensor hooks: these methods, or their native versions (native_hooks, loaded
+        # at install; native_hooks_status says which, or why not).
+        self.pack_hook, self.unpack_hook = self._pack, self._unpack
+        self.native_hooks_status = "not installed"
         self.tensor_memory = None  # torch's tensor-level memory (torch_memory.TensorMemory)
         self.torch_ops = None  # torch's ops as op scopes (torch_ops.TorchOps)
         # False after `tidemark detach`: every hook returns at once (they stay installed, and
@@ -517,7 +526,7 @@ class Instrumenter:
         if getattr(self.local, "hooks_contexts", 0) != 0:
             return  # inside someone else's: a later step boundary
         import torch
-        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks = torch.autograd.graph.saved_tensors_hooks(self.pack_hook, self.unpack_hook)
         hooks._tidemark = True
         hooks.__enter__()
         self.local.saved_hooks = hooks
@@ -748,7 +757,8 @@ class Instrumenter:
             hooks = ckpt._current_user_saved_tensors_hooks()
         except Exception:
             return False
-        return hooks is not None and getattr(hooks[0], "__func__", None) is Instrumenter._pack
+        return hooks is not None and (hooks[0] is self.pack_hook or
+                                      getattr(hooks[0], "__func__", None) is Instrumenter._pack)
 
     def _end_backward_scope(self):
         if self.backward_module:
@@ -1079,6 +1089,15 @@ class Instrumenter:
         _compiling = _compile_probe()
         _LOW_PRECISION = (torch.bfloat16, torch.float16)
         _Parameter = torch.nn.Parameter
+        # The hottest hooks in native code where this torch's library has them (native_hooks).
+        from . import native_hooks
+        native, self.native_hooks_status = native_hooks.load(self, torch, _storage_of_in_python)
+        if native is not None:
+            global _storage_of
+            _storage_of = native["storage_of"]
+            self.pack_hook, self.unpack_hook = native["pack"], native["unpack"]
+            self.agent.use_native(native)
+            self.native_hooks_status = "on"
         import warnings
         # torch.compile(model) warns that global module hooks fire once more for the wrapper it
         # makes: the adapter's are the only ones, and it looks through the wrapper.
