@@ -206,17 +206,28 @@ uint64_t Recorder::recordedCount() const noexcept {
   return n;
 }
 
-size_t Recorder::takeInOrder(bool everything) noexcept {
-  // Read before any ring is looked at: a record pushed after its ring was read has a later
-  // time, and so has every record that follows from it (the class comment).
-  uint64_t cutoff = everything ? UINT64_MAX : static_cast<uint64_t>(base::monotonicNs());
+bool Recorder::holdsRecords() const noexcept {
   const uint32_t used = std::min(m_ringsUsed.load(std::memory_order_acquire), kMaxRings);
+  for (uint32_t i = 0; i < used; ++i)
+    if (!m_rings[i].empty()) return true;
+  return false;
+}
+
+size_t Recorder::takeInOrder() noexcept {
+  // Read before any ring is looked at: a record pushed after its ring was counted has a later
+  // time, or waits with everything after it (the class comment).
+  uint64_t cutoff = static_cast<uint64_t>(base::monotonicNs());
+  const uint32_t used = std::min(m_ringsUsed.load(std::memory_order_acquire), kMaxRings);
+  // What each ring gives is what it held when counted, here: a record pushed since (with a time
+  // before the cutoff, read before it was pushed) waits for the next pass, as does everything
+  // made after it, which comes after the count. (One count for all the rings together let a ring
+  // read early take such records, out of the room a later ring's counted ones then lacked: left
+  // for the next pass, they were numbered after records of this one made after them.)
   size_t unread = 0;
-  for (uint32_t i = 0; i < used; ++i) unread += m_rings[i].unread();
+  for (uint32_t i = 0; i < used; ++i) unread += (m_counted[i] = m_rings[i].unread());
   m_taken.clear();
   m_runs.clear();
   m_ordered.clear();
-  m_lastPassCut = false;
   try {
     // What a pass takes is bounded by this room (the rest stays in its rings for the next):
     // taking a record never allocates, so no record is lost to a failed allocation.
@@ -230,16 +241,21 @@ size_t Recorder::takeInOrder(bool everything) noexcept {
     // rings stay full: their threads wait, as for a slow link.)
     const size_t room = std::min(m_taken.capacity(), m_ordered.capacity());
     if (m_runs.capacity() < used || room == 0) return 0;
-    cutoff = cutoffWithin(cutoff, room, used);
-    unread = room;
-    m_lastPassCut = true;
+    // Counted again at the time chosen: records pushed meanwhile with earlier times may make it
+    // too many, and an earlier time is chosen.
+    do {
+      cutoff = cutoffWithin(cutoff, room, used);
+      if (cutoff == 0) return 0;
+      unread = 0;
+      for (uint32_t i = 0; i < used; ++i) unread += (m_counted[i] = m_rings[i].countBefore(cutoff));
+    } while (unread > room);
   }
   for (uint32_t i = 0; i < used; ++i) {
     Ring& ring = m_rings[i];
     const uint32_t state = ring.state.load(std::memory_order_acquire);
     if (state == Ring::kFree) continue;
     const size_t begin = m_taken.size();
-    ring.drainBefore(cutoff, unread - begin, [this](const Record* first, size_t n) {
+    ring.drainBefore(cutoff, m_counted[i], [this](const Record* first, size_t n) {
       m_taken.insert(m_taken.end(), first, first + n);
     });
     if (m_taken.size() > begin) m_runs.emplace_back(begin, m_taken.size());

@@ -47,13 +47,14 @@ class RecursionGuard {
 // shared by every thread cost each record a locked increment of a cache line that the job's
 // threads took from each other (a tenth of an 8-thread allocating program's time). A record
 // carries the time it was pushed (CLOCK_MONOTONIC: consistent across processors) in its seq
-// field; the drain reads the clock, takes from each ring the records pushed before that time,
-// merges them by it and numbers them. The numbers keep every order the program made: a free is
-// pushed before the block goes back to the allocator and an allocation after the allocator gave
-// it, so whatever happens because of a record (the address allocated again, a tensor tagged)
-// reads the clock after that record was pushed. Within a pass that order is the clocks'; across
-// passes, a record whose pass saw its ring before it was pushed has a time no earlier than the
-// pass's own clock read, so it waits for the next pass, with everything after it.
+// field; the drain reads the clock, counts what each ring holds, takes from each ring those of
+// its counted records pushed before that time, merges them by it and numbers them. The numbers keep
+// every order the program made: a free is pushed before the block goes back to the allocator and an
+// allocation after the allocator gave it, so whatever happens because of a record (the address
+// allocated again, a tensor tagged) reads the clock after that record was pushed. Within a pass
+// that order is the clocks'; across passes, a record not counted by its pass (pushed after the
+// count, its time read before or after the pass's) waits for the next pass, and so does everything
+// after it, which read the clock after the count and so after the pass's clock read.
 class Recorder {
  public:
   static constexpr uint32_t kMaxRings = 256;
@@ -130,11 +131,16 @@ class Recorder {
 
   // Drain thread: passes the records of every ring pushed before this call to sink, numbered
   // (seq) in the order they happened, and frees rings whose thread has exited once they are
-  // empty. everything: every unread record, pushed before or not (the exit's last pass).
+  // empty. everything (the exit's last drain): passes again until the rings hold nothing —
+  // records pushed meanwhile too, each pass taking what was pushed before it, in order — or
+  // kLastPasses were made (a job whose threads go on pushing is not drained for ever). (One pass
+  // taking every record the rings held put a record pushed during it after the records of later
+  // rings made after it.)
   // One consumer at a time (the rings are single-consumer): a second caller meanwhile — the
   // collector of a transport that a detach gave up on, beside the next attach's — gets nothing.
-  // sink(const Record* records, size_t n) is given the pass in one piece, only if there is one
+  // sink(const Record* records, size_t n) is given each pass in one piece, only if there is one
   // (the collector copies it whole), while the pass's buffer is held for it.
+  static constexpr int kLastPasses = 16;
   template <typename Sink>
   size_t drainAll(Sink&& sink, bool everything = false) noexcept {
     if (m_draining.exchange(true, std::memory_order_acquire)) return 0;
@@ -142,14 +148,17 @@ class Recorder {
       std::atomic<bool>& flag;
       ~Done() { flag.store(false, std::memory_order_release); }
     } done{m_draining};
-    const size_t n = takeInOrder(everything);
-    if (n > 0) sink(m_ordered.data(), n);
-    return n;
+    size_t taken = 0;
+    for (int pass = 0; pass < (everything ? kLastPasses : 1); ++pass) {
+      const size_t n = takeInOrder();
+      if (n > 0) sink(m_ordered.data(), n);
+      taken += n;
+      // (A pass cut short for want of memory, or one whose time came before a record pushed
+      // just then, leaves records for the next.)
+      if (n == 0 && !holdsRecords()) break;
+    }
+    return taken;
   }
-
-  // The last drainAll was cut short for want of memory (takeInOrder): records before its
-  // cutoff may still wait in the rings (an exit's last pass drains again).
-  bool lastPassCut() const noexcept { return m_lastPassCut; }
 
   // Takes n sequence numbers for records made by the drain's consumer (a capture schedule's);
   // the first. They come after every record drained so far.
@@ -176,8 +185,11 @@ class Recorder {
   Ring* ringWithRoom() noexcept;
   // Copies the record in, with the time it was pushed (orderNs) where its number will go.
   void commit(Ring* ring, Record& record, int64_t orderNs) noexcept;
-  // drainAll's work: takes the rings' records into m_ordered, merged and numbered. How many.
-  size_t takeInOrder(bool everything) noexcept;
+  // drainAll's work, one pass: takes the rings' records into m_ordered, merged and numbered.
+  // How many.
+  size_t takeInOrder() noexcept;
+  // Some ring holds an unread record.
+  bool holdsRecords() const noexcept;
   // The latest time no later than cutoff before which the first `used` rings hold at most room
   // unread records (0 when none does).
   uint64_t cutoffWithin(uint64_t cutoff, size_t room, uint32_t used) const noexcept;
@@ -212,7 +224,7 @@ class Recorder {
   std::vector<Record> m_taken;
   std::vector<std::pair<size_t, size_t>> m_runs;
   std::vector<Record> m_ordered;
-  bool m_lastPassCut = false;  // the drain's
+  size_t m_counted[kMaxRings] = {};  // what each ring gives this pass (takeInOrder)
   Record* m_ringMemory = nullptr;
   uint32_t m_ringRecords = kDefaultRingRecords;
 };

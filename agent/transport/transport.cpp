@@ -154,12 +154,8 @@ void Transport::collect() {
       }
       m_log.append(kept.data(), kept.size(), overflow);
     };
-    // The exit's last pass takes everything: again while a pass cut short for want of memory
-    // (Recorder::takeInOrder) left some. (Only then: after a detach the job goes on recording
-    // until the hooks are off, and a drain until the rings are empty could run as long.)
-    size_t drained = m_recorder.drainAll(toLog, last);
-    while (last && drained > 0 && m_recorder.lastPassCut())
-      drained = m_recorder.drainAll(toLog, true);
+    // The exit's last drain takes everything, in passes (Recorder::drainAll).
+    m_recorder.drainAll(toLog, last);
     if (m_filter && last) {
       // Nothing is left waiting for a record that can no longer come.
       kept.clear();
