@@ -21,7 +21,6 @@
 #include <dlfcn.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include <torch/csrc/autograd/function.h>
@@ -88,8 +87,6 @@ bool inPhase(PyObject* phases, long phase) {
   return false;
 }
 
-PyObject* callOne(PyObject* fn, PyObject* arg) { return PyObject_CallOneArg(fn, arg); }
-
 // The interned name of what `module` saved ("<module>:saved"), from the adapter's cache.
 bool savedNameId(PyObject* module, uint32_t* id) {
   PyObject* cache = PyObject_GetAttr(g.inst, g.sSavedNameIds);
@@ -99,7 +96,7 @@ bool savedNameId(PyObject* module, uint32_t* id) {
   Py_DECREF(cache);
   if (value == nullptr) {
     if (PyErr_Occurred()) return false;
-    value = callOne(g.savedNameId, module);
+    value = PyObject_CallOneArg(g.savedNameId, module);
     if (value == nullptr) return false;
   }
   const unsigned long v = PyLong_AsUnsignedLong(value);
@@ -111,8 +108,7 @@ bool savedNameId(PyObject* module, uint32_t* id) {
 
 // The storage's address and size behind an exact torch.Tensor or Parameter; false (no error)
 // for a tensor without storage.
-bool storageOf(PyObject* t, uint64_t* address, uint64_t* nbytes) {
-  const at::Tensor& tensor = THPVariable_Unpack(t);
+bool storageOf(const at::Tensor& tensor, uint64_t* address, uint64_t* nbytes) {
   if (!tensor.defined() || !tensor.has_storage()) return false;
   const c10::Storage& storage = tensor.storage();
   *address = reinterpret_cast<uint64_t>(storage.data());
@@ -147,7 +143,7 @@ bool mayBeACast(const at::Tensor& tensor) {
 // The Python hook for what is not covered here; its errors pass as they would.
 PyObject* packInPython(PyObject* t) {
   PyErr_Clear();
-  return callOne(g.pack, t);
+  return PyObject_CallOneArg(g.pack, t);
 }
 
 PyObject* pack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -203,13 +199,13 @@ PyObject* pack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (PyErr_Occurred()) return inPython();
   uint64_t address = 0, nbytes = 0;
   try {
-    if (!storageOf(t, &address, &nbytes) || address == 0) return done();
+    const at::Tensor& tensor = THPVariable_Unpack(t);
+    if (!storageOf(tensor, &address, &nbytes) || address == 0) return done();
     PyObject* phases = PyObject_GetAttr(g.inst, g.sPhases);
     if (phases == nullptr) return inPython();
     const bool recomputing = inPhase(phases, g.recompute);
     const bool inModel = inPhase(phases, g.forward) || inPhase(phases, g.eval);
     Py_DECREF(phases);
-    const at::Tensor& tensor = THPVariable_Unpack(t);
     uint32_t name = 0;
     if (recomputing) {
       if (!savedNameId(module, &name)) return inPython();
@@ -247,7 +243,7 @@ PyObject* unpack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 1) return PyErr_Format(PyExc_TypeError, "unpack takes what pack returned");
   PyObject* packed = args[0];
   if (!PyTuple_CheckExact(packed) || PyTuple_GET_SIZE(packed) != 2) {
-    return callOne(g.unpack, packed);
+    return PyObject_CallOneArg(g.unpack, packed);
   }
   PyObject* t = PyTuple_GET_ITEM(packed, 0);
   PyObject* module = PyTuple_GET_ITEM(packed, 1);
@@ -260,24 +256,25 @@ PyObject* unpack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   PyObject* current = PyObject_GetAttr(g.inst, g.sBackwardModule);
   if (current == nullptr) {
     PyErr_Clear();
-    return callOne(g.unpack, packed);
+    return PyObject_CallOneArg(g.unpack, packed);
   }
   const int equal = PyUnicode_Check(current) ? PyUnicode_Compare(module, current) == 0 : 0;
   Py_DECREF(current);
   if (PyErr_Occurred()) PyErr_Clear();
   if (equal) return same();
-  return callOne(g.unpack, packed);  // backward moves on (or not in backward): Python's
+  return PyObject_CallOneArg(g.unpack, packed);  // backward moves on (or not in backward): Python's
 }
 
 PyObject* storageOfTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 1) return PyErr_Format(PyExc_TypeError, "storage_of takes one tensor");
   PyObject* t = args[0];
-  if (!exactTensor(t)) return callOne(g.storageOf, t);
+  if (!exactTensor(t)) return PyObject_CallOneArg(g.storageOf, t);
   uint64_t address = 0, nbytes = 0;
   try {
-    if (!storageOf(t, &address, &nbytes)) return callOne(g.storageOf, t);  // its error
+    if (!storageOf(THPVariable_Unpack(t), &address, &nbytes))
+      return PyObject_CallOneArg(g.storageOf, t);  // its error
   } catch (...) {
-    return callOne(g.storageOf, t);
+    return PyObject_CallOneArg(g.storageOf, t);
   }
   return Py_BuildValue("(KK)", static_cast<unsigned long long>(address),
                        static_cast<unsigned long long>(nbytes));
