@@ -894,10 +894,40 @@ void Transport::readMessages(v1::ServerMessage& message) {
   }
 }
 
+template <typename Call>
+bool Transport::streamCall(Call&& call) {
+  m_senderState.store(kSenderInStreamCall, std::memory_order_release);
+  const bool ok = call();
+  uint32_t inside = kSenderInStreamCall;
+  if (!m_senderState.compare_exchange_strong(inside, kSenderOutside, std::memory_order_acq_rel)) {
+    // Taken over by the exit, which spooled what this thread held: nothing here is this
+    // thread's any more. (Its signals are blocked: the pause is for ever.)
+    for (;;) ::pause();
+  }
+  return ok;
+}
+
+bool Transport::takeOverStuckSender() {
+  uint32_t inside = kSenderInStreamCall;
+  if (!m_senderState.compare_exchange_strong(inside, kSenderTakenOver, std::memory_order_acq_rel))
+    return false;
+  if (m_thread.joinable()) m_thread.detach();
+  stopCollector();  // its last pass into the buffer
+  m_linkError = "a write to it did not return once cancelled: it read nothing";
+  m_outOfTime = true;
+  // What the sender's exit would spool (the window's batches not confirmed, the buffer, the
+  // strings), written by this thread: the sender holds nothing while inside a stream call.
+  if (!survive([this] { spoolRest(); })) abandonRest();
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_stopped = true;
+  m_progress.notify_all();
+  return true;
+}
+
 bool Transport::write(const std::string& bytes) {
-  grpc::Slice slice(bytes.data(), bytes.size());
+  grpc::Slice slice(bytes.data(), bytes.size());  // a copy: gRPC holds none of the window's
   grpc::ByteBuffer buffer(&slice, 1);
-  return m_stream->Write(buffer);
+  return streamCall([&] { return m_stream->Write(buffer); });
 }
 
 bool Transport::write(const v1::AgentMessage& message) {
@@ -912,7 +942,7 @@ bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
   *bye.mutable_goodbye()->mutable_counters() = counters();
   bye.mutable_goodbye()->set_end_ts_ns(base::monotonicNs());
   bye.mutable_goodbye()->set_exit_code(-1);
-  if (!write(bye) || !m_stream->WritesDone()) {
+  if (!write(bye) || !streamCall([this] { return m_stream->WritesDone(); })) {
     loseLink("the stream broke at the goodbye");
     return false;
   }
@@ -1204,12 +1234,23 @@ void Transport::shutdown(int timeoutMs) {
       std::lock_guard<std::mutex> lock(m_contextMutex);
       if (m_context) m_context->TryCancel();
     }
+    // A sender still inside a stream call shortly after the cancel is taken over: the spool is
+    // written here.
     lock.lock();
-    const bool spooled = m_progress.wait_for(lock, std::chrono::milliseconds(kSpoolGraceMs),
-                                             [this] { return m_stopped; });
+    bool spooled = m_progress.wait_for(lock, std::chrono::milliseconds(kTakeOverAfterMs),
+                                       [this] { return m_stopped; });
     lock.unlock();
+    bool takenOver = false;
+    if (!spooled) takenOver = spooled = takeOverStuckSender();
+    if (!spooled) {
+      lock.lock();
+      spooled =
+          m_progress.wait_for(lock, std::chrono::milliseconds(kSpoolGraceMs - kTakeOverAfterMs),
+                              [this] { return m_stopped; });
+      lock.unlock();
+    }
     if (spooled) {
-      if (m_thread.joinable()) m_thread.join();
+      if (!takenOver && m_thread.joinable()) m_thread.join();
     } else {
       // Give up: the sender is left to end on its own; what it did not spool is lost, and said
       // so. Its collector stops now: left to the sender's way out, it went on emptying the

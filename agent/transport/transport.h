@@ -74,6 +74,10 @@ class Transport {
   // what the daemon did not confirm goes to the spool file, given kSpoolGraceMs more (a local
   // write). Idempotent.
   static constexpr int kSpoolGraceMs = 5000;
+  // The stream cancelled, a sender still inside a write to it this long after is taken over: the
+  // exit's thread writes the spool itself (gRPC's synchronous write to a daemon that reads
+  // nothing — stopped, hung — did not always return on cancellation, and the rest was lost).
+  static constexpr int kTakeOverAfterMs = 500;
   // An exit still delivering after this long hands the rest to the daemon in a file (when it
   // can: handoffPossible) instead of waiting for the daemon's pace to the exit's bound.
   static constexpr int kHandoffAfterMs = 1000;
@@ -186,6 +190,16 @@ class Transport {
   // One AgentMessage on the stream, from its bytes or serialized here. False if the stream broke.
   bool write(const std::string& bytes);
   bool write(const v1::AgentMessage& message);
+  // The sender's calls that may block on the daemon's reading (a write, the end of writes), made
+  // so that the exit may take the sender over meanwhile (takeOverStuckSender): if it did, the
+  // sender never touches the transport again once the call returns — it waits for ever, a
+  // thread without signals of a process that is ending (or, after a detach, retired).
+  template <typename Call>
+  bool streamCall(Call&& call);
+  // The exit's: if the sender is inside a stream call, it is taken over — the collector stopped,
+  // the rest spooled here, the sender left for good. False if it was not (it may be about to
+  // end on its own).
+  bool takeOverStuckSender();
   void spoolRest();
   // Writes the plans' results not written on this stream yet; forgets those the daemon has read.
   void sendOutbox();
@@ -216,6 +230,9 @@ class Transport {
   // The sender's exit is writing the spool: a summary written while it still does (shutdown gave
   // up on it) names the file, which holds what was written by then.
   std::atomic<bool> m_spooling{false};
+  // Where the sender is: outside a stream call, inside one, or taken over (streamCall).
+  enum SenderState : uint32_t { kSenderOutside = 0, kSenderInStreamCall = 1, kSenderTakenOver = 2 };
+  std::atomic<uint32_t> m_senderState{kSenderOutside};
   // The exit's deadline for reconnecting (a handshake's wait is cut to it), and whether the
   // exit's whole time ran out (shutdown cancelled the stream: what is left goes to the spool).
   std::chrono::steady_clock::time_point m_exitDeadline =
