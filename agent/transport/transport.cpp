@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <optional>
 
+#include <absl/synchronization/mutex.h>
+
 #include "agent/transport/batch_encoder.h"
 #include "client/channel.h"
 #include "src/base/clock.h"
@@ -101,6 +103,13 @@ void Transport::spawnThreads() {
   sigset_t previous;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &previous);
+  // abseil's check of lock order (on where abseil is built without NDEBUG, as Debian's is) keeps
+  // a graph of every mutex gRPC locks, grown by mmap, and ends the process when an mmap fails:
+  // a daemon restarted while the job sat at its memory limit ended the job this way, from the
+  // gRPC threads' reaction to the broken connection, in 3 runs of 4. A debugging aid that the
+  // agent's calls into gRPC do not need: off (for the process: a job's own use of this abseil
+  // loses the check too).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // The channel now, and with it gRPC's own threads (its timers): a job that reaches its memory
   // limit before the first connection would leave gRPC without them, and its waits without an
   // end. (A channel that cannot be made now is tried again at each connection.)
