@@ -86,10 +86,12 @@ class MemoryLimitTest(DaemonTestCase):
         self.assertEqual(job.returncode, 0, err)
         truth = json.loads(line)
         if self.daemon.session_for_pid(job.pid)["state"] != "ended":
-            # Left for an upload where the agent says so (its daemon gone for good).
+            # Left for an upload where the agent says so (its daemon gone for good). (Not
+            # checked here: a daemon taking the same spool up meanwhile makes the upload fail,
+            # the session whole all the same — which is what is checked.)
             m = re.search(r"tidemark upload (\S+)$", err.strip())
             if m and os.path.exists(m.group(1)):
-                self.daemon.cli("upload", m.group(1))
+                self.daemon.cli("upload", m.group(1), check=False)
         return truth, self.daemon.wait_ended(self.daemon.session_for_pid(job.pid)["id"]), err
 
     def assert_whole(self, truth, s, err):
