@@ -33,7 +33,8 @@ class MemoryLimitTest(DaemonTestCase):
         so that the agent must keep what the daemon does not take. hold_until_shortage: the job
         stays at its limit until the agent has said it found no memory (at most 60 s; a stay of
         a few milliseconds can fall between two of the sender's passes on a busy machine).
-        at_the_limit: called once the job holds all the memory there is. Returns the program's own counts, the session and the agent's stderr."""
+        at_the_limit: called once the job holds all the memory there is. Returns the program's
+        own counts, the session and the agent's stderr."""
         job = subprocess.Popen(
             [os.path.join(BIN, "tidemark"), "--server", self.daemon.address, "run", "--",
              PROGRAM, "256", str(pairs), "wait"],
