@@ -973,8 +973,13 @@ bool Transport::closeStream(std::chrono::steady_clock::time_point deadline) {
 grpc::Status Transport::endStream() {
   // The server's own status when it ended the stream (a refusal, a full store); else ours.
   if (!m_readerDone) m_context->TryCancel();
-  if (m_reader.joinable()) m_reader.join();
-  const grpc::Status status = m_stream->Finish();
+  // (Waits on gRPC: a stream call, that the exit may take the sender over in.)
+  grpc::Status status;
+  streamCall([this, &status] {
+    if (m_reader.joinable()) m_reader.join();
+    status = m_stream->Finish();
+    return true;
+  });
   m_stream.reset();
   m_link = LinkState::kDown;
   m_waitingSinceNs = 0;

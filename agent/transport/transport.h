@@ -190,10 +190,11 @@ class Transport {
   // One AgentMessage on the stream, from its bytes or serialized here. False if the stream broke.
   bool write(const std::string& bytes);
   bool write(const v1::AgentMessage& message);
-  // The sender's calls that may block on the daemon's reading (a write, the end of writes), made
-  // so that the exit may take the sender over meanwhile (takeOverStuckSender): if it did, the
-  // sender never touches the transport again once the call returns — it waits for ever, a
-  // thread without signals of a process that is ending (or, after a detach, retired).
+  // The sender's calls that may block on the daemon (a write, the end of writes, the stream's
+  // end: its reader joined and its status read), made so that the exit may take the sender over
+  // meanwhile (takeOverStuckSender): if it did, the sender never touches the transport again
+  // once the call returns — it waits for ever, a thread without signals of a process that is
+  // ending (or, after a detach, retired).
   template <typename Call>
   bool streamCall(Call&& call);
   // The exit's: if the sender is inside a stream call, it is taken over — the collector stopped,
