@@ -922,7 +922,7 @@ bool Transport::takeOverStuckSender() {
     return false;
   if (m_thread.joinable()) m_thread.detach();
   stopCollector();  // its last pass into the buffer
-  m_linkError = "a write to it did not return once cancelled: it read nothing";
+  m_linkError = "its stream did not end once cancelled: it read nothing";
   m_outOfTime = true;
   // What the sender's exit would spool (the window's batches not confirmed, the buffer, the
   // strings), written by this thread: the sender holds nothing while inside a stream call.

@@ -303,7 +303,7 @@ class BurstLosslessTest(DaemonTestCase):
             m = re.search(r"(\d+) events spooled to (\S+) \(0 dropped\); complete the session "
                           r"with: tidemark upload", err)
             self.assertIsNotNone(m, err)
-            taken_over += "a write to it did not return once cancelled" in err
+            taken_over += "its stream did not end once cancelled" in err
             self.daemon.cli("upload", m.group(2))
             s = self.daemon.newest_session()
             pairs = int(re.search(r"(\d+) pairs", out).group(1))
