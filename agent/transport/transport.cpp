@@ -105,7 +105,7 @@ void Transport::spawnThreads() {
   pthread_sigmask(SIG_SETMASK, &all, &previous);
   // abseil's check of lock order (on where abseil is built without NDEBUG, as Debian's is) keeps
   // a graph of every mutex gRPC locks, grown by mmap, and ends the process when an mmap fails:
-  // a daemon restarted while the job sat at its memory limit ended the job this way, from the
+  // a daemon killed while the job sat at its memory limit ended the job this way, from the
   // gRPC threads' reaction to the broken connection, in 3 runs of 4. A debugging aid that the
   // agent's calls into gRPC do not need: off (for the process: a job's own use of this abseil
   // loses the check too).
@@ -1254,8 +1254,7 @@ void Transport::shutdown(int timeoutMs) {
     bool spooled = m_progress.wait_for(lock, std::chrono::milliseconds(kTakeOverAfterMs),
                                        [this] { return m_stopped; });
     lock.unlock();
-    bool takenOver = false;
-    if (!spooled) takenOver = spooled = takeOverStuckSender();
+    if (!spooled) spooled = takeOverStuckSender();  // which detaches the sender
     if (!spooled) {
       lock.lock();
       spooled =
@@ -1264,7 +1263,7 @@ void Transport::shutdown(int timeoutMs) {
       lock.unlock();
     }
     if (spooled) {
-      if (!takenOver && m_thread.joinable()) m_thread.join();
+      if (m_thread.joinable()) m_thread.join();
     } else {
       // Give up: the sender is left to end on its own; what it did not spool is lost, and said
       // so. Its collector stops now: left to the sender's way out, it went on emptying the
