@@ -1,9 +1,14 @@
 #include "src/advisor/grid_solver.h"
 
 #include <algorithm>
-#include <future>
+#include <atomic>
+#include <barrier>
+#include <exception>
+#include <latch>
 #include <limits>
 #include <system_error>
+#include <thread>
+#include <utility>
 
 #include "src/advisor/simulator.h"
 #include "src/advisor/stage_choices.h"
@@ -122,17 +127,38 @@ namespace {
 // A grid of `points` values `step` apart. Stage i's values are offset so that storing stage i
 // leads exactly onto stage i + 1's: a run of stored stages is not rounded, only the choices that
 // keep less than storing.
-GridChainSolver::Grid makeGrid(const ChainProfile& p, int64_t step, int points, bool down) {
+GridChainSolver::Grid makeGrid(const ChainProfile& p, const std::vector<int64_t>& storeNeed,
+                               int64_t step, int points, bool down) {
   GridChainSolver::Grid grid;
   grid.step = step;
   grid.points = points;
   grid.down = down;
+  grid.storeNeed = storeNeed;
   grid.offset.assign(p.size() + 1, 0);
   for (int i = 0; i < p.size(); ++i) {
     const int64_t kept = p.inBytes(i) + p.stages[i].savedBytes;
     grid.offset[i + 1] = ((grid.offset[i] - kept) % step + step) % step;
   }
+  grid.top.resize(p.size() + 1);
+  for (int i = 0; i <= p.size(); ++i) {
+    const int64_t y = storeNeed[i] - grid.offset[i];
+    grid.top[i] = static_cast<int>(std::min<int64_t>(points - 1, y <= 0 ? 0 : ceilDiv(y, step)));
+  }
   return grid;
+}
+
+// The headroom storing every stage from i on takes (i = n: the end of the forward alone). It
+// only grows towards the chain's start.
+std::vector<int64_t> storeAllNeeds(const ChainProfile& p) {
+  const int n = p.size();
+  std::vector<int64_t> need(n + 1);
+  need[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
+  std::vector<StageChoice> stored;
+  for (int i = n - 1; i >= 0; --i) {
+    storedChoices(p, i, &stored);
+    need[i] = std::max(stored[0].local, stored[0].kept + need[i + 1]);
+  }
+  return need;
 }
 
 // What a pass leaves at stage 0: the cost at each grid value and, conservatively, the exact need
@@ -143,7 +169,10 @@ struct PassResult {
 };
 
 // One pass of the recurrence on the grid: the cost of stages i.. at every grid value of stage i,
-// i from the last stage to the first; `choice` (when given) gets every stage's choices.
+// i from the last stage to the first; `choice` (when given) gets every stage's choices, row i at
+// rowStart[i], up to the stage's top. A row is computed up to its top only: above it storing
+// every stage from i on fits, at no cost (its need storeNeed[i]), which is what a read there
+// finds.
 //
 // Conservatively (kDown) each cell also carries the exact need of its plan: a choice's need is the
 // larger of its own and what it keeps plus its tail's. The tail is read at the grid value rounded
@@ -151,128 +180,196 @@ struct PassResult {
 // still fits: rounding then loses nothing where the plan above had room to spare.
 template <bool kDown>
 PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
-                       std::vector<int32_t>* choice) {
+                       std::vector<int32_t>* choice, const std::vector<size_t>& rowStart,
+                       int threads) {
   const int n = p.size();
   const int width = grid.points;
-  std::vector<int64_t> next(width), cur(width), nextNeed(width), curNeed(width);
-  const int64_t endNeed = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
-  for (int g = 0; g < width; ++g) {
-    next[g] = grid.value(n, g) >= endNeed ? 0 : kInf;
-    nextNeed[g] = endNeed;
+  // Row i + 1 (the next values) and row i, in turn: rows[i & 1] is row i's.
+  std::vector<int64_t> rows[2] = {std::vector<int64_t>(width), std::vector<int64_t>(width)};
+  std::vector<int64_t> needs[2] = {std::vector<int64_t>(width), std::vector<int64_t>(width)};
+  const int64_t endNeed = grid.storeNeed[n];
+  for (int g = 0; g <= grid.top[n]; ++g) {
+    rows[n & 1][g] = grid.value(n, g) >= endNeed ? 0 : kInf;
+    needs[n & 1][g] = endNeed;
   }
   std::vector<int64_t> prefixNs(n + 1, 0);  // prefixNs[k + 1]: forward time of stages 0..k
   for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].rerunCostNs();
-  const int64_t top = grid.value(0, width - 1);
   SegmentEndStacks ends(width);
-  std::vector<StageChoice> stored;
-  std::vector<int64_t> segmentLocal;  // the need of segment [i, i + j]
-  std::vector<int64_t> shifts;
-  if (choice != nullptr) choice->assign(static_cast<size_t>(n) * width, kNone);
+  if (choice != nullptr) choice->assign(rowStart[n], kNone);
 
-  for (int i = n - 1; i >= 0; --i) {
-    const bool checkpointable = p.stages[i].checkpointable;
-    // Segments that start before a stage that cannot be recomputed end before it, and so do
-    // those that start before a stage not linked to the one before it.
-    const bool endsHere = i + 1 < n && !p.stages[i + 1].linked;
-    for (int x = 0; x < width; ++x) {
-      if (checkpointable) {
-        if (endsHere) ends.clear(x);
-        ends.push(x, i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x], nextNeed[x]);
-      } else {
-        ends.clear(x);
-      }
-    }
-    storedChoices(p, i, &stored);
-    segmentLocal.clear();
-    if (checkpointable) {
-      RecomputedSegment segment(p, i);
-      for (int k = i; extends(p, i, k); ++k) {
-        const int64_t local = segment.grow().local;
-        if (local > top + grid.step) break;  // it only grows
-        segmentLocal.push_back(local);
-      }
-    }
-    const int64_t in = p.inBytes(i);
-    size_t fitting = 0;  // segments [i, i + fitting - 1] fit under the grid value
-    int32_t* row = choice != nullptr ? choice->data() + static_cast<size_t>(i) * width : nullptr;
-    // Where each choice reads the next values: value g of stage i at g + shift (Grid::at and
-    // atAnyStage without a division per value).
-    shifts.clear();
-    for (const StageChoice& c : stored) shifts.push_back(grid.shift(i, c.kept));
-    const int64_t segmentShift = grid.shiftAnyStage(i, in);
-    for (int g = 0; g < width; ++g) {
-      const int64_t h = grid.offset[i] + static_cast<int64_t>(g) * grid.step;
-      int64_t best = kInf, bestNeed = 0;
-      int32_t code = kNone;
-      // The tail at grid value x of the next stage (or of any stage, for a segment) for a choice
-      // with this cost, local need and kept bytes: taken when cheaper and, above the rounded
-      // value, when it fits.
-      const auto consider = [&](int64_t cost, int64_t local, int64_t kept, int64_t tailNeed,
-                                int32_t choiceCode) {
-        if (cost >= best) return;
-        const int64_t need = kDown ? std::max(local, kept + tailNeed) : 0;
-        if (kDown && need > h) return;
-        best = cost;
-        bestNeed = need;
-        code = choiceCode;
-      };
-      for (size_t k = 0; k < stored.size(); ++k) {
-        const StageChoice& c = stored[k];
-        if (c.local > h || h < c.kept) continue;
-        if constexpr (kDown) {
-          const int64_t raw = g + shifts[k];
-          if (raw >= width - 1) {
-            if (next[width - 1] < kInf)
-              consider(next[width - 1] + c.extraNs, c.local, c.kept, nextNeed[width - 1],
-                       storedCode(k, false));
-            continue;
-          }
-          if (raw >= 0 && next[raw] < kInf)
-            consider(next[raw] + c.extraNs, c.local, c.kept, nextNeed[raw], storedCode(k, false));
-          if (raw + 1 >= 0 && next[raw + 1] < kInf)
-            consider(next[raw + 1] + c.extraNs, c.local, c.kept, nextNeed[raw + 1],
-                     storedCode(k, true));
-        } else {
-          const int x = grid.shifted(g, shifts[k]);
-          if (x >= 0 && next[x] < kInf)
-            consider(next[x] + c.extraNs, c.local, c.kept, 0, storedCode(k, false));
+  // A stage is two phases, each split between the threads by grid value: the next row read
+  // from this one (past its own top it costs nothing) and the segment ends pushed; then this
+  // row. Each thread works on its own values, the phases apart (a barrier).
+  std::barrier sync(threads);
+  std::latch started(1);
+  int active = threads;  // the threads that run: set before `started` opens
+  std::atomic<bool> failed{false};
+  std::vector<std::exception_ptr> errors(threads);
+  const auto part = [&active](int thread, int last) {  // [begin, end) of 0 .. last
+    const int64_t count = int64_t{last} + 1;
+    return std::pair<int, int>(static_cast<int>(count * thread / active),
+                               static_cast<int>(count * (thread + 1) / active));
+  };
+  const auto work = [&](int thread) {
+    started.wait();
+    std::vector<StageChoice> stored;
+    std::vector<int64_t> segmentLocal;  // the need of segment [i, i + j]
+    std::vector<int64_t> shifts;
+    int filled = grid.top[n];  // the next row holds values up to here
+    for (int i = n - 1; i >= 0 && !failed.load(std::memory_order_relaxed); --i) {
+      std::vector<int64_t>& next = rows[(i + 1) & 1];
+      std::vector<int64_t>& nextNeed = needs[(i + 1) & 1];
+      std::vector<int64_t>& cur = rows[i & 1];
+      std::vector<int64_t>& curNeed = needs[i & 1];
+      // This row's values, and the next row's read from it (up to one value above this row's
+      // top, where a choice keeping less than storing may read). Rows only grow towards the
+      // chain's start, so a stack above the last row's reach is still empty.
+      const int top = grid.top[i];
+      const int reads = std::min(width - 1, top + 1);
+      try {
+        const auto [xBegin, xEnd] = part(thread, reads);
+        for (int x = std::max(filled + 1, xBegin); x < xEnd; ++x) {
+          next[x] = 0;
+          nextNeed[x] = grid.storeNeed[i + 1];
         }
-      }
-      while (fitting < segmentLocal.size() && segmentLocal[fitting] <= h) ++fitting;
-      if (fitting > 0 && h >= in) {
-        const int32_t reach = i + static_cast<int32_t>(fitting) - 1;
-        const auto segmentAt = [&](int64_t x, bool above) {
-          const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), reach);
-          if (e != nullptr)
-            consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
-                     segmentCode(e->end - i + 1, above));
-        };
-        if constexpr (kDown) {
-          const int64_t raw = g + segmentShift;
-          if (raw >= width - 1) {
-            segmentAt(width - 1, false);
+        const bool checkpointable = p.stages[i].checkpointable;
+        // Segments that start before a stage that cannot be recomputed end before it, and so
+        // do those that start before a stage not linked to the one before it.
+        const bool endsHere = i + 1 < n && !p.stages[i + 1].linked;
+        for (int x = xBegin; x < xEnd; ++x) {
+          if (checkpointable) {
+            if (endsHere) ends.clear(x);
+            ends.push(x, i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x], nextNeed[x]);
           } else {
-            if (raw >= 0) segmentAt(raw, false);
-            if (raw + 1 >= 0) segmentAt(raw + 1, true);
+            ends.clear(x);
           }
-        } else {
-          const int x = grid.shifted(g, segmentShift);
-          if (x >= 0) segmentAt(x, false);
         }
+        storedChoices(p, i, &stored);
+        segmentLocal.clear();
+        if (checkpointable) {
+          RecomputedSegment segment(p, i);
+          for (int k = i; extends(p, i, k); ++k) {
+            const int64_t local = segment.grow().local;
+            if (local > grid.value(i, top)) break;  // it only grows, and no value of the row fits
+            segmentLocal.push_back(local);
+          }
+        }
+      } catch (...) {
+        errors[thread] = std::current_exception();
+        failed = true;
       }
-      cur[g] = best;
-      curNeed[g] = bestNeed;
-      if (row != nullptr) row[g] = code;
+      filled = std::max(filled, reads);
+      sync.arrive_and_wait();
+      if (failed.load()) break;
+      try {
+        const int64_t in = p.inBytes(i);
+        size_t fitting = 0;  // segments [i, i + fitting - 1] fit under the grid value
+        int32_t* row = choice != nullptr ? choice->data() + rowStart[i] : nullptr;
+        // Where each choice reads the next values: value g of stage i at g + shift (Grid::at and
+        // atAnyStage without a division per value).
+        shifts.clear();
+        for (const StageChoice& c : stored) shifts.push_back(grid.shift(i, c.kept));
+        const int64_t segmentShift = grid.shiftAnyStage(i, in);
+        const auto [gBegin, gEnd] = part(thread, top);
+        for (int g = gBegin; g < gEnd; ++g) {
+          const int64_t h = grid.offset[i] + static_cast<int64_t>(g) * grid.step;
+          int64_t best = kInf, bestNeed = 0;
+          int32_t code = kNone;
+          // The tail at grid value x of the next stage (or of any stage, for a segment) for a
+          // choice with this cost, local need and kept bytes: taken when cheaper and, above the
+          // rounded value, when it fits.
+          const auto consider = [&](int64_t cost, int64_t local, int64_t kept, int64_t tailNeed,
+                                    int32_t choiceCode) {
+            if (cost >= best) return;
+            const int64_t need = kDown ? std::max(local, kept + tailNeed) : 0;
+            if (kDown && need > h) return;
+            best = cost;
+            bestNeed = need;
+            code = choiceCode;
+          };
+          for (size_t k = 0; k < stored.size(); ++k) {
+            const StageChoice& c = stored[k];
+            if (c.local > h || h < c.kept) continue;
+            if constexpr (kDown) {
+              const int64_t raw = g + shifts[k];
+              if (raw >= width - 1) {
+                if (next[width - 1] < kInf)
+                  consider(next[width - 1] + c.extraNs, c.local, c.kept, nextNeed[width - 1],
+                           storedCode(k, false));
+                continue;
+              }
+              if (raw >= 0 && next[raw] < kInf)
+                consider(next[raw] + c.extraNs, c.local, c.kept, nextNeed[raw],
+                         storedCode(k, false));
+              if (raw + 1 >= 0 && next[raw + 1] < kInf)
+                consider(next[raw + 1] + c.extraNs, c.local, c.kept, nextNeed[raw + 1],
+                         storedCode(k, true));
+            } else {
+              const int x = grid.shifted(g, shifts[k]);
+              if (x >= 0 && next[x] < kInf)
+                consider(next[x] + c.extraNs, c.local, c.kept, 0, storedCode(k, false));
+            }
+          }
+          while (fitting < segmentLocal.size() && segmentLocal[fitting] <= h) ++fitting;
+          if (fitting > 0 && h >= in) {
+            const int32_t reach = i + static_cast<int32_t>(fitting) - 1;
+            const auto segmentAt = [&](int64_t x, bool above) {
+              const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), reach);
+              if (e != nullptr)
+                consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
+                         segmentCode(e->end - i + 1, above));
+            };
+            if constexpr (kDown) {
+              const int64_t raw = g + segmentShift;
+              if (raw >= width - 1) {
+                segmentAt(width - 1, false);
+              } else {
+                if (raw >= 0) segmentAt(raw, false);
+                if (raw + 1 >= 0) segmentAt(raw + 1, true);
+              }
+            } else {
+              const int x = grid.shifted(g, segmentShift);
+              if (x >= 0) segmentAt(x, false);
+            }
+          }
+          cur[g] = best;
+          curNeed[g] = bestNeed;
+          if (row != nullptr) row[g] = code;
+        }
+      } catch (...) {
+        errors[thread] = std::current_exception();
+        failed = true;
+      }
+      filled = top;
+      sync.arrive_and_wait();
     }
-    std::swap(cur, next);
-    std::swap(curNeed, nextNeed);
+  };
+  // The other threads; those that could not be started leave the barrier, and the values are
+  // shared among those that run (this one alone, at worst).
+  std::vector<std::thread> helpers;
+  try {
+    for (int t = 1; t < threads; ++t) helpers.emplace_back(work, t);
+  } catch (const std::system_error&) {
   }
-  return {std::move(next), std::move(nextNeed)};
+  active = 1 + static_cast<int>(helpers.size());
+  for (int t = active; t < threads; ++t) sync.arrive_and_drop();
+  started.count_down();
+  work(0);
+  for (std::thread& t : helpers) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<int64_t>& first = rows[0];
+  std::vector<int64_t>& firstNeed = needs[0];
+  for (int x = grid.top[0] + 1; x < width; ++x) {
+    first[x] = 0;
+    firstNeed[x] = grid.storeNeed[0];
+  }
+  return {std::move(first), std::move(firstNeed)};
 }
 
 }  // namespace
 
-GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints)
+GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints, int threads)
     : m_profile(profile) {
   const ChainProfile& p = profile;
   const int n = p.size();
@@ -286,32 +383,41 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints)
       std::max<int64_t>(1, storeAllSim.peakBytes - std::max(m_minFeasibleBudget, p.staticBytes));
   // The plans' grid: rangePoints values across the range, fewer when the plans' table would
   // pass its bounds. The bound's grid has no table: it is finer, as far as its pass's cells allow.
+  // A row holds a stage's values up to its store-all need (Grid::top), at most need / step + 2
+  // of them: the rows' values in all are at most the needs' sum / step + 2 per stage.
+  const std::vector<int64_t> storeNeed = storeAllNeeds(p);
+  __int128 needSum = 0;
+  for (int i = 0; i < n; ++i) needSum += storeNeed[i];
   const int64_t points = std::max(1, rangePoints);
   const auto stepFor = [&](int64_t rangeValues, int64_t maxValues, int64_t maxCells) {
     int64_t step = std::max<int64_t>(1, (range + rangeValues - 1) / rangeValues);
-    const int64_t cap =
-        std::min<int64_t>(maxValues, std::max<int64_t>(2, maxCells / std::max(1, n)));
-    if (top / step + 1 > cap) step = (top + cap - 2) / (cap - 1);
-    return step;
+    if (top / step + 1 > maxValues) step = (top + maxValues - 2) / (maxValues - 1);
+    const int64_t spare = maxCells - 2 * (int64_t{n} + 1);
+    if (spare <= 0) return std::max<int64_t>(1, top);
+    const __int128 least = (needSum + spare - 1) / spare;
+    return least > step ? static_cast<int64_t>(std::min<__int128>(least, top + 1)) : step;
   };
   m_step = stepFor(points, kMaxGridPoints, kMaxCells);
   m_grid = static_cast<int>((top + m_step - 1) / m_step);
-  m_down = makeGrid(p, m_step, m_grid + 1, /*down=*/true);
+  m_down = makeGrid(p, storeNeed, m_step, m_grid + 1, /*down=*/true);
+  m_rowStart.assign(n + 1, 0);
+  for (int i = 0; i < n; ++i) m_rowStart[i + 1] = m_rowStart[i] + m_down.top[i] + 1;
   const int64_t boundStep =
-      std::min(m_step, stepFor(points * kBoundRefinement, kMaxBoundPoints, kMaxBoundCells));
-  m_up = makeGrid(p, boundStep, static_cast<int>((top + boundStep - 1) / boundStep) + 1,
+      std::min(m_step, stepFor(points * kBoundRefinement, kMaxBoundPoints,
+                               std::min(kMaxBoundCells, kBoundCellsPerStage * std::max(1, n))));
+  m_up = makeGrid(p, storeNeed, boundStep, static_cast<int>((top + boundStep - 1) / boundStep) + 1,
                   /*down=*/false);
-  // The two passes share nothing: the bound's runs beside the plans' (in turn where no thread
-  // can be started). The future waits for it whatever happens here.
-  const auto boundPass = [this, &p] { return solveOnGrid<false>(p, m_up, nullptr).cost; };
-  std::future<std::vector<int64_t>> bound;
-  try {
-    bound = std::async(std::launch::async, boundPass);
-  } catch (const std::system_error&) {
-    bound = std::async(std::launch::deferred, boundPass);
-  }
-  const PassResult upper = solveOnGrid<true>(p, m_down, &m_choice);
-  m_lower = bound.get();
+  // The passes in turn, each shared among the processors (kMaxThreads at most) when it is
+  // long enough to gain from it.
+  const auto threadsFor = [threads](const Grid& grid) {
+    if (threads > 0) return threads;
+    int64_t cells = 0;
+    for (int top : grid.top) cells += top + 1;
+    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+    return cells < kCellsPerThread ? 1 : std::clamp(cpus, 1, kMaxThreads);
+  };
+  const PassResult upper = solveOnGrid<true>(p, m_down, &m_choice, m_rowStart, threadsFor(m_down));
+  m_lower = solveOnGrid<false>(p, m_up, nullptr, {}, threadsFor(m_up)).cost;
 
   // The curve: the plan read at each grid value where the conservative cost falls, at its exact
   // peak (static and its need, which may be below the grid value, or the floor), and storing
@@ -348,13 +454,17 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints)
 ChainPlan GridChainSolver::planAt(int grid) const {
   if (grid < 0) return storeAllPlan(m_profile);
   const ChainProfile& p = m_profile;
-  const int width = m_grid + 1;
   ChainPlan plan;
   int i = 0, g = grid;
   // The walk reads the next values where the pass did (Grid::shift, shiftAnyStage).
   std::vector<StageChoice> stored;
   while (i < p.size() && g >= 0) {
-    const int32_t code = m_choice[static_cast<size_t>(i) * width + g];
+    if (g > m_down.top[i]) {
+      // Above the row's top: this stage and every one after it stored.
+      for (; i < p.size(); ++i) plan.segments.push_back({i, i, SegmentMode::kStore});
+      break;
+    }
+    const int32_t code = m_choice[m_rowStart[i] + g];
     if (code == kNone) break;  // not reached from a grid value that had a plan
     const int64_t in = p.inBytes(i);
     const bool above = (code >= 0 ? code : -2 - code) & 1;

@@ -32,17 +32,28 @@ class GridChainSolver : public ChainFront {
   // The plans' grid puts this many values between the least feasible budget and storing
   // everything.
   static constexpr int kDefaultRangePoints = 20000;
-  // The plans' grid over all headroom values has at most this many values, and stage by grid
-  // value at most kMaxCells (the plans' table): a longer chain gets a coarser grid.
+  // The plans' grid over all headroom values has at most this many values, and its rows (each
+  // stage's values up to its top) at most kMaxCells in all (the plans' table): a longer chain
+  // gets a coarser grid.
   static constexpr int kMaxGridPoints = 1 << 15;
   static constexpr int64_t kMaxCells = int64_t{1} << 25;
   // The bound's grid (no table) is this many times finer, within its own caps on values and on
-  // stage by grid value (its pass's work): the bound, not the plans, sets epsilonBytes.
-  static constexpr int kBoundRefinement = 4;
+  // its rows' values in all, its pass's work: about 0.7 s per 10^8 values on two cores, so
+  // kBoundCellsPerStage values per stage keep a solve near 0.6 s per 1,000 stages (the targets:
+  // 1 s at 1,000 stages, 10 s at 10,000), and kMaxBoundCells caps longer chains.
+  static constexpr int kBoundRefinement = 16;
   static constexpr int kMaxBoundPoints = 1 << 18;
-  static constexpr int64_t kMaxBoundCells = int64_t{1} << 29;
+  static constexpr int64_t kBoundCellsPerStage = 80000;
+  static constexpr int64_t kMaxBoundCells = int64_t{1} << 30;
+  // A pass of at least this many values in all is shared among up to kMaxThreads threads, each
+  // computing its part of every row (two barriers a stage).
+  static constexpr int64_t kCellsPerThread = int64_t{1} << 22;
+  static constexpr int kMaxThreads = 4;
 
-  explicit GridChainSolver(const ChainProfile& profile, int rangePoints = kDefaultRangePoints);
+  // threads: how many share each pass (0: up to kMaxThreads, one per processor, when the pass
+  // has kCellsPerThread values or more; the answer is the same whatever the number).
+  explicit GridChainSolver(const ChainProfile& profile, int rangePoints = kDefaultRangePoints,
+                           int threads = 0);
 
   std::vector<ParetoPoint> curve() const override;
   int64_t minFeasibleBudget() const override { return m_minFeasibleBudget; }
@@ -58,12 +69,16 @@ class GridChainSolver : public ChainFront {
   int boundPoints() const { return m_up.points; }
 
   // The headroom values of each stage: offset[i] + g * step for g in [0, points). Offsets make
-  // storing a stage lead exactly from one stage's values onto the next one's.
+  // storing a stage lead exactly from one stage's values onto the next one's. From top[i] up,
+  // storing every stage from i on fits: those values cost nothing and are not computed (a row
+  // is as long as its stages' store-all need, not the chain's).
   struct Grid {
     int64_t step = 1;
     int points = 1;
-    std::vector<int64_t> offset;  // per stage, 0 .. n; each in [0, step)
-    bool down = true;             // round headroom down (plans that fit), else up (a bound)
+    std::vector<int64_t> offset;     // per stage, 0 .. n; each in [0, step)
+    std::vector<int> top;            // per stage, 0 .. n: the first value that stores all from it
+    std::vector<int64_t> storeNeed;  // per stage, 0 .. n: the headroom storing all from it takes
+    bool down = true;                // round headroom down (plans that fit), else up (a bound)
     int64_t value(int stage, int g) const { return offset[stage] + static_cast<int64_t>(g) * step; }
     // The grid value of `stage` a headroom is read at (-1: none, below the grid).
     int at(int stage, int64_t headroom) const;
@@ -93,10 +108,13 @@ class GridChainSolver : public ChainFront {
   int m_grid = 0;  // grid values 0 .. m_grid, m_step bytes apart
   int64_t m_minFeasibleBudget = 0;
   int64_t m_epsilonBytes = 0;
-  Grid m_down, m_up;              // the plans' grid and the bound's
-  std::vector<int32_t> m_choice;  // stage i, grid value g: what the conservative pass chose
-  std::vector<int64_t> m_lower;   // the optimistic pass's cost at each bound grid value (stage 0)
-  std::vector<Point> m_points;    // the curve: real plans, ascending budget, descending time
+  Grid m_down, m_up;  // the plans' grid and the bound's
+  // Stage i, grid value g <= m_down.top[i]: what the conservative pass chose, at
+  // m_choice[m_rowStart[i] + g] (above its top, stage i and every stage after it are stored).
+  std::vector<int32_t> m_choice;
+  std::vector<size_t> m_rowStart;
+  std::vector<int64_t> m_lower;  // the optimistic pass's cost at each bound grid value (stage 0)
+  std::vector<Point> m_points;   // the curve: real plans, ascending budget, descending time
 };
 
 }  // namespace tidemark::core

@@ -139,6 +139,28 @@ TEST(GridChainSolver, AThousandStagesSolvedWithTheirBoundStated) {
   }
 }
 
+TEST(GridChainSolver, ThreadsSharingAPassGiveTheSameAnswer) {
+  // Each thread computes its part of every row: the curve, its plans, the bound and epsilon are
+  // those of one thread alone, however the rows are split (three threads: uneven parts).
+  std::mt19937_64 rng(77);
+  for (const bool options : {false, true}) {
+    const ChainProfile p = scaled(randomChain(rng, 300, options), 1'000'003);
+    const GridChainSolver one(p, 2000, 1), three(p, 2000, 3);
+    const std::vector<ParetoPoint> curve = one.curve(), threeCurve = three.curve();
+    ASSERT_EQ(curve.size(), threeCurve.size());
+    EXPECT_GT(curve.size(), 10u);
+    for (size_t k = 0; k < curve.size(); ++k) {
+      const ParetoPoint& a = curve[k];
+      EXPECT_EQ(a.budgetBytes, threeCurve[k].budgetBytes);
+      EXPECT_EQ(a.extraNs, threeCurve[k].extraNs);
+      EXPECT_EQ(planSignature(*one.planFor(a.budgetBytes)),
+                planSignature(*three.planFor(a.budgetBytes)));
+      EXPECT_EQ(one.lowerBoundAt(a.budgetBytes - 1), three.lowerBoundAt(a.budgetBytes - 1));
+    }
+    EXPECT_EQ(one.epsilonBytes(), three.epsilonBytes());
+  }
+}
+
 TEST(GridChainSolver, PlansForLongChainsSayHowCloseTheyAre) {
   // Past kExactStagesMax stages the planner solves on the grid: the plan fits, and its document
   // carries the bound, read back as written.
