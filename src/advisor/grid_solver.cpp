@@ -180,7 +180,7 @@ struct PassResult {
 // still fits: rounding then loses nothing where the plan above had room to spare.
 template <bool kDown>
 PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
-                       std::vector<int32_t>* choice, const std::vector<size_t>& rowStart,
+                       GridChainSolver::ChoiceTable* choice, const std::vector<size_t>& rowStart,
                        int threads) {
   const int n = p.size();
   const int width = grid.points;
@@ -264,7 +264,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
       try {
         const int64_t in = p.inBytes(i);
         size_t fitting = 0;  // segments [i, i + fitting - 1] fit under the grid value
-        int32_t* row = choice != nullptr ? choice->data() + rowStart[i] : nullptr;
+        const size_t row = choice != nullptr ? rowStart[i] : 0;
         // Where each choice reads the next values: value g of stage i at g + shift (Grid::at and
         // atAnyStage without a division per value).
         shifts.clear();
@@ -334,7 +334,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
           }
           cur[g] = best;
           curNeed[g] = bestNeed;
-          if (row != nullptr) row[g] = code;
+          if (choice != nullptr) choice->set(row + g, code);
         }
       } catch (...) {
         errors[thread] = std::current_exception();
@@ -397,7 +397,16 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints, i
     const __int128 least = (needSum + spare - 1) / spare;
     return least > step ? static_cast<int64_t>(std::min<__int128>(least, top + 1)) : step;
   };
-  m_step = stepFor(points, kMaxGridPoints, kMaxCells);
+  // The table's codes fit in 2 bytes when the longest segment's and the last stored choice's do.
+  size_t choices = 0;
+  std::vector<StageChoice> stored;
+  for (int i = 0; i < n; ++i) {
+    storedChoices(p, i, &stored);
+    choices = std::max(choices, stored.size());
+  }
+  m_choice.wide = segmentCode(std::max(1, n), true) > std::numeric_limits<int16_t>::max() ||
+                  storedCode(choices, true) < std::numeric_limits<int16_t>::min();
+  m_step = stepFor(points, kMaxGridPoints, kMaxTableBytes / (m_choice.wide ? 4 : 2));
   m_grid = static_cast<int>((top + m_step - 1) / m_step);
   m_down = makeGrid(p, storeNeed, m_step, m_grid + 1, /*down=*/true);
   m_rowStart.assign(n + 1, 0);
@@ -464,7 +473,7 @@ ChainPlan GridChainSolver::planAt(int grid) const {
       for (; i < p.size(); ++i) plan.segments.push_back({i, i, SegmentMode::kStore});
       break;
     }
-    const int32_t code = m_choice[m_rowStart[i] + g];
+    const int32_t code = m_choice.get(m_rowStart[i] + g);
     if (code == kNone) break;  // not reached from a grid value that had a plan
     const int64_t in = p.inBytes(i);
     const bool above = (code >= 0 ? code : -2 - code) & 1;

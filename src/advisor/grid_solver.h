@@ -33,10 +33,11 @@ class GridChainSolver : public ChainFront {
   // everything.
   static constexpr int kDefaultRangePoints = 20000;
   // The plans' grid over all headroom values has at most this many values, and its rows (each
-  // stage's values up to its top) at most kMaxCells in all (the plans' table): a longer chain
-  // gets a coarser grid.
+  // stage's values up to its top) at most kMaxTableBytes in all, the plans' table (2 bytes a
+  // value, 4 where a choice's code does not fit in 2: past 16,384 stages): a longer chain gets a
+  // coarser grid.
   static constexpr int kMaxGridPoints = 1 << 15;
-  static constexpr int64_t kMaxCells = int64_t{1} << 25;
+  static constexpr int64_t kMaxTableBytes = int64_t{128} << 20;
   // The bound's grid (no table) is this many times finer, within its own caps on values and on
   // its rows' values in all, its pass's work: about 0.7 s per 10^8 values on two cores, so
   // kBoundCellsPerStage values per stage keep a solve near 0.6 s per 1,000 stages (the targets:
@@ -95,6 +96,27 @@ class GridChainSolver : public ChainFront {
     }
   };
 
+  // What the conservative pass chose at each value of each row, in 2 bytes a value when every
+  // code fits, else 4.
+  struct ChoiceTable {
+    bool wide = false;
+    std::vector<int16_t> narrow;
+    std::vector<int32_t> full;
+    void assign(size_t values, int32_t code) {
+      if (wide)
+        full.assign(values, code);
+      else
+        narrow.assign(values, static_cast<int16_t>(code));
+    }
+    void set(size_t at, int32_t code) {
+      if (wide)
+        full[at] = code;
+      else
+        narrow[at] = static_cast<int16_t>(code);
+    }
+    int32_t get(size_t at) const { return wide ? full[at] : narrow[at]; }
+  };
+
  private:
   struct Point {
     int64_t budgetBytes = 0;
@@ -110,8 +132,8 @@ class GridChainSolver : public ChainFront {
   int64_t m_epsilonBytes = 0;
   Grid m_down, m_up;  // the plans' grid and the bound's
   // Stage i, grid value g <= m_down.top[i]: what the conservative pass chose, at
-  // m_choice[m_rowStart[i] + g] (above its top, stage i and every stage after it are stored).
-  std::vector<int32_t> m_choice;
+  // m_choice.get(m_rowStart[i] + g) (above its top, stage i and every stage after it are stored).
+  ChoiceTable m_choice;
   std::vector<size_t> m_rowStart;
   std::vector<int64_t> m_lower;  // the optimistic pass's cost at each bound grid value (stage 0)
   std::vector<Point> m_points;   // the curve: real plans, ascending budget, descending time

@@ -161,6 +161,29 @@ TEST(GridChainSolver, ThreadsSharingAPassGiveTheSameAnswer) {
   }
 }
 
+TEST(GridChainSolver, AChainTooLongForTwoByteCodesKeepsItsPlans) {
+  // Past 16,384 stages a segment's code needs 4 bytes in the plans' table: every point of the
+  // curve is still the plan it names.
+  std::mt19937_64 rng(16385);
+  ChainProfile p = scaled(randomChain(rng, 16500, true), 1'000'003);
+  for (Stage& s : p.stages) s.checkpointable = true;
+  const GridChainSolver grid(p, 2000);
+  const std::vector<ParetoPoint> curve = grid.curve();
+  ASSERT_GT(curve.size(), 5u);
+  bool longSegment = false;
+  for (size_t k = 0; k < curve.size(); k += 1 + curve.size() / 50) {
+    const ParetoPoint& pt = curve[k];
+    const std::optional<ChainPlan> plan = grid.planFor(pt.budgetBytes);
+    ASSERT_TRUE(plan.has_value());
+    ASSERT_TRUE(validatePlan(p, *plan).ok());
+    const SimResult sim = simulate(p, *plan);
+    EXPECT_EQ(sim.peakBytes, pt.budgetBytes);
+    EXPECT_EQ(sim.extraNs, pt.extraNs);
+    for (const Segment& s : plan->segments) longSegment |= s.last - s.first > 1;
+  }
+  EXPECT_TRUE(longSegment);
+}
+
 TEST(GridChainSolver, PlansForLongChainsSayHowCloseTheyAre) {
   // Past kExactStagesMax stages the planner solves on the grid: the plan fits, and its document
   // carries the bound, read back as written.
