@@ -133,7 +133,6 @@ GridChainSolver::Grid makeGrid(const ChainProfile& p, const std::vector<int64_t>
   grid.step = step;
   grid.points = points;
   grid.down = down;
-  grid.storeNeed = storeNeed;
   grid.offset.assign(p.size() + 1, 0);
   for (int i = 0; i < p.size(); ++i) {
     const int64_t kept = p.inBytes(i) + p.stages[i].savedBytes;
@@ -147,16 +146,18 @@ GridChainSolver::Grid makeGrid(const ChainProfile& p, const std::vector<int64_t>
   return grid;
 }
 
-// The headroom storing every stage from i on takes (i = n: the end of the forward alone). It
-// only grows towards the chain's start.
-std::vector<int64_t> storeAllNeeds(const ChainProfile& p) {
+// The headroom storing every stage from i on takes (i = n: the end of the forward alone); it
+// only grows towards the chain's start. *mostChoices: the most stored choices a stage has.
+std::vector<int64_t> storeAllNeeds(const ChainProfile& p, size_t* mostChoices) {
   const int n = p.size();
   std::vector<int64_t> need(n + 1);
   need[n] = 2 * p.outBytes(n - 1) + p.endOutsideBytes;
   std::vector<StageChoice> stored;
+  *mostChoices = 0;
   for (int i = n - 1; i >= 0; --i) {
     storedChoices(p, i, &stored);
     need[i] = std::max(stored[0].local, stored[0].kept + need[i + 1]);
+    *mostChoices = std::max(*mostChoices, stored.size());
   }
   return need;
 }
@@ -180,14 +181,14 @@ struct PassResult {
 // still fits: rounding then loses nothing where the plan above had room to spare.
 template <bool kDown>
 PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
-                       GridChainSolver::ChoiceTable* choice, const std::vector<size_t>& rowStart,
-                       int threads) {
+                       const std::vector<int64_t>& storeNeed, GridChainSolver::ChoiceTable* choice,
+                       const std::vector<size_t>& rowStart, int threads) {
   const int n = p.size();
   const int width = grid.points;
   // Row i + 1 (the next values) and row i, in turn: rows[i & 1] is row i's.
   std::vector<int64_t> rows[2] = {std::vector<int64_t>(width), std::vector<int64_t>(width)};
   std::vector<int64_t> needs[2] = {std::vector<int64_t>(width), std::vector<int64_t>(width)};
-  const int64_t endNeed = grid.storeNeed[n];
+  const int64_t endNeed = storeNeed[n];
   for (int g = 0; g <= grid.top[n]; ++g) {
     rows[n & 1][g] = grid.value(n, g) >= endNeed ? 0 : kInf;
     needs[n & 1][g] = endNeed;
@@ -230,7 +231,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
         const auto [xBegin, xEnd] = part(thread, reads);
         for (int x = std::max(filled + 1, xBegin); x < xEnd; ++x) {
           next[x] = 0;
-          nextNeed[x] = grid.storeNeed[i + 1];
+          nextNeed[x] = storeNeed[i + 1];
         }
         const bool checkpointable = p.stages[i].checkpointable;
         // Segments that start before a stage that cannot be recomputed end before it, and so
@@ -244,6 +245,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
             ends.clear(x);
           }
         }
+        // (Each thread its own copy of the stage's choices: cheaper than a third barrier.)
         storedChoices(p, i, &stored);
         segmentLocal.clear();
         if (checkpointable) {
@@ -258,7 +260,6 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
         errors[thread] = std::current_exception();
         failed = true;
       }
-      filled = std::max(filled, reads);
       sync.arrive_and_wait();
       if (failed.load()) break;
       try {
@@ -362,7 +363,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
   std::vector<int64_t>& firstNeed = needs[0];
   for (int x = grid.top[0] + 1; x < width; ++x) {
     first[x] = 0;
-    firstNeed[x] = grid.storeNeed[0];
+    firstNeed[x] = storeNeed[0];
   }
   return {std::move(first), std::move(firstNeed)};
 }
@@ -385,7 +386,8 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints, i
   // pass its bounds. The bound's grid has no table: it is finer, as far as its pass's cells allow.
   // A row holds a stage's values up to its store-all need (Grid::top), at most need / step + 2
   // of them: the rows' values in all are at most the needs' sum / step + 2 per stage.
-  const std::vector<int64_t> storeNeed = storeAllNeeds(p);
+  size_t choices = 0;  // the most stored choices a stage has
+  const std::vector<int64_t> storeNeed = storeAllNeeds(p, &choices);
   __int128 needSum = 0;
   for (int i = 0; i < n; ++i) needSum += storeNeed[i];
   const int64_t points = std::max(1, rangePoints);
@@ -398,12 +400,6 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints, i
     return least > step ? static_cast<int64_t>(std::min<__int128>(least, top + 1)) : step;
   };
   // The table's codes fit in 2 bytes when the longest segment's and the last stored choice's do.
-  size_t choices = 0;
-  std::vector<StageChoice> stored;
-  for (int i = 0; i < n; ++i) {
-    storedChoices(p, i, &stored);
-    choices = std::max(choices, stored.size());
-  }
   m_choice.wide = segmentCode(std::max(1, n), true) > std::numeric_limits<int16_t>::max() ||
                   storedCode(choices, true) < std::numeric_limits<int16_t>::min();
   m_step = stepFor(points, kMaxGridPoints, kMaxTableBytes / (m_choice.wide ? 4 : 2));
@@ -425,8 +421,9 @@ GridChainSolver::GridChainSolver(const ChainProfile& profile, int rangePoints, i
     const int cpus = static_cast<int>(std::thread::hardware_concurrency());
     return cells < kCellsPerThread ? 1 : std::clamp(cpus, 1, kMaxThreads);
   };
-  const PassResult upper = solveOnGrid<true>(p, m_down, &m_choice, m_rowStart, threadsFor(m_down));
-  m_lower = solveOnGrid<false>(p, m_up, nullptr, {}, threadsFor(m_up)).cost;
+  const PassResult upper =
+      solveOnGrid<true>(p, m_down, storeNeed, &m_choice, m_rowStart, threadsFor(m_down));
+  m_lower = solveOnGrid<false>(p, m_up, storeNeed, nullptr, {}, threadsFor(m_up)).cost;
 
   // The curve: the plan read at each grid value where the conservative cost falls, at its exact
   // peak (static and its need, which may be below the grid value, or the floor), and storing

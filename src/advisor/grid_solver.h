@@ -76,10 +76,9 @@ class GridChainSolver : public ChainFront {
   struct Grid {
     int64_t step = 1;
     int points = 1;
-    std::vector<int64_t> offset;     // per stage, 0 .. n; each in [0, step)
-    std::vector<int> top;            // per stage, 0 .. n: the first value that stores all from it
-    std::vector<int64_t> storeNeed;  // per stage, 0 .. n: the headroom storing all from it takes
-    bool down = true;                // round headroom down (plans that fit), else up (a bound)
+    std::vector<int64_t> offset;  // per stage, 0 .. n; each in [0, step)
+    std::vector<int> top;         // per stage, 0 .. n: the first value that stores all from it
+    bool down = true;             // round headroom down (plans that fit), else up (a bound)
     int64_t value(int stage, int g) const { return offset[stage] + static_cast<int64_t>(g) * step; }
     // The grid value of `stage` a headroom is read at (-1: none, below the grid).
     int at(int stage, int64_t headroom) const;

@@ -271,10 +271,10 @@ class BurstLosslessTest(DaemonTestCase):
         # return once cancelled (about every other run here): the exit then gave up on the sender
         # and the rest was lost ("did not answer at exit; … are lost"). The exit now takes a
         # sender still inside a call on the stream half a second after the cancel over and
-        # spools the rest itself. Each run, whichever way it went: exit 0, nothing dropped, and the uploaded
-        # spool completes the session — every pair of the program's, no block left live. (The
-        # spool's cap raised to 1 GiB: a loaded machine's 0.3 s can pass the default's 6 million
-        # events, and those past it are dropped, counted.)
+        # spools the rest itself. Each run, whichever way it went: exit 0, nothing dropped, and
+        # the uploaded spool completes the session — every pair of the program's, no block left
+        # live. (The spool's cap raised to 1 GiB: a loaded machine's 0.3 s can pass the default's
+        # 6 million events, and those past it are dropped, counted.)
         churn = os.path.join(BIN, "tidemark_churn_program")
         taken_over = 0
         for attempt in range(4):
