@@ -47,7 +47,7 @@ class Block(nn.Module):
 
 class TinyGPT(nn.Module):
     def __init__(self, vocab=256, d_model=128, n_heads=4, n_layers=6, seq_len=128,
-                 checkpointed=(1, 3, 5)):
+                 checkpointed=(1, 3, 5), reentrant=True):
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
@@ -55,13 +55,14 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.checkpointed = set(checkpointed)
+        self.reentrant = reentrant
 
     def forward(self, idx, targets):
         t = idx.size(1)
         x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for i, block in enumerate(self.blocks):
             if i in self.checkpointed and self.training:
-                x = checkpoint(block, x, use_reentrant=True)
+                x = checkpoint(block, x, use_reentrant=self.reentrant)
             else:
                 x = block(x)
         logits = self.head(self.ln_f(x))

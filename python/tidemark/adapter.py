@@ -21,7 +21,9 @@ It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globall
   a model's forward that no differentiable computation made (a loss's target built in the step)
   is INPUT;
 * ``torch.utils.checkpoint.checkpoint`` is wrapped: its tensor inputs are CHECKPOINT_INPUT and its
-  second run (inside backward) is the recompute phase;
+  second run (inside backward) is the recompute phase; the module scopes a recomputation stopped
+  early leaves open (torch 2's non-reentrant checkpoint stops once it has what the backward
+  needs) end with it;
 * batches coming out of a DataLoader, and a root model's tensor inputs that are not the output of
   another computation of the step (a generator's output handed to a discriminator), are INPUT.
 
@@ -760,6 +762,19 @@ class Instrumenter:
         return hooks is not None and (hooks[0] is self.pack_hook or
                                       getattr(hooks[0], "__func__", None) is Instrumenter._pack)
 
+    def _close_scopes_left_open(self, depth, held):
+        """Back to `depth` module scopes, `held` names, as before a recomputation: torch 2's
+        non-reentrant checkpoint stops re-running a function once it has made every tensor the
+        backward needs (an exception raised inside the last module that saves one), so the
+        modules it was inside never see their post hooks. Their scopes end here, innermost
+        first; left open, the thread stayed inside a forward, and the next micro-batch's forward
+        of a step (gradient accumulation) was taken for a module inside one: no forward phase,
+        its memory UNKNOWN."""
+        names = getattr(self.local, "names", None)
+        while names is not None and len(names) > held:
+            self.agent.scope_end(self.agent.intern(names.pop()))
+        self.local.depth = depth
+
     def _end_backward_scope(self):
         if self.backward_module:
             self.agent.scope_end(self.agent.intern(self.backward_module + " [backward]"))
@@ -1176,10 +1191,14 @@ class Instrumenter:
                 inst.local.checkpoint_entry = False
                 if not inst._in_phase(A.BACKWARD):
                     return function(*a, **k)
+                depth = getattr(inst.local, "depth", 0)
+                names = getattr(inst.local, "names", None)
+                held = len(names) if names is not None else 0
                 inst._phase_begin(A.RECOMPUTE)
                 try:
                     return function(*a, **k)
                 finally:
+                    inst._close_scopes_left_open(depth, held)
                     inst._phase_end(A.RECOMPUTE)
 
             # From here until the function runs, the checkpoint takes the random-number

@@ -9,6 +9,9 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
   zoo   a model with what real ones have: tied input and output embeddings, BatchNorm (its
         running statistics are buffers), a frozen layer, two parameter groups, gradients
         accumulated over two micro-batches per optimizer step;
+  accumulate  a GPT whose every block runs under a non-reentrant checkpoint (torch 2's default
+        form, whose recomputation stops early, inside a block, once it has made what the
+        backward needs), gradients accumulated over two micro-batches per optimizer step;
   autocast  the GPT under torch.autocast (bfloat16 on the CPU): the copies of the weights it
         casts and keeps for backward, found in the autograd graph.
 
@@ -85,6 +88,26 @@ def ema_run(steps):
                                "clip": [clip_begin, clip_end],
                                "largest_grad": max(g for g in grads["storages"].values())})
         evaluate()  # between steps, and after the last one
+    return truth
+
+
+def accumulate_run(steps):
+    model = TinyGPT(vocab=256, d_model=64, n_layers=4, seq_len=32, checkpointed=(0, 1, 2, 3),
+                    reentrant=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    truth = {"steps": []}
+    for _ in range(steps):
+        forwards = []
+        for _ in range(2):  # micro-batches
+            x, y = make_batch(gen, 4, 32, 256)
+            begin = now()
+            loss = model(x, y) / 2
+            forwards.append([begin, now()])
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        truth["steps"].append({"forwards": forwards})
     return truth
 
 
@@ -234,14 +257,15 @@ def gan_run(steps):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--pattern", choices=["ema", "gan", "autocast", "zoo"], required=True)
+    p.add_argument("--pattern", choices=["ema", "gan", "autocast", "zoo", "accumulate"],
+                   required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
-             "zoo": zoo_run}[args.pattern](args.steps)
+             "zoo": zoo_run, "accumulate": accumulate_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

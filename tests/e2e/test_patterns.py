@@ -1,6 +1,7 @@
 """End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
 evaluation passes and clipped gradients; a GAN; autocast; tied embeddings, BatchNorm, a frozen
-layer, two parameter groups, gradient accumulation and weights replaced), under `tidemark run`,
+layer, two parameter groups, gradient accumulation and weights replaced; gradient accumulation
+through non-reentrant checkpoints), under `tidemark run`,
 their memory checked block by block against the truth each run computed itself."""
 import json
 import os
@@ -8,7 +9,7 @@ import os
 from tidemark_env import PYTHON, DaemonTestCase, block_categories, blocks_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EVAL_PHASE = 5  # tidemark.v1.Phase
+FORWARD_PHASE, RECOMPUTE_PHASE, EVAL_PHASE = 1, 3, 5  # tidemark.v1.Phase
 
 
 class PatternsTest(DaemonTestCase):
@@ -18,7 +19,7 @@ class PatternsTest(DaemonTestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.runs = {}
-        for pattern in ("ema", "gan", "autocast", "zoo"):
+        for pattern in ("ema", "gan", "autocast", "zoo", "accumulate"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -137,6 +138,39 @@ class PatternsTest(DaemonTestCase):
                 self.assertEqual(cats["OPTIMIZER_STATE"],
                                  sum(st["optimizer"]["storages"].values()))
                 self.assertEqual(self.categories_of("zoo", st["grads"])[0], {"GRADIENT"})
+
+    # ----- accumulation through non-reentrant checkpoints ---------------------------------------
+    def test_every_micro_batch_forward_is_a_forward_after_early_stopped_recomputations(self):
+        """torch 2's non-reentrant checkpoint stops a recomputation inside its block once the
+        backward has what it needs; the modules it stopped in must not stay open, or the next
+        micro-batch's forward is taken for a module call inside one (no forward phase: its
+        memory was UNKNOWN)."""
+        run = self.runs["accumulate"]
+        sid, truth = run["session"]["id"], run["truth"]
+        self.assertEqual(run["session"]["steps"], len(truth["steps"]))
+        windows = [w for st in truth["steps"] for w in st["forwards"]]
+        forwards = self.daemon.sql("SELECT begin_ts_ns, end_ts_ns FROM phase WHERE session_id = ? "
+                                   "AND phase = ? ORDER BY begin_ts_ns", sid, FORWARD_PHASE)
+        self.assertEqual(len(forwards), len(windows))
+        for (begin, end), (t0, t1) in zip(forwards, windows):
+            self.assertTrue(t0 <= begin <= end <= t1, (begin, end, t0, t1))
+        # Every module scope opened in a recomputation ends in it (there are some).
+        inside = ("FROM scope s JOIN phase p ON p.session_id = s.session_id AND p.phase = ? AND "
+                  "s.begin_seq > p.begin_seq AND s.begin_seq < p.end_seq "
+                  "WHERE s.session_id = ? AND s.kind = 0")
+        opened = self.daemon.sql("SELECT COUNT(*) " + inside, RECOMPUTE_PHASE, sid)[0][0]
+        self.assertGreater(opened, 0)
+        left_open = self.daemon.sql("SELECT COUNT(*) " + inside + " AND (s.end_seq IS NULL OR "
+                                    "s.end_seq > p.end_seq)", RECOMPUTE_PHASE, sid)[0][0]
+        self.assertEqual(left_open, 0)
+        # What every forward makes has a category: none of its blocks is UNKNOWN.
+        for t0, t1 in windows:
+            blocks = self.daemon.sql(
+                "SELECT id, size_bytes FROM allocation WHERE session_id = ? AND alloc_ts_ns > ? "
+                "AND alloc_ts_ns < ? AND size_bytes >= 1024", sid, t0, t1)
+            self.assertTrue(blocks)
+            unknown = [n for i, n in blocks if run["categories"][i] == "UNKNOWN"]
+            self.assertEqual(unknown, [], (t0, t1))
 
     # ----- autocast ---------------------------------------------------------------------------
     def test_autocast_weight_copies_are_named_after_their_weights(self):
