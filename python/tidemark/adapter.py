@@ -24,8 +24,10 @@ It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globall
   second run (inside backward) is the recompute phase; the module scopes a recomputation stopped
   early leaves open (torch 2's non-reentrant checkpoint stops once it has what the backward
   needs) end with it;
-* batches coming out of a DataLoader, and a root model's tensor inputs that are not the output of
-  another computation of the step (a generator's output handed to a discriminator), are INPUT.
+* batches coming out of a DataLoader, the tensors its dataset holds in memory (a
+  ``TensorDataset``'s, a dataset's tensor attributes), and a root model's tensor inputs that are
+  not the output of another computation of the step (a generator's output handed to a
+  discriminator), are INPUT.
 
 A tag names the storage's first byte, which is the address of the block the allocator returned,
 so the server joins tags and allocations on the address.
@@ -50,6 +52,33 @@ def _storage_of_in_python(t):
     except AttributeError:
         nbytes = s.size() * s.element_size()
     return s.data_ptr(), nbytes
+
+
+def _dataset_tensors(dataset, depth=0):
+    """The tensors an in-memory dataset holds: a TensorDataset's, and those a dataset keeps as
+    its attributes (one tensor, or a tuple or list of a few), through Subset and ConcatDataset."""
+    import torch
+    if dataset is None or depth > 3:
+        return []
+    found = []
+    inner = getattr(dataset, "datasets", None)  # ConcatDataset
+    if isinstance(inner, (list, tuple)):
+        for d in inner[:64]:
+            found += _dataset_tensors(d, depth + 1)
+    inner = getattr(dataset, "dataset", None)  # Subset
+    if inner is not None and inner is not dataset:
+        found += _dataset_tensors(inner, depth + 1)
+    try:
+        attributes = list(vars(dataset).values())
+    except TypeError:
+        return found
+    for value in attributes:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (tuple, list)) and 0 < len(value) <= 16 and all(
+                isinstance(v, torch.Tensor) for v in value):
+            found += value
+    return found
 
 
 # The native one where the adapter's native hooks are loaded (install; it calls the Python one for
@@ -1232,6 +1261,10 @@ class Instrumenter:
                 return batch
             for t in _tensors_in(batch):
                 inst.tag_tensor(t, A.INPUT, "batch")
+            if not getattr(it, "_tidemark_dataset_tagged", False):
+                it._tidemark_dataset_tagged = True  # once an epoch (an iterator)
+                for t in _dataset_tensors(getattr(it, "_dataset", None)):
+                    inst._tag_state(t, A.INPUT, "dataset")
             return batch
 
         dl._BaseDataLoaderIter.__next__ = tidemark_next
