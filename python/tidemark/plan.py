@@ -30,7 +30,10 @@ older torches). An ``offload``
 segment runs each of its modules with saved-tensor hooks that copy what the module saves for its
 backward (its parameters aside) to host memory as it is saved and back to its device when the
 backward needs it (synchronous copies, pinned host memory; a tensor already in host memory stays
-where it is). ``store`` segments are left alone. A recomputed segment whose input has grown more
+where it is). ``store`` segments are left alone. A model that checkpoints its own blocks (a
+`transformers` model after ``gradient_checkpointing_enable()``) has that switch turned off on
+the plan's modules and their containers while the plan is installed, and back on at
+``remove()``: the plan decides what is recomputed. A recomputed segment whose input has grown more
 than 10 % past the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the
 plan off: its prediction does not hold there. A recomputation does not update a module's running
 state a second time (BatchNorm's statistics, any buffer the forward changes in place). A plan
@@ -278,6 +281,14 @@ def _checkpoint():
     # Looked up at call time: under `tidemark run` the adapter's wrapper marks the recompute phase.
     import torch.utils.checkpoint as ckpt
     return ckpt.checkpoint
+
+
+def _stops_a_recomputation(e):
+    """Whether e is an enclosing checkpoint's recomputation stopping early: torch 2's
+    non-reentrant checkpoint raises it through whatever it re-runs (a plan's wrapper, when the job
+    checkpoints a module the plan checkpoints a part of) once it has what the backward needs. Not
+    a failure of the plan's: it must reach that checkpoint (caught, the checkpoint breaks)."""
+    return type(e).__name__ == "_StopRecomputationError"
 
 
 def _rng_state():
@@ -548,8 +559,12 @@ class AppliedPlan:
     cannot be undone: the wrappers' forward runs first, and is where a plan that does not fit
     fails."""
 
-    def __init__(self, doc, actions, warn=True):
+    def __init__(self, doc, actions, warn=True, switches=()):
         self.plan = doc
+        # Modules whose own activation-checkpointing switch the plan turns off while it is
+        # installed (_own_switches): the plan decides what its blocks recompute.
+        self._switches = list(switches)
+        self._switched = []
         self.failed = None  # why the plan turned itself off
         self.notes = []  # what the plan does other than its document says, while on
         self._new_notes = []
@@ -562,6 +577,10 @@ class AppliedPlan:
         """Wraps the plan's modules (again, after a remove())."""
         if self._restore:
             return
+        for m in self._switches:
+            if getattr(m, "gradient_checkpointing", None) is True:
+                m.gradient_checkpointing = False
+                self._switched.append(m)
         for a in self._actions:
             if a.kind == "offload":
                 self.wrap_offload(a.modules[0], a.names[0])
@@ -582,6 +601,9 @@ class AppliedPlan:
             else:
                 module.__dict__.pop("forward", None)
         self._restore = []
+        for m in self._switched:
+            m.gradient_checkpointing = True
+        self._switched = []
 
     def _fail(self, why):
         if self.failed is None:
@@ -629,6 +651,8 @@ class AppliedPlan:
         try:
             return planned()
         except Exception as e:  # noqa: BLE001 - whatever the plan did wrong, the job goes on
+            if _stops_a_recomputation(e):
+                raise
             self._fail("%s failed under the plan (%s: %s); the plan was turned off"
                        % (name, type(e).__name__, e))
             _set_rng_state(state)
@@ -842,6 +866,8 @@ class AppliedPlan:
                 try:
                     ys = planned()
                 except Exception as e:  # noqa: BLE001 - not a chain: a module at a time
+                    if _stops_a_recomputation(e):
+                        raise
                     del ran[:]
                     _set_rng_state(state)
                     return run_alone(0, args, kwargs, "the modules called in a chain raised %s: "
@@ -902,6 +928,25 @@ class AppliedPlan:
         self._set_forward(modules[0], first)
         for i in range(1, len(modules)):
             self._set_forward(modules[i], later(i))
+
+
+def _own_switches(table, names):
+    """The modules among `names` and their ancestors whose own activation checkpointing is on:
+    a `transformers` model's switch (`gradient_checkpointing_enable()` sets
+    `gradient_checkpointing` on every layer since transformers 5, on the layers' container
+    before). Under a plan that is off: a block the plan stores is stored, one it recomputes is
+    checkpointed once."""
+    found, seen = [], set()
+    for name in names:
+        parts = name.split(".")
+        for k in range(len(parts), 0, -1):
+            m = table.get(".".join(parts[:k]))
+            if m is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            if getattr(m, "gradient_checkpointing", None) is True:
+                found.append(m)
+    return found
 
 
 def apply_plan(model, plan, root_name=None, install=True, warn=True):
@@ -971,7 +1016,8 @@ def apply_plan(model, plan, root_name=None, install=True, warn=True):
             if id(m) in wrapped:
                 raise PlanError("module %s appears twice in the plan" % n)
             wrapped.add(id(m))
-    applied = AppliedPlan(doc, actions, warn)
+    named = [n for seg in doc["segments"] for n in seg["modules"]]
+    applied = AppliedPlan(doc, actions, warn, _own_switches(table, named))
     if install:
         applied.install()
         # The script's own (the adapter installs the plans it applies itself): under tidemark,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -680,6 +681,43 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
       runScope[it->second] = &sc;
     }
   }
+  // A block whose module's forward runs under the checkpoint, its call outside it (`transformers`
+  // layers since 5.0: the module's hooks stay out of the checkpoint), is re-run without a scope
+  // of its own: a recomputation holding scopes under one block only, none of the block itself,
+  // is that block's re-run, the phase its window (a stand-in scope, one level above the
+  // outermost it holds).
+  struct RerunFacts {
+    int stage = -1;
+    bool mixed = false;
+    int depth = std::numeric_limits<int>::max();
+  };
+  std::vector<RerunFacts> reruns(recomputes.size());
+  for (const ScopeInterval& sc : rec.scopes) {
+    if (!step->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || sc.isOp || sc.isKernel) continue;
+    for (size_t k = 0; k < recomputes.size(); ++k) {
+      const PhaseInterval& r = *recomputes[k];
+      if (!r.contains(sc.beginSeq) || sc.threadId != r.threadId) continue;
+      RerunFacts& f = reruns[k];
+      // (Modules of no model, named by their class, belong to whichever block runs them.)
+      const int i = stageOfModule(sc.name);
+      if (i < 0) continue;
+      if (stageOf.count(sc.name) > 0 || (f.stage >= 0 && f.stage != i)) f.mixed = true;
+      f.stage = i;
+      f.depth = std::min(f.depth, sc.depth);
+    }
+  }
+  std::deque<ScopeInterval> standIns;
+  for (size_t k = 0; k < recomputes.size(); ++k) {
+    const RerunFacts& f = reruns[k];
+    if (f.mixed || f.stage < 0 || recomputeRun[f.stage].valid) continue;
+    ScopeInterval& sc = standIns.emplace_back();
+    static_cast<Interval&>(sc) = *recomputes[k];
+    sc.name = forward[f.stage]->name;
+    sc.threadId = recomputes[k]->threadId;
+    sc.depth = f.depth - 1;
+    recomputeRun[f.stage] = windowOf(sc);
+    runScope[f.stage] = &sc;
+  }
 
   // 5. What each block saved for backward: tags "<module>:saved" joined to blocks on address.
   std::unordered_map<uint64_t, std::vector<int>> byAddress;
@@ -760,6 +798,9 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   ChainProfile& p = out.profile;
   p.name = chainName;
   std::vector<int64_t> inputSaved(n, 0);
+  // A block the recording recomputed: its working in the forward that ran under the checkpoint
+  // (less than the model's, which stores everything: the recomputation's); -1 for the others.
+  std::vector<int64_t> checkpointedForwardWorking(n, -1);
   std::vector<std::vector<int>> kept(n);  // the blocks of each stage's savedBytes
   std::vector<std::vector<OptionFacts>> optionFacts(n);
   // Op scopes (a recording made with them: torch 2, `tidemark run --ops`) by their begin.
@@ -831,6 +872,9 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
     s.forwardWorkingBytes =
         std::max<int64_t>(0, bornInsidePeak(rec, run, isTensorLevel) - s.outputBytes);
+    if (recomputeRun[i].valid)
+      checkpointedForwardWorking[i] =
+          std::max<int64_t>(0, bornInsidePeak(rec, windowOf(f), isTensorLevel) - s.outputBytes);
     // Selective options: checkpoint one child module of the block. It drops what the child
     // alone saved of the activations born inside it, and re-runs the child's forward.
     std::set<std::string> seenChildren;
@@ -996,16 +1040,33 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         m = measured(recomputeRun[pt.stage]);
         break;
       case SimPhase::kBackward:
-        m = backward[pt.stage].valid ? measured(backward[pt.stage]) : pt.liveBytes;
+        // A block whose backward left no scope (a non-reentrant checkpoint's saved tensors go
+        // to the checkpoint's hooks, not the adapter's) was not measured there: no residual
+        // (taken as nothing outside the chain, it put static at 0).
+        if (!backward[pt.stage].valid) continue;
+        m = measured(backward[pt.stage]);
         break;
       case SimPhase::kOutside:
         continue;
     }
-    const int64_t residual = m - pt.liveBytes;
+    int64_t live = pt.liveBytes;
+    // The forward of a block the recording ran under a checkpoint held its own working, not the
+    // model's (a stored run's): the rest is outside the chain.
+    if (pt.phase == SimPhase::kForward && checkpointedForwardWorking[pt.stage] >= 0)
+      live += checkpointedForwardWorking[pt.stage] - p.stages[pt.stage].forwardWorkingBytes;
+    const int64_t residual = m - live;
     least = std::min(least, residual);
     if (pt.phase == SimPhase::kForward) resForward[pt.stage] = residual;
     if (pt.phase == SimPhase::kEndOfForward) resEnd = residual;
-    if (pt.phase == SimPhase::kRecompute || pt.phase == SimPhase::kBackward)
+    // A backward window that holds the stage's recomputation measured that too: its residual
+    // alone stands for the stage's backward (the model's recompute moment lies under it, and its
+    // working, the whole forward's, is not the backward's).
+    const Window& b = backward[pt.stage < 0 ? 0 : pt.stage];
+    const bool measuredWithBackward = pt.phase == SimPhase::kRecompute && b.valid &&
+                                      b.beginSeq <= recomputeRun[pt.stage].beginSeq &&
+                                      recomputeRun[pt.stage].endSeq <= b.endSeq;
+    if ((pt.phase == SimPhase::kRecompute || pt.phase == SimPhase::kBackward) &&
+        !measuredWithBackward)
       resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
   }
   // A block the recording ran under (reentrant) checkpoint leaves, during its backward, memory

@@ -273,6 +273,18 @@ for step in range(3):
             self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
         self.check_model("gpt2")
 
+    def test_transformers_gpt2_that_checkpoints_its_own_layers(self):
+        """The GPT-2 trained with its own switch on (gradient_checkpointing_enable(): since
+        transformers 5 each layer runs its module's forward under a checkpoint, the call and its
+        hooks outside): the recording is modelled as every layer recomputed, exactly, and a plan
+        applied to such a job turns the switch off on its layers while it runs, so the plan alone
+        decides what is recomputed (within 5 % at 50/70/90 %, losses unchanged)."""
+        if torch_version() < (2, 0):
+            self.skipTest("transformers is in the torch 2 environment (label torch2 runs this)")
+        self.check_model("gpt2", "--checkpoint", "all")
+        r = self.daemon.cli("chain", str(self.base))
+        self.assertIn("the plan that ran (R|R|R|R|R|R) predicts", r.stdout)
+
     def test_transformers_llama(self):
         """A Llama of the `transformers` library: the rotary position embeddings (cos, sin) are
         made once and handed to every decoder layer beside its input, with the attention mask

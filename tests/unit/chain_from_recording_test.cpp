@@ -495,9 +495,12 @@ TEST(ChainFromRecording, AJobUnderAPlanIsModelledFromAStepBeforeIt) {
 // recomputation of the block, not the end of the forward: the memory outside the chain at the end
 // of the forward must not take it in (it did, and every plan storing the last block was then
 // predicted too high by the recomputation's bytes).
-TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
-  // twoBlocks(), with block 1 under checkpoint: its forward keeps nothing (a1 freed at 25, no
-  // saved tags), and the backward starts by recomputing it (seq 31-38: a1' and its output).
+// twoBlocks(), with block 1 under checkpoint: its forward keeps nothing (a1 freed at 25, no
+// saved tags), and the backward starts by recomputing it (seq 31-38: a1' and its output). With
+// blockScope the re-run opens the block's own scope; without, its module's forward alone ran
+// under the checkpoint (the call, and its hooks, outside: `transformers` layers since 5.0), and
+// the recomputation holds its child and a module of no model, named by its class.
+Recording secondBlockCheckpointed(bool blockScope) {
   Recording r = twoBlocks();
   for (Block& b : r.blocks)
     if (b.address == 0x4000) b.freeSeq = 25;
@@ -509,9 +512,36 @@ TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
   r.tags.push_back(again);
   r.phases.push_back(phase(Phase::kRecompute, 31, 38));
   timePhasesAndStep(r);
-  r.scopes.push_back(scope("M.blocks.1", 32, 37, 1));
-  r.scopes.push_back(scope("M.blocks.1.lin", 33, 36, 2));
+  if (blockScope)
+    r.scopes.push_back(scope("M.blocks.1", 32, 37, 1));
+  else
+    r.scopes.push_back(scope("Func", 36, 37, 1));
+  r.scopes.push_back(scope("M.blocks.1.lin", 33, 36, blockScope ? 2 : 1));
   r.sortBySeq();
+  return r;
+}
+
+TEST(ChainFromRecording, ABlockReRunWithoutItsOwnScopeIsRecomputed) {
+  Recording r = secondBlockCheckpointed(false);
+  absl::StatusOr<RecordedChain> c = chainFromRecording(r, categorize(r), 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(planSignature(c->recordedPlan), "S|R");
+  EXPECT_EQ(c->profile.stages[1].savedBytes, 300);
+  r.tags.pop_back();  // torch 2's non-reentrant checkpoint: no tag
+  absl::StatusOr<RecordedChain> u = chainFromRecording(r, categorize(r), 0, "");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(planSignature(u->recordedPlan), "S|R");
+  EXPECT_EQ(u->profile.stages[1].savedBytes, 300);
+  // A recomputation that holds scopes of two blocks is neither's alone.
+  r.scopes.push_back(scope("M.blocks.0.lin", 36, 37, 1));
+  r.sortBySeq();
+  absl::StatusOr<RecordedChain> m = chainFromRecording(r, categorize(r), 0, "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(planSignature(m->recordedPlan), "S|S");
+}
+
+TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
+  Recording r = secondBlockCheckpointed(true);
   const std::vector<BlockCategory> cats = categorize(r);
   absl::StatusOr<RecordedChain> c = chainFromRecording(r, cats, 0, "");
   ASSERT_TRUE(c.ok()) << c.status();
