@@ -777,6 +777,27 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
     backwardNs[i] += std::max<int64_t>(0, ns);
   }
+  // A block recomputed by torch's non-reentrant checkpoint leaves no backward scope (its saved
+  // tensors go to the checkpoint's hooks, not the adapter's): its backward is from its
+  // recomputation until another block's backward or recomputation begins (or the backward ends).
+  for (int i = 0; i < n; ++i) {
+    if (backward[i].valid || !recomputeRun[i].valid) continue;
+    const PhaseInterval* r = nullptr;
+    for (const PhaseInterval* c : recomputes)
+      if (c->contains(recomputeRun[i].beginSeq) && (r == nullptr || c->beginSeq > r->beginSeq))
+        r = c;
+    Window w{recomputeRun[i].beginSeq, bwd->endSeq, recomputeRun[i].beginTsNs, bwd->endTsNs, true};
+    const uint64_t after = r != nullptr ? r->endSeq : recomputeRun[i].endSeq;
+    for (int j = 0; j < n; ++j) {
+      for (const Window* other : {&backward[j], &recomputeRun[j]}) {
+        if (j == i || !other->valid || other->beginSeq < after || other->beginSeq >= w.endSeq)
+          continue;
+        w.endSeq = other->beginSeq;
+        w.endTsNs = other->beginTsNs;
+      }
+    }
+    backward[i] = w;
+  }
 
   // 7. The stages. Sizes are the framework's (tensors); a caching allocator's segments holding
   // them are not counted again (their slack is memory outside the chain).

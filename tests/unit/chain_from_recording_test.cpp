@@ -540,6 +540,30 @@ TEST(ChainFromRecording, ABlockReRunWithoutItsOwnScopeIsRecomputed) {
   EXPECT_EQ(planSignature(m->recordedPlan), "S|S");
 }
 
+TEST(ChainFromRecording, ANonReentrantRecomputationsBackwardIsMeasuredWithoutItsScope) {
+  // torch 2's non-reentrant checkpoint keeps block 1's saved tensors from the adapter's hooks:
+  // no tags, and no backward scope of block 1. Its backward is from its recomputation (seq 32)
+  // until block 0's begins (50): measured as a scope over that stretch would be.
+  Recording unscoped = secondBlockCheckpointed(true);
+  unscoped.tags.pop_back();
+  std::erase_if(unscoped.scopes,
+                [](const ScopeInterval& s) { return s.name == "M.blocks.1.lin [backward]"; });
+  Recording scoped = unscoped;
+  scoped.scopes.push_back(scope("M.blocks.1.lin [backward]", 32, 50, 0));
+  scoped.sortBySeq();
+  absl::StatusOr<RecordedChain> a = chainFromRecording(scoped, categorize(scoped), 0, "");
+  absl::StatusOr<RecordedChain> b = chainFromRecording(unscoped, categorize(unscoped), 0, "");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(planSignature(b->recordedPlan), "S|R");
+  EXPECT_GT(b->profile.staticBytes, 0);
+  EXPECT_EQ(b->profile.staticBytes, a->profile.staticBytes);
+  EXPECT_EQ(b->profile.stages[1].backwardWorkingBytes, a->profile.stages[1].backwardWorkingBytes);
+  EXPECT_EQ(b->profile.stages[1].backwardOutsideBytes, a->profile.stages[1].backwardOutsideBytes);
+  EXPECT_EQ(simulate(b->profile, b->recordedPlan).peakBytes,
+            simulate(a->profile, a->recordedPlan).peakBytes);
+}
+
 TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
   Recording r = secondBlockCheckpointed(true);
   const std::vector<BlockCategory> cats = categorize(r);
