@@ -84,7 +84,11 @@ class TorchTensorViewTest(DaemonTestCase):
         no_tensor = sum(max(b["max"][tl["series"].index(c)] for b in tl["buckets"]
                             if not b["empty"]) for c in ("UNKNOWN", "WORKSPACE"))
         self.assertLess(no_tensor, 1 << 20)
-        self.assertEqual(viewed["end_outside_bytes"], plain["end_outside_bytes"])
+        # Each view sets static at its own least moment (a block the recording checkpointed is
+        # compared with what its forward held, the host blocks that are no tensor among it in
+        # the hooks' view): what lies above static at the end of the forward differs by them.
+        self.assertLessEqual(abs(viewed["end_outside_bytes"] - plain["end_outside_bytes"]),
+                             no_tensor)
         for key in ("static_bytes", "floor_bytes"):
             self.assertLess(viewed[key], plain[key], key)
             self.assertLessEqual(plain[key] - viewed[key], no_tensor, key)
