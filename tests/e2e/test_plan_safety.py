@@ -47,6 +47,26 @@ class Net(torch.nn.Module):
 """
 
 
+# The script's Net trained `steps` steps with SGD under a plan of `segments` (None: no plan):
+# (the model, the losses, the applied plan or None).
+PLANNED_TRAINING = r"""
+def planned_training(segments, steps):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 2,
+                                          "segments": segments}) if segments else None
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 16))
+        loss.backward()
+        opt.step()
+        losses.append("%.10f" % loss.item())
+    return model, losses, applied
+"""
+
+
 def run_in_process(test, code):
     r = subprocess.run([PYTHON, "-c", code, os.path.join(SOURCE, "python")],
                        capture_output=True, text=True, timeout=120)
@@ -218,19 +238,9 @@ class Block(torch.nn.Module):
         return x + self.bn_cma(torch.relu(self.bn(self.lin(x)))) * self.mask
 
 """ + CHAIN_NET + r"""
+""" + PLANNED_TRAINING + r"""
 def train(segments):
-    torch.manual_seed(0)
-    model = Net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 2,
-                                          "segments": segments}) if segments else None
-    losses = []
-    for _ in range(5):
-        opt.zero_grad()
-        loss = model(torch.randn(8, 16))
-        loss.backward()
-        opt.step()
-        losses.append("%.10f" % loss.item())
+    model, losses, applied = planned_training(segments, 5)
     model.eval()
     ev = "%.10f" % model(torch.randn(8, 16, generator=torch.Generator().manual_seed(1))).item()
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -303,19 +313,9 @@ class Net(torch.nn.Module):
             x = checkpoint(b, x, use_reentrant=False)
         return x.pow(2).mean()
 
+""" + PLANNED_TRAINING + r"""
 def train(segments):
-    torch.manual_seed(0)
-    model = Net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 2,
-                                          "segments": segments}) if segments else None
-    losses = []
-    for _ in range(4):
-        opt.zero_grad()
-        loss = model(torch.randn(8, 16))
-        loss.backward()
-        opt.step()
-        losses.append("%.10f" % loss.item())
+    _, losses, applied = planned_training(segments, 4)
     return losses, applied.failed if applied else None
 
 plain = train(None)
