@@ -304,15 +304,7 @@ class Block(torch.nn.Module):
     def forward(self, x):
         return x + self.out(torch.tanh(self.lin(x)))
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(4)])
-    def forward(self, x):
-        for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False)
-        return x.pow(2).mean()
-
+""" + CHAIN_NET.replace("x = b(x)", "x = checkpoint(b, x, use_reentrant=False)") + r"""
 """ + PLANNED_TRAINING + r"""
 def train(segments):
     _, losses, applied = planned_training(segments, 4)
