@@ -1061,9 +1061,9 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         m = measured(recomputeRun[pt.stage]);
         break;
       case SimPhase::kBackward:
-        // A block whose backward left no scope (a non-reentrant checkpoint's saved tensors go
-        // to the checkpoint's hooks, not the adapter's) was not measured there: no residual
-        // (taken as nothing outside the chain, it put static at 0).
+        // A block whose backward has no window (no scope, and not recomputed: it saved nothing
+        // the adapter saw) was not measured there: no residual (taken for nothing outside the
+        // chain, it put static at 0).
         if (!backward[pt.stage].valid) continue;
         m = measured(backward[pt.stage]);
         break;
