@@ -41,7 +41,8 @@ that does not fit the model by its names (an unknown module, a segment whose mod
 different depths, a module twice) is refused with ``PlanError`` before anything changes; one that
 fails when it runs (a module that cannot run under a checkpoint) turns itself off and the
 module's own forward runs instead (``AppliedPlan.failed`` says why), so a plan never stops the
-job. Either is said with a ``PlanWarning`` when the script applied the plan itself.
+job (and a model's own checkpointing switch is on again). Either is said with a ``PlanWarning``
+when the script applied the plan itself.
 
 Under ``torch.compile`` (a plan applied to the model before or after it is compiled) the
 wrappers are traced into the compiled graph as its checkpoint regions (dynamo's own
@@ -601,6 +602,10 @@ class AppliedPlan:
             else:
                 module.__dict__.pop("forward", None)
         self._restore = []
+        self._switch_back()
+
+    def _switch_back(self):
+        """The model's own checkpointing switches on again, as before the plan."""
         for m in self._switched:
             m.gradient_checkpointing = True
         self._switched = []
@@ -608,6 +613,9 @@ class AppliedPlan:
     def _fail(self, why):
         if self.failed is None:
             self.failed = why
+            # The modules' own forwards run from now on: with the model's own checkpointing,
+            # as without the plan (left off, the job would store what it recomputed before).
+            self._switch_back()
             self._warn("the plan was turned off: " + why)
 
     def _note(self, what):

@@ -321,6 +321,46 @@ print("ok", got[1])
         r = run_in_process(self, code)
         self.assertIn("ok", r.stdout)
 
+    def test_a_failed_plan_gives_the_model_its_own_checkpointing_back(self):
+        """A model that checkpoints its own blocks behind a switch (as `transformers` layers do)
+        has the switch turned off on the plan's blocks while the plan runs; a plan that turns
+        itself off (a block that cannot run under the plan's checkpoint) turns it on again, so
+        the job goes on as it ran before the plan, not storing what it recomputed."""
+        code = IN_PROCESS + r"""
+import inspect
+from torch.utils.checkpoint import checkpoint
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.gradient_checkpointing = True
+        self.fussy = False
+    def run(self, x):
+        return x + torch.tanh(self.lin(x))
+    def forward(self, x):
+        if self.gradient_checkpointing:
+            return checkpoint(self.run, x, use_reentrant=False)
+        if self.fussy and any(f.function == "checkpoint" for f in inspect.stack(0)):
+            raise RuntimeError("this block cannot run under the plan's checkpoint")
+        return self.run(x)
+""" + CHAIN_NET + r"""
+model = Net()
+model.blocks[1].fussy = True
+applied = tidemark.apply_plan(model, {"format": "tidemark-plan", "version": 2, "segments": [
+    {"mode": "recompute", "modules": ["Net.blocks.1"]}]}, warn=False)
+assert model.blocks[1].gradient_checkpointing is False
+assert model.blocks[0].gradient_checkpointing is True  # not the plan's
+model(torch.randn(8, 16)).backward()
+assert applied.failed is not None and "cannot run" in applied.failed, applied.failed
+assert model.blocks[1].gradient_checkpointing is True
+applied.remove()
+assert all(b.gradient_checkpointing is True for b in model.blocks)
+print("ok")
+"""
+        r = run_in_process(self, code)
+        self.assertIn("ok", r.stdout)
+
     def test_a_plan_the_script_applies_is_checked(self):
         """Under `tidemark run`, plans a training script applies itself (tidemark.apply_plan)
         are the session's plans for plan-check as if `tidemark apply` had sent them: of a plan
