@@ -672,15 +672,6 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   std::vector<Window> recomputeRun(n);
   // The scope of the run that stored each block's activations: its forward, or its recompute.
   std::vector<const ScopeInterval*> runScope(forward);
-  for (const ScopeInterval& sc : rec.scopes) {
-    if (!step->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || !inRecompute(sc.beginSeq))
-      continue;
-    auto it = stageOf.find(sc.name);
-    if (it != stageOf.end() && !recomputeRun[it->second].valid) {
-      recomputeRun[it->second] = windowOf(sc);
-      runScope[it->second] = &sc;
-    }
-  }
   // A block whose module's forward runs under the checkpoint, its call outside it (`transformers`
   // layers since 5.0: the module's hooks stay out of the checkpoint), is re-run without a scope
   // of its own: a recomputation holding scopes under one block only, none of the block itself,
@@ -693,15 +684,21 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   };
   std::vector<RerunFacts> reruns(recomputes.size());
   for (const ScopeInterval& sc : rec.scopes) {
-    if (!step->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || sc.isOp || sc.isKernel) continue;
+    if (!step->contains(sc.beginSeq) || sc.endSeq == kOpenSeq || !inRecompute(sc.beginSeq))
+      continue;
+    auto it = stageOf.find(sc.name);
+    if (it != stageOf.end() && !recomputeRun[it->second].valid) {
+      recomputeRun[it->second] = windowOf(sc);
+      runScope[it->second] = &sc;
+    }
+    // (Modules of no model, named by their class, belong to whichever block runs them.)
+    const int i = sc.isOp || sc.isKernel ? -1 : stageOfModule(sc.name);
+    if (i < 0) continue;
     for (size_t k = 0; k < recomputes.size(); ++k) {
       const PhaseInterval& r = *recomputes[k];
       if (!r.contains(sc.beginSeq) || sc.threadId != r.threadId) continue;
       RerunFacts& f = reruns[k];
-      // (Modules of no model, named by their class, belong to whichever block runs them.)
-      const int i = stageOfModule(sc.name);
-      if (i < 0) continue;
-      if (stageOf.count(sc.name) > 0 || (f.stage >= 0 && f.stage != i)) f.mixed = true;
+      if (it != stageOf.end() || (f.stage >= 0 && f.stage != i)) f.mixed = true;
       f.stage = i;
       f.depth = std::min(f.depth, sc.depth);
     }
@@ -1079,16 +1076,17 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     least = std::min(least, residual);
     if (pt.phase == SimPhase::kForward) resForward[pt.stage] = residual;
     if (pt.phase == SimPhase::kEndOfForward) resEnd = residual;
+    if (pt.phase == SimPhase::kBackward)
+      resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
     // A backward window that holds the stage's recomputation measured that too: its residual
     // alone stands for the stage's backward (the model's recompute moment lies under it, and its
     // working, the whole forward's, is not the backward's).
-    const Window& b = backward[pt.stage < 0 ? 0 : pt.stage];
-    const bool measuredWithBackward = pt.phase == SimPhase::kRecompute && b.valid &&
-                                      b.beginSeq <= recomputeRun[pt.stage].beginSeq &&
-                                      recomputeRun[pt.stage].endSeq <= b.endSeq;
-    if ((pt.phase == SimPhase::kRecompute || pt.phase == SimPhase::kBackward) &&
-        !measuredWithBackward)
-      resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
+    if (pt.phase == SimPhase::kRecompute) {
+      const Window& b = backward[pt.stage];
+      const Window& r = recomputeRun[pt.stage];
+      if (!b.valid || r.beginSeq < b.beginSeq || b.endSeq < r.endSeq)
+        resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
+    }
   }
   // A block the recording ran under (reentrant) checkpoint leaves, during its backward, memory
   // that belongs to that way of running it (the nested backward's buffers), not to what lies
