@@ -600,6 +600,10 @@ class Instrumenter:
 
         @functools.wraps(enter)
         def tracked_enter(hooks, *args, **kwargs):
+            if getattr(local, "checkpoint_entry", False) is True:
+                # Entered between tidemark_checkpoint's call and the function's start: a
+                # non-reentrant checkpoint's hooks, which keep nothing of what they are handed.
+                self._name_autocast_cache(hooks)
             result = enter(hooks, *args, **kwargs)
             if not getattr(hooks, "_tidemark", False):
                 local.hooks_contexts = getattr(local, "hooks_contexts", 0) + 1
@@ -614,6 +618,35 @@ class Instrumenter:
         tracked_enter._tidemark_wrapped = True
         cls.__enter__ = tracked_enter
         cls.__exit__ = tracked_exit
+
+    def _name_autocast_cache(self, hooks):
+        """Wraps the pack hook of a non-reentrant checkpoint's forward so that the autocast copies
+        of weights it is handed are named. The checkpoint keeps none of them; autocast's cache
+        holds each one until its region exits (right after the forward, before the backward):
+        TEMPORARY, named `<weight> (bfloat16 cast, autocast cache)`. Without a checkpoint the
+        same copies are saved for backward (ACTIVATION, `_pack`). The hook's result is passed
+        back untouched, and the hook's attributes are the wrapper's (torch 2 marks its own hooks
+        by attributes of the function and reads them through the stack of hooks in use)."""
+        import types
+        pack = getattr(hooks, "pack_hook", None)
+        if not isinstance(pack, types.FunctionType):
+            return
+
+        def pack_naming_casts(t):
+            if t.dtype in _LOW_PRECISION and self.enabled:
+                try:
+                    cast_of = self._weight_cast_of(t)
+                    address, nbytes = _storage_of(t) if cast_of is not None else (0, 0)
+                    if address:
+                        self.agent.tag(address, nbytes, A.TEMPORARY, self.agent.intern(
+                            "%s (%s cast, autocast cache)" % (
+                                cast_of, str(t.dtype).replace("torch.", ""))))
+                except Exception:  # noqa: BLE001 - never into the job's forward
+                    pass
+            return pack(t)
+
+        pack_naming_casts.__dict__ = pack.__dict__  # one dict for both: set and deleted alike
+        hooks.pack_hook = pack_naming_casts
 
     def _forward_pre(self, module, inputs):
         # Inside torch.compile's tracing every hook does nothing (what dynamo traces must have no
@@ -1232,7 +1265,9 @@ class Instrumenter:
 
             # From here until the function runs, the checkpoint takes the random-number
             # generators' states it re-runs the function with (tidemark_rng_state).
-            inst.local.checkpoint_entry = True
+            # (Selective checkpointing saves some weight casts itself, through the adapter's
+            # hooks: its checkpoint's own hooks are left alone, `_name_autocast_cache`.)
+            inst.local.checkpoint_entry = True if kwargs.get("context_fn") is None else "selective"
             try:
                 return checkpoint(run, *args, **kwargs)
             finally:

@@ -13,7 +13,10 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         form, whose recomputation stops early, inside a block, once it has made what the
         backward needs), gradients accumulated over two micro-batches per optimizer step;
   autocast  the GPT under torch.autocast (bfloat16 on the CPU): the copies of the weights it
-        casts and keeps for backward, found in the autograd graph.
+        casts and keeps for backward, found in the autograd graph;
+  autocast_checkpoint  the GPT under torch.autocast with every block under a non-reentrant
+        checkpoint: the checkpoint keeps none of the blocks' weight copies, autocast's cache holds
+        them until its region exits (found by asking the cache for each weight again).
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -161,6 +164,36 @@ def autocast_run(steps):
     return truth
 
 
+def autocast_checkpoint_run(steps):
+    model = TinyGPT(vocab=256, d_model=64, n_layers=2, seq_len=32, checkpointed=(0, 1),
+                    reentrant=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    in_blocks = [(n, p) for n, p in model.named_parameters()
+                 if n.startswith("blocks.") and p.dim() == 2]
+    truth = {"steps": []}
+    for _ in range(steps):
+        x, y = make_batch(gen, 4, 32, 256)
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x, y)
+            # Each block weight's bfloat16 copy is in autocast's cache until the region exits: a
+            # linear with the weight gets it again, and saves it (behind hooks of the test's own,
+            # which keep it as it is and hand nothing to anyone else's).
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                probes = [F.linear(torch.zeros(1, p.size(1), requires_grad=True), p)
+                          for _, p in in_blocks]
+                casts = weight_casts(sum(q.sum() for q in probes), in_blocks)
+            ts = now()
+            del probes
+        truth["steps"].append({"casts": {"ts": ts, "exit": now(),
+                                         "storages": {a: c[0] for a, c in casts.items()},
+                                         "names": {a: c[1] for a, c in casts.items()}}})
+        loss.backward()
+        opt.step()
+    return truth
+
+
 class Zoo(nn.Module):
     def __init__(self, vocab=512, d=64):
         super().__init__()
@@ -257,15 +290,16 @@ def gan_run(steps):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--pattern", choices=["ema", "gan", "autocast", "zoo", "accumulate"],
-                   required=True)
+    p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
+                                         "accumulate"], required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
-             "zoo": zoo_run, "accumulate": accumulate_run}[args.pattern](args.steps)
+             "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
+             "accumulate": accumulate_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

@@ -1,7 +1,7 @@
 """End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
 evaluation passes and clipped gradients; a GAN; autocast; tied embeddings, BatchNorm, a frozen
 layer, two parameter groups, gradient accumulation and weights replaced; gradient accumulation
-through non-reentrant checkpoints), under `tidemark run`,
+through non-reentrant checkpoints; autocast around them), under `tidemark run`,
 their memory checked block by block against the truth each run computed itself."""
 import json
 import os
@@ -19,7 +19,7 @@ class PatternsTest(DaemonTestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.runs = {}
-        for pattern in ("ema", "gan", "autocast", "zoo", "accumulate"):
+        for pattern in ("ema", "gan", "autocast", "autocast_checkpoint", "zoo", "accumulate"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -189,6 +189,25 @@ class PatternsTest(DaemonTestCase):
                         "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
                         "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr), casts["ts"])]
                     self.assertEqual(names, ["TinyGPT.%s (bfloat16 cast)" % param])
+
+    def test_autocast_cache_inside_checkpoints_is_named_after_its_weights(self):
+        """Inside non-reentrant checkpoints nothing saves the weights' bfloat16 copies; autocast's
+        cache holds them until its region exits: TEMPORARY, named after the weight (were
+        UNKNOWN)."""
+        run = self.runs["autocast_checkpoint"]
+        sid = run["session"]["id"]
+        for step, st in enumerate(run["truth"]["steps"], start=1):
+            casts = st["casts"]
+            self.assertEqual(len(casts["storages"]), 8)  # the blocks' Linear weights
+            with self.subTest(step=step):
+                self.assertEqual(self.categories_of("autocast_checkpoint", casts)[0],
+                                 {"TEMPORARY"})
+                for addr, param in casts["names"].items():
+                    names = [r[0] for r in self.daemon.sql(
+                        "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
+                        "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
+                        "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr), casts["ts"])]
+                    self.assertEqual(names, ["TinyGPT.%s (bfloat16 cast, autocast cache)" % param])
 
     def test_native_library_memory_is_workspace_named_after_its_library(self):
         """oneDNN's primitive caches and scratchpads (bfloat16 matmuls make them outside torch's
