@@ -4,7 +4,7 @@ the ResNet-18 layout of tiny_resnet.py (BatchNorm; its blocks in four containers
 momentum, or (torch 2, with the `transformers` library) a GPT-2 of the `transformers`
 library built from a small config, with AdamW and its own activation-checkpointing switch, a
 T5 of that library (an encoder and a decoder stack) or a Llama (rotary position embeddings
-handed to every layer) with AdamW.
+handed to every layer; its own checkpointing switch too) with AdamW.
 Nothing here knows about tidemark, except --plan, which applies a recompute plan the way a user
 would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
 
@@ -35,7 +35,13 @@ def build_gpt2(args):
                                      eos_token_id=0, use_cache=False)
     model = transformers.GPT2LMHeadModel(config)
     model.loss_type = "ForCausalLM"  # what it falls back to anyway, without a warning
-    if args.checkpoint:  # its own switch: every layer checkpointed (non-reentrant by default)
+    return own_checkpointing(model, args)
+
+
+def own_checkpointing(model, args):
+    """The model's own switch, on for --checkpoint: every layer checkpointed (non-reentrant by
+    default)."""
+    if args.checkpoint:
         enable = getattr(model, "activation_checkpointing_enable", None)
         (enable or model.gradient_checkpointing_enable)()
     return model
@@ -71,7 +77,7 @@ def build_llama(args):
                                       eos_token_id=0, pad_token_id=0, use_cache=False)
     model = transformers.LlamaForCausalLM(config)
     model.loss_type = "ForCausalLM"
-    return model
+    return own_checkpointing(model, args)
 
 
 def build(args):
@@ -123,7 +129,7 @@ def main(argv=None):
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--checkpoint", default="1,3,5",
                    help="gpt: comma-separated block indices to checkpoint ('' for none); "
-                        "gpt2: anything but '' checkpoints every layer (its own switch)")
+                        "gpt2, llama: anything but '' checkpoints every layer (its own switch)")
     p.add_argument("--accumulate", type=int, default=1, metavar="K",
                    help="micro-batches per optimizer step (gradient accumulation; default 1)")
     p.add_argument("--seed", type=int, default=0)
