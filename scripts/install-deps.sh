@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tidemark needs (run as root): Debian 12's packages, and a virtual environment
-# outside the checkout with the newest torch 2.x from PyPI, `transformers` and `memray`
-# ($TIDEMARK_VENV, default /opt/tidemark-venv; reused by every clone). Does nothing when all of
-# it is already there, so it is cheap to call from every script.
+# outside the checkout with the newest torch 2.x from PyPI, `transformers` (and `accelerate`, for
+# its Trainer) and `memray` ($TIDEMARK_VENV, default /opt/tidemark-venv; reused by every clone).
+# Does nothing when all of it is already there, so it is cheap to call from every script.
 set -euo pipefail
 VENV=${TIDEMARK_VENV:-/opt/tidemark-venv}
 
@@ -40,13 +40,13 @@ install_packages() {
 
 # torch 2.x beside Debian's 1.13: the e2e suites run under both (tests/CMakeLists.txt).
 install_torch2() {
-  if "$VENV/bin/python" -c "import torch, transformers, memray" 2>/dev/null; then
+  if "$VENV/bin/python" -c "import torch, transformers, accelerate, memray" 2>/dev/null; then
     return
   fi
-  echo "install-deps: making $VENV with torch 2.x, transformers and memray from PyPI" >&2
-  /usr/bin/python3 -m venv "$VENV"
+  echo "install-deps: making $VENV with torch 2.x, transformers, accelerate and memray from PyPI" >&2
+  [ -x "$VENV/bin/pip" ] || /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  "$VENV/bin/pip" install -q torch numpy transformers memray >/dev/null
+  "$VENV/bin/pip" install -q torch numpy transformers accelerate memray >/dev/null
   "$VENV/bin/python" -c "import torch; print('install-deps: torch', torch.__version__, 'in $VENV')" >&2
 }
 

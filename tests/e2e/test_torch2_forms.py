@@ -7,8 +7,10 @@ activation-checkpointing switch. CompiledTest: the GPT (without checkpoints) und
 (inductor), whole and per block: the categories are as exact there (docs/architecture.md says what
 a compiled region does not show). Each with op scopes (`tidemark run --ops`) beside some of them.
 CompiledTest also applies a plan through the daemon to a compiled training in mid-run.
-Two classes, two ctest entries (e2e_torch2_checkpoint_forms, e2e_torch2_compiled): on a loaded
-machine each stays well inside its time limit."""
+TrainerTest: a training run by the `transformers` Trainer. Three classes, three ctest entries
+(e2e_torch2_checkpoint_forms, e2e_torch2_compiled, e2e_torch2_trainer): on a loaded machine each
+stays well inside its time limit."""
+import json
 import os
 import re
 import subprocess
@@ -19,6 +21,8 @@ from tidemark_env import BIN, Daemon, PYTHON, SOURCE, torch_version
 from training_truth import StepPeakChecks, run_training
 
 TRAIN = os.path.join(SOURCE, "examples", "train.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+FORWARD_PHASE, OPTIMIZER_PHASE, EVAL_PHASE = 1, 4, 5  # tidemark.v1.Phase
 
 
 class FormsTestBase(StepPeakChecks):
@@ -173,6 +177,79 @@ class CompiledTest(FormsTestBase, unittest.TestCase):
         print("compiled live apply: before %d, predicted %d (eager), measured %d (%+.2f %%)"
               % (good["before_peak_bytes"], good["predicted_peak_bytes"],
                  good["measured_peak_bytes"], 100 * good["peak_error"]), file=sys.stderr)
+
+
+class TrainerTest(unittest.TestCase):
+    """A training run by the `transformers` Trainer (trainer_train.py: a GPT-2 with its own
+    non-reentrant checkpointing, gradient accumulation, a warm-up schedule, clipping, evaluation
+    passes, checkpoints saved), in float32 and in bfloat16 (autocast around the forward): the
+    steps are its optimizer steps, its evaluations their own phase, and weights, gradients and
+    optimizer state exact at every step's peak, nothing there unknown."""
+    STEPS = 8
+
+    @classmethod
+    def setUpClass(cls):
+        if torch_version() < (2, 0):
+            raise unittest.SkipTest("torch 1.13: transformers' Trainer needs torch 2")
+        cls.daemon = Daemon()
+        cls.runs = {}
+        try:
+            for form in ("float32", "bfloat16"):
+                out = os.path.join(cls.daemon.dir, form + ".json")
+                saved = os.path.join(cls.daemon.dir, form)
+                r = cls.daemon.run(PYTHON, os.path.join(HERE, "trainer_train.py"), "--steps",
+                                   str(cls.STEPS), "--dir", saved, "--out", out,
+                                   *(["--bf16"] if form == "bfloat16" else []))
+                if r.returncode != 0:
+                    raise AssertionError("training failed: %s\n%s" % (r.stdout, r.stderr))
+                with open(out) as f:
+                    truth = json.load(f)
+                session = cls.daemon.wait_analyzed(cls.daemon.newest_session()["id"])
+                cls.runs[form] = {"truth": truth, "session": session}
+        except BaseException:
+            cls.daemon.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.cleanup()
+
+    def test_steps_are_optimizer_steps_and_evaluations_their_own_phase(self):
+        for form, run in self.runs.items():
+            truth, sid = run["truth"], run["session"]["id"]
+            with self.subTest(form=form):
+                self.assertEqual(truth["checkpoints"], ["checkpoint-4", "checkpoint-8"])
+                self.assertEqual(len(truth["losses"]), self.STEPS)
+                self.assertEqual(run["session"]["steps"], self.STEPS)
+                self.assertEqual(run["session"]["events_dropped"], 0)
+                phases = dict(self.daemon.sql(
+                    "SELECT phase, COUNT(*) FROM phase WHERE session_id = ? GROUP BY phase", sid))
+                self.assertEqual(phases.get(FORWARD_PHASE), truth["forwards"]["train"])
+                self.assertEqual(phases.get(EVAL_PHASE), truth["forwards"]["eval"])
+                self.assertEqual(phases.get(OPTIMIZER_PHASE), self.STEPS)
+
+    def test_weights_gradients_and_optimizer_state_exact_at_every_peak(self):
+        for form, run in self.runs.items():
+            truth, sid = run["truth"], run["session"]["id"]
+            steps = self.daemon.cli_json("steps", str(sid))["steps"]
+            self.assertEqual(len(steps), self.STEPS)
+            for st in steps[1:]:  # from the second: the optimizer's state is made at the first
+                cats = {k: v["bytes"] for k, v in st["peak"]["categories"].items()}
+                with self.subTest(form=form, step=st["step"]):
+                    self.assertEqual(cats["WEIGHT"], truth["weight_bytes"])
+                    # The peak is in the second micro-batch's backward: every gradient is there.
+                    self.assertEqual(cats["GRADIENT"], truth["gradient_bytes"])
+                    self.assertEqual(cats["OPTIMIZER_STATE"], truth["optimizer_bytes"])
+                    self.assertLess(cats["UNKNOWN"], 1024, cats)
+
+    def test_autocast_cache_inside_the_models_checkpoints_is_named(self):
+        sid = self.runs["bfloat16"]["session"]["id"]
+        names = [n for (n,) in self.daemon.sql(
+            "SELECT DISTINCT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
+            "AND s.iid = t.name_id WHERE t.session_id = ? AND t.category = 8", sid)]
+        # Every layer's four matrices (attention in and out, MLP in and out).
+        self.assertEqual(len([n for n in names if n.endswith(
+            ".weight (bfloat16 cast, autocast cache)")]), 4 * 4, names)
 
 
 def losses(stdout):
