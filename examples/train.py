@@ -121,7 +121,8 @@ def build(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2", "t5", "llama"), default="gpt")
+    p.add_argument("--model", choices=("gpt", "convnet", "resnet", "gpt2", "t5", "llama"),
+                   default="gpt")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--batch", type=int, help="batch size (default: gpt 8, convnet and resnet 16)")
     p.add_argument("--seq-len", type=int, default=128)
