@@ -141,6 +141,12 @@ void printPlanOutcomes(uint64_t session, const v1::PlanCheckResponse& resp) {
                 before ? msText(o.before_step_ns()).c_str() : "-");
     std::printf("  %-14s %12s %12s\n", "within budget", "",
                 o.measured_peak_bytes() <= o.budget_bytes() ? "yes" : "NO");
+    // A plan applied from the second step has only the first before it, which made the
+    // optimizer's state (and warmed the caches): its peak and time are no baseline.
+    if (before && o.from_step() == 2)
+      std::printf(
+          "  (BEFORE is step 1 alone, which made the optimizer's state: no baseline for the "
+          "peak or the time)\n");
     if (unseen)
       std::printf(
           "  (no recomputation recorded: under torch.compile it runs inside the compiled "

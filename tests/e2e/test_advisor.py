@@ -573,6 +573,9 @@ class AdvisorApplyLiveTest(unittest.TestCase):
                 self.assertIn(hint, text)
             else:
                 self.assertNotIn(hint, text)
+            # A plan applied from the second step has only the first, which made the optimizer's
+            # state, before it: said to be no baseline.
+            self.assertEqual("BEFORE is step 1 alone" in text, good["from_step"] == 2, text)
         finally:
             daemon.cleanup()
 
