@@ -214,7 +214,16 @@ void printSegments(const std::vector<core::PlanSegmentDoc>& segments, int depth)
   }
 }
 
-void printPlan(const core::PlanDocument& d) {
+// The plan the recorded step ran, as the model predicts it (PlanResponse.recorded_*): a third
+// column beside the plan and store-all, for a job that checkpoints already.
+struct RecordedFigures {
+  std::string plan;  // empty: the step stored every block
+  int64_t peakBytes = 0;
+  int64_t extraNs = 0;
+  int64_t stepNs = 0;
+};
+
+void printPlan(const core::PlanDocument& d, const RecordedFigures& ran) {
   std::printf("plan: %s, budget %s (%s bytes)%s\n", d.strategy.c_str(),
               humanBytes(d.budgetBytes).c_str(), groupDigits(d.budgetBytes).c_str(),
               d.feasible ? "" : "  -- DOES NOT FIT");
@@ -223,14 +232,29 @@ void printPlan(const core::PlanDocument& d) {
                 static_cast<long long>(d.source.step));
   else if (!d.source.profile.empty())
     std::printf("from: %s\n", d.source.profile.c_str());
-  std::printf("\n%-28s %14s   %s\n", "", "PLAN", "STORE-ALL");
-  std::printf("%-28s %14s   %s\n", "predicted peak", humanBytes(d.predictedPeakBytes).c_str(),
-              humanBytes(d.baselinePeakBytes).c_str());
-  std::printf("%-28s %14s   %s\n", "step time", msText(d.predictedStepNs).c_str(),
-              msText(d.baselineStepNs).c_str());
-  std::printf("%-28s %14s   (%+.1f %%; no plan within the budget adds less than %s)\n",
-              "recomputation per step", msText(d.predictedExtraNs).c_str(),
-              100.0 * d.predictedOverhead, msText(d.lowerBoundExtraNs).c_str());
+  if (ran.plan.empty()) {
+    std::printf("\n%-28s %14s   %s\n", "", "PLAN", "STORE-ALL");
+    std::printf("%-28s %14s   %s\n", "predicted peak", humanBytes(d.predictedPeakBytes).c_str(),
+                humanBytes(d.baselinePeakBytes).c_str());
+    std::printf("%-28s %14s   %s\n", "step time", msText(d.predictedStepNs).c_str(),
+                msText(d.baselineStepNs).c_str());
+  } else {
+    // The job checkpoints already: what it ran, beside the plan and storing everything.
+    std::printf("\n%-28s %14s %14s %14s\n", "", "PLAN", "AS RECORDED", "STORE-ALL");
+    std::printf("%-28s %14s %14s %14s\n", "predicted peak",
+                humanBytes(d.predictedPeakBytes).c_str(), humanBytes(ran.peakBytes).c_str(),
+                humanBytes(d.baselinePeakBytes).c_str());
+    std::printf("%-28s %14s %14s %14s\n", "step time", msText(d.predictedStepNs).c_str(),
+                msText(ran.stepNs).c_str(), msText(d.baselineStepNs).c_str());
+    std::printf("%-28s %14s %14s\n", "recomputation per step", msText(d.predictedExtraNs).c_str(),
+                msText(ran.extraNs).c_str());
+    std::printf("%-28s %14s %14s\n", "blocks (S stored, R re-run)", "", ran.plan.c_str());
+  }
+  std::printf("%-28s %14s   (%s%+.1f %%; no plan within the budget adds less than %s)\n",
+              ran.plan.empty() ? "recomputation per step" : "",
+              ran.plan.empty() ? msText(d.predictedExtraNs).c_str() : "",
+              ran.plan.empty() ? "" : "the plan: ", 100.0 * d.predictedOverhead,
+              msText(d.lowerBoundExtraNs).c_str());
   std::printf(
       "%-28s %14s   (%s)\n", "the peak is at", "",
       (d.predictedPeakPhase + (d.predictedPeakStage.empty() ? "" : " of " + d.predictedPeakStage))
@@ -277,7 +301,7 @@ void printMegatron(const std::string& json, const core::PlanDocument& plan) {
 }
 
 int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& json,
-               const std::string& megatronJson = {}) {
+               const std::string& megatronJson = {}, const RecordedFigures& ran = {}) {
   absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(json);
   if (!d.ok()) {
     std::fprintf(stderr, "tidemark plan: the plan document does not read back: %s\n",
@@ -300,7 +324,7 @@ int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& 
   } else if (g.json) {
     std::fputs(json.c_str(), stdout);
   } else {
-    printPlan(*d);
+    printPlan(*d, ran);
     if (!megatronJson.empty()) printMegatron(megatronJson, *d);
     if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
   }
@@ -388,7 +412,9 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   if (int code = callRpc<v1::Advisor>(g, "plan", &v1::Advisor::Stub::Plan, req, &resp, 120);
       code != kExitOk)
     return code;
-  return finishPlan(a, g, resp.plan_json(), resp.megatron_json());
+  return finishPlan(a, g, resp.plan_json(), resp.megatron_json(),
+                    {resp.recorded_plan(), resp.recorded_peak_bytes(), resp.recorded_extra_ns(),
+                     resp.recorded_step_ns()});
 }
 
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {

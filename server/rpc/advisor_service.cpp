@@ -145,6 +145,17 @@ grpc::Status offloadTo(core::RecordedChain& chain, const std::string& speed, uin
 
 }  // namespace
 
+namespace {
+
+// Whether the plan does anything but store every block.
+bool recomputesAny(const core::ChainPlan& plan) {
+  for (const core::Segment& s : plan.segments)
+    if (s.mode != core::SegmentMode::kStore || s.option >= 0) return true;
+  return false;
+}
+
+}  // namespace
+
 grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanRequest* request,
                                   v1::PlanResponse* response) {
   if (grpc::Status denied = checkChainAccess(*ctx, request->chain(), "Plan"); !denied.ok())
@@ -199,6 +210,13 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
   }
   response->set_feasible(report.feasible);
   response->set_min_feasible_budget_bytes(report.minFeasibleBudgetBytes);
+  if (recomputesAny(chain->recordedPlan)) {
+    const core::SimResult ran = core::simulate(chain->profile, chain->recordedPlan);
+    response->set_recorded_plan(core::planSignature(chain->recordedPlan));
+    response->set_recorded_peak_bytes(ran.peakBytes);
+    response->set_recorded_extra_ns(ran.extraNs);
+    response->set_recorded_step_ns(ran.stepNs);
+  }
   return grpc::Status::OK;
 }
 

@@ -50,6 +50,8 @@ class AdvisorLiveTest(DaemonTestCase):
         self.assertEqual(len(base_losses), STEPS)
         chain = self.daemon.cli_json("chain", str(base))
         self.assertGreaterEqual(len(chain["stages"]), 6)
+        ran = re.search(r"the plan that ran \(([^)]*)\) predicts a peak of ([0-9.]+ [KMG]?i?B)",
+                        self.daemon.cli("chain", str(base)).stdout)
         for pct in budgets:
             with self.subTest(model=model, budget="%d%%" % pct):
                 path = os.path.join(self.daemon.dir, "%s-%d.json" % (model, pct))
@@ -66,6 +68,15 @@ class AdvisorLiveTest(DaemonTestCase):
                                         check=False)
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assertIn("predicted peak", r.stdout)
+                # A job that checkpoints already sees what it ran beside the plan.
+                recorded = re.search(r"AS RECORDED +STORE-ALL\npredicted peak +\S+ \S+ +"
+                                     r"(\S+ \S+) +.*\n.*\n.*\nblocks \(S stored, R re-run\) +(\S+)",
+                                     r.stdout)
+                if "R" in ran.group(1):
+                    self.assertIsNotNone(recorded, r.stdout)
+                    self.assertEqual(recorded.groups(), (ran.group(2), ran.group(1)))
+                else:
+                    self.assertNotIn("AS RECORDED", r.stdout)
                 with open(path) as f:
                     plan = json.load(f)
                 self.assertTrue(plan["feasible"])
