@@ -660,13 +660,20 @@ class Instrumenter:
             # the rest of this hook would do comes down to opening its scope.
             entry = self.scopes_by_id.get(id(module))
             stack = getattr(local, "names", None)
-            if entry is not None and stack is not None and entry[0]() is module:
+            if entry is not None and stack and entry[1] is not None and entry[0]() is module:
                 self.agent.scope_begin(entry[3])
                 local.depth = depth + 1
                 stack.append(entry[2])
                 return
         module = _original_module(module)
         name, scope, iid = self._scope_of(module)
+        stack = getattr(local, "names", None)
+        if name is None and depth and stack:
+            # A module of no model, called inside one's forward (a function `transformers` made
+            # a module of, `Func`, shared by every layer): named after the module calling it, so
+            # that its memory is that layer's.
+            scope = stack[-1] + "." + scope
+            iid = self.agent.intern(scope)
         if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
             has_params = next(module.parameters(), None) is not None
             if has_params:
@@ -727,16 +734,18 @@ class Instrumenter:
             stack = getattr(local, "names", None)
             if entry is not None and stack and entry[0]() is module:
                 local.depth = depth - 1
+                # (A module of no model: its scope is named after its caller's, _forward_pre.)
+                self.agent.scope_end(entry[3] if entry[1] is not None else
+                                     self.agent.intern(stack[-1]))
                 stack.pop()
-                self.agent.scope_end(entry[3])
                 return
         module = _original_module(module)
         depth = max(0, depth - 1)
         self.local.depth = depth
         stack = getattr(self.local, "names", None)
-        if stack:
-            stack.pop()
-        self.agent.scope_end(self._scope_of(module)[2])
+        # The name its scope was opened under (a module of no model's is its caller's too).
+        self.agent.scope_end(self.agent.intern(stack.pop()) if stack else
+                             self._scope_of(module)[2])
         if depth == 0 and self.phases and self.phases[-1] in (A.FORWARD, A.EVAL) and (
                 module in self.roots or module in self.frozen):
             self._phase_end(self.phases[-1])

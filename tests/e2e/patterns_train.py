@@ -14,6 +14,8 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         backward needs), gradients accumulated over two micro-batches per optimizer step;
   autocast  the GPT under torch.autocast (bfloat16 on the CPU): the copies of the weights it
         casts and keeps for backward, found in the autograd graph;
+  helper  blocks that call a module of no model (made once, outside the model, shared by every
+        block: as `transformers` makes modules of functions, `Func`);
   autocast_checkpoint  the GPT under torch.autocast with every block under a non-reentrant
         checkpoint: the checkpoint keeps none of the blocks' weight copies, autocast's cache holds
         them until its region exits (found by asking the cache for each weight again).
@@ -194,6 +196,33 @@ def autocast_checkpoint_run(steps):
     return truth
 
 
+class Swish(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+SWISH = Swish()  # not in any model's modules
+
+
+class HelperBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.down(SWISH(self.up(x)))
+
+
+def helper_run(steps):
+    model = nn.Sequential(HelperBlock(64), HelperBlock(64))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(16, 64)).square().mean().backward()
+        opt.step()
+    return {"blocks": 2}
+
+
 class Zoo(nn.Module):
     def __init__(self, vocab=512, d=64):
         super().__init__()
@@ -291,7 +320,7 @@ def gan_run(steps):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
-                                         "accumulate"], required=True)
+                                         "accumulate", "helper"], required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -299,7 +328,7 @@ def main():
     torch.set_num_threads(1)
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
              "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
-             "accumulate": accumulate_run}[args.pattern](args.steps)
+             "accumulate": accumulate_run, "helper": helper_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

@@ -1,7 +1,8 @@
 """End to end: trainings written the way users write them (patterns_train.py: an EMA copy with
 evaluation passes and clipped gradients; a GAN; autocast; tied embeddings, BatchNorm, a frozen
 layer, two parameter groups, gradient accumulation and weights replaced; gradient accumulation
-through non-reentrant checkpoints; autocast around them), under `tidemark run`,
+through non-reentrant checkpoints; autocast around them; a module of no model called by every
+block), under `tidemark run`,
 their memory checked block by block against the truth each run computed itself."""
 import json
 import os
@@ -19,7 +20,8 @@ class PatternsTest(DaemonTestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.runs = {}
-        for pattern in ("ema", "gan", "autocast", "autocast_checkpoint", "zoo", "accumulate"):
+        for pattern in ("ema", "gan", "autocast", "autocast_checkpoint", "zoo", "accumulate",
+                        "helper"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -171,6 +173,26 @@ class PatternsTest(DaemonTestCase):
             self.assertTrue(blocks)
             unknown = [n for i, n in blocks if run["categories"][i] == "UNKNOWN"]
             self.assertEqual(unknown, [], (t0, t1))
+
+    # ----- a module of no model ---------------------------------------------------------------
+    def test_a_module_of_no_model_is_named_after_the_module_calling_it(self):
+        """A module shared by every block and held by none (as `transformers` makes modules of
+        functions): its scope, and what it saves for backward, belong to the block that called
+        it, not to one `Swish` of the whole model."""
+        sid = self.runs["helper"]["session"]["id"]
+        scopes = {n: c for n, c in self.daemon.sql(
+            "SELECT st.value, COUNT(*) FROM scope s JOIN string st ON st.session_id = s.session_id "
+            "AND st.iid = s.name_id WHERE s.session_id = ? AND st.value LIKE '%Swish%' "
+            "GROUP BY st.value", sid)}
+        steps = self.runs["helper"]["session"]["steps"]
+        # Its forward in each block, and its backward (what it saved, unpacked) in each block's.
+        self.assertEqual(scopes, {"Sequential.%d.Swish%s" % (i, kind): steps
+                                  for i in (0, 1) for kind in ("", " [backward]")})
+        saved = {n for (n,) in self.daemon.sql(
+            "SELECT DISTINCT st.value FROM tag t JOIN string st ON st.session_id = t.session_id "
+            "AND st.iid = t.name_id WHERE t.session_id = ? AND t.category = 4", sid)}
+        self.assertTrue({"Sequential.0.Swish:saved", "Sequential.1.Swish:saved"} <= saved, saved)
+        self.assertFalse([n for n in saved if n.startswith("Swish")], saved)
 
     # ----- autocast ---------------------------------------------------------------------------
     def test_autocast_weight_copies_are_named_after_their_weights(self):
