@@ -2,8 +2,10 @@
 
 It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globally:
 
-* global module forward hooks give module scopes, find the root models (a module called while no
-  other module runs, owning parameters) and the forward phase. A root model some optimizer
+* global module forward hooks give module scopes (a module of no model called inside one's
+  forward is named after its caller), find the root models (a module called while no other
+  module runs, owning parameters) and the forward phase. A training forward's result is
+  ACTIVATION, "<Model>:output" (a loop holds it through the backward). A root model some optimizer
   trains (or, before any optimizer holds it, one called with gradients on) is a training model;
   one that no optimizer trains (an EMA copy, a teacher, a reference model) is a frozen model,
   found also when it is never called (every module made is noted, and looked at at the next
@@ -23,7 +25,8 @@ It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globall
 * ``torch.utils.checkpoint.checkpoint`` is wrapped: its tensor inputs are CHECKPOINT_INPUT and its
   second run (inside backward) is the recompute phase; the module scopes a recomputation stopped
   early leaves open (torch 2's non-reentrant checkpoint stops once it has what the backward
-  needs) end with it;
+  needs) end with it; the autocast copies of weights its forward's hooks are handed (kept by
+  autocast's cache, not by the checkpoint) are TEMPORARY;
 * batches coming out of a DataLoader, the tensors its dataset holds in memory (a
   ``TensorDataset``'s, a dataset's tensor attributes), and a root model's tensor inputs that are
   not the output of another computation of the step (a generator's output handed to a
@@ -748,7 +751,29 @@ class Instrumenter:
                              self._scope_of(module)[2])
         if depth == 0 and self.phases and self.phases[-1] in (A.FORWARD, A.EVAL) and (
                 module in self.roots or module in self.frozen):
+            if self.phases[-1] == A.FORWARD:
+                self._tag_output(module, output)
             self._phase_end(self.phases[-1])
+
+    def _tag_output(self, module, output):
+        """A training forward's result (a `transformers` model's `logits`, the loss): ACTIVATION,
+        named `<Model>:output`. The loop often holds it through the backward (`out =
+        model(...)`, then `out.loss.backward()`), where autograd does not (on a language model,
+        batch × tokens × vocabulary). Only tensors made by the forward: not a view (of a weight,
+        an input) and not one saved for backward (tagged already)."""
+        try:
+            name_id = None
+            for t in _tensors_in(output):
+                if t.grad_fn is None or t._base is not None or isinstance(t, _Parameter):
+                    continue
+                address, nbytes = _storage_of(t)
+                if not address or address in self.saved_this_step:
+                    continue
+                if name_id is None:
+                    name_id = self.agent.intern(self._scope_of(module)[1] + ":output")
+                self.agent.tag(address, nbytes, A.ACTIVATION, name_id)
+        except Exception:  # noqa: BLE001 - never into the job's step
+            pass
 
     # ----- backward and saved tensors ------------------------------------------------------------
     # A saved tensor remembers the module that saved it. When backward unpacks it, that module's

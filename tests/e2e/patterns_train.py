@@ -15,7 +15,8 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
   autocast  the GPT under torch.autocast (bfloat16 on the CPU): the copies of the weights it
         casts and keeps for backward, found in the autograd graph;
   helper  blocks that call a module of no model (made once, outside the model, shared by every
-        block: as `transformers` makes modules of functions, `Func`);
+        block: as `transformers` makes modules of functions, `Func`), the model's output held by
+        the loop through the backward;
   autocast_checkpoint  the GPT under torch.autocast with every block under a non-reentrant
         checkpoint: the checkpoint keeps none of the blocks' weight copies, autocast's cache holds
         them until its region exits (found by asking the cache for each weight again).
@@ -216,11 +217,16 @@ class HelperBlock(nn.Module):
 def helper_run(steps):
     model = nn.Sequential(HelperBlock(64), HelperBlock(64))
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    truth = {"steps": []}
     for _ in range(steps):
         opt.zero_grad()
-        model(torch.randn(16, 64)).square().mean().backward()
+        # The output (logits over 64 classes) held by the loop through the backward, which does
+        # not save it (cross entropy keeps its log-softmax).
+        out = model(torch.randn(16, 64))
+        F.cross_entropy(out, torch.randint(0, 64, (16,))).backward()
+        truth["steps"].append({"output": snapshot([out])})
         opt.step()
-    return {"blocks": 2}
+    return truth
 
 
 class Zoo(nn.Module):

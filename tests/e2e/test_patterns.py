@@ -194,6 +194,23 @@ class PatternsTest(DaemonTestCase):
         self.assertTrue({"Sequential.0.Swish:saved", "Sequential.1.Swish:saved"} <= saved, saved)
         self.assertFalse([n for n in saved if n.startswith("Swish")], saved)
 
+    def test_the_output_the_loop_holds_is_the_models_named_activation(self):
+        """The loop holds the model's output through the backward, which does not save it (as
+        `out = model(...)`, then `out.loss.backward()`): the forward's last activation, named
+        after the model (was UNKNOWN)."""
+        run = self.runs["helper"]
+        sid = run["session"]["id"]
+        for step, st in enumerate(run["truth"]["steps"], start=1):
+            with self.subTest(step=step):
+                self.assertEqual(self.categories_of("helper", st["output"])[0], {"ACTIVATION"})
+                for addr in st["output"]["storages"]:
+                    names = [r[0] for r in self.daemon.sql(
+                        "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
+                        "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
+                        "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr),
+                        st["output"]["ts"])]
+                    self.assertEqual(names, ["Sequential:output"])
+
     # ----- autocast ---------------------------------------------------------------------------
     def test_autocast_weight_copies_are_named_after_their_weights(self):
         """The bfloat16 copies of the weights autocast keeps for backward are activations (made
