@@ -40,6 +40,13 @@ class PatternsTest(DaemonTestCase):
         self.assertEqual(len(blocks), len(snap["storages"]), "a storage without its block")
         return {run["categories"][i] for i, _ in blocks}, sum(n for _, n in blocks)
 
+    def tag_names_at(self, sid, address, ts):
+        """The name of the last tag on the address by the time ts (a list: empty when none)."""
+        return [r[0] for r in self.daemon.sql(
+            "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
+            "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
+            "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(address), ts)]
+
     # ----- an EMA copy, evaluation passes, clipped gradients --------------------------------------
     def test_steps_are_training_iterations_and_evaluations_their_own_phase(self):
         run = self.runs["ema"]
@@ -204,49 +211,35 @@ class PatternsTest(DaemonTestCase):
             with self.subTest(step=step):
                 self.assertEqual(self.categories_of("helper", st["output"])[0], {"ACTIVATION"})
                 for addr in st["output"]["storages"]:
-                    names = [r[0] for r in self.daemon.sql(
-                        "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
-                        "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
-                        "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr),
-                        st["output"]["ts"])]
+                    names = self.tag_names_at(sid, addr, st["output"]["ts"])
                     self.assertEqual(names, ["Sequential:output"])
 
     # ----- autocast ---------------------------------------------------------------------------
-    def test_autocast_weight_copies_are_named_after_their_weights(self):
-        """The bfloat16 copies of the weights autocast keeps for backward are activations (made
-        again when their block is recomputed), named after the weight they copy."""
-        run = self.runs["autocast"]
+    def check_casts(self, pattern, category, suffix, least):
+        """Every step's weight casts (at least `least` of them) are `category`, each named after
+        its weight with `suffix`."""
+        run = self.runs[pattern]
         sid = run["session"]["id"]
         for step, st in enumerate(run["truth"]["steps"], start=1):
             casts = st["casts"]
-            self.assertGreaterEqual(len(casts["storages"]), 4)  # every Linear's weight
-            with self.subTest(step=step):
-                self.assertEqual(self.categories_of("autocast", casts)[0], {"ACTIVATION"})
+            self.assertGreaterEqual(len(casts["storages"]), least)
+            with self.subTest(pattern=pattern, step=step):
+                self.assertEqual(self.categories_of(pattern, casts)[0], {category})
                 for addr, param in casts["names"].items():
-                    names = [r[0] for r in self.daemon.sql(
-                        "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
-                        "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
-                        "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr), casts["ts"])]
-                    self.assertEqual(names, ["TinyGPT.%s (bfloat16 cast)" % param])
+                    self.assertEqual(self.tag_names_at(sid, addr, casts["ts"]),
+                                     ["TinyGPT.%s %s" % (param, suffix)])
+
+    def test_autocast_weight_copies_are_named_after_their_weights(self):
+        """The bfloat16 copies of the weights autocast keeps for backward are activations (made
+        again when their block is recomputed), named after the weight they copy."""
+        self.check_casts("autocast", "ACTIVATION", "(bfloat16 cast)", 4)  # every Linear's
 
     def test_autocast_cache_inside_checkpoints_is_named_after_its_weights(self):
         """Inside non-reentrant checkpoints nothing saves the weights' bfloat16 copies; autocast's
         cache holds them until its region exits: TEMPORARY, named after the weight (were
         UNKNOWN)."""
-        run = self.runs["autocast_checkpoint"]
-        sid = run["session"]["id"]
-        for step, st in enumerate(run["truth"]["steps"], start=1):
-            casts = st["casts"]
-            self.assertEqual(len(casts["storages"]), 8)  # the blocks' Linear weights
-            with self.subTest(step=step):
-                self.assertEqual(self.categories_of("autocast_checkpoint", casts)[0],
-                                 {"TEMPORARY"})
-                for addr, param in casts["names"].items():
-                    names = [r[0] for r in self.daemon.sql(
-                        "SELECT s.value FROM tag t JOIN string s ON s.session_id = t.session_id "
-                        "AND s.iid = t.name_id WHERE t.session_id = ? AND t.address = ? AND "
-                        "t.ts_ns <= ? ORDER BY t.seq DESC LIMIT 1", sid, int(addr), casts["ts"])]
-                    self.assertEqual(names, ["TinyGPT.%s (bfloat16 cast, autocast cache)" % param])
+        # The blocks' 8 Linear weights (probed: the truth has no more).
+        self.check_casts("autocast_checkpoint", "TEMPORARY", "(bfloat16 cast, autocast cache)", 8)
 
     def test_native_library_memory_is_workspace_named_after_its_library(self):
         """oneDNN's primitive caches and scratchpads (bfloat16 matmuls make them outside torch's

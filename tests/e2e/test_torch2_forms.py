@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FORWARD_PHASE, OPTIMIZER_PHASE, EVAL_PHASE = 1, 4, 5  # tidemark.v1.Phase
 
 
-class FormsTestBase(StepPeakChecks):
-    JOBS = ()  # (name, truth_train.py arguments); a name ending "+ops" records op scopes
+class Torch2Recordings:
+    """A daemon of the class's own, and the trainings `record()` runs under it (torch 2 only)."""
 
     @classmethod
     def setUpClass(cls):
@@ -35,8 +35,7 @@ class FormsTestBase(StepPeakChecks):
         cls.daemon = Daemon()
         cls.runs = {}
         try:
-            for name, args in cls.JOBS:
-                cls.runs[name] = run_training(cls.daemon, name, args, ops=name.endswith("+ops"))
+            cls.record()
         except BaseException:
             cls.daemon.cleanup()
             raise
@@ -44,6 +43,15 @@ class FormsTestBase(StepPeakChecks):
     @classmethod
     def tearDownClass(cls):
         cls.daemon.cleanup()
+
+
+class FormsTestBase(Torch2Recordings, StepPeakChecks):
+    JOBS = ()  # (name, truth_train.py arguments); a name ending "+ops" records op scopes
+
+    @classmethod
+    def record(cls):
+        for name, args in cls.JOBS:
+            cls.runs[name] = run_training(cls.daemon, name, args, ops=name.endswith("+ops"))
 
     def test_step_peaks_match_ground_truth(self):
         for name, run in self.runs.items():
@@ -179,7 +187,7 @@ class CompiledTest(FormsTestBase, unittest.TestCase):
                  good["measured_peak_bytes"], 100 * good["peak_error"]), file=sys.stderr)
 
 
-class TrainerTest(unittest.TestCase):
+class TrainerTest(Torch2Recordings, unittest.TestCase):
     """A training run by the `transformers` Trainer (trainer_train.py: a GPT-2 with its own
     non-reentrant checkpointing, gradient accumulation, a warm-up schedule, clipping, evaluation
     passes, checkpoints saved), in float32 and in bfloat16 (autocast around the forward): the
@@ -188,31 +196,19 @@ class TrainerTest(unittest.TestCase):
     STEPS = 8
 
     @classmethod
-    def setUpClass(cls):
-        if torch_version() < (2, 0):
-            raise unittest.SkipTest("torch 1.13: transformers' Trainer needs torch 2")
-        cls.daemon = Daemon()
-        cls.runs = {}
-        try:
-            for form in ("float32", "bfloat16"):
-                out = os.path.join(cls.daemon.dir, form + ".json")
-                saved = os.path.join(cls.daemon.dir, form)
-                r = cls.daemon.run(PYTHON, os.path.join(HERE, "trainer_train.py"), "--steps",
-                                   str(cls.STEPS), "--dir", saved, "--out", out,
-                                   *(["--bf16"] if form == "bfloat16" else []))
-                if r.returncode != 0:
-                    raise AssertionError("training failed: %s\n%s" % (r.stdout, r.stderr))
-                with open(out) as f:
-                    truth = json.load(f)
-                session = cls.daemon.wait_analyzed(cls.daemon.newest_session()["id"])
-                cls.runs[form] = {"truth": truth, "session": session}
-        except BaseException:
-            cls.daemon.cleanup()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.cleanup()
+    def record(cls):
+        for form in ("float32", "bfloat16"):
+            out = os.path.join(cls.daemon.dir, form + ".json")
+            saved = os.path.join(cls.daemon.dir, form)
+            r = cls.daemon.run(PYTHON, os.path.join(HERE, "trainer_train.py"), "--steps",
+                               str(cls.STEPS), "--dir", saved, "--out", out,
+                               *(["--bf16"] if form == "bfloat16" else []))
+            if r.returncode != 0:
+                raise AssertionError("training failed: %s\n%s" % (r.stdout, r.stderr))
+            with open(out) as f:
+                truth = json.load(f)
+            session = cls.daemon.wait_analyzed(cls.daemon.newest_session()["id"])
+            cls.runs[form] = {"truth": truth, "session": session}
 
     def test_steps_are_optimizer_steps_and_evaluations_their_own_phase(self):
         for form, run in self.runs.items():
