@@ -143,10 +143,6 @@ grpc::Status offloadTo(core::RecordedChain& chain, const std::string& speed, uin
   return grpc::Status::OK;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether the plan does anything but store every block.
 bool recomputesAny(const core::ChainPlan& plan) {
   for (const core::Segment& s : plan.segments)
