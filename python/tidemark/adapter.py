@@ -37,6 +37,7 @@ so the server joins tags and allocations on the address.
 """
 import functools
 import threading
+import types
 import weakref
 
 from . import _agent as A
@@ -90,6 +91,10 @@ _storage_of = _storage_of_in_python
 
 
 _LOW_PRECISION = ()  # torch.bfloat16, torch.float16 (install)
+
+
+def _autocast_on():  # whether any autocast region is open on this thread (install: torch's own)
+    return False
 _Parameter = type(None)  # torch.nn.Parameter (install): read for every saved tensor
 
 
@@ -603,7 +608,7 @@ class Instrumenter:
 
         @functools.wraps(enter)
         def tracked_enter(hooks, *args, **kwargs):
-            if getattr(local, "checkpoint_entry", False) is True:
+            if getattr(local, "checkpoint_entry", False) is True and _autocast_on():
                 # Entered between tidemark_checkpoint's call and the function's start: a
                 # non-reentrant checkpoint's hooks, which keep nothing of what they are handed.
                 self._name_autocast_cache(hooks)
@@ -629,8 +634,10 @@ class Instrumenter:
         TEMPORARY, named `<weight> (bfloat16 cast, autocast cache)`. Without a checkpoint the
         same copies are saved for backward (ACTIVATION, `_pack`). The hook's result is passed
         back untouched, and the hook's attributes are the wrapper's (torch 2 marks its own hooks
-        by attributes of the function and reads them through the stack of hooks in use)."""
-        import types
+        by attributes of the function and reads them through the stack of hooks in use).
+        Only under autocast at the checkpoint's call (otherwise every tensor its forward saves
+        would pay a call for nothing): a function that enters autocast itself, inside the
+        checkpoint, leaves its casts UNKNOWN."""
         pack = getattr(hooks, "pack_hook", None)
         if not isinstance(pack, types.FunctionType):
             return
@@ -1200,6 +1207,9 @@ class Instrumenter:
         _compiling = _compile_probe()
         _LOW_PRECISION = (torch.bfloat16, torch.float16)
         _Parameter = torch.nn.Parameter
+        global _autocast_on
+        _autocast_on = getattr(torch._C, "_is_any_autocast_enabled", None) or (  # torch 1.13
+            lambda: torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled())
         # The hottest hooks in native code where this torch's library has them (native_hooks).
         from . import native_hooks
         native, self.native_hooks_status = native_hooks.load(self, torch, _storage_of_in_python)

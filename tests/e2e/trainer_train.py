@@ -47,9 +47,11 @@ def main():
                         use_cache=False)
     model = GPT2LMHeadModel(config)
     forwards = {"train": 0, "eval": 0}
-    model.register_forward_pre_hook(
-        lambda m, _: forwards.__setitem__("train" if m.training else "eval",
-                                          forwards["train" if m.training else "eval"] + 1))
+
+    def count(module, _inputs):
+        forwards["train" if module.training else "eval"] += 1
+
+    model.register_forward_pre_hook(count)
     training = TrainingArguments(
         output_dir=args.dir, per_device_train_batch_size=4, per_device_eval_batch_size=4,
         gradient_accumulation_steps=2, max_steps=args.steps, learning_rate=1e-3, warmup_steps=2,
