@@ -214,16 +214,10 @@ void printSegments(const std::vector<core::PlanSegmentDoc>& segments, int depth)
   }
 }
 
-// The plan the recorded step ran, as the model predicts it (PlanResponse.recorded_*): a third
-// column beside the plan and store-all, for a job that checkpoints already.
-struct RecordedFigures {
-  std::string plan;  // empty: the step stored every block
-  int64_t peakBytes = 0;
-  int64_t extraNs = 0;
-  int64_t stepNs = 0;
-};
-
-void printPlan(const core::PlanDocument& d, const RecordedFigures& ran) {
+// For a job that checkpoints already, what its recorded step ran (the document's
+// source.as_recorded) is a third column beside the plan and store-all.
+void printPlan(const core::PlanDocument& d) {
+  const core::PlanSource::AsRecorded& ran = d.source.asRecorded;
   std::printf("plan: %s, budget %s (%s bytes)%s\n", d.strategy.c_str(),
               humanBytes(d.budgetBytes).c_str(), groupDigits(d.budgetBytes).c_str(),
               d.feasible ? "" : "  -- DOES NOT FIT");
@@ -301,7 +295,7 @@ void printMegatron(const std::string& json, const core::PlanDocument& plan) {
 }
 
 int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& json,
-               const std::string& megatronJson = {}, const RecordedFigures& ran = {}) {
+               const std::string& megatronJson = {}) {
   absl::StatusOr<core::PlanDocument> d = core::parsePlanDocument(json);
   if (!d.ok()) {
     std::fprintf(stderr, "tidemark plan: the plan document does not read back: %s\n",
@@ -324,7 +318,7 @@ int finishPlan(const AdvisorArgs& a, const GlobalOptions& g, const std::string& 
   } else if (g.json) {
     std::fputs(json.c_str(), stdout);
   } else {
-    printPlan(*d, ran);
+    printPlan(*d);
     if (!megatronJson.empty()) printMegatron(megatronJson, *d);
     if (!a.outFile.empty()) std::printf("\nwritten to %s\n", a.outFile.c_str());
   }
@@ -412,9 +406,7 @@ int planCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
   if (int code = callRpc<v1::Advisor>(g, "plan", &v1::Advisor::Stub::Plan, req, &resp, 120);
       code != kExitOk)
     return code;
-  return finishPlan(a, g, resp.plan_json(), resp.megatron_json(),
-                    {resp.recorded_plan(), resp.recorded_peak_bytes(), resp.recorded_extra_ns(),
-                     resp.recorded_step_ns()});
+  return finishPlan(a, g, resp.plan_json(), resp.megatron_json());
 }
 
 int chainCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) {

@@ -176,6 +176,11 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
                      nullptr, request->nested());
   report.source.session = std::to_string(request->chain().session_id());
   report.source.step = chain->step;
+  if (recomputesAny(chain->recordedPlan)) {
+    const core::SimResult ran = core::simulate(chain->profile, chain->recordedPlan);
+    report.source.asRecorded = {core::planSignature(chain->recordedPlan), ran.peakBytes,
+                                ran.extraNs, ran.stepNs};
+  }
   report.warnings.insert(report.warnings.begin(), chain->warnings.begin(), chain->warnings.end());
   response->set_plan_json(core::planToJson(chain->profile, report));
   if (request->megatron()) {
@@ -206,13 +211,11 @@ grpc::Status AdvisorService::Plan(grpc::ServerContext* ctx, const v1::PlanReques
   }
   response->set_feasible(report.feasible);
   response->set_min_feasible_budget_bytes(report.minFeasibleBudgetBytes);
-  if (recomputesAny(chain->recordedPlan)) {
-    const core::SimResult ran = core::simulate(chain->profile, chain->recordedPlan);
-    response->set_recorded_plan(core::planSignature(chain->recordedPlan));
-    response->set_recorded_peak_bytes(ran.peakBytes);
-    response->set_recorded_extra_ns(ran.extraNs);
-    response->set_recorded_step_ns(ran.stepNs);
-  }
+  const core::PlanSource::AsRecorded& ran = report.source.asRecorded;
+  response->set_recorded_plan(ran.plan);
+  response->set_recorded_peak_bytes(ran.peakBytes);
+  response->set_recorded_extra_ns(ran.extraNs);
+  response->set_recorded_step_ns(ran.stepNs);
   return grpc::Status::OK;
 }
 

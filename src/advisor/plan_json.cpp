@@ -303,6 +303,12 @@ std::string planToJson(const ChainProfile& p, const PlanReport& r) {
   if (!r.source.session.empty()) source["session"] = r.source.session;
   if (r.source.step >= 0) source["step"] = r.source.step;
   if (!r.source.profile.empty()) source["profile"] = r.source.profile;
+  if (const PlanSource::AsRecorded& ran = r.source.asRecorded; !ran.plan.empty()) {
+    source["as_recorded"] = {{"plan", ran.plan},
+                             {"peak_bytes", ran.peakBytes},
+                             {"extra_ns", ran.extraNs},
+                             {"step_ns", ran.stepNs}};
+  }
   json peakAt = {{"phase", simPhaseName(r.predicted.peakAt.phase)}};
   if (r.predicted.peakAt.stage >= 0) peakAt["stage"] = p.stages[r.predicted.peakAt.stage].name;
   json j = {{"format", kPlanFormat},
@@ -389,6 +395,14 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view text) {
     d.source.session = sr.string("session", "");
     d.source.step = sr.integer("step", -1);
     d.source.profile = sr.string("profile", "");
+    if (const json* ran = sr.raw("as_recorded", true); ran != nullptr) {
+      ObjectReader rr(*ran, "source.as_recorded");
+      d.source.asRecorded.plan = rr.string("plan");
+      d.source.asRecorded.peakBytes = rr.integer("peak_bytes");
+      d.source.asRecorded.extraNs = rr.integer("extra_ns");
+      d.source.asRecorded.stepNs = rr.integer("step_ns");
+      if (absl::Status s = rr.finish(); !s.ok()) return s;
+    }
     if (absl::Status s = sr.finish(); !s.ok()) return s;
   }
   for (size_t i = 0; i < segments->size(); ++i) {

@@ -21,6 +21,14 @@ struct PlanSource {
   std::string session;
   int64_t step = -1;
   std::string profile;
+  // When the recorded step re-ran blocks itself (the job checkpoints already): that plan, as the
+  // model predicts it (`source.as_recorded` in the document). Empty plan: it stored every block.
+  struct AsRecorded {
+    std::string plan;  // planSignature: S stored, R re-run, one letter a block
+    int64_t peakBytes = 0;
+    int64_t extraNs = 0;
+    int64_t stepNs = 0;
+  } asRecorded;
 };
 
 // A plan with everything it predicts: the content of a plan document (docs/plan-format.md).

@@ -81,6 +81,16 @@ class AdvisorLiveTest(DaemonTestCase):
                     plan = json.load(f)
                 self.assertTrue(plan["feasible"])
                 self.assertEqual(plan["source"]["session"], str(base))
+                # The document says the same (for --json and scripts).
+                as_recorded = plan["source"].get("as_recorded")
+                if "R" in ran.group(1):
+                    self.assertEqual(as_recorded["plan"], ran.group(1))
+                    number, unit = recorded.group(1).split()
+                    scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+                    self.assertAlmostEqual(as_recorded["peak_bytes"] / scale, float(number),
+                                           delta=0.006)
+                else:
+                    self.assertIsNone(as_recorded)
                 self.assertTrue(any(s["mode"] != "store" for s in plan["segments"]))
                 predicted, budget = plan["predicted"]["peak_bytes"], plan["budget_bytes"]
                 self.assertLessEqual(predicted, budget)

@@ -444,6 +444,25 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   // Each segment says the input it was made for: its first stage's.
   EXPECT_EQ(doc->segments.front().inputBytes, back->inputBytes);
   EXPECT_TRUE(doc->warnings.empty());
+  EXPECT_TRUE(doc->source.asRecorded.plan.empty());
+  EXPECT_EQ(planToJson(*back, r).find("as_recorded"), std::string::npos);
+  // What a step that re-ran blocks itself ran travels with the plan made from it.
+  r.source.asRecorded = {"R|S", 300, 12, 400};
+  doc = parsePlanDocument(planToJson(*back, r));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  EXPECT_EQ(doc->source.asRecorded.plan, "R|S");
+  EXPECT_EQ(doc->source.asRecorded.peakBytes, 300);
+  EXPECT_EQ(doc->source.asRecorded.extraNs, 12);
+  EXPECT_EQ(doc->source.asRecorded.stepNs, 400);
+  // ... read as strictly as the rest of the document.
+  nlohmann::json stray = nlohmann::json::parse(planToJson(*back, r));
+  stray["source"]["as_recorded"]["peak"] = 1;
+  doc = parsePlanDocument(stray.dump());
+  ASSERT_FALSE(doc.ok());
+  EXPECT_NE(doc.status().message().find("source.as_recorded: unknown key 'peak'"),
+            std::string::npos)
+      << doc.status();
+  r.source.asRecorded = {};
   // What the model did not capture travels with the plan.
   r.warnings = {"blocks called more than once in one forward (A (2) calls): ..."};
   doc = parsePlanDocument(planToJson(*back, r));
