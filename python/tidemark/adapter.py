@@ -26,7 +26,8 @@ It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globall
   second run (inside backward) is the recompute phase; the module scopes a recomputation stopped
   early leaves open (torch 2's non-reentrant checkpoint stops once it has what the backward
   needs) end with it; the autocast copies of weights its forward's hooks are handed (kept by
-  autocast's cache, not by the checkpoint) are TEMPORARY;
+  autocast's cache, not by the checkpoint) are TEMPORARY; a checkpoint of a module an installed
+  plan names runs the module plainly (the plan decides what it recomputes);
 * batches coming out of a DataLoader, the tensors its dataset holds in memory (a
   ``TensorDataset``'s, a dataset's tensor attributes), and a root model's tensor inputs that are
   not the output of another computation of the step (a generator's output handed to a
@@ -1282,6 +1283,11 @@ class Instrumenter:
         def tidemark_checkpoint(function, *args, **kwargs):
             if not inst.enabled or _compiling():
                 return checkpoint(function, *args, **kwargs)
+            # The job's own checkpoint of a module an installed plan names: the plan decides
+            # (it stores the module, or recomputes it under its own checkpoint).
+            from .plan import plan_deciding, without_checkpoint
+            if plan_deciding(function) is not None:
+                return without_checkpoint(function, args, kwargs)
             if (sac_hooks_choice and kwargs.get("context_fn") is not None and
                     kwargs.get("use_reentrant") is False and
                     "respect_saved_tensors_hooks" not in kwargs and inst._own_hooks_on_top(ckpt)):

@@ -33,7 +33,10 @@ backward needs it (synchronous copies, pinned host memory; a tensor already in h
 where it is). ``store`` segments are left alone. A model that checkpoints its own blocks (a
 `transformers` model after ``gradient_checkpointing_enable()``) has that switch turned off on
 the plan's modules and their containers while the plan is installed, and back on at
-``remove()``: the plan decides what is recomputed. A recomputed segment whose input has grown more
+``remove()``: the plan decides what is recomputed. So with a script that checkpoints some blocks
+itself (``checkpoint(block, x)``, ``checkpoint(block.forward, x)``): under ``tidemark run`` such a
+call of a module the plan names runs the module plainly (the plan's wrapper, or its own forward
+where the plan stores it) while the plan is on. A recomputed segment whose input has grown more
 than 10 % past the ``input_bytes`` the plan was made for (a larger batch or sequence) turns the
 plan off: its prediction does not hold there. A recomputation does not update a module's running
 state a second time (BatchNorm's statistics, any buffer the forward changes in place). A plan
@@ -57,6 +60,7 @@ import collections
 import contextlib
 import json
 import re
+import weakref
 
 PLAN_FORMAT = "tidemark-plan"
 PLAN_VERSION = 2  # 2: recompute segments may carry inner segments (nested plans)
@@ -560,8 +564,9 @@ class AppliedPlan:
     cannot be undone: the wrappers' forward runs first, and is where a plan that does not fit
     fails."""
 
-    def __init__(self, doc, actions, warn=True, switches=()):
+    def __init__(self, doc, actions, warn=True, switches=(), named=()):
         self.plan = doc
+        self._named = list(named)  # every module the plan names, stored ones too
         # Modules whose own activation-checkpointing switch the plan turns off while it is
         # installed (_own_switches): the plan decides what its blocks recompute.
         self._switches = list(switches)
@@ -582,6 +587,8 @@ class AppliedPlan:
             if getattr(m, "gradient_checkpointing", None) is True:
                 m.gradient_checkpointing = False
                 self._switched.append(m)
+        for m in self._named:
+            _PLANNED[m] = weakref.ref(self)
         for a in self._actions:
             if a.kind == "offload":
                 self.wrap_offload(a.modules[0], a.names[0])
@@ -594,8 +601,13 @@ class AppliedPlan:
         own = "forward" in module.__dict__
         self._restore.append((module, own, module.__dict__.get("forward")))
         module.forward = forward
+        _PLAN_FORWARDS[forward] = weakref.ref(module)
 
     def remove(self):
+        for m in self._named:
+            ref = _PLANNED.get(m)
+            if ref is not None and ref() is self:
+                del _PLANNED[m]
         for module, own, previous in reversed(self._restore):
             if own:
                 module.forward = previous
@@ -938,6 +950,41 @@ class AppliedPlan:
             self._set_forward(modules[i], later(i))
 
 
+# The modules an installed plan names (each mapped to the plan), and the forwards it installed
+# (each mapped to its module), weakly both ways: a job's own checkpoint of one of them is left to
+# the plan.
+_PLANNED = weakref.WeakKeyDictionary()
+_PLAN_FORWARDS = weakref.WeakKeyDictionary()
+_CHECKPOINT_OPTIONS = ("use_reentrant", "context_fn", "determinism_check", "debug",
+                       "preserve_rng_state", "early_stop")
+
+
+def plan_deciding(function):
+    """The installed plan (not turned off) that names the module `function` calls — the module,
+    its bound forward, or the forward a plan installed on it — else None."""
+    import torch
+    module = function if isinstance(function, torch.nn.Module) else None
+    if module is None:
+        owner = getattr(function, "__self__", None)
+        if isinstance(owner, torch.nn.Module) and getattr(function, "__name__", "") in (
+                "forward", "__call__"):
+            module = owner
+    if module is None:
+        try:
+            ref = _PLAN_FORWARDS.get(function)
+        except TypeError:  # not weakly referable: no plan installed it
+            return None
+        module = ref() if ref is not None else None
+    ref = _PLANNED.get(module) if module is not None else None
+    plan = ref() if ref is not None else None
+    return plan if plan is not None and plan.failed is None else None
+
+
+def without_checkpoint(function, args, kwargs):
+    """`function` called as a checkpoint would call it, without the checkpoint."""
+    return function(*args, **{k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS})
+
+
 def _own_switches(table, names):
     """The modules among `names` and their ancestors whose own activation checkpointing is on:
     a `transformers` model's switch (`gradient_checkpointing_enable()` sets
@@ -1025,7 +1072,8 @@ def apply_plan(model, plan, root_name=None, install=True, warn=True):
                 raise PlanError("module %s appears twice in the plan" % n)
             wrapped.add(id(m))
     named = [n for seg in doc["segments"] for n in seg["modules"]]
-    applied = AppliedPlan(doc, actions, warn, _own_switches(table, named))
+    applied = AppliedPlan(doc, actions, warn, _own_switches(table, named),
+                          [_find(table, n) for n in named])
     if install:
         applied.install()
         # The script's own (the adapter installs the plans it applies itself): under tidemark,

@@ -70,11 +70,17 @@ struct Stage {
   // stage's is not read.
   bool linked = true;
   std::vector<StageOption> options;
-  // Memory outside the chain, on top of the static bytes, live while this stage runs forward or
-  // backward (recompute included): the loss's tensors, parameter gradients as they appear. From
-  // a recording, it is what the chain's terms do not explain at that moment.
+  // Memory outside the chain, on top of the static bytes, live while this stage runs forward,
+  // backward, or again for its backward (a recomputation; -1: as its backward): the loss's
+  // tensors, parameter gradients as they appear. From a recording, it is what the chain's terms do
+  // not explain at that moment.
   int64_t forwardOutsideBytes = 0;
   int64_t backwardOutsideBytes = 0;
+  int64_t recomputeOutsideBytes = -1;
+
+  int64_t recomputeOutside() const {
+    return recomputeOutsideBytes >= 0 ? recomputeOutsideBytes : backwardOutsideBytes;
+  }
 
   // The time a plan adds each time it re-runs the stage's forward.
   int64_t rerunCostNs() const { return rerunNs > 0 ? rerunNs : forwardNs; }

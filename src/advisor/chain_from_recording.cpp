@@ -1043,6 +1043,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   for (const PhaseInterval* r : recomputes)
     if (r->beginSeq >= fwd->endSeq) endOfForwardEnd = std::min(endOfForwardEnd, r->beginSeq);
   std::vector<int64_t> resForward(n, 0), resBackward(n, std::numeric_limits<int64_t>::min());
+  std::vector<int64_t> resRecompute(n, std::numeric_limits<int64_t>::min());
   int64_t resEnd = 0;
   int64_t least = std::numeric_limits<int64_t>::max();
   for (const SimPoint& pt : model.points) {
@@ -1078,30 +1079,22 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     if (pt.phase == SimPhase::kEndOfForward) resEnd = residual;
     if (pt.phase == SimPhase::kBackward)
       resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
-    // A backward window that holds the stage's recomputation measured that too: its residual
-    // alone stands for the stage's backward (the model's recompute moment lies under it, and its
-    // working, the whole forward's, is not the backward's).
+    // A block the recording recomputed: what lies outside the chain while it runs again is its
+    // own term (a reentrant checkpoint's nested backward, the loss's gradients not yet freed),
+    // not the backward's; the backward's is measured in its own window. One with no backward
+    // window has the recomputation's for both.
     if (pt.phase == SimPhase::kRecompute) {
-      const Window& b = backward[pt.stage];
-      const Window& r = recomputeRun[pt.stage];
-      if (!b.valid || r.beginSeq < b.beginSeq || b.endSeq < r.endSeq)
+      resRecompute[pt.stage] = std::max(resRecompute[pt.stage], residual);
+      if (!backward[pt.stage].valid)
         resBackward[pt.stage] = std::max(resBackward[pt.stage], residual);
     }
-  }
-  // A block the recording ran under (reentrant) checkpoint leaves, during its backward, memory
-  // that belongs to that way of running it (the nested backward's buffers), not to what lies
-  // outside the chain: where stored blocks were measured too, theirs stands for it.
-  int64_t storedBackward = std::numeric_limits<int64_t>::max();
-  for (int i = 0; i < n; ++i)
-    if (!recomputeRun[i].valid) storedBackward = std::min(storedBackward, resBackward[i]);
-  if (storedBackward != std::numeric_limits<int64_t>::max()) {
-    for (int i = 0; i < n; ++i)
-      if (recomputeRun[i].valid) resBackward[i] = storedBackward;
   }
   p.staticBytes = std::max<int64_t>(0, least);
   for (int i = 0; i < n; ++i) {
     p.stages[i].forwardOutsideBytes = std::max<int64_t>(0, resForward[i] - p.staticBytes);
     p.stages[i].backwardOutsideBytes = std::max<int64_t>(0, resBackward[i] - p.staticBytes);
+    if (resRecompute[i] != std::numeric_limits<int64_t>::min())
+      p.stages[i].recomputeOutsideBytes = std::max<int64_t>(0, resRecompute[i] - p.staticBytes);
   }
   p.endOutsideBytes = std::max<int64_t>(0, resEnd - p.staticBytes);
   // The step away from forward and backward: before the forward, after the backward.

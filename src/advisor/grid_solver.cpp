@@ -215,6 +215,12 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
     started.wait();
     std::vector<StageChoice> stored;
     std::vector<int64_t> segmentLocal;  // the need of segment [i, i + j]
+    // Non-decreasing in j, for the search of segment ends: down, the most of segmentLocal up to
+    // j (a segment is taken only where every shorter one fits: plans that fit); up, the least any
+    // segment from [i, i + j] on needs (every segment that may fit is taken: a bound). A
+    // segment's need itself may fall as it grows (its last stage's gradient is held through its
+    // re-run).
+    std::vector<int64_t> segmentReach;
     std::vector<int64_t> shifts;
     int filled = grid.top[n];  // the next row holds values up to here
     for (int i = n - 1; i >= 0 && !failed.load(std::memory_order_relaxed); --i) {
@@ -248,12 +254,17 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
         // (Each thread its own copy of the stage's choices: cheaper than a third barrier.)
         storedChoices(p, i, &stored);
         segmentLocal.clear();
+        segmentReach.clear();
         if (checkpointable) {
           RecomputedSegment segment(p, i);
+          int64_t most = 0;
           for (int k = i; extends(p, i, k); ++k) {
             const int64_t local = segment.grow().local;
-            if (local > grid.value(i, top)) break;  // it only grows, and no value of the row fits
+            most = std::max(most, local);
+            const int64_t reach = kDown ? most : segment.leastNeedFromHereOn();
+            if (reach > grid.value(i, top)) break;  // it only grows, and no value of the row fits
             segmentLocal.push_back(local);
+            segmentReach.push_back(reach);
           }
         }
       } catch (...) {
@@ -311,7 +322,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
                 consider(next[x] + c.extraNs, c.local, c.kept, 0, storedCode(k, false));
             }
           }
-          while (fitting < segmentLocal.size() && segmentLocal[fitting] <= h) ++fitting;
+          while (fitting < segmentReach.size() && segmentReach[fitting] <= h) ++fitting;
           if (fitting > 0 && h >= in) {
             const int32_t reach = i + static_cast<int32_t>(fitting) - 1;
             const auto segmentAt = [&](int64_t x, bool above) {

@@ -85,7 +85,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       const int64_t in = p.inBytes(i);
       // Stage i stored: run again keeping everything, then its backward.
       const int64_t storedLocal = std::max(
-          in + s.forwardWorkingBytes + s.outputBytes + gradient + s.backwardOutsideBytes,
+          in + s.forwardWorkingBytes + s.outputBytes + gradient + s.recomputeOutside(),
           in + s.savedBytes + s.outputBytes + s.backwardWorkingBytes + in + s.backwardOutsideBytes);
       addChoice(storedLocal, in + s.savedBytes, 0, i + 1, -1, false, insideAt(q, i + 1));
       int64_t least = std::max(storedLocal, in + s.savedBytes + minInside[q * (n + 1) + i + 1]);
@@ -96,7 +96,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       for (int r = i; r <= q; ++r) {
         const Stage& t = p.stages[r];
         forward = std::max(forward, (r > i ? in : 0) + p.inBytes(r) + t.forwardWorkingBytes +
-                                        t.outputBytes + gradient + t.backwardOutsideBytes);
+                                        t.outputBytes + gradient + t.recomputeOutside());
         if (r == q) break;
         addSegment(forward, rerunAt(i, r), in, r + 1, insideAt(q, r + 1));
         least = std::min(

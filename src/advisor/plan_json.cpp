@@ -229,6 +229,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
     s.linked = r.boolean("linked", true);
     s.forwardOutsideBytes = r.integer("forward_outside_bytes", 0);
     s.backwardOutsideBytes = r.integer("backward_outside_bytes", 0);
+    s.recomputeOutsideBytes = r.integer("recompute_outside_bytes", -1);
     const json* options = r.raw("options", true);
     if (options != nullptr && !options->is_array()) r.fail("options must be a list");
     if (absl::Status st = r.finish(); !st.ok()) return st;
@@ -280,6 +281,7 @@ std::string chainProfileToJson(const ChainProfile& p) {
     if (!s.linked) st["linked"] = false;
     if (s.forwardOutsideBytes != 0) st["forward_outside_bytes"] = s.forwardOutsideBytes;
     if (s.backwardOutsideBytes != 0) st["backward_outside_bytes"] = s.backwardOutsideBytes;
+    if (s.recomputeOutsideBytes >= 0) st["recompute_outside_bytes"] = s.recomputeOutsideBytes;
     if (!s.options.empty()) {
       st["options"] = json::array();
       for (const StageOption& o : s.options) {

@@ -79,7 +79,7 @@ void recomputedBackward(const ChainProfile& p, const Segment& seg, int64_t base,
           part.mode == SegmentMode::kRecompute && i > part.first ? partIn : 0;
       replay.at(SimPhase::kRecompute, i,
                 base + held + checkpoint + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes +
-                    incomingGrad + s.backwardOutsideBytes);
+                    incomingGrad + s.recomputeOutside());
       replay.result().extraNs += s.rerunCostNs();
       if (part.mode == SegmentMode::kStore) held += storedBytes(p, i, -1);
     }

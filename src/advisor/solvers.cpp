@@ -206,9 +206,11 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
     for (int k = i; extends(p, i, k); ++k) {
       const StageChoice c = segment.grow();
       addChoice(c.local, c.kept, c.extraNs, k + 1, -1, true, false);
-      // A longer segment needs at least as much (local only grows with k), and its input as
-      // kept does not change: past the cap and past the least need already found, it is of no use.
-      if (c.local > cap && c.local >= leastNeed) break;
+      // A longer segment needs at least leastNeedFromHereOn (which only grows with k), and its
+      // input as kept does not change: past the cap and past the least need already found, it
+      // is of no use.
+      const int64_t longer = segment.leastNeedFromHereOn();
+      if (longer > cap && longer >= leastNeed) break;
     }
     minNeed[i] = leastNeed;
     lowerEnvelope(&candidates, &m_front[i]);

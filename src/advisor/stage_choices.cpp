@@ -38,8 +38,8 @@ StageChoice RecomputedSegment::grow() {
   m_forwardMax = std::max(m_forwardMax, (k == m_first ? 0 : m_in) + tin + t.forwardWorkingBytes +
                                             t.outputBytes + t.forwardOutsideBytes);
   // Recompute: the stages re-run in store mode; the incoming gradient is added below.
-  m_recomputeMax = std::max(m_recomputeMax, m_held + tin + t.forwardWorkingBytes + t.outputBytes +
-                                                t.backwardOutsideBytes);
+  m_recomputeMax = std::max(
+      m_recomputeMax, m_held + tin + t.forwardWorkingBytes + t.outputBytes + t.recomputeOutside());
   m_held += tin + t.savedBytes;
   // Backward of stage k: everything held up to k, its gradients and working set.
   m_backwardMax = std::max(m_backwardMax, m_held + t.outputBytes + t.backwardWorkingBytes + tin +

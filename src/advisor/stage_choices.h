@@ -34,6 +34,12 @@ class RecomputedSegment {
   // returns the segment's choice up to it.
   StageChoice grow();
   int last() const { return m_next - 1; }
+  // No segment from `first` through last() or further needs less: the need of the segment grown
+  // so far, less its last stage's incoming gradient (which a longer segment replaces with its
+  // own, maybe smaller). What a search for segments may stop growing at.
+  int64_t leastNeedFromHereOn() const {
+    return std::max({m_forwardMax, m_recomputeMax, m_backwardMax});
+  }
 
  private:
   const ChainProfile& m_profile;

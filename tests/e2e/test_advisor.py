@@ -198,6 +198,17 @@ class AdvisorLiveTest(DaemonTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("needs a SESSION", r.stderr)
 
+    def test_gpt_that_checkpoints_some_blocks_itself(self):
+        """Blocks 1 and 3 run under the script's own checkpoint: the model of the recording
+        predicts the peak the step measured (what lies outside the chain while a block runs again
+        is that block's own term, not its backward's), and its plans hold live."""
+        self.check_model("gpt", "--checkpoint", "1,3")
+        chain = self.daemon.cli("chain", str(self.base)).stdout
+        ran = re.search(r"the plan that ran \((\S+)\) predicts .* \(([-+][0-9.]+) %\)", chain)
+        self.assertIsNotNone(ran, chain)
+        self.assertEqual(ran.group(1), "S|R|S|R|S|S")
+        self.assertLessEqual(abs(float(ran.group(2))), 0.5, chain)
+
     def test_gpt_with_gradient_accumulation(self):
         """Four micro-batches per optimizer step: the blocks run forward and backward four
         times a step; the plan is made from the last micro-batch (the others' gradients held

@@ -23,6 +23,7 @@ inline Stage stage(std::string name, int64_t f, int64_t b, int64_t saved, int64_
 // A random chain of n stages: times and sizes varying tenfold, now and then a stage that cannot
 // be recomputed or one not fed by the stage before, outside memory, a floor, an offload speed
 // (copies of a stage taking about as long as its forward), and (withOptions) selective options.
+// Outside memory is now and then different while a stage is recomputed.
 inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
   std::uniform_int_distribution<int64_t> time(10, 100), bytes(10, 100), small(0, 20);
   std::uniform_int_distribution<int> coin(0, 9);
@@ -50,6 +51,10 @@ inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
     if (coin(rng) < 5) {
       s.forwardOutsideBytes = small(rng);
       s.backwardOutsideBytes = small(rng);
+      // A recording's recomputed stage: its own term while it runs again, up to a few stages' saved
+      // bytes (drawn from the others, so that the chains the tests were written on stay the same).
+      if (i % 3 == 1)
+        s.recomputeOutsideBytes = 30 * ((s.forwardOutsideBytes + 2 * s.backwardOutsideBytes) % 21);
     }
     s.linked = coin(rng) != 0;
     p.stages.push_back(std::move(s));

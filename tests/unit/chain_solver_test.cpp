@@ -14,6 +14,7 @@
 #include "src/advisor/planner.h"
 #include "src/advisor/simulator.h"
 #include "src/advisor/solvers.h"
+#include "src/advisor/stage_choices.h"
 #include "tests/unit/chain_fixtures.h"
 
 namespace tidemark::core {
@@ -238,6 +239,36 @@ TEST(OptimalChainSolver, ASolveCappedAtABudgetPlansAsTheWholeSolve) {
             planSignature(storeAllPlan(p)));
   EXPECT_EQ(makePlan(p, whole.minFeasibleBudget(), Strategy::kSqrtN).minFeasibleBudgetBytes,
             whole.minFeasibleBudget());
+}
+
+TEST(OptimalChainSolver, ACappedSolveFindsTheLeastBudgetWhereSegmentsNeedLessAsTheyGrow) {
+  // A recomputed segment holds its last stage's gradient through its re-run, so a longer one may
+  // need less than a shorter one (a large gradient, then a small one) where the re-run's moments
+  // weigh most: a recording's recomputed stages with much outside memory while they run again. A
+  // solve capped at a budget must not stop growing a segment at the larger need.
+  std::mt19937_64 rng(11);
+  int shrinking = 0;
+  for (int n = 3; n <= 20; ++n) {
+    for (int c = 0; c < 20; ++c) {
+      ChainProfile p = randomChain(rng, n, /*withOptions=*/false);
+      for (Stage& s : p.stages)
+        if (rng() % 2 == 0) s.recomputeOutsideBytes = static_cast<int64_t>(rng() % 1200);
+      for (int i = 0; i < n && p.stages[i].checkpointable; ++i) {
+        RecomputedSegment segment(p, i);
+        int64_t most = 0;
+        for (int k = i; extends(p, i, k); ++k) {
+          const int64_t local = segment.grow().local;
+          ASSERT_LE(segment.leastNeedFromHereOn(), local);
+          if (local < most) ++shrinking;
+          most = std::max(most, local);
+        }
+      }
+      EXPECT_EQ(OptimalChainSolver(p, 0).minFeasibleBudget(),
+                OptimalChainSolver(p).minFeasibleBudget())
+          << "n=" << n << " c=" << c;
+    }
+  }
+  EXPECT_GT(shrinking, 100);  // (else the test would not test it)
 }
 
 TEST(OptimalChainSolver, BeatsSqrtNAtSqrtNsOwnMemory) {

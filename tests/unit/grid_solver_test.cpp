@@ -29,6 +29,7 @@ ChainProfile scaled(ChainProfile p, int64_t factor) {
     for (int64_t* v : {&s.savedBytes, &s.outputBytes, &s.forwardWorkingBytes,
                        &s.backwardWorkingBytes, &s.forwardOutsideBytes, &s.backwardOutsideBytes})
       *v *= factor;
+    if (s.recomputeOutsideBytes > 0) s.recomputeOutsideBytes *= factor;
     for (StageOption& o : s.options) {
       o.savedBytes *= factor;
       if (o.forwardWorkingBytes > 0) o.forwardWorkingBytes *= factor;
