@@ -122,6 +122,7 @@ grpc::Status AdvisorService::GetChainProfile(grpc::ServerContext* ctx,
   response->set_recorded_predicted_peak_bytes(
       core::simulate(chain->profile, chain->recordedPlan).peakBytes);
   response->set_recorded_measured_peak_bytes(chain->measuredPeakBytes);
+  response->set_recorded_carried_peak_bytes(chain->carriedPeakBytes);
   response->set_measured_step_ns(chain->measuredStepNs);
   for (const std::string& w : chain->warnings) response->add_warnings(w);
   return grpc::Status::OK;

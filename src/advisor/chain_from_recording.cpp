@@ -1101,6 +1101,8 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   p.floorBytes = std::max(calibration.peak(step->beginSeq, firstForwardBegins).trackedBytes,
                           calibration.peak(bwd->endSeq, step->endSeq).trackedBytes);
   out.measuredPeakBytes = replay.peak(step->beginSeq, step->endSeq).trackedBytes;
+  if (carriedReplay)
+    out.carriedPeakBytes = carriedReplay->peak(step->beginSeq, step->endSeq).trackedBytes;
   calibrateTimes(rec, rerunTimesFrom, plannedPolicies, &p);
 
   out.measuredStepNs = step->endTsNs - step->beginTsNs;

@@ -21,6 +21,9 @@ struct RecordedChain {
   std::string blocksPrefix;
   ChainPlan recordedPlan;         // blocks the recording ran under checkpoint are recomputed
   int64_t measuredPeakBytes = 0;  // the step's peak, as recorded
+  // A step that made what the later steps hold from their start (the first step's optimizer
+  // state): its peak with that held from its start, as the model is calibrated; else 0.
+  int64_t carriedPeakBytes = 0;
   int64_t measuredStepNs = 0;
   // When the recorded step ran each moment of the chain's schedule (for drawing a plan's
   // predicted memory over the recorded timeline): after stage i's forward, at the end of the

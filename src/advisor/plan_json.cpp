@@ -213,6 +213,17 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
   p.offloadBytesPerSecond = top.integer("offload_bytes_per_second", 0);
   const json* stages = top.raw("stages", false);
   if (stages != nullptr && !stages->is_array()) top.fail("stages must be a list");
+  // `tidemark chain`'s check of the model against the step it came from: read, not used.
+  if (const json* recorded = top.raw("recorded", true); recorded != nullptr) {
+    ObjectReader rr(*recorded, "profile.recorded");
+    rr.integer("step");
+    rr.string("plan");
+    rr.integer("predicted_peak_bytes");
+    rr.integer("measured_peak_bytes");
+    rr.integer("measured_step_ns");
+    rr.integer("carried_peak_bytes", 0);
+    if (absl::Status s = rr.finish(); !s.ok()) return s;
+  }
   if (absl::Status s = top.finish(); !s.ok()) return s;
   for (size_t i = 0; i < stages->size(); ++i) {
     ObjectReader r((*stages)[i], absl::StrCat("stages[", i, "]"));

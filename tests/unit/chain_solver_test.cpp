@@ -501,6 +501,25 @@ TEST(PlanJson, ProfileRoundTripsAndPlanParses) {
   EXPECT_EQ(doc->warnings, r.warnings);
 }
 
+TEST(PlanJson, AProfileReadsPastTheCheckOfItsRecording) {
+  ChainProfile p = twoStages();
+  nlohmann::json j = nlohmann::json::parse(chainProfileToJson(p));
+  j["recorded"] = {{"step", 4},
+                   {"plan", "S|R"},
+                   {"predicted_peak_bytes", 300},
+                   {"measured_peak_bytes", 301},
+                   {"measured_step_ns", 9}};
+  absl::StatusOr<ChainProfile> back = parseChainProfile(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->size(), p.size());
+  // ... as strictly as the rest.
+  j["recorded"]["peak"] = 1;
+  back = parseChainProfile(j.dump());
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("profile.recorded: unknown key 'peak'"), std::string::npos)
+      << back.status();
+}
+
 TEST(PlanJson, NestedAndOpLevelPlansTravelInTheDocument) {
   ChainProfile p = twoStages();
   p.stages[1].options.push_back({"keep matmul outputs", 10, 4, {}, -1, -1, kSavePolicyMatmul});
