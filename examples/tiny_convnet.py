@@ -24,8 +24,11 @@ class ResBlock(nn.Module):
 
 
 class TinyConvNet(nn.Module):
-    def __init__(self, width=16, image=32, classes=10):
+    def __init__(self, width=16, image=32, classes=10, checkpoint_segments=0):
         super().__init__()
+        # > 0: in training, the blocks run through torch's checkpoint_sequential in this many
+        # segments (each but the last re-run in the backward).
+        self.checkpoint_segments = checkpoint_segments
         self.stem = nn.Conv2d(3, width, 3, padding=1, bias=False)
         plan = []
         for stage, c in enumerate((width, 2 * width, 4 * width)):
@@ -37,8 +40,16 @@ class TinyConvNet(nn.Module):
 
     def forward(self, images, targets):
         x = F.relu(self.stem(images))
-        for block in self.blocks:
-            x = block(x)
+        if self.checkpoint_segments and self.training:
+            import inspect
+            from torch.utils.checkpoint import checkpoint_sequential
+            # Non-reentrant where torch has it (2.x); torch 1.13's is reentrant.
+            options = ({"use_reentrant": False} if "use_reentrant" in
+                       inspect.signature(checkpoint_sequential).parameters else {})
+            x = checkpoint_sequential(list(self.blocks), self.checkpoint_segments, x, **options)
+        else:
+            for block in self.blocks:
+                x = block(x)
         logits = self.head(x.mean(dim=(2, 3)))
         return F.cross_entropy(logits, targets)
 

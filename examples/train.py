@@ -10,6 +10,7 @@ would (tidemark.apply_plan). Run it under `tidemark run` to profile it.
 
     tidemark run -- python3 examples/train.py --steps 4
     tidemark run -- python3 examples/train.py --model convnet --checkpoint '' --plan plan.json
+    tidemark run -- python3 examples/train.py --model convnet --checkpoint-sequential 3
     tidemark run -- python examples/train.py --model gpt2 --checkpoint all
     tidemark run -- python examples/train.py --checkpoint '' --compile --plan plan.json
 """
@@ -113,7 +114,7 @@ def build(args):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         return (model, opt, lambda g: tiny_convnet.make_batch(g, args.batch, image=64),
                 lambda m, x, y: m(x, y))
-    model = tiny_convnet.TinyConvNet()
+    model = tiny_convnet.TinyConvNet(checkpoint_segments=args.checkpoint_sequential)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return (model, opt, lambda g: tiny_convnet.make_batch(g, args.batch),
             lambda m, x, y: m(x, y))
@@ -131,6 +132,8 @@ def main(argv=None):
     p.add_argument("--checkpoint", default="1,3,5",
                    help="gpt: comma-separated block indices to checkpoint ('' for none); "
                         "gpt2, llama: anything but '' checkpoints every layer (its own switch)")
+    p.add_argument("--checkpoint-sequential", type=int, default=0, metavar="N",
+                   help="convnet: its blocks through torch's checkpoint_sequential in N segments")
     p.add_argument("--accumulate", type=int, default=1, metavar="K",
                    help="micro-batches per optimizer step (gradient accumulation; default 1)")
     p.add_argument("--seed", type=int, default=0)

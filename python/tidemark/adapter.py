@@ -27,7 +27,8 @@ It works on torch 1.13 (Debian's) and 2.x. Everything is installed once, globall
   early leaves open (torch 2's non-reentrant checkpoint stops once it has what the backward
   needs) end with it; the autocast copies of weights its forward's hooks are handed (kept by
   autocast's cache, not by the checkpoint) are TEMPORARY; a checkpoint of a module an installed
-  plan names runs the module plainly (the plan decides what it recomputes);
+  plan names, or ``checkpoint_sequential`` over such modules, runs them plainly (the plan decides
+  what they recompute);
 * batches coming out of a DataLoader, the tensors its dataset holds in memory (a
   ``TensorDataset``'s, a dataset's tensor attributes), and a root model's tensor inputs that are
   not the output of another computation of the step (a generator's output handed to a
@@ -1326,6 +1327,25 @@ class Instrumenter:
         tidemark_checkpoint.__wrapped__ = checkpoint
         tidemark_checkpoint.__doc__ = checkpoint.__doc__
         ckpt.checkpoint = tidemark_checkpoint
+
+        checkpoint_sequential = ckpt.checkpoint_sequential
+
+        def tidemark_checkpoint_sequential(functions, segments, input, *args, **kwargs):
+            # Modules an installed plan names among them: they run in turn, plainly (the plan
+            # decides); otherwise torch's, whose checkpoints are the wrapper's above.
+            if inst.enabled and not _compiling():
+                from .plan import plan_deciding
+                modules = (list(functions.children())
+                           if isinstance(functions, torch.nn.Sequential) else list(functions))
+                if any(plan_deciding(m) is not None for m in modules):
+                    for m in modules:
+                        input = m(input)
+                    return input
+            return checkpoint_sequential(functions, segments, input, *args, **kwargs)
+
+        tidemark_checkpoint_sequential.__wrapped__ = checkpoint_sequential
+        tidemark_checkpoint_sequential.__doc__ = checkpoint_sequential.__doc__
+        ckpt.checkpoint_sequential = tidemark_checkpoint_sequential
         self._tag_checkpoint_rng_states(torch)
 
         optimizer_init = torch.optim.Optimizer.__init__

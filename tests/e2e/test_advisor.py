@@ -206,8 +206,8 @@ class AdvisorLiveTest(DaemonTestCase):
         self.check_model("gpt", "--checkpoint", "1,3")
         recorded = self.daemon.cli_json("chain", str(self.base))["recorded"]
         self.assertEqual(recorded["plan"], "S|R|S|R|S|S")
-        self.assertLessEqual(abs(recorded["predicted_peak_bytes"] - recorded["measured_peak_bytes"]),
-                             0.005 * recorded["measured_peak_bytes"], recorded)
+        error = recorded["predicted_peak_bytes"] - recorded["measured_peak_bytes"]
+        self.assertLessEqual(abs(error), 0.005 * recorded["measured_peak_bytes"], recorded)
 
     def test_a_first_step_is_checked_with_what_it_leaves_to_the_later_ones(self):
         """A recording of one step: AdamW makes its state in it, which every later step holds
@@ -221,8 +221,8 @@ class AdvisorLiveTest(DaemonTestCase):
         recorded = self.daemon.cli_json("chain", str(sid))["recorded"]
         self.assertEqual((recorded["step"], recorded["plan"]), (1, "S|R|S|R|S|S"))
         self.assertGreater(recorded["carried_peak_bytes"], recorded["measured_peak_bytes"])
-        self.assertLessEqual(abs(recorded["predicted_peak_bytes"] - recorded["carried_peak_bytes"]),
-                             0.005 * recorded["carried_peak_bytes"], recorded)
+        error = recorded["predicted_peak_bytes"] - recorded["carried_peak_bytes"]
+        self.assertLessEqual(abs(error), 0.005 * recorded["carried_peak_bytes"], recorded)
         self.assertIn("with what it leaves to the later steps",
                       self.daemon.cli("chain", str(sid)).stdout)
 
@@ -234,6 +234,43 @@ class AdvisorLiveTest(DaemonTestCase):
 
     def test_convnet(self):
         self.check_model("convnet")
+
+    def test_convnet_that_checkpoints_its_blocks_sequentially(self):
+        """The convnet's blocks through torch's checkpoint_sequential (3 segments, the last
+        stored): the recording is modelled as those multi-block recomputations, and a plan made
+        from it decides alone what is recomputed (the job's checkpoint_sequential over the
+        blocks a plan names runs them in turn, plainly): the planned steps ran the plan's
+        segments, not the job's, with the same losses. (Its predicted peak is not checked here:
+        a model made from a recording of multi-block recomputations over-predicts other plans by
+        7-15 %, said in docs/plan-format.md.)"""
+        base, base_losses = self.train("convnet", "--checkpoint-sequential", "3")
+        recorded = self.daemon.cli_json("chain", str(base))["recorded"]
+        self.assertEqual(recorded["plan"], "RRRR|RRRR|S|S|S|S")
+        # (Exact on torch 1.13's reentrant checkpoints; torch 2's non-reentrant ones leave the
+        # blocks of a segment no backward scopes to measure each block's backward by: +4.2 %.)
+        error = recorded["predicted_peak_bytes"] - recorded["measured_peak_bytes"]
+        self.assertLessEqual(abs(error), 0.05 * recorded["measured_peak_bytes"], recorded)
+        path = os.path.join(self.daemon.dir, "sequential-70.json")
+        self.daemon.cli("plan", str(base), "--budget", "70%", "--out", path)
+        with open(path) as f:
+            plan = json.load(f)
+        ran = []
+        for seg in plan["segments"]:
+            if seg["mode"] == "recompute":
+                ran.append("R" * len(seg["modules"]))
+            else:
+                # (A block that re-runs a child, a selective option, may read as re-run whole.)
+                ran.extend(("[RS]" if seg["mode"] == "selective" else "S")
+                           for _ in seg["modules"])
+        self.assertIn("R", "".join(ran))
+        sid, losses_planned = self.train("convnet", "--checkpoint-sequential", "3", "--plan", path)
+        planned = self.daemon.cli_json("chain", str(sid), "--step", "2")["recorded"]
+        self.assertRegex(planned["plan"], "^" + r"\|".join(ran) + "$")
+        self.assertEqual(self.daemon.cli_json("plan-check", str(sid))["plans"][0]["state"],
+                         "applied")
+        self.assertEqual(len(losses_planned), STEPS)
+        for a, b in zip(losses_planned, base_losses):
+            self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, abs(b)))
 
     def test_resnet_across_its_four_stages(self):
         """A ResNet-18 layout (BatchNorm; two blocks in each of four Sequentials): one chain over
