@@ -961,7 +961,10 @@ _CHECKPOINT_OPTIONS = ("use_reentrant", "context_fn", "determinism_check", "debu
 
 def plan_deciding(function):
     """The installed plan (not turned off) that names the module `function` calls — the module,
-    its bound forward, or the forward a plan installed on it — else None."""
+    its bound forward, or the forward a plan installed on it — else None. (Asked at every
+    checkpoint call of a job: nothing more than an empty lookup while no plan is installed.)"""
+    if not _PLANNED:
+        return None
     import torch
     module = function if isinstance(function, torch.nn.Module) else None
     if module is None:
