@@ -221,14 +221,18 @@ PyObject* pack(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (!savedNameId(module, &name)) return inPython();
     PyObject* saved = PyObject_GetAttr(g.inst, g.sSaved);
     if (saved == nullptr) return inPython();
-    if (PySet_Check(saved)) {
-      if (PySet_GET_SIZE(saved) > 1000000) PySet_Clear(saved);  // as the Python hook bounds it
+    if (PyDict_Check(saved)) {
+      // address -> a weak reference to the tensor saved (the adapter's _saved_now reads it).
+      if (PyDict_GET_SIZE(saved) > 1000000) PyDict_Clear(saved);  // as the Python hook bounds it
       PyObject* key = PyLong_FromUnsignedLongLong(address);
-      if (key == nullptr || PySet_Add(saved, key) != 0) {
+      PyObject* ref = key == nullptr ? nullptr : PyWeakref_NewRef(t, nullptr);
+      if (ref == nullptr || PyDict_SetItem(saved, key, ref) != 0) {
+        Py_XDECREF(ref);
         Py_XDECREF(key);
         Py_DECREF(saved);
         return inPython();
       }
+      Py_DECREF(ref);
       Py_DECREF(key);
     }
     Py_DECREF(saved);

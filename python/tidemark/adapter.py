@@ -201,9 +201,11 @@ class Instrumenter:
         # of "every optimizer has stepped").
         self.stepped = weakref.WeakSet()
         self.idle_optimizers = weakref.WeakSet()
-        # Storages saved for backward in the open step: a root's input among them is another
-        # model's output (the generator's images, even detached), not the batch.
-        self.saved_this_step = set()
+        # Storages saved for backward in the open step (address -> a weak reference to the tensor
+        # saved): a root's input among them is another model's output (the generator's images,
+        # even detached), not the batch. Weak, and read through _saved_now: once the saved tensor
+        # is gone its storage may be freed and its address another tensor's.
+        self.saved_this_step = {}
         self.optimizers = weakref.WeakSet()
         self.stepping = weakref.WeakSet()  # optimizers inside their step now
         # torch 1.13: optimizer classes whose step is wrapped
@@ -382,7 +384,7 @@ class Instrumenter:
             self.step += 1
             self.step_open = True
             self.stepped = weakref.WeakSet()
-            self.saved_this_step = set()
+            self.saved_this_step = {}
             self.agent.step_begin(self.step)
             self._seed_gradients_held(in_backward_unknown=True)
             self._find_frozen_models()
@@ -728,12 +730,20 @@ class Instrumenter:
             stack = self.local.names = []
         stack.append(name)
 
+    def _saved_now(self, address):
+        """Whether a tensor saved for backward in the open step still lies at `address` (its
+        storage's). A saved tensor that is gone says nothing: the storage may have been freed
+        since and the address be a new tensor's (a model's output tagged or not by chance)."""
+        ref = self.saved_this_step.get(address)
+        t = ref() if ref is not None else None
+        return t is not None and _storage_address(t) == address
+
     def _tag_inputs(self, inputs):
         for t in _tensors_in(inputs):
             # The batch, not another model's output (made by a differentiable computation, or
             # saved for backward in this step: a generator's images, even detached).
             address = _storage_address(t) if t.grad_fn is None else 0
-            if address and address not in self.saved_this_step:
+            if address and not self._saved_now(address):
                 self.agent.tag(address, _storage_of(t)[1], A.INPUT, self.agent.intern("input"))
 
     def _forward_post(self, module, inputs, output):
@@ -776,7 +786,7 @@ class Instrumenter:
                 if t.grad_fn is None or t._base is not None or isinstance(t, _Parameter):
                     continue
                 address, nbytes = _storage_of(t)
-                if not address or address in self.saved_this_step:
+                if not address or self._saved_now(address):
                     continue
                 if name_id is None:
                     name_id = self.agent.intern(self._scope_of(module)[1] + ":output")
@@ -810,7 +820,10 @@ class Instrumenter:
                     saved = self.saved_this_step
                     if len(saved) > 1000000:  # steps that never end: bounded all the same
                         saved.clear()
-                    saved.add(address)
+                    try:
+                        saved[address] = weakref.ref(t)
+                    except TypeError:  # a tensor type without weak references: left out
+                        pass
                     cast_of = self._weight_cast_of(t) if t.dtype in _LOW_PRECISION else None
                     # An autocast copy of a weight is kept for backward like an activation (and
                     # like one it is made again when its block is recomputed): ACTIVATION, named

@@ -6,6 +6,7 @@ one hands them to), a checkpointed GPT with an EMA copy, clipping and evaluation
 twice under `tidemark run`, with the native hooks (the default) and with TIDEMARK_NATIVE_HOOKS=0,
 give the same tags (category, name, bytes, in order) and the same category for every block."""
 import os
+import textwrap
 import unittest
 
 from tidemark_env import PYTHON, Daemon, block_categories
@@ -73,6 +74,43 @@ class NativeHooksTest(unittest.TestCase):
     def test_gan(self):
         tags = self.check("gan")
         self.assertTrue(any(name == "target" for _, name, _ in tags), "no target")
+
+    def test_an_output_where_a_saved_tensor_was_freed_is_tagged(self):
+        """Micro-batches: each one's output is saved by its loss and freed by its backward, and
+        the next one's output of the same size is allocated where it lay. Each is a forward's
+        output (ACTIVATION, `<Model>:output`), with either hooks: the storages saved in the step
+        are remembered by a weak reference to the tensor saved, and a freed one's address says
+        nothing (it did, and the output went untagged where the allocator reused the address)."""
+        script = textwrap.dedent("""
+            import torch, torch.nn as nn, torch.nn.functional as F
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 32))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            batches = [torch.randn(8, 64) for _ in range(4)]
+            target = torch.randn(8, 32)
+            addresses = set()
+            for step in range(3):
+                for x in batches:
+                    out = model(x)
+                    addresses.add(out.data_ptr())
+                    F.mse_loss(out, target).backward()
+                    del out
+                opt.step()
+                opt.zero_grad()
+            print("output addresses: %d" % len(addresses))
+            """)
+        for native in (True, False):
+            r = self.daemon.run(PYTHON, "-c", script,
+                                env={"TIDEMARK_NATIVE_HOOKS": "1" if native else "0"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sid = self.daemon.wait_analyzed(self.daemon.newest_session()["id"])["id"]
+            outputs = self.daemon.sql(
+                "SELECT COUNT(*) FROM tag t JOIN string s ON s.session_id = t.session_id AND "
+                "s.iid = t.name_id WHERE t.session_id = ? AND s.value = 'Sequential:output' AND "
+                "t.category = 4", sid)[0][0]
+            # The case the test is for: an output at an address an earlier one had.
+            self.assertLess(int(r.stdout.split("output addresses: ")[1]), 12, r.stdout)
+            self.assertEqual(outputs, 12, "native hooks" if native else "Python hooks")
 
 
 if __name__ == "__main__":
