@@ -1,7 +1,9 @@
 """A small GPT-style transformer (pre-norm blocks, causal self-attention, GELU MLP) for the CPU.
 
 `checkpointed` names the blocks whose forward runs under torch.utils.checkpoint, so their
-activations are recomputed in backward instead of being kept.
+activations are recomputed in backward instead of being kept; `checkpoint_form` says what the
+checkpoint is handed: the block ("module"), or a function of the model's own that calls it
+("closure", as older `transformers` models did with `create_custom_forward(layer)`).
 """
 import math
 
@@ -47,7 +49,7 @@ class Block(nn.Module):
 
 class TinyGPT(nn.Module):
     def __init__(self, vocab=256, d_model=128, n_heads=4, n_layers=6, seq_len=128,
-                 checkpointed=(1, 3, 5), reentrant=True):
+                 checkpointed=(1, 3, 5), reentrant=True, checkpoint_form="module"):
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
@@ -56,17 +58,28 @@ class TinyGPT(nn.Module):
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.checkpointed = set(checkpointed)
         self.reentrant = reentrant
+        if checkpoint_form not in ("module", "closure"):
+            raise ValueError("checkpoint_form: module or closure, not %r" % (checkpoint_form,))
+        self.checkpoint_form = checkpoint_form
 
     def forward(self, idx, targets):
         t = idx.size(1)
         x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for i, block in enumerate(self.blocks):
             if i in self.checkpointed and self.training:
-                x = checkpoint(block, x, use_reentrant=self.reentrant)
+                function = block if self.checkpoint_form == "module" else custom_forward(block)
+                x = checkpoint(function, x, use_reentrant=self.reentrant)
             else:
                 x = block(x)
         logits = self.head(self.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def custom_forward(block):
+    """A function that calls `block` (what a checkpoint of the "closure" form is handed)."""
+    def run(*inputs):
+        return block(*inputs)
+    return run
 
 
 def make_batch(gen, batch, seq_len, vocab):

@@ -101,7 +101,7 @@ def build(args):
     ckpt = tuple(int(i) for i in args.checkpoint.split(",") if i != "")
     if args.model == "gpt":
         model = tiny_gpt.TinyGPT(d_model=args.d_model, n_layers=args.layers, seq_len=args.seq_len,
-                                 checkpointed=ckpt)
+                                 checkpointed=ckpt, checkpoint_form=args.checkpoint_form)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         return (model, opt, lambda g: tiny_gpt.make_batch(g, args.batch, args.seq_len, 256),
                 lambda m, x, y: m(x, y))
@@ -132,6 +132,9 @@ def main(argv=None):
     p.add_argument("--checkpoint", default="1,3,5",
                    help="gpt: comma-separated block indices to checkpoint ('' for none); "
                         "gpt2, llama: anything but '' checkpoints every layer (its own switch)")
+    p.add_argument("--checkpoint-form", choices=("module", "closure"), default="module",
+                   help="gpt: the checkpoint is handed the block (module, the default) or a "
+                        "function that calls it (closure, as older transformers models did)")
     p.add_argument("--checkpoint-sequential", type=int, default=0, metavar="N",
                    help="convnet: its blocks through torch's checkpoint_sequential in N segments")
     p.add_argument("--accumulate", type=int, default=1, metavar="K",

@@ -395,6 +395,7 @@ def _once_with_state(modules, fn, again=None):
                 for b, v in zip(running, saved):
                     b.copy_(v)
 
+    call.tidemark_plans_own = True  # the plan's own checkpoint: plan_deciding passes over it
     return call
 
 
@@ -960,27 +961,54 @@ _CHECKPOINT_OPTIONS = ("use_reentrant", "context_fn", "determinism_check", "debu
 
 
 def plan_deciding(function):
-    """The installed plan (not turned off) that names the module `function` calls — the module,
-    its bound forward, or the forward a plan installed on it — else None. (Asked at every
-    checkpoint call of a job: nothing more than an empty lookup while no plan is installed.)"""
-    if not _PLANNED:
+    """The installed plan (not turned off) that names the module `function` calls, else None.
+    (Asked at every checkpoint call of a job: nothing more than an empty lookup while no plan is
+    installed.)"""
+    if not _PLANNED or getattr(function, "tidemark_plans_own", False):
         return None
-    import torch
-    module = function if isinstance(function, torch.nn.Module) else None
-    if module is None:
-        owner = getattr(function, "__self__", None)
-        if isinstance(owner, torch.nn.Module) and getattr(function, "__name__", "") in (
-                "forward", "__call__"):
-            module = owner
-    if module is None:
-        try:
-            ref = _PLAN_FORWARDS.get(function)
-        except TypeError:  # not weakly referable: no plan installed it
-            return None
-        module = ref() if ref is not None else None
+    module = _module_called_by(function)
     ref = _PLANNED.get(module) if module is not None else None
     plan = ref() if ref is not None else None
     return plan if plan is not None and plan.failed is None else None
+
+
+def _module_called_by(function, depth=0):
+    """The module a job's checkpoint runs through `function`: the module, its bound forward or
+    `__call__`, the forward a plan installed on it, any of these under `functools.partial`, or
+    the one module a function of the job's own holds in its closure (older `transformers`'
+    `create_custom_forward(layer)`, a `lambda h: layer(h)` over a loop's layer). None where it
+    is none of these, or a closure holds more than one module (the job's checkpoint then covers
+    more than the block, and stays)."""
+    import functools
+    import torch
+    if isinstance(function, torch.nn.Module):
+        return function
+    owner = getattr(function, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and getattr(function, "__name__", "") in (
+            "forward", "__call__"):
+        return owner
+    try:
+        ref = _PLAN_FORWARDS.get(function)
+    except TypeError:  # not weakly referable: no plan installed it
+        ref = None
+    if ref is not None:
+        return ref()
+    if depth > 0:
+        return None
+    if isinstance(function, functools.partial):
+        return _module_called_by(function.func, depth + 1)
+    modules = set()
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+        if isinstance(value, torch.nn.Module) or isinstance(
+                getattr(value, "__self__", None), torch.nn.Module) or isinstance(
+                value, functools.partial):
+            module = _module_called_by(value, depth + 1)
+            modules.add(module if module is not None else value)
+    return modules.pop() if len(modules) == 1 else None
 
 
 def without_checkpoint(function, args, kwargs):
