@@ -588,6 +588,86 @@ TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
   EXPECT_EQ(u->profile.stages[1].savedBytes, 300);
 }
 
+// Both blocks run under one checkpoint of the job's (checkpoint_sequential): the forward keeps
+// only their outputs (o0 100, o1 100; a0 400 and a1 300 are freed at once), and the backward
+// re-runs them together (seq 31-44): block 0 (its child `lin` first) saves a0' (400) and its
+// output made again, o0' (100), which its last op and block 1 save; block 1 saves a1' (300) and
+// o1' (100). torch stops the recomputation there: a temporary of block 1's last op (50) is
+// freed as that unwinds (seq 45), before the backward allocates its first gradient (47).
+// tagged: torch 1.13's reentrant checkpoint (the adapter's hooks tag what is saved; backward
+// scopes); else torch 2's non-reentrant one (neither).
+Recording twoBlocksRecomputedTogether(bool tagged) {
+  Recording r;
+  r.blocks = {
+      block(0x1000, 1000, 1, kOpenSeq), block(0x2000, 100, 3, 60),  block(0x3000, 400, 7, 12),
+      block(0x3200, 100, 13, 20),       block(0x4000, 300, 18, 22), block(0x4200, 100, 24, 40),
+      block(0x4300, 10, 27, 36),        block(0x6000, 400, 33, 55), block(0x6100, 100, 36, 50),
+      block(0x6200, 300, 39, 48),       block(0x6400, 50, 41, 45),  block(0x6300, 100, 42, 46),
+      block(0x7000, 100, 47, 52)};
+  if (tagged) {
+    for (auto [seq, address, module] :
+         std::initializer_list<std::tuple<int, int, const char*>>{{34, 0x6000, "M.blocks.0.lin"},
+                                                                  {36, 0x6100, "M.blocks.0"},
+                                                                  {39, 0x6100, "M.blocks.1"},
+                                                                  {40, 0x6200, "M.blocks.1"},
+                                                                  {42, 0x6300, "M.blocks.1"}}) {
+      Tag t = saved(static_cast<uint64_t>(seq), static_cast<uint64_t>(address), module);
+      t.category = Category::kRecomputed;
+      r.tags.push_back(t);
+    }
+  }
+  r.phases = {phase(Phase::kForward, 2, 29), phase(Phase::kBackward, 30, 60),
+              phase(Phase::kRecompute, 31, 44), phase(Phase::kOptimizer, 60, 70)};
+  timePhasesAndStep(r);
+  r.scopes = {scope("M", 2, 29, 0),
+              scope("M.blocks.0", 5, 15, 1),
+              scope("M.blocks.0.lin", 6, 10, 2),
+              scope("M.blocks.1", 16, 26, 1),
+              scope("M.blocks.0", 32, 38, 1),
+              scope("M.blocks.0.lin", 33, 35, 2),
+              scope("M.blocks.1", 38, 44, 1)};
+  if (tagged) {
+    r.scopes.push_back(scope("M.blocks.1 [backward]", 44, 49, 0));
+    r.scopes.push_back(scope("M.blocks.0 [backward]", 49, 56, 0));
+  }
+  r.sortBySeq();
+  return r;
+}
+
+TEST(ChainFromRecording, BlocksReRunTogetherKeepWhatEachSavedLessTheOutputsMadeAgain) {
+  ChainProfile scoped;
+  for (bool tagged : {true, false}) {
+    SCOPED_TRACE(tagged ? "tagged, with backward scopes" : "untagged, no backward scopes");
+    const Recording r = twoBlocksRecomputedTogether(tagged);
+    absl::StatusOr<RecordedChain> c = chainFromRecording(r, categorize(r), 0, "");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(planSignature(c->recordedPlan), "RR");
+    const ChainProfile& p = c->profile;
+    // What each block keeps stored, as a recording of the blocks stored would say: o0' and o1'
+    // are the blocks' outputs (counted as such), the unwinding's temporary nothing.
+    EXPECT_EQ(p.stages[0].savedBytes, 400);
+    EXPECT_EQ(p.stages[1].savedBytes, 300);
+    EXPECT_EQ(p.stages[0].outputBytes, 100);
+    EXPECT_EQ(p.stages[1].outputBytes, 100);
+    // Each block's backward is its own (untagged: from the recomputation's end until the last
+    // of what block 1 kept is freed, then until block 0's is): what lies outside the chain
+    // there is what the scopes show, not the other block's activations.
+    EXPECT_EQ(simulate(p, c->recordedPlan).peakBytes, c->measuredPeakBytes);
+    if (tagged) {
+      scoped = p;
+    } else {
+      EXPECT_EQ(p.staticBytes, scoped.staticBytes);
+      for (int i : {0, 1}) {
+        EXPECT_EQ(p.stages[i].backwardOutsideBytes, scoped.stages[i].backwardOutsideBytes) << i;
+        EXPECT_EQ(p.stages[i].backwardWorkingBytes, scoped.stages[i].backwardWorkingBytes) << i;
+      }
+    }
+    // Who saved what is known from the tags only: `lin` alone saved a0', a selective option of
+    // block 0; untagged, none is made up.
+    EXPECT_EQ(p.stages[0].options.size(), tagged ? 1u : 0u);
+  }
+}
+
 // Block 0 has two children: `a` saves A (300; a temporary of 50 beside it), then `b` saves B
 // (400). The backward runs b's first (B freed at 50), then a's (A freed at 55), with two
 // activation gradients (100 each) born on the way. Block 1 saves 200 and block 0's output.
