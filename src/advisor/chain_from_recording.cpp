@@ -711,6 +711,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     int stage = -1;
     bool mixed = false;
     int depth = std::numeric_limits<int>::max();
+    std::vector<std::pair<int, const ScopeInterval*>> scopes;  // the block's, with their depth
   };
   std::vector<RerunFacts> reruns(recomputes.size());
   for (const ScopeInterval& sc : rec.scopes) {
@@ -731,12 +732,31 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
       if (it != stageOf.end() || (f.stage >= 0 && f.stage != i)) f.mixed = true;
       f.stage = i;
       f.depth = std::min(f.depth, sc.depth);
+      f.scopes.push_back({sc.depth, &sc});
     }
   }
+  // A recomputation of some of the block's children only is not the block's: a plan's selective
+  // option checkpoints one child (the block stays stored, with what it kept), where the block's
+  // forward re-run calls every child its forward called.
+  auto runsEveryChild = [&](const RerunFacts& f) {
+    std::set<std::string_view> ran, called;
+    for (const auto& [depth, sc] : f.scopes)
+      if (depth == f.depth) ran.insert(sc->name);
+    const ScopeInterval& b = *forward[f.stage];
+    const std::string prefix = b.name + ".";
+    auto c =
+        std::lower_bound(rec.scopes.begin(), rec.scopes.end(), b.beginSeq,
+                         [](const ScopeInterval& x, uint64_t seq) { return x.beginSeq < seq; });
+    for (; c != rec.scopes.end() && c->beginSeq < b.endSeq; ++c)
+      if (c->threadId == b.threadId && !c->isOp && !c->isKernel && c->depth == b.depth + 1 &&
+          c->name.compare(0, prefix.size(), prefix) == 0)
+        called.insert(c->name);
+    return std::includes(ran.begin(), ran.end(), called.begin(), called.end());
+  };
   std::deque<ScopeInterval> standIns;
   for (size_t k = 0; k < recomputes.size(); ++k) {
     const RerunFacts& f = reruns[k];
-    if (f.mixed || f.stage < 0 || recomputeRun[f.stage].valid) continue;
+    if (f.mixed || f.stage < 0 || recomputeRun[f.stage].valid || !runsEveryChild(f)) continue;
     ScopeInterval& sc = standIns.emplace_back();
     static_cast<Interval&>(sc) = *recomputes[k];
     sc.name = forward[f.stage]->name;

@@ -269,10 +269,8 @@ class AdvisorLiveTest(DaemonTestCase):
         for seg in plan["segments"]:
             if seg["mode"] == "recompute":
                 ran.append("R" * len(seg["modules"]))
-            else:
-                # (A block that re-runs a child, a selective option, may read as re-run whole.)
-                ran.extend(("[RS]" if seg["mode"] == "selective" else "S")
-                           for _ in seg["modules"])
+            else:  # (a block that re-runs a child, a selective option, is stored)
+                ran.extend("S" for _ in seg["modules"])
         sid, losses_planned = self.train("convnet", "--checkpoint-sequential", "3", "--plan", path)
         planned = self.daemon.cli_json("chain", str(sid), "--step", "2")["recorded"]
         self.assertRegex(planned["plan"], "^" + r"\|".join(ran) + "$")

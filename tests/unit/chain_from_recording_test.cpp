@@ -532,6 +532,19 @@ TEST(ChainFromRecording, ABlockReRunWithoutItsOwnScopeIsRecomputed) {
   ASSERT_TRUE(u.ok()) << u.status();
   EXPECT_EQ(planSignature(u->recordedPlan), "S|R");
   EXPECT_EQ(u->profile.stages[1].savedBytes, 300);
+  // Where block 1's forward called a second child, a recomputation of `lin` alone is that
+  // child's (a plan's selective option): the block is stored. One of both is the block's.
+  Recording two = r;
+  two.scopes.push_back(scope("M.blocks.1.act", 22, 25, 2));
+  two.sortBySeq();
+  absl::StatusOr<RecordedChain> child = chainFromRecording(two, categorize(two), 0, "");
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(planSignature(child->recordedPlan), "S|S");
+  two.scopes.push_back(scope("M.blocks.1.act", 36, 37, 1));
+  two.sortBySeq();
+  absl::StatusOr<RecordedChain> both = chainFromRecording(two, categorize(two), 0, "");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(planSignature(both->recordedPlan), "S|R");
   // A recomputation that holds scopes of two blocks is neither's alone.
   r.scopes.push_back(scope("M.blocks.0.lin", 36, 37, 1));
   r.sortBySeq();
