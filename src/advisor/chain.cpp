@@ -73,10 +73,11 @@ absl::Status validateProfile(const ChainProfile& profile) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative time"));
     if (s.savedBytes < 0 || s.outputBytes < 0 || s.forwardWorkingBytes < 0 ||
         s.backwardWorkingBytes < 0 || s.forwardOutsideBytes < 0 || s.backwardOutsideBytes < 0 ||
-        s.recomputeOutsideBytes < -1)
+        s.recomputeOutsideBytes < -1 || s.checkpointedForwardWorkingBytes < -1)
       return absl::InvalidArgumentError(absl::StrCat(where, ": a negative size"));
     for (int64_t v : {s.savedBytes, s.outputBytes, s.forwardWorkingBytes, s.backwardWorkingBytes,
-                      s.forwardOutsideBytes, s.backwardOutsideBytes, s.recomputeOutside()})
+                      s.forwardOutsideBytes, s.backwardOutsideBytes, s.recomputeOutside(),
+                      s.checkpointedForwardWorking()})
       if (!add(&bytes, v)) return tooLarge("sizes");
     for (int64_t v : {s.forwardNs, s.backwardNs, s.rerunNs})
       if (!add(&ns, v)) return tooLarge("times");

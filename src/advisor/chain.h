@@ -61,6 +61,10 @@ struct Stage {
   int64_t savedBytes = 0;           // kept for backward when stored, not counting the stage's input
   int64_t outputBytes = 0;          // the boundary tensor handed to the next stage
   int64_t forwardWorkingBytes = 0;  // transient on top of input and output during forward
+  // The same when the stage runs inside a recomputed segment (under a checkpoint, keeping nothing
+  // for its backward; -1: as forwardWorkingBytes). From a recording, a stage the recorded step
+  // ran under a checkpoint has its own, measured from that forward.
+  int64_t checkpointedForwardWorkingBytes = -1;
   int64_t backwardWorkingBytes = 0;  // transient on top of the gradients during backward
   bool checkpointable = true;
   // Whether the stage's input is the previous stage's output. False where something between them
@@ -78,6 +82,10 @@ struct Stage {
   int64_t backwardOutsideBytes = 0;
   int64_t recomputeOutsideBytes = -1;
 
+  int64_t checkpointedForwardWorking() const {
+    return checkpointedForwardWorkingBytes >= 0 ? checkpointedForwardWorkingBytes
+                                                : forwardWorkingBytes;
+  }
   int64_t recomputeOutside() const {
     return recomputeOutsideBytes >= 0 ? recomputeOutsideBytes : backwardOutsideBytes;
   }

@@ -868,9 +868,6 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
   ChainProfile& p = out.profile;
   p.name = chainName;
   std::vector<int64_t> inputSaved(n, 0);
-  // A block the recording recomputed: its working in the forward that ran under the checkpoint
-  // (less than the model's, which stores everything: the recomputation's); -1 for the others.
-  std::vector<int64_t> checkpointedForwardWorking(n, -1);
   std::vector<std::vector<int>> kept(n);  // the blocks of each stage's savedBytes
   std::vector<std::vector<OptionFacts>> optionFacts(n);
   // Op scopes (a recording made with them: torch 2, `tidemark run --ops`) by their begin.
@@ -958,8 +955,10 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     }
     s.forwardWorkingBytes =
         std::max<int64_t>(0, bornInsidePeak(rec, run, isTensorLevel) - s.outputBytes);
+    // A block the recording ran under a checkpoint: its forward's working there (less than a
+    // stored run's: it kept nothing for its backward).
     if (recomputeRun[i].valid)
-      checkpointedForwardWorking[i] =
+      s.checkpointedForwardWorkingBytes =
           std::max<int64_t>(0, bornInsidePeak(rec, windowOf(f), isTensorLevel) - s.outputBytes);
     // Selective options: checkpoint one child module of the block. It drops what the child
     // alone saved of the activations born inside it, and re-runs the child's forward. (Not known
@@ -1132,10 +1131,12 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
     return calibration.peak(w.beginSeq, w.endSeq).trackedBytes;
   };
   const SimResult model = simulate(p, out.recordedPlan, /*keepPoints=*/true);
-  // The end of the forward lasts until the last block's backward begins, or a recomputation
-  // does (a last block the recording checkpointed is recomputed first; that is the model's
-  // recompute moment, not the end of the forward): the loss and the layers after the chain run
-  // their backward then, with every activation still kept.
+  // The end of the forward begins as the last block's forward ends (the layers after the chain
+  // run their forward then: a language model's head and its logits; before, they were in no
+  // moment, and a Llama's step peaked there, 1.1 % above the model) and lasts until the last
+  // block's backward begins, or a recomputation does (a last block the recording checkpointed is
+  // recomputed first; that is the model's recompute moment, not the end of the forward): the loss
+  // and the layers after the chain run their backward then, with every activation still kept.
   uint64_t endOfForwardEnd = backward[n - 1].valid ? backward[n - 1].beginSeq : fwd->endSeq + 1;
   for (const PhaseInterval* r : recomputes)
     if (r->beginSeq >= fwd->endSeq) endOfForwardEnd = std::min(endOfForwardEnd, r->beginSeq);
@@ -1150,7 +1151,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
         m = measured(windowOf(*forward[pt.stage]));
         break;
       case SimPhase::kEndOfForward:
-        m = calibration.peak(fwd->endSeq, endOfForwardEnd).trackedBytes;
+        m = calibration.peak(forward[n - 1]->endSeq, endOfForwardEnd).trackedBytes;
         break;
       case SimPhase::kRecompute:
         m = measured(recomputeRun[pt.stage]);
@@ -1165,11 +1166,7 @@ absl::StatusOr<RecordedChain> chainFromRecording(const Recording& rec,
       case SimPhase::kOutside:
         continue;
     }
-    int64_t live = pt.liveBytes;
-    // The forward of a block the recording ran under a checkpoint held its own working, not the
-    // model's (a stored run's): the rest is outside the chain.
-    if (pt.phase == SimPhase::kForward && checkpointedForwardWorking[pt.stage] >= 0)
-      live += checkpointedForwardWorking[pt.stage] - p.stages[pt.stage].forwardWorkingBytes;
+    const int64_t live = pt.liveBytes;
     const int64_t residual = m - live;
     least = std::min(least, residual);
     if (pt.phase == SimPhase::kForward) resForward[pt.stage] = residual;

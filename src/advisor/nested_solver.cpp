@@ -95,8 +95,9 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
       bool wholeNeeded = true;
       for (int r = i; r <= q; ++r) {
         const Stage& t = p.stages[r];
-        forward = std::max(forward, (r > i ? in : 0) + p.inBytes(r) + t.forwardWorkingBytes +
-                                        t.outputBytes + gradient + t.recomputeOutside());
+        forward =
+            std::max(forward, (r > i ? in : 0) + p.inBytes(r) + t.checkpointedForwardWorking() +
+                                  t.outputBytes + gradient + t.recomputeOutside());
         if (r == q) break;
         addSegment(forward, rerunAt(i, r), in, r + 1, insideAt(q, r + 1));
         least = std::min(
@@ -141,7 +142,7 @@ NestedChainSolver::NestedChainSolver(const ChainProfile& profile, int64_t maxBud
     int64_t forward = 0;
     for (int k = i; extends(p, i, k); ++k) {
       const Stage& t = p.stages[k];
-      forward = std::max(forward, (k > i ? in : 0) + p.inBytes(k) + t.forwardWorkingBytes +
+      forward = std::max(forward, (k > i ? in : 0) + p.inBytes(k) + t.checkpointedForwardWorking() +
                                       t.outputBytes + t.forwardOutsideBytes);
       addSegment(forward, rerunAt(i, k), in, k + 1, m_top[k + 1]);
       least = std::min(least, std::max({forward, minRerun[i * n + k], in + minTop[k + 1]}));

@@ -236,6 +236,7 @@ absl::StatusOr<ChainProfile> parseChainProfile(std::string_view text) {
     s.outputBytes = r.integer("output_bytes");
     s.forwardWorkingBytes = r.integer("forward_working_bytes", 0);
     s.backwardWorkingBytes = r.integer("backward_working_bytes", 0);
+    s.checkpointedForwardWorkingBytes = r.integer("checkpointed_forward_working_bytes", -1);
     s.checkpointable = r.boolean("checkpointable", true);
     s.linked = r.boolean("linked", true);
     s.forwardOutsideBytes = r.integer("forward_outside_bytes", 0);
@@ -293,6 +294,8 @@ std::string chainProfileToJson(const ChainProfile& p) {
     if (s.forwardOutsideBytes != 0) st["forward_outside_bytes"] = s.forwardOutsideBytes;
     if (s.backwardOutsideBytes != 0) st["backward_outside_bytes"] = s.backwardOutsideBytes;
     if (s.recomputeOutsideBytes >= 0) st["recompute_outside_bytes"] = s.recomputeOutsideBytes;
+    if (s.checkpointedForwardWorkingBytes >= 0)
+      st["checkpointed_forward_working_bytes"] = s.checkpointedForwardWorkingBytes;
     if (!s.options.empty()) {
       st["options"] = json::array();
       for (const StageOption& o : s.options) {

@@ -74,12 +74,14 @@ void recomputedBackward(const ChainProfile& p, const Segment& seg, int64_t base,
     const int64_t partIn = p.inBytes(part.first);
     for (int i = part.first; i <= part.last; ++i) {
       const Stage& s = p.stages[i];
-      // An inner recomputed segment runs without keeping anything but its input.
-      const int64_t checkpoint =
-          part.mode == SegmentMode::kRecompute && i > part.first ? partIn : 0;
+      // An inner recomputed segment runs without keeping anything but its input (under its own
+      // checkpoint).
+      const bool checkpointed = part.mode == SegmentMode::kRecompute;
+      const int64_t checkpoint = checkpointed && i > part.first ? partIn : 0;
       replay.at(SimPhase::kRecompute, i,
-                base + held + checkpoint + p.inBytes(i) + s.forwardWorkingBytes + s.outputBytes +
-                    incomingGrad + s.recomputeOutside());
+                base + held + checkpoint + p.inBytes(i) +
+                    (checkpointed ? s.checkpointedForwardWorking() : s.forwardWorkingBytes) +
+                    s.outputBytes + incomingGrad + s.recomputeOutside());
       replay.result().extraNs += s.rerunCostNs();
       if (part.mode == SegmentMode::kStore) held += storedBytes(p, i, -1);
     }
@@ -116,7 +118,8 @@ SimResult simulate(const ChainProfile& p, const ChainPlan& plan, bool keepPoints
     for (int i = seg.first; i <= seg.last; ++i) {
       const Stage& s = p.stages[i];
       const int64_t working = seg.option >= 0 ? optionForwardWorkingBytes(s, s.options[seg.option])
-                                              : s.forwardWorkingBytes;
+                              : seg.mode == SegmentMode::kRecompute ? s.checkpointedForwardWorking()
+                                                                    : s.forwardWorkingBytes;
       replay.at(SimPhase::kForward, i,
                 kept + p.inBytes(i) + working + s.outputBytes + s.forwardOutsideBytes);
       if (seg.mode == SegmentMode::kStore)

@@ -320,7 +320,8 @@ int64_t extraTimeLowerBound(const ChainProfile& p, int64_t budgetBytes) {
   for (int t = 0; t < n; ++t) {
     const Stage& s = p.stages[t];
     const int64_t in = p.inBytes(t);
-    int64_t forwardWork = s.forwardWorkingBytes;
+    // (Inside a recomputed segment the forward's working is the checkpointed one.)
+    int64_t forwardWork = std::min(s.forwardWorkingBytes, s.checkpointedForwardWorking());
     int64_t backwardHeld = stageStoreBytes(p, t) + s.backwardWorkingBytes;
     for (const StageOption& o : s.options) {
       forwardWork = std::min(forwardWork, optionForwardWorkingBytes(s, o));

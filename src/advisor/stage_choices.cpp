@@ -35,8 +35,9 @@ StageChoice RecomputedSegment::grow() {
   const Stage& t = m_profile.stages[k];
   const int64_t tin = m_profile.inBytes(k);
   // Forward: only the segment's input stays (from the second stage on).
-  m_forwardMax = std::max(m_forwardMax, (k == m_first ? 0 : m_in) + tin + t.forwardWorkingBytes +
-                                            t.outputBytes + t.forwardOutsideBytes);
+  m_forwardMax =
+      std::max(m_forwardMax, (k == m_first ? 0 : m_in) + tin + t.checkpointedForwardWorking() +
+                                 t.outputBytes + t.forwardOutsideBytes);
   // Recompute: the stages re-run in store mode; the incoming gradient is added below.
   m_recomputeMax = std::max(
       m_recomputeMax, m_held + tin + t.forwardWorkingBytes + t.outputBytes + t.recomputeOutside());

@@ -56,6 +56,13 @@ inline ChainProfile randomChain(std::mt19937_64& rng, int n, bool withOptions) {
       if (i % 3 == 1)
         s.recomputeOutsideBytes = 30 * ((s.forwardOutsideBytes + 2 * s.backwardOutsideBytes) % 21);
     }
+    // A recording's checkpointed stage: its forward's working under the checkpoint, from none to
+    // 1.5 times the stored run's, and now and then up to twice its saved bytes more (a forward
+    // moment that weighs; drawn from the others, as above).
+    if (i % 4 == 2)
+      s.checkpointedForwardWorkingBytes =
+          s.forwardWorkingBytes * ((s.savedBytes + s.outputBytes) % 4) / 2 +
+          s.savedBytes * (s.outputBytes % 3);
     s.linked = coin(rng) != 0;
     p.stages.push_back(std::move(s));
   }

@@ -601,6 +601,34 @@ TEST(ChainFromRecording, TheEndOfTheForwardStopsWhereARecomputationStarts) {
   EXPECT_EQ(u->profile.stages[1].savedBytes, 300);
 }
 
+TEST(ChainFromRecording, TheHeadAfterTheChainIsInTheEndOfTheForward) {
+  // A head after the last block (its logits, 500 B) lives from seq 27 to 28, before the forward
+  // phase ends (29): the step's peak. The end of the forward begins where the last block's
+  // forward ends (26).
+  Recording r = twoBlocks();
+  r.blocks.push_back(block(0x4400, 500, 27, 28));
+  r.sortBySeq();
+  absl::StatusOr<RecordedChain> c = chainFromRecording(r, categorize(r), 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->measuredPeakBytes, 1000 + 100 + 400 + 100 + 300 + 100 + 10 + 500);
+  EXPECT_EQ(simulate(c->profile, c->recordedPlan).peakBytes, c->measuredPeakBytes);
+}
+
+TEST(ChainFromRecording, ACheckpointedForwardsWorkingIsATermOfItsOwn) {
+  // Block 1 ran under a checkpoint: its forward kept nothing, a temporary of 150 B its working
+  // there; its re-run kept a1' (300). A stored run's working is the re-run's; the checkpointed
+  // one the forward's.
+  Recording r = secondBlockCheckpointed(true);
+  for (Block& b : r.blocks)
+    if (b.address == 0x4000) b.sizeBytes = 150;
+  absl::StatusOr<RecordedChain> c = chainFromRecording(r, categorize(r), 0, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Stage& s = c->profile.stages[1];
+  EXPECT_EQ(s.forwardWorkingBytes, 300);
+  EXPECT_EQ(s.checkpointedForwardWorkingBytes, 150);
+  EXPECT_EQ(simulate(c->profile, c->recordedPlan).peakBytes, c->measuredPeakBytes);
+}
+
 // Both blocks run under one checkpoint of the job's (checkpoint_sequential): the forward keeps
 // only their outputs (o0 100, o1 100; a0 400 and a1 300 are freed at once), and the backward
 // re-runs them together (seq 31-44): block 0 (its child `lin` first) saves a0' (400) and its

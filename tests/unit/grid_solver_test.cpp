@@ -30,6 +30,7 @@ ChainProfile scaled(ChainProfile p, int64_t factor) {
                        &s.backwardWorkingBytes, &s.forwardOutsideBytes, &s.backwardOutsideBytes})
       *v *= factor;
     if (s.recomputeOutsideBytes > 0) s.recomputeOutsideBytes *= factor;
+    if (s.checkpointedForwardWorkingBytes > 0) s.checkpointedForwardWorkingBytes *= factor;
     for (StageOption& o : s.options) {
       o.savedBytes *= factor;
       if (o.forwardWorkingBytes > 0) o.forwardWorkingBytes *= factor;
