@@ -386,6 +386,33 @@ TEST(LowerBound, SeesAPeakInTheBackwardThatTheEndOfTheForwardDoesNot) {
   EXPECT_GT(bound, 0);
 }
 
+TEST(LowerBound, TakesARecomputedStagesForwardAtItsCheckpointedWorking) {
+  // b's forward holds a large working set and much outside it; under a checkpoint it keeps
+  // nothing (wc 0), and its re-run in the backward holds its working but not the outside bytes.
+  // Recomputing b alone (10 ns) fits where storing it does not, and a (1,000 ns to re-run) need
+  // not drop anything: the bound must not take b's first forward at its stored working, which
+  // would ask a for bytes that no plan needs from it.
+  ChainProfile p;
+  p.name = "checkpointed forward";
+  p.staticBytes = 1000;
+  p.inputBytes = 10;
+  p.stages = {stage("a", 1000, 2000, 200, 10), stage("b", 10, 20, 10, 10, 500)};
+  p.stages[1].forwardOutsideBytes = 300;
+  p.stages[1].recomputeOutsideBytes = 0;
+  p.stages[1].checkpointedForwardWorkingBytes = 0;
+  ASSERT_TRUE(validateProfile(p).ok());
+  ASSERT_EQ(simulate(p, storeAllPlan(p)).peakBytes, 1000 + 210 + 10 + 500 + 10 + 300);
+  const int64_t budget = 1000 + 210 + 10 + 500 + 10 + 10;  // b's re-run, with its gradient
+  const std::optional<ChainPlan> best = OptimalChainSolver(p).planFor(budget);
+  ASSERT_TRUE(best.has_value());
+  EXPECT_EQ(planSignature(*best), "S|R");
+  EXPECT_EQ(simulate(p, *best).peakBytes, budget);
+  EXPECT_EQ(simulate(p, *best).extraNs, 10);
+  const int64_t bound = extraTimeLowerBound(p, budget);
+  EXPECT_LE(bound, 10);
+  EXPECT_GE(bound, 0);
+}
+
 TEST(Planner, InfeasibleBudgetNamesTheLeastThatFits) {
   const ChainProfile p = twoStages();
   const PlanReport r = makePlan(p, 150, Strategy::kOptimal);
