@@ -196,6 +196,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
   std::vector<int64_t> prefixNs(n + 1, 0);  // prefixNs[k + 1]: forward time of stages 0..k
   for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].rerunCostNs();
   SegmentEndStacks ends(width);
+  const std::vector<int64_t> gradientAhead = leastOutputAhead(p);
   if (choice != nullptr) choice->assign(rowStart[n], kNone);
 
   // A stage is two phases, each split between the threads by grid value: the next row read
@@ -221,6 +222,10 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
     // segment's need itself may fall as it grows (its last stage's gradient is held through its
     // re-run).
     std::vector<int64_t> segmentReach;
+    // Down: the least any segment from [i, i + j] on needs, as up. A segment past the first that
+    // does not fit may fit (a smaller last gradient): the cheapest end up to there is taken too
+    // when its own need fits.
+    std::vector<int64_t> segmentWide;
     std::vector<int64_t> shifts;
     int filled = grid.top[n];  // the next row holds values up to here
     for (int i = n - 1; i >= 0 && !failed.load(std::memory_order_relaxed); --i) {
@@ -255,16 +260,19 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
         storedChoices(p, i, &stored);
         segmentLocal.clear();
         segmentReach.clear();
+        segmentWide.clear();
         if (checkpointable) {
           RecomputedSegment segment(p, i);
           int64_t most = 0;
           for (int k = i; extends(p, i, k); ++k) {
             const int64_t local = segment.grow().local;
             most = std::max(most, local);
-            const int64_t reach = kDown ? most : segment.leastNeedFromHereOn();
-            if (reach > grid.value(i, top)) break;  // it only grows, and no value of the row fits
+            const int64_t wide = segment.leastNeedFromHereOn(gradientAhead[k]);
+            // It only grows, and no value of the row fits.
+            if (wide > grid.value(i, top)) break;
             segmentLocal.push_back(local);
-            segmentReach.push_back(reach);
+            segmentReach.push_back(kDown ? most : wide);
+            if constexpr (kDown) segmentWide.push_back(wide);
           }
         }
       } catch (...) {
@@ -276,6 +284,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
       try {
         const int64_t in = p.inBytes(i);
         size_t fitting = 0;  // segments [i, i + fitting - 1] fit under the grid value
+        size_t mayFit = 0;   // down: segments past those may, up to [i, i + mayFit - 1]
         const size_t row = choice != nullptr ? rowStart[i] : 0;
         // Where each choice reads the next values: value g of stage i at g + shift (Grid::at and
         // atAnyStage without a division per value).
@@ -323,13 +332,27 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
             }
           }
           while (fitting < segmentReach.size() && segmentReach[fitting] <= h) ++fitting;
-          if (fitting > 0 && h >= in) {
+          if constexpr (kDown)
+            while (mayFit < segmentWide.size() && segmentWide[mayFit] <= h) ++mayFit;
+          if ((fitting > 0 || mayFit > 0) && h >= in) {
             const int32_t reach = i + static_cast<int32_t>(fitting) - 1;
+            const int32_t wideReach = i + static_cast<int32_t>(mayFit) - 1;
             const auto segmentAt = [&](int64_t x, bool above) {
-              const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), reach);
-              if (e != nullptr)
-                consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
-                         segmentCode(e->end - i + 1, above));
+              if (fitting > 0) {
+                const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), reach);
+                if (e != nullptr)
+                  consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
+                           segmentCode(e->end - i + 1, above));
+              }
+              // Down, past them: the cheapest end up to the longest that may fit, taken when its
+              // plan fits (a cheaper shorter end that does not fit hides the longer ones that it
+              // is cheaper than: a plan may be missed there, never one taken that does not fit).
+              if (kDown && wideReach > reach) {
+                const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), wideReach);
+                if (e != nullptr && e->end > reach)
+                  consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
+                           segmentCode(e->end - i + 1, above));
+              }
             };
             if constexpr (kDown) {
               const int64_t raw = g + segmentShift;

@@ -194,6 +194,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
   };
 
   std::vector<StageChoice> stored;
+  const std::vector<int64_t> gradientAhead = leastOutputAhead(p);
   for (int i = n - 1; i >= 0; --i) {
     candidates.clear();
     leastNeed = std::numeric_limits<int64_t>::max();
@@ -209,7 +210,7 @@ OptimalChainSolver::OptimalChainSolver(const ChainProfile& profile, int64_t maxB
       // A longer segment needs at least leastNeedFromHereOn (which only grows with k), and its
       // input as kept does not change: past the cap and past the least need already found, it
       // is of no use.
-      const int64_t longer = segment.leastNeedFromHereOn();
+      const int64_t longer = segment.leastNeedFromHereOn(gradientAhead[k]);
       if (longer > cap && longer >= leastNeed) break;
     }
     minNeed[i] = leastNeed;

@@ -27,6 +27,16 @@ void storedChoices(const ChainProfile& p, int i, std::vector<StageChoice>* out) 
         {std::max(forwardLocal, backwardLocal), 0, p.offloadNs(in + s.savedBytes), -1, true});
 }
 
+std::vector<int64_t> leastOutputAhead(const ChainProfile& p) {
+  const int n = p.size();
+  std::vector<int64_t> out(n);
+  for (int k = n - 1; k >= 0; --k) {
+    out[k] = p.stages[k].outputBytes;
+    if (k + 1 < n && extends(p, k, k + 1)) out[k] = std::min(out[k], out[k + 1]);
+  }
+  return out;
+}
+
 RecomputedSegment::RecomputedSegment(const ChainProfile& p, int first)
     : m_profile(p), m_first(first), m_next(first), m_in(p.inBytes(first)) {}
 

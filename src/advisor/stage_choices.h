@@ -24,9 +24,15 @@ struct StageChoice {
 // keeping nothing on the device in between, for the copies' time.
 void storedChoices(const ChainProfile& p, int i, std::vector<StageChoice>* out);
 
+// For each stage k, the least output of k and of the stages after it that a segment reaching k may
+// still end at (each checkpointable and linked to the one before, as extends() says): the least
+// incoming gradient such a segment can hold through its re-run.
+std::vector<int64_t> leastOutputAhead(const ChainProfile& p);
+
 // A recomputed segment that starts at stage `first`, grown one stage at a time: it keeps only its
-// input through the forward and re-runs its stages at the start of its backward. Its need only
-// grows with its length.
+// input through the forward and re-runs its stages at the start of its backward. Its need grows
+// with its length, but for its last stage's incoming gradient, held through the re-run: a longer
+// segment whose last output is smaller may need less.
 class RecomputedSegment {
  public:
   RecomputedSegment(const ChainProfile& p, int first);
@@ -35,10 +41,10 @@ class RecomputedSegment {
   StageChoice grow();
   int last() const { return m_next - 1; }
   // No segment from `first` through last() or further needs less: the need of the segment grown
-  // so far, less its last stage's incoming gradient (which a longer segment replaces with its
-  // own, maybe smaller). What a search for segments may stop growing at.
-  int64_t leastNeedFromHereOn() const {
-    return std::max({m_forwardMax, m_recomputeMax, m_backwardMax});
+  // so far with the least incoming gradient a segment from here on can hold (leastOutputAhead at
+  // last(); 0 when not known). What a search for segments may stop growing at.
+  int64_t leastNeedFromHereOn(int64_t leastGradientAhead = 0) const {
+    return std::max({m_forwardMax, m_recomputeMax + leastGradientAhead, m_backwardMax});
   }
 
  private:

@@ -116,6 +116,41 @@ TEST(GridChainSolver, AFinerGridIsNeverLooser) {
   }
 }
 
+TEST(GridChainSolver, AOneByteGridIsTheExactCurveOnNearlyEveryChain) {
+  // A segment's need may fall as it grows (its last stage's gradient, held through its re-run, is
+  // smaller): the plans' pass also takes the cheapest end up to the longest segment that may fit
+  // when its plan fits, and both passes stop growing a segment at the least need any longer one
+  // can have with the smallest gradient ahead. What is left: a cheaper shorter segment that does
+  // not fit hides longer ones that do (the segment ends' stacks keep the cheaper one only). On
+  // 300 random chains of 3 to 12 stages, at the exact curve's points (and, for the bound, a byte
+  // below each): plans missed on 1 chain (4 before), the bound below the optimum on 15 (34).
+  int chains = 0, plansMissed = 0, boundBelow = 0;
+  for (int seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    const ChainProfile raw = randomChain(rng, 3 + seed % 10, seed % 2 == 0);
+    const GridChainSolver bytes(raw, 1 << 20);
+    ASSERT_EQ(bytes.gridStepBytes(), 1);
+    ASSERT_EQ(bytes.boundStepBytes(), 1);
+    ++chains;
+    const OptimalChainSolver exact(raw);
+    bool missed = false, below = false;
+    const std::vector<ParetoPoint> curve = exact.curve();
+    for (size_t k = 0; k < curve.size(); ++k) {
+      // At a point of the exact curve, and a byte below it (the point before's cost).
+      const std::optional<ChainPlan> plan = bytes.planFor(curve[k].budgetBytes);
+      if (!plan || simulate(raw, *plan).extraNs != curve[k].extraNs) missed = true;
+      if (bytes.lowerBoundAt(curve[k].budgetBytes) != curve[k].extraNs) below = true;
+      if (k > 0 && bytes.lowerBoundAt(curve[k].budgetBytes - 1) != curve[k - 1].extraNs)
+        below = true;
+    }
+    plansMissed += missed;
+    boundBelow += below;
+  }
+  EXPECT_EQ(chains, 300);
+  EXPECT_LE(plansMissed, 1);
+  EXPECT_LE(boundBelow, 15);
+}
+
 TEST(GridChainSolver, AThousandStagesSolvedWithTheirBoundStated) {
   // A chain the exact solver takes minutes for: the curve's plans are real, below its lower
   // bound nothing, and the bound it proves is within 0.5 % of the budget range (bench/run.sh
