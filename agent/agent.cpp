@@ -193,6 +193,8 @@ void Agent::detach() {
   Transport* t = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+    // The process is exiting (stop() ran): stop() delivers what is left and owns the transport.
+    if (m_stopped) return;
     m_dormant = true;
     if (m_transport) {
       t = m_transport.get();
@@ -258,13 +260,19 @@ void Agent::stop() {
   if (m_beforeStop != nullptr) m_beforeStop(m_config.exitTimeoutMs / 2);
   Recorder::instance().setRecording(false);
   start();  // builds the transport if nobody did, so what the rings hold is still delivered
+  // The transport is taken under the lock: a detach (`tidemark detach` while the job exits) may
+  // have retired it meanwhile, and one after this returns at once (m_stopped). A retired transport
+  // is never destroyed, so the pointer stays good.
+  Transport* transport = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+    if (m_dormant) return;  // a detach came first: it shut the transport down
     m_stopped = true;
+    transport = m_transport.get();
   }
-  if (m_transport) {
-    m_transport->shutdown(m_config.exitTimeoutMs);
-    if (!m_config.quiet) std::fprintf(stderr, "%s\n", m_transport->summary().c_str());
+  if (transport != nullptr) {
+    transport->shutdown(m_config.exitTimeoutMs);
+    if (!m_config.quiet) std::fprintf(stderr, "%s\n", transport->summary().c_str());
   }
 }
 

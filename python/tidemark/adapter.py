@@ -212,6 +212,7 @@ class Instrumenter:
         self.wrapped_classes = weakref.WeakSet()
         self.local = threading.local()
         self.phases = []                # the phase stack (training runs on one thread)
+        self.hook_failure_said = False  # a hook failed, and stderr was told (_hook_failed)
         self.step = 0
         self.step_open = False
         self.backward_module = None  # whose saved tensors backward is consuming now
@@ -319,13 +320,24 @@ class Instrumenter:
         self.agent.phase_begin(phase)
 
     def _phase_end(self, phase):
-        if phase in self.phases:
+        phases = self.phases  # (a detach replaces the list: this one is the training thread's)
+        if phase in phases:
             # Close it and whatever was left open inside it.
-            while self.phases:
-                p = self.phases.pop()
+            while phases:
+                p = phases.pop()
                 if p == phase:
                     break
         self.agent.phase_end(phase)
+
+    def _hook_failed(self, what, error):
+        """A hook of the adapter's that failed: the job's call goes on as if it were not there
+        (that call's scope or tag may be missing from the recording); said once."""
+        if not self.hook_failure_said:
+            import sys
+            self.hook_failure_said = True
+            sys.stderr.write("tidemark: the adapter's %s failed (%s: %s); the job goes on, the "
+                             "recording may miss that call's scope (further failures not said)\n"
+                             % (what, type(error).__name__, error))
 
     def seed_tensor(self, t, category, name, seen):
         """An attach: t, allocated before it (its storage not among the blocks the agent saw
@@ -667,68 +679,71 @@ class Instrumenter:
         # side effects outside torch): a compiled region has no module scopes of its own.
         if not self.enabled or _compiling():
             return
-        local = self.local
-        depth = getattr(local, "depth", 0)
-        if depth and self.path_check is None:
-            # The common case, once per module call: a module seen before, inside a forward. What
-            # the rest of this hook would do comes down to opening its scope.
-            entry = self.scopes_by_id.get(id(module))
-            stack = getattr(local, "names", None)
-            if entry is not None and stack and entry[1] is not None and entry[0]() is module:
-                self.agent.scope_begin(entry[3])
-                local.depth = depth + 1
-                stack.append(entry[2])
-                return
-        module = _original_module(module)
-        name, scope, iid = self._scope_of(module)
-        stack = getattr(local, "names", None)
-        if name is None and depth and stack:
-            # A module of no model, called inside one's forward (a function `transformers` made
-            # a module of, `Func`, shared by every layer): named after the module calling it, so
-            # that its memory is that layer's.
-            scope = stack[-1] + "." + scope
-            iid = self.agent.intern(scope)
-        if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
-            has_params = next(module.parameters(), None) is not None
-            if has_params:
-                try:
-                    training = self._is_training_model(module)
-                except Exception:  # noqa: BLE001 - cannot tell: as before frozen models existed
-                    training = True
-                if training:
-                    self.register_model(module)
-                else:
-                    self.register_frozen(module)
+        try:
+            local = self.local
+            depth = getattr(local, "depth", 0)
+            if depth and self.path_check is None:
+                # The common case, once per module call: a module seen before, inside a forward.
+                # What the rest of this hook would do comes down to opening its scope.
+                entry = self.scopes_by_id.get(id(module))
+                stack = getattr(local, "names", None)
+                if entry is not None and stack and entry[1] is not None and entry[0]() is module:
+                    self.agent.scope_begin(entry[3])
+                    local.depth = depth + 1
+                    stack.append(entry[2])
+                    return
+            module = _original_module(module)
             name, scope, iid = self._scope_of(module)
-        name = scope
-        if depth == 0 and not self._in_phase(A.BACKWARD) and (module in self.roots or
-                                                               module in self.frozen):
-            # Only where every context of the thread was seen entering: everywhere when torch
-            # was imported under the adapter; after an attach, once the thread passed a step
-            # end (a forward under way at the attach may sit in a context not counted).
-            if self.contexts_all_seen or getattr(self.local, "passed_step_end", False):
-                self._ensure_thread_hooks()
-            import torch
-            evaluation = module in self.frozen or not torch.is_grad_enabled()
-            if evaluation:
-                self._phase_begin(A.EVAL)  # evaluation: no step, not a step's forward
-            else:
-                self._begin_step_if_needed()
-                self._phase_begin(A.FORWARD)
-            if self.path_check is not None:
-                self.path_check.begin_forward(not evaluation)
-            self._tag_inputs(inputs)
-            # Keyword arguments too (`model(input_ids=x, labels=y)`, as `transformers` models
-            # are called): global pre-hooks are given the positional ones only.
-            self._tag_inputs(_keyword_arguments_of_call())
-        if self.path_check is not None and not self._in_phase(A.RECOMPUTE):
-            self.path_check.saw(name)
-        self.agent.scope_begin(iid)
-        self.local.depth = depth + 1
-        stack = getattr(self.local, "names", None)
-        if stack is None:
-            stack = self.local.names = []
-        stack.append(name)
+            stack = getattr(local, "names", None)
+            if name is None and depth and stack:
+                # A module of no model, called inside one's forward (a function `transformers` made
+                # a module of, `Func`, shared by every layer): named after the module calling it, so
+                # that its memory is that layer's.
+                scope = stack[-1] + "." + scope
+                iid = self.agent.intern(scope)
+            if name is None and depth == 0 and not self._in_phase(A.BACKWARD):
+                has_params = next(module.parameters(), None) is not None
+                if has_params:
+                    try:
+                        training = self._is_training_model(module)
+                    except Exception:  # noqa: BLE001 - cannot tell: as before frozen models existed
+                        training = True
+                    if training:
+                        self.register_model(module)
+                    else:
+                        self.register_frozen(module)
+                name, scope, iid = self._scope_of(module)
+            name = scope
+            if depth == 0 and not self._in_phase(A.BACKWARD) and (module in self.roots or
+                                                                   module in self.frozen):
+                # Only where every context of the thread was seen entering: everywhere when torch
+                # was imported under the adapter; after an attach, once the thread passed a step
+                # end (a forward under way at the attach may sit in a context not counted).
+                if self.contexts_all_seen or getattr(self.local, "passed_step_end", False):
+                    self._ensure_thread_hooks()
+                import torch
+                evaluation = module in self.frozen or not torch.is_grad_enabled()
+                if evaluation:
+                    self._phase_begin(A.EVAL)  # evaluation: no step, not a step's forward
+                else:
+                    self._begin_step_if_needed()
+                    self._phase_begin(A.FORWARD)
+                if self.path_check is not None:
+                    self.path_check.begin_forward(not evaluation)
+                self._tag_inputs(inputs)
+                # Keyword arguments too (`model(input_ids=x, labels=y)`, as `transformers` models
+                # are called): global pre-hooks are given the positional ones only.
+                self._tag_inputs(_keyword_arguments_of_call())
+            if self.path_check is not None and not self._in_phase(A.RECOMPUTE):
+                self.path_check.saw(name)
+            self.agent.scope_begin(iid)
+            self.local.depth = depth + 1
+            stack = getattr(self.local, "names", None)
+            if stack is None:
+                stack = self.local.names = []
+            stack.append(name)
+        except Exception as e:  # noqa: BLE001 - never into the job's forward
+            self._hook_failed("forward pre-hook", e)
 
     def _saved_now(self, address):
         """Whether a tensor saved for backward in the open step still lies at `address` (its
@@ -749,30 +764,36 @@ class Instrumenter:
     def _forward_post(self, module, inputs, output):
         if not self.enabled or _compiling():
             return
-        local = self.local
-        depth = getattr(local, "depth", 0)
-        if depth > 1:  # as in _forward_pre: a module inside a forward, seen before
-            entry = self.scopes_by_id.get(id(module))
-            stack = getattr(local, "names", None)
-            if entry is not None and stack and entry[0]() is module:
-                local.depth = depth - 1
-                # (A module of no model: its scope is named after its caller's, _forward_pre.)
-                self.agent.scope_end(entry[3] if entry[1] is not None else
-                                     self.agent.intern(stack[-1]))
-                stack.pop()
-                return
-        module = _original_module(module)
-        depth = max(0, depth - 1)
-        self.local.depth = depth
-        stack = getattr(self.local, "names", None)
-        # The name its scope was opened under (a module of no model's is its caller's too).
-        self.agent.scope_end(self.agent.intern(stack.pop()) if stack else
-                             self._scope_of(module)[2])
-        if depth == 0 and self.phases and self.phases[-1] in (A.FORWARD, A.EVAL) and (
-                module in self.roots or module in self.frozen):
-            if self.phases[-1] == A.FORWARD:
-                self._tag_output(module, output)
-            self._phase_end(self.phases[-1])
+        try:
+            local = self.local
+            depth = getattr(local, "depth", 0)
+            if depth > 1:  # as in _forward_pre: a module inside a forward, seen before
+                entry = self.scopes_by_id.get(id(module))
+                stack = getattr(local, "names", None)
+                if entry is not None and stack and entry[0]() is module:
+                    local.depth = depth - 1
+                    # (A module of no model: its scope is named after its caller's, _forward_pre.)
+                    self.agent.scope_end(entry[3] if entry[1] is not None else
+                                         self.agent.intern(stack[-1]))
+                    stack.pop()
+                    return
+            module = _original_module(module)
+            depth = max(0, depth - 1)
+            self.local.depth = depth
+            stack = getattr(self.local, "names", None)
+            # The name its scope was opened under (a module of no model's is its caller's too).
+            self.agent.scope_end(self.agent.intern(stack.pop()) if stack else
+                                 self._scope_of(module)[2])
+            # The phase stack read once: a detach (the agent's thread, stop()) empties it
+            # between any two reads.
+            top = self.phases[-1:]
+            if depth == 0 and top and top[0] in (A.FORWARD, A.EVAL) and (
+                    module in self.roots or module in self.frozen):
+                if top[0] == A.FORWARD:
+                    self._tag_output(module, output)
+                self._phase_end(top[0])
+        except Exception as e:  # noqa: BLE001 - never into the job's forward
+            self._hook_failed("forward hook", e)
 
     def _tag_output(self, module, output):
         """A training forward's result (a `transformers` model's `logits`, the loss): ACTIVATION,

@@ -1,4 +1,5 @@
-"""The adapter is invisible to the job: every LR scheduler of torch.optim.lr_scheduler (and a
+"""The adapter is invisible to the job: its hooks failing, or a detach while they run, do not
+reach it; every LR scheduler of torch.optim.lr_scheduler (and a
 sequential and a chained one), GradScaler, swa_utils, an optimizer state_dict saved and loaded
 mid-run and a subclassed optimizer train with the same losses and learning rates, digit for digit,
 under `tidemark run` and under `tidemark attach` (schedulers created before the attach and stepped
@@ -12,7 +13,8 @@ import unittest
 from tidemark_env import DaemonTestCase, PYTHON
 from test_attach import Job
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scheduler_train.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "scheduler_train.py")
 
 
 def training_lines(text):
@@ -24,6 +26,25 @@ class AdapterInvisibleTest(DaemonTestCase):
         r = subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
+
+    def test_a_failing_hook_and_a_detach_inside_one_leave_the_job_alone(self):
+        # The adapter's module hooks failing (at step 2) and a detach between two reads of the
+        # phase stack (at step 3: the job died of an IndexError there, and then of a SIGSEGV as
+        # the agent's exit met the detach): the job trains the same steps to the same losses and
+        # ends with 0; the failure is said once.
+        script = os.path.join(HERE, "hook_race_train.py")
+        r = subprocess.run([PYTHON, script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("adapter off", r.stdout)
+        r2 = self.daemon.run(PYTHON, script)
+        self.assertEqual(r2.returncode, 0, r2.stderr)
+        self.assertIn("adapter on", r2.stdout)
+        self.assertEqual(training_lines(r2.stdout), training_lines(r.stdout))
+        self.assertEqual(len(training_lines(r.stdout)), 5)
+        self.assertNotIn("Traceback", r2.stderr)
+        self.assertEqual(r2.stderr.count("tidemark: the adapter's forward pre-hook failed "
+                                         "(RuntimeError: broken on purpose)"), 1, r2.stderr)
+        self.assertEqual(r2.stderr.count("hook failed"), 1, r2.stderr)
 
     def test_every_scheduler_under_tidemark_run(self):
         expected = self.plain()
