@@ -329,15 +329,22 @@ class Instrumenter:
                     break
         self.agent.phase_end(phase)
 
+    def _guarded(self, what, hook, *args):
+        """hook(*args), whose failure does not reach the job (_hook_failed)."""
+        try:
+            hook(*args)
+        except Exception as e:  # noqa: BLE001 - never into the job's step
+            self._hook_failed(what, e)
+
     def _hook_failed(self, what, error):
         """A hook of the adapter's that failed: the job's call goes on as if it were not there
-        (that call's scope or tag may be missing from the recording); said once."""
+        (that call's scope, phase or tags may be missing from the recording); said once."""
         if not self.hook_failure_said:
             import sys
             self.hook_failure_said = True
             sys.stderr.write("tidemark: the adapter's %s failed (%s: %s); the job goes on, the "
-                             "recording may miss that call's scope (further failures not said)\n"
-                             % (what, type(error).__name__, error))
+                             "recording may miss what that call marks (further failures not "
+                             "said)\n" % (what, type(error).__name__, error))
 
     def seed_tensor(self, t, category, name, seen):
         """An attach: t, allocated before it (its storage not among the blocks the agent saw
@@ -932,8 +939,10 @@ class Instrumenter:
                     self.register_model(m)
 
         if hasattr(opt, "register_step_pre_hook"):  # torch 2
-            opt.register_step_pre_hook(lambda o, args, kwargs: inst._optimizer_begin(o))
-            opt.register_step_post_hook(lambda o, args, kwargs: inst._optimizer_end(o))
+            opt.register_step_pre_hook(
+                lambda o, args, kwargs: inst._guarded("optimizer hook", inst._optimizer_begin, o))
+            opt.register_step_post_hook(
+                lambda o, args, kwargs: inst._guarded("optimizer hook", inst._optimizer_end, o))
             return
         # torch 1.13 has no step hooks. `optimizer.step` must stay what torch and user code read:
         # every LR scheduler takes `optimizer.step.__self__` and `__func__` and re-binds the
@@ -957,12 +966,12 @@ class Instrumenter:
                 return call()
             # Only the outermost step of an optimizer counts (a subclass calling super().step()).
             inst.stepping.add(opt)
-            inst._optimizer_begin(opt)
+            inst._guarded("optimizer hook", inst._optimizer_begin, opt)
             try:
                 return call()
             finally:
                 inst.stepping.discard(opt)
-                inst._optimizer_end(opt)
+                inst._guarded("optimizer hook", inst._optimizer_end, opt)
 
         if owner is not None:
             owner_ref = weakref.ref(owner)  # the wrapper lives on the optimizer: no cycle

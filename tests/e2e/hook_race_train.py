@@ -1,8 +1,9 @@
 """A small training whose adapter hooks meet what a detach and a bug would do to them (for
-test_adapter_invisible): at step 2 the adapter's own naming of modules fails inside its hooks; at
-step 3 the model's output, a dict, turns the adapter off (tidemark.attach.stop(), as the agent's
-detach thread does) while the forward hook reads it, between its reads of the phase stack. Prints
-each step's loss; without tidemark the same script trains the same steps."""
+test_adapter_invisible): at step 1 the adapter's optimizer hook fails, at step 2 its own naming
+of modules inside its module hooks; at step 3 the model's output, a dict, turns the adapter off
+(tidemark.attach.stop(), as the agent's detach thread does) while the forward hook reads it,
+between its reads of the phase stack. Prints each step's loss; without tidemark the same script
+trains the same steps."""
 import torch
 
 
@@ -43,11 +44,17 @@ def main():
     x, target = torch.randn(8, 16), torch.randn(8, 4)
     inst = adapter_instance()
     print("adapter", "on" if inst is not None else "off", flush=True)
+    def broken(*args):
+        raise RuntimeError("broken on purpose")
+
     for step in range(5):
+        # Instance attributes over the adapter's methods: its optimizer hook fails at step 1, its
+        # module hooks at step 2.
+        if inst is not None and step == 1:
+            inst._optimizer_end = broken
         if inst is not None and step == 2:
-            def broken(module):
-                raise RuntimeError("broken on purpose")
-            inst._scope_of = broken  # an instance attribute over the method
+            del inst._optimizer_end
+            inst._scope_of = broken
         if inst is not None and step == 3:
             del inst._scope_of
             Output.stop_now = True

@@ -28,10 +28,10 @@ class AdapterInvisibleTest(DaemonTestCase):
         return r.stdout
 
     def test_a_failing_hook_and_a_detach_inside_one_leave_the_job_alone(self):
-        # The adapter's module hooks failing (at step 2) and a detach between two reads of the
-        # phase stack (at step 3: the job died of an IndexError there, and then of a SIGSEGV as
-        # the agent's exit met the detach): the job trains the same steps to the same losses and
-        # ends with 0; the failure is said once.
+        # The adapter's optimizer hook failing (at step 1), its module hooks (at step 2), a
+        # detach between two reads of the phase stack (at step 3: the job died of an IndexError
+        # there, and then of a SIGSEGV as the agent's exit met the detach): the job trains the
+        # same steps to the same losses and ends with 0; the first failure is said, once.
         script = os.path.join(HERE, "hook_race_train.py")
         r = subprocess.run([PYTHON, script], capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -42,7 +42,7 @@ class AdapterInvisibleTest(DaemonTestCase):
         self.assertEqual(training_lines(r2.stdout), training_lines(r.stdout))
         self.assertEqual(len(training_lines(r.stdout)), 5)
         self.assertNotIn("Traceback", r2.stderr)
-        self.assertEqual(r2.stderr.count("tidemark: the adapter's forward pre-hook failed "
+        self.assertEqual(r2.stderr.count("tidemark: the adapter's optimizer hook failed "
                                          "(RuntimeError: broken on purpose)"), 1, r2.stderr)
         self.assertEqual(r2.stderr.count("hook failed"), 1, r2.stderr)
 
