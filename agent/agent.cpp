@@ -277,8 +277,18 @@ void Agent::stop() {
 }
 
 bool Agent::flush(int timeoutMs) {
-  if (!m_transport) return false;
-  return m_transport->flush(timeoutMs);
+  Transport* t = transport();
+  return t != nullptr && t->flush(timeoutMs);
+}
+
+Transport* Agent::transport() const {
+  std::lock_guard<std::mutex> lock(g_lifecycleMutex);
+  return m_transport.get();
+}
+
+uint64_t Agent::sessionId() const {
+  Transport* t = transport();
+  return t != nullptr ? t->sessionId() : 0;
 }
 
 void Agent::onForkChild() {

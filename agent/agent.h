@@ -62,10 +62,12 @@ class Agent {
   void stop();
   bool flush(int timeoutMs);
 
-  uint64_t sessionId() const { return m_transport ? m_transport->sessionId() : 0; }
+  // Both read the transport under the lifecycle lock, once: a detach on the agent's thread
+  // retires it (never destroyed) while the job's threads ask.
+  uint64_t sessionId() const;
   Interner& interner() { return m_interner; }
   Recorder& recorder() { return Recorder::instance(); }
-  Transport* transport() { return m_transport.get(); }
+  Transport* transport() const;
   int ownerPid() const { return m_ownerPid; }
   const AgentConfig& config() const { return m_config; }
 

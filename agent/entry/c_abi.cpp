@@ -201,8 +201,8 @@ TIDEMARK_EXPORT void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint6
   const auto& d = a.recorder().drops();
   uint64_t s = 0;
   uint64_t extra = 0;
-  if (a.transport() != nullptr) {
-    const auto c = a.transport()->counters();
+  if (Transport* t = a.transport(); t != nullptr) {
+    const auto c = t->counters();
     s = c.events_sent();
     extra = c.dropped_spool_full() + c.dropped_disconnected();
   }
