@@ -89,7 +89,7 @@ int usageError(const std::string& msg) {
 // arena keeps what was freed in it: gRPC starts threads as calls wait, more on a busy machine, and
 // the memory the daemon's work freed stays resident in each. A few arenas bound that, whatever the
 // machine's load (a 300,000-step live session, --memory-budget 256MiB, beside four busy processes:
-// peak resident 295 MiB with glibc's default, 220 MiB with two; ingest 1.04-1.21 against
+// peak resident 295 MiB with glibc's default, 220-234 MiB with two; ingest 1.04-1.21 against
 // 1.19-1.34 million events/s, tests/e2e/test_scale.py). MALLOC_ARENA_MAX, when set, is left as set.
 void limitMallocArenas() {
   if (std::getenv("MALLOC_ARENA_MAX") != nullptr) return;
