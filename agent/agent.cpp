@@ -282,6 +282,9 @@ bool Agent::flush(int timeoutMs) {
 }
 
 Transport* Agent::transport() const {
+  // A forked child has none (onForkChild), and the lock may be held by a parent's thread the fork
+  // left behind.
+  if (m_inChild) return nullptr;
   std::lock_guard<std::mutex> lock(g_lifecycleMutex);
   return m_transport.get();
 }
