@@ -38,6 +38,7 @@ A tag names the storage's first byte, which is the address of the block the allo
 so the server joins tags and allocations on the address.
 """
 import functools
+import sys
 import threading
 import types
 import weakref
@@ -146,7 +147,6 @@ def _qualified(prefix, path):
 def _keyword_arguments_of_call():
     """The keyword arguments of the module call whose global forward pre-hook is running (read
     from torch's Module._call_impl frame; {} where that is not the caller)."""
-    import sys
     try:
         # _keyword_arguments_of_call <- _forward_pre <- _call_impl (torch 1.13), or <- inner, a
         # closure of _call_impl's that sees its kwargs (torch 2).
@@ -330,17 +330,30 @@ class Instrumenter:
         self.agent.phase_end(phase)
 
     def _guarded(self, what, hook, *args):
-        """hook(*args), whose failure does not reach the job (_hook_failed)."""
+        """hook(*args), whose failure does not reach the job (_hook_failed): its value, or None
+        where it failed."""
         try:
-            hook(*args)
+            return hook(*args)
         except Exception as e:  # noqa: BLE001 - never into the job's step
             self._hook_failed(what, e)
+            return None
+
+    def _in_phase_around(self, what, phase, call, before_end=None):
+        """call() inside phase (and before_end() run before the phase ends): the job's call runs
+        and returns, or raises, as it would without the adapter, whatever the adapter's own
+        marks around it do (_guarded)."""
+        self._guarded(what, self._phase_begin, phase)
+        try:
+            return call()
+        finally:
+            if before_end is not None:
+                self._guarded(what, before_end)
+            self._guarded(what, self._phase_end, phase)
 
     def _hook_failed(self, what, error):
         """A hook of the adapter's that failed: the job's call goes on as if it were not there
         (that call's scope, phase or tags may be missing from the recording); said once."""
         if not self.hook_failure_said:
-            import sys
             self.hook_failure_said = True
             sys.stderr.write("tidemark: the adapter's %s failed (%s: %s); the job goes on, the "
                              "recording may miss what that call marks (further failures not "
@@ -862,8 +875,8 @@ class Instrumenter:
                         name_id = self.agent.intern("%s (%s cast)" % (
                             cast_of, str(t.dtype).replace("torch.", "")))
                     self.agent.tag(address, nbytes, A.ACTIVATION, name_id)
-        except Exception:
-            pass
+        except Exception as e:  # noqa: BLE001 - never into the job's forward
+            self._hook_failed("pack hook", e)
         return (t, module)
 
     def _weight_cast_of(self, t):
@@ -893,9 +906,12 @@ class Instrumenter:
         # its module scopes are open above the backward one.)
         if (module and module != self.backward_module and self._in_phase(A.BACKWARD) and
                 not self._in_phase(A.RECOMPUTE)):
-            self._end_backward_scope()
-            self.agent.scope_begin(self.agent.intern(module + " [backward]"))
-            self.backward_module = module
+            try:
+                self._end_backward_scope()
+                self.agent.scope_begin(self.agent.intern(module + " [backward]"))
+                self.backward_module = module
+            except Exception as e:  # noqa: BLE001 - never into the job's backward
+                self._hook_failed("unpack hook", e)
         return t
 
     def _own_hooks_on_top(self, ckpt):
@@ -922,9 +938,9 @@ class Instrumenter:
         self.local.depth = depth
 
     def _end_backward_scope(self):
-        if self.backward_module:
-            self.agent.scope_end(self.agent.intern(self.backward_module + " [backward]"))
-            self.backward_module = None
+        module, self.backward_module = self.backward_module, None
+        if module:
+            self.agent.scope_end(self.agent.intern(module + " [backward]"))
 
     # ----- optimizers --------------------------------------------------------------------------
     def register_optimizer(self, opt):
@@ -1203,7 +1219,6 @@ class Instrumenter:
         new thread's first profile event hands it to the agent's C profile function). A thread
         with a profiler of its own keeps it; said once."""
         import os
-        import sys
         if not os.environ.get("TIDEMARK_STACKS"):
             return
         agent = self.agent
@@ -1305,12 +1320,9 @@ class Instrumenter:
                 # hands back to the outer one (the gradient of the segment's input) is born and
                 # dies in it.
                 return backward(*args, **kwargs)
-            inst._phase_begin(A.BACKWARD)
-            try:
-                return backward(*args, **kwargs)
-            finally:
-                inst._end_backward_scope()
-                inst._phase_end(A.BACKWARD)
+            return inst._in_phase_around("backward wrapper", A.BACKWARD,
+                                         lambda: backward(*args, **kwargs),
+                                         before_end=inst._end_backward_scope)
 
         torch.autograd.backward = tidemark_backward
         self._wrap_gradient_clipping()
@@ -1330,7 +1342,7 @@ class Instrumenter:
             # The job's own checkpoint of a module an installed plan names: the plan decides
             # (it stores the module, or recomputes it under its own checkpoint).
             from .plan import plan_deciding, without_checkpoint
-            if plan_deciding(function) is not None:
+            if inst._guarded("checkpoint wrapper", plan_deciding, function) is not None:
                 return without_checkpoint(function, args, kwargs)
             if (sac_hooks_choice and kwargs.get("context_fn") is not None and
                     kwargs.get("use_reentrant") is False and
@@ -1340,8 +1352,8 @@ class Instrumenter:
                 # adapter's are the only ones, so yes (they keep each tensor as it is, and tag it
                 # ACTIVATION). Left unsaid, torch would warn, in a job that never asked for hooks.
                 kwargs["respect_saved_tensors_hooks"] = True
-            for t in _tensors_in(args):
-                inst.tag_tensor(t, A.CHECKPOINT_INPUT, "checkpoint_input")
+            inst._guarded("checkpoint wrapper", inst._tag_tensors, args, A.CHECKPOINT_INPUT,
+                          "checkpoint_input")
 
             def run(*a, **k):
                 inst.local.checkpoint_entry = False
@@ -1350,12 +1362,9 @@ class Instrumenter:
                 depth = getattr(inst.local, "depth", 0)
                 names = getattr(inst.local, "names", None)
                 held = len(names) if names is not None else 0
-                inst._phase_begin(A.RECOMPUTE)
-                try:
-                    return function(*a, **k)
-                finally:
-                    inst._close_scopes_left_open(depth, held)
-                    inst._phase_end(A.RECOMPUTE)
+                return inst._in_phase_around(
+                    "checkpoint wrapper", A.RECOMPUTE, lambda: function(*a, **k),
+                    before_end=lambda: inst._close_scopes_left_open(depth, held))
 
             # From here until the function runs, the checkpoint takes the random-number
             # generators' states it re-runs the function with (tidemark_rng_state).
@@ -1377,10 +1386,8 @@ class Instrumenter:
             # Modules an installed plan names among them: they run in turn, plainly (the plan
             # decides); otherwise torch's, whose checkpoints are the wrapper's above.
             if inst.enabled and not _compiling():
-                from .plan import plan_deciding
-                modules = (list(functions.children())
-                           if isinstance(functions, torch.nn.Sequential) else list(functions))
-                if any(plan_deciding(m) is not None for m in modules):
+                modules = inst._guarded("checkpoint wrapper", _planned_modules, functions)
+                if modules:
                     for m in modules:
                         input = m(input)
                     return input
@@ -1397,7 +1404,7 @@ class Instrumenter:
         def tidemark_optimizer_init(opt, *args, **kwargs):
             optimizer_init(opt, *args, **kwargs)
             if inst.enabled:  # after `tidemark detach`, new optimizers are left alone
-                inst.register_optimizer(opt)
+                inst._guarded("optimizer hook", inst.register_optimizer, opt)
 
         torch.optim.Optimizer.__init__ = tidemark_optimizer_init
 
@@ -1405,17 +1412,23 @@ class Instrumenter:
 
         def tidemark_next(it):
             batch = iter_next(it)
-            if not inst.enabled:
-                return batch
-            for t in _tensors_in(batch):
-                inst.tag_tensor(t, A.INPUT, "batch")
-            if not getattr(it, "_tidemark_dataset_tagged", False):
-                it._tidemark_dataset_tagged = True  # once an epoch (an iterator)
-                for t in _dataset_tensors(getattr(it, "_dataset", None)):
-                    inst._tag_state(t, A.INPUT, "dataset")
+            if inst.enabled:
+                inst._guarded("DataLoader hook", inst._tag_batch, it, batch)
             return batch
 
         dl._BaseDataLoaderIter.__next__ = tidemark_next
+
+    def _tag_tensors(self, obj, category, name):
+        for t in _tensors_in(obj):
+            self.tag_tensor(t, category, name)
+
+    def _tag_batch(self, it, batch):
+        """A DataLoader's batch: INPUT; and once an iterator (an epoch), its dataset's tensors."""
+        self._tag_tensors(batch, A.INPUT, "batch")
+        if not getattr(it, "_tidemark_dataset_tagged", False):
+            it._tidemark_dataset_tagged = True
+            for t in _dataset_tensors(getattr(it, "_dataset", None)):
+                self._tag_state(t, A.INPUT, "dataset")
 
     def _tag_checkpoint_rng_states(self, torch):
         """A checkpoint keeps the random-number generators' states to re-run its function alike
@@ -1468,11 +1481,8 @@ class Instrumenter:
         def in_phase(*args, **kwargs):
             if not inst.enabled or _compiling() or inst._in_phase(A.OPTIMIZER):
                 return function(*args, **kwargs)
-            inst._phase_begin(A.OPTIMIZER)
-            try:
-                return function(*args, **kwargs)
-            finally:
-                inst._phase_end(A.OPTIMIZER)
+            return inst._in_phase_around("gradient clipping wrapper", A.OPTIMIZER,
+                                         lambda: function(*args, **kwargs))
 
         in_phase._tidemark_wrapped = True
         return in_phase
@@ -1490,17 +1500,27 @@ class Instrumenter:
         def noting_init(module, *args, **kwargs):
             init(module, *args, **kwargs)
             if not _compiling():
-                inst._note_new_module(module)
+                inst._guarded("module hook", inst._note_new_module, module)
 
         @functools.wraps(setstate)
         def noting_setstate(module, state):
             setstate(module, state)
             if not _compiling():
-                inst._note_new_module(module)
+                inst._guarded("module hook", inst._note_new_module, module)
 
         noting_init._tidemark_wrapped = True
         module_cls.__init__ = noting_init
         module_cls.__setstate__ = noting_setstate
+
+
+def _planned_modules(functions):
+    """The modules of a checkpoint_sequential call, where an installed plan names one of them
+    (the plan decides: they run in turn, plainly), else None."""
+    import torch
+    from .plan import plan_deciding
+    modules = (list(functions.children())
+               if isinstance(functions, torch.nn.Sequential) else list(functions))
+    return modules if any(plan_deciding(m) is not None for m in modules) else None
 
 
 _instance = None

@@ -28,10 +28,12 @@ class AdapterInvisibleTest(DaemonTestCase):
         return r.stdout
 
     def test_a_failing_hook_and_a_detach_inside_one_leave_the_job_alone(self):
-        # The adapter's optimizer hook failing (at step 1), its module hooks (at step 2), a
-        # detach between two reads of the phase stack (at step 3: the job died of an IndexError
-        # there, and then of a SIGSEGV as the agent's exit met the detach): the job trains the
-        # same steps to the same losses and ends with 0; the first failure is said, once.
+        # The adapter's optimizer hook failing (at step 1), its module hooks (at step 2), every
+        # call of it into the agent (steps 3 and 4: through a DataLoader, a checkpoint, a
+        # backward, gradient clipping, a module and an optimizer made in the step), a detach
+        # between two reads of the phase stack (at step 5: the job died of an IndexError there,
+        # and then of a SIGSEGV as the agent's exit met the detach): the job trains the same
+        # steps to the same losses and ends with 0; the first failure is said, once.
         script = os.path.join(HERE, "hook_race_train.py")
         r = subprocess.run([PYTHON, script], capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -40,7 +42,7 @@ class AdapterInvisibleTest(DaemonTestCase):
         self.assertEqual(r2.returncode, 0, r2.stderr)
         self.assertIn("adapter on", r2.stdout)
         self.assertEqual(training_lines(r2.stdout), training_lines(r.stdout))
-        self.assertEqual(len(training_lines(r.stdout)), 5)
+        self.assertEqual(len(training_lines(r.stdout)), 7)
         self.assertNotIn("Traceback", r2.stderr)
         self.assertEqual(r2.stderr.count("tidemark: the adapter's optimizer hook failed "
                                          "(RuntimeError: broken on purpose)"), 1, r2.stderr)
