@@ -468,7 +468,8 @@ SessionRows SessionIngest::takeRows() {
     for (core::TimelineChunk& c : m_live->takeChunks())
       m_rows.timelineChunks.push_back(std::move(c));
     for (auto& c : m_live->takeBlockCodes()) m_rows.blockCodes.push_back(std::move(c));
-    for (core::PeakReport& p : m_live->takeStepPeaks()) m_rows.stepPeaks.push_back(std::move(p));
+    for (core::SharedPeakReport& p : m_live->takeStepPeaks())
+      m_rows.stepPeaks.push_back(std::move(p));
   }
   SessionRows out;
   out.sessionId = m_rows.sessionId;

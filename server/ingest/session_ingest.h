@@ -100,7 +100,10 @@ class SessionIngest {
     for (const core::TimelineChunk& c : m_rows.timelineChunks)
       analysis += c.samples.capacity() * sizeof(core::TimelineSample);
     for (const auto& [chunk, codes] : m_rows.blockCodes) analysis += codes.capacity();
-    analysis += m_rows.stepPeaks.capacity() * sizeof(core::PeakReport);
+    // (A step's peak is the live analysis's too, counted in full here all the same: that
+    // analysis may go first, with its session's end.)
+    analysis +=
+        m_rows.stepPeaks.capacity() * (sizeof(core::SharedPeakReport) + sizeof(core::PeakReport));
     return analysis + m_rows.blocks.capacity() * sizeof(BlockRow) +
            m_rows.tags.capacity() * sizeof(TagRow) + m_rows.stacks.capacity() * sizeof(StackRow) +
            m_rows.counters.capacity() * sizeof(CounterRow) +

@@ -717,7 +717,10 @@ absl::Status Store::writeRows(const SessionRows& r) {
   for (const auto& [chunk, codes] : r.blockCodes) {
     if (auto s = writeBlockCodes(sid, chunk, codes); !s.ok()) return s;
   }
-  if (auto s = writePeaks(sid, r.stepPeaks); !s.ok()) return s;
+  std::vector<const core::PeakReport*> stepPeaks;
+  stepPeaks.reserve(r.stepPeaks.size());
+  for (const core::SharedPeakReport& p : r.stepPeaks) stepPeaks.push_back(p.get());
+  if (auto s = writePeaks(sid, stepPeaks); !s.ok()) return s;
   if (r.eventsReceived != 0 || r.eventsStored != 0 || firstBlock != 0) {
     m_addCounts.bind(1, sid).bind(2, r.eventsReceived).bind(3, r.eventsStored);
     m_addCounts.bind(6, static_cast<int64_t>(r.blocks.size()));
@@ -957,7 +960,7 @@ absl::Status Store::writeTimelineChunk(int64_t sid, int level, int64_t chunk,
   return st.run();
 }
 
-absl::Status Store::writePeaks(int64_t sid, const std::vector<core::PeakReport>& peaks) {
+absl::Status Store::writePeaks(int64_t sid, const std::vector<const core::PeakReport*>& peaks) {
   if (peaks.empty()) return absl::OkStatus();
   Statement peak = m_db.prepare(
       "INSERT INTO peak(session_id, step, seq, ts_ns, tracked_bytes, phase, scope) "
@@ -972,7 +975,8 @@ absl::Status Store::writePeaks(int64_t sid, const std::vector<core::PeakReport>&
   Statement item = m_db.prepare(
       "INSERT INTO peak_item(session_id, step, kind, rank, name, category, bytes, blocks, rule, "
       "address) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
-  for (const core::PeakReport& p : peaks) {
+  for (const core::PeakReport* peakReport : peaks) {
+    const core::PeakReport& p = *peakReport;
     if (!p.modules.empty() || !p.ops.empty() || !p.tensors.empty()) {
       dropItems.bind(1, sid).bind(2, p.step);
       if (auto s = dropItems.run(); !s.ok()) return s;
@@ -1006,7 +1010,10 @@ absl::Status Store::writePeaks(int64_t sid, const std::vector<core::PeakReport>&
 absl::Status Store::finishAnalysis(int64_t sid, const std::vector<core::PeakReport>& peaks,
                                    const core::CategorizeStats& stats,
                                    const std::vector<core::StepInterval>& inferredSteps) {
-  if (auto s = writePeaks(sid, peaks); !s.ok()) return s;
+  std::vector<const core::PeakReport*> all;
+  all.reserve(peaks.size());
+  for (const core::PeakReport& p : peaks) all.push_back(&p);
+  if (auto s = writePeaks(sid, all); !s.ok()) return s;
   if (stats.tagsUnmatched > 0) {
     m_upsertStat.bind(1, sid).bind(2, "tag_unmatched").bind(3, "info");
     m_upsertStat.bind(4, stats.tagsUnmatched);

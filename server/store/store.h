@@ -164,8 +164,10 @@ struct SessionRows {
   // analysis pass stores them: the timeline's chunks and the blocks' categories (by chunk).
   std::vector<core::TimelineChunk> timelineChunks;
   std::vector<std::pair<int64_t, std::string>> blockCodes;
-  std::vector<core::PeakReport> stepPeaks;  // steps' peaks (no items), as the pass stores them
-  int64_t eventsReceived = 0;               // added to the session's counters
+  // Steps' peaks (no items), as the pass stores them; the live analysis holds the same ones
+  // until this commit is in the store.
+  std::vector<core::SharedPeakReport> stepPeaks;
+  int64_t eventsReceived = 0;  // added to the session's counters
   int64_t eventsStored = 0;
   bool empty() const {
     return strings.empty() && blocks.empty() && tags.empty() && stacks.empty() &&
@@ -319,7 +321,7 @@ class Store {
                                   const std::vector<core::TimelineSample>& samples);
   // Peaks with their categories and items, replacing any stored for the same steps (a live
   // session's steps' peaks come with its rows as its steps end: SessionRows::stepPeaks).
-  absl::Status writePeaks(int64_t sessionId, const std::vector<core::PeakReport>& peaks);
+  absl::Status writePeaks(int64_t sessionId, const std::vector<const core::PeakReport*>& peaks);
   absl::Status finishAnalysis(int64_t sessionId, const std::vector<core::PeakReport>& peaks,
                               const core::CategorizeStats& stats,
                               const std::vector<core::StepInterval>& inferredSteps);

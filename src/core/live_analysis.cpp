@@ -351,7 +351,7 @@ void LiveAnalysis::commitWindow(size_t keep) {
     r.state = it->second.best;
     if (it->second.phase != Phase::kNone) r.phase = std::string(phaseName(it->second.phase));
     r.scope = nameOf(it->second.scopeIid);
-    m_stepPeaks[it->first] = std::move(r);
+    m_stepPeaks[it->first] = std::make_shared<const PeakReport>(std::move(r));
     m_peaksToHand.push_back(it->first);
     it = m_committed.steps.erase(it);
   }
@@ -422,7 +422,7 @@ bool LiveAnalysis::answerStep(const ReplayState& rs, const StepInterval& interva
                               StepAnswer* a) const {
   a->interval = interval;
   if (auto done = m_stepPeaks.find(interval.step); done != m_stepPeaks.end()) {
-    a->peak = done->second;
+    a->peak = *done->second;
   } else if (auto open = rs.steps.find(interval.step); open != rs.steps.end()) {
     a->peak = PeakReport();
     a->peak.step = interval.step;
@@ -465,9 +465,9 @@ std::vector<LiveAnalysis::StepAnswer> LiveAnalysis::stepPage(std::optional<int64
   return out;
 }
 
-std::vector<PeakReport> LiveAnalysis::takeStepPeaks() {
+std::vector<SharedPeakReport> LiveAnalysis::takeStepPeaks() {
   const uint64_t ticket = ++m_ticket;
-  std::vector<PeakReport> out;
+  std::vector<SharedPeakReport> out;
   for (int64_t step : std::exchange(m_peaksToHand, {})) {
     auto it = m_stepPeaks.find(step);
     if (it == m_stepPeaks.end()) continue;  // begun again since
@@ -559,7 +559,7 @@ size_t LiveAnalysis::heldBytes() const {
   for (const auto& [iid, text] : m_names) names += text.size() + 48;
   return (m_window.size() + m_blocks.size()) * kBytesPerWindowEdge +
          keptSamples() * sizeof(TimelineSample) + names +
-         m_stepPeaks.size() * (sizeof(PeakReport) + 64) +
+         m_stepPeaks.size() * (sizeof(PeakReport) + 80) +
          m_stepIntervals.size() * (sizeof(StepInterval) + 48) + m_codesPending.size();
 }
 

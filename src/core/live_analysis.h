@@ -123,7 +123,7 @@ class LiveAnalysis {
   // Also with answerOnly: what it answers of a step is what the store keeps of it until the pass
   // replaces it (one built again after a restart of the daemon hands on the steps before it at
   // its first take, then lets them go).
-  std::vector<PeakReport> takeStepPeaks();
+  std::vector<SharedPeakReport> takeStepPeaks();
   uint64_t handoutTicket() const { return m_ticket; }
   // What was handed on under every ticket up to `ticket` is in the store.
   void storedThrough(uint64_t ticket);
@@ -257,8 +257,8 @@ class LiveAnalysis {
   std::deque<Edge> m_window;
   std::map<int64_t, StepInterval> m_stepIntervals;  // every step seen
   ReplayState m_committed;
-  std::vector<ItemRow> m_peakItems;           // live at m_committed.peak
-  std::map<int64_t, PeakReport> m_stepPeaks;  // steps whose end is replayed
+  std::vector<ItemRow> m_peakItems;                 // live at m_committed.peak
+  std::map<int64_t, SharedPeakReport> m_stepPeaks;  // steps whose end is replayed
   // Steps whose peak is to be handed on; handed on (ticket, step) and not known stored yet;
   // stored but held until the steps before them are (only steps numbered out of order wait).
   std::vector<int64_t> m_peaksToHand;

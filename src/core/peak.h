@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct PeakReport {
   std::vector<PeakItem> ops;      // largest first: the op scope open at allocation (if recorded)
   std::vector<PeakItem> tensors;  // largest first
 };
+// A step's peak held by the live analysis and by the rows carrying it to the store at once (one
+// copy for both: a long live session's steps not committed yet held every peak twice).
+using SharedPeakReport = std::shared_ptr<const PeakReport>;
 
 struct GroupSum {  // what a module or op holds at a peak
   int64_t bytes = 0;

@@ -524,7 +524,7 @@ TEST(LiveAnalysisTest, StepsHandedToTheStoreAreLetGoOfOnceStored) {
   int events = 0;
   feed(rec, live, kOpenSeq, [&] {
     if (++events % 7 != 0) return;
-    for (PeakReport& p : live.takeStepPeaks()) handed.push_back(std::move(p));
+    for (const SharedPeakReport& p : live.takeStepPeaks()) handed.push_back(*p);
     if (live.handoutTicket() > 30) live.storedThrough(live.handoutTicket() - 30);
     maxHeld = std::max(maxHeld, live.heldSteps());
   });
