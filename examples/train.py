@@ -139,6 +139,9 @@ def main(argv=None):
                    help="convnet: its blocks through torch's checkpoint_sequential in N segments")
     p.add_argument("--accumulate", type=int, default=1, metavar="K",
                    help="micro-batches per optimizer step (gradient accumulation; default 1)")
+    p.add_argument("--closure", action="store_true",
+                   help="the forward and backward run in a closure handed to optimizer.step "
+                        "(as LBFGS needs and PyTorch Lightning's training loop does)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan", help="apply this tidemark recompute plan (plan.json) before training")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
@@ -195,11 +198,19 @@ def main(argv=None):
     for step in range(1, args.steps + 1):
         batches = [[t.to(device) for t in make_batch(gen)] for _ in range(args.accumulate)]
         t0 = time.perf_counter()
-        opt.zero_grad()
-        for inputs, targets in batches:
-            loss = compute_loss(forward, inputs, targets)
-            (loss / args.accumulate if args.accumulate > 1 else loss).backward()
-        opt.step()
+
+        def forward_and_backward():
+            opt.zero_grad()
+            for inputs, targets in batches:
+                loss = compute_loss(forward, inputs, targets)
+                (loss / args.accumulate if args.accumulate > 1 else loss).backward()
+            return loss
+
+        if args.closure:
+            loss = opt.step(forward_and_backward)
+        else:
+            loss = forward_and_backward()
+            opt.step()
         print("step %d loss %.6f (%.0f ms)" % (step, loss.item(), 1e3 * (time.perf_counter() - t0)),
               flush=True)
     if profiler is not None:

@@ -1037,6 +1037,10 @@ class Instrumenter:
         self.idle_optimizers.discard(opt)
         self._begin_step_if_needed()
         self._seed_gradients_held()
+        self._tag_gradients(opt)
+        self._phase_begin(A.OPTIMIZER)
+
+    def _tag_gradients(self, opt):
         i = 0
         for group in opt.param_groups:
             for p in group["params"]:
@@ -1044,21 +1048,25 @@ class Instrumenter:
                 if grad is not None:
                     self._tag_state(grad, A.GRADIENT, self._state_name(p, None, i))
                 i += 1
-        self._phase_begin(A.OPTIMIZER)
 
     def _optimizer_end(self, opt):
         if not self.enabled or _compiling():
             return
         self._phase_end(A.OPTIMIZER)
-        import torch
-        tensor = torch.Tensor
-        held = [v for state in opt.state.values() for v in state.values()
-                if isinstance(v, tensor)]
+        # The gradients again: a step given a closure (LBFGS, Lightning's training loop) runs the
+        # forward and backward inside it, after the pre-hook, and each backward of torch 2 makes
+        # new ones (the last step's were UNKNOWN). The same ones as at the pre-hook cost a
+        # lookup each.
+        self._tag_gradients(opt)
+        # Tensors in its state's entries, and in lists of them (LBFGS keeps its history of
+        # directions and steps in lists, under its first parameter, growing for 100 steps).
+        held = [t for state in opt.state.values() for v in state.values()
+                for t in _tensors_in(v)]
         if not self._group_unchanged(id(opt), held, A.OPTIMIZER_STATE):
             for p, state in opt.state.items():
                 for key, value in state.items():
-                    if isinstance(value, tensor):
-                        self._tag_state(value, A.OPTIMIZER_STATE, self._state_name(p, key, 0))
+                    for t in _tensors_in(value):
+                        self._tag_state(t, A.OPTIMIZER_STATE, self._state_name(p, key, 0))
         # A step is a training iteration: it ends once every optimizer (but the idle ones) has
         # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
         self.stepped.add(opt)

@@ -19,7 +19,10 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         the loop through the backward;
   autocast_checkpoint  the GPT under torch.autocast with every block under a non-reentrant
         checkpoint: the checkpoint keeps none of the blocks' weight copies, autocast's cache holds
-        them until its region exits (found by asking the cache for each weight again).
+        them until its region exits (found by asking the cache for each weight again);
+  lbfgs  a model trained by LBFGS: the forward and backward run in the closure handed to its
+        step, up to four times a step (new gradients each time), and it keeps its history of
+        directions and steps in lists of tensors, growing from step to step.
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -285,6 +288,39 @@ def zoo_run(steps):
     return truth
 
 
+def tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    return []
+
+
+def lbfgs_run(steps):
+    model = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 8))
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=4)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(128, 64, generator=gen), torch.randn(128, 8, generator=gen)
+    truth = {"steps": []}
+
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+        # Right after the optimizer: the gradients of its last closure, and its state (lists
+        # of tensors included).
+        # (No list of them kept here: the next step's own would be held through it.)
+        truth["steps"].append({"grads": snapshot(p.grad for p in model.parameters()),
+                               "optimizer": snapshot(t for st in opt.state.values()
+                                                     for v in st.values()
+                                                     for t in tensors_in(v))})
+    return truth
+
+
 class Generator(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
@@ -326,7 +362,7 @@ def gan_run(steps):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
-                                         "accumulate", "helper"], required=True)
+                                         "accumulate", "helper", "lbfgs"], required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -334,7 +370,8 @@ def main():
     torch.set_num_threads(1)
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
              "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
-             "accumulate": accumulate_run, "helper": helper_run}[args.pattern](args.steps)
+             "accumulate": accumulate_run, "helper": helper_run,
+             "lbfgs": lbfgs_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

@@ -242,6 +242,16 @@ class AdvisorLiveTest(DaemonTestCase):
         through it) and holds in every one."""
         self.check_model("gpt", "--accumulate", "4")
 
+    def test_gpt_trained_through_an_optimizer_closure(self):
+        """The forward and backward inside the closure handed to optimizer.step (PyTorch
+        Lightning's loop, LBFGS): the step, its phases and the chain are those of the plain loop,
+        and the plan holds."""
+        self.check_model("gpt", "--closure", budgets=(70,))
+        recorded = self.daemon.cli_json("chain", str(self.base))["recorded"]
+        self.assertEqual(recorded["plan"], "S|S|S|S|S|S")
+        error = recorded["predicted_peak_bytes"] - recorded["measured_peak_bytes"]
+        self.assertLessEqual(abs(error), 0.005 * recorded["measured_peak_bytes"], recorded)
+
     def test_convnet(self):
         self.check_model("convnet")
 
