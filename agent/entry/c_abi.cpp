@@ -196,6 +196,10 @@ TIDEMARK_EXPORT void tidemark_tensor_memory(uint64_t address, int64_t size_delta
   }
 }
 
+TIDEMARK_EXPORT void tidemark_adapter_failed(void) {
+  Agent::instance().recorder().noteAdapterFailure();
+}
+
 TIDEMARK_EXPORT void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped) {
   Agent& a = Agent::instance();
   const auto& d = a.recorder().drops();

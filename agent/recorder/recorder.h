@@ -79,6 +79,12 @@ class Recorder {
   bool degraded() const noexcept { return m_degraded.load(std::memory_order_relaxed); }
   // Waits on full rings (each counts once, however long it took).
   uint64_t ringWaits() const noexcept { return m_ringWaits.load(std::memory_order_relaxed); }
+  // A hook of the framework adapter failed (tidemark_adapter_failed): nothing of the agent's own
+  // lost, but the marks that call would have made.
+  void noteAdapterFailure() noexcept { m_adapterFailures.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t adapterFailures() const noexcept {
+    return m_adapterFailures.load(std::memory_order_relaxed);
+  }
   uint32_t ringRecords() const noexcept { return m_ringRecords; }  // each thread's ring holds
 
   // Collector side: a collector starts and stops (counted: a transport retired by a detach may
@@ -206,6 +212,7 @@ class Recorder {
   std::atomic<uint32_t> m_collectors{0};
   int64_t m_waitDeadlineNs = 2000ll * 1000000;
   std::atomic<uint64_t> m_ringWaits{0};
+  std::atomic<uint64_t> m_adapterFailures{0};
   // Futex words: m_drainRequest rises when a thread wants room (the collector sleeps on it),
   // m_drainEpoch after each collector pass (waiting threads sleep on it).
   alignas(64) std::atomic<uint32_t> m_drainRequest{0};

@@ -1315,6 +1315,7 @@ v1::AgentCounters Transport::counters() const {
   c.set_events_buffered_to_disk(m_log.spilledTotal());
   c.set_memory_shortages(m_shortages.load(std::memory_order_relaxed) + m_log.memoryRefusals());
   c.set_reconnects(m_reconnects.load());
+  c.set_adapter_failures(m_recorder.adapterFailures());
   if (m_filter) {
     c.set_events_summarized(m_filter->summarized());
     c.set_blocks_restated(m_filter->restated());

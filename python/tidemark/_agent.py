@@ -82,6 +82,10 @@ class Agent:
             self._job_plan_result.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                                               ctypes.c_int64]
             self._job_plan_result.restype = None
+        self._adapter_failed = getattr(lib, "tidemark_adapter_failed", None)
+        if self._adapter_failed is not None:
+            self._adapter_failed.argtypes = []
+            self._adapter_failed.restype = None
         self._tensor_memory = getattr(lib, "tidemark_tensor_memory", None)
         if self._tensor_memory is not None:
             self._tensor_memory.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int,
@@ -160,6 +164,12 @@ class Agent:
         import os
         package = os.path.dirname(os.path.abspath(__file__)) + os.sep
         return fn(package.encode("utf-8", "surrogateescape"))
+
+    def adapter_failed(self):
+        """A hook or wrapper of the adapter failed: counted by the agent, for the session's
+        stats."""
+        if self.lib and self._adapter_failed is not None:
+            self._adapter_failed()
 
     def seed_block(self, address, nbytes):
         """A block allocated before `tidemark attach`: recorded as allocated now (no-op for a

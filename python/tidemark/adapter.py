@@ -352,7 +352,12 @@ class Instrumenter:
 
     def _hook_failed(self, what, error):
         """A hook of the adapter's that failed: the job's call goes on as if it were not there
-        (that call's scope, phase or tags may be missing from the recording); said once."""
+        (that call's scope, phase or tags may be missing from the recording); said once on
+        stderr, and counted by the agent every time (the session's stat "adapter_failures")."""
+        try:
+            self.agent.adapter_failed()
+        except Exception:  # noqa: BLE001 - the agent itself may be what failed
+            pass
         if not self.hook_failure_said:
             self.hook_failure_said = True
             sys.stderr.write("tidemark: the adapter's %s failed (%s: %s); the job goes on, the "

@@ -90,6 +90,10 @@ void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
             "agent: events of the end of the run it handed to the daemon in a file at exit "
             "(stored from the file; nothing lost)",
             "info");
+  agentStat("adapter_failures", c.adapter_failures(),
+            "adapter: times a hook or wrapper of the Python adapter failed; the job's call went "
+            "on, and what that call marks (a module scope, a phase, a tag) may be missing",
+            "error");
   agentStat("agent_memory_shortages", c.memory_shortages(),
             "agent: times it could not get memory (the job at its memory limit) and kept its "
             "events in its buffer file or tried again (what was lost is in the dropped counts)",

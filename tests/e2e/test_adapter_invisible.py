@@ -47,6 +47,12 @@ class AdapterInvisibleTest(DaemonTestCase):
         self.assertEqual(r2.stderr.count("tidemark: the adapter's optimizer hook failed "
                                          "(RuntimeError: broken on purpose)"), 1, r2.stderr)
         self.assertEqual(r2.stderr.count("hook failed"), 1, r2.stderr)
+        # The session says so too: every failure counted while the agent was there to count it
+        # (the optimizer hook at step 1, the module hooks at step 2; not those of the broken
+        # agent).
+        failures = self.daemon.newest_session()["stats"]["adapter_failures"]
+        self.assertEqual(failures["severity"], "error")
+        self.assertGreaterEqual(failures["value"], 3, failures)
 
     def test_every_scheduler_under_tidemark_run(self):
         expected = self.plain()
@@ -59,6 +65,7 @@ class AdapterInvisibleTest(DaemonTestCase):
         self.assertNotIn("overridden after learning rate scheduler", r.stderr)
         s = self.daemon.newest_session()
         self.assertEqual(s["state"], "ended")
+        self.assertNotIn("adapter_failures", s["stats"])
         # Every optimizer step of every case is one recorded step (6 per training).
         self.assertEqual(s["steps"], len([l for l in lines if " step " in l]))
 

@@ -66,6 +66,9 @@ void tidemark_tensor_memory(uint64_t address, int64_t size_delta, int device,
                             int64_t total_reserved);
 /* Counters, for tests and the adapter: recorded, sent, dropped (all kinds added up). */
 void tidemark_counters(uint64_t* recorded, uint64_t* sent, uint64_t* dropped);
+/* A hook or wrapper of the framework adapter failed (the job's call went on without it): counted,
+ * and sent with the agent's counters (the session's stat "adapter_failures"). */
+void tidemark_adapter_failed(void);
 
 /* A recompute plan the server sent (`tidemark apply`), for the adapter to apply at its next step
  * boundary. Copies the plan's JSON, NUL-terminated, into buf and returns its length with
