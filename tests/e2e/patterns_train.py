@@ -22,7 +22,9 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         them until its region exits (found by asking the cache for each weight again);
   lbfgs  a model trained by LBFGS: the forward and backward run in the closure handed to its
         step, up to four times a step (new gradients each time), and it keeps its history of
-        directions and steps in lists of tensors, growing from step to step.
+        directions and steps in lists of tensors, growing from step to step;
+  autograd_grad  a model whose gradients the loop takes with torch.autograd.grad and hands to
+        the optimizer itself (`p.grad = g`), as meta-learning and gradient-penalty loops do.
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -321,6 +323,25 @@ def lbfgs_run(steps):
     return truth
 
 
+def autograd_grad_run(steps):
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 16))
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=1e-4)
+    gen = torch.Generator().manual_seed(0)
+    truth = {"steps": []}
+    for _ in range(steps):
+        x, y = torch.randn(256, 256, generator=gen), torch.randn(256, 16, generator=gen)
+        opt.zero_grad(set_to_none=True)
+        grads = torch.autograd.grad(F.mse_loss(model(x), y), params)
+        for p, g in zip(params, grads):
+            p.grad = g
+        del grads
+        opt.step()
+        truth["steps"].append({"grads": snapshot(p.grad for p in params)})
+    return truth
+
+
 class Generator(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
@@ -362,7 +383,8 @@ def gan_run(steps):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
-                                         "accumulate", "helper", "lbfgs"], required=True)
+                                         "accumulate", "helper", "lbfgs", "autograd_grad"],
+                   required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -371,7 +393,7 @@ def main():
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
              "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
              "accumulate": accumulate_run, "helper": helper_run,
-             "lbfgs": lbfgs_run}[args.pattern](args.steps)
+             "lbfgs": lbfgs_run, "autograd_grad": autograd_grad_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

@@ -10,7 +10,7 @@ import os
 from tidemark_env import PYTHON, DaemonTestCase, block_categories, blocks_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FORWARD_PHASE, RECOMPUTE_PHASE, EVAL_PHASE = 1, 3, 5  # tidemark.v1.Phase
+FORWARD_PHASE, BACKWARD_PHASE, RECOMPUTE_PHASE, EVAL_PHASE = 1, 2, 3, 5  # tidemark.v1.Phase
 
 
 class PatternsTest(DaemonTestCase):
@@ -21,7 +21,7 @@ class PatternsTest(DaemonTestCase):
         super().setUpClass()
         cls.runs = {}
         for pattern in ("ema", "gan", "autocast", "autocast_checkpoint", "zoo", "accumulate",
-                        "helper", "lbfgs"):
+                        "helper", "lbfgs", "autograd_grad"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -169,6 +169,24 @@ class PatternsTest(DaemonTestCase):
                 self.assertEqual(self.categories_of("lbfgs", st["optimizer"])[0],
                                  {"OPTIMIZER_STATE"})
         self.assertLess(held[0], held[-1], "the history grows")
+
+    def test_gradients_taken_by_autograd_grad_are_a_backward(self):
+        # torch.autograd.grad instead of backward(): its working memory was UNKNOWN, outside any
+        # phase (11 of 41 MiB at the step's peak of a larger model); now a backward phase's.
+        run = self.runs["autograd_grad"]
+        sid, truth = run["session"]["id"], run["truth"]
+        self.assertEqual(run["session"]["steps"], len(truth["steps"]))
+        backwards = self.daemon.sql("SELECT COUNT(*) FROM phase WHERE session_id = ? AND "
+                                    "phase = ?", sid, BACKWARD_PHASE)[0][0]
+        self.assertEqual(backwards, len(truth["steps"]))
+        for s, st in zip(self.daemon.cli_json("steps", str(sid))["steps"], truth["steps"]):
+            with self.subTest(step=s["step"]):
+                peak = self.daemon.cli_json("breakdown", str(sid), "--step", str(s["step"]))
+                cats = {k: v["bytes"] for k, v in peak["categories"].items()}
+                self.assertLess(cats.get("UNKNOWN", 0), 4096, cats)
+                b = self.daemon.cli_json("breakdown", str(sid), "--at", str(s["end_ts_ns"]))
+                self.assertEqual({k: v["bytes"] for k, v in b["categories"].items()}["GRADIENT"],
+                                 sum(st["grads"]["storages"].values()))
 
     # ----- accumulation through non-reentrant checkpoints ---------------------------------------
     def test_every_micro_batch_forward_is_a_forward_after_early_stopped_recomputations(self):
