@@ -963,7 +963,8 @@ class Instrumenter:
             opt.register_step_pre_hook(
                 lambda o, args, kwargs: inst._guarded("optimizer hook", inst._optimizer_begin, o))
             opt.register_step_post_hook(
-                lambda o, args, kwargs: inst._guarded("optimizer hook", inst._optimizer_end, o))
+                lambda o, args, kwargs: inst._guarded("optimizer hook", inst._optimizer_end, o,
+                                                      _closure_in(args[1:], kwargs)))
             return
         # torch 1.13 has no step hooks. `optimizer.step` must stay what torch and user code read:
         # every LR scheduler takes `optimizer.step.__self__` and `__func__` and re-binds the
@@ -982,7 +983,7 @@ class Instrumenter:
         instance attribute `step` is (else step is the class's function, called with it)."""
         inst = self
 
-        def around(opt, call):
+        def around(opt, call, closure):
             if not inst.enabled or opt not in inst.optimizers or opt in inst.stepping:
                 return call()
             # Only the outermost step of an optimizer counts (a subclass calling super().step()).
@@ -992,20 +993,21 @@ class Instrumenter:
                 return call()
             finally:
                 inst.stepping.discard(opt)
-                inst._guarded("optimizer hook", inst._optimizer_end, opt)
+                inst._guarded("optimizer hook", inst._optimizer_end, opt, closure)
 
         if owner is not None:
             owner_ref = weakref.ref(owner)  # the wrapper lives on the optimizer: no cycle
 
             @functools.wraps(step)
             def step_of_instance(*args, **kwargs):
-                return around(owner_ref(), lambda: step(*args, **kwargs))
+                return around(owner_ref(), lambda: step(*args, **kwargs),
+                              _closure_in(args, kwargs))
 
             return step_of_instance
 
         @functools.wraps(step)
         def step_of_class(opt, *args, **kwargs):
-            return around(opt, lambda: step(opt, *args, **kwargs))
+            return around(opt, lambda: step(opt, *args, **kwargs), _closure_in(args, kwargs))
 
         return step_of_class
 
@@ -1067,15 +1069,16 @@ class Instrumenter:
                     self._tag_state(p, A.WEIGHT, name)
                 i += 1
 
-    def _optimizer_end(self, opt):
+    def _optimizer_end(self, opt, closure=False):
         if not self.enabled or _compiling():
             return
         self._phase_end(A.OPTIMIZER)
-        # The gradients again: a step given a closure (LBFGS, Lightning's training loop) runs the
-        # forward and backward inside it, after the pre-hook, and each backward of torch 2 makes
-        # new ones (the last step's were UNKNOWN). The same ones as at the pre-hook cost a
-        # lookup each.
-        self._tag_gradients(opt)
+        if closure:
+            # A step given a closure (LBFGS, Lightning's training loop) runs the forward and
+            # backward inside it, after the pre-hook, and each backward of torch 2 makes new
+            # gradients (the last step's were UNKNOWN): tagged again (only then: 61-100 us a call
+            # on the dispatch-bound GPT's 77 parameters).
+            self._tag_gradients(opt)
         # Tensors in its state's entries, and in lists of them (LBFGS keeps its history of
         # directions and steps in lists, under its first parameter, growing for 100 steps).
         held = [t for state in opt.state.values() for v in state.values()
@@ -1563,6 +1566,11 @@ def _planned_modules(functions):
     modules = (list(functions.children())
                if isinstance(functions, torch.nn.Sequential) else list(functions))
     return modules if any(plan_deciding(m) is not None for m in modules) else None
+
+
+def _closure_in(args, kwargs):
+    """Whether an optimizer step's arguments (the optimizer's own left out) hand it a closure."""
+    return kwargs.get("closure") is not None or any(callable(a) for a in args)
 
 
 _instance = None
