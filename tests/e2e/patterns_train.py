@@ -24,10 +24,7 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         step, up to four times a step (new gradients each time), and it keeps its history of
         directions and steps in lists of tensors, growing from step to step;
   autograd_grad  a model whose gradients the loop takes with torch.autograd.grad and hands to
-        the optimizer itself (`p.grad = g`), as meta-learning and gradient-penalty loops do;
-  master_weights  a bfloat16 model trained through fp32 master copies of its weights (mixed
-        precision by hand): the optimizer holds the copies, the loop moves gradients and weights
-        between the two.
+        the optimizer itself (`p.grad = g`), as meta-learning and gradient-penalty loops do.
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -345,26 +342,6 @@ def autograd_grad_run(steps):
     return truth
 
 
-def master_weights_run(steps):
-    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 64)).to(torch.bfloat16)
-    master = [p.detach().float().requires_grad_() for p in model.parameters()]
-    opt = torch.optim.Adam(master, lr=1e-4)
-    gen = torch.Generator().manual_seed(0)
-    truth = {"steps": []}
-    for _ in range(steps):
-        x = torch.randn(64, 64, generator=gen).to(torch.bfloat16)
-        model(x).float().pow(2).mean().backward()
-        for m, p in zip(master, model.parameters()):
-            m.grad = p.grad.float()
-            p.grad = None
-        opt.step()
-        with torch.no_grad():
-            for m, p in zip(master, model.parameters()):
-                p.copy_(m)
-        truth["steps"].append({"weights": snapshot(list(model.parameters()) + master)})
-    return truth
-
-
 class Generator(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
@@ -406,8 +383,7 @@ def gan_run(steps):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
-                                         "accumulate", "helper", "lbfgs", "autograd_grad",
-                                         "master_weights"],
+                                         "accumulate", "helper", "lbfgs", "autograd_grad"],
                    required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
@@ -417,8 +393,7 @@ def main():
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
              "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
              "accumulate": accumulate_run, "helper": helper_run,
-             "lbfgs": lbfgs_run, "autograd_grad": autograd_grad_run,
-             "master_weights": master_weights_run}[args.pattern](args.steps)
+             "lbfgs": lbfgs_run, "autograd_grad": autograd_grad_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 
