@@ -99,6 +99,7 @@ _LOW_PRECISION = ()  # torch.bfloat16, torch.float16 (install)
 def _autocast_on():  # whether any autocast region is open on this thread (install: torch's own)
     return False
 _Parameter = type(None)  # torch.nn.Parameter (install): read for every saved tensor
+_Tensor = type(None)  # torch.Tensor (install): read for every optimizer state entry, every step
 
 
 def _storage_address(t):
@@ -1069,11 +1070,11 @@ class Instrumenter:
         # Tensors in its state's entries, and in lists of them (LBFGS keeps its history of
         # directions and steps in lists, under its first parameter, growing for 100 steps).
         held = [t for state in opt.state.values() for v in state.values()
-                for t in _tensors_in(v)]
+                for t in _state_tensors(v)]
         if not self._group_unchanged(id(opt), held, A.OPTIMIZER_STATE):
             for p, state in opt.state.items():
                 for key, value in state.items():
-                    for t in _tensors_in(value):
+                    for t in _state_tensors(value):
                         self._tag_state(t, A.OPTIMIZER_STATE, self._state_name(p, key, 0))
         # A step is a training iteration: it ends once every optimizer (but the idle ones) has
         # stepped in it, so two optimizers (a GAN's, or one per parameter group) make one step.
@@ -1279,10 +1280,11 @@ class Instrumenter:
         # installs from another thread, and the interpreter switches threads at any bytecode).
         self.contexts_all_seen = enter_hooks_here
         import torch
-        global _compiling, _LOW_PRECISION, _Parameter
+        global _compiling, _LOW_PRECISION, _Parameter, _Tensor
         _compiling = _compile_probe()
         _LOW_PRECISION = (torch.bfloat16, torch.float16)
         _Parameter = torch.nn.Parameter
+        _Tensor = torch.Tensor
         global _autocast_on
         _autocast_on = getattr(torch._C, "_is_any_autocast_enabled", None) or (  # torch 1.13
             lambda: torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled())
@@ -1553,6 +1555,13 @@ def _planned_modules(functions):
     modules = (list(functions.children())
                if isinstance(functions, torch.nn.Sequential) else list(functions))
     return modules if any(plan_deciding(m) is not None for m in modules) else None
+
+
+def _state_tensors(value):
+    """The tensors of an optimizer's state entry: itself, nearly always (without _tensors_in's
+    generator: 36 against 97 us a step for AdamW's 231 entries of a 77-parameter model; 16 before
+    lists were looked into), or those in a list of them."""
+    return (value,) if isinstance(value, _Tensor) else _tensors_in(value)
 
 
 def _closure_in(args, kwargs):
