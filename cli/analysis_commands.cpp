@@ -271,7 +271,9 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
       "page is read).\n"
       "--device: the peaks of cpu, cuda or cuda:N memory only (default all).\n"
       "Steps a capture schedule summarized (tidemark run --steps) are marked: their peak is the\n"
-      "agent's measure, by the tags' categories only (UNKNOWN: what no tag named).\n";
+      "agent's measure, by the tags' categories only (UNKNOWN: what no tag named).\n"
+      "Steps of a recording without step marks (no adapter) are inferred from the memory's\n"
+      "repetition, and said so (--json: \"inferred\").\n";
   v1::StepsRequest req;
   std::vector<std::string> args = argsIn;
   if (int code = kExitOk; !takeDeviceOption("steps", &args, req.mutable_device(), &code))
@@ -305,6 +307,7 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
              ", \"end_ts_ns\": " + std::to_string(st.end_ts_ns()) +
              ", \"summarized\": " + (st.summarized() ? "true" : "false") +
              ", \"events_summarized\": " + std::to_string(st.events_summarized()) +
+             ", \"inferred\": " + (st.inferred() ? "true" : "false") +
              ", \"peak\": " + breakdownJson(st.peak()) + "}";
     }
     std::printf("%s]}\n", out.c_str());
@@ -374,6 +377,9 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
   std::string key = std::string("(categories at each step's peak, in ") + unitName;
   for (const std::string& k : shortened) key += "; " + k;
   std::printf("%s)\n", key.c_str());
+  if (steps.steps(0).inferred()) {
+    std::puts("(steps inferred from the memory's repetition: the recording has no step marks)");
+  }
   return kExitOk;
 }
 

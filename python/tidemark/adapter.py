@@ -339,11 +339,20 @@ class Instrumenter:
             self._hook_failed(what, e)
             return None
 
-    def _in_phase_around(self, what, phase, call, before_end=None):
-        """call() inside phase (and before_end() run before the phase ends): the job's call runs
-        and returns, or raises, as it would without the adapter, whatever the adapter's own
-        marks around it do (_guarded)."""
-        self._guarded(what, self._phase_begin, phase)
+    def _backward_begin(self, phase):
+        """A backward's phase (loss.backward(), torch.autograd.grad); outside any phase and any
+        step, the step's begin too: a loss made without a model's forward (a loop calling
+        model.forward(x) itself, a functional model) has no forward to begin its step, which
+        began at the optimizer's and left its backward, often the step's peak, between steps."""
+        if not self.step_open and not self.phases:
+            self._begin_step_if_needed()
+        self._phase_begin(phase)
+
+    def _in_phase_around(self, what, phase, call, before_end=None, begin=None):
+        """call() inside phase (begun by begin(phase), else _phase_begin; before_end() run
+        before the phase ends): the job's call runs and returns, or raises, as it would without
+        the adapter, whatever the adapter's own marks around it do (_guarded)."""
+        self._guarded(what, begin or self._phase_begin, phase)
         try:
             return call()
         finally:
@@ -1340,7 +1349,8 @@ class Instrumenter:
                 return backward(*args, **kwargs)
             return inst._in_phase_around("backward wrapper", A.BACKWARD,
                                          lambda: backward(*args, **kwargs),
-                                         before_end=inst._end_backward_scope)
+                                         before_end=inst._end_backward_scope,
+                                         begin=inst._backward_begin)
 
         torch.autograd.backward = tidemark_backward
         grad = torch.autograd.grad
@@ -1356,7 +1366,8 @@ class Instrumenter:
                 return grad(*args, **kwargs)
             return inst._in_phase_around("autograd.grad wrapper", A.BACKWARD,
                                          lambda: grad(*args, **kwargs),
-                                         before_end=inst._end_backward_scope)
+                                         before_end=inst._end_backward_scope,
+                                         begin=inst._backward_begin)
 
         torch.autograd.grad = tidemark_grad
         self._wrap_gradient_clipping()

@@ -363,6 +363,7 @@ grpc::Status QueryService::GetSteps(grpc::ServerContext* ctx, const v1::StepsReq
     out->set_step(s.step);
     out->set_begin_ts_ns(s.beginTsNs);
     out->set_end_ts_ns(s.endSeq == core::kOpenSeq ? 0 : s.endTsNs);
+    out->set_inferred(s.inferred);
     if (summarized != figuresByStep.end()) {
       fillSummarizedStep(summarized->second, *device, id, startTs, out);
       continue;

@@ -1185,15 +1185,18 @@ absl::StatusOr<std::vector<core::StepInterval>> Store::loadStepPage(const std::s
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   // The primary key (session_id, step) walks the page straight to its rows.
   Statement st = db.prepare(
-      std::string("SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns FROM step WHERE "
-                  "session_id = ?1 AND step >= ?2 AND step < ?4 ORDER BY step") +
+      std::string("SELECT step, begin_seq, begin_ts_ns, end_seq, end_ts_ns, inferred FROM step "
+                  "WHERE session_id = ?1 AND step >= ?2 AND step < ?4 ORDER BY step") +
       (last ? " DESC" : "") + " LIMIT ?3");
   st.bind(1, id)
       .bind(2, from && !last ? *from : std::numeric_limits<int64_t>::min())
       .bind(3, std::max<int64_t>(0, limit))
       .bind(4, below);
   std::vector<core::StepInterval> out;
-  while (st.step()) out.push_back(stepRow(st));
+  while (st.step()) {
+    out.push_back(stepRow(st));
+    out.back().inferred = st.columnInt(5) != 0;
+  }
   if (st.failed()) return readFailed(st);
   if (last) std::reverse(out.begin(), out.end());
   return out;

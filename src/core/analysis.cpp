@@ -9,7 +9,7 @@ Analysis analyze(const Recording& recording) {
   a.categories = categorize(recording, &a.stats);
   const LivenessReplay replay(recording, a.categories);
   a.timeline = buildTimeline(replay);
-  if (recording.steps.empty()) {
+  if (stepsToInfer(recording)) {
     a.inferredSteps = inferSteps(replay);
     Recording withSteps = recording;  // the peaks per step need the steps in the recording
     withSteps.steps = a.inferredSteps;

@@ -64,6 +64,7 @@ struct PhaseInterval : Interval {
 
 struct StepInterval : Interval {
   int64_t step = 0;
+  bool inferred = false;  // found by step inference (step_inference.h), not marked
 };
 
 struct ScopeInterval : Interval {

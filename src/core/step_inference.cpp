@@ -166,6 +166,10 @@ size_t earliestRepetition(const std::vector<TotalPoint>& all, size_t from, doubl
 
 }  // namespace
 
+bool stepsToInfer(const Recording& recording) {
+  return recording.steps.empty() && recording.phases.empty();
+}
+
 std::vector<StepInterval> inferSteps(const LivenessReplay& replay, double minCorrelation) {
   std::vector<TotalPoint> events;
   replay.forEachState([&](const MemoryState& s) {

@@ -7,6 +7,12 @@
 
 namespace tidemark::core {
 
+// Whether a recording's steps are to be inferred: it has no step marks, and no phase marks either.
+// An adapter marks every step it sees begin; one that marked phases and no step saw none begin (a
+// session attached and detached within one step), and what repeats inside part of a step (a loop
+// over 2,000 parameters) is no step: inferred there, it made a step of each repetition.
+bool stepsToInfer(const Recording& recording);
+
 // Steps for a recording that has no step marks (no adapter): training repeats itself, so the
 // tracked total, taken event by event, is periodic. The period is the shortest of the highest
 // peaks of the autocorrelation (2 to 64 periods' worth; a peak past its first fall, not the

@@ -440,6 +440,13 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
 
   // 2. one replay: the timeline, the whole peak, the steps' peaks (or the totals to find them)
   std::vector<StepInterval> steps = in.steps();
+  bool infer = steps.empty();
+  if (infer) {
+    auto phases = in.phases();
+    PhaseInterval first;
+    infer = !phases->next(first);  // as stepsToInfer (step_inference.h)
+    if (!in.error().empty()) return result.error = in.error(), result;
+  }
   TimelineBuilder timeline(AnalysisSink::kSamplesPerChunk,
                            [&out](int level, int64_t chunk, const std::vector<TimelineSample>& s) {
                              return out.timelineChunk(level, chunk, s);
@@ -462,7 +469,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
         peaks.after(s);
         last = s;
         sinkOk = sinkOk && timeline.add(s);
-        if (steps.empty()) {
+        if (infer) {
           totals.push_back({s.seq, s.tsNs, static_cast<double>(s.trackedBytes)});
           if (totals.size() > options.maxInferencePoints) totals.pop_front();
         }
@@ -473,7 +480,7 @@ StreamingResult analyzeStream(RecordingStream& in, AnalysisSink& out,
   result.timelineLevels = timeline.levelCount();
 
   std::vector<MemoryState> stepStates = peaks.finish(last);
-  if (steps.empty()) {
+  if (infer) {
     result.inferredSteps = inferSteps(std::vector<TotalPoint>(totals.begin(), totals.end()));
     totals.clear();
     steps = result.inferredSteps;

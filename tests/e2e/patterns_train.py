@@ -24,7 +24,10 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         step, up to four times a step (new gradients each time), and it keeps its history of
         directions and steps in lists of tensors, growing from step to step;
   autograd_grad  a model whose gradients the loop takes with torch.autograd.grad and hands to
-        the optimizer itself (`p.grad = g`), as meta-learning and gradient-penalty loops do.
+        the optimizer itself (`p.grad = g`), as meta-learning and gradient-penalty loops do;
+  forward_call  a model holding its parameters itself (no submodule: `F.linear` on them) whose
+        forward the loop calls itself (`model.forward(x)`, which skips the model's hooks): no
+        forward of a model begins the step.
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -342,6 +345,34 @@ def autograd_grad_run(steps):
     return truth
 
 
+class FunctionalMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(1024, 256) / 16)
+        self.w2 = nn.Parameter(torch.randn(16, 1024) / 32)
+
+    def forward(self, x):
+        return F.linear(F.relu(F.linear(x, self.w1)), self.w2)
+
+
+def forward_call_run(steps):
+    model = FunctionalMLP()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    truth = {"steps": []}
+    for _ in range(steps):
+        x, y = torch.randn(256, 256, generator=gen), torch.randn(256, 16, generator=gen)
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model.forward(x), y)
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        loss.backward()
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        opt.step()
+        truth["steps"].append({"backward": [before, after],
+                               "grads": snapshot(p.grad for p in model.parameters())})
+    return truth
+
+
 class Generator(nn.Sequential):
     def __init__(self):
         super().__init__(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 784), nn.Tanh())
@@ -383,7 +414,8 @@ def gan_run(steps):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
-                                         "accumulate", "helper", "lbfgs", "autograd_grad"],
+                                         "accumulate", "helper", "lbfgs", "autograd_grad",
+                                         "forward_call"],
                    required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
@@ -393,7 +425,8 @@ def main():
     truth = {"ema": ema_run, "gan": gan_run, "autocast": autocast_run,
              "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
              "accumulate": accumulate_run, "helper": helper_run,
-             "lbfgs": lbfgs_run, "autograd_grad": autograd_grad_run}[args.pattern](args.steps)
+             "lbfgs": lbfgs_run, "autograd_grad": autograd_grad_run,
+             "forward_call": forward_call_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 

@@ -28,6 +28,12 @@ class NoAdapterTest(unittest.TestCase):
             inferred = daemon.cli_json("steps", str(bare["id"]))["steps"]
             expected = daemon.cli_json("steps", str(marked["id"]))["steps"]
             self.assertEqual(len(inferred), STEPS)
+            # Said so, to scripts and people: a guess is not a mark.
+            self.assertEqual([s["inferred"] for s in inferred], [True] * STEPS)
+            self.assertEqual([s["inferred"] for s in expected], [False] * STEPS)
+            self.assertIn("steps inferred from the memory's repetition",
+                          daemon.cli("steps", str(bare["id"])).stdout)
+            self.assertNotIn("inferred", daemon.cli("steps", str(marked["id"])).stdout)
             for a, b in zip(inferred, expected):
                 with self.subTest(step=a["step"]):
                     got, want = a["peak"]["tracked_bytes"], b["peak"]["tracked_bytes"]

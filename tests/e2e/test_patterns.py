@@ -21,7 +21,7 @@ class PatternsTest(DaemonTestCase):
         super().setUpClass()
         cls.runs = {}
         for pattern in ("ema", "gan", "autocast", "autocast_checkpoint", "zoo", "accumulate",
-                        "helper", "lbfgs", "autograd_grad"):
+                        "helper", "lbfgs", "autograd_grad", "forward_call"):
             out = os.path.join(cls.daemon.dir, pattern + ".json")
             r = cls.daemon.run(PYTHON, os.path.join(HERE, "patterns_train.py"), "--pattern",
                                pattern, "--steps", "3", "--out", out)
@@ -186,6 +186,27 @@ class PatternsTest(DaemonTestCase):
                 self.assertLess(cats.get("UNKNOWN", 0), 4096, cats)
                 b = self.daemon.cli_json("breakdown", str(sid), "--at", str(s["end_ts_ns"]))
                 self.assertEqual({k: v["bytes"] for k, v in b["categories"].items()}["GRADIENT"],
+                                 sum(st["grads"]["storages"].values()))
+
+    def test_a_backward_outside_any_step_begins_one(self):
+        # A loop calling model.forward(x) itself skips the model's hooks: no forward began the
+        # step, and it began at the optimizer's step (its backward, often the step's peak, fell
+        # between steps). The backward now begins it.
+        run = self.runs["forward_call"]
+        sid, truth = run["session"]["id"], run["truth"]
+        steps = self.daemon.cli_json("steps", str(sid))["steps"]
+        self.assertEqual(len(steps), len(truth["steps"]))
+        backwards = self.daemon.sql("SELECT begin_ts_ns, end_ts_ns FROM phase WHERE session_id = ? "
+                                    "AND phase = ? ORDER BY begin_ts_ns", sid, BACKWARD_PHASE)
+        self.assertEqual(len(backwards), len(truth["steps"]))
+        for s, (begin, end), st in zip(steps, backwards, truth["steps"]):
+            with self.subTest(step=s["step"]):
+                t0, t1 = st["backward"]
+                self.assertTrue(t0 <= begin <= end <= t1, (begin, end, st["backward"]))
+                self.assertTrue(s["begin_ts_ns"] <= begin and end <= s["end_ts_ns"],
+                                (s, begin, end))
+                b = self.daemon.cli_json("breakdown", str(sid), "--at", str(s["end_ts_ns"]))
+                self.assertEqual(b["categories"]["GRADIENT"]["bytes"],
                                  sum(st["grads"]["storages"].values()))
 
     # ----- accumulation through non-reentrant checkpoints ---------------------------------------

@@ -284,10 +284,34 @@ TEST(StreamingAnalysisTest, EqualsTheInMemoryAnalysisWithStepMarks) {
 }
 
 TEST(StreamingAnalysisTest, EqualsTheInMemoryAnalysisWhenStepsAreInferred) {
-  const Recording rec = RandomRecording(7, false, true).make(8, 1500);
+  Recording rec = RandomRecording(7, false, true).make(8, 1500);
+  rec.phases.clear();  // no adapter: no marks of any kind
   Recording sorted = rec;
   sorted.sortBySeq();
   ASSERT_FALSE(analyze(sorted).inferredSteps.empty()) << "the recording should repeat";
+  expectSameAnalysis(rec, kSpilling);
+}
+
+// An adapter marks every step it sees begin: a recording with its phase marks and no step mark
+// saw no step begin, whatever repeats in it (a session attached and detached within one step
+// inferred a step of each of 2,000 parameters' identical terms).
+TEST(StreamingAnalysisTest, NoStepsAreInferredWhereAnAdapterMarkedPhasesButNoStep) {
+  const Recording rec = RandomRecording(7, false, true).make(8, 1500);
+  ASSERT_FALSE(rec.phases.empty());
+  ASSERT_TRUE(rec.steps.empty());
+  Recording sorted = rec;
+  sorted.sortBySeq();
+  const Analysis a = analyze(sorted);
+  EXPECT_TRUE(a.inferredSteps.empty());
+  ASSERT_EQ(a.peaks.size(), 1u);  // the whole recording's only
+  auto stream = streamOf(rec);
+  MemorySink sink;
+  StreamingOptions options;
+  options.memoryBytes = kSpilling;
+  const StreamingResult got = analyzeStream(*stream, sink, options);
+  ASSERT_EQ(got.error, "");
+  EXPECT_TRUE(got.inferredSteps.empty());
+  EXPECT_EQ(got.peaks.size(), 1u);
   expectSameAnalysis(rec, kSpilling);
 }
 
