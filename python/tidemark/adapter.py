@@ -1058,12 +1058,25 @@ class Instrumenter:
         self._phase_begin(A.OPTIMIZER)
 
     def _tag_gradients(self, opt):
+        """The gradients of opt's parameters; and the parameters no registered model holds
+        (fp32 master copies of a model's bfloat16 weights, which the loop copies back itself:
+        they were UNKNOWN), WEIGHT, named after their place in the optimizer."""
         i = 0
-        for group in opt.param_groups:
-            for p in group["params"]:
+        names = self.param_names
+        for g, group in enumerate(opt.param_groups):
+            for k, p in enumerate(group["params"]):
                 grad = p.grad
                 if grad is not None:
                     self._tag_state(grad, A.GRADIENT, self._state_name(p, None, i))
+                if id(p) not in names:
+                    key = (id(p), "param_groups")
+                    name = self.state_names.get(key)
+                    if name is None:
+                        name = "%s.param_groups[%d][%d]" % (type(opt).__name__, g, k)
+                        if len(self.state_names) > 100000:
+                            self.state_names.clear()
+                        self.state_names[key] = name
+                    self._tag_state(p, A.WEIGHT, name)
                 i += 1
 
     def _optimizer_end(self, opt, closure=False):

@@ -27,7 +27,10 @@ of tidemark, for test_patterns.py. Runs under `tidemark run` (it never imports t
         the optimizer itself (`p.grad = g`), as meta-learning and gradient-penalty loops do;
   forward_call  a model holding its parameters itself (no submodule: `F.linear` on them) whose
         forward the loop calls itself (`model.forward(x)`, which skips the model's hooks): no
-        forward of a model begins the step.
+        forward of a model begins the step;
+  master_weights  a bfloat16 model trained through fp32 master copies of its weights (mixed
+        precision by hand): the optimizer holds the copies, the loop moves gradients and weights
+        between the two.
 
 The truth names storages by address, with the CLOCK_MONOTONIC time they were seen at (the agent's
 clock), and the time windows of the passes: the test finds the blocks and their categories.
@@ -369,7 +372,28 @@ def forward_call_run(steps):
         after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         opt.step()
         truth["steps"].append({"backward": [before, after],
-                               "grads": snapshot(p.grad for p in model.parameters())})
+                               "grads": snapshot(p.grad for p in model.parameters()),
+                               "weights": snapshot(model.parameters())})
+    return truth
+
+
+def master_weights_run(steps):
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 64)).to(torch.bfloat16)
+    master = [p.detach().float().requires_grad_() for p in model.parameters()]
+    opt = torch.optim.Adam(master, lr=1e-4)
+    gen = torch.Generator().manual_seed(0)
+    truth = {"steps": []}
+    for _ in range(steps):
+        x = torch.randn(64, 64, generator=gen).to(torch.bfloat16)
+        model(x).float().pow(2).mean().backward()
+        for m, p in zip(master, model.parameters()):
+            m.grad = p.grad.float()
+            p.grad = None
+        opt.step()
+        with torch.no_grad():
+            for m, p in zip(master, model.parameters()):
+                p.copy_(m)
+        truth["steps"].append({"weights": snapshot(list(model.parameters()) + master)})
     return truth
 
 
@@ -415,7 +439,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--pattern", choices=["ema", "gan", "autocast", "autocast_checkpoint", "zoo",
                                          "accumulate", "helper", "lbfgs", "autograd_grad",
-                                         "forward_call"],
+                                         "forward_call", "master_weights"],
                    required=True)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", required=True)
@@ -426,7 +450,8 @@ def main():
              "autocast_checkpoint": autocast_checkpoint_run, "zoo": zoo_run,
              "accumulate": accumulate_run, "helper": helper_run,
              "lbfgs": lbfgs_run, "autograd_grad": autograd_grad_run,
-             "forward_call": forward_call_run}[args.pattern](args.steps)
+             "forward_call": forward_call_run,
+             "master_weights": master_weights_run}[args.pattern](args.steps)
     with open(args.out, "w") as f:
         json.dump(truth, f)
 
