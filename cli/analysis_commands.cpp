@@ -258,6 +258,7 @@ int peakCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn) 
              static_cast<int>(topK));
   printItems("OP (open at allocation)", p.ops(), static_cast<int>(topK));
   printItems("TENSOR", p.tensors(), static_cast<int>(topK));
+  printSessionCaveats(g, req.session_id(), "peak");
   return kExitOk;
 }
 
@@ -380,6 +381,7 @@ int stepsCommand(const GlobalOptions& g, const std::vector<std::string>& argsIn)
   if (steps.steps(0).inferred()) {
     std::puts("(steps inferred from the memory's repetition: the recording has no step marks)");
   }
+  printSessionCaveats(g, id, "steps");
   return kExitOk;
 }
 

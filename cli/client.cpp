@@ -266,4 +266,16 @@ int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* wha
   return *exitCode == kExitOk ? info.start_ts_ns() : -1;
 }
 
+void printSessionCaveats(const GlobalOptions& g, uint64_t session, const char* what) {
+  v1::GetSessionRequest req;
+  req.set_session_id(session);
+  v1::SessionInfo info;
+  if (callQuery(g, what, &v1::Query::Stub::GetSession, req, &info, 30) != kExitOk) return;
+  for (const v1::Stat& st : info.stats()) {
+    if (st.severity() == "info" || st.value() == 0) continue;
+    std::printf("%s: %s: %lld (%s)\n", st.severity() == "data_loss" ? "data lost" : "caution",
+                st.description().c_str(), static_cast<long long>(st.value()), st.name().c_str());
+  }
+}
+
 }  // namespace tidemark::cli

@@ -74,5 +74,10 @@ int fetchSteps(const GlobalOptions& g, const char* what, v1::StepsRequest reques
 // The session's start timestamp, to turn relative times into absolute ones; -1 after reporting
 // an error (its exit code in *exitCode).
 int64_t sessionStartNs(const GlobalOptions& g, uint64_t session, const char* what, int* exitCode);
+// Under a human answer about a session: its stats that say the recording may miss something
+// (severity error or data_loss: events dropped, adapter failures), one line each, so that a
+// breakdown read by a person says what `tidemark sessions --json` says. Nothing when there are
+// none or the session cannot be read.
+void printSessionCaveats(const GlobalOptions& g, uint64_t session, const char* what);
 
 }  // namespace tidemark::cli

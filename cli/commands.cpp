@@ -210,6 +210,7 @@ int breakdownCommand(const GlobalOptions& g, const std::vector<std::string>& arg
     std::fputs((breakdownJson(b) + "\n").c_str(), stdout);
   } else {
     printBreakdown(b);
+    printSessionCaveats(g, req.session_id(), "breakdown");
   }
   return kExitOk;
 }

@@ -50,9 +50,17 @@ class AdapterInvisibleTest(DaemonTestCase):
         # The session says so too: every failure counted while the agent was there to count it
         # (the optimizer hook at step 1, the module hooks at step 2; not those of the broken
         # agent).
-        failures = self.daemon.newest_session()["stats"]["adapter_failures"]
+        session = self.daemon.newest_session()
+        failures = session["stats"]["adapter_failures"]
         self.assertEqual(failures["severity"], "error")
         self.assertGreaterEqual(failures["value"], 3, failures)
+        # And so do the answers a person reads (not only sessions --json).
+        self.daemon.wait_analyzed(session["id"])
+        for command in ("breakdown", "peak", "steps"):
+            out = self.daemon.cli(command, str(session["id"])).stdout
+            self.assertIn("caution: adapter: times a hook or wrapper of the Python adapter failed",
+                          out, command)
+            self.assertIn(": %d (adapter_failures)" % failures["value"], out, command)
 
     def test_every_scheduler_under_tidemark_run(self):
         expected = self.plain()
@@ -66,6 +74,8 @@ class AdapterInvisibleTest(DaemonTestCase):
         s = self.daemon.newest_session()
         self.assertEqual(s["state"], "ended")
         self.assertNotIn("adapter_failures", s["stats"])
+        self.daemon.wait_analyzed(s["id"])
+        self.assertNotIn("caution", self.daemon.cli("breakdown", str(s["id"])).stdout)
         # Every optimizer step of every case is one recorded step (6 per training).
         self.assertEqual(s["steps"], len([l for l in lines if " step " in l]))
 
