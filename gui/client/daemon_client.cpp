@@ -242,8 +242,8 @@ absl::StatusOr<std::vector<StepRow>> DaemonClient::steps(uint64_t session,
     v1::Steps resp;
     if (auto s = fromGrpc(m_stubs->query->GetSteps(&ctx, req, &resp)); !s.ok()) return s;
     for (const v1::StepSummary& st : resp.steps())
-      out.push_back(
-          {st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak()), st.summarized()});
+      out.push_back({st.step(), st.begin_ts_ns(), st.end_ts_ns(), fromBreakdown(st.peak()),
+                     st.summarized(), st.inferred()});
     if (resp.next_step() < 0 || resp.next_step() <= req.from_step()) break;
     req.set_from_step(resp.next_step());
   }

@@ -79,6 +79,8 @@ struct StepRow {
   // A capture schedule recorded it as a summary: peak is the agent's measure, by tag only, and
   // no events of it were stored (no timeline, no items).
   bool summarized = false;
+  // Found by the memory's repetition (the recording has no step marks), not marked.
+  bool inferred = false;
 };
 
 struct TimelineData {

@@ -522,13 +522,18 @@ void MainWindow::loadSteps() {
                                  : peak >= previous ? QStringLiteral("+") + bytes(peak - previous)
                                                     : QStringLiteral("-") + bytes(previous - peak);
           auto* item = new QTreeWidgetItem(
-              m_steps, {s.summarized ? tr("%1 (summary)").arg(s.step) : QString::number(s.step),
+              m_steps, {s.summarized ? tr("%1 (summary)").arg(s.step)
+                        : s.inferred ? tr("%1 (inferred)").arg(s.step)
+                                     : QString::number(s.step),
                         s.endNs > 0 ? tr("%1 ms").arg((s.endNs - s.beginNs) / 1e6, 0, 'f', 1)
                                     : tr("running"),
                         bytes(peak), change});
           if (s.summarized) {
             item->setToolTip(0, tr("Recorded as a summary (capture schedule): the peak as the "
                                    "agent measured it, by tag only; no timeline or items"));
+          } else if (s.inferred) {
+            item->setToolTip(0, tr("Inferred from the memory's repetition: the recording has no "
+                                   "step marks (no adapter), so its bounds are a guess"));
           }
           previous = peak;
         }
