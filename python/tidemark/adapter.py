@@ -1035,10 +1035,14 @@ class Instrumenter:
                 name = self._param_name(p, "param%d" % index) + ".grad"
             else:
                 name = self._param_name(p, "param") + "." + str(key)
-            if len(self.state_names) > 100000:  # parameters made and dropped: bounded
-                self.state_names.clear()
-            self.state_names[cache_key] = name
+            self._remember_name(cache_key, name)
         return name
+
+    def _remember_name(self, cache_key, name):
+        """Keeps a made name in state_names (looked up first by whoever made it)."""
+        if len(self.state_names) > 100000:  # parameters made and dropped: bounded
+            self.state_names.clear()
+        self.state_names[cache_key] = name
 
     def _optimizer_begin(self, opt):
         if not self.enabled or _compiling():
@@ -1073,9 +1077,7 @@ class Instrumenter:
                     name = self.state_names.get(key)
                     if name is None:
                         name = "%s.param_groups[%d][%d]" % (type(opt).__name__, g, k)
-                        if len(self.state_names) > 100000:
-                            self.state_names.clear()
-                        self.state_names[key] = name
+                        self._remember_name(key, name)
                     self._tag_state(p, A.WEIGHT, name)
                 i += 1
 

@@ -122,6 +122,7 @@ std::vector<StepInterval> stepsOf(const std::vector<TotalPoint>& all, size_t fro
   }
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     StepInterval s;
+    s.inferred = true;
     s.step = static_cast<int64_t>(i) + 1;
     s.beginSeq = all[bounds[i]].seq + 1;
     s.beginTsNs = all[bounds[i]].ts;
