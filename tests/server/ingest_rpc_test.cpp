@@ -141,10 +141,11 @@ class IngestRpcTest : public ::testing::Test {
   }
 
   using AgentStream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>;
-  // Writes the handshake (resuming `resume` when not 0); returns the reply.
-  static v1::HandshakeReply handshake(AgentStream* s, uint64_t resume = 0) {
+  // Writes the handshake of process `pid` (resuming `resume` when not 0); returns the reply.
+  static v1::HandshakeReply handshake(AgentStream* s, uint64_t resume = 0, int32_t pid = 4242) {
     v1::AgentMessage m = hello();
     m.mutable_handshake()->set_resume_session_id(resume);
+    m.mutable_handshake()->set_pid(pid);
     v1::ServerMessage reply;
     EXPECT_TRUE(s->Write(m));
     EXPECT_TRUE(s->Read(&reply));
@@ -226,11 +227,11 @@ class IngestRpcTest : public ::testing::Test {
     return info;
   }
   // A session whose first batch is committed, left live by a daemon stopped under its stream
-  // (SIGTERM); 0 if that went wrong. The daemon is not started again.
-  uint64_t sessionLeftLiveByAStoppedDaemon() {
+  // (SIGTERM); 0 if that went wrong. The daemon is not started again. pid: its process's.
+  uint64_t sessionLeftLiveByAStoppedDaemon(int32_t pid = 4242) {
     grpc::ClientContext ctx;
     auto stream = m_ingest->Stream(&ctx);
-    const uint64_t session = handshake(stream.get()).session_id();
+    const uint64_t session = handshake(stream.get(), 0, pid).session_id();
     const bool acked = sendAndAwaitAck(stream.get(), {event(1, 1, true, 0x1000)}, 1);
     m_server->shutdown();
     ctx.TryCancel();
@@ -1770,13 +1771,18 @@ TEST_F(IngestRpcTest, AFileAcceptedButNotRecordedIsFoundInTheUsersHandoffDirecto
   const std::string dir = base::defaultHandoffDirectory();
   if (dir.empty()) GTEST_SKIP() << "/dev/shm is not a memory file system here";
   ASSERT_EQ(base::makePrivateDirectory(dir), "");
-  const uint64_t session = sessionLeftLiveByAStoppedDaemon();
+  // The directory is this user's, shared with the daemons of the tests running beside this one
+  // (ctest -j): the session's process is one no other test's session has (no pid is this high),
+  // so that none of them takes this file for the rest of its own session 1 of process 4242 (the
+  // spool directory's test once did, and left its own file behind).
+  const int32_t pid = 1000000000 + static_cast<int32_t>(::getpid());
+  const uint64_t session = sessionLeftLiveByAStoppedDaemon(pid);
   ASSERT_NE(session, 0u);
   // A name no agent of this machine uses (its pid part is not a pid).
   const std::filesystem::path file =
       std::filesystem::path(dir) / ("tidemark-handoff-test" + std::to_string(::getpid()) + "-" +
                                     std::to_string(session) + ".bin");
-  writeSpool(file, restOf(session));
+  writeSpool(file, restOf(session, 0, pid));
   startServer(std::chrono::seconds(600));
   const v1::SessionInfo info = awaitEnded(session);
   ASSERT_EQ(info.state(), v1::SESSION_STATE_ENDED);
