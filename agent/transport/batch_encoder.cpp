@@ -11,7 +11,7 @@ namespace {
 // Field numbers of proto/tidemark/v1/events.proto and ingest.proto.
 constexpr uint32_t kAgentMessageBatch = 2, kAgentMessageRawRecords = 6;
 constexpr uint32_t kRawRecordsRecords = 4;
-constexpr uint32_t kBatchSeq = 1, kBatchStrings = 2, kBatchEvents = 3;
+constexpr uint32_t kBatchSeq = 1, kBatchStrings = 2, kBatchEvents = 3, kBatchCounters = 4;
 constexpr uint32_t kStringIid = 1, kStringValue = 2;
 constexpr uint32_t kEventSeq = 1, kEventTs = 2, kEventThread = 3;
 constexpr uint32_t kEventAlloc = 10, kEventFree = 11, kEventScopeBegin = 12, kEventScopeEnd = 13,
@@ -126,7 +126,7 @@ uint32_t encodePayload(const Record& r, Buffer& p) noexcept {
 
 std::string encodeBatchMessage(uint64_t batchSeq,
                                const std::vector<std::pair<uint32_t, std::string>>& strings,
-                               const std::vector<Record>& records) {
+                               const std::vector<Record>& records, const std::string& counters) {
   std::string body;
   size_t stringBytes = 0;
   for (const auto& s : strings) stringBytes += s.second.size() + 16;
@@ -196,14 +196,23 @@ std::string encodeBatchMessage(uint64_t batchSeq,
     event[1] = static_cast<uint8_t>(p - event - 2);
   }
   const size_t eventBytes = static_cast<size_t>(p - start);
+  // The counters, last (field 4); none when "" (counters all zero say nothing).
+  Buffer countersHead;
+  if (!counters.empty()) {
+    countersHead.key(kBatchCounters, kLengthDelimited);
+    countersHead.varint(counters.size());
+  }
+  const size_t tail = countersHead.size + counters.size();
   std::string out;
-  out.reserve(body.size() + eventBytes + 8);
+  out.reserve(body.size() + eventBytes + tail + 8);
   Buffer head;
   head.key(kAgentMessageBatch, kLengthDelimited);
-  head.varint(body.size() + eventBytes);
+  head.varint(body.size() + eventBytes + tail);
   append(out, head);
   out.append(body);
   out.append(reinterpret_cast<const char*>(start), eventBytes);
+  append(out, countersHead);
+  out.append(counters);
   return out;
 }
 

@@ -15,10 +15,12 @@ namespace tidemark::agent {
 // records: no message objects, no allocation per event. The bytes are the ones protobuf itself
 // would write for the same message (fields in number order, zeros left out, a oneof's empty
 // payload still present), so the server reads them as any other AgentMessage
-// (tests/unit/batch_encoder_test.cpp compares the two byte for byte).
+// (tests/unit/batch_encoder_test.cpp compares the two byte for byte). `counters`: a serialized
+// v1.AgentCounters for the batch's counters field, or "" for none.
 std::string encodeBatchMessage(uint64_t batchSeq,
                                const std::vector<std::pair<uint32_t, std::string>>& strings,
-                               const std::vector<Record>& records);
+                               const std::vector<Record>& records,
+                               const std::string& counters = {});
 
 // At most this many events a batch (the agent's sender and rawRecordsBatch alike).
 inline constexpr size_t kMaxEventsPerBatch = 8192;

@@ -450,7 +450,8 @@ bool Transport::fillWindow(bool unbounded) {
     u.firstEventSeq = m_nextEventSeq;
     // Kept serialized (about 20 bytes an event, an eighth of a parsed message): the window holds
     // more events in flight for its memory, and they are written as they are.
-    u.bytes = encodeBatchMessage(u.batchSeq, m_carriedStrings, records);
+    u.bytes =
+        encodeBatchMessage(u.batchSeq, m_carriedStrings, records, countersToReport(records.size()));
     u.events = records.size();
     u.cost = 64 + u.bytes.size();
     m_window.push_back(std::move(u));
@@ -1321,6 +1322,20 @@ v1::AgentCounters Transport::counters() const {
     c.set_blocks_restated(m_filter->restated());
   }
   return c;
+}
+
+std::string Transport::countersToReport(size_t batchEvents) {
+  v1::AgentCounters c = counters();
+  c.set_events_sent(c.events_sent() + batchEvents);
+  const uint64_t trouble = c.dropped_ring_full() + c.dropped_no_ring() + c.dropped_table_full() +
+                           c.dropped_spool_full() + c.dropped_disconnected() +
+                           c.dropped_buffer_full() + c.adapter_failures() + (c.degraded() ? 1 : 0);
+  const auto now = std::chrono::steady_clock::now();
+  if (trouble == m_reportedTrouble && now - m_countersReportedAt < std::chrono::seconds(1))
+    return {};
+  m_reportedTrouble = trouble;
+  m_countersReportedAt = now;
+  return c.SerializeAsString();
 }
 
 std::string Transport::summary() const {

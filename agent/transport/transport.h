@@ -141,6 +141,10 @@ class Transport {
   void pump();
   // Batches what the buffer holds while the window has room (everything: unbounded).
   bool fillWindow(bool unbounded = false);
+  // The counters for the next batch (of batchEvents events), serialized, when they are due: a
+  // second after the last report, or at once when a loss or an adapter failure was counted since;
+  // else "" (the batch carries none).
+  std::string countersToReport(size_t batchEvents);
   // At exit: whether the rest is handed to the daemon in a file (thread-safe), and the handoff
   // itself (true when the daemon took the file; else the window holds the whole rest).
   bool handoffPossible() const;
@@ -271,6 +275,10 @@ class Transport {
   // The records of the next batch, taken from the buffer (kept when their encoding found no
   // memory: the next pass encodes them again).
   std::vector<Record> m_batchRecords;
+  // What the last batch with counters reported (countersToReport): when, and its losses and
+  // adapter failures (summed).
+  std::chrono::steady_clock::time_point m_countersReportedAt{};
+  uint64_t m_reportedTrouble = 0;
   int m_backoffMs = 0;
   std::chrono::steady_clock::time_point m_nextConnect{};
   std::chrono::steady_clock::time_point m_lastWrite{};

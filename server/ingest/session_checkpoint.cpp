@@ -81,6 +81,7 @@ SessionIngest::Checkpoint SessionIngest::takeCheckpoint(bool full) {
     p->set_begin_ts_ns(s.beginTsNs);
   }
   for (const auto& [name, value] : m_stats) (*c.mutable_stats())[name] = value;
+  if (m_agentCounters) *c.mutable_agent_counters() = *m_agentCounters;
   return out;
 }
 
@@ -131,6 +132,8 @@ absl::Status SessionIngest::restore(const v1::IngestCheckpoint& c,
   }
   m_stats.clear();
   for (const auto& [name, value] : c.stats()) m_stats[name] = value;
+  m_agentCounters.reset();
+  if (c.has_agent_counters()) m_agentCounters = c.agent_counters();
   return absl::OkStatus();
 }
 

@@ -105,6 +105,7 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
     }
   }
   m_rows.eventsReceived += batch.events_size();
+  if (batch.has_counters()) m_agentCounters = batch.counters();
   for (const v1::Event& e : batch.events()) {
     // The common case: the agent sends events in order, so the next one is released at once
     // without a trip through the reorder buffer.

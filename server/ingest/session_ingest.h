@@ -71,6 +71,9 @@ class SessionIngest {
   SessionRows finish();
 
   std::vector<StatRow> stats() const;
+  // The agent's counters as its latest batch that had them reported (none: no batch had them):
+  // for a session that ends without the agent's goodbye.
+  const std::optional<v1::AgentCounters>& agentCounters() const { return m_agentCounters; }
   int64_t liveBlocksAtEnd() const { return m_liveAtEnd; }
   // The blocks allocated and not freed so far (they become rows only when freed or at the end).
   std::vector<BlockRow> openBlocks() const {
@@ -204,6 +207,8 @@ class SessionIngest {
   std::unordered_map<uint32_t, std::vector<IntervalRow>> m_phaseStacks;  // open, per thread
   std::map<int64_t, StepRow> m_openSteps;
   std::map<std::string, int64_t> m_stats;
+  // The agent's counters as the latest batch that carried them said (EventBatch.counters).
+  std::optional<v1::AgentCounters> m_agentCounters;
   // None once restored without one kept, until m_rebuild has built it again. Mutable: live()
   // takes on a rebuilt one that has caught up (under the ingest's lock, as every caller holds).
   mutable std::unique_ptr<core::LiveAnalysis> m_live;

@@ -58,10 +58,19 @@ int64_t counterValue(std::initializer_list<uint64_t> values) {
 }
 int64_t counterValue(uint64_t value) { return counterValue({value}); }
 
-// What the agent counted, as the session's figures and stats.
-void addAgentCounters(const v1::Goodbye& goodbye, SessionEnd* end) {
-  const v1::AgentCounters& c = goodbye.counters();
-  end->eventsSent = counterValue(c.events_sent());
+// What the agent counted, as the session's figures and stats: at its goodbye (final), or as it
+// last reported them in a batch, for a session that ends without one (the job killed): then the
+// events it sent are not a total to check the store against, and a stat says the figures are
+// early.
+void addAgentCounters(const v1::AgentCounters& c, bool final, SessionEnd* end) {
+  if (final) end->eventsSent = counterValue(c.events_sent());
+  if (!final) {
+    end->stats.push_back(
+        {"agent_counters_early", "info", 1,
+         "agent: the session ended without its goodbye; its counts (the agent_ and "
+         "adapter_failures stats) are as it reported them with its last batch that had them, "
+         "not at its end"});
+  }
   end->eventsDropped =
       counterValue({c.dropped_ring_full(), c.dropped_no_ring(), c.dropped_table_full(),
                     c.dropped_spool_full(), c.dropped_disconnected(), c.dropped_buffer_full()});
@@ -346,6 +355,7 @@ absl::Status IngestService::closeDetached(int64_t id) {
   end.stats.push_back({"stream_lost", "data_loss", 1,
                        "the agent's stream broke and the agent did not resume it: what it "
                        "recorded after the last commit is missing"});
+  if (ingest.agentCounters()) addAgentCounters(*ingest.agentCounters(), false, &end);
   for (StatRow& s : ingest.stats()) end.stats.push_back(std::move(s));
   return m_writer
       .submit([rows = std::move(rows), end](Store& s) -> absl::Status {
@@ -777,7 +787,11 @@ grpc::Status IngestService::Stream(
   end.sessionId = sessionId;
   end.state = error.ok() ? v1::SESSION_STATE_ENDED : v1::SESSION_STATE_ABORTED;
   end.endTsNs = goodbye ? std::max(goodbye->end_ts_ns(), ingest->lastTsNs()) : ingest->lastTsNs();
-  if (goodbye) addAgentCounters(*goodbye, &end);
+  if (goodbye) {
+    addAgentCounters(goodbye->counters(), true, &end);
+  } else if (ingest->agentCounters()) {
+    addAgentCounters(*ingest->agentCounters(), false, &end);
+  }
   if (!error.ok()) {
     end.stats.push_back({"stream_error", "error", 1, std::string(error.message())});
   }

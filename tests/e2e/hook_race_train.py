@@ -6,7 +6,12 @@ hook the adapter puts in the job's way: a DataLoader, a checkpoint, saved tensor
 unpacked, a backward, gradient clipping, a module and an optimizer made inside the step); at
 step 5 the model's output, a dict, turns the adapter off (tidemark.attach.stop(), as the agent's
 detach thread does) while the forward hook reads it, between its reads of the phase stack. Prints
-each step's loss; without tidemark the same script trains the same steps."""
+each step's loss; without tidemark the same script trains the same steps. With HOOK_RACE_KILL_AFTER=N
+the job kills itself (SIGKILL: no exit of the agent's, no goodbye) a second and a half after step N."""
+import os
+import signal
+import time
+
 import torch
 import torch.utils.checkpoint
 import torch.utils.data
@@ -100,6 +105,9 @@ def main():
         torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
         opt.step()
         print("train step %d loss %.6f" % (step, loss.item()), flush=True)
+        if str(step) == os.environ.get("HOOK_RACE_KILL_AFTER"):
+            time.sleep(1.5)  # the agent's batches of the step sent, as a job's next steps would
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 if __name__ == "__main__":

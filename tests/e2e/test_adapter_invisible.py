@@ -62,6 +62,26 @@ class AdapterInvisibleTest(DaemonTestCase):
                           out, command)
             self.assertIn(": %d (adapter_failures)" % failures["value"], out, command)
 
+    def test_a_job_killed_after_its_hooks_failed_still_says_they_failed(self):
+        # SIGKILLed after steps 1 and 2 (the optimizer hook's and the module hooks' failures):
+        # no goodbye carries the agent's counts, yet the aborted session has them, as its agent
+        # reported them with its batches, and a person reading its breakdown is told.
+        script = os.path.join(HERE, "hook_race_train.py")
+        r = self.daemon.run(PYTHON, script, env={"HOOK_RACE_KILL_AFTER": "2"})
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("train step 2 loss", r.stdout)
+        self.assertNotIn("train step 3", r.stdout)
+        session = self.daemon.newest_session()
+        self.assertEqual(session["state"], "aborted", session)
+        self.assertIn("stream_lost", session["stats"])
+        failures = session["stats"]["adapter_failures"]
+        self.assertEqual(failures["severity"], "error")
+        self.assertGreaterEqual(failures["value"], 3, failures)
+        self.assertEqual(session["stats"]["agent_counters_early"]["severity"], "info")
+        self.daemon.wait_analyzed(session["id"])
+        out = self.daemon.cli("breakdown", str(session["id"])).stdout
+        self.assertIn(": %d (adapter_failures)" % failures["value"], out)
+
     def test_every_scheduler_under_tidemark_run(self):
         expected = self.plain()
         lines = training_lines(expected)

@@ -900,6 +900,55 @@ TEST_F(IngestRpcTest, ASessionResumedAfterARestartHasItsLiveAnalysisBuiltAgain) 
   EXPECT_EQ(peak.breakdown().tracked_bytes(), static_cast<int64_t>(kWeights + kLater));
 }
 
+// A job killed before its goodbye: the counts its agent reported with its batches (the latest
+// that came, through the checkpoint the closing reads) are the aborted session's, said as early;
+// the events it sent are no total to check against.
+TEST_F(IngestRpcTest, AKilledJobsSessionKeepsTheCountsItsAgentLastReported) {
+  startServer(std::chrono::seconds(0));
+  uint64_t session = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = m_ingest->Stream(&ctx);
+    session = handshake(stream.get()).session_id();
+    v1::AgentMessage first = event(1, 1, true, 0x1000);
+    first.mutable_batch()->mutable_counters()->set_events_sent(1);
+    first.mutable_batch()->mutable_counters()->set_adapter_failures(2);
+    first.mutable_batch()->mutable_counters()->set_dropped_ring_full(5);
+    ASSERT_TRUE(sendAndAwaitAck(stream.get(), {first}, 1));
+    v1::AgentMessage second = event(2, 2, true, 0x2000);
+    second.mutable_batch()->mutable_counters()->set_events_sent(2);
+    second.mutable_batch()->mutable_counters()->set_adapter_failures(4);
+    second.mutable_batch()->mutable_counters()->set_dropped_ring_full(7);
+    second.mutable_batch()->mutable_counters()->set_ring_waits(3);
+    ASSERT_TRUE(stream->Write(second));
+    ASSERT_TRUE(stream->Write(event(3, 3, false, 0x1000)));  // no counters: the latest stay
+    EXPECT_TRUE(closeStream(stream.get()).ok());             // no goodbye: the process died
+  }
+  v1::SessionInfo info;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(sessionInfo(session, &info).ok());
+    if (info.state() != v1::SESSION_STATE_LIVE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(info.state(), v1::SESSION_STATE_ABORTED);
+  EXPECT_TRUE(hasStat(info, "stream_lost"));
+  std::map<std::string, v1::Stat> stats;
+  for (const v1::Stat& st : info.stats()) stats[st.name()] = st;
+  ASSERT_EQ(stats.count("adapter_failures"), 1u);
+  EXPECT_EQ(stats["adapter_failures"].value(), 4);
+  EXPECT_EQ(stats["adapter_failures"].severity(), "error");
+  ASSERT_EQ(stats.count("agent_dropped_ring_full"), 1u);
+  EXPECT_EQ(stats["agent_dropped_ring_full"].value(), 7);
+  EXPECT_EQ(stats["agent_dropped_ring_full"].severity(), "data_loss");
+  EXPECT_EQ(stats["agent_ring_waits"].value(), 3);
+  ASSERT_EQ(stats.count("agent_counters_early"), 1u);
+  EXPECT_EQ(stats["agent_counters_early"].severity(), "info");
+  EXPECT_EQ(info.events_dropped(), 7u);
+  EXPECT_EQ(info.events_sent(), 0u);  // unknown: the goodbye never came
+  EXPECT_EQ(info.events_stored(), 3u);
+  expectHealthy();
+}
+
 TEST_F(IngestRpcTest, ASessionWhoseAgentNeverComesBackEndsAbortedWithItsLiveBlocks) {
   startServer(std::chrono::seconds(0));  // no grace: closed at the next sweep
   uint64_t session = 0;

@@ -164,6 +164,35 @@ TEST(BatchEncoderTest, WritesWhatProtobufWritesForEveryKindAndExtreme) {
   }
   // Nothing at all: an AgentMessage whose batch is present and empty.
   EXPECT_EQ(encodeBatchMessage(0, {}, {}), reference(0, {}, {}).SerializeAsString());
+  // The agent's counters, after the events (field 4), as protobuf writes them: every field at
+  // its largest, and a few set; with events and strings, and alone.
+  v1::AgentCounters full;
+  const google::protobuf::Reflection* reflection = full.GetReflection();
+  const google::protobuf::Descriptor* descriptor = full.GetDescriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = descriptor->field(i);
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_BOOL) {
+      reflection->SetBool(&full, f, true);
+    } else {
+      reflection->SetUInt64(&full, f, std::numeric_limits<uint64_t>::max() - i);
+    }
+  }
+  v1::AgentCounters some;
+  some.set_events_sent(12);
+  some.set_adapter_failures(3);
+  for (const v1::AgentCounters* c : {&full, &some}) {
+    v1::AgentMessage expected = reference(9, strings, records);
+    *expected.mutable_batch()->mutable_counters() = *c;
+    EXPECT_EQ(encodeBatchMessage(9, strings, records, c->SerializeAsString()),
+              expected.SerializeAsString());
+    v1::AgentMessage alone = reference(10, {}, {});
+    *alone.mutable_batch()->mutable_counters() = *c;
+    const std::string ours = encodeBatchMessage(10, {}, {}, c->SerializeAsString());
+    EXPECT_EQ(ours, alone.SerializeAsString());
+    v1::AgentMessage parsed;
+    ASSERT_TRUE(parsed.ParseFromString(ours));
+    EXPECT_EQ(parsed.batch().counters().adapter_failures(), c->adapter_failures());
+  }
 }
 
 // The agent's exit writes what its buffer holds raw (rawRecordsHead, then the records as they lie
