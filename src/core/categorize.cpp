@@ -22,6 +22,8 @@ std::string_view ruleName(CategoryRule r) {
       return "allocator_segment";
     case CategoryRule::kOutsideFramework:
       return "outside_framework";
+    case CategoryRule::kFreedByBackward:
+      return "freed_by_backward";
   }
   return "untagged";
 }
@@ -67,6 +69,36 @@ std::set<int32_t> findSegments(const Recording& rec, std::vector<BlockCategory>&
   return tensorDevices;
 }
 
+// For each block freed inside a backward phase begun after its allocation: true (the facts'
+// freedByBackward). One sweep of the frees in sequence order against the backward phases in begin
+// order; the innermost backward phase open at a free (the one begun last) decides.
+std::vector<bool> freedByBackward(const Recording& rec) {
+  std::vector<bool> out(rec.blocks.size(), false);
+  std::vector<const PhaseInterval*> backward;
+  for (const PhaseInterval& p : rec.phases)
+    if (p.phase == Phase::kBackward) backward.push_back(&p);
+  if (backward.empty()) return out;
+  std::sort(backward.begin(), backward.end(), [](const PhaseInterval* a, const PhaseInterval* b) {
+    return a->beginSeq < b->beginSeq;
+  });
+  std::vector<size_t> byFree;
+  for (size_t i = 0; i < rec.blocks.size(); ++i)
+    if (!rec.blocks[i].live()) byFree.push_back(i);
+  std::sort(byFree.begin(), byFree.end(),
+            [&](size_t a, size_t b) { return rec.blocks[a].freeSeq < rec.blocks[b].freeSeq; });
+  std::vector<const PhaseInterval*> open;  // begin order
+  size_t next = 0;
+  for (size_t i : byFree) {
+    const Block& b = rec.blocks[i];
+    for (; next < backward.size() && backward[next]->beginSeq <= b.freeSeq; ++next) {
+      if (backward[next]->endSeq > b.freeSeq) open.push_back(backward[next]);
+    }
+    while (!open.empty() && open.back()->endSeq <= b.freeSeq) open.pop_back();
+    out[i] = !open.empty() && open.back()->beginSeq > b.allocSeq;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::pair<Category, CategoryRule> decideCategory(const BlockFacts& f) {
@@ -77,6 +109,7 @@ std::pair<Category, CategoryRule> decideCategory(const BlockFacts& f) {
     return {Category::kTemporary, CategoryRule::kWithinPhase};
   if (f.phase != nullptr && f.phase->phase == Phase::kRecompute)
     return {Category::kRecomputed, CategoryRule::kBornInRecompute};
+  if (f.freedByBackward) return {Category::kActivation, CategoryRule::kFreedByBackward};
   return {Category::kUnknown, CategoryRule::kUntagged};
 }
 
@@ -122,6 +155,7 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
 
   const std::set<int32_t> tensorDevices = findSegments(rec, out);
   std::vector<bool> isSegment(rec.blocks.size(), false);
+  const std::vector<bool> byBackward = freedByBackward(rec);
   for (const BlockCategory& bc : out)
     if (bc.segment >= 0) isSegment[static_cast<size_t>(bc.segment)] = true;
 
@@ -135,6 +169,7 @@ std::vector<BlockCategory> categorize(const Recording& rec, CategorizeStats* sta
     facts.workspaceCandidate = b.kind == MemoryKind::kDevice && tensorDevices.count(b.device) > 0;
     facts.phase = rec.phaseAt(b.allocSeq);
     facts.freeSeq = b.freeSeq;
+    facts.freedByBackward = byBackward[i];
     std::tie(bc.category, bc.rule) = decideCategory(facts);
   }
   if (stats != nullptr) *stats = local;

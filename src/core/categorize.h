@@ -21,6 +21,10 @@ enum class CategoryRule : uint8_t {
   // Untagged device memory that never holds a tensor, on a device whose tensors are seen
   // (NCCL buffers, library workspaces, raw cudaMalloc): WORKSPACE.
   kOutsideFramework = 6,
+  // Untagged, born before a backward phase and freed inside it (what autograd saved for that
+  // backward, which the adapter's saved-tensor hooks did not see: a forward no module hook saw
+  // begin): ACTIVATION.
+  kFreedByBackward = 7,
 };
 std::string_view ruleName(CategoryRule r);
 
@@ -47,6 +51,7 @@ struct BlockFacts {
   bool workspaceCandidate = false;            // device memory on a device whose tensors are seen
   const PhaseInterval* phase = nullptr;       // the innermost phase open at its allocation
   uint64_t freeSeq = kOpenSeq;
+  bool freedByBackward = false;  // freed inside a backward phase begun after its allocation
 };
 // The category and the rule that decides it: a segment's slack, then a tag, then workspace,
 // then the lifetime and phase rules. categorize() and the streaming analysis both decide here.

@@ -111,6 +111,9 @@ void LiveAnalysis::free(MemoryKind kind, int32_t device, uint64_t address, uint6
   LiveBlock& b = m_blocks.at(id);
   b.block.freeSeq = seq;
   b.block.freeTsNs = tsNs;
+  for (auto p = m_openPhases.upper_bound(b.block.allocSeq); p != m_openPhases.end(); ++p) {
+    if (p->second->phase == Phase::kBackward) b.freedByBackward = true;
+  }
   if (m_codesKept) m_rowOrder.push_back(id);
   auto a = m_byAddress.find(address);
   if (a != m_byAddress.end() && a->second == id) m_byAddress.erase(a);
@@ -196,6 +199,7 @@ std::pair<Category, CategoryRule> LiveAnalysis::decide(const LiveBlock& b) const
     f.phase = &phase;
   }
   f.freeSeq = b.block.freeSeq;
+  f.freedByBackward = b.freedByBackward;
   return decideCategory(f);
 }
 

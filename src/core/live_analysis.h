@@ -172,6 +172,7 @@ class LiveAnalysis {
     int tagCount = 0;
     Category tagCategory = Category::kUnknown;
     uint32_t tagName = 0;
+    bool freedByBackward = false;  // freed inside a backward phase begun after its allocation
     bool replayed = false;  // its allocation is replayed: `code` holds the category it counts in
     uint8_t code = 0;       // category | rule << 4
   };

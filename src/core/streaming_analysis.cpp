@@ -95,6 +95,21 @@ class InnermostSweep {
   size_t m_sizeAfterPurge = 0;
 };
 
+// Of a cursor of phases, the backward ones only.
+class BackwardPhases : public Cursor<PhaseInterval> {
+ public:
+  explicit BackwardPhases(std::unique_ptr<Cursor<PhaseInterval>> all) : m_all(std::move(all)) {}
+  bool next(PhaseInterval& out) override {
+    while (m_all->next(out)) {
+      if (out.phase == Phase::kBackward) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::unique_ptr<Cursor<PhaseInterval>> m_all;
+};
+
 // The state of a block between its allocation and its free, while its category is not known.
 struct OpenBlock {
   Block block;
@@ -105,6 +120,7 @@ struct OpenBlock {
   PhaseInterval phase;  // the innermost open at its allocation (when hasPhase)
   int64_t segmentId = -1;
   bool isSegment = false;
+  bool freedByBackward = false;  // set at its free
 };
 
 // Pass 1: the categories, deciding each block at its free (by then every tag of it, every tensor
@@ -119,7 +135,8 @@ class Categorizer {
         m_decided(decided),
         m_codes(codes),
         m_tags(in.tags()),
-        m_phases(in.phases()) {
+        m_phases(in.phases()),
+        m_backward(std::make_unique<BackwardPhases>(in.phases())) {
     m_haveTag = m_tags->next(m_tag);
   }
 
@@ -221,6 +238,8 @@ class Categorizer {
       auto s = m_segments.find({b.device, b.address});
       if (s != m_segments.end() && s->second == id) m_segments.erase(s);
     }
+    const PhaseInterval* backward = m_backward.at(b.freeSeq);
+    it->second.freedByBackward = backward != nullptr && backward->beginSeq > b.allocSeq;
     const bool ok = decide(it->second);
     m_open.erase(it);
     return ok;
@@ -235,6 +254,7 @@ class Categorizer {
     facts.workspaceCandidate = b.kind == MemoryKind::kDevice && m_tensorDevices.count(b.device) > 0;
     facts.phase = o.hasPhase ? &o.phase : nullptr;
     facts.freeSeq = b.freeSeq;
+    facts.freedByBackward = o.freedByBackward;
     const auto [c, rule] = decideCategory(facts);
     DecidedBlock d{b.id,
                    b.address,
@@ -261,6 +281,7 @@ class Categorizer {
   TagRef m_tag;
   bool m_haveTag = false;
   InnermostSweep<PhaseInterval> m_phases;
+  InnermostSweep<PhaseInterval> m_backward;  // at the frees, in their order
   std::unordered_map<int64_t, OpenBlock> m_open;
   std::priority_queue<std::pair<uint64_t, int64_t>, std::vector<std::pair<uint64_t, int64_t>>,
                       std::greater<>>

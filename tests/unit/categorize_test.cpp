@@ -53,24 +53,46 @@ TEST(CategorizeTest, HighestPriorityTagWins) {
 TEST(CategorizeTest, RulesDecideUntaggedBlocks) {
   Recording rec;
   rec.phases = {phase(Phase::kForward, 1, 10), phase(Phase::kBackward, 10, 30),
-                phase(Phase::kRecompute, 12, 18)};
+                phase(Phase::kRecompute, 12, 18), phase(Phase::kBackward, 50, 60),
+                phase(Phase::kBackward, 52, 56)};
   rec.blocks = {
       block(0x1000, 8, 2, 5),          // born and freed in forward: TEMPORARY
-      block(0x2000, 8, 3, 20),         // forward to backward: UNKNOWN
+      block(0x2000, 8, 3, 20),         // forward, freed by the backward: ACTIVATION
       block(0x3000, 8, 13, 25),        // born in recompute, outlives it: RECOMPUTED
       block(0x4000, 8, 14, 16),        // born and freed in recompute: TEMPORARY
       block(0x5000, 8, 40, kOpenSeq),  // outside phases: UNKNOWN
+      block(0x6000, 8, 4, 35),         // forward, past the backward: UNKNOWN
+      block(0x7000, 8, 33, 45),        // outside phases, freed outside: UNKNOWN
+      block(0x8000, 8, 34, 51),        // outside phases, freed by a backward: ACTIVATION
+      block(0x9000, 8, 11, 17),        // born in the backward, freed in it: TEMPORARY
+      block(0xa000, 8, 46, 54),        // freed in a backward nested in another: ACTIVATION
+      block(0xb000, 8, 53, 58),        // born in the nested one, freed in the outer (begun
+                                       // before it): UNKNOWN
   };
   rec.sortBySeq();
   auto cats = categorize(rec);
-  EXPECT_EQ(cats[0].category, Category::kTemporary);
-  EXPECT_EQ(cats[0].rule, CategoryRule::kWithinPhase);
-  EXPECT_EQ(cats[1].category, Category::kUnknown);
-  EXPECT_EQ(cats[1].rule, CategoryRule::kUntagged);
-  EXPECT_EQ(cats[2].category, Category::kRecomputed);
-  EXPECT_EQ(cats[2].rule, CategoryRule::kBornInRecompute);
-  EXPECT_EQ(cats[3].category, Category::kTemporary);
-  EXPECT_EQ(cats[4].category, Category::kUnknown);
+  auto at = [&](uint64_t address) {
+    for (size_t i = 0; i < rec.blocks.size(); ++i)
+      if (rec.blocks[i].address == address) return cats[i];
+    ADD_FAILURE() << "no block at " << address;
+    return BlockCategory{};
+  };
+  EXPECT_EQ(at(0x1000).category, Category::kTemporary);
+  EXPECT_EQ(at(0x1000).rule, CategoryRule::kWithinPhase);
+  EXPECT_EQ(at(0x2000).category, Category::kActivation);
+  EXPECT_EQ(at(0x2000).rule, CategoryRule::kFreedByBackward);
+  EXPECT_EQ(at(0x3000).category, Category::kRecomputed);
+  EXPECT_EQ(at(0x3000).rule, CategoryRule::kBornInRecompute);
+  EXPECT_EQ(at(0x4000).category, Category::kTemporary);
+  EXPECT_EQ(at(0x5000).category, Category::kUnknown);
+  EXPECT_EQ(at(0x5000).rule, CategoryRule::kUntagged);
+  EXPECT_EQ(at(0x6000).category, Category::kUnknown);
+  EXPECT_EQ(at(0x7000).category, Category::kUnknown);
+  EXPECT_EQ(at(0x8000).category, Category::kActivation);
+  EXPECT_EQ(at(0x9000).category, Category::kTemporary);
+  EXPECT_EQ(at(0xa000).category, Category::kActivation);
+  EXPECT_EQ(at(0xb000).category, Category::kUnknown);
+  EXPECT_EQ(ruleName(CategoryRule::kFreedByBackward), "freed_by_backward");
 }
 
 Block onDevice(Block b, MemoryKind kind, int32_t device) {
