@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/rpc/agent_counters.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/step_figures.h"
 #include "server/store/store.h"
@@ -18,10 +19,19 @@
 #include "src/core/ops.h"
 #include "src/core/peak.h"
 #include "src/core/timeline.h"
+#include "tidemark/v1/checkpoint.pb.h"
 
 namespace tidemark::server {
 
 namespace {
+void addStat(const StatRow& s, v1::SessionInfo* out) {
+  v1::Stat* st = out->add_stats();
+  st->set_name(s.name);
+  st->set_severity(s.severity);
+  st->set_value(s.value);
+  st->set_description(s.description);
+}
+
 void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out) {
   out->set_id(static_cast<uint64_t>(r.id));
   out->set_name(r.header.name);
@@ -47,18 +57,32 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
   out->set_local_rank(r.header.localRank);
   out->set_world_size(r.header.worldSize);
   out->set_daemon(r.daemon);
-  for (const StatRow& s : r.stats) {
-    v1::Stat* st = out->add_stats();
-    st->set_name(s.name);
-    st->set_severity(s.severity);
-    st->set_value(s.value);
-    st->set_description(s.description);
-  }
+  for (const StatRow& s : r.stats) addStat(s, out);
+}
+
+// A live session's agent counters as its last commit holds them (EventBatch.counters, kept in
+// its checkpoint): its losses and adapter failures are said while it runs, not only at its end.
+// Nothing is added where the checkpoint cannot be read (the answer is the store's, as before).
+void addLiveAgentStats(const std::string& dbPath, v1::SessionInfo* out) {
+  if (out->state() != v1::SESSION_STATE_LIVE) return;
+  auto state = Store::loadCheckpointState(dbPath, static_cast<int64_t>(out->id()));
+  if (!state.ok() || !*state) return;
+  v1::IngestCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(**state) || !checkpoint.has_agent_counters()) return;
+  const v1::AgentCounters& c = checkpoint.agent_counters();
+  out->set_events_dropped(static_cast<uint64_t>(agentEventsDropped(c)));
+  std::vector<StatRow> stats{{"agent_counters_early", "info", 1,
+                              "agent: the session is live; its counts (the agent_ and "
+                              "adapter_failures stats) are as it reported them with the batches "
+                              "committed so far"}};
+  appendAgentCounterStats(c, &stats);
+  for (const StatRow& s : stats) addStat(s, out);
 }
 }  // namespace
 
 void QueryService::fillSessionInfo(const SessionRecord& r, v1::SessionInfo* out) const {
   fillSession(r, m_access.storeOwner(), out);
+  addLiveAgentStats(m_dbPath, out);
 }
 
 grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
@@ -86,6 +110,7 @@ grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
     }
     v1::SessionInfo* info = response->add_sessions();
     fillSession(r, m_access.storeOwner(), info);
+    addLiveAgentStats(m_dbPath, info);
     bytes += info->ByteSizeLong();
   }
   return grpc::Status::OK;
@@ -101,6 +126,7 @@ grpc::Status QueryService::GetSession(grpc::ServerContext* ctx,
   auto session = Store::getSession(m_dbPath, static_cast<int64_t>(request->session_id()), true);
   if (!session.ok()) return toGrpc(session.status());
   fillSession(*session, m_access.storeOwner(), response);
+  addLiveAgentStats(m_dbPath, response);
   return grpc::Status::OK;
 }
 

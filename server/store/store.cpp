@@ -923,6 +923,20 @@ absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
   return std::optional<StoredCheckpoint>(std::move(out));
 }
 
+absl::StatusOr<std::optional<std::string>> Store::loadCheckpointState(const std::string& path,
+                                                                      int64_t id) {
+  Database db;
+  if (auto s = Database::open(path, true, &db); !s.ok()) return s;
+  Statement st = db.prepare("SELECT state FROM ingest_checkpoint WHERE session_id = ?1");
+  if (!st.ok()) return absl::InternalError("query failed: " + db.error());
+  st.bind(1, id);
+  if (!st.step()) {
+    if (st.failed()) return readFailed(st);
+    return std::optional<std::string>();
+  }
+  return std::optional<std::string>(std::string(st.columnBlob(0)));
+}
+
 absl::Status Store::clearAnalysis(int64_t sid) {
   {
     Statement del = m_db.prepare("DELETE FROM step WHERE session_id = ?1 AND inferred = 1");

@@ -374,6 +374,9 @@ class Store {
   };
   static absl::StatusOr<std::optional<StoredCheckpoint>> loadCheckpoint(const std::string& path,
                                                                         int64_t id);
+  // Its state only (no open blocks: cheap), or nullopt when none was committed yet.
+  static absl::StatusOr<std::optional<std::string>> loadCheckpointState(const std::string& path,
+                                                                        int64_t id);
   // countSteps: fill `steps` (it reads every step row of the session); else it stays 0.
   static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id,
                                                   bool countSteps = false);

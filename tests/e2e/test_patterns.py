@@ -213,12 +213,14 @@ class PatternsTest(DaemonTestCase):
                 self.assertEqual(b["categories"]["WEIGHT"]["bytes"],
                                  sum(st["weights"]["storages"].values()))
                 # What its backward freed, saved by a forward no hook saw (the saved-tensor
-                # hooks not entered): ACTIVATION by its lifetime, not UNKNOWN (1.34 of 4.41 MiB
-                # at the peaks of steps 2 and 3 before).
+                # hooks not entered): ACTIVATION by its lifetime (the 1 MiB ReLU output), not
+                # UNKNOWN (1.34 of 4.41 MiB at the peaks of steps 2 and 3 before). What stays
+                # UNKNOWN is what the model's hooks would name and this loop bypasses: the batch
+                # (x, y) and the model's output, alive past the backward.
                 peak = self.daemon.cli_json("breakdown", str(sid), "--step", str(s["step"]))
                 cats = {k: v["bytes"] for k, v in peak["categories"].items()}
-                self.assertLess(cats.get("UNKNOWN", 0), 4096, cats)
                 self.assertGreaterEqual(cats.get("ACTIVATION", 0), 256 * 1024 * 4, cats)
+                self.assertLessEqual(cats.get("UNKNOWN", 0), (256 * 256 + 2 * 256 * 16) * 4, cats)
 
     def test_master_weights_the_optimizer_holds_are_weights(self):
         # fp32 copies of a bfloat16 model's weights, held by its optimizer and by no model: they

@@ -902,7 +902,8 @@ TEST_F(IngestRpcTest, ASessionResumedAfterARestartHasItsLiveAnalysisBuiltAgain) 
 
 // A job killed before its goodbye: the counts its agent reported with its batches (the latest
 // that came, through the checkpoint the closing reads) are the aborted session's, said as early;
-// the events it sent are no total to check against.
+// the events it sent are no total to check against. While it ran, GetSession said the committed
+// ones.
 TEST_F(IngestRpcTest, AKilledJobsSessionKeepsTheCountsItsAgentLastReported) {
   startServer(std::chrono::seconds(0));
   uint64_t session = 0;
@@ -915,6 +916,16 @@ TEST_F(IngestRpcTest, AKilledJobsSessionKeepsTheCountsItsAgentLastReported) {
     first.mutable_batch()->mutable_counters()->set_adapter_failures(2);
     first.mutable_batch()->mutable_counters()->set_dropped_ring_full(5);
     ASSERT_TRUE(sendAndAwaitAck(stream.get(), {first}, 1));
+    // While it runs, the committed counts are said already.
+    v1::SessionInfo live;
+    ASSERT_TRUE(sessionInfo(session, &live).ok());
+    EXPECT_EQ(live.state(), v1::SESSION_STATE_LIVE);
+    EXPECT_EQ(live.events_dropped(), 5u);
+    std::map<std::string, int64_t> liveStats;
+    for (const v1::Stat& st : live.stats()) liveStats[st.name()] = st.value();
+    EXPECT_EQ(liveStats["adapter_failures"], 2);
+    EXPECT_EQ(liveStats["agent_dropped_ring_full"], 5);
+    EXPECT_EQ(liveStats.count("agent_counters_early"), 1u);
     v1::AgentMessage second = event(2, 2, true, 0x2000);
     second.mutable_batch()->mutable_counters()->set_events_sent(2);
     second.mutable_batch()->mutable_counters()->set_adapter_failures(4);
