@@ -105,7 +105,12 @@ absl::Status SessionIngest::addBatch(const v1::EventBatch& batch) {
     }
   }
   m_rows.eventsReceived += batch.events_size();
-  if (batch.has_counters()) m_agentCounters = batch.counters();
+  if (batch.has_counters()) {
+    m_agentCounters = batch.counters();
+    // Only the counters this build knows go into the checkpoint: whatever else an agent put in
+    // the message is not kept for the rest of the session.
+    m_agentCounters->DiscardUnknownFields();
+  }
   for (const v1::Event& e : batch.events()) {
     // The common case: the agent sends events in order, so the next one is released at once
     // without a trip through the reorder buffer.

@@ -60,16 +60,8 @@ void fillSession(const SessionRecord& r, uid_t storeOwner, v1::SessionInfo* out)
   for (const StatRow& s : r.stats) addStat(s, out);
 }
 
-// A live session's agent counters as its last commit holds them (EventBatch.counters, kept in
-// its checkpoint): its losses and adapter failures are said while it runs, not only at its end.
-// Nothing is added where the checkpoint cannot be read (the answer is the store's, as before).
-void addLiveAgentStats(const std::string& dbPath, v1::SessionInfo* out) {
-  if (out->state() != v1::SESSION_STATE_LIVE) return;
-  auto state = Store::loadCheckpointState(dbPath, static_cast<int64_t>(out->id()));
-  if (!state.ok() || !*state) return;
-  v1::IngestCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(**state) || !checkpoint.has_agent_counters()) return;
-  const v1::AgentCounters& c = checkpoint.agent_counters();
+// A live session's agent counters, as its stats and its events dropped.
+void addAgentStats(const v1::AgentCounters& c, v1::SessionInfo* out) {
   out->set_events_dropped(static_cast<uint64_t>(agentEventsDropped(c)));
   std::vector<StatRow> stats{{"agent_counters_early", "info", 1,
                               "agent: the session is live; its counts (the agent_ and "
@@ -78,11 +70,32 @@ void addLiveAgentStats(const std::string& dbPath, v1::SessionInfo* out) {
   appendAgentCounterStats(c, &stats);
   for (const StatRow& s : stats) addStat(s, out);
 }
+
+// The live sessions' agent counters as their last commits hold them (EventBatch.counters, kept
+// in their checkpoints, read with one connection for all): their losses and adapter failures are
+// said while they run, not only at their end. Nothing is added where a checkpoint cannot be read
+// (the answer is the store's, as before).
+void addLiveAgentStats(const std::string& dbPath, const std::vector<v1::SessionInfo*>& infos) {
+  std::vector<int64_t> live;
+  for (const v1::SessionInfo* info : infos)
+    if (info->state() == v1::SESSION_STATE_LIVE) live.push_back(static_cast<int64_t>(info->id()));
+  if (live.empty()) return;
+  auto states = Store::loadCheckpointStates(dbPath, live);
+  if (!states.ok()) return;
+  for (v1::SessionInfo* info : infos) {
+    if (info->state() != v1::SESSION_STATE_LIVE) continue;
+    auto state = states->find(static_cast<int64_t>(info->id()));
+    if (state == states->end()) continue;
+    v1::IngestCheckpoint checkpoint;
+    if (checkpoint.ParseFromString(state->second) && checkpoint.has_agent_counters())
+      addAgentStats(checkpoint.agent_counters(), info);
+  }
+}
 }  // namespace
 
 void QueryService::fillSessionInfo(const SessionRecord& r, v1::SessionInfo* out) const {
   fillSession(r, m_access.storeOwner(), out);
-  addLiveAgentStats(m_dbPath, out);
+  addLiveAgentStats(m_dbPath, {out});
 }
 
 grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
@@ -110,9 +123,11 @@ grpc::Status QueryService::ListSessions(grpc::ServerContext* ctx,
     }
     v1::SessionInfo* info = response->add_sessions();
     fillSession(r, m_access.storeOwner(), info);
-    addLiveAgentStats(m_dbPath, info);
     bytes += info->ByteSizeLong();
   }
+  std::vector<v1::SessionInfo*> infos;
+  for (v1::SessionInfo& info : *response->mutable_sessions()) infos.push_back(&info);
+  addLiveAgentStats(m_dbPath, infos);
   return grpc::Status::OK;
 }
 
@@ -126,7 +141,7 @@ grpc::Status QueryService::GetSession(grpc::ServerContext* ctx,
   auto session = Store::getSession(m_dbPath, static_cast<int64_t>(request->session_id()), true);
   if (!session.ok()) return toGrpc(session.status());
   fillSession(*session, m_access.storeOwner(), response);
-  addLiveAgentStats(m_dbPath, response);
+  addLiveAgentStats(m_dbPath, {response});
   return grpc::Status::OK;
 }
 

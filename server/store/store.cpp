@@ -923,18 +923,24 @@ absl::StatusOr<std::optional<Store::StoredCheckpoint>> Store::loadCheckpoint(
   return std::optional<StoredCheckpoint>(std::move(out));
 }
 
-absl::StatusOr<std::optional<std::string>> Store::loadCheckpointState(const std::string& path,
-                                                                      int64_t id) {
+absl::StatusOr<std::map<int64_t, std::string>> Store::loadCheckpointStates(
+    const std::string& path, const std::vector<int64_t>& ids) {
+  std::map<int64_t, std::string> out;
+  if (ids.empty()) return out;
   Database db;
   if (auto s = Database::open(path, true, &db); !s.ok()) return s;
   Statement st = db.prepare("SELECT state FROM ingest_checkpoint WHERE session_id = ?1");
   if (!st.ok()) return absl::InternalError("query failed: " + db.error());
-  st.bind(1, id);
-  if (!st.step()) {
-    if (st.failed()) return readFailed(st);
-    return std::optional<std::string>();
+  for (int64_t id : ids) {
+    st.reset();
+    st.bind(1, id);
+    if (st.step()) {
+      out[id] = std::string(st.columnBlob(0));
+    } else if (st.failed()) {
+      return readFailed(st);
+    }
   }
-  return std::optional<std::string>(std::string(st.columnBlob(0)));
+  return out;
 }
 
 absl::Status Store::clearAnalysis(int64_t sid) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -374,9 +375,10 @@ class Store {
   };
   static absl::StatusOr<std::optional<StoredCheckpoint>> loadCheckpoint(const std::string& path,
                                                                         int64_t id);
-  // Its state only (no open blocks: cheap), or nullopt when none was committed yet.
-  static absl::StatusOr<std::optional<std::string>> loadCheckpointState(const std::string& path,
-                                                                        int64_t id);
+  // The states only (no open blocks: cheap) of these sessions' checkpoints, by session; a
+  // session without one (none committed yet) is not in the map. One connection for all.
+  static absl::StatusOr<std::map<int64_t, std::string>> loadCheckpointStates(
+      const std::string& path, const std::vector<int64_t>& ids);
   // countSteps: fill `steps` (it reads every step row of the session); else it stays 0.
   static absl::StatusOr<SessionRecord> getSession(const std::string& path, int64_t id,
                                                   bool countSteps = false);

@@ -28,6 +28,7 @@
 #include "src/base/private_dir.h"
 #include "tests/support/exited_pid.h"
 #include "tests/support/postgres_test_db.h"
+#include "tidemark/v1/checkpoint.pb.h"
 #include "tidemark/v1/control.grpc.pb.h"
 #include "tidemark/v1/ingest.grpc.pb.h"
 #include "tidemark/v1/query.grpc.pb.h"
@@ -915,7 +916,21 @@ TEST_F(IngestRpcTest, AKilledJobsSessionKeepsTheCountsItsAgentLastReported) {
     first.mutable_batch()->mutable_counters()->set_events_sent(1);
     first.mutable_batch()->mutable_counters()->set_adapter_failures(2);
     first.mutable_batch()->mutable_counters()->set_dropped_ring_full(5);
+    // A field this build does not know, 64 KiB of it: not kept with the session.
+    first.mutable_batch()
+        ->mutable_counters()
+        ->GetReflection()
+        ->MutableUnknownFields(first.mutable_batch()->mutable_counters())
+        ->AddLengthDelimited(1000, std::string(65536, 'x'));
     ASSERT_TRUE(sendAndAwaitAck(stream.get(), {first}, 1));
+    auto states = Store::loadCheckpointStates((m_dir / "store.db").string(),
+                                              {static_cast<int64_t>(session), 999999});
+    ASSERT_TRUE(states.ok()) << states.status();
+    ASSERT_EQ(states->size(), 1u);  // the unknown session has none
+    v1::IngestCheckpoint checkpoint;
+    ASSERT_TRUE(checkpoint.ParseFromString(states->at(static_cast<int64_t>(session))));
+    EXPECT_EQ(checkpoint.agent_counters().adapter_failures(), 2u);
+    EXPECT_LT(states->at(static_cast<int64_t>(session)).size(), 4096u);
     // While it runs, the committed counts are said already.
     v1::SessionInfo live;
     ASSERT_TRUE(sessionInfo(session, &live).ok());
