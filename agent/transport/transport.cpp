@@ -389,7 +389,14 @@ void Transport::pump() {
                ": the daemon is hung or overloaded");
     }
   }
-  fillWindow();
+  // Nothing else to send and every batch acknowledged: a loss or a failure counted since the
+  // last report is sent alone (once: the window holds it until it is acknowledged). A job that
+  // records nothing more would else tell it only in its goodbye, which a killed job never sends.
+  // (Not at the exit: its goodbye carries the counters.)
+  if (!fillWindow() && m_window.empty()) {
+    const std::string counters = countersToReport(0, /*onlyOnTrouble=*/true);
+    if (!counters.empty()) addBatch({}, counters);
+  }
   uint64_t waiting = 0;  // for shutdown's handoff decision
   for (const Unacked& u : m_window) waiting += u.batchSeq > acked ? u.events : 0;
   m_windowEvents.store(waiting, std::memory_order_release);
@@ -445,28 +452,31 @@ bool Transport::fillWindow(bool unbounded) {
       if (records.empty() && m_carriedStrings.empty() && !m_log.empty()) continue;
     }
     if (records.empty() && m_carriedStrings.empty()) break;
-    Unacked u;
-    u.batchSeq = m_nextBatchSeq;
-    u.firstEventSeq = m_nextEventSeq;
-    // Kept serialized (about 20 bytes an event, an eighth of a parsed message): the window holds
-    // more events in flight for its memory, and they are written as they are.
-    u.bytes =
-        encodeBatchMessage(u.batchSeq, m_carriedStrings, records, countersToReport(records.size()));
-    u.events = records.size();
-    u.cost = 64 + u.bytes.size();
-    m_window.push_back(std::move(u));
-    // In the window: the batch is made.
-    ++m_nextBatchSeq;
-    m_carriedStrings.clear();
-    if (!records.empty()) m_nextEventSeq = records.back().seq + 1;
-    m_windowBytes += m_window.back().cost;
-    m_eventsSent += m_window.back().events;
+    addBatch(records, countersToReport(records.size()));
     added = true;
     const bool none = records.empty();
     records.clear();
     if (none) break;
   }
   return added;
+}
+
+void Transport::addBatch(const std::vector<Record>& records, const std::string& counters) {
+  Unacked u;
+  u.batchSeq = m_nextBatchSeq;
+  u.firstEventSeq = m_nextEventSeq;
+  // Kept serialized (about 20 bytes an event, an eighth of a parsed message): the window holds
+  // more events in flight for its memory, and they are written as they are.
+  u.bytes = encodeBatchMessage(u.batchSeq, m_carriedStrings, records, counters);
+  u.events = records.size();
+  u.cost = 64 + u.bytes.size();
+  m_window.push_back(std::move(u));
+  // In the window: the batch is made.
+  ++m_nextBatchSeq;
+  m_carriedStrings.clear();
+  if (!records.empty()) m_nextEventSeq = records.back().seq + 1;
+  m_windowBytes += m_window.back().cost;
+  m_eventsSent += m_window.back().events;
 }
 
 void Transport::noteWaiting() {
@@ -1324,14 +1334,15 @@ v1::AgentCounters Transport::counters() const {
   return c;
 }
 
-std::string Transport::countersToReport(size_t batchEvents) {
+std::string Transport::countersToReport(size_t batchEvents, bool onlyOnTrouble) {
   v1::AgentCounters c = counters();
   c.set_events_sent(c.events_sent() + batchEvents);
   const uint64_t trouble = c.dropped_ring_full() + c.dropped_no_ring() + c.dropped_table_full() +
                            c.dropped_spool_full() + c.dropped_disconnected() +
                            c.dropped_buffer_full() + c.adapter_failures() + (c.degraded() ? 1 : 0);
   const auto now = std::chrono::steady_clock::now();
-  if (trouble == m_reportedTrouble && now - m_countersReportedAt < std::chrono::seconds(1))
+  if (trouble == m_reportedTrouble &&
+      (onlyOnTrouble || now - m_countersReportedAt < std::chrono::seconds(1)))
     return {};
   m_reportedTrouble = trouble;
   m_countersReportedAt = now;

@@ -141,10 +141,13 @@ class Transport {
   void pump();
   // Batches what the buffer holds while the window has room (everything: unbounded).
   bool fillWindow(bool unbounded = false);
-  // The counters for the next batch (of batchEvents events), serialized, when they are due: a
-  // second after the last report, or at once when a loss or an adapter failure was counted since;
-  // else "" (the batch carries none).
-  std::string countersToReport(size_t batchEvents);
+  // The window's next batch: the carried strings, `records` and `counters` (countersToReport;
+  // pump sends them alone when a loss or a failure was counted and nothing else is to be sent).
+  void addBatch(const std::vector<Record>& records, const std::string& counters);
+  // The counters for the next batch (of batchEvents events), serialized, when they are due: at
+  // once when a loss, an adapter failure or degraded mode was counted since the last report, or
+  // (unless onlyOnTrouble) a second after it; else "" (the batch carries none).
+  std::string countersToReport(size_t batchEvents, bool onlyOnTrouble = false);
   // At exit: whether the rest is handed to the daemon in a file (thread-safe), and the handoff
   // itself (true when the daemon took the file; else the window holds the whole rest).
   bool handoffPossible() const;

@@ -7,7 +7,10 @@ unpacked, a backward, gradient clipping, a module and an optimizer made inside t
 step 5 the model's output, a dict, turns the adapter off (tidemark.attach.stop(), as the agent's
 detach thread does) while the forward hook reads it, between its reads of the phase stack. Prints
 each step's loss; without tidemark the same script trains the same steps. With HOOK_RACE_KILL_AFTER=N
-the job kills itself (SIGKILL: no exit of the agent's, no goodbye) a second and a half after step N."""
+the job kills itself (SIGKILL: no exit of the agent's, no goodbye) a second and a half after step N;
+with HOOK_RACE_FAIL_LAST=1 as well, an adapter hook fails a second and a half after step N (what
+its failure does: counted by the agent, said on stderr), the last thing the job does before it is
+killed 2 s later: nothing recorded after the failure."""
 import os
 import signal
 import time
@@ -107,6 +110,9 @@ def main():
         print("train step %d loss %.6f" % (step, loss.item()), flush=True)
         if str(step) == os.environ.get("HOOK_RACE_KILL_AFTER"):
             time.sleep(1.5)  # the agent's batches of the step sent, as a job's next steps would
+            if inst is not None and os.environ.get("HOOK_RACE_FAIL_LAST") == "1":
+                inst._hook_failed("last hook", RuntimeError("broken on purpose"))
+                time.sleep(2)
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -82,6 +82,24 @@ class AdapterInvisibleTest(DaemonTestCase):
         out = self.daemon.cli("breakdown", str(session["id"])).stdout
         self.assertIn(": %d (adapter_failures)" % failures["value"], out)
 
+    def test_a_failure_after_the_last_record_reaches_a_killed_jobs_session(self):
+        # After step 0 (no failure yet) the job records nothing more: an adapter hook fails, the
+        # job is SIGKILLed 2 s later. No batch of events follows the failure to carry the
+        # counters and no goodbye comes; the agent sends them alone.
+        script = os.path.join(HERE, "hook_race_train.py")
+        r = self.daemon.run(PYTHON, script,
+                            env={"HOOK_RACE_KILL_AFTER": "0", "HOOK_RACE_FAIL_LAST": "1"})
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("train step 0 loss", r.stdout)
+        self.assertNotIn("train step 1", r.stdout)
+        self.assertIn("tidemark: the adapter's last hook failed", r.stderr)
+        session = self.daemon.newest_session()
+        self.assertEqual(session["state"], "aborted", session)
+        failures = session["stats"].get("adapter_failures")
+        self.assertIsNotNone(failures, session["stats"])
+        self.assertEqual(failures["value"], 1, failures)
+        self.assertEqual(failures["severity"], "error")
+
     def test_every_scheduler_under_tidemark_run(self):
         expected = self.plain()
         lines = training_lines(expected)
