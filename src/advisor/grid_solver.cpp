@@ -36,14 +36,26 @@ int64_t ceilDiv(int64_t a, int64_t b) { return -floorDiv(-a, b); }
 // need of that tail's plan. Ends grow towards the bottom; values strictly decrease towards it, so
 // the least value over ends <= r is the deepest entry with an end <= r. Most stacks hold one or
 // two entries: the bottom kInline of every stack lie side by side in one array (a pass walks the
-// grid values in order), the rest in a vector of the grid value's own.
+// grid values in order), the rest in a vector of the grid value's own. kNeed: the entries carry
+// their tail's exact need (the plans' pass); the bound's pass has none to carry, and its entries
+// are two thirds the size.
+template <bool kNeed>
+struct SegmentEnd {
+  int64_t value;
+  int32_t end;
+  int64_t need;
+};
+template <>
+struct SegmentEnd<false> {
+  int64_t value;
+  int32_t end;
+  static constexpr int64_t need = 0;
+};
+
+template <bool kNeed>
 class SegmentEndStacks {
  public:
-  struct End {
-    int64_t value;
-    int64_t need;
-    int32_t end;
-  };
+  using End = SegmentEnd<kNeed>;
 
   explicit SegmentEndStacks(int width)
       : m_inline(static_cast<size_t>(width) * kInline), m_size(width, 0), m_spill(width) {}
@@ -60,7 +72,7 @@ class SegmentEndStacks {
       while (!spill.empty() && spill.back().value >= v) spill.pop_back();
       s = kInline + static_cast<int>(spill.size());
       if (!spill.empty()) {
-        spill.push_back({v, need, k});
+        spill.push_back(make(v, k, need));
         m_size[x] = s + 1;
         return;
       }
@@ -68,9 +80,9 @@ class SegmentEndStacks {
     End* bottom = &m_inline[static_cast<size_t>(x) * kInline];
     while (s > 0 && bottom[s - 1].value >= v) --s;
     if (s < kInline)
-      bottom[s] = {v, need, k};
+      bottom[s] = make(v, k, need);
     else
-      m_spill[x].push_back({v, need, k});
+      m_spill[x].push_back(make(v, k, need));
     m_size[x] = s + 1;
   }
   // The least value over ends <= r at grid value x (nullptr when none).
@@ -91,6 +103,12 @@ class SegmentEndStacks {
 
  private:
   static constexpr int kInline = 2;
+  static End make(int64_t v, int32_t k, int64_t need) {
+    if constexpr (kNeed)
+      return {v, k, need};
+    else
+      return {v, k};
+  }
   const End& at(int x, int d) const {
     return d < kInline ? m_inline[static_cast<size_t>(x) * kInline + d] : m_spill[x][d - kInline];
   }
@@ -187,15 +205,18 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
   const int width = grid.points;
   // Row i + 1 (the next values) and row i, in turn: rows[i & 1] is row i's.
   std::vector<int64_t> rows[2] = {std::vector<int64_t>(width), std::vector<int64_t>(width)};
-  std::vector<int64_t> needs[2] = {std::vector<int64_t>(width), std::vector<int64_t>(width)};
+  // Their plans' exact needs (conservatively; the bound carries none).
+  const int needWidth = kDown ? width : 0;
+  std::vector<int64_t> needs[2] = {std::vector<int64_t>(needWidth),
+                                   std::vector<int64_t>(needWidth)};
   const int64_t endNeed = storeNeed[n];
   for (int g = 0; g <= grid.top[n]; ++g) {
     rows[n & 1][g] = grid.value(n, g) >= endNeed ? 0 : kInf;
-    needs[n & 1][g] = endNeed;
+    if constexpr (kDown) needs[n & 1][g] = endNeed;
   }
   std::vector<int64_t> prefixNs(n + 1, 0);  // prefixNs[k + 1]: forward time of stages 0..k
   for (int k = 0; k < n; ++k) prefixNs[k + 1] = prefixNs[k] + p.stages[k].rerunCostNs();
-  SegmentEndStacks ends(width);
+  SegmentEndStacks<kDown> ends(width);
   const std::vector<int64_t> gradientAhead = leastOutputAhead(p);
   if (choice != nullptr) choice->assign(rowStart[n], kNone);
 
@@ -242,7 +263,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
         const auto [xBegin, xEnd] = part(thread, reads);
         for (int x = std::max(filled + 1, xBegin); x < xEnd; ++x) {
           next[x] = 0;
-          nextNeed[x] = storeNeed[i + 1];
+          if constexpr (kDown) nextNeed[x] = storeNeed[i + 1];
         }
         const bool checkpointable = p.stages[i].checkpointable;
         // Segments that start before a stage that cannot be recomputed end before it, and so
@@ -251,7 +272,8 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
         for (int x = xBegin; x < xEnd; ++x) {
           if (checkpointable) {
             if (endsHere) ends.clear(x);
-            ends.push(x, i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x], nextNeed[x]);
+            ends.push(x, i, next[x] >= kInf ? kInf : prefixNs[i + 1] + next[x],
+                      kDown ? nextNeed[x] : 0);
           } else {
             ends.clear(x);
           }
@@ -339,7 +361,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
             const int32_t wideReach = i + static_cast<int32_t>(mayFit) - 1;
             const auto segmentAt = [&](int64_t x, bool above) {
               if (fitting > 0) {
-                const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), reach);
+                const auto* e = ends.leastUpTo(static_cast<int>(x), reach);
                 if (e != nullptr)
                   consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
                            segmentCode(e->end - i + 1, above));
@@ -348,7 +370,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
               // plan fits (a cheaper shorter end that does not fit hides the longer ones that it
               // is cheaper than: a plan may be missed there, never one taken that does not fit).
               if (kDown && wideReach > reach) {
-                const SegmentEndStacks::End* e = ends.leastUpTo(static_cast<int>(x), wideReach);
+                const auto* e = ends.leastUpTo(static_cast<int>(x), wideReach);
                 if (e != nullptr && e->end > reach)
                   consider(e->value - prefixNs[i], segmentLocal[e->end - i], in, e->need,
                            segmentCode(e->end - i + 1, above));
@@ -368,7 +390,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
             }
           }
           cur[g] = best;
-          curNeed[g] = bestNeed;
+          if constexpr (kDown) curNeed[g] = bestNeed;
           if (choice != nullptr) choice->set(row + g, code);
         }
       } catch (...) {
@@ -397,7 +419,7 @@ PassResult solveOnGrid(const ChainProfile& p, const GridChainSolver::Grid& grid,
   std::vector<int64_t>& firstNeed = needs[0];
   for (int x = grid.top[0] + 1; x < width; ++x) {
     first[x] = 0;
-    firstNeed[x] = storeNeed[0];
+    if constexpr (kDown) firstNeed[x] = storeNeed[0];
   }
   return {std::move(first), std::move(firstNeed)};
 }
