@@ -111,7 +111,7 @@ int applyToJob(const GlobalOptions& g, const std::vector<std::string>& args) {
       "Sends the plan document PLAN to every running rank of JOB (a job id, or a key): each\n"
       "rank's adapter applies it at the boundary before step N, so that all ranks switch at the\n"
       "same step; by default N is far enough after the furthest rank's step for the plan to reach\n"
-      "every rank first: 3 steps, or 2 seconds at the fastest rank's pace when that is more.\n"
+      "every rank first: 3 steps, or 5 seconds at the fastest rank's pace when that is more.\n"
       "Waits (default 120 s) until every rank says it applied or refused the plan. Exit code 1\n"
       "when a rank refused it, did not answer in time, or applied it from another step.\n"
       "`tidemark plan --job JOB` makes a plan from the rank that sets the job's memory need;\n"

@@ -459,7 +459,7 @@ int64_t jobApplyStep(const std::vector<RankProgress>& ranks, int64_t readingNs) 
   }
   int64_t lead = kJobApplyLeadSteps;
   if (fastestNs > 0) {
-    const int64_t ns = kJobApplyLeadNs + std::max<int64_t>(0, readingNs);
+    const int64_t ns = kJobApplyLeadNs + 2 * std::max<int64_t>(0, readingNs);
     lead = std::max(lead, (ns + fastestNs - 1) / fastestNs);
   }
   return furthest + lead;

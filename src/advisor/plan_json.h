@@ -69,10 +69,12 @@ absl::StatusOr<PlanDocument> parsePlanDocument(std::string_view json);
 
 // One plan for every rank of a training job (docs/jobs.md): its running ranks switch at one step,
 // far enough after the furthest one's last that every rank is sent the plan before it gets
-// there: at least kJobApplyLeadSteps steps, and at least kJobApplyLeadNs (plus the time it took
-// to read the ranks' progress, during which they stepped on) at the fastest rank's pace.
+// there: at least kJobApplyLeadSteps steps, and at least kJobApplyLeadNs plus twice the time it
+// took to read the ranks' progress (they stepped on meanwhile, and sending the plan to each rank
+// takes as many calls) at the fastest rank's pace. 2 s was too little on a loaded machine: four
+// ranks of a PostgreSQL-backed daemon got the plan after the chosen step had begun.
 inline constexpr int64_t kJobApplyLeadSteps = 3;
-inline constexpr int64_t kJobApplyLeadNs = 2'000'000'000;
+inline constexpr int64_t kJobApplyLeadNs = 5'000'000'000;
 // A step of a rank as its steps list gives it (endTsNs 0 while open).
 struct StepSpan {
   int64_t step = 0;

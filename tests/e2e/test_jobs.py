@@ -195,13 +195,13 @@ class JobsTest(DaemonTestCase):
             made = json.load(f)
         for rank in check["ranks"]:
             [p] = rank["plans"]
-            print("job plan from step %d of session %s (%s), rank %d: predicted %d, measured %d "
-                  "(%+.2f %%)" % (made["source"]["step"], made["source"]["session"],
-                                  "; ".join(",".join(g["modules"]) for g in made["segments"]
-                                            if g["mode"] != "store"),
-                                  rank["rank"], p["predicted_peak_bytes"],
-                                  p["measured_peak_bytes"], 100 * p["peak_error"]),
-                  file=sys.stderr)
+            print("job plan from step %d of session %s (%s), rank %d, applied from step %d of %d: "
+                  "predicted %d, measured %d (%+.2f %%)"
+                  % (made["source"]["step"], made["source"]["session"],
+                     "; ".join(",".join(g["modules"]) for g in made["segments"]
+                               if g["mode"] != "store"),
+                     rank["rank"], at, steps, p["predicted_peak_bytes"],
+                     p["measured_peak_bytes"], 100 * p["peak_error"]), file=sys.stderr)
             self.assertEqual((p["state"], p["from_step"]), ("applied", at))
             self.assertGreaterEqual(p["steps_measured"], 2)
             self.assertLessEqual(abs(p["peak_error"]), 0.05, p)

@@ -605,11 +605,11 @@ TEST(PlanJson, AJobSwitchesFarEnoughAheadOfItsFurthestRank) {
   // Slow steps: 3 ahead. Unknown pace: 3 ahead.
   EXPECT_EQ(jobApplyStep({{10, 2000 * ms}, {12, 3000 * ms}}), 15);
   EXPECT_EQ(jobApplyStep({{10, 0}, {12, 0}}), 15);
-  // 400 ms on the fastest rank: 5 steps are 2 s.
-  EXPECT_EQ(jobApplyStep({{10, 500 * ms}, {12, 400 * ms}}), 17);
-  // 10 ms steps: 200 ahead; 300 when reading the ranks took a second.
-  EXPECT_EQ(jobApplyStep({{12, 10 * ms}}), 212);
-  EXPECT_EQ(jobApplyStep({{12, 10 * ms}}, 1000 * ms), 312);
+  // 400 ms on the fastest rank: 13 steps are 5 s.
+  EXPECT_EQ(jobApplyStep({{10, 500 * ms}, {12, 400 * ms}}), 25);
+  // 10 ms steps: 500 ahead; 700 when reading the ranks took a second (sending takes as long).
+  EXPECT_EQ(jobApplyStep({{12, 10 * ms}}), 512);
+  EXPECT_EQ(jobApplyStep({{12, 10 * ms}}, 1000 * ms), 712);
 }
 
 TEST(PlanJson, BadProfilesSayWhatIsWrong) {
